@@ -1,0 +1,96 @@
+/*
+ * common/log.c - JSON log lines on stderr.  jansson does the escaping so a
+ * hostile string (an agent's output quoted in a message) cannot break the
+ * line structure.
+ */
+#include "log.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *log_comp = "runnel";
+static rn_log_level_t log_min = RN_LOG_INFO;
+static int log_fd = 2;
+
+static const char *const level_names[] = { "debug", "info", "warn", "error" };
+
+void rn_log_init(const char *comp, rn_log_level_t min_level)
+{
+	log_comp = comp;
+	log_min = min_level;
+}
+
+void rn_log_set_fd(int fd)
+{
+	log_fd = fd;
+}
+
+int rn_log_level_parse(const char *s)
+{
+	for (int i = 0; i < 4; i++)
+		if (strcmp(s, level_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+void rn_log(rn_log_level_t level, const char *run_id, const char *event,
+            const char *fmt, ...)
+{
+	if (level < log_min || level > RN_LOG_ERROR)
+		return;
+
+	char msg[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	struct tm tm;
+	gmtime_r(&tv.tv_sec, &tm);
+	char ts[40];
+	size_t n = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(ts + n, sizeof(ts) - n, ".%03dZ", (int)(tv.tv_usec / 1000));
+
+	json_t *o = json_object();
+	if (!o)
+		return;
+	json_object_set_new(o, "ts", json_string(ts));
+	json_object_set_new(o, "level", json_string(level_names[level]));
+	json_object_set_new(o, "comp", json_string(log_comp));
+	json_object_set_new(o, "event", json_string(event));
+	if (run_id)
+		json_object_set_new(o, "run_id", json_string(run_id));
+	/* json_string() refuses invalid UTF-8; fall back to a lossy copy. */
+	json_t *m = json_string(msg);
+	if (!m) {
+		for (char *p = msg; *p; p++)
+			if ((unsigned char)*p >= 0x80)
+				*p = '?';
+		m = json_string(msg);
+	}
+	if (m)
+		json_object_set_new(o, "msg", m);
+
+	char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	if (!line)
+		return;
+	size_t len = strlen(line);
+	char *buf = realloc(line, len + 2);
+	if (!buf) {
+		free(line);
+		return;
+	}
+	buf[len] = '\n';
+	ssize_t w = write(log_fd, buf, len + 1);
+	(void)w;
+	free(buf);
+}

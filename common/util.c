@@ -1,0 +1,99 @@
+/*
+ * common/util.c - clocks and the Redis URL parser.
+ */
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+int64_t rn_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t rn_mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t rn_mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int rn_redis_url_parse(const char *url, rn_redis_url_t *out, char *errstr, size_t errstr_size)
+{
+	memset(out, 0, sizeof(*out));
+	out->port = 6379;
+
+	const char *p = url;
+	if (strncmp(p, "redis://", 8) != 0) {
+		snprintf(errstr, errstr_size, "redis url: must start with redis://");
+		return -1;
+	}
+	p += 8;
+
+	const char *at = strrchr(p, '@');
+	if (at) {
+		const char *colon = memchr(p, ':', (size_t)(at - p));
+		if (!colon) {
+			snprintf(errstr, errstr_size, "redis url: expected [user]:password@ before the host");
+			return -1;
+		}
+		size_t plen = (size_t)(at - colon - 1);
+		if (plen >= sizeof(out->password)) {
+			snprintf(errstr, errstr_size, "redis url: password too long");
+			return -1;
+		}
+		memcpy(out->password, colon + 1, plen);
+		out->password[plen] = '\0';
+		p = at + 1;
+	}
+
+	const char *hend = p + strcspn(p, ":/");
+	size_t hlen = (size_t)(hend - p);
+	if (hlen == 0 || hlen >= sizeof(out->host)) {
+		snprintf(errstr, errstr_size, "redis url: missing or overlong host");
+		return -1;
+	}
+	memcpy(out->host, p, hlen);
+	out->host[hlen] = '\0';
+	p = hend;
+
+	if (*p == ':') {
+		char *end;
+		errno = 0;
+		long port = strtol(p + 1, &end, 10);
+		if (errno || end == p + 1 || port < 1 || port > 65535 || (*end && *end != '/')) {
+			snprintf(errstr, errstr_size, "redis url: bad port");
+			return -1;
+		}
+		out->port = (int)port;
+		p = end;
+	}
+	if (*p == '/') {
+		p++;
+		if (*p) {
+			char *end;
+			errno = 0;
+			long db = strtol(p, &end, 10);
+			if (errno || end == p || *end || db < 0 || db > 1000000) {
+				snprintf(errstr, errstr_size, "redis url: bad database number");
+				return -1;
+			}
+			out->db = (int)db;
+		}
+	} else if (*p) {
+		snprintf(errstr, errstr_size, "redis url: unexpected text after the host");
+		return -1;
+	}
+	return 0;
+}

@@ -1,0 +1,45 @@
+/*
+ * common/util.h - small helpers every runnel program shares: clocks, the
+ * Redis URL, cleanup attributes.
+ */
+#ifndef RUNNEL_COMMON_UTIL_H
+#define RUNNEL_COMMON_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* Wall clock in ms since the epoch (envelope ts, state hash). */
+int64_t rn_now_ms(void);
+/* Monotonic clock in ms (deadlines, latencies). */
+int64_t rn_mono_ms(void);
+/* Monotonic clock in µs. */
+int64_t rn_mono_us(void);
+
+typedef struct rn_redis_url {
+	char host[256];
+	int  port;
+	char password[256]; /* "" when none; a secret: never log it */
+	int  db;
+} rn_redis_url_t;
+
+/* Parses redis://[[user]:password@]host[:port][/db].  0 or -1 with errstr;
+ * the error never quotes the password. */
+int rn_redis_url_parse(const char *url, rn_redis_url_t *out, char *errstr, size_t errstr_size);
+
+/* bubblewrap-style cleanup helpers: ownership is visible at the declaration. */
+static inline void rn_cleanup_free_fn(void *p) { free(*(void **)p); }
+static inline void rn_cleanup_fd_fn(int *fd) { if (*fd >= 0) close(*fd); }
+#define rn_cleanup_free __attribute__((cleanup(rn_cleanup_free_fn)))
+#define rn_cleanup_fd   __attribute__((cleanup(rn_cleanup_fd_fn)))
+
+static inline void *rn_steal_pointer(void *pp)
+{
+	void **p = pp;
+	void *v = *p;
+	*p = NULL;
+	return v;
+}
+
+#endif

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that building, running and testing runnel
+# needs.  Idempotent: packages already present are left alone, and apt is
+# only consulted when something is missing.
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake pkg-config clang-14 libclang-rt-14-dev
+  librdkafka-dev libhiredis-dev libcurl4-openssl-dev libarchive-dev
+  libsodium-dev libjansson-dev libevent-dev
+  redis-server redis-tools bubblewrap kcat curl zip unzip procps
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  sudo="sudo"
+fi
+echo "deps: installing ${missing[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The packaged redis-server starts a system instance on 6379; runnel's tests
+# start their own servers on free ports and never need it.

@@ -1,0 +1,75 @@
+/*
+ * worker/sandbox.h - starting the agent in a fresh sandbox (SPEC §6).
+ *
+ * Two drivers: "bwrap" (bubblewrap: read-only root, /root/workspace
+ * read-write, tmpfs /tmp, new user/pid/ipc/uts namespaces, optional new net
+ * namespace, --die-with-parent, --new-session, a clean environment,
+ * rlimits) and "process" (a plain child in its own process group; isolates
+ * nothing and says so loudly at worker start).
+ *
+ * The setup script, when present, runs first in the same sandbox, with its
+ * stdout sent to stderr so it cannot forge envelope lines; a failing setup
+ * script exits the sandbox with WORKER_SANDBOX_SETUP_FAILED.
+ *
+ * The spawn reports an exec failure instead of guessing it (a CLOEXEC pipe
+ * from the child).
+ *
+ * @locality the run's thread.
+ */
+#ifndef RUNNEL_WORKER_SANDBOX_H
+#define RUNNEL_WORKER_SANDBOX_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#define WORKER_SANDBOX_SETUP_FAILED 97   /* exit status when setup fails */
+
+typedef enum {
+	WORKER_SANDBOX_BWRAP = 0,
+	WORKER_SANDBOX_PROCESS,
+} worker_sandbox_driver_t;
+
+typedef struct worker_sandbox_spec {
+	worker_sandbox_driver_t driver;
+	const char  *bwrap_path;      /* NULL = "bwrap" from PATH */
+	const char  *rootfs;          /* NULL = bind the host's /usr, /bin, /lib*, /etc read-only */
+	const char  *workspace_dir;   /* host dir -> /root/workspace (rw) */
+	const char  *skills_dir;      /* host dir -> /root/skills (ro), or NULL */
+	const char  *setup_script;    /* host file -> run first, or NULL */
+	char *const *argv;            /* the agent, as seen inside the sandbox */
+	char *const *envp;            /* the complete environment (built by the caller) */
+	char *const *ro_binds;        /* extra "host:sandbox" read-only binds (the mock agent), or NULL */
+	int          share_net;       /* 1: share the host network; 0: new empty net namespace */
+	long         rlimit_nofile;   /* 0 = leave */
+	long         rlimit_nproc;    /* 0 = leave */
+	long         rlimit_as_mb;    /* 0 = leave */
+	long         rlimit_fsize_mb; /* 0 = leave */
+} worker_sandbox_spec_t;
+
+typedef struct worker_sandbox {
+	pid_t pid;        /* the process we started (bwrap or the agent); process group leader */
+	int   stdin_fd;   /* write end, O_CLOEXEC, blocking */
+	int   stdout_fd;  /* read end, O_CLOEXEC|O_NONBLOCK */
+	int   stderr_fd;  /* read end, O_CLOEXEC|O_NONBLOCK */
+	int   exited;
+	int   status;     /* waitpid status once exited */
+} worker_sandbox_t;
+
+/* Starts the sandbox.  0, or -1 with errstr (exec failure included). */
+int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb,
+                         char *errstr, size_t errstr_size);
+
+/* Sends sig to the whole tree (process group; the pid namespace dies with its init). */
+void worker_sandbox_kill(worker_sandbox_t *sb, int sig);
+
+/* Reaps without blocking; 1 when it has exited (sb->status set), 0 if not yet, -1 on error. */
+int worker_sandbox_reap(worker_sandbox_t *sb);
+
+/* Closes the fds, SIGKILLs the tree if it still runs, and reaps it (blocking). */
+void worker_sandbox_destroy(worker_sandbox_t *sb);
+
+/* 0 when the driver can run here (bwrap present, user namespaces allowed), -1 with errstr. */
+int worker_sandbox_probe(worker_sandbox_driver_t driver, const char *bwrap_path,
+                         char *errstr, size_t errstr_size);
+
+#endif

@@ -1,0 +1,65 @@
+/*
+ * worker/workspace.h - the run's private directory tree on the host, and
+ * the bag (assets.zip_url) and skill bundles unpacked into it (SPEC §5, §6).
+ *
+ * Layout of a run directory <root>/<run_id>/:
+ *   workspace/          -> /root/workspace in the sandbox (read-write)
+ *   workspace/assets/   files written back after a result
+ *   skills/<name>/      -> /root/skills/<name> (read-only)
+ *   meta/               worker-private (setup script); never bound into
+ *                       the sandbox except the files it names explicitly
+ *
+ * Extraction refuses absolute paths, "..", links whose target leaves the
+ * tree, hard links, devices and fifos, more than max_entries entries, and
+ * more than max_bytes of unpacked data (a zip bomb stops at the cap, not
+ * after writing it).  A refusal reports reject=1 and the reason; the caller
+ * ends the run bag_rejected.
+ *
+ * @locality the run's thread (blocking).
+ */
+#ifndef RUNNEL_WORKER_WORKSPACE_H
+#define RUNNEL_WORKER_WORKSPACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WORKER_PATH_MAX 4096
+
+typedef struct worker_bag_limits {
+	uint64_t max_download;   /* bytes of the zip itself; default 256 MiB */
+	uint64_t max_bytes;      /* unpacked bytes; default 1 GiB */
+	uint64_t max_entries;    /* default 10000 */
+	long     timeout_ms;     /* download; default 120000 */
+} worker_bag_limits_t;
+
+typedef struct worker_ws {
+	char dir[WORKER_PATH_MAX];        /* <root>/<run_id> */
+	char workspace[WORKER_PATH_MAX];  /* .../workspace */
+	char assets[WORKER_PATH_MAX];     /* .../workspace/assets */
+	char skills[WORKER_PATH_MAX];     /* .../skills */
+	char meta[WORKER_PATH_MAX];       /* .../meta */
+} worker_ws_t;
+
+/* Creates a fresh tree (mode 0700 at the top).  Fails when it exists. */
+int worker_ws_create(worker_ws_t *ws, const char *root, const char *run_id,
+                     char *errstr, size_t errstr_size);
+
+/*
+ * Downloads url and extracts it under dest_dir (which must exist).
+ * Returns 0, or -1 with *reject = 1 for a refused archive (bag_rejected) or
+ * *reject = 0 for a download failure.  errstr never contains the URL's
+ * query string (signed URLs carry credentials).
+ */
+int worker_ws_fetch_zip(const char *url, const char *dest_dir,
+                        const worker_bag_limits_t *limits, int *reject,
+                        char *errstr, size_t errstr_size);
+
+/* Extracts an archive already on disk (tests, bench).  Same contract. */
+int worker_ws_extract_file(const char *zip_path, const char *dest_dir,
+                           const worker_bag_limits_t *limits,
+                           char *errstr, size_t errstr_size);
+
+/* Removes the whole tree, never following symlinks.  0 or -1. */
+int worker_ws_remove(worker_ws_t *ws);
+
+#endif
