@@ -49,6 +49,11 @@ typedef struct proto_job {
 	json_t  *meta;                           /* object or NULL; owned reference */
 } proto_job_t;
 
+/* Runs sodium_init() once per process (pthread_once).  0, or -1 when
+ * libsodium cannot initialise.  Every proto function that needs libsodium
+ * calls it; callers may call it early to fail fast. */
+int proto_sodium_init(void);
+
 /* Parses "hex" (exactly 64 hex digits) into key.  0 or -1 with errstr. */
 int proto_job_key_parse(const char *hex, uint8_t key[PROTO_JOB_KEY_BYTES],
                         char *errstr, size_t errstr_size);
