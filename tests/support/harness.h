@@ -1,0 +1,385 @@
+/*
+ * tests/support/harness.h - what every runnel test program shares: checks
+ * and a summary, private temp dirs, free loopback ports, child processes
+ * that never outlive the test, a real redis-server, librdkafka's in-process
+ * mock cluster, and helpers to read what runnel wrote to Redis.
+ *
+ * Cleanup is unconditional.  Every child started here (th_spawn, redis) and
+ * every temp dir (th_tmpdir) is kept in a registry; an atexit handler and
+ * handlers for SIGINT, SIGTERM, SIGABRT and SIGSEGV kill the children's
+ * process groups with SIGKILL and remove the temp dirs.  Children also get
+ * PR_SET_PDEATHSIG(SIGKILL), so even a test killed with SIGKILL (a ctest
+ * timeout) takes them down; its temp dirs are swept by the next test that
+ * starts (dirs are named runnel-th-<pid>-* and removed when <pid> is dead).
+ * Set TH_KEEP=1 in the environment to keep temp dirs for a post-mortem.
+ *
+ * This is test support: unlike runnel's libraries it prints diagnostics to
+ * stderr (prefixed "# ") and TH_REQUIRE / th_done end the program.
+ *
+ * @locality main thread of the test, unless a function says otherwise.
+ * Spawn children from the main thread: PR_SET_PDEATHSIG fires when the
+ * *thread* that forked exits.
+ *
+ * A test looks like:
+ *
+ *	int main(void)
+ *	{
+ *		th_redis_t r;
+ *		TH_REQUIRE(th_redis_start(&r, NULL) == 0, "redis");
+ *		redisContext *c = th_redis_connect(&r);
+ *		TH_CHECK(c != NULL, "connect to %s", r.url);
+ *		...
+ *		redisFree(c);
+ *		return th_done();
+ *	}
+ */
+#ifndef RUNNEL_TESTS_SUPPORT_HARNESS_H
+#define RUNNEL_TESTS_SUPPORT_HARNESS_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <hiredis/hiredis.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+/* ------------------------------------------------------------------------
+ * Checks and the summary
+ * ------------------------------------------------------------------------ */
+
+/*
+ * Optional: names the test in diagnostics and installs the cleanup
+ * handlers now.  Every th_* function calls it lazily with the program name,
+ * so calling it is never required.  Safe to call more than once.
+ */
+void th_init(const char *test_name);
+
+/*
+ * TH_CHECK(cond, fmt, ...): when cond is false, prints
+ * "# FAIL file:line: cond: message" and marks the test failed; the test
+ * goes on.  The message is optional: TH_CHECK(x == 1) is fine.
+ * TH_REQUIRE(cond, fmt, ...): the same, then ends the test at once with
+ * exit code 1 (cleanup still runs).  Use it when later steps make no
+ * sense without cond (a server that did not start).
+ * Both evaluate cond exactly once and yield nothing (statements).
+ */
+#define TH_CHECK(cond, ...) \
+	do { \
+		th_count_check(); \
+		if (!(cond)) \
+			th_check_failed(__FILE__, __LINE__, #cond, " " __VA_ARGS__); \
+	} while (0)
+
+#define TH_REQUIRE(cond, ...) \
+	do { \
+		th_count_check(); \
+		if (!(cond)) { \
+			th_check_failed(__FILE__, __LINE__, #cond, " " __VA_ARGS__); \
+			th_abort_test(); \
+		} \
+	} while (0)
+
+/* String equality that accepts NULL (NULL equals only NULL).  1 or 0. */
+int th_streq(const char *a, const char *b);
+
+/* Prints "# file:line: message" without failing (progress notes). */
+#define TH_NOTE(...) th_note(__FILE__, __LINE__, __VA_ARGS__)
+
+/*
+ * Prints the summary line "PASS <test>: N checks" or
+ * "FAIL <test>: F of N checks failed" on stdout and returns the exit code
+ * (0 or 1) for main to return.  Cleanup runs at exit as usual.
+ */
+int th_done(void);
+
+/* Number of failed checks so far (any thread may call). */
+int th_failures(void);
+
+/* Implementation of the macros above; call them through the macros. */
+void th_count_check(void);
+void th_check_failed(const char *file, int line, const char *cond,
+                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void th_note(const char *file, int line, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void th_abort_test(void) __attribute__((noreturn));
+
+/* ------------------------------------------------------------------------
+ * Temp dirs, ports, files, strings
+ * ------------------------------------------------------------------------ */
+
+/*
+ * Creates a fresh private directory (mode 0700) under $TMPDIR or /tmp and
+ * returns its absolute path.  The harness owns the string and removes the
+ * whole tree at exit (unless TH_KEEP=1).  NULL on failure (printed).
+ */
+const char *th_tmpdir(void);
+
+/*
+ * Returns a loopback TCP port that was free a moment ago (bind
+ * 127.0.0.1:0, read the port, close), or -1.  Another process may take it
+ * before you bind it: callers that start servers retry with a new port
+ * when the bind fails (th_redis_start does).
+ */
+int th_free_port(void);
+
+/*
+ * printf into a fresh string the harness owns and frees at exit.
+ * Handy for paths and argv: th_strf("%s/worker.log", dir).  Never NULL
+ * (out of memory ends the test).
+ */
+char *th_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * Reads a whole file (at most 256 MiB) into a NUL-terminated malloc'd
+ * buffer the caller frees; *len (may be NULL) gets the size without the
+ * NUL.  NULL when the file cannot be read.
+ */
+char *th_file_read(const char *path, size_t *len);
+
+/* Writes len bytes to path (created 0600, truncated).  0 or -1. */
+int th_file_write(const char *path, const void *data, size_t len);
+
+/* 1 when the file exists and contains needle (a C string), else 0. */
+int th_file_contains(const char *path, const char *needle);
+
+/*
+ * 1 when any regular file under dir (recursively, symlinks not followed)
+ * contains the needle_len bytes of needle, else 0.  On a hit, prints which
+ * file.  Used to prove a secret never reached a data dir (e.g. Redis's AOF
+ * under th_redis_t.dir, which holds every write ever made).
+ */
+int th_dir_contains(const char *dir, const void *needle, size_t needle_len);
+
+/* Frees an array of n malloc'd strings and the array itself (NULL ok). */
+void th_strv_free(char **v, size_t n);
+
+/* ------------------------------------------------------------------------
+ * Waiting
+ * ------------------------------------------------------------------------ */
+
+/*
+ * Polls cond(arg) until it returns non-zero or timeout_ms passes; sleeps
+ * 1 ms between polls, doubling up to 50 ms.  cond is always tried once
+ * more at the deadline.  Returns 1 when cond held, 0 on timeout.
+ */
+int th_wait_until(int (*cond)(void *), void *arg, int timeout_ms);
+
+/* Milliseconds on the monotonic clock (for measuring in tests). */
+int64_t th_now_ms(void);
+
+/* ------------------------------------------------------------------------
+ * Processes
+ * ------------------------------------------------------------------------ */
+
+/*
+ * Starts argv[0] (a path, or a name looked up on PATH) with argv, in its
+ * own process group, with PR_SET_PDEATHSIG(SIGKILL), stdin from /dev/null
+ * and stdout+stderr appended to log_path (NULL: inherit the test's).
+ *
+ * The environment is minimal, never the test's own: PATH, HOME, TMPDIR,
+ * LANG=C.UTF-8, the sanitizer options (ASAN_OPTIONS, UBSAN_OPTIONS,
+ * LSAN_OPTIONS) when set, then extra_env, a NULL-terminated list of
+ * "NAME=value" strings (a later entry with the same NAME wins).
+ *
+ * An exec failure is reported (over a CLOEXEC pipe), not guessed: the
+ * call returns -1 and prints why.  On success returns the pid, which is
+ * registered for cleanup until th_wait_exit reaps it.
+ */
+pid_t th_spawn(char *const argv[], const char *const extra_env[], const char *log_path);
+
+/* Sends sig to the process pid only (not its group).  0 or -1. */
+int th_signal(pid_t pid, int sig);
+
+/*
+ * Waits up to timeout_ms for pid to exit and reaps it.  Returns 0 and
+ * fills *status (may be NULL; the raw waitpid status: use WIFEXITED,
+ * WEXITSTATUS, WIFSIGNALED, WTERMSIG) or -1 on timeout (the child is left
+ * running and registered).  Also reaps a child that died earlier.
+ */
+int th_wait_exit(pid_t pid, int timeout_ms, int *status);
+
+/* SIGKILL to pid's whole process group, then reap it.  0 or -1. */
+int th_kill(pid_t pid);
+
+/*
+ * SIGTERM to pid, wait up to timeout_ms, then SIGKILL to its group.
+ * Returns the raw waitpid status of the exit, or -1 when it could not be
+ * reaped.  Tells whether the program drained by itself: check
+ * WIFEXITED(status).
+ */
+int th_stop(pid_t pid, int timeout_ms);
+
+/* 1 when pid is a registered child that has not exited yet, else 0. */
+int th_alive(pid_t pid);
+
+/* ------------------------------------------------------------------------
+ * Redis: a real redis-server per test
+ * ------------------------------------------------------------------------ */
+
+typedef struct th_redis {
+	int   port;           /* loopback port it listens on */
+	char  url[64];        /* "redis://127.0.0.1:PORT" */
+	char  dir[PATH_MAX];  /* private dir: redis.conf, redis.log, AOF/RDB */
+	char  log_path[PATH_MAX];
+	pid_t pid;            /* 0 when not running */
+	char *extra;          /* private: extra config lines, kept for restart */
+} th_redis_t;
+
+/*
+ * Starts `redis-server` (first on PATH, else /usr/bin/redis-server) on a
+ * free loopback port in a fresh temp dir with no persistence (save "",
+ * appendonly no) unless extra_config_lines (NULL or lines such as
+ * "appendonly yes\nappendfsync always\n") say otherwise; later lines win.
+ * Ready means PING answered PONG, probed until a 10 s deadline (never a
+ * fixed sleep).  When the port was taken meanwhile, retries with another.
+ * Fills *r.  0, or -1 (printed, with redis.log's tail).
+ */
+int th_redis_start(th_redis_t *r, const char *extra_config_lines);
+
+/* SHUTDOWN-like stop: SIGTERM, wait up to 5 s, then SIGKILL.  The dir
+ * stays (for th_redis_restart) until exit.  0 or -1. */
+int th_redis_stop(th_redis_t *r);
+
+/* SIGKILL, as a crash: nothing is flushed beyond what redis already
+ * wrote (with appendfsync always, every acknowledged write).  0 or -1. */
+int th_redis_kill(th_redis_t *r);
+
+/*
+ * Starts redis again on the same port and dir with the same config, so
+ * that AOF data comes back.  Stops it first when running.  Retries the
+ * bind until a 10 s deadline (the old socket may linger).  0 or -1.
+ */
+int th_redis_restart(th_redis_t *r);
+
+/* A new blocking connection (2 s connect timeout); the caller frees it with
+ * redisFree.  NULL on failure (printed). */
+redisContext *th_redis_connect(const th_redis_t *r);
+
+/*
+ * Reads the whole stream key (XRANGE key - +) and returns the "line" field
+ * of each entry in *lines and the entry ids in *ids (ids may be NULL),
+ * *n entries.  Both arrays are malloc'd and the caller frees them with
+ * th_strv_free(lines, n).  A missing key gives n = 0.  0 or -1.
+ */
+int th_stream_read_all(redisContext *c, const char *key, char ***lines,
+                       char ***ids, size_t *n);
+
+/*
+ * Waits until the last entry of stream key has a "line" whose JSON "type"
+ * is "result" or "error".  Returns 1, or 0 on timeout (the stream's
+ * current entries are printed to help the post-mortem).
+ */
+int th_wait_stream_terminal(redisContext *c, const char *key, int timeout_ms);
+
+/*
+ * The JSON "type" and, for errors, "code" of a line, copied into the
+ * buffers ("" when absent or not JSON).  Convenience for asserting
+ * envelope lines.  0, or -1 when line is not a JSON object.
+ */
+int th_line_type(const char *line, char *type, size_t type_size,
+                 char *code, size_t code_size);
+
+/*
+ * 1 when needle (a C string) occurs anywhere in the Redis server c is
+ * connected to: in any key name or any value of any type (strings,
+ * hashes, lists, sets, sorted sets with members, streams with field names
+ * and values), in every logical database.  0 when not found, -1 on error.
+ * On a hit, prints which key.  Used to prove that no OTP, token or prompt
+ * ever sits in Redis; pair it with th_dir_contains(r.dir, ...) under
+ * "appendonly yes" to also catch values that were written and deleted.
+ */
+int th_redis_scan_contains(redisContext *c, const char *needle);
+
+/* ------------------------------------------------------------------------
+ * Kafka: librdkafka's mock cluster, in the test's own process
+ * ------------------------------------------------------------------------ */
+
+typedef struct th_kafka {
+	rd_kafka_t              *rk;        /* handle that owns the mock cluster */
+	rd_kafka_mock_cluster_t *mcluster;
+	rd_kafka_t              *producer;  /* private: created on first produce */
+	int                      brokers;
+	char                     bootstrap[512]; /* "127.0.0.1:p1,127.0.0.1:p2" */
+} th_kafka_t;
+
+/*
+ * Creates a mock cluster of `brokers` brokers (ids 1..brokers), each on a
+ * 127.0.0.1 ephemeral port that child processes can reach too; fills
+ * k->bootstrap for RUNNEL_KAFKA_BROKERS.  0 or -1.
+ * Note: a consumer group's first join takes about 3 s on the mock cluster;
+ * th_kafka_consume_one avoids groups (it assigns partitions directly).
+ */
+int th_kafka_start(th_kafka_t *k, int brokers);
+
+/* Creates topic with partitions partitions (replication factor 1).
+ * Topics are also auto-created on first produce or fetch.  0 or -1. */
+int th_kafka_create_topic(th_kafka_t *k, const char *topic, int partitions);
+
+/*
+ * Produces one message and waits for its delivery report (up to 10 s).
+ * key may be NULL; value may be NULL (a tombstone).  headers is NULL or a
+ * NULL-terminated list of alternating names and values:
+ * (const char *[]){"reason", "bad json", NULL}.  partition < 0 lets the
+ * partitioner pick (by key).  0, or -1 with the delivery error printed.
+ */
+int th_kafka_produce(th_kafka_t *k, const char *topic, int partition,
+                     const char *key, const void *value, size_t len,
+                     const char *const *headers);
+
+/* One consumed message; every buffer is owned by the struct (NUL-terminated
+ * copies) and freed by th_kafka_msg_free. */
+typedef struct th_kafka_msg {
+	char    *key;        /* NULL when the message had no key */
+	size_t   key_len;
+	char    *value;      /* NULL when the message had no value */
+	size_t   len;
+	size_t   n_headers;
+	char   **header_names;
+	char   **header_values;  /* NULL entry for a header without value */
+	int32_t  partition;
+	int64_t  offset;
+} th_kafka_msg_t;
+
+/* The value of the first header called name, or NULL. */
+const char *th_kafka_msg_header(const th_kafka_msg_t *m, const char *name);
+void th_kafka_msg_free(th_kafka_msg_t *m);
+
+typedef struct th_kafka_consumer th_kafka_consumer_t;
+
+/*
+ * A consumer of topic reading from the earliest offset.  group NULL: no
+ * consumer group; every partition is assigned directly (fast: no 3 s
+ * join).  group non-NULL: subscribes with that group.id and
+ * auto.offset.reset=earliest (expect the first join to take ~3 s).
+ * NULL on failure.
+ */
+th_kafka_consumer_t *th_kafka_consumer_new(th_kafka_t *k, const char *topic,
+                                           const char *group);
+
+/* Next message within timeout_ms: 1 with *out filled (free it with
+ * th_kafka_msg_free), 0 on timeout, -1 on a consumer error (printed).
+ * End-of-partition events are skipped. */
+int th_kafka_consumer_next(th_kafka_consumer_t *c, int timeout_ms, th_kafka_msg_t *out);
+
+/* Closes and frees (NULL ok). */
+void th_kafka_consumer_free(th_kafka_consumer_t *c);
+
+/*
+ * The first message of topic (lowest partition with a message, earliest
+ * offset), read without a consumer group, waiting up to timeout_ms for
+ * one to appear.  1 with *out filled, 0 on timeout, -1 on error.  Meant for
+ * asserting a DLQ's content and headers.
+ */
+int th_kafka_consume_one(th_kafka_t *k, const char *topic, int timeout_ms,
+                         th_kafka_msg_t *out);
+
+/* Takes broker broker_id (1..brokers) down or brings it back up. 0 or -1. */
+int th_kafka_broker_down(th_kafka_t *k, int broker_id);
+int th_kafka_broker_up(th_kafka_t *k, int broker_id);
+
+/* Destroys the producer and the mock cluster (NULL fields ok). */
+void th_kafka_stop(th_kafka_t *k);
+
+#endif
