@@ -1,12 +1,24 @@
 /*
  * proto/job.c - parsing, validation, sealing and serialization of the v1 job
- * (SPEC §2).
+ * (SPEC §2).  Secrets (OTPs, prompt) are wiped from every buffer this file
+ * controls before it is freed, including the strings inside jansson trees.
  */
 #include "proto/job.h"
+#include "proto/keys.h"
+#include "proto/utf8.h"
 
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <sodium.h>
+
+#define NONCE_BYTES crypto_aead_xchacha20poly1305_ietf_NPUBBYTES
+#define TAG_BYTES   crypto_aead_xchacha20poly1305_ietf_ABYTES
+
+#define SEAL_FAILED "sealed: cannot be opened (wrong key or tampered)"
 
 static pthread_once_t sodium_once = PTHREAD_ONCE_INIT;
 static int sodium_status = -1;
@@ -21,4 +33,672 @@ int proto_sodium_init(void)
 {
 	pthread_once(&sodium_once, sodium_init_once);
 	return sodium_status;
+}
+
+static void seterr(char *errstr, size_t size, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void seterr(char *errstr, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (errstr == NULL || size == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(errstr, size, fmt, ap);
+	va_end(ap);
+}
+
+/* jansson keeps its own copy of every string; wipe it before the tree goes. */
+static void wipe_json_string(json_t *s)
+{
+	if (json_is_string(s))
+		sodium_memzero((char *)json_string_value(s), json_string_length(s));
+}
+
+static void free_secret(char **p)
+{
+	if (*p != NULL) {
+		sodium_memzero(*p, strlen(*p));
+		free(*p);
+		*p = NULL;
+	}
+}
+
+void proto_job_clear(proto_job_t *job)
+{
+	if (job == NULL)
+		return;
+	free_secret(&job->otp_setup);
+	free_secret(&job->otp_run);
+	free_secret(&job->otp_upload);
+	free_secret(&job->prompt);
+	free(job->agent_url);
+	free(job->caller);
+	json_decref(job->meta);
+	sodium_memzero(job, sizeof *job);
+}
+
+int proto_job_key_parse(const char *hex, uint8_t key[PROTO_JOB_KEY_BYTES],
+                        char *errstr, size_t errstr_size)
+{
+	size_t i, n, bin_len = 0;
+
+	if (hex == NULL || hex[0] == '\0') {
+		seterr(errstr, errstr_size, "job key: missing");
+		return -1;
+	}
+	n = strlen(hex);
+	if (n != 2 * PROTO_JOB_KEY_BYTES) {
+		seterr(errstr, errstr_size,
+		       "job key: must be %d hex digits (got %zu characters)",
+		       2 * PROTO_JOB_KEY_BYTES, n);
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		char c = hex[i];
+
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
+		      (c >= 'A' && c <= 'F'))) {
+			seterr(errstr, errstr_size,
+			       "job key: not a hex digit at position %zu", i + 1);
+			return -1;
+		}
+	}
+	if (sodium_hex2bin(key, PROTO_JOB_KEY_BYTES, hex, n, NULL, &bin_len, NULL) != 0 ||
+	    bin_len != PROTO_JOB_KEY_BYTES) {
+		sodium_memzero(key, PROTO_JOB_KEY_BYTES);
+		seterr(errstr, errstr_size, "job key: not valid hex");
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- validation of values (shared by parse and validate) ---- */
+
+static int check_run_id(const char *run_id, char *errstr, size_t size)
+{
+	size_t n;
+
+	if (run_id == NULL || run_id[0] == '\0') {
+		seterr(errstr, size, "run_id: empty");
+		return -1;
+	}
+	n = strnlen(run_id, PROTO_RUN_ID_MAX + 1);
+	if (n > PROTO_RUN_ID_MAX) {
+		seterr(errstr, size, "run_id: longer than %d characters", PROTO_RUN_ID_MAX);
+		return -1;
+	}
+	if (!proto_run_id_valid(run_id)) {
+		seterr(errstr, size, "run_id: invalid character (allowed: A-Z a-z 0-9 _ -)");
+		return -1;
+	}
+	return 0;
+}
+
+static int check_url(const char *url, char *errstr, size_t size)
+{
+	size_t n, i, skip;
+
+	if (url == NULL) {
+		seterr(errstr, size, "agent_url: missing");
+		return -1;
+	}
+	n = strlen(url);
+	if (n > PROTO_JOB_URL_MAX) {
+		seterr(errstr, size, "agent_url: longer than %d bytes", PROTO_JOB_URL_MAX);
+		return -1;
+	}
+	if (strncmp(url, "http://", 7) == 0)
+		skip = 7;
+	else if (strncmp(url, "https://", 8) == 0)
+		skip = 8;
+	else {
+		seterr(errstr, size, "agent_url: must start with http:// or https://");
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)url[i];
+
+		if (c <= 0x20 || c == 0x7f) {
+			seterr(errstr, size, "agent_url: contains a space or control character");
+			return -1;
+		}
+	}
+	if (url[skip] == '\0' || url[skip] == '/') {
+		seterr(errstr, size, "agent_url: missing host");
+		return -1;
+	}
+	if (!proto_utf8_valid(url, n)) {
+		seterr(errstr, size, "agent_url: invalid UTF-8");
+		return -1;
+	}
+	return 0;
+}
+
+/* OTPs go into an Authorization header: visible ASCII only, so CR/LF,
+ * spaces and non-ASCII bytes can never split or smuggle a header. */
+static int check_otp(const char *field, const char *otp, int required,
+                     char *errstr, size_t size)
+{
+	size_t i;
+
+	if (otp == NULL) {
+		if (!required)
+			return 0;
+		seterr(errstr, size, "%s: missing", field);
+		return -1;
+	}
+	if (otp[0] == '\0') {
+		seterr(errstr, size, "%s: empty", field);
+		return -1;
+	}
+	for (i = 0; otp[i] != '\0'; i++) {
+		unsigned char c = (unsigned char)otp[i];
+
+		if (i >= PROTO_JOB_OTP_MAX) {
+			seterr(errstr, size, "%s: longer than %d bytes", field, PROTO_JOB_OTP_MAX);
+			return -1;
+		}
+		if (c < 0x21 || c > 0x7e) {
+			seterr(errstr, size,
+			       "%s: only visible ASCII characters (0x21-0x7e) are allowed", field);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int check_prompt(const char *prompt, char *errstr, size_t size)
+{
+	size_t n;
+
+	if (prompt == NULL) {
+		seterr(errstr, size, "prompt: missing");
+		return -1;
+	}
+	n = strnlen(prompt, PROTO_JOB_PROMPT_MAX + 1);
+	if (n > PROTO_JOB_PROMPT_MAX) {
+		seterr(errstr, size, "prompt: longer than %d bytes", PROTO_JOB_PROMPT_MAX);
+		return -1;
+	}
+	if (!proto_utf8_valid(prompt, n)) {
+		seterr(errstr, size, "prompt: invalid UTF-8");
+		return -1;
+	}
+	return 0;
+}
+
+int proto_job_validate(const proto_job_t *job, char *errstr, size_t errstr_size)
+{
+	if (job->v != PROTO_JOB_VERSION) {
+		seterr(errstr, errstr_size, "v: unsupported version %d (want %d)",
+		       job->v, PROTO_JOB_VERSION);
+		return -1;
+	}
+	if (check_run_id(job->run_id, errstr, errstr_size) != 0 ||
+	    check_url(job->agent_url, errstr, errstr_size) != 0 ||
+	    check_otp("otp_setup", job->otp_setup, 1, errstr, errstr_size) != 0 ||
+	    check_otp("otp_run", job->otp_run, 1, errstr, errstr_size) != 0 ||
+	    check_otp("otp_upload", job->otp_upload, 0, errstr, errstr_size) != 0 ||
+	    check_prompt(job->prompt, errstr, errstr_size) != 0)
+		return -1;
+	if (job->caller != NULL) {
+		size_t n = strnlen(job->caller, PROTO_JOB_CALLER_MAX + 1);
+
+		if (n > PROTO_JOB_CALLER_MAX) {
+			seterr(errstr, errstr_size, "caller: longer than %d bytes",
+			       PROTO_JOB_CALLER_MAX);
+			return -1;
+		}
+		if (!proto_utf8_valid(job->caller, n)) {
+			seterr(errstr, errstr_size, "caller: invalid UTF-8");
+			return -1;
+		}
+	}
+	if (job->enqueued_at < 0) {
+		seterr(errstr, errstr_size, "enqueued_at: must not be negative");
+		return -1;
+	}
+	if (job->max_runtime_sec < 0) {
+		seterr(errstr, errstr_size, "max_runtime_sec: must be at least 1");
+		return -1;
+	}
+	if (job->meta != NULL && !json_is_object(job->meta)) {
+		seterr(errstr, errstr_size, "meta: not an object");
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- parsing ---- */
+
+static char *dup_json_string(json_t *s)
+{
+	size_t n = json_string_length(s);
+	char *p = malloc(n + 1);
+
+	if (p != NULL) {
+		memcpy(p, json_string_value(s), n);
+		p[n] = '\0';
+	}
+	return p;
+}
+
+/*
+ * Copies string field key of obj into *dst.  Absent (or null when
+ * null_ok) leaves *dst NULL and returns 0.  Returns -1 on a type error or
+ * allocation failure with errstr set.
+ */
+static int take_string(json_t *obj, const char *key, int null_ok, char **dst,
+                       char *errstr, size_t size)
+{
+	json_t *v = json_object_get(obj, key);
+
+	*dst = NULL;
+	if (v == NULL || (null_ok && json_is_null(v)))
+		return 0;
+	if (!json_is_string(v)) {
+		seterr(errstr, size, "%s: not a string", key);
+		return -1;
+	}
+	*dst = dup_json_string(v);
+	if (*dst == NULL) {
+		seterr(errstr, size, "%s: out of memory", key);
+		return -1;
+	}
+	return 0;
+}
+
+static const char *const secret_fields[] = { "otp_setup", "otp_run", "otp_upload", "prompt" };
+
+/* Takes the four secrets from obj (the job itself, or the opened seal) and
+ * wipes jansson's copies of them. */
+static int take_secrets(json_t *obj, proto_job_t *job, char *errstr, size_t size)
+{
+	size_t i;
+	int rc = 0;
+
+	if (take_string(obj, "otp_setup", 0, &job->otp_setup, errstr, size) != 0 ||
+	    take_string(obj, "otp_run", 0, &job->otp_run, errstr, size) != 0 ||
+	    take_string(obj, "otp_upload", 1, &job->otp_upload, errstr, size) != 0 ||
+	    take_string(obj, "prompt", 0, &job->prompt, errstr, size) != 0)
+		rc = -1;
+	for (i = 0; i < sizeof secret_fields / sizeof secret_fields[0]; i++)
+		wipe_json_string(json_object_get(obj, secret_fields[i]));
+	return rc;
+}
+
+static int open_seal(json_t *sealed, const char *run_id, const uint8_t *key,
+                     proto_job_t *job, char *errstr, size_t size)
+{
+	const char *b64 = json_string_value(sealed);
+	size_t b64_len = json_string_length(sealed);
+	size_t max = b64_len / 4 * 3 + 3, bin_len = 0;
+	unsigned long long plain_len = 0;
+	unsigned char *bin = NULL, *plain = NULL;
+	json_t *inner = NULL;
+	int rc = -1;
+
+	bin = malloc(max);
+	if (bin == NULL) {
+		seterr(errstr, size, "sealed: out of memory");
+		return -1;
+	}
+	if (sodium_base642bin(bin, max, b64, b64_len, NULL, &bin_len, NULL,
+	                      sodium_base64_VARIANT_ORIGINAL) != 0 ||
+	    bin_len < NONCE_BYTES + TAG_BYTES) {
+		seterr(errstr, size, SEAL_FAILED);
+		goto out;
+	}
+	plain = malloc(bin_len);  /* at least TAG_BYTES more than needed */
+	if (plain == NULL) {
+		seterr(errstr, size, "sealed: out of memory");
+		goto out;
+	}
+	if (crypto_aead_xchacha20poly1305_ietf_decrypt(
+	        plain, &plain_len, NULL, bin + NONCE_BYTES, bin_len - NONCE_BYTES,
+	        (const unsigned char *)run_id, strlen(run_id), bin, key) != 0) {
+		seterr(errstr, size, SEAL_FAILED);
+		goto out;
+	}
+	inner = json_loadb((const char *)plain, (size_t)plain_len,
+	                   JSON_REJECT_DUPLICATES, NULL);
+	if (!json_is_object(inner)) {
+		seterr(errstr, size, "sealed: content is not a JSON object");
+		goto out;
+	}
+	rc = take_secrets(inner, job, errstr, size);
+out:
+	if (plain != NULL) {
+		sodium_memzero(plain, bin_len);
+		free(plain);
+	}
+	free(bin);
+	json_decref(inner);
+	return rc;
+}
+
+static const char *json_error_words(const json_error_t *jerr)
+{
+	switch (json_error_code(jerr)) {
+	case json_error_invalid_utf8:       return "invalid UTF-8";
+	case json_error_null_character:     return "contains a NUL byte";
+	case json_error_duplicate_key:      return "duplicate key";
+	case json_error_numeric_overflow:   return "number out of range";
+	default:                            return "not valid JSON";
+	}
+}
+
+/* Optional integer field: absent or null leaves *dst 0. */
+static int take_int(json_t *root, const char *key, int64_t min, int64_t *dst,
+                    char *errstr, size_t size)
+{
+	json_t *v = json_object_get(root, key);
+
+	*dst = 0;
+	if (v == NULL || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v)) {
+		seterr(errstr, size, "%s: not an integer", key);
+		return -1;
+	}
+	if (json_integer_value(v) < min) {
+		if (min == 0)
+			seterr(errstr, size, "%s: must not be negative", key);
+		else
+			seterr(errstr, size, "%s: must be at least %lld", key, (long long)min);
+		return -1;
+	}
+	*dst = json_integer_value(v);
+	return 0;
+}
+
+static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
+                      proto_job_t *job, char *errstr, size_t size)
+{
+	json_t *v, *sealed;
+	const char *s;
+	size_t i;
+
+	v = json_object_get(root, "v");
+	if (v == NULL) {
+		seterr(errstr, size, "v: missing");
+		return -1;
+	}
+	if (!json_is_integer(v)) {
+		seterr(errstr, size, "v: not an integer");
+		return -1;
+	}
+	if (json_integer_value(v) != PROTO_JOB_VERSION) {
+		seterr(errstr, size, "v: unsupported version %lld (want %d)",
+		       (long long)json_integer_value(v), PROTO_JOB_VERSION);
+		return -1;
+	}
+	job->v = PROTO_JOB_VERSION;
+
+	v = json_object_get(root, "run_id");
+	if (v == NULL) {
+		seterr(errstr, size, "run_id: missing");
+		return -1;
+	}
+	if (!json_is_string(v)) {
+		seterr(errstr, size, "run_id: not a string");
+		return -1;
+	}
+	s = json_string_value(v);
+	if (strlen(s) != json_string_length(v) || check_run_id(s, errstr, size) != 0) {
+		if (strlen(s) != json_string_length(v))
+			seterr(errstr, size, "run_id: invalid character (allowed: A-Z a-z 0-9 _ -)");
+		return -1;
+	}
+	memcpy(job->run_id, s, strlen(s) + 1);
+
+	v = json_object_get(root, "agent_url");
+	if (v == NULL) {
+		seterr(errstr, size, "agent_url: missing");
+		return -1;
+	}
+	if (take_string(root, "agent_url", 0, &job->agent_url, errstr, size) != 0)
+		return -1;
+
+	sealed = json_object_get(root, "sealed");
+	if (sealed != NULL) {
+		for (i = 0; i < sizeof secret_fields / sizeof secret_fields[0]; i++) {
+			if (json_object_get(root, secret_fields[i]) != NULL) {
+				wipe_json_string(json_object_get(root, secret_fields[i]));
+				seterr(errstr, size, "%s: must not appear in plaintext next to sealed",
+				       secret_fields[i]);
+				return -1;
+			}
+		}
+		if (!json_is_string(sealed)) {
+			seterr(errstr, size, "sealed: not a string");
+			return -1;
+		}
+		if (key == NULL) {
+			seterr(errstr, size, "sealed: no job key configured");
+			return -1;
+		}
+		if (open_seal(sealed, job->run_id, key, job, errstr, size) != 0)
+			return -1;
+	} else {
+		if (require_sealed) {
+			for (i = 0; i < sizeof secret_fields / sizeof secret_fields[0]; i++)
+				wipe_json_string(json_object_get(root, secret_fields[i]));
+			seterr(errstr, size, "sealed: required but the job is not sealed");
+			return -1;
+		}
+		if (take_secrets(root, job, errstr, size) != 0)
+			return -1;
+	}
+
+	if (take_string(root, "caller", 1, &job->caller, errstr, size) != 0 ||
+	    take_int(root, "enqueued_at", 0, &job->enqueued_at, errstr, size) != 0 ||
+	    take_int(root, "max_runtime_sec", 1, &job->max_runtime_sec, errstr, size) != 0)
+		return -1;
+
+	v = json_object_get(root, "meta");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_object(v)) {
+			seterr(errstr, size, "meta: not an object");
+			return -1;
+		}
+		job->meta = json_incref(v);
+	}
+	return proto_job_validate(job, errstr, size);
+}
+
+int proto_job_parse(const char *buf, size_t len,
+                    const uint8_t *key, int require_sealed,
+                    proto_job_t *job, char *errstr, size_t errstr_size)
+{
+	json_error_t jerr;
+	json_t *root;
+	size_t i;
+	int rc;
+
+	memset(job, 0, sizeof *job);
+	if (proto_sodium_init() != 0) {
+		seterr(errstr, errstr_size, "job: libsodium failed to initialise");
+		return -1;
+	}
+	if (len > PROTO_JOB_MAX_BYTES) {
+		seterr(errstr, errstr_size, "job: too large (%zu bytes > %d)",
+		       len, PROTO_JOB_MAX_BYTES);
+		return -1;
+	}
+	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (root == NULL) {
+		/* jerr.text may quote the input (an OTP): report only the position. */
+		seterr(errstr, errstr_size, "job: %s at line %d column %d",
+		       json_error_words(&jerr), jerr.line, jerr.column);
+		return -1;
+	}
+	if (!json_is_object(root)) {
+		json_decref(root);
+		seterr(errstr, errstr_size, "job: not a JSON object");
+		return -1;
+	}
+	rc = parse_root(root, key, require_sealed, job, errstr, errstr_size);
+	for (i = 0; i < sizeof secret_fields / sizeof secret_fields[0]; i++)
+		wipe_json_string(json_object_get(root, secret_fields[i]));
+	if (rc != 0)
+		proto_job_clear(job);
+	json_decref(root);
+	return rc;
+}
+
+/* ---- serialization ---- */
+
+static int set_string(json_t *obj, const char *key, const char *value)
+{
+	return json_object_set_new(obj, key, json_string(value));
+}
+
+static void wipe_secret_members(json_t *obj)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof secret_fields / sizeof secret_fields[0]; i++)
+		wipe_json_string(json_object_get(obj, secret_fields[i]));
+}
+
+/* Dumps obj compactly into a malloc'd buffer sized in a first pass, so no
+ * intermediate (unwiped) buffers hold the secrets. */
+static char *dump_exact(const json_t *obj, size_t *lenp)
+{
+	size_t n = json_dumpb(obj, NULL, 0, JSON_COMPACT);
+	char *p;
+
+	if (n == 0)
+		return NULL;
+	p = malloc(n + 1);
+	if (p == NULL)
+		return NULL;
+	if (json_dumpb(obj, p, n, JSON_COMPACT) != n) {
+		sodium_memzero(p, n);
+		free(p);
+		return NULL;
+	}
+	p[n] = '\0';
+	*lenp = n;
+	return p;
+}
+
+static json_t *secrets_object(const proto_job_t *job)
+{
+	json_t *o = json_object();
+
+	if (o == NULL)
+		return NULL;
+	if (set_string(o, "otp_setup", job->otp_setup) != 0 ||
+	    set_string(o, "otp_run", job->otp_run) != 0 ||
+	    (job->otp_upload != NULL ? set_string(o, "otp_upload", job->otp_upload)
+	                             : json_object_set_new(o, "otp_upload", json_null())) != 0 ||
+	    set_string(o, "prompt", job->prompt) != 0) {
+		wipe_secret_members(o);
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+/* Returns base64(nonce || XChaCha20-Poly1305(secrets JSON, ad = run_id)). */
+static char *seal(const proto_job_t *job, const uint8_t *key)
+{
+	json_t *inner = secrets_object(job);
+	char *plain = NULL, *b64 = NULL;
+	unsigned char *box = NULL;
+	size_t plain_len = 0, box_len, b64_size;
+	unsigned long long clen = 0;
+
+	if (inner == NULL)
+		return NULL;
+	plain = dump_exact(inner, &plain_len);
+	wipe_secret_members(inner);
+	json_decref(inner);
+	if (plain == NULL)
+		return NULL;
+	box_len = NONCE_BYTES + plain_len + TAG_BYTES;
+	box = malloc(box_len);
+	if (box == NULL)
+		goto out;
+	randombytes_buf(box, NONCE_BYTES);
+	crypto_aead_xchacha20poly1305_ietf_encrypt(
+	    box + NONCE_BYTES, &clen, (const unsigned char *)plain, plain_len,
+	    (const unsigned char *)job->run_id, strlen(job->run_id), NULL, box, key);
+	b64_size = sodium_base64_ENCODED_LEN(box_len, sodium_base64_VARIANT_ORIGINAL);
+	b64 = malloc(b64_size);
+	if (b64 != NULL)
+		sodium_bin2base64(b64, b64_size, box, box_len, sodium_base64_VARIANT_ORIGINAL);
+out:
+	sodium_memzero(plain, plain_len);
+	free(plain);
+	free(box);
+	return b64;
+}
+
+char *proto_job_serialize(const proto_job_t *job, const uint8_t *key,
+                          size_t *lenp, char *errstr, size_t errstr_size)
+{
+	json_t *root;
+	char *out = NULL, *sealed = NULL;
+	size_t len = 0;
+	int bad = 0;
+
+	if (proto_sodium_init() != 0) {
+		seterr(errstr, errstr_size, "job: libsodium failed to initialise");
+		return NULL;
+	}
+	if (proto_job_validate(job, errstr, errstr_size) != 0)
+		return NULL;
+	root = json_object();
+	if (root == NULL)
+		goto oom;
+	bad |= json_object_set_new(root, "v", json_integer(PROTO_JOB_VERSION));
+	bad |= set_string(root, "run_id", job->run_id);
+	bad |= set_string(root, "agent_url", job->agent_url);
+	if (key != NULL) {
+		sealed = seal(job, key);
+		if (sealed == NULL)
+			bad = -1;
+		else
+			bad |= json_object_set_new(root, "sealed", json_string_nocheck(sealed));
+		free(sealed);
+	} else {
+		bad |= set_string(root, "otp_setup", job->otp_setup);
+		bad |= set_string(root, "otp_run", job->otp_run);
+		if (job->otp_upload != NULL)
+			bad |= set_string(root, "otp_upload", job->otp_upload);
+		bad |= set_string(root, "prompt", job->prompt);
+	}
+	if (job->caller != NULL)
+		bad |= set_string(root, "caller", job->caller);
+	if (job->enqueued_at > 0)
+		bad |= json_object_set_new(root, "enqueued_at", json_integer(job->enqueued_at));
+	if (job->max_runtime_sec > 0)
+		bad |= json_object_set_new(root, "max_runtime_sec",
+		                           json_integer(job->max_runtime_sec));
+	if (job->meta != NULL)
+		bad |= json_object_set(root, "meta", job->meta);
+	if (bad == 0)
+		out = dump_exact(root, &len);
+	wipe_secret_members(root);
+	json_decref(root);
+	if (out == NULL)
+		goto oom;
+	if (len > PROTO_JOB_MAX_BYTES) {
+		sodium_memzero(out, len);
+		free(out);
+		seterr(errstr, errstr_size, "job: too large (%zu bytes > %d)",
+		       len, PROTO_JOB_MAX_BYTES);
+		return NULL;
+	}
+	if (lenp != NULL)
+		*lenp = len;
+	return out;
+oom:
+	seterr(errstr, errstr_size, "job: out of memory");
+	return NULL;
 }
