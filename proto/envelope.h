@@ -81,6 +81,11 @@ size_t proto_env_open_steps(const proto_env_t *env);
  *   {"type":"step","id":..,"name":..,"status":"failed","error":"<why>","ts":now}
  * and forgets them.  emit returns 0 to continue, non-zero to stop (the steps
  * not yet emitted stay open).  Returns the number emitted.
+ * A non-zero return means "that line was not published": its step stays
+ * open too, so a later call retries it.  why NULL means "run ended".
+ * out->text of the last proto_env_process() call stays valid across this
+ * call (it uses its own buffers), so a worker holding a terminal line can
+ * close the steps first and then publish that line.
  */
 size_t proto_env_close_steps(proto_env_t *env, int64_t now_ms, const char *why,
                              int (*emit)(const char *line, size_t len, void *arg),
