@@ -1,0 +1,404 @@
+/*
+ * common/runstate.c - the Lua scripts of the run state machine and the
+ * synchronous hiredis calls that run them (see runstate.h).
+ */
+#include "runstate.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+/* Script-wide helper: the server's clock in ms. */
+#define LUA_NOW \
+	"local t = redis.call('TIME')\n" \
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+
+#define LUA_TERMINAL \
+	"local function terminal(s)\n" \
+	"  return s == 'succeeded' or s == 'failed' or s == 'cancelled' or s == 'lost'\n" \
+	"end\n"
+
+/*
+ * Ends a run with one terminal line.  Shared by finish, the sweep and a
+ * claim that finds a dead owner.  KEYS: state out ctl leases.
+ */
+#define LUA_END \
+	"local function finish(line, status, code, retention, run_id, now)\n" \
+	"  redis.call('XADD', KEYS[2], '*', 'line', line)\n" \
+	"  redis.call('HSET', KEYS[1], 'status', status, 'ended_at', now, 'code', code)\n" \
+	"  redis.call('ZREM', KEYS[4], run_id)\n" \
+	"  redis.call('EXPIRE', KEYS[1], retention)\n" \
+	"  redis.call('EXPIRE', KEYS[2], retention)\n" \
+	"  if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('EXPIRE', KEYS[3], retention) end\n" \
+	"end\n" \
+	"local function lostline(now)\n" \
+	"  return '{\"type\":\"error\",\"code\":\"worker_lost\",\"message\":\"" RN_RUNSTATE_LOST_MESSAGE "\",\"ts\":' .. now .. '}'\n" \
+	"end\n"
+
+/*
+ * KEYS: state out ctl leases.
+ * ARGV: run_id worker lease_ms enqueued_at ttl_sec retention_sec
+ * Returns {kind, seq_base, now, detail}.
+ */
+static const char lua_claim[] =
+	LUA_NOW LUA_TERMINAL LUA_END
+	"local st = redis.call('HGET', KEYS[1], 'status')\n"
+	"if st and terminal(st) then return {'done', 0, now, st} end\n"
+	"local lu = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') or 0\n"
+	"if st == 'claimed' or st == 'running' then\n"
+	"  if lu > now then\n"
+	"    return {'held', 0, now, redis.call('HGET', KEYS[1], 'worker') or ''}\n"
+	"  end\n"
+	"  if st == 'running' then\n"
+	"    finish(lostline(now), 'lost', 'worker_lost', tonumber(ARGV[6]), ARGV[1], now)\n"
+	"    return {'lost', 0, now, ''}\n"
+	"  end\n"
+	"end\n"
+	"local T = now\n"
+	"local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)\n"
+	"if top[1] then\n"
+	"  local ms = tonumber(string.match(top[1][1], '^(%d+)-'))\n"
+	"  if ms and ms >= T then T = ms + 1 end\n"
+	"end\n"
+	"local lease = now + tonumber(ARGV[3])\n"
+	"redis.call('HSET', KEYS[1], 'status', 'claimed', 'worker', ARGV[2], 'lease_until', lease, 'out_seq_base', T)\n"
+	"if tonumber(ARGV[4]) > 0 then redis.call('HSETNX', KEYS[1], 'enqueued_at', ARGV[4]) end\n"
+	"redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))\n"
+	"redis.call('ZADD', KEYS[4], lease, ARGV[1])\n"
+	"local ctl = redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', 1000)\n"
+	"for _, e in ipairs(ctl) do\n"
+	"  local f = e[2]\n"
+	"  for i = 1, #f, 2 do\n"
+	"    if f[i] == 'msg' then\n"
+	"      local ok, m = pcall(cjson.decode, f[i + 1])\n"
+	"      if ok and type(m) == 'table' and m['type'] == 'cancel' then\n"
+	"        local r = m['reason']\n"
+	"        if type(r) ~= 'string' then r = '' end\n"
+	"        return {'cancel', T, now, r}\n"
+	"      end\n"
+	"    end\n"
+	"  end\n"
+	"end\n"
+	"return {'ok', T, now, ''}\n";
+
+/* KEYS: state.  ARGV: worker.  1 running for us, 0 otherwise. */
+static const char lua_start[] =
+	LUA_NOW
+	"local st = redis.call('HGET', KEYS[1], 'status')\n"
+	"local w = redis.call('HGET', KEYS[1], 'worker')\n"
+	"if w ~= ARGV[1] then return 0 end\n"
+	"if st == 'running' then return 1 end\n"
+	"if st ~= 'claimed' then return 0 end\n"
+	"redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', now)\n"
+	"return 1\n";
+
+/* KEYS: state leases.  ARGV: run_id worker lease_ms.  1 renewed, 0 not ours. */
+static const char lua_heartbeat[] =
+	LUA_NOW
+	"local st = redis.call('HGET', KEYS[1], 'status')\n"
+	"if st ~= 'claimed' and st ~= 'running' then return 0 end\n"
+	"if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[2] then return 0 end\n"
+	"local lease = now + tonumber(ARGV[3])\n"
+	"redis.call('HSET', KEYS[1], 'lease_until', lease)\n"
+	"redis.call('ZADD', KEYS[2], lease, ARGV[1])\n"
+	"return 1\n";
+
+/*
+ * KEYS: state out ctl leases.
+ * ARGV: line status code retention_sec run_id only_if_expired
+ * 1 written, 0 already terminal (or, for the sweep, not expired).
+ */
+static const char lua_finish[] =
+	LUA_NOW LUA_TERMINAL LUA_END
+	"local st = redis.call('HGET', KEYS[1], 'status')\n"
+	"if ARGV[6] == '1' then\n"
+	"  if not st or terminal(st) then redis.call('ZREM', KEYS[4], ARGV[5]) return 0 end\n"
+	"  local lu = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') or 0\n"
+	"  if lu > now then return 0 end\n"
+	"  finish(lostline(now), 'lost', 'worker_lost', tonumber(ARGV[4]), ARGV[5], now)\n"
+	"  return 1\n"
+	"end\n"
+	"if st and terminal(st) then return 0 end\n"
+	"finish(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], now)\n"
+	"return 1\n";
+
+typedef struct keys {
+	char state[256];
+	char out[256];
+	char ctl[256];
+	char leases[160];
+} keys_t;
+
+static int keys_make(keys_t *k, const char *prefix, const char *run_id,
+                     char *errstr, size_t errstr_size)
+{
+	size_t pl = strlen(prefix), rl = strlen(run_id);
+	if (pl == 0 || pl > 64 || rl == 0 || rl > 64) {
+		snprintf(errstr, errstr_size, "invalid key prefix or run id");
+		return -1;
+	}
+	snprintf(k->state, sizeof(k->state), "%s:{%s}:state", prefix, run_id);
+	snprintf(k->out, sizeof(k->out), "%s:{%s}:out", prefix, run_id);
+	snprintf(k->ctl, sizeof(k->ctl), "%s:{%s}:ctl", prefix, run_id);
+	snprintf(k->leases, sizeof(k->leases), "%s:leases", prefix);
+	return 0;
+}
+
+/* Turns a missing or error reply into errstr; returns 0 when r is usable. */
+static int reply_check(redisContext *c, redisReply *r, const char *what,
+                       char *errstr, size_t errstr_size)
+{
+	if (!r) {
+		snprintf(errstr, errstr_size, "redis %s: %s", what,
+		         c->errstr[0] ? c->errstr : "connection lost");
+		return -1;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		snprintf(errstr, errstr_size, "redis %s: %.160s", what, r->str);
+		return -1;
+	}
+	return 0;
+}
+
+static long long reply_ll(const redisReply *r)
+{
+	if (r->type == REDIS_REPLY_INTEGER)
+		return r->integer;
+	if (r->type == REDIS_REPLY_STRING) {
+		char *end = NULL;
+		long long v = strtoll(r->str, &end, 10);
+		return v;
+	}
+	return 0;
+}
+
+int rn_runstate_claim(redisContext *c, const char *prefix, const char *run_id,
+                      const char *worker_id, int64_t lease_ms, int64_t enqueued_at,
+                      int64_t ttl_sec, rn_claim_t *out,
+                      char *errstr, size_t errstr_size)
+{
+	keys_t k;
+	char a_lease[24], a_enq[24], a_ttl[24], a_ret[24];
+
+	memset(out, 0, sizeof(*out));
+	if (keys_make(&k, prefix, run_id, errstr, errstr_size) < 0)
+		return -1;
+	snprintf(a_lease, sizeof(a_lease), "%" PRId64, lease_ms);
+	snprintf(a_enq, sizeof(a_enq), "%" PRId64, enqueued_at > 0 ? enqueued_at : 0);
+	snprintf(a_ttl, sizeof(a_ttl), "%" PRId64, ttl_sec > 0 ? ttl_sec : 86400);
+	/* A run found dead at claim keeps its keys for a day at least. */
+	snprintf(a_ret, sizeof(a_ret), "%" PRId64, ttl_sec > 0 ? ttl_sec : 86400);
+
+	const char *argv[] = { "EVAL", lua_claim, "4", k.state, k.out, k.ctl, k.leases,
+	                       run_id, worker_id, a_lease, a_enq, a_ttl, a_ret };
+	redisReply *r = redisCommandArgv(c, 13, argv, NULL);
+	if (reply_check(c, r, "claim", errstr, errstr_size) < 0) {
+		if (r)
+			freeReplyObject(r);
+		return -1;
+	}
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
+	    r->element[0]->type != REDIS_REPLY_STRING) {
+		snprintf(errstr, errstr_size, "redis claim: unexpected reply");
+		freeReplyObject(r);
+		return -1;
+	}
+	const char *kind = r->element[0]->str;
+	if (!strcmp(kind, "ok"))
+		out->status = RN_CLAIM_OK;
+	else if (!strcmp(kind, "done"))
+		out->status = RN_CLAIM_DONE;
+	else if (!strcmp(kind, "held"))
+		out->status = RN_CLAIM_HELD;
+	else if (!strcmp(kind, "lost"))
+		out->status = RN_CLAIM_LOST;
+	else
+		out->status = RN_CLAIM_CANCEL;
+	out->seq_base = reply_ll(r->element[1]);
+	out->now_ms = reply_ll(r->element[2]);
+	if (r->element[3]->type == REDIS_REPLY_STRING)
+		snprintf(out->detail, sizeof(out->detail), "%s", r->element[3]->str);
+	freeReplyObject(r);
+	return 0;
+}
+
+int rn_runstate_start(redisContext *c, const char *prefix, const char *run_id,
+                      const char *worker_id, char *errstr, size_t errstr_size)
+{
+	keys_t k;
+	if (keys_make(&k, prefix, run_id, errstr, errstr_size) < 0)
+		return -1;
+	const char *argv[] = { "EVAL", lua_start, "1", k.state, worker_id };
+	redisReply *r = redisCommandArgv(c, 5, argv, NULL);
+	if (reply_check(c, r, "start", errstr, errstr_size) < 0) {
+		if (r)
+			freeReplyObject(r);
+		return -1;
+	}
+	int ret = reply_ll(r) == 1 ? 1 : 0;
+	freeReplyObject(r);
+	return ret;
+}
+
+int rn_runstate_heartbeat(redisContext *c, const char *prefix,
+                          const char *const *run_ids, size_t n,
+                          const char *worker_id, int64_t lease_ms, int *owned,
+                          char *errstr, size_t errstr_size)
+{
+	char a_lease[24];
+	snprintf(a_lease, sizeof(a_lease), "%" PRId64, lease_ms);
+
+	for (size_t i = 0; i < n; i++) {
+		keys_t k;
+		if (keys_make(&k, prefix, run_ids[i], errstr, errstr_size) < 0)
+			return -1;
+		const char *argv[] = { "EVAL", lua_heartbeat, "2", k.state, k.leases,
+		                       run_ids[i], worker_id, a_lease };
+		if (redisAppendCommandArgv(c, 8, argv, NULL) != REDIS_OK) {
+			snprintf(errstr, errstr_size, "redis heartbeat: %s", c->errstr);
+			return -1;
+		}
+	}
+	int ret = 0;
+	for (size_t i = 0; i < n; i++) {
+		redisReply *r = NULL;
+		if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+			snprintf(errstr, errstr_size, "redis heartbeat: %s",
+			         c->errstr[0] ? c->errstr : "connection lost");
+			return -1;
+		}
+		if (r->type == REDIS_REPLY_ERROR) {
+			if (ret == 0)
+				snprintf(errstr, errstr_size, "redis heartbeat: %.160s", r->str);
+			ret = -1;
+			owned[i] = 1; /* unknown: do not stop a run on a script error */
+		} else {
+			owned[i] = reply_ll(r) == 1;
+		}
+		freeReplyObject(r);
+	}
+	return ret;
+}
+
+static int finish_eval(redisContext *c, const keys_t *k, const char *run_id,
+                       const char *line, size_t len, const char *status,
+                       const char *code, int64_t retention_sec, int only_expired,
+                       char *errstr, size_t errstr_size)
+{
+	char a_ret[24];
+	snprintf(a_ret, sizeof(a_ret), "%" PRId64, retention_sec > 0 ? retention_sec : 86400);
+	const char *argv[] = { "EVAL", lua_finish, "4", k->state, k->out, k->ctl, k->leases,
+	                       line, status, code, a_ret, run_id, only_expired ? "1" : "0" };
+	size_t lens[13];
+	for (size_t i = 0; i < 13; i++)
+		lens[i] = strlen(argv[i]);
+	lens[7] = len;
+	redisReply *r = redisCommandArgv(c, 13, argv, lens);
+	if (reply_check(c, r, "finish", errstr, errstr_size) < 0) {
+		if (r)
+			freeReplyObject(r);
+		return -1;
+	}
+	int ret = reply_ll(r) == 1 ? 1 : 0;
+	freeReplyObject(r);
+	return ret;
+}
+
+int rn_runstate_finish(redisContext *c, const char *prefix, const char *run_id,
+                       const char *line, size_t len, const char *status,
+                       const char *code, int64_t retention_sec,
+                       char *errstr, size_t errstr_size)
+{
+	keys_t k;
+	if (keys_make(&k, prefix, run_id, errstr, errstr_size) < 0)
+		return -1;
+	return finish_eval(c, &k, run_id, line, len, status, code ? code : "",
+	                   retention_sec, 0, errstr, errstr_size);
+}
+
+int rn_runstate_sweep(redisContext *c, const char *prefix, int64_t retention_sec,
+                      size_t max, void (*on_lost)(const char *run_id, void *arg),
+                      void *arg, char *errstr, size_t errstr_size)
+{
+	char leases[160], a_max[24], a_now[24];
+	if (max == 0)
+		max = 100;
+	snprintf(leases, sizeof(leases), "%s:leases", prefix);
+
+	redisReply *t = redisCommand(c, "TIME");
+	if (reply_check(c, t, "sweep", errstr, errstr_size) < 0) {
+		if (t)
+			freeReplyObject(t);
+		return -1;
+	}
+	if (t->type != REDIS_REPLY_ARRAY || t->elements != 2) {
+		snprintf(errstr, errstr_size, "redis sweep: unexpected TIME reply");
+		freeReplyObject(t);
+		return -1;
+	}
+	long long now = reply_ll(t->element[0]) * 1000 + reply_ll(t->element[1]) / 1000;
+	freeReplyObject(t);
+
+	snprintf(a_now, sizeof(a_now), "%lld", now);
+	snprintf(a_max, sizeof(a_max), "%zu", max);
+	const char *argv[] = { "ZRANGEBYSCORE", leases, "-inf", a_now, "LIMIT", "0", a_max };
+	redisReply *r = redisCommandArgv(c, 7, argv, NULL);
+	if (reply_check(c, r, "sweep", errstr, errstr_size) < 0) {
+		if (r)
+			freeReplyObject(r);
+		return -1;
+	}
+	int ended = 0;
+	for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+		const redisReply *m = r->element[i];
+		keys_t k;
+		char kerr[64];
+		if (m->type != REDIS_REPLY_STRING)
+			continue;
+		if (keys_make(&k, prefix, m->str, kerr, sizeof(kerr)) < 0) {
+			/* Not a run id this code would write: drop it from the set. */
+			redisReply *z = redisCommand(c, "ZREM %s %b", leases, m->str, (size_t)m->len);
+			if (z)
+				freeReplyObject(z);
+			continue;
+		}
+		int rc = finish_eval(c, &k, m->str, "", 0, "lost", "worker_lost",
+		                     retention_sec, 1, errstr, errstr_size);
+		if (rc < 0) {
+			freeReplyObject(r);
+			return -1;
+		}
+		if (rc == 1) {
+			ended++;
+			if (on_lost)
+				on_lost(m->str, arg);
+		}
+	}
+	freeReplyObject(r);
+	return ended;
+}
+
+int rn_runstate_get(redisContext *c, const char *prefix, const char *run_id,
+                    const char *field, char *buf, size_t size,
+                    char *errstr, size_t errstr_size)
+{
+	keys_t k;
+	if (keys_make(&k, prefix, run_id, errstr, errstr_size) < 0)
+		return -1;
+	redisReply *r = redisCommand(c, "HGET %s %s", k.state, field);
+	if (reply_check(c, r, "hget", errstr, errstr_size) < 0) {
+		if (r)
+			freeReplyObject(r);
+		return -1;
+	}
+	int ret = 0;
+	if (r->type == REDIS_REPLY_STRING) {
+		snprintf(buf, size, "%s", r->str);
+		ret = 1;
+	} else if (size) {
+		buf[0] = '\0';
+	}
+	freeReplyObject(r);
+	return ret;
+}
