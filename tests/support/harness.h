@@ -367,10 +367,11 @@ int th_kafka_consumer_next(th_kafka_consumer_t *c, int timeout_ms, th_kafka_msg_
 void th_kafka_consumer_free(th_kafka_consumer_t *c);
 
 /*
- * The first message of topic (lowest partition with a message, earliest
- * offset), read without a consumer group, waiting up to timeout_ms for
- * one to appear.  1 with *out filled, 0 on timeout, -1 on error.  Meant for
- * asserting a DLQ's content and headers.
+ * The first message a fresh reader of topic receives (every partition
+ * from its earliest offset, no consumer group), waiting up to timeout_ms
+ * for the topic and a message to appear.  1 with *out filled, 0 on
+ * timeout, -1 on error.  Meant for asserting a DLQ's content and headers;
+ * for a topic with several messages use a consumer.
  */
 int th_kafka_consume_one(th_kafka_t *k, const char *topic, int timeout_ms,
                          th_kafka_msg_t *out);
