@@ -1,0 +1,820 @@
+/*
+ * worker/sandbox.c - starts the agent in a fresh bubblewrap sandbox (or, for
+ * the "process" driver, as a plain child), wires its stdin/stdout/stderr to
+ * pipes, signals and reaps the whole process tree (SPEC §6).
+ *
+ * Everything the child needs (argv, paths, rlimits) is prepared before
+ * fork(): the worker is multi-threaded, so between fork() and execve() the
+ * child only makes async-signal-safe system calls.  An exec failure travels
+ * back over a CLOEXEC pipe (bubblewrap/nsjail style): EOF on that pipe means
+ * the exec succeeded, a record means it did not and says why.
+ */
+#include "worker/sandbox.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/util.h"
+
+#define ARGV_MAX        4096                /* entries in bwrap's argv */
+#define SANDBOX_HOME    "/root"
+#define SANDBOX_WS      "/root/workspace"
+#define SANDBOX_SKILLS  "/root/skills"
+#define SANDBOX_SETUP   "/run/runnel/setup.sh"
+#define DEFAULT_PATH    "/usr/local/bin:/usr/bin:/bin"
+#define PROBE_TIMEOUT_MS 10000
+
+/*
+ * The setup script runs before the agent in the same sandbox.  Its stdin is
+ * /dev/null (so it cannot eat the agent's turn) and its stdout goes to
+ * stderr (so it cannot forge envelope lines).  $0 is the script, "$@" the
+ * agent.
+ */
+#define SETUP_WRAPPER \
+	"/bin/sh \"$0\" </dev/null 1>&2 || exit 97; exec \"$@\""
+
+/* Host paths bound read-only when no rootfs is given.  Symlinks (merged
+ * /usr) are recreated as symlinks. */
+static const char *const host_ro_paths[] = {
+	"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
+};
+
+/*
+ * Only these parts of the host's /etc are visible.  Binding all of /etc
+ * would expose /etc/shadow, /etc/ssl/private and credential files such as
+ * pip.conf or npmrc: a worker running as root maps the sandbox's uid 0 onto
+ * the host's root, and file owner bits then apply.
+ */
+static const char *const host_etc_paths[] = {
+	"/etc/alternatives", "/etc/ssl/certs", "/etc/ca-certificates.conf",
+	"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/hostname",
+	"/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/host.conf",
+	"/etc/gai.conf", "/etc/protocols", "/etc/services", "/etc/networks",
+	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+	"/etc/localtime", "/etc/timezone", "/etc/mime.types",
+	"/etc/os-release", "/etc/debian_version", "/etc/magic",
+	"/etc/magic.mime",
+};
+
+/* What the child reports when it cannot reach execve(). */
+enum child_stage {
+	STAGE_FDS = 1,
+	STAGE_SESSION,
+	STAGE_RLIMIT,
+	STAGE_CHDIR,
+	STAGE_EXEC,
+};
+
+struct child_report {
+	int stage;
+	int err;
+};
+
+typedef struct strv {
+	char  **v;
+	size_t  n;
+	size_t  cap;
+	int     oom;
+} strv_t;
+
+static void strv_push(strv_t *s, const char *str)
+{
+	if (s->oom)
+		return;
+	if (s->n + 2 > s->cap) {
+		size_t ncap = s->cap ? s->cap * 2 : 64;
+		if (ncap > ARGV_MAX) {
+			s->oom = 1;
+			return;
+		}
+		char **nv = realloc(s->v, ncap * sizeof(*nv));
+		if (!nv) {
+			s->oom = 1;
+			return;
+		}
+		s->v = nv;
+		s->cap = ncap;
+	}
+	char *dup = strdup(str);
+	if (!dup) {
+		s->oom = 1;
+		return;
+	}
+	s->v[s->n++] = dup;
+	s->v[s->n] = NULL;
+}
+
+static void strv_push3(strv_t *s, const char *a, const char *b, const char *c)
+{
+	strv_push(s, a);
+	strv_push(s, b);
+	if (c)
+		strv_push(s, c);
+}
+
+static void strv_free(strv_t *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->v[i]);
+	free(s->v);
+	memset(s, 0, sizeof(*s));
+}
+
+static const char *env_lookup(char *const *envp, const char *name)
+{
+	size_t nlen = strlen(name);
+	for (size_t i = 0; envp && envp[i]; i++)
+		if (strncmp(envp[i], name, nlen) == 0 && envp[i][nlen] == '=')
+			return envp[i] + nlen + 1;
+	return NULL;
+}
+
+/*
+ * Finds an executable the way execvp would, but before fork() (execvp may
+ * allocate).  0 with out filled, or -1 with errno (ENOENT, EACCES, ...).
+ */
+static int resolve_exec(const char *name, const char *path, char *out, size_t outsz)
+{
+	if (!name || !*name) {
+		errno = ENOENT;
+		return -1;
+	}
+	if (strchr(name, '/')) {
+		if ((size_t)snprintf(out, outsz, "%s", name) >= outsz) {
+			errno = ENAMETOOLONG;
+			return -1;
+		}
+		return 0;
+	}
+	if (!path || !*path)
+		path = DEFAULT_PATH;
+	int saw_eacces = 0;
+	const char *p = path;
+	while (1) {
+		const char *colon = strchr(p, ':');
+		size_t dlen = colon ? (size_t)(colon - p) : strlen(p);
+		const char *dir = dlen ? p : ".";
+		int dl = dlen ? (int)dlen : 1;
+		if ((size_t)snprintf(out, outsz, "%.*s/%s", dl, dir, name) < outsz) {
+			if (access(out, X_OK) == 0) {
+				struct stat st;
+				if (stat(out, &st) == 0 && S_ISREG(st.st_mode))
+					return 0;
+			} else if (errno == EACCES) {
+				saw_eacces = 1;
+			}
+		}
+		if (!colon)
+			break;
+		p = colon + 1;
+	}
+	errno = saw_eacces ? EACCES : ENOENT;
+	return -1;
+}
+
+/* Adds the host's system directories, read-only; symlinks stay symlinks. */
+static void add_host_root(strv_t *a)
+{
+	for (size_t i = 0; i < sizeof(host_ro_paths) / sizeof(host_ro_paths[0]); i++) {
+		const char *p = host_ro_paths[i];
+		struct stat st;
+		if (lstat(p, &st) != 0)
+			continue;
+		if (S_ISLNK(st.st_mode)) {
+			char target[PATH_MAX];
+			ssize_t n = readlink(p, target, sizeof(target) - 1);
+			if (n <= 0)
+				continue;
+			target[n] = '\0';
+			strv_push3(a, "--symlink", target, p);
+		} else if (S_ISDIR(st.st_mode)) {
+			strv_push3(a, "--ro-bind", p, p);
+		}
+	}
+	for (size_t i = 0; i < sizeof(host_etc_paths) / sizeof(host_etc_paths[0]); i++) {
+		const char *p = host_etc_paths[i];
+		if (access(p, F_OK) == 0)  /* follows links: a dangling one is skipped */
+			strv_push3(a, "--ro-bind", p, p);
+	}
+}
+
+static int build_bwrap_argv(const worker_sandbox_spec_t *spec, const char *bwrap,
+                            strv_t *a, char *errstr, size_t errstr_size)
+{
+	strv_push(a, bwrap);
+	/*
+	 * New user namespace (no privilege needed, and capabilities there mean
+	 * nothing outside), pid (the agent sees only its own processes and the
+	 * whole tree dies with its init), ipc, uts, cgroup when possible.
+	 */
+	strv_push(a, "--unshare-user");
+	strv_push(a, "--unshare-pid");
+	strv_push(a, "--unshare-ipc");
+	strv_push(a, "--unshare-uts");
+	strv_push(a, "--unshare-cgroup-try");
+	if (!spec->share_net)
+		strv_push(a, "--unshare-net");
+	strv_push(a, "--die-with-parent");
+	/* bwrap keeps every capability for uid 0 in the sandbox by default. */
+	strv_push3(a, "--cap-drop", "ALL", NULL);
+	strv_push3(a, "--uid", "0", NULL);
+	strv_push3(a, "--gid", "0", NULL);
+	strv_push3(a, "--hostname", "sandbox", NULL);
+
+	if (spec->rootfs)
+		strv_push3(a, "--ro-bind", spec->rootfs, "/");
+	else
+		add_host_root(a);
+
+	strv_push3(a, "--proc", "/proc", NULL);
+	strv_push3(a, "--dev", "/dev", NULL);
+	strv_push3(a, "--tmpfs", "/tmp", NULL);
+	strv_push3(a, "--tmpfs", "/run", NULL);
+	strv_push3(a, "--tmpfs", SANDBOX_HOME, NULL);
+	strv_push3(a, "--bind", spec->workspace_dir, SANDBOX_WS);
+	if (spec->skills_dir)
+		strv_push3(a, "--ro-bind", spec->skills_dir, SANDBOX_SKILLS);
+	if (spec->setup_script)
+		strv_push3(a, "--ro-bind", spec->setup_script, SANDBOX_SETUP);
+	for (size_t i = 0; spec->ro_binds && spec->ro_binds[i]; i++) {
+		const char *b = spec->ro_binds[i];
+		const char *colon = strchr(b, ':');
+		if (!colon || colon == b || colon[1] != '/') {
+			snprintf(errstr, errstr_size, "sandbox: read-only bind \"%s\" is not host:/path", b);
+			return -1;
+		}
+		char host[PATH_MAX];
+		if ((size_t)(colon - b) >= sizeof(host)) {
+			snprintf(errstr, errstr_size, "sandbox: read-only bind path too long");
+			return -1;
+		}
+		memcpy(host, b, (size_t)(colon - b));
+		host[colon - b] = '\0';
+		strv_push3(a, "--ro-bind", host, colon + 1);
+	}
+	strv_push3(a, "--chdir", SANDBOX_WS, NULL);
+	strv_push(a, "--");
+	return 0;
+}
+
+static void add_agent_argv(const worker_sandbox_spec_t *spec, const char *setup_path,
+                           strv_t *a)
+{
+	if (setup_path) {
+		strv_push(a, "/bin/sh");
+		strv_push(a, "-c");
+		strv_push(a, SETUP_WRAPPER);
+		strv_push(a, setup_path);
+	}
+	for (size_t i = 0; spec->argv[i]; i++)
+		strv_push(a, spec->argv[i]);
+}
+
+/* Everything the child uses, computed before fork(). */
+struct child_plan {
+	const char   *exec_path;
+	char *const  *argv;
+	char *const  *envp;
+	const char   *chdir_to;      /* NULL: stay */
+	int           no_new_privs;
+	pid_t         parent;
+	int           in_r, out_w, err_w, rep_w;
+	long          max_fd;        /* fallback when close_range() is missing */
+	struct { int res; rlim_t val; } rl[4];
+	int           nrl;
+};
+
+static void child_fail(int rep_fd, int stage) __attribute__((noreturn));
+static void child_fail(int rep_fd, int stage)
+{
+	struct child_report r = { stage, errno };
+	ssize_t n;
+	do {
+		n = write(rep_fd, &r, sizeof(r));
+	} while (n < 0 && errno == EINTR);
+	_exit(127);
+}
+
+/* Runs in the forked child: async-signal-safe calls only. */
+static void child_exec(const struct child_plan *p) __attribute__((noreturn));
+static void child_exec(const struct child_plan *p)
+{
+	/* Move our four fds out of the way of 0..3 before dup2 over them. */
+	int in_r = fcntl(p->in_r, F_DUPFD_CLOEXEC, 10);
+	int out_w = fcntl(p->out_w, F_DUPFD_CLOEXEC, 10);
+	int err_w = fcntl(p->err_w, F_DUPFD_CLOEXEC, 10);
+	int rep = fcntl(p->rep_w, F_DUPFD_CLOEXEC, 10);
+	if (rep < 0)
+		child_fail(p->rep_w, STAGE_FDS);
+	if (in_r < 0 || out_w < 0 || err_w < 0)
+		child_fail(rep, STAGE_FDS);
+	if (dup2(in_r, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
+		child_fail(rep, STAGE_FDS);
+	if (dup3(rep, 3, O_CLOEXEC) < 0)
+		child_fail(rep, STAGE_FDS);
+	rep = 3;
+	if (syscall(SYS_close_range, 4U, ~0U, 0U) != 0)
+		for (long fd = 4; fd < p->max_fd; fd++)
+			close((int)fd);
+
+	/*
+	 * Die with the worker (bwrap adds --die-with-parent for its own
+	 * children).  The death signal follows the forking thread, so the
+	 * caller keeps that thread alive while the sandbox runs.
+	 */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
+		child_fail(rep, STAGE_SESSION);
+	if (getppid() != p->parent)
+		_exit(127);
+	/*
+	 * A new session: its own process group (so the worker can signal the
+	 * whole tree with one kill) and no controlling terminal (so nothing
+	 * inside can push input into the worker's terminal with TIOCSTI).
+	 */
+	if (setsid() < 0)
+		child_fail(rep, STAGE_SESSION);
+
+	/* Signal state survives execve(): reset what the worker changed. */
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof(dfl));
+	dfl.sa_handler = SIG_DFL;
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			sigaction(sig, &dfl, NULL);
+
+	for (int i = 0; i < p->nrl; i++) {
+		struct rlimit rl = { p->rl[i].val, p->rl[i].val };
+		if (setrlimit(p->rl[i].res, &rl) != 0)
+			child_fail(rep, STAGE_RLIMIT);
+	}
+	if (p->chdir_to && chdir(p->chdir_to) != 0)
+		child_fail(rep, STAGE_CHDIR);
+	if (p->no_new_privs)
+		prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+
+	execve(p->exec_path, p->argv, p->envp);
+	child_fail(rep, STAGE_EXEC);
+}
+
+static void add_rlimit(struct child_plan *p, int res, long val, long mult)
+{
+	if (val <= 0)
+		return;
+	rlim_t v = (rlim_t)val;
+	if (mult > 1) {
+		if (v > RLIM_INFINITY / (rlim_t)mult)
+			v = RLIM_INFINITY;
+		else
+			v *= (rlim_t)mult;
+	}
+	p->rl[p->nrl].res = res;
+	p->rl[p->nrl].val = v;
+	p->nrl++;
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0) {
+		close(*fd);
+		*fd = -1;
+	}
+}
+
+int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb,
+                         char *errstr, size_t errstr_size)
+{
+	memset(sb, 0, sizeof(*sb));
+	sb->pid = -1;
+	sb->stdin_fd = sb->stdout_fd = sb->stderr_fd = -1;
+
+	if (!spec->argv || !spec->argv[0]) {
+		snprintf(errstr, errstr_size, "sandbox: no agent command");
+		return -1;
+	}
+	if (!spec->workspace_dir) {
+		snprintf(errstr, errstr_size, "sandbox: no workspace directory");
+		return -1;
+	}
+
+	static char *const empty_env[] = { NULL };
+	char *const *envp = spec->envp ? spec->envp : empty_env;
+	char exec_path[PATH_MAX];
+	strv_t args = { 0 };
+	struct child_plan plan;
+	memset(&plan, 0, sizeof(plan));
+
+	if (spec->driver == WORKER_SANDBOX_BWRAP) {
+		const char *bw = spec->bwrap_path ? spec->bwrap_path : "bwrap";
+		if (resolve_exec(bw, getenv("PATH"), exec_path, sizeof(exec_path)) != 0) {
+			snprintf(errstr, errstr_size, "cannot exec bwrap: %s", strerror(errno));
+			return -1;
+		}
+		if (build_bwrap_argv(spec, exec_path, &args, errstr, errstr_size) != 0) {
+			strv_free(&args);
+			return -1;
+		}
+		add_agent_argv(spec, spec->setup_script ? SANDBOX_SETUP : NULL, &args);
+		/*
+		 * The agent's environment is bwrap's own environment, which bwrap
+		 * passes through: values never appear on a command line that
+		 * every local user can read in /proc/<pid>/cmdline.
+		 */
+		plan.chdir_to = NULL;
+		plan.no_new_privs = 0;  /* a setuid bwrap must keep working */
+	} else if (spec->driver == WORKER_SANDBOX_PROCESS) {
+		const char *name = spec->setup_script ? "/bin/sh" : spec->argv[0];
+		if (resolve_exec(name, env_lookup(envp, "PATH"), exec_path, sizeof(exec_path)) != 0) {
+			snprintf(errstr, errstr_size, "cannot exec %s: %s", name, strerror(errno));
+			return -1;
+		}
+		add_agent_argv(spec, spec->setup_script, &args);
+		plan.chdir_to = spec->workspace_dir;
+		plan.no_new_privs = 1;
+	} else {
+		snprintf(errstr, errstr_size, "sandbox: unknown driver %d", (int)spec->driver);
+		return -1;
+	}
+	if (args.oom || !args.v) {
+		strv_free(&args);
+		snprintf(errstr, errstr_size, "sandbox: out of memory building the command line");
+		return -1;
+	}
+
+	add_rlimit(&plan, RLIMIT_NOFILE, spec->rlimit_nofile, 1);
+	add_rlimit(&plan, RLIMIT_NPROC, spec->rlimit_nproc, 1);
+	add_rlimit(&plan, RLIMIT_AS, spec->rlimit_as_mb, 1024L * 1024L);
+	add_rlimit(&plan, RLIMIT_FSIZE, spec->rlimit_fsize_mb, 1024L * 1024L);
+
+	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 }, rep[2] = { -1, -1 };
+	if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 ||
+	    pipe2(err, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0) {
+		snprintf(errstr, errstr_size, "sandbox: pipe: %s", strerror(errno));
+		goto fail;
+	}
+
+	struct rlimit nofile;
+	plan.max_fd = (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
+	              ? (long)nofile.rlim_cur : 65536;
+	if (plan.max_fd > 1048576)
+		plan.max_fd = 1048576;
+	plan.exec_path = exec_path;
+	plan.argv = args.v;
+	plan.envp = envp;
+	plan.parent = getpid();
+	plan.in_r = in[0];
+	plan.out_w = out[1];
+	plan.err_w = err[1];
+	plan.rep_w = rep[1];
+
+	pid_t pid = fork();
+	if (pid < 0) {
+		snprintf(errstr, errstr_size, "sandbox: fork: %s", strerror(errno));
+		goto fail;
+	}
+	if (pid == 0)
+		child_exec(&plan);
+
+	close_fd(&in[0]);
+	close_fd(&out[1]);
+	close_fd(&err[1]);
+	close_fd(&rep[1]);
+
+	struct child_report r;
+	size_t got = 0;
+	while (got < sizeof(r)) {
+		ssize_t n = read(rep[0], (char *)&r + got, sizeof(r) - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close_fd(&rep[0]);
+	if (got == sizeof(r)) {
+		int status;
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+		const char *what = spec->driver == WORKER_SANDBOX_BWRAP ? "bwrap" : spec->argv[0];
+		switch (r.stage) {
+		case STAGE_EXEC:
+			snprintf(errstr, errstr_size, "cannot exec %s: %s", what, strerror(r.err));
+			break;
+		case STAGE_CHDIR:
+			snprintf(errstr, errstr_size, "cannot enter the workspace: %s", strerror(r.err));
+			break;
+		case STAGE_RLIMIT:
+			snprintf(errstr, errstr_size, "cannot set resource limits: %s", strerror(r.err));
+			break;
+		default:
+			snprintf(errstr, errstr_size, "cannot start the sandbox: %s", strerror(r.err));
+			break;
+		}
+		goto fail;
+	}
+
+	strv_free(&args);
+	/* Reads never block the run's loop; the write end of stdin does. */
+	fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
+	fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK);
+	sb->pid = pid;
+	sb->stdin_fd = in[1];
+	sb->stdout_fd = out[0];
+	sb->stderr_fd = err[0];
+	return 0;
+
+fail:
+	strv_free(&args);
+	close_fd(&in[0]);
+	close_fd(&in[1]);
+	close_fd(&out[0]);
+	close_fd(&out[1]);
+	close_fd(&err[0]);
+	close_fd(&err[1]);
+	close_fd(&rep[0]);
+	close_fd(&rep[1]);
+	return -1;
+}
+
+/* Process group of pid as the host sees it, or -1. */
+static pid_t proc_pgid(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	/* pid (comm) state ppid pgrp ...; comm may hold spaces and ')'. */
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return -1;
+	char state;
+	int ppid, pgrp;
+	if (sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) != 3)
+		return -1;
+	return (pid_t)pgrp;
+}
+
+/*
+ * Sends sig to every member of the group except the leader.  Used for
+ * signals other than SIGKILL under bwrap: bwrap itself dies on SIGTERM and
+ * takes the pid namespace with it at once, which would turn a polite
+ * SIGTERM into SIGKILL with no grace for the agent.
+ */
+static int signal_members(pid_t pgid, int sig)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return -1;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		char *end;
+		long v = strtol(de->d_name, &end, 10);
+		if (*end || v <= 0 || v > INT_MAX || (pid_t)v == pgid)
+			continue;
+		if (proc_pgid((pid_t)v) == pgid)
+			kill((pid_t)v, sig);
+	}
+	closedir(d);
+	return 0;
+}
+
+void worker_sandbox_kill(worker_sandbox_t *sb, int sig)
+{
+	/* Once reaped, the id may belong to someone else. */
+	if (sb->pid <= 0 || sb->exited)
+		return;
+	if (sig == SIGKILL) {
+		/* bwrap's death kills its pid namespace; the group catches the rest. */
+		kill(-sb->pid, SIGKILL);
+		kill(sb->pid, SIGKILL);
+		return;
+	}
+	/* Process groups span pid namespaces, so this reaches the agent. */
+	if (signal_members(sb->pid, sig) != 0)
+		kill(-sb->pid, sig);
+}
+
+int worker_sandbox_reap(worker_sandbox_t *sb)
+{
+	if (sb->exited)
+		return 1;
+	if (sb->pid <= 0)
+		return -1;
+	siginfo_t si;
+	memset(&si, 0, sizeof(si));
+	/*
+	 * Peek first: while the leader is an unreaped zombie its id cannot be
+	 * reused, so killing what is left of its group is safe.  Nothing the
+	 * agent started survives it (a daemonised child under the process
+	 * driver would otherwise outlive the run).
+	 */
+	for (;;) {
+		if (waitid(P_PID, (id_t)sb->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0)
+			break;
+		if (errno != EINTR)
+			return -1;
+	}
+	if (si.si_pid == 0)
+		return 0;
+	kill(-sb->pid, SIGKILL);
+	int status;
+	for (;;) {
+		if (waitpid(sb->pid, &status, 0) >= 0)
+			break;
+		if (errno != EINTR)
+			return -1;
+	}
+	sb->status = status;
+	sb->exited = 1;
+	return 1;
+}
+
+void worker_sandbox_destroy(worker_sandbox_t *sb)
+{
+	close_fd(&sb->stdin_fd);
+	close_fd(&sb->stdout_fd);
+	close_fd(&sb->stderr_fd);
+	if (sb->pid <= 0 || sb->exited)
+		return;
+	worker_sandbox_kill(sb, SIGKILL);
+	int status;
+	for (;;) {
+		if (waitpid(sb->pid, &status, 0) >= 0) {
+			sb->status = status;
+			break;
+		}
+		if (errno != EINTR)
+			break;
+	}
+	sb->exited = 1;
+}
+
+/* Reads a small integer sysctl; -1 when absent. */
+static long read_sysctl(const char *path)
+{
+	char buf[32];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	char *end;
+	long v = strtol(buf, &end, 10);
+	return end == buf ? -1 : v;
+}
+
+/*
+ * Runs argv with an empty environment, stdin /dev/null, stdout and stderr
+ * captured (first bytes kept).  Returns the wait status, or -1.
+ */
+static int run_capture(char *const *argv, char *out, size_t outsz)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return -1;
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+	posix_spawn_file_actions_adddup2(&fa, p[1], 2);
+	posix_spawnattr_t at;
+	posix_spawnattr_init(&at);
+	sigset_t none, all;
+	sigemptyset(&none);
+	sigfillset(&all);
+	posix_spawnattr_setsigmask(&at, &none);
+	posix_spawnattr_setsigdefault(&at, &all);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+	                              POSIX_SPAWN_SETSID);
+	static char *const empty_env[] = { NULL };
+	pid_t pid;
+	int rc = posix_spawn(&pid, argv[0], &fa, &at, argv, empty_env);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	close(p[1]);
+	if (rc != 0) {
+		close(p[0]);
+		errno = rc;
+		return -1;
+	}
+	size_t got = 0;
+	int64_t deadline = rn_mono_ms() + PROBE_TIMEOUT_MS;
+	for (;;) {
+		int64_t left = deadline - rn_mono_ms();
+		if (left <= 0) {
+			kill(-pid, SIGKILL);
+			kill(pid, SIGKILL);
+			break;
+		}
+		struct pollfd pfd = { p[0], POLLIN, 0 };
+		int pr = poll(&pfd, 1, (int)left);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr <= 0)
+			continue;
+		char tmp[512];
+		ssize_t n = read(p[0], tmp, sizeof(tmp));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		if (got + 1 < outsz) {
+			size_t take = (size_t)n < outsz - 1 - got ? (size_t)n : outsz - 1 - got;
+			memcpy(out + got, tmp, take);
+			got += take;
+		}
+	}
+	if (outsz)
+		out[got] = '\0';
+	close(p[0]);
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return status;
+}
+
+int worker_sandbox_probe(worker_sandbox_driver_t driver, const char *bwrap_path,
+                         char *errstr, size_t errstr_size)
+{
+	if (driver == WORKER_SANDBOX_PROCESS)
+		return 0;
+	if (driver != WORKER_SANDBOX_BWRAP) {
+		snprintf(errstr, errstr_size, "sandbox: unknown driver %d", (int)driver);
+		return -1;
+	}
+	char path[PATH_MAX];
+	if (resolve_exec(bwrap_path ? bwrap_path : "bwrap", getenv("PATH"), path, sizeof(path)) != 0 ||
+	    access(path, X_OK) != 0) {
+		snprintf(errstr, errstr_size, "cannot exec bwrap: %s", strerror(errno));
+		return -1;
+	}
+	char true_path[PATH_MAX];
+	if (resolve_exec("true", DEFAULT_PATH, true_path, sizeof(true_path)) != 0)
+		snprintf(true_path, sizeof(true_path), "/bin/true");
+	char *const argv[] = {
+		path, "--unshare-user", "--unshare-pid", "--die-with-parent",
+		"--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+		"--", true_path, NULL,
+	};
+	char out[512];
+	int status = run_capture(argv, out, sizeof(out));
+	if (status < 0) {
+		snprintf(errstr, errstr_size, "cannot exec bwrap: %s", strerror(errno));
+		return -1;
+	}
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+
+	if (read_sysctl("/proc/sys/kernel/unprivileged_userns_clone") == 0) {
+		snprintf(errstr, errstr_size, "unprivileged user namespaces are disabled "
+		         "(kernel.unprivileged_userns_clone=0)");
+		return -1;
+	}
+	if (read_sysctl("/proc/sys/user/max_user_namespaces") == 0) {
+		snprintf(errstr, errstr_size, "user namespaces are disabled (user.max_user_namespaces=0)");
+		return -1;
+	}
+	if (read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == 1) {
+		snprintf(errstr, errstr_size, "AppArmor restricts unprivileged user namespaces "
+		         "(kernel.apparmor_restrict_unprivileged_userns=1); allow bwrap with an "
+		         "AppArmor profile or set the sysctl to 0");
+		return -1;
+	}
+	char *nl = strchr(out, '\n');
+	if (nl)
+		*nl = '\0';
+	if (WIFSIGNALED(status))
+		snprintf(errstr, errstr_size, "bwrap test run killed by signal %d", WTERMSIG(status));
+	else
+		snprintf(errstr, errstr_size, "bwrap cannot create a sandbox here (exit %d): %s",
+		         WEXITSTATUS(status), out[0] ? out : "no message");
+	return -1;
+}

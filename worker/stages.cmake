@@ -1,0 +1,13 @@
+# The run's stages that touch the outside world (bootstrap, workspace,
+# sandbox, writeback) and the built-in scripted agent.
+add_library(runnel_worker_stages STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/bootstrap.c
+  ${CMAKE_CURRENT_LIST_DIR}/workspace.c
+  ${CMAKE_CURRENT_LIST_DIR}/sandbox.c
+  ${CMAKE_CURRENT_LIST_DIR}/writeback.c)
+target_include_directories(runnel_worker_stages PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
+target_link_libraries(runnel_worker_stages PUBLIC runnel_proto runnel_common
+  PkgConfig::CURL PkgConfig::ARCHIVE PkgConfig::JANSSON)
+
+add_executable(runnel-mock-agent ${CMAKE_CURRENT_LIST_DIR}/mock_agent.c)
+target_link_libraries(runnel-mock-agent PRIVATE runnel_proto runnel_common)
