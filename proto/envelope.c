@@ -369,7 +369,7 @@ static const char *const levels[] = { "debug", "info", "warn", "error", NULL };
 /* Checks the rules of one envelope type.  0 or -1 with out->reason. */
 static int check_fields(proto_env_t *env, json_t *root, proto_env_line_t *out)
 {
-	json_t *type, *v, *id, *name, *status;
+	json_t *type, *v = NULL, *id = NULL, *name = NULL, *status = NULL;
 	const char *t;
 
 	type = json_object_get(root, "type");
