@@ -1,0 +1,394 @@
+/*
+ * tests/stages/test_sandbox.c - the bwrap and process drivers against the
+ * real bubblewrap: what the agent can see and write, the setup script,
+ * exec failures, signals and killing the whole tree.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/stages/stages_support.h"
+#include "tests/support/harness.h"
+#include "worker/sandbox.h"
+
+static const char *ws_dir;
+static const char *mock_agent;
+
+static char *env_base[] = {
+	"PATH=/usr/local/bin:/usr/bin:/bin",
+	"HOME=/root",
+	"FOO=bar baz",
+	"RUNNEL_RUN_ID=run_sbx",
+	NULL,
+};
+
+static worker_sandbox_spec_t spec_for(worker_sandbox_driver_t driver, char *const *argv)
+{
+	worker_sandbox_spec_t s;
+	memset(&s, 0, sizeof(s));
+	s.driver = driver;
+	s.workspace_dir = ws_dir;
+	s.argv = argv;
+	s.envp = env_base;
+	return s;
+}
+
+/* Runs argv in the sandbox to completion; output in *o. */
+static int run_sh(worker_sandbox_driver_t driver, const char *script, const char *setup,
+                  sbx_out_t *o)
+{
+	char *argv[] = { "/bin/sh", "-c", (char *)script, NULL };
+	worker_sandbox_spec_t s = spec_for(driver, argv);
+	s.setup_script = setup;
+	worker_sandbox_t sb;
+	char err[256] = "";
+	if (worker_sandbox_spawn(&s, &sb, err, sizeof(err)) != 0) {
+		TH_NOTE("spawn failed: %s", err);
+		memset(o, 0, sizeof(*o));
+		return -1;
+	}
+	int rc = sbx_collect(&sb, NULL, 1, 10000, o);
+	worker_sandbox_destroy(&sb);
+	return rc;
+}
+
+static int exit_code(const sbx_out_t *o)
+{
+	return o->exited && WIFEXITED(o->status) ? WEXITSTATUS(o->status) : -1;
+}
+
+static void test_env(void)
+{
+	sbx_out_t o;
+	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, "env", NULL, &o) == 0);
+	TH_CHECK(exit_code(&o) == 0, "status %d, stderr %s", o.status, o.err);
+	TH_CHECK(strstr(o.out, "FOO=bar baz\n") != NULL, "env: %s", o.out);
+	TH_CHECK(strstr(o.out, "RUNNEL_RUN_ID=run_sbx\n") != NULL);
+	TH_CHECK(strstr(o.out, "RUNNEL_REDIS_URL") == NULL, "worker env leaked: %s", o.out);
+	TH_CHECK(strstr(o.out, "sandbox-test-secret") == NULL, "worker env leaked: %s", o.out);
+	sbx_out_free(&o);
+
+	/* bwrap's command line does not carry the values either. */
+	char *argv[] = { "/bin/sh", "-c", "cat /proc/1/cmdline /proc/2/cmdline | tr '\\0' ' '", NULL };
+	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_BWRAP, argv);
+	worker_sandbox_t sb;
+	char err[256];
+	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)sb.pid);
+	size_t len = 0;
+	char *cmd = th_file_read(path, &len);
+	TH_CHECK(cmd != NULL);
+	for (size_t i = 0; cmd && i < len; i++)
+		if (cmd[i] == '\0')
+			cmd[i] = ' ';
+	TH_CHECK(cmd && strstr(cmd, "bar baz") == NULL, "env value on bwrap's command line: %s", cmd);
+	free(cmd);
+	TH_CHECK(sbx_collect(&sb, NULL, 1, 10000, &o) == 0);
+	worker_sandbox_destroy(&sb);
+	sbx_out_free(&o);
+}
+
+static void test_filesystem(void)
+{
+	const char *tmp = th_tmpdir();
+	TH_REQUIRE(tmp != NULL);
+	char *secret = th_strf("%s/host-secret.txt", tmp);
+	TH_REQUIRE(th_file_write(secret, "top secret\n", 11) == 0);
+
+	sbx_out_t o;
+	/* A host file outside the workspace does not exist in the sandbox. */
+	char *script = th_strf("cat %s; echo rc=$?", secret);
+	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, script, NULL, &o) == 0);
+	TH_CHECK(strstr(o.out, "top secret") == NULL, "host file readable: %s", o.out);
+	TH_CHECK(strstr(o.out, "rc=1") != NULL, "out %s", o.out);
+	sbx_out_free(&o);
+
+	/* /root is a fresh tmpfs holding only the workspace. */
+	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, "ls -A /root; echo end", NULL, &o) == 0);
+	TH_CHECK(th_streq(o.out, "workspace\nend\n"), "ls /root: %s", o.out);
+	sbx_out_free(&o);
+
+	/* The host's /etc/shadow is not there (only a few /etc files are). */
+	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, "cat /etc/shadow; echo rc=$?", NULL, &o) == 0);
+	TH_CHECK(strstr(o.out, "root:") == NULL, "shadow readable: %s", o.out);
+	TH_CHECK(strstr(o.out, "rc=1") != NULL, "out %s", o.out);
+	sbx_out_free(&o);
+
+	/* The system is read-only; the workspace is writable and shared. */
+	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP,
+	                  "touch /usr/evil 2>/dev/null; echo usr=$?; "
+	                  "echo hello > /root/workspace/out.txt; echo ws=$?; "
+	                  "echo private > /tmp/sbx-private; ls -A /tmp; echo tmp-end; pwd",
+	                  NULL, &o) == 0);
+	TH_CHECK(strstr(o.out, "usr=1") != NULL, "out %s", o.out);
+	TH_CHECK(strstr(o.out, "ws=0") != NULL, "out %s", o.out);
+	/* /tmp is private: the host's /tmp entries (our temp dir) are absent. */
+	TH_CHECK(strstr(o.out, "sbx-private\ntmp-end\n") != NULL, "ls /tmp: %s", o.out);
+	TH_CHECK(strstr(o.out, "runnel-th-") == NULL, "host /tmp visible: %s", o.out);
+	TH_CHECK(strstr(o.out, "/root/workspace\n") != NULL, "pwd: %s", o.out);
+	sbx_out_free(&o);
+	char *out_path = th_strf("%s/out.txt", ws_dir);
+	TH_CHECK(th_file_contains(out_path, "hello"));
+	TH_CHECK(access("/tmp/sbx-private", F_OK) != 0, "sandbox /tmp reached the host");
+
+	/* No network namespace shared: only lo. */
+	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, "cat /proc/net/dev", NULL, &o) == 0);
+	TH_CHECK(strstr(o.out, "lo:") != NULL && strstr(o.out, "eth0") == NULL, "net: %s", o.out);
+	sbx_out_free(&o);
+}
+
+static void test_setup_script(void)
+{
+	const char *tmp = th_tmpdir();
+	TH_REQUIRE(tmp != NULL);
+	char *setup = th_strf("%s/setup.sh", tmp);
+	const char *body = "echo SETUP-STDOUT\necho setup-ran > setup-flag\n"
+	                   "if read line; then echo ate-stdin; fi\n";
+	TH_REQUIRE(th_file_write(setup, body, strlen(body)) == 0);
+
+	char *argv[] = { "/bin/sh", "-c", "cat /root/workspace/setup-flag; read turn; echo got=$turn", NULL };
+	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_BWRAP, argv);
+	s.setup_script = setup;
+	worker_sandbox_t sb;
+	char err[256];
+	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	sbx_out_t o;
+	TH_CHECK(sbx_collect(&sb, "the-turn\n", 1, 10000, &o) == 0);
+	worker_sandbox_destroy(&sb);
+	TH_CHECK(exit_code(&o) == 0, "status %d err %s", o.status, o.err);
+	TH_CHECK(th_streq(o.out, "setup-ran\ngot=the-turn\n"), "stdout: %s", o.out);
+	TH_CHECK(strstr(o.err, "SETUP-STDOUT") != NULL, "stderr: %s", o.err);
+	TH_CHECK(strstr(o.err, "ate-stdin") == NULL, "setup read the agent's stdin");
+	sbx_out_free(&o);
+
+	/* A failing setup script: the agent never runs, exit 97. */
+	const char *bad = "echo failing >&2\nexit 3\n";
+	TH_REQUIRE(th_file_write(setup, bad, strlen(bad)) == 0);
+	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, "echo agent-ran", setup, &o) == 0);
+	TH_CHECK(exit_code(&o) == WORKER_SANDBOX_SETUP_FAILED, "status %d", o.status);
+	TH_CHECK(strstr(o.out, "agent-ran") == NULL);
+	sbx_out_free(&o);
+
+	/* Same with the process driver. */
+	TH_REQUIRE(th_file_write(setup, body, strlen(body)) == 0);
+	TH_REQUIRE(run_sh(WORKER_SANDBOX_PROCESS, "cat setup-flag", setup, &o) == 0);
+	TH_CHECK(exit_code(&o) == 0, "status %d err %s", o.status, o.err);
+	TH_CHECK(th_streq(o.out, "setup-ran\n"), "stdout: %s", o.out);
+	TH_CHECK(strstr(o.err, "SETUP-STDOUT") != NULL, "stderr: %s", o.err);
+	sbx_out_free(&o);
+}
+
+static void test_exec_failure(void)
+{
+	char *argv[] = { "/bin/true", NULL };
+	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_BWRAP, argv);
+	s.bwrap_path = "/nonexistent/bwrap";
+	worker_sandbox_t sb;
+	char err[256] = "";
+	TH_CHECK(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == -1);
+	TH_CHECK(th_streq(err, "cannot exec bwrap: No such file or directory"), "err: %s", err);
+	TH_CHECK(sb.stdin_fd == -1 && sb.stdout_fd == -1 && sb.stderr_fd == -1);
+
+	/* Found on disk but not executable: reported by the child, after fork. */
+	const char *tmp = th_tmpdir();
+	char *noexec = th_strf("%s/not-executable", tmp);
+	TH_REQUIRE(th_file_write(noexec, "x", 1) == 0);
+	s.bwrap_path = noexec;
+	TH_CHECK(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == -1);
+	TH_CHECK(th_streq(err, "cannot exec bwrap: Permission denied"), "err: %s", err);
+
+	char *argv2[] = { "/nonexistent/agent", NULL };
+	s = spec_for(WORKER_SANDBOX_PROCESS, argv2);
+	TH_CHECK(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == -1);
+	TH_CHECK(th_streq(err, "cannot exec /nonexistent/agent: No such file or directory"), "err: %s", err);
+
+	char *argv3[] = { "no-such-agent-program", NULL };
+	s = spec_for(WORKER_SANDBOX_PROCESS, argv3);
+	TH_CHECK(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == -1);
+	TH_CHECK(th_streq(err, "cannot exec no-such-agent-program: No such file or directory"), "err: %s", err);
+
+	/* Inside bwrap, a missing agent is bwrap's exit, not a spawn error. */
+	char *argv4[] = { "/nonexistent/agent", NULL };
+	s = spec_for(WORKER_SANDBOX_BWRAP, argv4);
+	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	sbx_out_t o;
+	TH_CHECK(sbx_collect(&sb, NULL, 1, 10000, &o) == 0);
+	worker_sandbox_destroy(&sb);
+	TH_CHECK(exit_code(&o) != 0, "status %d", o.status);
+	sbx_out_free(&o);
+}
+
+struct group_arg {
+	pid_t pgid;
+	int   want;  /* wait for count >= want, or == 0 when want is 0 */
+};
+
+static int group_cond(void *p)
+{
+	struct group_arg *a = p;
+	int n = sbx_group_count(a->pgid);
+	return a->want ? n >= a->want : n == 0;
+}
+
+static void test_kill_tree(worker_sandbox_driver_t driver)
+{
+	char *argv[] = { "/bin/sh", "-c", "sleep 1000 & sleep 1000", NULL };
+	worker_sandbox_spec_t s = spec_for(driver, argv);
+	worker_sandbox_t sb;
+	char err[256];
+	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	/* bwrap: bwrap, its init, sh, two sleeps.  process: sh + two sleeps. */
+	struct group_arg a = { sb.pid, driver == WORKER_SANDBOX_BWRAP ? 5 : 3 };
+	TH_CHECK(th_wait_until(group_cond, &a, 5000), "only %d processes", sbx_group_count(sb.pid));
+	TH_CHECK(worker_sandbox_reap(&sb) == 0);
+	int64_t t0 = th_now_ms();
+	worker_sandbox_kill(&sb, SIGKILL);
+	a.want = 0;
+	TH_CHECK(th_wait_until(group_cond, &a, 2000), "%d processes left", sbx_group_count(sb.pid));
+	TH_NOTE("tree gone in %lld ms", (long long)(th_now_ms() - t0));
+	int r = 0;
+	for (int i = 0; i < 1000 && (r = worker_sandbox_reap(&sb)) == 0; i++)
+		usleep(2000);
+	TH_CHECK(r == 1);
+	TH_CHECK(sb.exited);
+	worker_sandbox_destroy(&sb);
+	TH_CHECK(sbx_group_count(sb.pid) == 0);
+}
+
+/* SIGTERM reaches the agent inside bwrap (grace), SIGKILL ends a hang. */
+static void test_signals(void)
+{
+	char *bind = th_strf("%s:/run/runnel/mock-agent", mock_agent);
+	char *binds[] = { bind, NULL };
+	char *argv[] = { "/run/runnel/mock-agent", "sleep", "100", NULL };
+	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_BWRAP, argv);
+	s.ro_binds = binds;
+	worker_sandbox_t sb;
+	char err[256];
+	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	const char *turn = "{\"run_id\":\"run_sbx\",\"prompt\":\"p\"}\n";
+	TH_CHECK(write(sb.stdin_fd, turn, strlen(turn)) == (ssize_t)strlen(turn));
+	/* Wait for the "sleeping" log line so the agent is up. */
+	char buf[4096];
+	size_t got = 0;
+	int64_t deadline = th_now_ms() + 5000;
+	while (th_now_ms() < deadline && !memchr(buf, '\n', got)) {
+		struct pollfd p = { sb.stdout_fd, POLLIN, 0 };
+		if (poll(&p, 1, 50) > 0) {
+			ssize_t n = read(sb.stdout_fd, buf + got, sizeof(buf) - 1 - got);
+			if (n > 0)
+				got += (size_t)n;
+		}
+	}
+	buf[got] = '\0';
+	TH_CHECK(strstr(buf, "sleeping") != NULL, "out: %s", buf);
+	worker_sandbox_kill(&sb, SIGTERM);
+	sbx_out_t o;
+	TH_CHECK(sbx_collect(&sb, NULL, 0, 5000, &o) == 0, "SIGTERM did not end the agent");
+	/* bwrap reports the agent's death by SIGTERM as 128 + 15. */
+	TH_CHECK(exit_code(&o) == 128 + SIGTERM, "status %d", o.status);
+	sbx_out_free(&o);
+	worker_sandbox_destroy(&sb);
+
+	char *argv2[] = { "/run/runnel/mock-agent", "hang", NULL };
+	s.argv = argv2;
+	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(write(sb.stdin_fd, turn, strlen(turn)) == (ssize_t)strlen(turn));
+	got = 0;
+	buf[0] = '\0';
+	deadline = th_now_ms() + 5000;
+	while (th_now_ms() < deadline && !memchr(buf, '\n', got)) {
+		struct pollfd p = { sb.stdout_fd, POLLIN, 0 };
+		if (poll(&p, 1, 50) > 0) {
+			ssize_t n = read(sb.stdout_fd, buf + got, sizeof(buf) - 1 - got);
+			if (n > 0)
+				got += (size_t)n;
+		}
+	}
+	buf[got] = '\0';
+	TH_CHECK(strstr(buf, "hanging") != NULL, "out: %s", buf);
+	worker_sandbox_kill(&sb, SIGTERM);
+	TH_CHECK(sbx_collect(&sb, NULL, 0, 500, &o) == -1, "hang ended on SIGTERM");
+	sbx_out_free(&o);
+	worker_sandbox_kill(&sb, SIGKILL);
+	TH_CHECK(sbx_collect(&sb, NULL, 0, 5000, &o) == 0, "SIGKILL did not end the hang");
+	TH_CHECK(o.exited && WIFSIGNALED(o.status) && WTERMSIG(o.status) == SIGKILL, "status %d", o.status);
+	sbx_out_free(&o);
+	worker_sandbox_destroy(&sb);
+}
+
+static void test_process_driver(void)
+{
+	sbx_out_t o;
+	TH_REQUIRE(run_sh(WORKER_SANDBOX_PROCESS, "env; pwd; exit 7", NULL, &o) == 0);
+	TH_CHECK(exit_code(&o) == 7, "status %d", o.status);
+	TH_CHECK(strstr(o.out, "FOO=bar baz\n") != NULL, "env: %s", o.out);
+	TH_CHECK(strstr(o.out, "RUNNEL_REDIS_URL") == NULL, "worker env leaked: %s", o.out);
+	char *pwd = th_strf("%s\n", ws_dir);
+	TH_CHECK(strstr(o.out, pwd) != NULL, "pwd: %s", o.out);
+	sbx_out_free(&o);
+
+	/* A background child left behind dies with the run. */
+	char *argv[] = { "/bin/sh", "-c", "sleep 1000 & echo started", NULL };
+	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_PROCESS, argv);
+	worker_sandbox_t sb;
+	char err[256];
+	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	pid_t pgid = sb.pid;
+	/* stdout stays open in the sleep, so wait for the exit, not EOF. */
+	int r = 0;
+	for (int i = 0; i < 2500 && (r = worker_sandbox_reap(&sb)) == 0; i++)
+		usleep(2000);
+	TH_CHECK(r == 1);
+	struct group_arg a = { pgid, 0 };
+	TH_CHECK(th_wait_until(group_cond, &a, 2000), "%d processes left", sbx_group_count(pgid));
+	worker_sandbox_destroy(&sb);
+
+	/* rlimits apply to the agent. */
+	char *argv2[] = { "/bin/sh", "-c", "ulimit -n; ulimit -f", NULL };
+	s = spec_for(WORKER_SANDBOX_BWRAP, argv2);
+	s.rlimit_nofile = 77;
+	s.rlimit_fsize_mb = 1;
+	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(sbx_collect(&sb, NULL, 1, 10000, &o) == 0);
+	worker_sandbox_destroy(&sb);
+	TH_CHECK(th_streq(o.out, "77\n2048\n"), "ulimits: %s", o.out);
+	sbx_out_free(&o);
+}
+
+static void test_probe(void)
+{
+	char err[256] = "";
+	TH_CHECK(worker_sandbox_probe(WORKER_SANDBOX_BWRAP, NULL, err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(worker_sandbox_probe(WORKER_SANDBOX_PROCESS, NULL, err, sizeof(err)) == 0);
+	TH_CHECK(worker_sandbox_probe(WORKER_SANDBOX_BWRAP, "/nonexistent/bwrap", err, sizeof(err)) == -1);
+	TH_CHECK(th_streq(err, "cannot exec bwrap: No such file or directory"), "err: %s", err);
+}
+
+int main(int argc, char **argv)
+{
+	th_init("stages_sandbox");
+	TH_REQUIRE(argc == 2, "usage: test_sandbox MOCK_AGENT");
+	mock_agent = argv[1];
+	/* The worker's own environment must never reach the agent. */
+	setenv("RUNNEL_REDIS_URL", "redis://:sandbox-test-secret@127.0.0.1:1", 1);
+	ws_dir = th_tmpdir();
+	TH_REQUIRE(ws_dir != NULL);
+
+	test_probe();
+	test_env();
+	test_filesystem();
+	test_setup_script();
+	test_exec_failure();
+	test_kill_tree(WORKER_SANDBOX_BWRAP);
+	test_kill_tree(WORKER_SANDBOX_PROCESS);
+	test_signals();
+	test_process_driver();
+	return th_done();
+}
