@@ -1,0 +1,320 @@
+{{/*
+Names, labels, the image reference, and the environment both Deployments
+share. Every secret value reaches a container through a secretKeyRef; the
+ConfigMaps carry only non-secret settings.
+*/}}
+
+{{- define "runnel.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Release-scoped prefix for every resource name (at most 63 characters). */}}
+{{- define "runnel.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Component names leave room for the "-dispatcher"/"-worker" suffixes. */}}
+{{- define "runnel.dispatcher.fullname" -}}
+{{- printf "%s-dispatcher" (include "runnel.fullname" . | trunc 52 | trimSuffix "-") -}}
+{{- end -}}
+
+{{- define "runnel.worker.fullname" -}}
+{{- printf "%s-worker" (include "runnel.fullname" . | trunc 56 | trimSuffix "-") -}}
+{{- end -}}
+
+{{- define "runnel.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "runnel.labels" -}}
+helm.sh/chart: {{ include "runnel.chart" . }}
+{{ include "runnel.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: runnel
+{{- end -}}
+
+{{- define "runnel.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "runnel.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Usage: include "runnel.componentLabels" (list . "worker") */}}
+{{- define "runnel.componentLabels" -}}
+{{ include "runnel.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "runnel.componentSelectorLabels" -}}
+{{ include "runnel.selectorLabels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "runnel.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "runnel.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "runnel.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "runnel.secretName" -}}
+{{- default (printf "%s-secrets" (include "runnel.fullname" .)) .Values.secret.existingSecret -}}
+{{- end -}}
+
+{{/* True ("true") when the chart renders its own Secret. */}}
+{{- define "runnel.createSecret" -}}
+{{- if and (not .Values.secret.existingSecret) (or .Values.sealing.enabled .Values.dispatcher.auth.enabled .Values.redis.auth.enabled .Values.kafka.sasl.enabled .Values.kafka.secretProperties) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* True when the Secret holds secret librdkafka properties. */}}
+{{- define "runnel.hasKafkaSecretProperties" -}}
+{{- if .Values.secret.existingSecret -}}
+{{- if .Values.secret.hasKafkaSecretProperties }}true{{ end -}}
+{{- else if .Values.kafka.secretProperties -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Public librdkafka properties as "k=v;k=v" (keys sorted). */}}
+{{- define "runnel.kafkaProperties" -}}
+{{- $parts := list -}}
+{{- range $k, $v := .Values.kafka.properties -}}
+{{- if or (contains ";" (toString $v)) (contains ";" $k) -}}
+{{- fail (printf "kafka.properties.%s: values must not contain \";\" (it separates properties in RUNNEL_KAFKA_PROPERTIES)" $k) -}}
+{{- end -}}
+{{- $parts = append $parts (printf "%s=%s" $k (toString $v)) -}}
+{{- end -}}
+{{- join ";" $parts -}}
+{{- end -}}
+
+{{/* True when RUNNEL_KAFKA_PROPERTIES has to be composed from Secret values. */}}
+{{- define "runnel.kafkaComposed" -}}
+{{- if or .Values.kafka.sasl.enabled (include "runnel.hasKafkaSecretProperties" .) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "runnel.redisPlainUrl" -}}
+{{- printf "redis://%s:%v/%v" .Values.redis.host .Values.redis.port .Values.redis.db -}}
+{{- end -}}
+
+{{/*
+Checks that span several values; every template includes it so a bad
+combination fails the render with a message naming the value to fix.
+*/}}
+{{- define "runnel.validate" -}}
+{{- $mode := .Values.worker.sandbox.mode -}}
+{{- if not (has $mode (list "bwrap" "process")) -}}
+{{- fail (printf "worker.sandbox.mode must be \"bwrap\" or \"process\", not %q" $mode) -}}
+{{- end -}}
+{{- if and (eq $mode "process") (not .Values.worker.sandbox.iUnderstandProcessModeIsolatesNothing) -}}
+{{- fail "worker.sandbox.mode=process runs agents with NO isolation: an agent can read the worker's Kafka, Redis and job-key secrets and every other run's files. Use it only for trusted agents, and acknowledge it with worker.sandbox.iUnderstandProcessModeIsolatesNothing=true" -}}
+{{- end -}}
+{{- if not (has .Values.worker.sandbox.network (list "none" "host")) -}}
+{{- fail (printf "worker.sandbox.network must be \"none\" or \"host\", not %q" .Values.worker.sandbox.network) -}}
+{{- end -}}
+{{- $drain := int .Values.worker.drainSec -}}
+{{- if lt $drain 0 -}}
+{{- fail "worker.drainSec must be >= 0" -}}
+{{- end -}}
+{{- if le (int (include "runnel.worker.terminationGracePeriodSeconds" .)) $drain -}}
+{{- fail (printf "worker.terminationGracePeriodSeconds (%s) must be greater than worker.drainSec (%d): the kubelet would kill workers in the middle of their drain" (include "runnel.worker.terminationGracePeriodSeconds" .) $drain) -}}
+{{- end -}}
+{{- if lt (int .Values.worker.slots) 1 -}}
+{{- fail "worker.slots must be >= 1" -}}
+{{- end -}}
+{{- $min := int .Values.worker.autoscaling.minReplicas -}}
+{{- $max := int .Values.worker.autoscaling.maxReplicas -}}
+{{- if or (lt $max 1) (gt $min $max) -}}
+{{- fail (printf "worker.autoscaling: need 1 <= maxReplicas and minReplicas <= maxReplicas (got min %d, max %d)" $min $max) -}}
+{{- end -}}
+{{- $parts := int .Values.kafka.topicPartitions -}}
+{{- if and (gt $parts 0) (gt $max $parts) (or .Values.keda.enabled .Values.hpa.enabled) -}}
+{{- fail (printf "worker.autoscaling.maxReplicas (%d) exceeds kafka.topicPartitions (%d): a consumer group gives each partition to one worker, so the extra workers would sit idle" $max $parts) -}}
+{{- end -}}
+{{- if and .Values.sealing.enabled (not .Values.secret.existingSecret) -}}
+{{- if not (regexMatch "^[0-9a-fA-F]{64}$" (toString .Values.sealing.key)) -}}
+{{- fail "sealing.key must be 64 hex characters (32 bytes), e.g. from `openssl rand -hex 32`, or use secret.existingSecret" -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.dispatcher.auth.enabled (not .Values.secret.existingSecret) (not .Values.dispatcher.auth.token) -}}
+{{- fail "dispatcher.auth.enabled needs dispatcher.auth.token (or secret.existingSecret)" -}}
+{{- end -}}
+{{- if and .Values.redis.auth.enabled (not .Values.secret.existingSecret) -}}
+{{- if and .Values.redis.auth.urlFromSecret (not (hasPrefix "redis://" (toString .Values.redis.auth.url))) -}}
+{{- fail "redis.auth.urlFromSecret needs redis.auth.url (redis://:password@host:port/db) or secret.existingSecret" -}}
+{{- end -}}
+{{- if and (not .Values.redis.auth.urlFromSecret) (not .Values.redis.auth.password) -}}
+{{- fail "redis.auth.enabled needs redis.auth.password (or secret.existingSecret)" -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.kafka.sasl.enabled (not .Values.secret.existingSecret) -}}
+{{- if or (not .Values.kafka.sasl.username) (not .Values.kafka.sasl.password) -}}
+{{- fail "kafka.sasl.enabled needs kafka.sasl.username and kafka.sasl.password (or secret.existingSecret)" -}}
+{{- end -}}
+{{- if or (contains ";" (toString .Values.kafka.sasl.username)) (contains ";" (toString .Values.kafka.sasl.password)) -}}
+{{- fail "kafka.sasl.username/password must not contain \";\" (it separates properties in RUNNEL_KAFKA_PROPERTIES)" -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $v := .Values.kafka.secretProperties -}}
+{{- if or (contains ";" (toString $v)) (contains ";" $k) -}}
+{{- fail (printf "kafka.secretProperties.%s must not contain \";\"" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "runnel.worker.terminationGracePeriodSeconds" -}}
+{{- if kindIs "invalid" .Values.worker.terminationGracePeriodSeconds -}}
+{{- add (int .Values.worker.drainSec) (int .Values.worker.terminationMarginSec) -}}
+{{- else -}}
+{{- int .Values.worker.terminationGracePeriodSeconds -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Environment entries that carry secrets, for both Deployments. Usage:
+include "runnel.secretEnv" (dict "ctx" . "component" "worker").
+Later entries may refer to earlier ones with $(NAME): the kubelet expands
+them when it starts the container, so the composed Redis URL and Kafka
+properties exist only in the process environment, never in an object.
+*/}}
+{{- define "runnel.secretEnv" -}}
+{{- $ := .ctx -}}
+{{- $secret := include "runnel.secretName" $ -}}
+{{- $keys := $.Values.secret.keys -}}
+{{- if $.Values.sealing.enabled }}
+- name: RUNNEL_JOB_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.jobKey }}
+{{- end }}
+{{- if and (eq .component "dispatcher") $.Values.dispatcher.auth.enabled }}
+- name: RUNNEL_API_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.apiToken }}
+{{- end }}
+{{- if $.Values.redis.auth.enabled }}
+{{- if $.Values.redis.auth.urlFromSecret }}
+- name: RUNNEL_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.redisUrl }}
+{{- else }}
+- name: RUNNEL_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.redisPassword }}
+- name: RUNNEL_REDIS_URL
+  value: {{ printf "redis://:$(RUNNEL_REDIS_PASSWORD)@%s:%v/%v" $.Values.redis.host $.Values.redis.port $.Values.redis.db | quote }}
+{{- end }}
+{{- end }}
+{{- if include "runnel.kafkaComposed" $ }}
+{{- $parts := list -}}
+{{- if include "runnel.kafkaProperties" $ }}
+{{- $parts = append $parts "$(RUNNEL_KAFKA_PUBLIC_PROPERTIES)" }}
+- name: RUNNEL_KAFKA_PUBLIC_PROPERTIES
+  valueFrom:
+    configMapKeyRef:
+      name: {{ printf "%s-%s" (include "runnel.fullname" $) .component }}
+      key: RUNNEL_KAFKA_PUBLIC_PROPERTIES
+{{- end }}
+{{- if $.Values.kafka.sasl.enabled }}
+{{- $parts = append $parts "sasl.username=$(RUNNEL_KAFKA_SASL_USERNAME)" }}
+{{- $parts = append $parts "sasl.password=$(RUNNEL_KAFKA_SASL_PASSWORD)" }}
+- name: RUNNEL_KAFKA_SASL_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.kafkaSaslUsername }}
+- name: RUNNEL_KAFKA_SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.kafkaSaslPassword }}
+{{- end }}
+{{- if include "runnel.hasKafkaSecretProperties" $ }}
+{{- $parts = append $parts "$(RUNNEL_KAFKA_SECRET_PROPERTIES)" }}
+- name: RUNNEL_KAFKA_SECRET_PROPERTIES
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.kafkaSecretProperties }}
+{{- end }}
+- name: RUNNEL_KAFKA_PROPERTIES
+  value: {{ join ";" $parts | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* ConfigMap entries both programs read. */}}
+{{- define "runnel.commonConfig" -}}
+RUNNEL_LOG_LEVEL: {{ .Values.logLevel | quote }}
+RUNNEL_KAFKA_BROKERS: {{ .Values.kafka.brokers | quote }}
+RUNNEL_JOBS_TOPIC: {{ .Values.kafka.jobsTopic | quote }}
+RUNNEL_KEY_PREFIX: {{ .Values.redis.keyPrefix | quote }}
+RUNNEL_LEASE_SEC: {{ .Values.runs.leaseSec | quote }}
+RUNNEL_MAX_RUNTIME_SEC: {{ .Values.runs.maxRuntimeSec | quote }}
+RUNNEL_RETENTION_SEC: {{ .Values.runs.retentionSec | quote }}
+{{- if not .Values.redis.auth.enabled }}
+RUNNEL_REDIS_URL: {{ include "runnel.redisPlainUrl" . | quote }}
+{{- end }}
+{{- $props := include "runnel.kafkaProperties" . }}
+{{- if $props }}
+{{- if include "runnel.kafkaComposed" . }}
+RUNNEL_KAFKA_PUBLIC_PROPERTIES: {{ $props | quote }}
+{{- else }}
+RUNNEL_KAFKA_PROPERTIES: {{ $props | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod annotations that roll the pods when their configuration changes. */}}
+{{- define "runnel.checksums" -}}
+checksum/config: {{ include (print .ctx.Template.BasePath "/configmap.yaml") .ctx | sha256sum }}
+{{- if include "runnel.createSecret" .ctx }}
+checksum/secret: {{ include (print .ctx.Template.BasePath "/secret.yaml") .ctx | sha256sum }}
+{{- end }}
+{{- end -}}
+
+{{/*
+One NetworkPolicy egress rule to the given peers and TCP ports. An empty peer
+list fails the render: an egress rule without "to" would allow every
+destination on those ports, which is not what the setting promises.
+*/}}
+{{- define "runnel.egressRule" -}}
+{{- if not .to -}}
+{{- fail (printf "networkPolicy.enabled needs %s (the peers to allow; e.g. [{ipBlock: {cidr: 10.0.0.0/16}}])" .what) -}}
+{{- end -}}
+- ports:
+    {{- range .ports }}
+    - port: {{ . }}
+      protocol: TCP
+    {{- end }}
+  to:
+    {{- toYaml .to | nindent 4 }}
+{{- end -}}
