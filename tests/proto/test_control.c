@@ -1,0 +1,102 @@
+/*
+ * tests/proto/test_control.c - control messages on <prefix>:{RUN}:ctl
+ * (SPEC §3): parse, serialize, round trip, unknown types, caps.
+ */
+#include "proto/control.h"
+#include "check.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void parse_ok(const char *s, proto_ctl_type_t type, const char *reason)
+{
+	proto_ctl_t ctl;
+	char err[128] = "";
+
+	CHECK(proto_ctl_parse(s, strlen(s), &ctl, err, sizeof err) == 0, "%s: %s", s, err);
+	CHECK(ctl.type == type, "%s: type %d", s, (int)ctl.type);
+	CHECK_STR(s, ctl.reason, reason);
+}
+
+static void parse_bad(const char *s, size_t len, const char *want)
+{
+	proto_ctl_t ctl;
+	char err[128] = "";
+
+	CHECK(proto_ctl_parse(s, len, &ctl, err, sizeof err) == -1, "%s accepted", s);
+	CHECK_STR(s, err, want);
+}
+
+int main(void)
+{
+	proto_ctl_t ctl;
+	char buf[PROTO_CTL_MAX_BYTES], err[128];
+	char *big;
+	int n;
+
+	parse_ok("{\"type\":\"cancel\",\"reason\":\"client_closed\"}", PROTO_CTL_CANCEL, "client_closed");
+	parse_ok("{\"type\":\"cancel\"}", PROTO_CTL_CANCEL, "");
+	parse_ok("{\"type\":\"cancel\",\"reason\":5}", PROTO_CTL_CANCEL, "");
+	parse_ok("{\"type\":\"cancel\",\"reason\":\"r\",\"extra\":[1]}", PROTO_CTL_CANCEL, "r");
+	parse_ok("{\"type\":\"pause\",\"reason\":\"later\"}", PROTO_CTL_UNKNOWN, "later");
+	parse_ok(" {\"type\":\"CANCEL\"} ", PROTO_CTL_UNKNOWN, "");
+
+	parse_bad("", 0, "msg: not JSON");
+	parse_bad("cancel", 6, "msg: not JSON");
+	parse_bad("[\"cancel\"]", 10, "msg: not a JSON object");
+	parse_bad("{}", 2, "type: missing or not a string");
+	parse_bad("{\"type\":1}", 10, "type: missing or not a string");
+	parse_bad("{\"type\":\"cancel\",\"type\":\"x\"}", 28, "msg: not JSON");
+	parse_bad("{\"type\":\"cancel\"}\0", 18, "msg: not JSON");
+
+	big = malloc(PROTO_CTL_MAX_BYTES + 1);
+	memset(big, ' ', PROTO_CTL_MAX_BYTES + 1);
+	memcpy(big, "{\"type\":\"cancel\"}", 17);
+	parse_bad(big, PROTO_CTL_MAX_BYTES + 1, "msg: too long (4097 bytes > 4096)");
+	CHECK(proto_ctl_parse(big, PROTO_CTL_MAX_BYTES, &ctl, err, sizeof err) == 0, "at cap");
+	free(big);
+
+	/* A long reason is cut at a character boundary. */
+	{
+		char msg[400];
+		size_t i, len;
+
+		len = (size_t)snprintf(msg, sizeof msg, "{\"type\":\"cancel\",\"reason\":\"");
+		for (i = 0; i < 127; i++)
+			msg[len++] = 'r';
+		memcpy(msg + len, "\xc3\xa9xyz\"}", 8);
+		len += 7;
+		CHECK(proto_ctl_parse(msg, len, &ctl, err, sizeof err) == 0, "long reason");
+		CHECK(strlen(ctl.reason) == 127 && ctl.reason[126] == 'r', "cut at boundary: %zu",
+		      strlen(ctl.reason));
+	}
+
+	/* Serialize and round trip. */
+	memset(&ctl, 0, sizeof ctl);
+	ctl.type = PROTO_CTL_CANCEL;
+	strcpy(ctl.reason, "client_closed");
+	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
+	CHECK(n == (int)strlen("{\"type\":\"cancel\",\"reason\":\"client_closed\"}"), "len %d", n);
+	CHECK_STR("serialize", buf, "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");
+	{
+		proto_ctl_t back;
+
+		CHECK(proto_ctl_parse(buf, (size_t)n, &back, err, sizeof err) == 0 &&
+		      back.type == PROTO_CTL_CANCEL && strcmp(back.reason, "client_closed") == 0,
+		      "round trip");
+	}
+	ctl.reason[0] = '\0';
+	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
+	CHECK_STR("no reason", buf, "{\"type\":\"cancel\"}");
+	strcpy(ctl.reason, "say \"bye\"");
+	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
+	CHECK_STR("escaped", buf, "{\"type\":\"cancel\",\"reason\":\"say \\\"bye\\\"\"}");
+	CHECK(proto_ctl_serialize(&ctl, buf, 10) == -1, "too small");
+	CHECK(proto_ctl_serialize(&ctl, buf, (size_t)n) == -1, "no room for NUL");
+	CHECK(proto_ctl_serialize(&ctl, buf, (size_t)n + 1) == n, "exact fit");
+	strcpy(ctl.reason, "bad \xff");
+	CHECK(proto_ctl_serialize(&ctl, buf, sizeof buf) == -1, "invalid UTF-8 reason");
+	ctl.type = PROTO_CTL_UNKNOWN;
+	CHECK(proto_ctl_serialize(&ctl, buf, sizeof buf) == -1, "unknown type");
+	return check_done("test_control");
+}
