@@ -1,0 +1,193 @@
+/*
+ * cli/cancel.c - `runnel cancel RUN`: writes the cancel control message
+ * {"type":"cancel","reason":R} to <prefix>:{RUN}:ctl, or asks the
+ * dispatcher to (POST /v1/runs/{id}/cancel).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "args.h"
+#include "cli.h"
+#include "http.h"
+#include "proto/control.h"
+#include "proto/keys.h"
+#include "rconn.h"
+
+static struct {
+	char *reason;
+	char *via;
+	int   force;
+	char *redis_url;
+	char *prefix;
+	char *dispatcher_url;
+	char *api_token;
+} g_opt;
+
+static const rn_opt_t cancel_opts[] = {
+	{ "reason", 0, "RUNNEL_CANCEL_REASON", RN_OPT_STR, &g_opt.reason, "cli", "TEXT",
+	  "why, recorded in the control message (at most 128 bytes)", 0, 0 },
+	{ "via", 0, "RUNNEL_CANCEL_VIA", RN_OPT_STR, &g_opt.via, "redis", "redis|dispatcher",
+	  "write the control message to Redis, or ask the dispatcher", 0, 0 },
+	{ "force", 0, "RUNNEL_CANCEL_FORCE", RN_OPT_BOOL, &g_opt.force, "false", NULL,
+	  "write the cancel even when Redis knows no such run yet (a job still in Kafka)", 0, 0 },
+	{ "redis-url", 0, "RUNNEL_REDIS_URL", RN_OPT_STR, &g_opt.redis_url, "redis://127.0.0.1:6379", "URL",
+	  "Redis holding the run streams", 0, 0 },
+	{ "key-prefix", 0, "RUNNEL_KEY_PREFIX", RN_OPT_STR, &g_opt.prefix, "runnel", "PREFIX",
+	  "Redis key prefix", 0, 0 },
+	{ "dispatcher-url", 0, "RUNNEL_DISPATCHER_URL", RN_OPT_STR, &g_opt.dispatcher_url,
+	  "http://127.0.0.1:8080", "URL", "dispatcher base URL (--via dispatcher)", 0, 0 },
+	{ "api-token", 0, "RUNNEL_API_TOKEN", RN_OPT_STR, &g_opt.api_token, NULL, "TOKEN",
+	  "dispatcher bearer token (prefer the variable: flags show in ps)", 0, 0 },
+	RN_OPT_END,
+};
+
+static const cli_verb_t cancel_verb = {
+	.name = "cancel",
+	.synopsis = "[options] RUN",
+	.summary = "Ask a run to stop: the worker ends it with error code \"cancelled\".",
+	.epilog = "exit status: 0 cancel sent (or the run had already ended), 1 refused by the dispatcher,\n"
+	          "2 usage, 3 unknown run, 4 Redis or dispatcher unreachable\n",
+	.pos_name = "RUN",
+	.opts = cancel_opts,
+	.pos_min = 1,
+	.pos_max = 1,
+};
+
+static int is_terminal(const char *st)
+{
+	return st && (!strcmp(st, "succeeded") || !strcmp(st, "failed") ||
+	              !strcmp(st, "cancelled") || !strcmp(st, "lost"));
+}
+
+static int cancel_redis(const char *run_id, const char *msg)
+{
+	char err[320], kctl[PROTO_KEY_MAX], kstate[PROTO_KEY_MAX];
+	int rc;
+
+	proto_key(kctl, sizeof(kctl), g_opt.prefix, run_id, PROTO_KEY_CTL);
+	proto_key(kstate, sizeof(kstate), g_opt.prefix, run_id, PROTO_KEY_STATE);
+	redisContext *c = cli_rconn_open(g_opt.redis_url, err, sizeof(err));
+	if (!c) {
+		fprintf(stderr, "runnel cancel: %s\n", err);
+		return CLI_EXIT_UNREACHABLE;
+	}
+	if (!g_opt.force) {
+		int found = cli_rconn_run_exists(c, g_opt.prefix, run_id, err, sizeof(err));
+		if (found < 0) {
+			fprintf(stderr, "runnel cancel: %s\n", err);
+			rc = CLI_EXIT_UNREACHABLE;
+			goto out;
+		}
+		if (!found) {
+			fprintf(stderr, "runnel cancel: run %s not found (use --force for a job not yet claimed)\n",
+			        run_id);
+			rc = CLI_EXIT_NOT_FOUND;
+			goto out;
+		}
+		redisReply *r = redisCommand(c, "HGET %s status", kstate);
+		if (r && r->type == REDIS_REPLY_STRING && is_terminal(r->str)) {
+			printf("run %s already ended (%s); nothing to cancel\n", run_id, r->str);
+			freeReplyObject(r);
+			rc = CLI_EXIT_OK;
+			goto out;
+		}
+		if (r)
+			freeReplyObject(r);
+	}
+	redisReply *r = redisCommand(c, "XADD %s * msg %s", kctl, msg);
+	if (!r || r->type != REDIS_REPLY_STRING) {
+		cli_rconn_error(c, r, err, sizeof(err));
+		fprintf(stderr, "runnel cancel: %s\n", err);
+		if (r)
+			freeReplyObject(r);
+		rc = CLI_EXIT_UNREACHABLE;
+		goto out;
+	}
+	printf("cancel sent to run %s (control entry %s)\n", run_id, r->str);
+	freeReplyObject(r);
+	rc = CLI_EXIT_OK;
+out:
+	redisFree(c);
+	return rc;
+}
+
+static int cancel_dispatcher(const char *run_id)
+{
+	char err[512], url[1024], msg[256];
+	cli_http_resp_t resp;
+
+	const char *base = g_opt.dispatcher_url;
+	size_t bl = strlen(base);
+	while (bl && base[bl - 1] == '/')
+		bl--;
+	snprintf(url, sizeof(url), "%.*s/v1/runs/%s/cancel", (int)bl, base, run_id);
+	json_t *body = json_pack("{s:s}", "reason", g_opt.reason);
+	char *text = json_dumps(body, JSON_COMPACT);
+	json_decref(body);
+	int rc = cli_http_request("POST", url, g_opt.api_token, text, &resp, err, sizeof(err));
+	free(text);
+	if (rc < 0) {
+		fprintf(stderr, "runnel cancel: %s\n", err);
+		return CLI_EXIT_UNREACHABLE;
+	}
+	if (resp.status == 404) {
+		fprintf(stderr, "runnel cancel: run %s not found\n", run_id);
+		rc = CLI_EXIT_NOT_FOUND;
+	} else if (resp.status >= 200 && resp.status < 300) {
+		printf("cancel sent to run %s (via the dispatcher)\n", run_id);
+		rc = CLI_EXIT_OK;
+	} else {
+		fprintf(stderr, "runnel cancel: the dispatcher answered %ld: %s\n", resp.status,
+		        cli_http_error_message(&resp, msg, sizeof(msg)));
+		rc = CLI_EXIT_RUN_ERROR;
+	}
+	cli_http_resp_free(&resp);
+	return rc;
+}
+
+int cli_cancel_main(int argc, char **argv)
+{
+	char msg[PROTO_CTL_MAX_BYTES];
+	cli_args_t a;
+
+	int rc = cli_args_parse(&cancel_verb, argc, argv, &a);
+	if (rc != 0) {
+		rn_conf_free(cancel_opts);
+		return rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+	}
+	if (cli_args_check_run_id(&cancel_verb, a.pos[0]) < 0) {
+		rc = CLI_EXIT_USAGE;
+		goto out;
+	}
+	if (strcmp(g_opt.via, "redis") && strcmp(g_opt.via, "dispatcher")) {
+		rc = cli_args_usage_error(&cancel_verb, "--via: expected redis or dispatcher, got \"%.40s\"",
+		                          g_opt.via);
+		goto out;
+	}
+	if (!g_opt.reason[0] || strlen(g_opt.reason) > PROTO_CTL_REASON_MAX) {
+		rc = cli_args_usage_error(&cancel_verb, "--reason: must be 1 to %d bytes", PROTO_CTL_REASON_MAX);
+		goto out;
+	}
+	if (cli_args_check_redis_url(&cancel_verb, "redis-url", g_opt.redis_url) < 0) {
+		rc = CLI_EXIT_USAGE;
+		goto out;
+	}
+	if (!proto_key_prefix_valid(g_opt.prefix)) {
+		rc = cli_args_usage_error(&cancel_verb, "--key-prefix: invalid prefix \"%.70s\"", g_opt.prefix);
+		goto out;
+	}
+	proto_ctl_t ctl = { .type = PROTO_CTL_CANCEL };
+	snprintf(ctl.reason, sizeof(ctl.reason), "%s", g_opt.reason);
+	if (proto_ctl_serialize(&ctl, msg, sizeof(msg)) < 0) {
+		fprintf(stderr, "runnel cancel: cannot build the control message\n");
+		rc = CLI_EXIT_RUN_ERROR;
+		goto out;
+	}
+	rc = !strcmp(g_opt.via, "dispatcher") ? cancel_dispatcher(a.pos[0]) : cancel_redis(a.pos[0], msg);
+out:
+	rn_conf_free(cancel_opts);
+	return rc;
+}

@@ -1,0 +1,216 @@
+/*
+ * cli/status.c - `runnel status RUN`: the run's state hash from Redis, as
+ * a table for people or as JSON for scripts.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "args.h"
+#include "cli.h"
+#include "proto/keys.h"
+#include "rconn.h"
+#include "view.h"
+
+static struct {
+	char *redis_url;
+	char *prefix;
+	int   json;
+} g_opt;
+
+static const rn_opt_t status_opts[] = {
+	{ "json", 0, "RUNNEL_JSON", RN_OPT_BOOL, &g_opt.json, "false", NULL,
+	  "print the state as one JSON object", 0, 0 },
+	{ "redis-url", 0, "RUNNEL_REDIS_URL", RN_OPT_STR, &g_opt.redis_url, "redis://127.0.0.1:6379", "URL",
+	  "Redis holding the run state", 0, 0 },
+	{ "key-prefix", 0, "RUNNEL_KEY_PREFIX", RN_OPT_STR, &g_opt.prefix, "runnel", "PREFIX",
+	  "Redis key prefix", 0, 0 },
+	RN_OPT_END,
+};
+
+static const cli_verb_t status_verb = {
+	.name = "status",
+	.synopsis = "[options] RUN",
+	.summary = "Show a run's state (status, worker, times, error code) from Redis.",
+	.epilog = "exit status: 0 found, 2 usage, 3 unknown run, 4 Redis unreachable\n",
+	.pos_name = "RUN",
+	.opts = status_opts,
+	.pos_min = 1,
+	.pos_max = 1,
+};
+
+/* Fields holding milliseconds since the epoch (or a count): shown as
+ * numbers in JSON. */
+static int numeric_field(const char *name)
+{
+	static const char *const names[] = { "lease_until", "enqueued_at", "started_at",
+	                                     "ended_at", "out_seq_base", NULL };
+	for (int i = 0; names[i]; i++)
+		if (!strcmp(name, names[i]))
+			return 1;
+	return 0;
+}
+
+static int time_field(const char *name)
+{
+	return numeric_field(name) && strcmp(name, "out_seq_base");
+}
+
+/* "2026-11-26T00:13:33.123Z" for ms since the epoch. */
+static void fmt_time(char *buf, size_t size, long long ms)
+{
+	time_t s = (time_t)(ms / 1000);
+	struct tm tm;
+	char t[32];
+	gmtime_r(&s, &tm);
+	strftime(t, sizeof(t), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf, size, "%s.%03lldZ", t, ms % 1000);
+}
+
+static int parse_ll(const char *s, long long *out)
+{
+	char *end = NULL;
+	long long v = strtoll(s, &end, 10);
+	if (end == s || *end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static const char *hash_get(const redisReply *h, const char *field)
+{
+	for (size_t i = 0; i + 1 < h->elements; i += 2)
+		if (h->element[i]->type == REDIS_REPLY_STRING && !strcmp(h->element[i]->str, field) &&
+		    h->element[i + 1]->type == REDIS_REPLY_STRING)
+			return h->element[i + 1]->str;
+	return NULL;
+}
+
+static void print_json(const char *run_id, const redisReply *h, long long lines)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "run_id", json_string(run_id));
+	if (!hash_get(h, "status"))
+		json_object_set_new(o, "status", json_string("unknown"));
+	for (size_t i = 0; i + 1 < h->elements; i += 2) {
+		const char *k = h->element[i]->str, *val = h->element[i + 1]->str;
+		long long n;
+		if (!k || !val)
+			continue;
+		if (numeric_field(k) && parse_ll(val, &n) == 0)
+			json_object_set_new(o, k, json_integer(n));
+		else
+			json_object_set_new(o, k, json_string(val));
+	}
+	json_object_set_new(o, "lines", json_integer(lines));
+	char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	if (s)
+		printf("%s\n", s);
+	free(s);
+	json_decref(o);
+}
+
+static void print_table(const char *run_id, const redisReply *h, long long lines)
+{
+	static const char *const order[] = { "status", "code", "worker", "enqueued_at", "started_at",
+	                                     "ended_at", "lease_until", NULL };
+	char tbuf[64], dur[32];
+	long long a, b;
+
+	printf("%-12s %s\n", "run", run_id);
+	if (!hash_get(h, "status"))
+		printf("%-12s %s\n", "status", "unknown (no state yet)");
+	for (int i = 0; order[i]; i++) {
+		const char *val = hash_get(h, order[i]);
+		if (!val || !*val)
+			continue;
+		if (time_field(order[i]) && parse_ll(val, &a) == 0) {
+			if (a <= 0)
+				continue; /* "never" (e.g. a lease already released) */
+			fmt_time(tbuf, sizeof(tbuf), a);
+			printf("%-12s %s\n", order[i], tbuf);
+		} else {
+			printf("%-12s %s\n", order[i], val);
+		}
+	}
+	const char *st = hash_get(h, "started_at"), *en = hash_get(h, "ended_at");
+	if (st && en && parse_ll(st, &a) == 0 && parse_ll(en, &b) == 0 && b >= a)
+		printf("%-12s %s\n", "duration", cli_view_duration(dur, sizeof(dur), b - a));
+	/* Fields a newer runnel may add: shown as they are. */
+	for (size_t i = 0; i + 1 < h->elements; i += 2) {
+		const char *k = h->element[i]->str;
+		if (!k)
+			continue;
+		int known = !strcmp(k, "out_seq_base");
+		for (int j = 0; order[j] && !known; j++)
+			known = !strcmp(k, order[j]);
+		if (!known)
+			printf("%-12s %s\n", k, h->element[i + 1]->str ? h->element[i + 1]->str : "");
+	}
+	printf("%-12s %lld\n", "lines", lines);
+}
+
+int cli_status_main(int argc, char **argv)
+{
+	char err[320], kstate[PROTO_KEY_MAX], kout[PROTO_KEY_MAX];
+	cli_args_t a;
+	redisContext *c = NULL;
+	redisReply *h = NULL, *x = NULL;
+
+	int rc = cli_args_parse(&status_verb, argc, argv, &a);
+	if (rc != 0) {
+		rn_conf_free(status_opts);
+		return rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+	}
+	if (cli_args_check_run_id(&status_verb, a.pos[0]) < 0) {
+		rc = CLI_EXIT_USAGE;
+		goto out;
+	}
+	if (cli_args_check_redis_url(&status_verb, "redis-url", g_opt.redis_url) < 0) {
+		rc = CLI_EXIT_USAGE;
+		goto out;
+	}
+	if (!proto_key_prefix_valid(g_opt.prefix)) {
+		rc = cli_args_usage_error(&status_verb, "--key-prefix: invalid prefix \"%.70s\"", g_opt.prefix);
+		goto out;
+	}
+	proto_key(kstate, sizeof(kstate), g_opt.prefix, a.pos[0], PROTO_KEY_STATE);
+	proto_key(kout, sizeof(kout), g_opt.prefix, a.pos[0], PROTO_KEY_OUT);
+
+	c = cli_rconn_open(g_opt.redis_url, err, sizeof(err));
+	if (!c) {
+		fprintf(stderr, "runnel status: %s\n", err);
+		rc = CLI_EXIT_UNREACHABLE;
+		goto out;
+	}
+	h = redisCommand(c, "HGETALL %s", kstate);
+	x = redisCommand(c, "XLEN %s", kout);
+	if (!h || h->type != REDIS_REPLY_ARRAY || !x || x->type != REDIS_REPLY_INTEGER) {
+		cli_rconn_error(c, (h && h->type == REDIS_REPLY_ERROR) ? h : x, err, sizeof(err));
+		fprintf(stderr, "runnel status: %s\n", err);
+		rc = CLI_EXIT_UNREACHABLE;
+		goto out;
+	}
+	if (h->elements == 0 && x->integer == 0) {
+		fprintf(stderr, "runnel status: run %s not found\n", a.pos[0]);
+		rc = CLI_EXIT_NOT_FOUND;
+		goto out;
+	}
+	if (g_opt.json)
+		print_json(a.pos[0], h, x->integer);
+	else
+		print_table(a.pos[0], h, x->integer);
+	rc = CLI_EXIT_OK;
+out:
+	if (h)
+		freeReplyObject(h);
+	if (x)
+		freeReplyObject(x);
+	if (c)
+		redisFree(c);
+	rn_conf_free(status_opts);
+	return rc;
+}

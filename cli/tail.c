@@ -1,0 +1,258 @@
+/*
+ * cli/tail.c - `runnel tail RUN`: XREAD BLOCK on <prefix>:{RUN}:out from
+ * Redis until the run's terminal line.  Ctrl-C stops tailing only; the run
+ * goes on.
+ */
+#include "tail.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "cli.h"
+#include "common/util.h"
+#include "interrupt.h"
+#include "proto/keys.h"
+#include "rconn.h"
+
+#define TAIL_BATCH        256
+#define TAIL_BLOCK_MS     500   /* bounds how late Ctrl-C is noticed */
+#define TAIL_LIVE_TICK_MS 100   /* spinner frame */
+#define TAIL_STATE_POLL_MS 1000 /* footer status refresh (LIVE) */
+#define TAIL_ID_MAX       64
+
+cli_view_mode_t cli_tail_mode(int json)
+{
+	if (json)
+		return CLI_VIEW_JSON;
+	return isatty(STDOUT_FILENO) ? CLI_VIEW_LIVE : CLI_VIEW_PLAIN;
+}
+
+/* Footer word for the LIVE view, from the state hash. */
+static void refresh_status(redisContext *c, const char *kstate, cli_view_t *view)
+{
+	redisReply *r = redisCommand(c, "HGET %s status", kstate);
+	if (r && r->type == REDIS_REPLY_STRING) {
+		if (!strcmp(r->str, "queued"))
+			cli_view_status(view, "queued, waiting for a worker");
+		else if (!strcmp(r->str, "claimed"))
+			cli_view_status(view, "claimed by a worker, starting");
+		else if (!strcmp(r->str, "running"))
+			cli_view_status(view, "running");
+	}
+	if (r)
+		freeReplyObject(r);
+}
+
+/* Handles one XREAD reply.  Returns the view's terminal code (0, 1, 2) or
+ * -1 for a reply of an unexpected shape. */
+static int handle_reply(redisReply *r, char *last_id, cli_view_t *view)
+{
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1)
+		return -1;
+	redisReply *stream = r->element[0];
+	if (stream->type != REDIS_REPLY_ARRAY || stream->elements != 2 ||
+	    stream->element[1]->type != REDIS_REPLY_ARRAY)
+		return -1;
+	redisReply *entries = stream->element[1];
+	for (size_t i = 0; i < entries->elements; i++) {
+		redisReply *e = entries->element[i];
+		if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+		    e->element[0]->type != REDIS_REPLY_STRING)
+			return -1;
+		snprintf(last_id, TAIL_ID_MAX, "%s", e->element[0]->str);
+		redisReply *f = e->element[1];
+		if (f->type != REDIS_REPLY_ARRAY)
+			continue;
+		for (size_t k = 0; k + 1 < f->elements; k += 2) {
+			if (f->element[k]->type != REDIS_REPLY_STRING || strcmp(f->element[k]->str, "line") ||
+			    f->element[k + 1]->type != REDIS_REPLY_STRING)
+				continue;
+			int term = cli_view_line(view, f->element[k + 1]->str, f->element[k + 1]->len);
+			if (term)
+				return term;
+		}
+	}
+	return 0;
+}
+
+int cli_tail_follow(const cli_tail_req_t *req)
+{
+	char err[320], kout[PROTO_KEY_MAX], kstate[PROTO_KEY_MAX];
+	char last_id[TAIL_ID_MAX];
+	int rc = CLI_EXIT_UNREACHABLE;
+
+	if (proto_key(kout, sizeof(kout), req->prefix, req->run_id, PROTO_KEY_OUT) < 0 ||
+	    proto_key(kstate, sizeof(kstate), req->prefix, req->run_id, PROTO_KEY_STATE) < 0) {
+		fprintf(stderr, "runnel %s: invalid run id or key prefix\n", req->verb);
+		return CLI_EXIT_USAGE;
+	}
+	snprintf(last_id, sizeof(last_id), "%s", req->after ? req->after : "0-0");
+
+	redisContext *c = cli_rconn_open(req->redis_url, err, sizeof(err));
+	if (!c) {
+		fprintf(stderr, "runnel %s: %s\n", req->verb, err);
+		return CLI_EXIT_UNREACHABLE;
+	}
+	if (req->must_exist) {
+		int found = cli_rconn_run_exists(c, req->prefix, req->run_id, err, sizeof(err));
+		if (found < 0) {
+			fprintf(stderr, "runnel %s: %s\n", req->verb, err);
+			redisFree(c);
+			return CLI_EXIT_UNREACHABLE;
+		}
+		if (!found) {
+			fprintf(stderr, "runnel %s: run %s not found\n", req->verb, req->run_id);
+			redisFree(c);
+			return CLI_EXIT_NOT_FOUND;
+		}
+	}
+
+	cli_view_t *view = cli_view_new(req->mode, stdout, req->run_id, 0, 0);
+	if (!view) {
+		fprintf(stderr, "runnel %s: out of memory\n", req->verb);
+		redisFree(c);
+		return CLI_EXIT_RUN_ERROR;
+	}
+	int live = req->mode == CLI_VIEW_LIVE;
+	int block = live ? TAIL_LIVE_TICK_MS : TAIL_BLOCK_MS;
+	int64_t next_poll = 0;
+	for (;;) {
+		if (cli_interrupted()) {
+			rc = CLI_EXIT_INTERRUPTED;
+			break;
+		}
+		if (live && rn_mono_ms() >= next_poll) {
+			refresh_status(c, kstate, view);
+			next_poll = rn_mono_ms() + TAIL_STATE_POLL_MS;
+		}
+		redisReply *r = redisCommand(c, "XREAD COUNT %d BLOCK %d STREAMS %s %s",
+		                             TAIL_BATCH, block, kout, last_id);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			if (cli_interrupted()) {
+				if (r)
+					freeReplyObject(r);
+				rc = CLI_EXIT_INTERRUPTED;
+				break;
+			}
+			cli_view_finish(view);
+			cli_rconn_error(c, r, err, sizeof(err));
+			fprintf(stderr, "runnel %s: lost the stream: %s\n", req->verb, err);
+			if (r)
+				freeReplyObject(r);
+			rc = CLI_EXIT_UNREACHABLE;
+			break;
+		}
+		if (r->type == REDIS_REPLY_NIL) {
+			freeReplyObject(r);
+			cli_view_tick(view);
+			continue;
+		}
+		int term = handle_reply(r, last_id, view);
+		freeReplyObject(r);
+		if (term < 0) {
+			cli_view_finish(view);
+			fprintf(stderr, "runnel %s: unexpected XREAD reply from Redis\n", req->verb);
+			rc = CLI_EXIT_UNREACHABLE;
+			break;
+		}
+		if (term) {
+			rc = term == 1 ? CLI_EXIT_OK : CLI_EXIT_RUN_ERROR;
+			break;
+		}
+	}
+	cli_view_finish(view);
+	cli_view_free(view);
+	redisFree(c);
+	return rc;
+}
+
+/* ---- the verb ----------------------------------------------------------- */
+
+static struct {
+	char *redis_url;
+	char *prefix;
+	char *after;
+	int   json;
+} g_opt;
+
+static const rn_opt_t tail_opts[] = {
+	{ "after", 0, "RUNNEL_TAIL_AFTER", RN_OPT_STR, &g_opt.after, NULL, "ID",
+	  "resume after this stream entry id (exclusive)", 0, 0 },
+	{ "json", 0, "RUNNEL_JSON", RN_OPT_BOOL, &g_opt.json, "false", NULL,
+	  "print the raw envelope lines, one per line", 0, 0 },
+	{ "redis-url", 0, "RUNNEL_REDIS_URL", RN_OPT_STR, &g_opt.redis_url, "redis://127.0.0.1:6379", "URL",
+	  "Redis holding the run streams", 0, 0 },
+	{ "key-prefix", 0, "RUNNEL_KEY_PREFIX", RN_OPT_STR, &g_opt.prefix, "runnel", "PREFIX",
+	  "Redis key prefix", 0, 0 },
+	RN_OPT_END,
+};
+
+static const cli_verb_t tail_verb = {
+	.name = "tail",
+	.synopsis = "[options] RUN",
+	.summary = "Follow a run's output from Redis until its result or error.",
+	.epilog = "exit status: 0 result, 1 error line, 2 usage, 3 unknown run, 4 Redis unreachable,\n"
+	          "130 interrupted (Ctrl-C stops tailing; the run goes on)\n",
+	.pos_name = "RUN",
+	.opts = tail_opts,
+	.pos_min = 1,
+	.pos_max = 1,
+};
+
+/* Stream ids are "<ms>-<seq>" (or "<ms>"); anything else would make XREAD fail later. */
+static int stream_id_valid(const char *s)
+{
+	size_t n = strspn(s, "0123456789");
+	if (n == 0 || n > 20)
+		return 0;
+	if (s[n] == '\0')
+		return 1;
+	if (s[n] != '-')
+		return 0;
+	size_t m = strspn(s + n + 1, "0123456789");
+	return m > 0 && m <= 20 && s[n + 1 + m] == '\0';
+}
+
+int cli_tail_main(int argc, char **argv)
+{
+	cli_args_t a;
+	int rc = cli_args_parse(&tail_verb, argc, argv, &a);
+	if (rc != 0) {
+		rn_conf_free(tail_opts);
+		return rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+	}
+	if (cli_args_check_run_id(&tail_verb, a.pos[0]) < 0) {
+		rc = CLI_EXIT_USAGE;
+		goto out;
+	}
+	if (g_opt.after && !stream_id_valid(g_opt.after)) {
+		rc = cli_args_usage_error(&tail_verb, "--after: \"%.40s\" is not a stream id (like 1700000000000-3)",
+		                          g_opt.after);
+		goto out;
+	}
+	if (cli_args_check_redis_url(&tail_verb, "redis-url", g_opt.redis_url) < 0) {
+		rc = CLI_EXIT_USAGE;
+		goto out;
+	}
+	if (!proto_key_prefix_valid(g_opt.prefix)) {
+		rc = cli_args_usage_error(&tail_verb, "--key-prefix: invalid prefix \"%.70s\"", g_opt.prefix);
+		goto out;
+	}
+	cli_interrupt_install();
+	cli_tail_req_t req = {
+		.verb = "tail",
+		.redis_url = g_opt.redis_url,
+		.prefix = g_opt.prefix,
+		.run_id = a.pos[0],
+		.after = g_opt.after,
+		.mode = cli_tail_mode(g_opt.json),
+		.must_exist = 1,
+	};
+	rc = cli_tail_follow(&req);
+out:
+	rn_conf_free(tail_opts);
+	return rc;
+}

@@ -1,0 +1,164 @@
+/*
+ * tests/cli/test_status_cancel.c - `runnel status` and `runnel cancel`
+ * against a real redis-server: the state table and JSON, exit 3 for
+ * unknown runs, and the exact control message cancel writes.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "tests/cli/clirun.h"
+#include "tests/support/harness.h"
+
+static const char *g_bin;
+static redisContext *g_c;
+static char *g_env_url;
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+static int run(const char *const *args, const char *const *env, clirun_t *p)
+{
+	const char *argv[16] = { g_bin };
+	int n = 1;
+	for (int i = 0; args[i]; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	const char *e[8] = { g_env_url };
+	int m = 1;
+	for (int i = 0; env && env[i]; i++)
+		e[m++] = env[i];
+	e[m] = NULL;
+	return clirun(argv, e, 20000, p);
+}
+
+static void cmd(const char *fmt, const char *a)
+{
+	redisReply *r = redisCommand(g_c, fmt, a);
+	TH_REQUIRE(r && r->type != REDIS_REPLY_ERROR, "%s", fmt);
+	freeReplyObject(r);
+}
+
+/* The "msg" fields of a control stream, in order. */
+static char *ctl_msgs(const char *key)
+{
+	redisReply *r = redisCommand(g_c, "XRANGE %s - +", key);
+	char *s = th_strf("%s", "");
+	for (size_t i = 0; r && i < r->elements; i++) {
+		redisReply *f = r->element[i]->element[1];
+		for (size_t k = 0; k + 1 < f->elements; k += 2)
+			s = th_strf("%s%s=%s\n", s, f->element[k]->str, f->element[k + 1]->str);
+	}
+	if (r)
+		freeReplyObject(r);
+	return s;
+}
+
+static void test_status(void)
+{
+	clirun_t p;
+	TH_CHECK(run(ARGS("status", "run_none"), NULL, &p) == 3);
+	TH_CHECK(th_streq(p.err, "runnel status: run run_none not found\n"), "%s", p.err);
+	clirun_free(&p);
+
+	cmd("HSET runnel:{%s}:state status succeeded worker w-1 enqueued_at 1700000000000 "
+	    "started_at 1700000000500 ended_at 1700000002750 out_seq_base 1700000000400 lease_until 0",
+	    "run_s");
+	redisReply *hr = redisCommand(g_c, "HSET runnel:{run_s}:state code %s", "");
+	TH_REQUIRE(hr && hr->type == REDIS_REPLY_INTEGER);
+	freeReplyObject(hr);
+	cmd("XADD runnel:{%s}:out 1700000000400-1 line {\"type\":\"result\",\"message\":\"ok\",\"ts\":1}", "run_s");
+	TH_CHECK(run(ARGS("status", "run_s"), NULL, &p) == 0, "%s", p.err);
+	const char *want =
+		"run          run_s\n"
+		"status       succeeded\n"
+		"worker       w-1\n"
+		"enqueued_at  2023-11-14T22:13:20.000Z\n"
+		"started_at   2023-11-14T22:13:20.500Z\n"
+		"ended_at     2023-11-14T22:13:22.750Z\n"
+		"duration     2.2s\n"
+		"lines        1\n";
+	TH_CHECK(th_streq(p.out, want), "got\n%s", p.out);
+	clirun_free(&p);
+
+	TH_CHECK(run(ARGS("status", "--json", "run_s"), NULL, &p) == 0);
+	json_error_t jerr;
+	json_t *o = json_loads(p.out, 0, &jerr);
+	TH_CHECK(json_is_object(o), "%s", p.out);
+	TH_CHECK(th_streq(json_string_value(json_object_get(o, "run_id")), "run_s"));
+	TH_CHECK(th_streq(json_string_value(json_object_get(o, "status")), "succeeded"));
+	TH_CHECK(json_integer_value(json_object_get(o, "started_at")) == 1700000000500LL);
+	TH_CHECK(json_integer_value(json_object_get(o, "ended_at")) == 1700000002750LL);
+	TH_CHECK(th_streq(json_string_value(json_object_get(o, "code")), ""));
+	TH_CHECK(json_integer_value(json_object_get(o, "lines")) == 1);
+	json_decref(o);
+	clirun_free(&p);
+
+	/* Only a stream (no hash): still known, status unknown. */
+	cmd("XADD runnel:{%s}:out * line {\"type\":\"log\",\"level\":\"info\",\"message\":\"x\"}", "run_o");
+	TH_CHECK(run(ARGS("status", "run_o", "--json"), NULL, &p) == 0);
+	TH_CHECK(th_streq(p.out, "{\"run_id\":\"run_o\",\"status\":\"unknown\",\"lines\":1}\n"), "%s", p.out);
+	clirun_free(&p);
+}
+
+static void test_cancel(void)
+{
+	clirun_t p;
+	/* Unknown: 3, nothing written. */
+	TH_CHECK(run(ARGS("cancel", "run_none"), NULL, &p) == 3);
+	TH_CHECK(th_streq(p.err, "runnel cancel: run run_none not found (use --force for a job not yet claimed)\n"),
+	         "%s", p.err);
+	clirun_free(&p);
+	TH_CHECK(th_streq(ctl_msgs("runnel:{run_none}:ctl"), ""));
+
+	/* A running run: the exact message, default reason "cli". */
+	cmd("HSET runnel:{%s}:state status running worker w-1", "run_c");
+	TH_CHECK(run(ARGS("cancel", "run_c"), NULL, &p) == 0, "%s", p.err);
+	TH_CHECK(strncmp(p.out, "cancel sent to run run_c (control entry ", 40) == 0, "%s", p.out);
+	clirun_free(&p);
+	TH_CHECK(th_streq(ctl_msgs("runnel:{run_c}:ctl"), "msg={\"type\":\"cancel\",\"reason\":\"cli\"}\n"),
+	         "%s", ctl_msgs("runnel:{run_c}:ctl"));
+	/* A reason (flag and twin), with characters JSON must escape. */
+	TH_CHECK(run(ARGS("cancel", "--reason", "user said \"stop\"", "run_c"), NULL, &p) == 0);
+	clirun_free(&p);
+	TH_CHECK(run(ARGS("cancel", "run_c"), ARGS("RUNNEL_CANCEL_REASON=timeout"), &p) == 0);
+	clirun_free(&p);
+	TH_CHECK(th_streq(ctl_msgs("runnel:{run_c}:ctl"),
+	                  "msg={\"type\":\"cancel\",\"reason\":\"cli\"}\n"
+	                  "msg={\"type\":\"cancel\",\"reason\":\"user said \\\"stop\\\"\"}\n"
+	                  "msg={\"type\":\"cancel\",\"reason\":\"timeout\"}\n"),
+	         "%s", ctl_msgs("runnel:{run_c}:ctl"));
+
+	/* A finished run: nothing to cancel, exit 0, nothing written. */
+	cmd("HSET runnel:{%s}:state status failed code agent_exit", "run_f");
+	TH_CHECK(run(ARGS("cancel", "run_f"), NULL, &p) == 0);
+	TH_CHECK(th_streq(p.out, "run run_f already ended (failed); nothing to cancel\n"), "%s", p.out);
+	clirun_free(&p);
+	TH_CHECK(th_streq(ctl_msgs("runnel:{run_f}:ctl"), ""));
+
+	/* --force: a job still in Kafka (no state yet) gets its cancel waiting at claim time. */
+	TH_CHECK(run(ARGS("cancel", "run_k", "--force", "--reason", "early"), NULL, &p) == 0, "%s", p.err);
+	clirun_free(&p);
+	TH_CHECK(th_streq(ctl_msgs("runnel:{run_k}:ctl"), "msg={\"type\":\"cancel\",\"reason\":\"early\"}\n"));
+
+	/* Another prefix. */
+	cmd("HSET acme:{%s}:state status queued", "run_a");
+	TH_CHECK(run(ARGS("cancel", "run_a", "--key-prefix", "acme"), NULL, &p) == 0);
+	clirun_free(&p);
+	TH_CHECK(th_streq(ctl_msgs("acme:{run_a}:ctl"), "msg={\"type\":\"cancel\",\"reason\":\"cli\"}\n"));
+}
+
+int main(int argc, char **argv)
+{
+	th_redis_t r;
+	TH_REQUIRE(argc == 2, "usage: test_cli_status_cancel RUNNEL_BINARY");
+	g_bin = argv[1];
+	TH_REQUIRE(th_redis_start(&r, NULL) == 0, "redis");
+	g_c = th_redis_connect(&r);
+	TH_REQUIRE(g_c != NULL);
+	g_env_url = th_strf("RUNNEL_REDIS_URL=%s", r.url);
+	test_status();
+	test_cancel();
+	redisFree(g_c);
+	return th_done();
+}

@@ -1,0 +1,233 @@
+/*
+ * tests/cli/test_tail.c - `runnel tail` against a real redis-server with
+ * lines this test XADDs itself: --json output equals the stream, exit codes
+ * (0 result, 1 error, 3 unknown, 130 Ctrl-C), --after resumes exactly, the
+ * plain view, and the live TTY view under a pseudo-terminal (step rows
+ * update in place).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/cli/clirun.h"
+#include "tests/support/harness.h"
+
+static const char *g_bin;
+static th_redis_t g_r;
+static redisContext *g_c;
+static char *g_env_url;
+
+static const char *const LINES[] = {
+	"{\"type\":\"log\",\"level\":\"info\",\"message\":\"Loaded 3 skills\",\"ts\":1700000000000}",
+	"{\"type\":\"step\",\"id\":\"step_8f3\",\"name\":\"recipes/add-node.sh\",\"status\":\"running\",\"args\":{\"nodeType\":\"inference\"},\"ts\":1700000000123}",
+	"{\"type\":\"step\",\"id\":\"step_8f3\",\"name\":\"recipes/add-node.sh\",\"status\":\"succeeded\",\"result\":{\"nodeId\":\"node_1\"},\"durationMs\":412,\"ts\":1700000000535}",
+	"{\"type\":\"result\",\"message\":\"Added an Inference node\",\"ts\":1700000000999}",
+};
+static const char *ERROR_LINE =
+	"{\"type\":\"error\",\"code\":\"model_timeout\",\"message\":\"Provider timed out after 60s\",\"ts\":1700000001000}";
+
+static void xadd(const char *prefix, const char *run, const char *id, const char *line)
+{
+	char *key = th_strf("%s:{%s}:out", prefix, run);
+	redisReply *r = redisCommand(g_c, "XADD %s %s line %s", key, id, line);
+	TH_REQUIRE(r && r->type == REDIS_REPLY_STRING, "XADD %s %s", key, id);
+	freeReplyObject(r);
+}
+
+static void hset_status(const char *run, const char *status)
+{
+	redisReply *r = redisCommand(g_c, "HSET runnel:{%s}:state status %s enqueued_at 1700000000000", run, status);
+	TH_REQUIRE(r && r->type == REDIS_REPLY_INTEGER);
+	freeReplyObject(r);
+}
+
+static int run_tail(const char *const *extra, const char *const *env, clirun_t *p)
+{
+	const char *argv[16] = { g_bin, "tail" };
+	int n = 2;
+	for (int i = 0; extra[i]; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+	const char *e[8] = { g_env_url };
+	int m = 1;
+	for (int i = 0; env && env[i]; i++)
+		e[m++] = env[i];
+	e[m] = NULL;
+	return clirun(argv, e, 20000, p);
+}
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+static char *joined(size_t from, size_t to, const char *last)
+{
+	char *s = th_strf("%s", "");
+	for (size_t i = from; i < to; i++)
+		s = th_strf("%s%s\n", s, LINES[i]);
+	if (last)
+		s = th_strf("%s%s\n", s, last);
+	return s;
+}
+
+static void test_json_and_codes(void)
+{
+	clirun_t p;
+	/* Unknown run: 3. */
+	TH_CHECK(run_tail(ARGS("run_nope"), NULL, &p) == 3, "exit %d", p.exit_code);
+	TH_CHECK(th_streq(p.err, "runnel tail: run run_nope not found\n"), "%s", p.err);
+	TH_CHECK(p.out_len == 0);
+	clirun_free(&p);
+
+	/* A finished run with a result: the exact stream, exit 0. */
+	for (size_t i = 0; i < 4; i++)
+		xadd("runnel", "run_ok", th_strf("1700000000000-%zu", i + 1), LINES[i]);
+	TH_CHECK(run_tail(ARGS("run_ok", "--json"), NULL, &p) == 0, "exit %d: %s", p.exit_code, p.err);
+	TH_CHECK(th_streq(p.out, joined(0, 4, NULL)), "got\n%s", p.out);
+	TH_CHECK(p.err_len == 0, "%s", p.err);
+	clirun_free(&p);
+
+	/* --after resumes exactly after the given entry (exclusive). */
+	TH_CHECK(run_tail(ARGS("run_ok", "--json", "--after", "1700000000000-2"), NULL, &p) == 0);
+	TH_CHECK(th_streq(p.out, joined(2, 4, NULL)), "got\n%s", p.out);
+	clirun_free(&p);
+	TH_CHECK(run_tail(ARGS("--after=1700000000000-3", "run_ok", "--json"), NULL, &p) == 0);
+	TH_CHECK(th_streq(p.out, joined(3, 4, NULL)), "got\n%s", p.out);
+	clirun_free(&p);
+	/* RUNNEL_TAIL_AFTER is --after's twin. */
+	TH_CHECK(run_tail(ARGS("run_ok", "--json"), ARGS("RUNNEL_TAIL_AFTER=1700000000000-1"), &p) == 0);
+	TH_CHECK(th_streq(p.out, joined(1, 4, NULL)), "got\n%s", p.out);
+	clirun_free(&p);
+
+	/* An error line ends the tail with exit 1. */
+	for (size_t i = 0; i < 3; i++)
+		xadd("runnel", "run_err", th_strf("1700000000000-%zu", i + 1), LINES[i]);
+	xadd("runnel", "run_err", "1700000000000-4", ERROR_LINE);
+	TH_CHECK(run_tail(ARGS("run_err", "--json"), NULL, &p) == 1, "exit %d", p.exit_code);
+	TH_CHECK(th_streq(p.out, joined(0, 3, ERROR_LINE)), "got\n%s", p.out);
+	clirun_free(&p);
+
+	/* Another key prefix (flag and twin). */
+	xadd("acme", "run_p", "5-1", LINES[3]);
+	TH_CHECK(run_tail(ARGS("run_p", "--json", "--key-prefix", "acme"), NULL, &p) == 0);
+	TH_CHECK(th_streq(p.out, joined(3, 4, NULL)), "got\n%s", p.out);
+	clirun_free(&p);
+	TH_CHECK(run_tail(ARGS("run_p", "--json"), ARGS("RUNNEL_KEY_PREFIX=acme"), &p) == 0);
+	clirun_free(&p);
+	TH_CHECK(run_tail(ARGS("run_p", "--json"), NULL, &p) == 3);
+	clirun_free(&p);
+}
+
+/* The plain view: one readable line per event, no escape sequences. */
+static void test_plain(void)
+{
+	clirun_t p;
+	TH_CHECK(run_tail(ARGS("run_err"), NULL, &p) == 1);
+	const char *want =
+		"info    Loaded 3 skills\n"
+		"step    recipes/add-node.sh running\n"
+		"step    recipes/add-node.sh succeeded 412ms\n"
+		"error   model_timeout: Provider timed out after 60s\n";
+	TH_CHECK(th_streq(p.out, want), "got\n%s", p.out);
+	TH_CHECK(strchr(p.out, '\033') == NULL);
+	clirun_free(&p);
+}
+
+/* A run that is queued: tail blocks, prints lines as they come, ends on the result. */
+static void test_follow_live(void)
+{
+	clirun_t p;
+	hset_status("run_live", "queued");
+	const char *argv[] = { g_bin, "tail", "run_live", "--json", NULL };
+	const char *env[] = { g_env_url, NULL };
+	TH_REQUIRE(clirun_start(&p, argv, env, 0, 0) == 0);
+	clirun_pump(&p, 300);
+	TH_CHECK(p.out_len == 0 && p.pid > 0, "printed before any line: %s", p.out);
+	for (size_t i = 0; i < 4; i++) {
+		xadd("runnel", "run_live", th_strf("1700000000000-%zu", i + 1), LINES[i]);
+		clirun_pump(&p, 50);
+	}
+	TH_CHECK(clirun_wait(&p, 10000) == 0, "exit %d: %s", p.exit_code, p.err);
+	TH_CHECK(th_streq(p.out, joined(0, 4, NULL)), "got\n%s", p.out);
+	clirun_free(&p);
+
+	/* Ctrl-C stops tailing only: exit 130, nothing written to the control stream. */
+	hset_status("run_int", "queued");
+	const char *argv2[] = { g_bin, "tail", "run_int", NULL };
+	TH_REQUIRE(clirun_start(&p, argv2, env, 0, 0) == 0);
+	clirun_pump(&p, 300);
+	int64_t t0 = th_now_ms();
+	clirun_signal(&p, SIGINT);
+	TH_CHECK(clirun_wait(&p, 5000) == 130, "exit %d: %s", p.exit_code, p.err);
+	TH_CHECK(th_now_ms() - t0 < 2000, "took %lld ms", (long long)(th_now_ms() - t0));
+	clirun_free(&p);
+	redisReply *r = redisCommand(g_c, "EXISTS runnel:{run_int}:ctl");
+	TH_CHECK(r && r->integer == 0, "tail wrote a control message");
+	freeReplyObject(r);
+}
+
+/* The live view under a pseudo-terminal: step rows update in place. */
+static void test_tty(void)
+{
+	const int cols = 100, rows = 40;
+	clirun_t p;
+	hset_status("run_tty", "running");
+	const char *argv[] = { g_bin, "tail", "run_tty", NULL };
+	const char *env[] = { g_env_url, "TERM=xterm", NULL };
+	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
+	clirun_pump(&p, 300);
+	xadd("runnel", "run_tty", "1-1", LINES[0]);
+	xadd("runnel", "run_tty", "1-2", LINES[1]);
+	/* Wait until the running row is on screen (spinner frames keep coming). */
+	int seen_running = 0;
+	for (int i = 0; i < 100 && !seen_running; i++) {
+		clirun_pump(&p, 50);
+		char *s = vt_screen(p.out, p.out_len, cols);
+		seen_running = strstr(s, "recipes/add-node.sh  running") != NULL;
+		free(s);
+	}
+	TH_CHECK(seen_running, "no running row:\n%s", p.out);
+	xadd("runnel", "run_tty", "1-3",
+	     "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"evil \\u001b[2J text\\nsecond line\",\"ts\":1}");
+	xadd("runnel", "run_tty", "1-4", LINES[2]);
+	xadd("runnel", "run_tty", "1-5",
+	     "{\"type\":\"step\",\"id\":\"s2\",\"name\":\"recipes/bad.sh\",\"status\":\"running\",\"ts\":2}");
+	xadd("runnel", "run_tty", "1-6",
+	     "{\"type\":\"step\",\"id\":\"s2\",\"name\":\"recipes/bad.sh\",\"status\":\"failed\",\"error\":\"no such node\",\"durationMs\":1500,\"ts\":3}");
+	xadd("runnel", "run_tty", "1-7", LINES[3]);
+	TH_CHECK(clirun_wait(&p, 10000) == 0, "exit %d", p.exit_code);
+	char *screen = vt_screen(p.out, p.out_len, cols);
+	TH_NOTE("final screen:\n%s", screen);
+	const char *want =
+		"run run_tty\n"
+		"  Loaded 3 skills\n"
+		"✓ recipes/add-node.sh  succeeded 412ms\n"
+		"  warn: evil  [2J text\n"
+		"  second line\n"
+		"✗ recipes/bad.sh  failed 1.5s  no such node\n"
+		"✓ Added an Inference node\n";
+	TH_CHECK(th_streq(screen, want), "screen\n%s\nwant\n%s", screen, want);
+	/* The agent's ESC never reached the terminal as an escape. */
+	TH_CHECK(strstr(p.out, "\033[2J") == NULL);
+	/* The cursor is shown again. */
+	TH_CHECK(p.out_len >= 6 && strstr(p.out, "\033[?25h") != NULL);
+	free(screen);
+	clirun_free(&p);
+}
+
+int main(int argc, char **argv)
+{
+	TH_REQUIRE(argc == 2, "usage: test_cli_tail RUNNEL_BINARY");
+	g_bin = argv[1];
+	TH_REQUIRE(th_redis_start(&g_r, NULL) == 0, "redis");
+	g_c = th_redis_connect(&g_r);
+	TH_REQUIRE(g_c != NULL);
+	g_env_url = th_strf("RUNNEL_REDIS_URL=%s", g_r.url);
+
+	test_json_and_codes();
+	test_plain();
+	test_follow_live();
+	test_tty();
+
+	redisFree(g_c);
+	return th_done();
+}

@@ -1,0 +1,159 @@
+/*
+ * tests/cli/test_usage.c - `runnel` usage errors (exit 2, exact messages),
+ * --help for every verb, the RUNNEL_* twins reaching the verbs, and the
+ * "cannot reach" exit code 4.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "tests/cli/clirun.h"
+#include "tests/support/harness.h"
+
+static const char *g_bin;
+
+/* Runs runnel with args; checks exit code and exact stderr (NULL: skip). */
+static void expect(const char *const *args, const char *const *env, int code, const char *err)
+{
+	const char *argv[16] = { g_bin };
+	int n = 1;
+	char shown[512] = "";
+	for (int i = 0; args[i] && n < 15; i++) {
+		argv[n++] = args[i];
+		strncat(shown, " ", sizeof(shown) - strlen(shown) - 1);
+		strncat(shown, args[i], sizeof(shown) - strlen(shown) - 1);
+	}
+	argv[n] = NULL;
+	clirun_t p;
+	int rc = clirun(argv, env, 20000, &p);
+	TH_CHECK(rc == code, "runnel%s: exit %d, want %d (stderr: %s)", shown, rc, code, p.err);
+	if (err)
+		TH_CHECK(th_streq(p.err, err), "runnel%s: stderr\n%s\nwant\n%s", shown, p.err, err);
+	clirun_free(&p);
+}
+
+static void expect_help(const char *verb)
+{
+	const char *argv[] = { g_bin, verb, "--help", NULL };
+	clirun_t p;
+	int rc = clirun(argv, NULL, 20000, &p);
+	char want[64];
+	snprintf(want, sizeof(want), "usage: runnel %s ", verb);
+	TH_CHECK(rc == 0, "%s --help exit %d", verb, rc);
+	TH_CHECK(strncmp(p.out, want, strlen(want)) == 0, "%s --help: %s", verb, p.out);
+	TH_CHECK(strstr(p.out, "-h, --help") != NULL);
+	TH_CHECK(p.err_len == 0, "%s --help wrote to stderr: %s", verb, p.err);
+	clirun_free(&p);
+	/* -h too, and after other arguments. */
+	const char *argv2[] = { g_bin, verb, "run_1", "-h", NULL };
+	rc = clirun(argv2, NULL, 20000, &p);
+	TH_CHECK(rc == 0 && strncmp(p.out, want, strlen(want)) == 0, "%s run_1 -h", verb);
+	clirun_free(&p);
+}
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+int main(int argc, char **argv)
+{
+	TH_REQUIRE(argc == 2, "usage: test_cli_usage RUNNEL_BINARY");
+	g_bin = argv[1];
+
+	/* The program and its verbs. */
+	expect((const char *const[]){ NULL }, NULL, 2, NULL);
+	{
+		const char *a[] = { g_bin, NULL };
+		clirun_t p;
+		clirun(a, NULL, 20000, &p);
+		TH_CHECK(strncmp(p.err, "runnel: missing verb\nusage: runnel VERB", 39) == 0, "%s", p.err);
+		clirun_free(&p);
+	}
+	{
+		const char *a[] = { g_bin, "frob", NULL };
+		clirun_t p;
+		int rc = clirun(a, NULL, 20000, &p);
+		TH_CHECK(rc == 2);
+		TH_CHECK(strncmp(p.err, "runnel: unknown verb \"frob\"\n", 28) == 0, "%s", p.err);
+		clirun_free(&p);
+	}
+	{
+		const char *a[] = { g_bin, "--help", NULL };
+		clirun_t p;
+		int rc = clirun(a, NULL, 20000, &p);
+		TH_CHECK(rc == 0);
+		TH_CHECK(strstr(p.out, "usage: runnel VERB") && strstr(p.out, "submit") &&
+		         strstr(p.out, "tail") && strstr(p.out, "cancel") && strstr(p.out, "status") &&
+		         strstr(p.out, "dev"), "%s", p.out);
+		clirun_free(&p);
+	}
+	expect_help("submit");
+	expect_help("tail");
+	expect_help("cancel");
+	expect_help("status");
+	expect_help("dev");
+
+	/* tail */
+	expect(ARGS("tail"), NULL, 2,
+	       "runnel tail: missing RUN\nusage: runnel tail [options] RUN (see runnel tail --help)\n");
+	expect(ARGS("tail", "run_a", "run_b"), NULL, 2,
+	       "runnel tail: unexpected argument \"run_b\"\nusage: runnel tail [options] RUN (see runnel tail --help)\n");
+	expect(ARGS("tail", "--nope", "run_a"), NULL, 2,
+	       "runnel tail: unknown option --nope\nusage: runnel tail [options] RUN (see runnel tail --help)\n");
+	expect(ARGS("tail", "bad id"), NULL, 2,
+	       "runnel tail: invalid run id \"bad id\" (expected 1-64 of A-Z a-z 0-9 _ -)\n"
+	       "usage: runnel tail [options] RUN (see runnel tail --help)\n");
+	expect(ARGS("tail", "run_a", "--after", "zzz"), NULL, 2,
+	       "runnel tail: --after: \"zzz\" is not a stream id (like 1700000000000-3)\n"
+	       "usage: runnel tail [options] RUN (see runnel tail --help)\n");
+	expect(ARGS("tail", "run_a", "--after"), NULL, 2,
+	       "runnel tail: --after needs a value\nusage: runnel tail [options] RUN (see runnel tail --help)\n");
+	expect(ARGS("tail", "run_a", "--json=maybe"), NULL, 2,
+	       "runnel tail: --json: \"maybe\" is not a boolean (true/false)\n"
+	       "usage: runnel tail [options] RUN (see runnel tail --help)\n");
+	expect(ARGS("tail", "run_a", "--redis-url", "http://x"), NULL, 2,
+	       "runnel tail: --redis-url: redis url: must start with redis://\n"
+	       "usage: runnel tail [options] RUN (see runnel tail --help)\n");
+	expect(ARGS("tail", "run_a", "--key-prefix", "a b"), NULL, 2,
+	       "runnel tail: --key-prefix: invalid prefix \"a b\"\n"
+	       "usage: runnel tail [options] RUN (see runnel tail --help)\n");
+	/* An env twin with a bad value names the variable. */
+	expect(ARGS("tail", "run_a"), ARGS("RUNNEL_JSON=maybe"), 2,
+	       "runnel tail: RUNNEL_JSON: \"maybe\" is not a boolean (true/false)\n"
+	       "usage: runnel tail [options] RUN (see runnel tail --help)\n");
+
+	/* status, cancel */
+	expect(ARGS("status"), NULL, 2,
+	       "runnel status: missing RUN\nusage: runnel status [options] RUN (see runnel status --help)\n");
+	expect(ARGS("cancel"), NULL, 2,
+	       "runnel cancel: missing RUN\nusage: runnel cancel [options] RUN (see runnel cancel --help)\n");
+	expect(ARGS("cancel", "run_a", "--via", "pigeon"), NULL, 2,
+	       "runnel cancel: --via: expected redis or dispatcher, got \"pigeon\"\n"
+	       "usage: runnel cancel [options] RUN (see runnel cancel --help)\n");
+	expect(ARGS("cancel", "run_a", "--reason", ""), NULL, 2,
+	       "runnel cancel: --reason: must be 1 to 128 bytes\n"
+	       "usage: runnel cancel [options] RUN (see runnel cancel --help)\n");
+
+	/* Nothing listens: exit 4, the flag and its RUNNEL_REDIS_URL twin alike. */
+	int port = th_free_port();
+	TH_REQUIRE(port > 0);
+	char *url = th_strf("redis://127.0.0.1:%d", port);
+	char *env = th_strf("RUNNEL_REDIS_URL=%s", url);
+	char *want = th_strf("runnel tail: cannot reach Redis at 127.0.0.1:%d: Connection refused\n", port);
+	expect(ARGS("tail", "run_a", "--redis-url", url), NULL, 4, want);
+	expect(ARGS("tail", "run_a"), ARGS(env), 4, want);
+	want = th_strf("runnel status: cannot reach Redis at 127.0.0.1:%d: Connection refused\n", port);
+	expect(ARGS("status", "run_a"), ARGS(env), 4, want);
+	want = th_strf("runnel cancel: cannot reach Redis at 127.0.0.1:%d: Connection refused\n", port);
+	expect(ARGS("cancel", "run_a"), ARGS(env), 4, want);
+	char *durl = th_strf("http://127.0.0.1:%d", port);
+	char *denv = th_strf("RUNNEL_DISPATCHER_URL=%s", durl);
+	{
+		const char *a[] = { g_bin, "cancel", "run_a", "--via", "dispatcher", NULL };
+		const char *e[] = { denv, NULL };
+		clirun_t p;
+		int rc = clirun(a, e, 20000, &p);
+		TH_CHECK(rc == 4, "cancel via dispatcher: %d %s", rc, p.err);
+		want = th_strf("runnel cancel: cannot reach the dispatcher at %s/v1/runs/run_a/cancel: ", durl);
+		TH_CHECK(strncmp(p.err, want, strlen(want)) == 0, "%s", p.err);
+		clirun_free(&p);
+	}
+	return th_done();
+}
