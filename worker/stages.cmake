@@ -4,7 +4,8 @@ add_library(runnel_worker_stages STATIC
   ${CMAKE_CURRENT_LIST_DIR}/bootstrap.c
   ${CMAKE_CURRENT_LIST_DIR}/workspace.c
   ${CMAKE_CURRENT_LIST_DIR}/sandbox.c
-  ${CMAKE_CURRENT_LIST_DIR}/writeback.c)
+  ${CMAKE_CURRENT_LIST_DIR}/writeback.c
+  ${CMAKE_CURRENT_LIST_DIR}/httpc.c)
 target_include_directories(runnel_worker_stages PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(runnel_worker_stages PUBLIC runnel_proto runnel_common
   PkgConfig::CURL PkgConfig::ARCHIVE PkgConfig::JANSSON)

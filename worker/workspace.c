@@ -1,37 +1,686 @@
 /*
- * worker/workspace.c - the run's directory tree and the bags unpacked into it.
+ * worker/workspace.c - the run's directory tree on the host, the download of
+ * bags and skill bundles, their extraction under strict rules, and the
+ * removal of the tree.
+ *
+ * Extraction reads with libarchive but writes itself, relative to the
+ * destination's directory fd (mkdirat/openat/symlinkat, O_NOFOLLOW on every
+ * step): libarchive's disk writer resolves paths from the process's current
+ * directory, which a worker running several runs on several threads cannot
+ * change, and this way no path component is ever followed through a link.
  */
 #include "worker/workspace.h"
 
+#include <archive.h>
+#include <archive_entry.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "worker/httpc.h"
+
+#define DEF_MAX_DOWNLOAD  (256ULL << 20)
+#define DEF_MAX_BYTES     (1ULL << 30)
+#define DEF_MAX_ENTRIES   10000ULL
+#define DEF_TIMEOUT_MS    120000L
+#define CONNECT_TIMEOUT_MS 10000L
+#define MAX_REDIRECTS     3L
+#define NAME_QUOTE_MAX    80     /* bytes of an entry name quoted in errors */
+#define COMPONENTS_MAX    256    /* path depth inside an archive */
+#define REMOVE_DEPTH_MAX  512
+#define COPY_BUF          (64 * 1024)
+
+static void limits_resolve(const worker_bag_limits_t *in, worker_bag_limits_t *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (in)
+		*out = *in;
+	if (!out->max_download)
+		out->max_download = DEF_MAX_DOWNLOAD;
+	if (!out->max_bytes)
+		out->max_bytes = DEF_MAX_BYTES;
+	if (!out->max_entries)
+		out->max_entries = DEF_MAX_ENTRIES;
+	if (out->timeout_ms <= 0)
+		out->timeout_ms = DEF_TIMEOUT_MS;
+}
+
+static int valid_run_id(const char *id)
+{
+	size_t n = strlen(id);
+	if (n == 0 || n > 64)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)id[i]) && id[i] != '_' && id[i] != '-')
+			return 0;
+	return 1;
+}
+
+/* mkdir -p for the worker's own root (not for archive content). */
+static int mkdir_parents(const char *path, mode_t mode)
+{
+	char tmp[WORKER_PATH_MAX];
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s", path) >= sizeof(tmp)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
 
 int worker_ws_create(worker_ws_t *ws, const char *root, const char *run_id,
                      char *errstr, size_t errstr_size)
 {
 	memset(ws, 0, sizeof(*ws));
-	snprintf(errstr, errstr_size, "workspace: not available yet");
+	if (!root || root[0] != '/') {
+		snprintf(errstr, errstr_size, "workspace: root must be an absolute path");
+		return -1;
+	}
+	if (!run_id || !valid_run_id(run_id)) {
+		snprintf(errstr, errstr_size, "workspace: invalid run id");
+		return -1;
+	}
+	if ((size_t)snprintf(ws->dir, sizeof(ws->dir), "%s/%s", root, run_id) >= sizeof(ws->dir) ||
+	    (size_t)snprintf(ws->workspace, sizeof(ws->workspace), "%s/workspace", ws->dir) >= sizeof(ws->workspace) ||
+	    (size_t)snprintf(ws->assets, sizeof(ws->assets), "%s/assets", ws->workspace) >= sizeof(ws->assets) ||
+	    (size_t)snprintf(ws->skills, sizeof(ws->skills), "%s/skills", ws->dir) >= sizeof(ws->skills) ||
+	    (size_t)snprintf(ws->meta, sizeof(ws->meta), "%s/meta", ws->dir) >= sizeof(ws->meta)) {
+		memset(ws, 0, sizeof(*ws));
+		snprintf(errstr, errstr_size, "workspace: path too long");
+		return -1;
+	}
+	if (mkdir_parents(root, 0700) != 0) {
+		snprintf(errstr, errstr_size, "workspace: cannot create %s: %s", root, strerror(errno));
+		memset(ws, 0, sizeof(*ws));
+		return -1;
+	}
+	if (mkdir(ws->dir, 0700) != 0) {
+		snprintf(errstr, errstr_size, "workspace: cannot create %s: %s", ws->dir, strerror(errno));
+		memset(ws, 0, sizeof(*ws));
+		return -1;
+	}
+	/* The top is 0700; what the sandbox sees below is the agent's. */
+	if (mkdir(ws->workspace, 0755) != 0 || mkdir(ws->assets, 0755) != 0 ||
+	    mkdir(ws->skills, 0755) != 0 || mkdir(ws->meta, 0700) != 0) {
+		snprintf(errstr, errstr_size, "workspace: cannot create the tree in %s: %s", ws->dir,
+		         strerror(errno));
+		worker_ws_remove(ws);
+		return -1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Extraction
+ * ------------------------------------------------------------------------ */
+
+/* Quotes an entry name for a message: printable ASCII, escaped, truncated. */
+static void quote_name(const char *name, char *out, size_t out_size)
+{
+	size_t o = 0;
+	int truncated = 0;
+	for (size_t i = 0; name[i]; i++) {
+		unsigned char c = (unsigned char)name[i];
+		char esc[8];
+		if (c == '"' || c == '\\')
+			snprintf(esc, sizeof(esc), "\\%c", c);
+		else if (c < 0x20 || c >= 0x7f)
+			snprintf(esc, sizeof(esc), "\\x%02x", c);
+		else
+			snprintf(esc, sizeof(esc), "%c", c);
+		size_t el = strlen(esc);
+		if (o + el + 4 >= out_size || i >= NAME_QUOTE_MAX) {
+			truncated = 1;
+			break;
+		}
+		memcpy(out + o, esc, el);
+		o += el;
+	}
+	if (truncated && o + 4 < out_size) {
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o] = '\0';
+}
+
+typedef struct extract {
+	int                 root_fd;
+	worker_bag_limits_t lim;
+	uint64_t            entries;
+	uint64_t            bytes;
+	int                 reject;     /* 1: the archive is refused (bag_rejected) */
+	char               *errstr;
+	size_t              errstr_size;
+} extract_t;
+
+static int refuse(extract_t *x, const char *name, const char *why)
+{
+	char q[NAME_QUOTE_MAX * 4 + 8];
+	quote_name(name, q, sizeof(q));
+	snprintf(x->errstr, x->errstr_size, "entry \"%s\" %s", q, why);
+	x->reject = 1;
 	return -1;
 }
 
-int worker_ws_fetch_zip(const char *url, const char *dest_dir,
-                        const worker_bag_limits_t *limits, int *reject,
-                        char *errstr, size_t errstr_size)
+static int local_error(extract_t *x, const char *name, const char *what, int err)
 {
-	*reject = 0;
-	snprintf(errstr, errstr_size, "workspace: not available yet");
+	char q[NAME_QUOTE_MAX * 4 + 8];
+	quote_name(name, q, sizeof(q));
+	snprintf(x->errstr, x->errstr_size, "cannot %s \"%s\": %s", what, q, strerror(err));
+	x->reject = 0;
 	return -1;
+}
+
+/*
+ * Splits an entry name into components, refusing absolute paths, "..",
+ * and names too long or too deep.  comps point into buf.
+ */
+static int split_name(extract_t *x, const char *name, char *buf, size_t buf_size,
+                      char **comps, int *ncomps)
+{
+	if (!name || !*name)
+		return refuse(x, "", "has an empty name");
+	if (name[0] == '/')
+		return refuse(x, name, "is an absolute path");
+	if ((size_t)snprintf(buf, buf_size, "%s", name) >= buf_size)
+		return refuse(x, name, "has a name that is too long");
+	int n = 0;
+	char *c = buf;
+	while (c) {
+		char *slash = strchr(c, '/');
+		if (slash)
+			*slash = '\0';
+		char *comp = c;
+		c = slash ? slash + 1 : NULL;
+		if (!*comp || strcmp(comp, ".") == 0)
+			continue;
+		if (strcmp(comp, "..") == 0)
+			return refuse(x, name, "leaves the workspace");
+		if (strlen(comp) > NAME_MAX)
+			return refuse(x, name, "has a name that is too long");
+		if (n >= COMPONENTS_MAX)
+			return refuse(x, name, "is nested too deep");
+		comps[n++] = comp;
+	}
+	*ncomps = n;
+	return 0;
+}
+
+/*
+ * Opens (creating as needed) the directory holding the last component,
+ * never following a link.  Returns an fd the caller closes, or -1.
+ */
+static int open_parent(extract_t *x, const char *name, char **comps, int ncomps)
+{
+	int fd = dup(x->root_fd);
+	if (fd < 0)
+		return local_error(x, name, "open the destination for", errno);
+	for (int i = 0; i < ncomps - 1; i++) {
+		if (mkdirat(fd, comps[i], 0755) != 0 && errno != EEXIST) {
+			int e = errno;
+			close(fd);
+			return local_error(x, name, "create a directory for", e);
+		}
+		int next = openat(fd, comps[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int e = errno;
+		close(fd);
+		if (next < 0) {
+			if (e == ELOOP || e == ENOTDIR)
+				return refuse(x, name, "goes through a symlink or a file");
+			return local_error(x, name, "open a directory for", e);
+		}
+		fd = next;
+	}
+	return fd;
+}
+
+/*
+ * A symlink target is allowed when it is relative and, resolved lexically
+ * from the link's own directory, never climbs above the archive's root.
+ */
+static int symlink_stays_inside(const char *target, int parent_depth)
+{
+	if (!*target || target[0] == '/')
+		return 0;
+	int depth = parent_depth;
+	const char *p = target;
+	while (*p) {
+		const char *slash = strchr(p, '/');
+		size_t len = slash ? (size_t)(slash - p) : strlen(p);
+		if (len == 2 && p[0] == '.' && p[1] == '.') {
+			if (--depth < 0)
+				return 0;
+		} else if (len > 0 && !(len == 1 && p[0] == '.')) {
+			depth++;
+		}
+		if (!slash)
+			break;
+		p = slash + 1;
+	}
+	return 1;
+}
+
+static int write_file_data(extract_t *x, struct archive *a, int fd, const char *name)
+{
+	char *buf = malloc(COPY_BUF);
+	if (!buf)
+		return local_error(x, name, "allocate a buffer for", ENOMEM);
+	int rc = 0;
+	for (;;) {
+		la_ssize_t n = archive_read_data(a, buf, COPY_BUF);
+		if (n == 0)
+			break;
+		if (n < 0) {
+			snprintf(x->errstr, x->errstr_size, "archive is damaged: %s",
+			         archive_error_string(a) ? archive_error_string(a) : "read error");
+			x->reject = 1;
+			rc = -1;
+			break;
+		}
+		/* Count before writing: a zip bomb stops at the cap. */
+		if ((uint64_t)n > x->lim.max_bytes - x->bytes) {
+			snprintf(x->errstr, x->errstr_size, "archive unpacks to more than %llu bytes",
+			         (unsigned long long)x->lim.max_bytes);
+			x->reject = 1;
+			rc = -1;
+			break;
+		}
+		x->bytes += (uint64_t)n;
+		size_t off = 0;
+		while (off < (size_t)n) {
+			ssize_t w = write(fd, buf + off, (size_t)n - off);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				rc = local_error(x, name, "write", w < 0 ? errno : EIO);
+				break;
+			}
+			off += (size_t)w;
+		}
+		if (rc)
+			break;
+	}
+	free(buf);
+	return rc;
+}
+
+static int extract_entry(extract_t *x, struct archive *a, struct archive_entry *e)
+{
+	const char *name = archive_entry_pathname(e);
+	if (!name)
+		name = archive_entry_pathname_utf8(e);
+	if (!name)
+		return refuse(x, "?", "has a name that cannot be read");
+
+	char buf[WORKER_PATH_MAX];
+	char *comps[COMPONENTS_MAX];
+	int ncomps = 0;
+	if (split_name(x, name, buf, sizeof(buf), comps, &ncomps) != 0)
+		return -1;
+
+	if (archive_entry_hardlink(e))
+		return refuse(x, name, "is a hard link");
+	mode_t type = archive_entry_filetype(e);
+	switch (type) {
+	case AE_IFREG:
+	case AE_IFDIR:
+	case AE_IFLNK:
+		break;
+	case AE_IFCHR:
+	case AE_IFBLK:
+		return refuse(x, name, "is a device");
+	case AE_IFIFO:
+		return refuse(x, name, "is a fifo");
+	case AE_IFSOCK:
+		return refuse(x, name, "is a socket");
+	default:
+		return refuse(x, name, "has an unknown file type");
+	}
+	if (ncomps == 0) {
+		if (type == AE_IFDIR)
+			return 0;  /* "./" */
+		return refuse(x, name, "has an empty name");
+	}
+
+	int parent = open_parent(x, name, comps, ncomps);
+	if (parent < 0)
+		return -1;
+	const char *leaf = comps[ncomps - 1];
+	int rc = 0;
+
+	if (type == AE_IFDIR) {
+		if (mkdirat(parent, leaf, 0755) != 0) {
+			struct stat st;
+			if (errno != EEXIST || fstatat(parent, leaf, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+			    !S_ISDIR(st.st_mode))
+				rc = refuse(x, name, "is already there as something else");
+		}
+	} else if (type == AE_IFLNK) {
+		const char *target = archive_entry_symlink(e);
+		if (!target)
+			target = archive_entry_symlink_utf8(e);
+		if (!target || !symlink_stays_inside(target, ncomps - 1))
+			rc = refuse(x, name, "is a symlink leaving the workspace");
+		else if (symlinkat(target, parent, leaf) != 0)
+			rc = errno == EEXIST ? refuse(x, name, "is already there")
+			                     : local_error(x, name, "create the symlink", errno);
+	} else {
+		if (archive_entry_size_is_set(e) &&
+		    (uint64_t)archive_entry_size(e) > x->lim.max_bytes - x->bytes) {
+			close(parent);
+			snprintf(x->errstr, x->errstr_size, "archive unpacks to more than %llu bytes",
+			         (unsigned long long)x->lim.max_bytes);
+			x->reject = 1;
+			return -1;
+		}
+		/* Executable bits survive; setuid, setgid, sticky and group or
+		 * world write never do. */
+		mode_t mode = (archive_entry_perm(e) & 0111) ? 0755 : 0644;
+		int fd = openat(parent, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+		if (fd < 0) {
+			rc = errno == EEXIST ? refuse(x, name, "is already there")
+			                     : local_error(x, name, "create", errno);
+		} else {
+			rc = write_file_data(x, a, fd, name);
+			if (close(fd) != 0 && rc == 0)
+				rc = local_error(x, name, "write", errno);
+		}
+	}
+	close(parent);
+	return rc;
+}
+
+/* Extracts the archive open on fd into dest_dir. */
+static int extract_fd(int fd, const char *dest_dir, const worker_bag_limits_t *limits,
+                      int *reject, char *errstr, size_t errstr_size)
+{
+	extract_t x;
+	memset(&x, 0, sizeof(x));
+	limits_resolve(limits, &x.lim);
+	x.errstr = errstr;
+	x.errstr_size = errstr_size;
+	*reject = 0;
+
+	x.root_fd = open(dest_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (x.root_fd < 0) {
+		snprintf(errstr, errstr_size, "cannot open %s: %s", dest_dir, strerror(errno));
+		return -1;
+	}
+	struct archive *a = archive_read_new();
+	if (!a) {
+		close(x.root_fd);
+		snprintf(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	archive_read_support_format_zip(a);
+	archive_read_support_format_tar(a);
+	archive_read_support_filter_gzip(a);
+
+	int rc = 0;
+	if (archive_read_open_fd(a, fd, 64 * 1024) != ARCHIVE_OK) {
+		snprintf(errstr, errstr_size, "not a zip archive (%s)",
+		         archive_error_string(a) ? archive_error_string(a) : "unknown format");
+		x.reject = 1;
+		rc = -1;
+		goto out;
+	}
+	for (;;) {
+		struct archive_entry *e;
+		int r = archive_read_next_header(a, &e);
+		if (r == ARCHIVE_EOF)
+			break;
+		if (r < ARCHIVE_WARN) {
+			snprintf(errstr, errstr_size, "archive is damaged: %s",
+			         archive_error_string(a) ? archive_error_string(a) : "read error");
+			x.reject = 1;
+			rc = -1;
+			break;
+		}
+		if (++x.entries > x.lim.max_entries) {
+			snprintf(errstr, errstr_size, "archive has more than %llu entries",
+			         (unsigned long long)x.lim.max_entries);
+			x.reject = 1;
+			rc = -1;
+			break;
+		}
+		if (extract_entry(&x, a, e) != 0) {
+			rc = -1;
+			break;
+		}
+	}
+out:
+	archive_read_free(a);
+	close(x.root_fd);
+	*reject = x.reject;
+	return rc;
 }
 
 int worker_ws_extract_file(const char *zip_path, const char *dest_dir,
                            const worker_bag_limits_t *limits,
                            char *errstr, size_t errstr_size)
 {
-	snprintf(errstr, errstr_size, "workspace: not available yet");
-	return -1;
+	int fd = open(zip_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(errstr, errstr_size, "cannot open %s: %s", zip_path, strerror(errno));
+		return -1;
+	}
+	int reject;
+	int rc = extract_fd(fd, dest_dir, limits, &reject, errstr, errstr_size);
+	close(fd);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Download
+ * ------------------------------------------------------------------------ */
+
+typedef struct dl {
+	int      fd;
+	uint64_t got;
+	uint64_t max;
+	int      too_big;
+	int      io_errno;
+} dl_t;
+
+static size_t dl_write(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	dl_t *d = userdata;
+	size_t n = size * nmemb;
+	if ((uint64_t)n > d->max - d->got) {
+		d->too_big = 1;
+		return 0;
+	}
+	size_t off = 0;
+	while (off < n) {
+		ssize_t w = write(d->fd, ptr + off, n - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			d->io_errno = w < 0 ? errno : EIO;
+			return 0;
+		}
+		off += (size_t)w;
+	}
+	d->got += n;
+	return n;
+}
+
+/*
+ * An unnamed temp file next to dest_dir (O_TMPFILE: nothing to clean up,
+ * even after a crash, and invisible in the directory).
+ */
+static int open_temp_near(const char *dest_dir)
+{
+	char parent[WORKER_PATH_MAX];
+	snprintf(parent, sizeof(parent), "%s", dest_dir);
+	size_t len = strlen(parent);
+	while (len > 1 && parent[len - 1] == '/')
+		parent[--len] = '\0';
+	char *slash = strrchr(parent, '/');
+	if (slash && slash != parent)
+		*slash = '\0';
+	else if (slash)
+		slash[1] = '\0';
+	int fd = open(parent, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
+		return fd;
+	char tmpl[WORKER_PATH_MAX];
+	if ((size_t)snprintf(tmpl, sizeof(tmpl), "%s/.download-XXXXXX", parent) >= sizeof(tmpl)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	fd = mkostemp(tmpl, O_CLOEXEC);
+	if (fd >= 0)
+		unlink(tmpl);
+	return fd;
+}
+
+int worker_ws_fetch_zip(const char *url, const char *dest_dir,
+                        const worker_bag_limits_t *limits, int *reject,
+                        char *errstr, size_t errstr_size)
+{
+	worker_bag_limits_t lim;
+	limits_resolve(limits, &lim);
+	*reject = 0;
+	char safe[512];
+	worker_httpc_safe_url(url, safe, sizeof(safe));
+
+	int fd = open_temp_near(dest_dir);
+	if (fd < 0) {
+		snprintf(errstr, errstr_size, "cannot create a temporary file next to %s: %s",
+		         dest_dir, strerror(errno));
+		return -1;
+	}
+	CURL *h = curl_easy_init();
+	if (!h) {
+		close(fd);
+		snprintf(errstr, errstr_size, "download: out of memory");
+		return -1;
+	}
+	dl_t d = { .fd = fd, .max = lim.max_download };
+	worker_httpc_setup(h, CONNECT_TIMEOUT_MS, lim.timeout_ms);
+	/* A signed URL carries no OTP, so a few redirects (to a CDN) are fine;
+	 * no Authorization header is ever sent here. */
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(h, CURLOPT_MAXREDIRS, MAX_REDIRECTS);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dl_write);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &d);
+	curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)lim.max_download);
+	CURLcode rc = curl_easy_perform(h);
+	long status = 0;
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+
+	int ret = -1;
+	if (d.too_big || rc == CURLE_FILESIZE_EXCEEDED) {
+		snprintf(errstr, errstr_size, "download of %s is larger than %llu bytes", safe,
+		         (unsigned long long)lim.max_download);
+		*reject = 1;
+	} else if (d.io_errno) {
+		snprintf(errstr, errstr_size, "download of %s: cannot write: %s", safe,
+		         strerror(d.io_errno));
+	} else if (rc != CURLE_OK) {
+		char why[256];
+		worker_httpc_describe(h, rc, url, CONNECT_TIMEOUT_MS, lim.timeout_ms, why, sizeof(why));
+		snprintf(errstr, errstr_size, "download of %s: %s", safe, why);
+	} else if (status < 200 || status > 299) {
+		snprintf(errstr, errstr_size, "download of %s answered HTTP %ld", safe, status);
+	} else if (lseek(fd, 0, SEEK_SET) != 0) {
+		snprintf(errstr, errstr_size, "download of %s: cannot rewind: %s", safe, strerror(errno));
+	} else {
+		ret = extract_fd(fd, dest_dir, &lim, reject, errstr, errstr_size);
+	}
+	curl_easy_cleanup(h);
+	close(fd);
+	return ret;
+}
+
+/* ------------------------------------------------------------------------
+ * Removal
+ * ------------------------------------------------------------------------ */
+
+/*
+ * Empties the directory open on dfd (which it closes), never following a
+ * link: entries are removed with unlinkat and subdirectories are opened
+ * with O_NOFOLLOW relative to their parent.  Directories the agent made
+ * unreadable are made readable first.
+ */
+static int remove_contents(int dfd, int depth)
+{
+	if (depth > REMOVE_DEPTH_MAX) {
+		close(dfd);
+		errno = ELOOP;
+		return -1;
+	}
+	fchmod(dfd, 0700);
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -1;
+	}
+	int rc = 0;
+	struct dirent *de;
+	/* Removing while reading: rewind after each pass until empty. */
+	for (int pass = 0; pass < 2; pass++) {
+		int removed_any = 0;
+		while ((de = readdir(d)) != NULL) {
+			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+				continue;
+			if (unlinkat(dirfd(d), de->d_name, 0) == 0) {
+				removed_any = 1;
+				continue;
+			}
+			if (errno != EISDIR) {
+				rc = -1;
+				continue;
+			}
+			int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub < 0) {
+				/* Unreadable: give ourselves access, then retry. */
+				fchmodat(dirfd(d), de->d_name, 0700, 0);
+				sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			}
+			if (sub < 0 || remove_contents(sub, depth + 1) != 0 ||
+			    unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0)
+				rc = -1;
+			else
+				removed_any = 1;
+		}
+		if (!removed_any)
+			break;
+		rewinddir(d);
+	}
+	closedir(d);
+	return rc;
 }
 
 int worker_ws_remove(worker_ws_t *ws)
 {
-	return -1;
+	if (!ws || !ws->dir[0])
+		return -1;
+	int dfd = open(ws->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return errno == ENOENT ? 0 : -1;
+	int rc = remove_contents(dfd, 0);
+	if (rmdir(ws->dir) != 0)
+		rc = -1;
+	return rc;
 }

@@ -1,0 +1,360 @@
+/*
+ * tests/stages/test_workspace.c - the run's directory tree and bag
+ * extraction: each refused archive (zip slip, absolute path, links leaving
+ * the tree, hard links, fifos, a zip bomb, too many entries) gives its exact
+ * reason and writes nothing outside the destination; a good bag comes out
+ * right; removal never follows links.  Archives are built here with
+ * libarchive's writer.
+ */
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/support/harness.h"
+#include "worker/workspace.h"
+
+enum ent_kind { E_FILE, E_DIR, E_LINK, E_HARD, E_FIFO, E_ZEROS };
+
+typedef struct ent {
+	enum ent_kind kind;
+	const char   *name;
+	const char   *data;    /* file content, link target */
+	size_t        size;    /* E_ZEROS: bytes of zeros */
+	int           mode;    /* permission bits, 0 = default; E_ZEROS: -1 = no size */
+} ent_t;
+
+/* Writes the entries to path as a zip (tar when tar is set: zip cannot
+ * carry hard links or fifos). */
+static int build_archive(const char *path, const ent_t *ents, size_t n, int tar)
+{
+	struct archive *a = archive_write_new();
+	if (tar)
+		archive_write_set_format_pax_restricted(a);
+	else
+		archive_write_set_format_zip(a);
+	if (archive_write_open_filename(a, path) != ARCHIVE_OK) {
+		TH_NOTE("open %s: %s", path, archive_error_string(a));
+		archive_write_free(a);
+		return -1;
+	}
+	static char zeros[1 << 16];
+	int rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		const ent_t *e = &ents[i];
+		struct archive_entry *ae = archive_entry_new();
+		archive_entry_set_pathname(ae, e->name);
+		switch (e->kind) {
+		case E_FILE:
+			archive_entry_set_filetype(ae, AE_IFREG);
+			archive_entry_set_perm(ae, e->mode ? e->mode : 0644);
+			archive_entry_set_size(ae, (la_int64_t)strlen(e->data));
+			break;
+		case E_ZEROS:
+			archive_entry_set_filetype(ae, AE_IFREG);
+			archive_entry_set_perm(ae, 0644);
+			if (e->mode != -1)  /* -1: leave the size undeclared */
+				archive_entry_set_size(ae, (la_int64_t)e->size);
+			break;
+		case E_DIR:
+			archive_entry_set_filetype(ae, AE_IFDIR);
+			archive_entry_set_perm(ae, 0755);
+			break;
+		case E_LINK:
+			archive_entry_set_filetype(ae, AE_IFLNK);
+			archive_entry_set_perm(ae, 0777);
+			archive_entry_set_symlink(ae, e->data);
+			break;
+		case E_HARD:
+			archive_entry_set_filetype(ae, AE_IFREG);
+			archive_entry_set_perm(ae, 0644);
+			archive_entry_set_hardlink(ae, e->data);
+			archive_entry_set_size(ae, 0);
+			break;
+		case E_FIFO:
+			archive_entry_set_filetype(ae, AE_IFIFO);
+			archive_entry_set_perm(ae, 0644);
+			break;
+		}
+		if (archive_write_header(a, ae) != ARCHIVE_OK) {
+			TH_NOTE("header %s: %s", e->name, archive_error_string(a));
+			rc = -1;
+		} else if (e->kind == E_FILE) {
+			archive_write_data(a, e->data, strlen(e->data));
+		} else if (e->kind == E_ZEROS) {
+			for (size_t off = 0; off < e->size; off += sizeof(zeros)) {
+				size_t k = e->size - off < sizeof(zeros) ? e->size - off : sizeof(zeros);
+				archive_write_data(a, zeros, k);
+			}
+		}
+		archive_entry_free(ae);
+	}
+	if (archive_write_close(a) != ARCHIVE_OK)
+		rc = -1;
+	archive_write_free(a);
+	return rc;
+}
+
+/* Names in dir, sorted, joined by ',' (into a harness-owned string). */
+static char *list_dir(const char *dir)
+{
+	struct dirent **names;
+	int n = scandir(dir, &names, NULL, alphasort);
+	if (n < 0)
+		return th_strf("<%s>", strerror(errno));
+	char buf[4096] = "";
+	size_t off = 0;
+	for (int i = 0; i < n; i++) {
+		const char *nm = names[i]->d_name;
+		if (strcmp(nm, ".") != 0 && strcmp(nm, "..") != 0)
+			off += (size_t)snprintf(buf + off, off < sizeof(buf) ? sizeof(buf) - off : 0,
+			                        "%s%s", off ? "," : "", nm);
+		free(names[i]);
+	}
+	free(names);
+	return th_strf("%s", buf);
+}
+
+static const char *base;
+static int case_no;
+
+/*
+ * Builds the archive, extracts it into a fresh <case>/ws and returns the
+ * result; errstr gets the reason.  *parent_out is the case dir (holding
+ * only ws/ and the archive before extraction).
+ */
+static int try_extract(const ent_t *ents, size_t n, int tar, const worker_bag_limits_t *lim,
+                       char *errstr, size_t errstr_size, const char **case_dir)
+{
+	const char *dir = th_strf("%s/case%d", base, ++case_no);
+	const char *ws = th_strf("%s/ws", dir);
+	const char *zip = th_strf("%s/bag%d.zip", base, case_no);
+	TH_REQUIRE(mkdir(dir, 0700) == 0 && mkdir(ws, 0700) == 0);
+	TH_REQUIRE(build_archive(zip, ents, n, tar) == 0, "building %s", zip);
+	errstr[0] = '\0';
+	int rc = worker_ws_extract_file(zip, ws, lim, errstr, errstr_size);
+	*case_dir = dir;
+	return rc;
+}
+
+static void expect_refused(const char *what, const ent_t *ents, size_t n, int tar,
+                           const worker_bag_limits_t *lim, const char *reason)
+{
+	char err[512];
+	const char *dir;
+	int rc = try_extract(ents, n, tar, lim, err, sizeof(err), &dir);
+	TH_CHECK(rc == -1, "%s: accepted", what);
+	TH_CHECK(th_streq(err, reason), "%s: reason \"%s\", want \"%s\"", what, err, reason);
+	/* Nothing next to the destination, nothing above it. */
+	char *l = list_dir(dir);
+	TH_CHECK(th_streq(l, "ws"), "%s: written outside the workspace: %s", what, l);
+	l = list_dir(base);
+	TH_CHECK(strstr(l, "evil") == NULL, "%s: written into the parent: %s", what, l);
+}
+
+static void test_refusals(void)
+{
+	worker_bag_limits_t lim = { 0 };
+
+	ent_t slip[] = { { E_FILE, "ok.txt", "fine", 0, 0 }, { E_FILE, "../evil", "pwned", 0, 0 } };
+	expect_refused("zip slip", slip, 2, 0, &lim, "entry \"../evil\" leaves the workspace");
+
+	ent_t slip2[] = { { E_FILE, "a/b/../../../evil", "pwned", 0, 0 } };
+	expect_refused("nested zip slip", slip2, 1, 0, &lim,
+	               "entry \"a/b/../../../evil\" leaves the workspace");
+
+	ent_t abs[] = { { E_FILE, "/etc/evil", "pwned", 0, 0 } };
+	expect_refused("absolute path", abs, 1, 0, &lim, "entry \"/etc/evil\" is an absolute path");
+	TH_CHECK(access("/etc/evil", F_OK) != 0);
+
+	ent_t link_out[] = { { E_LINK, "link", "../../evil-target", 0, 0 } };
+	expect_refused("symlink outside", link_out, 1, 0, &lim,
+	               "entry \"link\" is a symlink leaving the workspace");
+
+	ent_t link_abs[] = { { E_LINK, "etc", "/etc", 0, 0 }, { E_FILE, "etc/evil", "pwned", 0, 0 } };
+	expect_refused("absolute symlink then file", link_abs, 2, 0, &lim,
+	               "entry \"etc\" is a symlink leaving the workspace");
+
+	/* A link that stays inside is fine, but nothing is written through it. */
+	ent_t link_through[] = {
+		{ E_DIR, "sub/", NULL, 0, 0 },
+		{ E_LINK, "ln", "sub", 0, 0 },
+		{ E_FILE, "ln/evil", "through the link", 0, 0 },
+	};
+	expect_refused("symlink then file through it", link_through, 3, 0, &lim,
+	               "entry \"ln/evil\" goes through a symlink or a file");
+
+	ent_t link_dot[] = { { E_LINK, "up", "a/../..", 0, 0 } };
+	expect_refused("symlink climbing via a/../..", link_dot, 1, 0, &lim,
+	               "entry \"up\" is a symlink leaving the workspace");
+
+	ent_t dup[] = { { E_LINK, "x", "y", 0, 0 }, { E_FILE, "x", "overwrite through link", 0, 0 } };
+	expect_refused("file over a symlink", dup, 2, 0, &lim, "entry \"x\" is already there");
+
+	/* zip cannot carry hard links or fifos: these two are tar archives. */
+	ent_t hard[] = { { E_FILE, "target", "data", 0, 0 }, { E_HARD, "hard", "target", 0, 0 } };
+	expect_refused("hard link", hard, 2, 1, &lim, "entry \"hard\" is a hard link");
+
+	ent_t fifo[] = { { E_FIFO, "fifo", NULL, 0, 0 } };
+	expect_refused("fifo", fifo, 1, 1, &lim, "entry \"fifo\" is a fifo");
+
+	/* A zip bomb: 100 MB of zeros compresses to ~100 KB; cap at 10 MB. */
+	worker_bag_limits_t small = { .max_bytes = 10u << 20 };
+	ent_t bomb[] = { { E_ZEROS, "zeros.bin", NULL, 100u << 20, 0 } };
+	char err[512];
+	const char *dir;
+	TH_CHECK(try_extract(bomb, 1, 0, &small, err, sizeof(err), &dir) == -1);
+	TH_CHECK(th_streq(err, "archive unpacks to more than 10485760 bytes"), "bomb: %s", err);
+	struct stat st;
+	const char *zeros = th_strf("%s/ws/zeros.bin", dir);
+	TH_CHECK(stat(zeros, &st) != 0 || st.st_size <= (off_t)(10u << 20), "bomb wrote %lld bytes",
+	         (long long)st.st_size);
+	char *zip = th_strf("%s/bag%d.zip", base, case_no);
+	TH_CHECK(stat(zip, &st) == 0 && st.st_size < (1 << 20), "bomb archive is %lld bytes",
+	         (long long)st.st_size);
+
+	/* Several files each under the cap, together over it. */
+	ent_t many_big[] = {
+		{ E_ZEROS, "a.bin", NULL, 4u << 20, 0 },
+		{ E_ZEROS, "b.bin", NULL, 4u << 20, 0 },
+		{ E_ZEROS, "c.bin", NULL, 4u << 20, 0 },
+	};
+	expect_refused("cumulative size", many_big, 3, 0, &small,
+	               "archive unpacks to more than 10485760 bytes");
+
+	/* A bomb whose header does not declare its size: the cap stops the
+	 * copy itself, and what was written stays within it. */
+	ent_t bomb2[] = { { E_ZEROS, "nosize.bin", NULL, 100u << 20, -1 } };
+	TH_CHECK(try_extract(bomb2, 1, 0, &small, err, sizeof(err), &dir) == -1);
+	TH_CHECK(th_streq(err, "archive unpacks to more than 10485760 bytes"), "bomb2: %s", err);
+	zeros = th_strf("%s/ws/nosize.bin", dir);
+	TH_CHECK(stat(zeros, &st) != 0 || st.st_size <= (off_t)(10u << 20), "bomb2 wrote %lld bytes",
+	         (long long)st.st_size);
+
+	worker_bag_limits_t few = { .max_entries = 10 };
+	ent_t many[11];
+	char names[11][16];
+	for (int i = 0; i < 11; i++) {
+		snprintf(names[i], sizeof(names[i]), "f%02d.txt", i);
+		many[i] = (ent_t){ E_FILE, names[i], "x", 0, 0 };
+	}
+	expect_refused("too many entries", many, 11, 0, &few, "archive has more than 10 entries");
+	TH_CHECK(try_extract(many, 10, 0, &few, err, sizeof(err), &dir) == 0, "10 entries: %s", err);
+
+	/* Not an archive at all. */
+	const char *junk = th_strf("%s/junk.zip", base);
+	TH_REQUIRE(th_file_write(junk, "this is not a zip file at all", 29) == 0);
+	const char *ws = th_strf("%s/junkws", base);
+	TH_REQUIRE(mkdir(ws, 0700) == 0);
+	TH_CHECK(worker_ws_extract_file(junk, ws, NULL, err, sizeof(err)) == -1);
+	TH_CHECK(strncmp(err, "not a zip archive (", 19) == 0, "junk: %s", err);
+}
+
+static void test_good_bag(void)
+{
+	ent_t good[] = {
+		{ E_DIR, "docs/", NULL, 0, 0 },
+		{ E_FILE, "docs/readme.md", "# hello\n", 0, 0 },
+		{ E_FILE, "deep/er/still/file.txt", "nested\n", 0, 0 },
+		{ E_FILE, "bin/run.sh", "#!/bin/sh\necho hi\n", 0, 04755 },
+		{ E_FILE, "shared.txt", "group write\n", 0, 0666 },
+		{ E_LINK, "docs/latest", "readme.md", 0, 0 },
+		{ E_LINK, "deep/er/up", "../../docs", 0, 0 },
+		{ E_DIR, "./", NULL, 0, 0 },
+		{ E_DIR, "empty/", NULL, 0, 0 },
+	};
+	char err[512];
+	const char *dir;
+	TH_CHECK(try_extract(good, sizeof(good) / sizeof(good[0]), 0, NULL, err, sizeof(err), &dir) == 0,
+	         "good bag: %s", err);
+	const char *ws = th_strf("%s/ws", dir);
+	TH_CHECK(th_file_contains(th_strf("%s/docs/readme.md", ws), "# hello"));
+	TH_CHECK(th_file_contains(th_strf("%s/deep/er/still/file.txt", ws), "nested"));
+	TH_CHECK(th_file_contains(th_strf("%s/docs/latest", ws), "# hello"), "internal symlink");
+	char target[64] = "";
+	ssize_t tl = readlink(th_strf("%s/deep/er/up", ws), target, sizeof(target) - 1);
+	TH_CHECK(tl > 0 && (target[tl] = '\0', th_streq(target, "../../docs")), "link %s", target);
+	struct stat st;
+	TH_CHECK(stat(th_strf("%s/bin/run.sh", ws), &st) == 0);
+	TH_CHECK((st.st_mode & 07777) == 0755, "run.sh mode %o (setuid must go)", st.st_mode & 07777);
+	TH_CHECK(stat(th_strf("%s/shared.txt", ws), &st) == 0);
+	TH_CHECK((st.st_mode & 07777) == 0644, "shared.txt mode %o", st.st_mode & 07777);
+	TH_CHECK(stat(th_strf("%s/empty", ws), &st) == 0 && S_ISDIR(st.st_mode));
+	TH_CHECK(th_streq(list_dir(dir), "ws"), "temp files left: %s", list_dir(dir));
+	TH_CHECK(th_streq(list_dir(ws), "bin,deep,docs,empty,shared.txt"), "ws: %s", list_dir(ws));
+
+	/* tar.gz works too (skills may ship that way). */
+	const char *tgz = th_strf("%s/skill.tar.gz", base);
+	struct archive *a = archive_write_new();
+	archive_write_set_format_pax_restricted(a);
+	archive_write_add_filter_gzip(a);
+	TH_REQUIRE(archive_write_open_filename(a, tgz) == ARCHIVE_OK);
+	struct archive_entry *ae = archive_entry_new();
+	archive_entry_set_pathname(ae, "SKILL.md");
+	archive_entry_set_filetype(ae, AE_IFREG);
+	archive_entry_set_perm(ae, 0644);
+	archive_entry_set_size(ae, 6);
+	archive_write_header(a, ae);
+	archive_write_data(a, "skill\n", 6);
+	archive_entry_free(ae);
+	archive_write_close(a);
+	archive_write_free(a);
+	const char *sk = th_strf("%s/skillws", base);
+	TH_REQUIRE(mkdir(sk, 0700) == 0);
+	TH_CHECK(worker_ws_extract_file(tgz, sk, NULL, err, sizeof(err)) == 0, "tgz: %s", err);
+	TH_CHECK(th_file_contains(th_strf("%s/SKILL.md", sk), "skill"));
+}
+
+static void test_tree(void)
+{
+	const char *root = th_strf("%s/runs/nested", base);
+	worker_ws_t ws;
+	char err[512];
+	TH_REQUIRE(worker_ws_create(&ws, root, "run_tree1", err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(th_streq(ws.dir, th_strf("%s/run_tree1", root)));
+	TH_CHECK(th_streq(ws.workspace, th_strf("%s/workspace", ws.dir)));
+	TH_CHECK(th_streq(ws.assets, th_strf("%s/workspace/assets", ws.dir)));
+	TH_CHECK(th_streq(ws.skills, th_strf("%s/skills", ws.dir)));
+	TH_CHECK(th_streq(ws.meta, th_strf("%s/meta", ws.dir)));
+	struct stat st;
+	TH_CHECK(stat(ws.dir, &st) == 0 && (st.st_mode & 0777) == 0700, "mode %o", st.st_mode & 0777);
+	TH_CHECK(stat(ws.assets, &st) == 0 && S_ISDIR(st.st_mode));
+
+	worker_ws_t again;
+	TH_CHECK(worker_ws_create(&again, root, "run_tree1", err, sizeof(err)) == -1);
+	TH_CHECK(th_streq(err, th_strf("workspace: cannot create %s: File exists", ws.dir)), "%s", err);
+	TH_CHECK(worker_ws_create(&again, root, "../escape", err, sizeof(err)) == -1);
+	TH_CHECK(th_streq(err, "workspace: invalid run id"), "%s", err);
+
+	/* Removal: links are removed, never followed; unreadable dirs go too. */
+	const char *outside = th_strf("%s/outside", base);
+	TH_REQUIRE(mkdir(outside, 0700) == 0);
+	TH_REQUIRE(th_file_write(th_strf("%s/keep.txt", outside), "keep", 4) == 0);
+	TH_CHECK(symlink(outside, th_strf("%s/link-dir", ws.workspace)) == 0);
+	TH_CHECK(symlink(th_strf("%s/keep.txt", outside), th_strf("%s/link-file", ws.assets)) == 0);
+	const char *locked = th_strf("%s/locked", ws.workspace);
+	TH_CHECK(mkdir(locked, 0700) == 0);
+	TH_CHECK(th_file_write(th_strf("%s/inner", locked), "x", 1) == 0);
+	TH_CHECK(chmod(locked, 0) == 0);
+	TH_CHECK(worker_ws_remove(&ws) == 0);
+	TH_CHECK(access(ws.dir, F_OK) != 0, "run dir still there");
+	TH_CHECK(th_file_contains(th_strf("%s/keep.txt", outside), "keep"), "followed a link");
+	TH_CHECK(th_streq(list_dir(root), ""), "left: %s", list_dir(root));
+}
+
+int main(void)
+{
+	th_init("stages_workspace");
+	base = th_tmpdir();
+	TH_REQUIRE(base != NULL);
+	test_refusals();
+	test_good_bag();
+	test_tree();
+	return th_done();
+}

@@ -1,0 +1,222 @@
+/*
+ * worker/httpc.c - libcurl options, capped answer bodies and safe error
+ * messages shared by the stages that speak HTTP.
+ */
+#include "worker/httpc.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef RUNNEL_VERSION
+#define RUNNEL_VERSION "0"
+#endif
+
+size_t worker_httpc_body_write(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	worker_httpc_body_t *b = userdata;
+	size_t n = size * nmemb;
+	if (n > b->max - b->len || b->len > b->max) {
+		b->too_big = 1;
+		return 0;  /* stops the transfer with CURLE_WRITE_ERROR */
+	}
+	char *nd = realloc(b->data, b->len + n + 1);
+	if (!nd) {
+		b->oom = 1;
+		return 0;
+	}
+	memcpy(nd + b->len, ptr, n);
+	b->len += n;
+	nd[b->len] = '\0';
+	b->data = nd;
+	return n;
+}
+
+void worker_httpc_body_free(worker_httpc_body_t *b)
+{
+	free(b->data);
+	b->data = NULL;
+	b->len = 0;
+}
+
+void worker_httpc_setup(CURL *h, long connect_timeout_ms, long timeout_ms)
+{
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout_ms);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+	curl_easy_setopt(h, CURLOPT_USERAGENT, "runnel-worker/" RUNNEL_VERSION);
+	/* Never read credentials from ~/.netrc or the environment's proxies'
+	 * user info into a request we did not ask for. */
+	curl_easy_setopt(h, CURLOPT_NETRC, (long)CURL_NETRC_IGNORED);
+}
+
+static int url_parts(const char *url, CURLU **out)
+{
+	CURLU *u = curl_url();
+	if (!u)
+		return -1;
+	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK) {
+		curl_url_cleanup(u);
+		return -1;
+	}
+	char *scheme = NULL;
+	if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+	    (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)) {
+		curl_free(scheme);
+		curl_url_cleanup(u);
+		return -1;
+	}
+	curl_free(scheme);
+	*out = u;
+	return 0;
+}
+
+char *worker_httpc_join(const char *base, const char *leaf, char *errstr, size_t errstr_size)
+{
+	CURLU *u;
+	if (!base || url_parts(base, &u) != 0) {
+		snprintf(errstr, errstr_size, "agent_url is not a valid http(s) URL");
+		return NULL;
+	}
+	char *path = NULL, *full = NULL, *result = NULL;
+	if (curl_url_get(u, CURLUPART_PATH, &path, 0) != CURLUE_OK)
+		goto out;
+	size_t plen = strlen(path);
+	while (plen > 0 && path[plen - 1] == '/')
+		plen--;
+	size_t n = plen + strlen(leaf) + 2;
+	char *np = malloc(n);
+	if (!np)
+		goto out;
+	snprintf(np, n, "%.*s/%s", (int)plen, path, leaf);
+	CURLUcode rc = curl_url_set(u, CURLUPART_PATH, np, 0);
+	free(np);
+	if (rc != CURLUE_OK || curl_url_get(u, CURLUPART_URL, &full, 0) != CURLUE_OK)
+		goto out;
+	result = strdup(full);
+out:
+	if (!result)
+		snprintf(errstr, errstr_size, "agent_url is not a valid http(s) URL");
+	curl_free(path);
+	curl_free(full);
+	curl_url_cleanup(u);
+	return result;
+}
+
+void worker_httpc_safe_url(const char *url, char *out, size_t out_size)
+{
+	CURLU *u;
+	if (!url || url_parts(url, &u) != 0) {
+		snprintf(out, out_size, "(invalid URL)");
+		return;
+	}
+	char *scheme = NULL, *host = NULL, *port = NULL, *path = NULL;
+	curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
+	curl_url_get(u, CURLUPART_HOST, &host, 0);
+	curl_url_get(u, CURLUPART_PORT, &port, 0);
+	curl_url_get(u, CURLUPART_PATH, &path, 0);
+	snprintf(out, out_size, "%s://%s%s%s%s", scheme ? scheme : "?", host ? host : "?",
+	         port ? ":" : "", port ? port : "", path ? path : "/");
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(port);
+	curl_free(path);
+	curl_url_cleanup(u);
+}
+
+void worker_httpc_host_port(const char *url, char *out, size_t out_size)
+{
+	CURLU *u;
+	if (!url || url_parts(url, &u) != 0) {
+		snprintf(out, out_size, "?");
+		return;
+	}
+	char *host = NULL, *port = NULL;
+	curl_url_get(u, CURLUPART_HOST, &host, 0);
+	curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT);
+	snprintf(out, out_size, "%s:%s", host ? host : "?", port ? port : "?");
+	curl_free(host);
+	curl_free(port);
+	curl_url_cleanup(u);
+}
+
+void worker_httpc_describe(CURL *h, CURLcode rc, const char *url, long connect_timeout_ms,
+                           long timeout_ms, char *out, size_t out_size)
+{
+	char hp[300];
+	worker_httpc_host_port(url, hp, sizeof(hp));
+	long os_errno = 0;
+	curl_easy_getinfo(h, CURLINFO_OS_ERRNO, &os_errno);
+	curl_off_t connected_us = 0;
+	curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connected_us);
+
+	switch (rc) {
+	case CURLE_OPERATION_TIMEDOUT:
+		if (connected_us == 0 && connect_timeout_ms > 0 && connect_timeout_ms < timeout_ms)
+			snprintf(out, out_size, "could not connect to %s within %ld ms", hp, connect_timeout_ms);
+		else
+			snprintf(out, out_size, "timed out after %ld ms", timeout_ms);
+		break;
+	case CURLE_COULDNT_CONNECT:
+		snprintf(out, out_size, "could not connect to %s (%s)", hp,
+		         os_errno ? strerror((int)os_errno) : "connection failed");
+		break;
+	case CURLE_COULDNT_RESOLVE_HOST: {
+		char host[300];
+		snprintf(host, sizeof(host), "%s", hp);
+		char *colon = strrchr(host, ':');
+		if (colon)
+			*colon = '\0';
+		snprintf(out, out_size, "could not resolve host %s", host);
+		break;
+	}
+	case CURLE_UNSUPPORTED_PROTOCOL:
+		snprintf(out, out_size, "unsupported URL scheme (only http and https are allowed)");
+		break;
+	case CURLE_URL_MALFORMAT:
+		snprintf(out, out_size, "malformed URL");
+		break;
+	case CURLE_GOT_NOTHING:
+		snprintf(out, out_size, "the server closed the connection without answering");
+		break;
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+		snprintf(out, out_size, "connection to %s broke (%s)", hp,
+		         os_errno ? strerror((int)os_errno) : curl_easy_strerror(rc));
+		break;
+	case CURLE_PARTIAL_FILE:
+		snprintf(out, out_size, "the answer was cut short");
+		break;
+	case CURLE_TOO_MANY_REDIRECTS:
+		snprintf(out, out_size, "too many redirects");
+		break;
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CACERT_BADFILE:
+		snprintf(out, out_size, "TLS with %s failed (%s)", hp, curl_easy_strerror(rc));
+		break;
+	default:
+		/* curl_easy_strerror is generic text: it never quotes the URL. */
+		snprintf(out, out_size, "%s", curl_easy_strerror(rc));
+		break;
+	}
+}
+
+struct curl_slist *worker_httpc_bearer(const char *token)
+{
+	size_t n = strlen(token) + sizeof("Authorization: Bearer ");
+	char *h = malloc(n);
+	if (!h)
+		return NULL;
+	snprintf(h, n, "Authorization: Bearer %s", token);
+	struct curl_slist *l = curl_slist_append(NULL, h);
+	/* curl copied it; do not leave the token in freed heap memory. */
+	explicit_bzero(h, n);
+	free(h);
+	return l;
+}

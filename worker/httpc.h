@@ -1,0 +1,62 @@
+/*
+ * worker/httpc.h - what the stages that speak HTTP (bootstrap, workspace
+ * download, writeback) share about libcurl: the options every handle gets,
+ * a capped in-memory answer body, and error messages in words that never
+ * quote a URL's query string or an Authorization header.
+ *
+ * libcurl must be initialised once by main (curl_global_init) before any
+ * thread uses these.  @locality any thread; handles are not shared.
+ */
+#ifndef RUNNEL_WORKER_HTTPC_H
+#define RUNNEL_WORKER_HTTPC_H
+
+#include <stddef.h>
+#include <curl/curl.h>
+
+/* An answer body kept in memory, at most max bytes. */
+typedef struct worker_httpc_body {
+	char   *data;     /* NUL-terminated (malloc'd, owned) */
+	size_t  len;
+	size_t  max;
+	int     too_big;  /* the answer went over max: the transfer was stopped */
+	int     oom;
+} worker_httpc_body_t;
+
+/* CURLOPT_WRITEFUNCTION for a worker_httpc_body_t (CURLOPT_WRITEDATA). */
+size_t worker_httpc_body_write(char *ptr, size_t size, size_t nmemb, void *userdata);
+void   worker_httpc_body_free(worker_httpc_body_t *b);
+
+/*
+ * Options every request gets: http/https only (also on redirects), no
+ * signals (threads), no redirects (callers that allow some set them after),
+ * connect and total timeouts in ms, a User-Agent.
+ */
+void worker_httpc_setup(CURL *h, long connect_timeout_ms, long timeout_ms);
+
+/*
+ * agent_url + "/" + leaf, the leaf appended to the path (before any query
+ * string, which is kept).  malloc'd, or NULL with errstr when the URL is not
+ * a valid http(s) URL.
+ */
+char *worker_httpc_join(const char *base, const char *leaf, char *errstr, size_t errstr_size);
+
+/* "scheme://host[:port]/path": no user info, query or fragment. */
+void worker_httpc_safe_url(const char *url, char *out, size_t out_size);
+
+/* "host:port" of url (port filled in from the scheme), or "?" */
+void worker_httpc_host_port(const char *url, char *out, size_t out_size);
+
+/*
+ * Describes a failed transfer: "timed out after 30000 ms", "could not
+ * connect to 127.0.0.1:1 (Connection refused)", "could not resolve host
+ * ws.example", ...  url is the one the handle used (for host and port only).
+ */
+void worker_httpc_describe(CURL *h, CURLcode rc, const char *url, long connect_timeout_ms,
+                           long timeout_ms, char *out, size_t out_size);
+
+/* "Authorization: Bearer <token>" as a one-element list (free with
+ * curl_slist_free_all), or NULL on allocation failure.  The token only
+ * ever lives in this header. */
+struct curl_slist *worker_httpc_bearer(const char *token);
+
+#endif
