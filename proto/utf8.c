@@ -66,7 +66,9 @@ size_t proto_utf8_sanitize(char *dst, const char *src, size_t src_len, size_t bu
 	if (budget > src_len)
 		budget = src_len;
 	while (i < budget) {
-		k = proto_utf8_char(p + i, src_len - i);
+		/* NUL is valid UTF-8 but a JSON reader may refuse "\u0000"
+		 * (jansson does by default): it is replaced too. */
+		k = p[i] == 0 ? 0 : proto_utf8_char(p + i, src_len - i);
 		if (k == 0) {
 			memcpy(dst + o, "\xEF\xBF\xBD", 3);
 			o += 3;

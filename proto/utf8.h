@@ -18,7 +18,8 @@ int proto_utf8_valid(const char *s, size_t n);
 
 /*
  * Copies characters of src that start before budget into dst, as valid UTF-8:
- * each byte that does not start a valid character becomes U+FFFD, and a
+ * each byte that does not start a valid character, and each NUL byte,
+ * becomes U+FFFD, and a
  * character that would cross budget is left out (cut at a character
  * boundary).  src_len is the full input length, used to judge the last
  * character.  dst must hold 3 * budget bytes.  Returns the bytes written.
