@@ -1,0 +1,125 @@
+/*
+ * dispatcher/dispatcher.h - the dispatcher process as one object: the event
+ * loop and everything attached to it (HTTP server, Kafka producer, Redis
+ * command connection, tail pool, janitor thread, metrics), plus the helpers
+ * the route handlers share to answer requests.
+ *
+ *   http.c     server, routing, auth, CORS, JSON replies, request metrics
+ *   runs.c     the /v1/runs and /stream handlers (enqueue, get, cancel, events)
+ *   feed.c     a streaming answer (NDJSON or SSE) fed by the tail pool
+ *   janitor.c  background thread: lost-lease sweep, Kafka readiness probe
+ *
+ * @locality main (loop) thread unless a function says otherwise.
+ */
+#ifndef RUNNEL_DISPATCHER_DISPATCHER_H
+#define RUNNEL_DISPATCHER_DISPATCHER_H
+
+#include <stdarg.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <jansson.h>
+
+#include "common/metrics.h"
+#include "dispatcher/config.h"
+#include "dispatcher/producer.h"
+#include "dispatcher/store.h"
+#include "dispatcher/tail.h"
+
+/* Routes, as metric labels. */
+typedef enum {
+	DISPATCHER_ROUTE_STREAM = 0,
+	DISPATCHER_ROUTE_RUNS,      /* POST /v1/runs */
+	DISPATCHER_ROUTE_RUN,       /* GET /v1/runs/{id} */
+	DISPATCHER_ROUTE_EVENTS,
+	DISPATCHER_ROUTE_CANCEL,
+	DISPATCHER_ROUTE_HEALTHZ,
+	DISPATCHER_ROUTE_READYZ,
+	DISPATCHER_ROUTE_METRICS,
+	DISPATCHER_ROUTE_OTHER,     /* unknown routes, preflights, 413 */
+	DISPATCHER_ROUTE_COUNT
+} dispatcher_route_t;
+
+#define DISPATCHER_NSTATUS 15
+
+typedef struct dispatcher_janitor dispatcher_janitor_t;
+typedef struct dispatcher_feed dispatcher_feed_t;
+typedef struct dispatcher_enqueue dispatcher_enqueue_t;
+
+typedef struct dispatcher {
+	struct event_base          *base;
+	const dispatcher_config_t  *cfg;
+	rn_redis_url_t              redis_url;
+	struct evhttp              *http;
+	dispatcher_producer_t      *producer;
+	dispatcher_store_t         *store;
+	dispatcher_tail_t          *tail;
+	dispatcher_janitor_t       *janitor;
+	rn_metrics_t               *metrics;
+	rn_counter_t               *c_requests[DISPATCHER_ROUTE_COUNT][DISPATCHER_NSTATUS];
+	rn_gauge_t                 *g_streams;
+	rn_hist_t                  *h_enqueue;
+	rn_counter_t               *c_enqueued;
+	rn_counter_t               *c_enqueue_failed;
+	rn_counter_t               *c_cancels;
+	rn_counter_t               *c_lost;
+	dispatcher_feed_t          *feeds;     /* streaming answers in progress */
+	dispatcher_enqueue_t       *enqueues;  /* enqueues waiting on Redis/Kafka */
+	char                        bound[80]; /* "host:port" actually listened on */
+} dispatcher_t;
+
+/* Sets up everything on base.  0 or -1 with errstr. */
+int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_config_t *cfg,
+                    char *errstr, size_t errstr_size);
+/* Ends every open stream, flushes Kafka (up to flush_ms) and frees all. */
+void dispatcher_fini(dispatcher_t *d, int flush_ms);
+
+/* ---- answering (http.c) ---- */
+
+/* Counts one answer for /metrics. */
+void dispatcher_count(dispatcher_t *d, dispatcher_route_t route, int status);
+/* Adds the CORS headers an allowed Origin gets (nothing otherwise). */
+void dispatcher_cors(dispatcher_t *d, struct evhttp_request *req);
+/* Sends body (stolen; compact JSON + "\n") with status. */
+void dispatcher_reply_json(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
+                           int status, json_t *body);
+/* Sends {"error":{"code":code,"message":...}}. */
+void dispatcher_reply_error(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
+                            int status, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
+
+/* ---- handlers (runs.c) ---- */
+void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route);
+void dispatcher_runs_get(dispatcher_t *d, struct evhttp_request *req, const char *run_id);
+void dispatcher_runs_events(dispatcher_t *d, struct evhttp_request *req, const char *run_id);
+void dispatcher_runs_cancel(dispatcher_t *d, struct evhttp_request *req, const char *run_id);
+/* Forgets the enqueues in flight (their requests are answered 503). */
+void dispatcher_runs_abort_all(dispatcher_t *d);
+/* The request body as a pointer into evhttp's buffer (NUL not guaranteed). */
+const char *dispatcher_body(struct evhttp_request *req, size_t *len);
+
+/* ---- streaming answers (feed.c) ---- */
+
+/*
+ * Starts a 200 streaming answer on req (NDJSON, or SSE when sse) of run_id's
+ * entries after `after`, ending after the terminal line; with
+ * ended_already the answer is closed at once (the caller knows nothing
+ * follows).  cancel_on_close: the caller closing early writes a cancel
+ * (reason client_closed).  Takes over req.
+ */
+void dispatcher_feed_start(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
+                           const char *run_id, dispatcher_sid_t after, int sse,
+                           int cancel_on_close, int ended_already);
+/* Ends every stream (server shutdown; no cancel is written). */
+void dispatcher_feed_end_all(dispatcher_t *d);
+
+/* ---- janitor (janitor.c) ---- */
+
+/* Starts the background thread (own synchronous Redis connection). */
+dispatcher_janitor_t *dispatcher_janitor_start(dispatcher_t *d, char *errstr, size_t errstr_size);
+/* 1 when the last Kafka metadata probe succeeded.  Any thread. */
+int dispatcher_janitor_kafka_ok(dispatcher_janitor_t *j);
+void dispatcher_janitor_stop(dispatcher_janitor_t *j);
+
+#endif

@@ -1,0 +1,542 @@
+/*
+ * dispatcher/http.c - the HTTP server: evhttp on the shared loop, routing
+ * of SPEC §7's routes, bearer auth, CORS, JSON error answers, /healthz,
+ * /readyz, /metrics, and the wiring of every component in dispatcher_init.
+ */
+#include "dispatcher/dispatcher.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/keyvalq_struct.h>
+#include <sodium.h>
+
+#include "common/log.h"
+#include "proto/keys.h"
+
+static const int statuses[DISPATCHER_NSTATUS] = {
+	200, 202, 204, 400, 401, 403, 404, 405, 409, 413, 415, 500, 503, 504, 0,
+};
+
+static const char *const route_names[DISPATCHER_ROUTE_COUNT] = {
+	"stream", "runs_create", "run_get", "run_events", "run_cancel",
+	"healthz", "readyz", "metrics", "other",
+};
+
+void dispatcher_count(dispatcher_t *d, dispatcher_route_t route, int status)
+{
+	int i;
+
+	for (i = 0; i < DISPATCHER_NSTATUS - 1; i++)
+		if (statuses[i] == status)
+			break;
+	rn_counter_add(d->c_requests[route][i], 1);
+}
+
+/* 1 when origin is in the configured comma-separated list (or it is "*"). */
+static int origin_allowed(const dispatcher_t *d, const char *origin)
+{
+	const char *p = d->cfg->cors_origins;
+	size_t olen = strlen(origin);
+
+	if (p == NULL || *p == '\0')
+		return 0;
+	while (*p != '\0') {
+		const char *e = strchr(p, ',');
+		size_t n = e != NULL ? (size_t)(e - p) : strlen(p);
+
+		while (n > 0 && (*p == ' ' || *p == '\t')) {
+			p++;
+			n--;
+		}
+		while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+			n--;
+		if ((n == 1 && *p == '*') || (n == olen && strncasecmp(p, origin, n) == 0))
+			return 1;
+		if (e == NULL)
+			break;
+		p = e + 1;
+	}
+	return 0;
+}
+
+void dispatcher_cors(dispatcher_t *d, struct evhttp_request *req)
+{
+	const char *origin = evhttp_find_header(evhttp_request_get_input_headers(req), "Origin");
+	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+
+	if (origin == NULL || !origin_allowed(d, origin))
+		return;
+	evhttp_add_header(out, "Access-Control-Allow-Origin", origin);
+	evhttp_add_header(out, "Vary", "Origin");
+	evhttp_add_header(out, "Access-Control-Expose-Headers", "X-Runnel-Run-Id, Location");
+}
+
+void dispatcher_reply_json(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
+                           int status, json_t *body)
+{
+	struct evbuffer *buf = evbuffer_new();
+	char *text = json_dumps(body, JSON_COMPACT);
+
+	json_decref(body);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
+	dispatcher_cors(d, req);
+	if (buf != NULL && text != NULL) {
+		evbuffer_add(buf, text, strlen(text));
+		evbuffer_add(buf, "\n", 1);
+	}
+	free(text);
+	dispatcher_count(d, route, status);
+	evhttp_send_reply(req, status, NULL, buf);
+	if (buf != NULL)
+		evbuffer_free(buf);
+}
+
+void dispatcher_reply_error(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
+                            int status, const char *code, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	dispatcher_reply_json(d, req, route, status,
+	                      json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg));
+}
+
+/* Constant time: both sides are hashed first so that even their lengths
+ * take the same path through sodium_memcmp. */
+static int token_ok(const dispatcher_t *d, struct evhttp_request *req)
+{
+	const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+	unsigned char a[32], b[32];
+	const char *tok;
+	int ok;
+
+	if (d->cfg->api_token == NULL)
+		return 1;
+	if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
+		return 0;
+	tok = h + 7;
+	while (*tok == ' ')
+		tok++;
+	crypto_generichash(a, sizeof a, (const unsigned char *)tok, strlen(tok), NULL, 0);
+	crypto_generichash(b, sizeof b, (const unsigned char *)d->cfg->api_token,
+	                   strlen(d->cfg->api_token), NULL, 0);
+	ok = sodium_memcmp(a, b, sizeof a) == 0;
+	sodium_memzero(a, sizeof a);
+	sodium_memzero(b, sizeof b);
+	return ok;
+}
+
+static void reply_text(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
+                       int status, const char *ctype, const char *text, size_t len)
+{
+	struct evbuffer *buf = evbuffer_new();
+
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", ctype);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
+	dispatcher_cors(d, req);
+	if (buf != NULL)
+		evbuffer_add(buf, text, len);
+	dispatcher_count(d, route, status);
+	evhttp_send_reply(req, status, NULL, buf);
+	if (buf != NULL)
+		evbuffer_free(buf);
+}
+
+static void handle_readyz(dispatcher_t *d, struct evhttp_request *req)
+{
+	int kafka = dispatcher_janitor_kafka_ok(d->janitor);
+	int redis = dispatcher_store_ready(d->store);
+	int ok = kafka && redis;
+
+	dispatcher_reply_json(d, req, DISPATCHER_ROUTE_READYZ, ok ? 200 : 503,
+	                      json_pack("{s:s,s:s,s:s}", "status", ok ? "ok" : "unavailable",
+	                                "kafka", kafka ? "ok" : "down", "redis", redis ? "ok" : "down"));
+}
+
+static void handle_metrics(dispatcher_t *d, struct evhttp_request *req)
+{
+	size_t len = 0;
+	char *text;
+
+	text = rn_metrics_render(d->metrics, &len);
+	if (text == NULL) {
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_METRICS, 500, "internal", "metrics: out of memory");
+		return;
+	}
+	reply_text(d, req, DISPATCHER_ROUTE_METRICS, 200, "text/plain; version=0.0.4", text, len);
+	free(text);
+}
+
+static void method_not_allowed(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
+                               const char *allow)
+{
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+	dispatcher_reply_error(d, req, route, 405, "method_not_allowed", "method: %s only", allow);
+}
+
+static const char *method_name(enum evhttp_cmd_type m)
+{
+	switch (m) {
+	case EVHTTP_REQ_GET:     return "GET";
+	case EVHTTP_REQ_POST:    return "POST";
+	case EVHTTP_REQ_HEAD:    return "HEAD";
+	case EVHTTP_REQ_PUT:     return "PUT";
+	case EVHTTP_REQ_DELETE:  return "DELETE";
+	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+	case EVHTTP_REQ_PATCH:   return "PATCH";
+	default:                 return "OTHER";
+	}
+}
+
+/* A route: which handler, which methods (the first is the one served). */
+typedef struct match {
+	dispatcher_route_t route;
+	const char        *allow;    /* Allow header */
+	enum evhttp_cmd_type method;
+	char               run_id[PROTO_RUN_ID_MAX + 1];
+	int                bad_id;
+	int                found;
+} match_t;
+
+static void match_path(const char *path, match_t *m)
+{
+	static const char runs[] = "/v1/runs/";
+	const char *rest, *slash;
+	size_t idlen;
+
+	memset(m, 0, sizeof *m);
+	m->route = DISPATCHER_ROUTE_OTHER;
+	if (path == NULL)
+		return;
+	m->found = 1;
+	if (strcmp(path, "/stream") == 0) {
+		m->route = DISPATCHER_ROUTE_STREAM;
+		m->allow = "POST, OPTIONS";
+		m->method = EVHTTP_REQ_POST;
+		return;
+	}
+	if (strcmp(path, "/v1/runs") == 0) {
+		m->route = DISPATCHER_ROUTE_RUNS;
+		m->allow = "POST, OPTIONS";
+		m->method = EVHTTP_REQ_POST;
+		return;
+	}
+	if (strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0 || strcmp(path, "/metrics") == 0) {
+		m->route = path[1] == 'h' ? DISPATCHER_ROUTE_HEALTHZ :
+		           path[1] == 'r' ? DISPATCHER_ROUTE_READYZ : DISPATCHER_ROUTE_METRICS;
+		m->allow = "GET, OPTIONS";
+		m->method = EVHTTP_REQ_GET;
+		return;
+	}
+	if (strncmp(path, runs, sizeof runs - 1) == 0) {
+		rest = path + sizeof runs - 1;
+		slash = strchr(rest, '/');
+		idlen = slash != NULL ? (size_t)(slash - rest) : strlen(rest);
+		if (slash == NULL) {
+			m->route = DISPATCHER_ROUTE_RUN;
+			m->allow = "GET, OPTIONS";
+			m->method = EVHTTP_REQ_GET;
+		} else if (strcmp(slash, "/events") == 0) {
+			m->route = DISPATCHER_ROUTE_EVENTS;
+			m->allow = "GET, OPTIONS";
+			m->method = EVHTTP_REQ_GET;
+		} else if (strcmp(slash, "/cancel") == 0) {
+			m->route = DISPATCHER_ROUTE_CANCEL;
+			m->allow = "POST, OPTIONS";
+			m->method = EVHTTP_REQ_POST;
+		} else {
+			m->found = 0;
+			return;
+		}
+		if (idlen == 0 || idlen > PROTO_RUN_ID_MAX) {
+			m->bad_id = 1;
+			return;
+		}
+		memcpy(m->run_id, rest, idlen);
+		m->run_id[idlen] = '\0';
+		if (!proto_run_id_valid(m->run_id))
+			m->bad_id = 1;
+		return;
+	}
+	m->found = 0;
+}
+
+static void preflight(dispatcher_t *d, struct evhttp_request *req, const match_t *m)
+{
+	const char *origin = evhttp_find_header(evhttp_request_get_input_headers(req), "Origin");
+	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+
+	evhttp_add_header(out, "Allow", m->allow);
+	if (origin != NULL && !origin_allowed(d, origin)) {
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_OTHER, 403, "forbidden", "origin: not allowed");
+		return;
+	}
+	if (origin != NULL) {
+		evhttp_add_header(out, "Access-Control-Allow-Methods", m->allow);
+		evhttp_add_header(out, "Access-Control-Allow-Headers",
+		                  "Authorization, Content-Type, Accept, Last-Event-ID");
+		evhttp_add_header(out, "Access-Control-Max-Age", "600");
+	}
+	dispatcher_cors(d, req);
+	dispatcher_count(d, DISPATCHER_ROUTE_OTHER, 204);
+	evhttp_send_reply(req, 204, "No Content", NULL);
+}
+
+/* Missing Content-Type is accepted (a body is still parsed as JSON);
+ * anything else must be application/json or a +json type. */
+static int content_type_ok(struct evhttp_request *req)
+{
+	const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
+	size_t n;
+
+	if (ct == NULL)
+		return 1;
+	while (*ct == ' ')
+		ct++;
+	n = strcspn(ct, "; \t");
+	if (n == 16 && strncasecmp(ct, "application/json", 16) == 0)
+		return 1;
+	if (n > 5 && strncasecmp(ct + n - 5, "+json", 5) == 0)
+		return 1;
+	return 0;
+}
+
+const char *dispatcher_body(struct evhttp_request *req, size_t *len)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+
+	*len = evbuffer_get_length(in);
+	if (*len == 0)
+		return "";
+	return (const char *)evbuffer_pullup(in, -1);
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+	dispatcher_t *d = arg;
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+	enum evhttp_cmd_type method = evhttp_request_get_command(req);
+	match_t m;
+
+	match_path(uri != NULL ? evhttp_uri_get_path(uri) : NULL, &m);
+	rn_log_debug(m.run_id[0] ? m.run_id : NULL, "http_request", "%s %s",
+	             method_name(method), route_names[m.route]);
+	if (!m.found) {
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_OTHER, 404, "not_found", "route: no such route");
+		return;
+	}
+	if (method == EVHTTP_REQ_OPTIONS) {
+		preflight(d, req, &m);
+		return;
+	}
+	if (method != m.method) {
+		method_not_allowed(d, req, m.route, m.allow);
+		return;
+	}
+	if (m.route == DISPATCHER_ROUTE_HEALTHZ) {
+		dispatcher_reply_json(d, req, m.route, 200, json_pack("{s:s}", "status", "ok"));
+		return;
+	}
+	if (!token_ok(d, req)) {
+		evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+		dispatcher_reply_error(d, req, m.route, 401, "unauthorized",
+		                       "authorization: a valid bearer token is required");
+		return;
+	}
+	if (m.bad_id) {
+		dispatcher_reply_error(d, req, m.route, 400, "bad_request",
+		                       "run_id: must match [A-Za-z0-9_-]{1,%d}", PROTO_RUN_ID_MAX);
+		return;
+	}
+	if (method == EVHTTP_REQ_POST && evbuffer_get_length(evhttp_request_get_input_buffer(req)) > 0 &&
+	    !content_type_ok(req)) {
+		dispatcher_reply_error(d, req, m.route, 415, "unsupported_media_type",
+		                       "content-type: must be application/json");
+		return;
+	}
+	switch (m.route) {
+	case DISPATCHER_ROUTE_STREAM:
+	case DISPATCHER_ROUTE_RUNS:
+		dispatcher_runs_create(d, req, m.route);
+		break;
+	case DISPATCHER_ROUTE_RUN:
+		dispatcher_runs_get(d, req, m.run_id);
+		break;
+	case DISPATCHER_ROUTE_EVENTS:
+		dispatcher_runs_events(d, req, m.run_id);
+		break;
+	case DISPATCHER_ROUTE_CANCEL:
+		dispatcher_runs_cancel(d, req, m.run_id);
+		break;
+	case DISPATCHER_ROUTE_READYZ:
+		handle_readyz(d, req);
+		break;
+	case DISPATCHER_ROUTE_METRICS:
+		handle_metrics(d, req);
+		break;
+	default:
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_OTHER, 404, "not_found", "route: no such route");
+		break;
+	}
+}
+
+static void register_metrics(dispatcher_t *d)
+{
+	char labels[96];
+
+	for (int r = 0; r < DISPATCHER_ROUTE_COUNT; r++)
+		for (int s = 0; s < DISPATCHER_NSTATUS; s++) {
+			if (statuses[s] != 0)
+				snprintf(labels, sizeof labels, "route=\"%s\",status=\"%d\"", route_names[r], statuses[s]);
+			else
+				snprintf(labels, sizeof labels, "route=\"%s\",status=\"other\"", route_names[r]);
+			d->c_requests[r][s] = rn_metrics_counter(d->metrics, "runnel_dispatcher_requests_total",
+			                                         "HTTP answers by route and status", labels);
+		}
+	d->g_streams = rn_metrics_gauge(d->metrics, "runnel_dispatcher_active_streams",
+	                                "Streaming answers (/stream and events) in progress", NULL);
+	d->h_enqueue = rn_metrics_histogram(d->metrics, "runnel_dispatcher_enqueue_seconds",
+	                                    "Request received to Kafka delivery report",
+	                                    NULL, rn_metrics_latency_bounds, rn_metrics_latency_nbounds);
+	d->c_enqueued = rn_metrics_counter(d->metrics, "runnel_dispatcher_enqueued_total",
+	                                   "Jobs Kafka confirmed", NULL);
+	d->c_enqueue_failed = rn_metrics_counter(d->metrics, "runnel_dispatcher_enqueue_failed_total",
+	                                         "Jobs Kafka did not take (answered 503)", NULL);
+	d->c_cancels = rn_metrics_counter(d->metrics, "runnel_dispatcher_cancels_total",
+	                                  "Cancel control messages written", NULL);
+	d->c_lost = rn_metrics_counter(d->metrics, "runnel_dispatcher_lost_runs_total",
+	                               "Runs the lost-lease sweep of this dispatcher ended", NULL);
+}
+
+/* Splits "host:port" / "[v6]:port". */
+static int split_listen(const char *s, char *host, size_t hsize, unsigned short *port)
+{
+	const char *colon = strrchr(s, ':');
+	size_t hl;
+	char *end = NULL;
+	long p;
+
+	if (colon == NULL)
+		return -1;
+	hl = (size_t)(colon - s);
+	if (hl >= 2 && s[0] == '[' && s[hl - 1] == ']') {
+		s++;
+		hl -= 2;
+	}
+	if (hl == 0 || hl >= hsize)
+		return -1;
+	memcpy(host, s, hl);
+	host[hl] = '\0';
+	p = strtol(colon + 1, &end, 10);
+	if (end == colon + 1 || *end != '\0' || p < 0 || p > 65535)
+		return -1;
+	*port = (unsigned short)p;
+	return 0;
+}
+
+int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_config_t *cfg,
+                    char *errstr, size_t errstr_size)
+{
+	char host[64];
+	unsigned short port;
+	struct evhttp_bound_socket *sock;
+	char uerr[160];
+
+	memset(d, 0, sizeof *d);
+	d->base = base;
+	d->cfg = cfg;
+	if (rn_redis_url_parse(cfg->redis_url, &d->redis_url, uerr, sizeof uerr) < 0) {
+		snprintf(errstr, errstr_size, "--redis-url/RUNNEL_REDIS_URL: %s", uerr);
+		return -1;
+	}
+	if (split_listen(cfg->listen, host, sizeof host, &port) < 0) {
+		snprintf(errstr, errstr_size, "--listen/RUNNEL_LISTEN: expected host:port");
+		return -1;
+	}
+	d->metrics = rn_metrics_new();
+	if (d->metrics == NULL) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	register_metrics(d);
+	d->producer = dispatcher_producer_new(base, cfg, errstr, errstr_size);
+	if (d->producer == NULL)
+		return -1;
+	d->store = dispatcher_store_new(base, &d->redis_url, cfg->key_prefix, errstr, errstr_size);
+	if (d->store == NULL)
+		return -1;
+	d->tail = dispatcher_tail_new(base, &d->redis_url, cfg->key_prefix, (int)cfg->tail_connections,
+	                              cfg->tail_block_ms, cfg->tail_batch, d->store, d->metrics);
+	if (d->tail == NULL) {
+		snprintf(errstr, errstr_size, "cannot set up the tail connections");
+		return -1;
+	}
+	d->http = evhttp_new(base);
+	if (d->http == NULL) {
+		snprintf(errstr, errstr_size, "evhttp_new failed");
+		return -1;
+	}
+	evhttp_set_allowed_methods(d->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+	                           EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+	                           EVHTTP_REQ_PATCH);
+	evhttp_set_max_body_size(d->http, cfg->max_body);
+	evhttp_set_max_headers_size(d->http, 64 * 1024);
+	evhttp_set_default_content_type(d->http, NULL);
+	evhttp_set_gencb(d->http, on_request, d);
+	sock = evhttp_bind_socket_with_handle(d->http, host, port);
+	if (sock == NULL) {
+		snprintf(errstr, errstr_size, "cannot listen on %s", cfg->listen);
+		return -1;
+	}
+	{
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof ss;
+		evutil_socket_t fd = evhttp_bound_socket_get_fd(sock);
+		int bport = port;
+
+		if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+			if (ss.ss_family == AF_INET)
+				bport = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+			else if (ss.ss_family == AF_INET6)
+				bport = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+		}
+		snprintf(d->bound, sizeof d->bound, "%s:%d", host, bport);
+	}
+	d->janitor = dispatcher_janitor_start(d, errstr, errstr_size);
+	if (d->janitor == NULL)
+		return -1;
+	return 0;
+}
+
+void dispatcher_fini(dispatcher_t *d, int flush_ms)
+{
+	dispatcher_janitor_stop(d->janitor);
+	d->janitor = NULL;
+	if (d->http != NULL) {
+		dispatcher_feed_end_all(d);
+		dispatcher_runs_abort_all(d);
+	}
+	/* Delivery callbacks of aborted enqueues only free their state now. */
+	dispatcher_producer_free(d->producer, flush_ms);
+	d->producer = NULL;
+	if (d->http != NULL)
+		evhttp_free(d->http);
+	d->http = NULL;
+	dispatcher_tail_free(d->tail);
+	d->tail = NULL;
+	dispatcher_store_free(d->store);
+	d->store = NULL;
+	rn_metrics_free(d->metrics);
+	d->metrics = NULL;
+}

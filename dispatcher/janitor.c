@@ -1,0 +1,188 @@
+/*
+ * dispatcher/janitor.c - the dispatcher's background thread: the lost-lease
+ * sweep (common/runstate.h), so that a run whose worker died still ends
+ * with worker_lost even when no worker is alive, and the Kafka readiness
+ * probe (rd_kafka_metadata blocks, so it stays off the loop).  It has its
+ * own synchronous Redis connection.
+ */
+#include "dispatcher/dispatcher.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/runstate.h"
+
+#define KAFKA_PROBE_MS 2000
+
+struct dispatcher_janitor {
+	dispatcher_t   *d;
+	pthread_t       thread;
+	pthread_mutex_t lock;
+	pthread_cond_t  cond;
+	int             stop;
+	_Atomic int     kafka_ok;
+	redisContext   *rc;
+	int             redis_logged;
+};
+
+static void on_lost(const char *run_id, void *arg)
+{
+	dispatcher_janitor_t *j = arg;
+
+	rn_counter_add(j->d->c_lost, 1);
+	rn_log_warn(run_id, "run_lost", "the run's lease expired: ended worker_lost");
+}
+
+static redisContext *redis_connect(dispatcher_janitor_t *j)
+{
+	const rn_redis_url_t *u = &j->d->redis_url;
+	struct timeval tv = { 1, 0 };
+	redisContext *c = redisConnectWithTimeout(u->host, u->port, tv);
+	redisReply *r;
+
+	if (c == NULL || c->err) {
+		if (!j->redis_logged)
+			rn_log_warn(NULL, "sweep_redis_down", "cannot connect: %s", c != NULL ? c->errstr : "out of memory");
+		j->redis_logged = 1;
+		if (c != NULL)
+			redisFree(c);
+		return NULL;
+	}
+	redisSetTimeout(c, (struct timeval){ 5, 0 });
+	if (u->password[0] != '\0') {
+		r = redisCommand(c, "AUTH %s", u->password);
+		if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+			if (r != NULL)
+				freeReplyObject(r);
+			redisFree(c);
+			return NULL;
+		}
+		freeReplyObject(r);
+	}
+	if (u->db != 0) {
+		r = redisCommand(c, "SELECT %d", u->db);
+		if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+			if (r != NULL)
+				freeReplyObject(r);
+			redisFree(c);
+			return NULL;
+		}
+		freeReplyObject(r);
+	}
+	r = redisCommand(c, "CLIENT SETNAME runnel-dispatcher-sweep");
+	if (r != NULL)
+		freeReplyObject(r);
+	if (j->redis_logged)
+		rn_log_info(NULL, "sweep_redis_up", "connected");
+	j->redis_logged = 0;
+	return c;
+}
+
+static void sweep(dispatcher_janitor_t *j)
+{
+	char err[256];
+
+	if (j->rc == NULL && (j->rc = redis_connect(j)) == NULL)
+		return;
+	if (rn_runstate_sweep(j->rc, j->d->cfg->key_prefix, j->d->cfg->retention_sec, 100,
+	                      on_lost, j, err, sizeof err) < 0) {
+		rn_log_warn(NULL, "sweep_failed", "%s", err);
+		redisFree(j->rc);
+		j->rc = NULL;
+	}
+}
+
+static void probe_kafka(dispatcher_janitor_t *j)
+{
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_resp_err_t err;
+
+	err = rd_kafka_metadata(dispatcher_producer_handle(j->d->producer), 0, NULL, &md, KAFKA_PROBE_MS);
+	if (md != NULL)
+		rd_kafka_metadata_destroy(md);
+	atomic_store(&j->kafka_ok, err == RD_KAFKA_RESP_ERR_NO_ERROR);
+}
+
+static void *janitor_main(void *arg)
+{
+	dispatcher_janitor_t *j = arg;
+	int64_t next_probe = 0;
+
+	pthread_mutex_lock(&j->lock);
+	while (!j->stop) {
+		struct timespec ts;
+		int64_t now;
+
+		pthread_mutex_unlock(&j->lock);
+		now = rn_mono_ms();
+		if (now >= next_probe) {
+			probe_kafka(j);
+			next_probe = rn_mono_ms() + KAFKA_PROBE_MS;
+		}
+		sweep(j);
+		pthread_mutex_lock(&j->lock);
+		if (j->stop)
+			break;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += j->d->cfg->sweep_ms / 1000;
+		ts.tv_nsec += (j->d->cfg->sweep_ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+	}
+	pthread_mutex_unlock(&j->lock);
+	if (j->rc != NULL)
+		redisFree(j->rc);
+	j->rc = NULL;
+	return NULL;
+}
+
+dispatcher_janitor_t *dispatcher_janitor_start(dispatcher_t *d, char *errstr, size_t errstr_size)
+{
+	dispatcher_janitor_t *j = calloc(1, sizeof *j);
+	int rc;
+
+	if (j == NULL) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	j->d = d;
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_cond_init(&j->cond, NULL);
+	rc = pthread_create(&j->thread, NULL, janitor_main, j);
+	if (rc != 0) {
+		snprintf(errstr, errstr_size, "pthread_create: %s", strerror(rc));
+		pthread_mutex_destroy(&j->lock);
+		pthread_cond_destroy(&j->cond);
+		free(j);
+		return NULL;
+	}
+	return j;
+}
+
+int dispatcher_janitor_kafka_ok(dispatcher_janitor_t *j)
+{
+	return j != NULL && atomic_load(&j->kafka_ok);
+}
+
+void dispatcher_janitor_stop(dispatcher_janitor_t *j)
+{
+	if (j == NULL)
+		return;
+	pthread_mutex_lock(&j->lock);
+	j->stop = 1;
+	pthread_cond_signal(&j->cond);
+	pthread_mutex_unlock(&j->lock);
+	pthread_join(j->thread, NULL);
+	pthread_mutex_destroy(&j->lock);
+	pthread_cond_destroy(&j->cond);
+	free(j);
+}

@@ -1,0 +1,81 @@
+/*
+ * dispatcher/main.c - runnel-dispatcher: parse the configuration, run the
+ * event loop until SIGTERM/SIGINT, then end open streams, flush Kafka and
+ * exit.  The only place that prints or exits.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "common/log.h"
+#include "dispatcher/config.h"
+#include "dispatcher/dispatcher.h"
+#include "proto/job.h"
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct event_base *base = arg;
+
+	(void)what;
+	rn_log_info(NULL, "shutdown", "signal %d: stopping", (int)sig);
+	event_base_loopbreak(base);
+}
+
+int main(int argc, char **argv)
+{
+	dispatcher_config_t cfg;
+	dispatcher_t d;
+	struct event_base *base;
+	struct event *ev_term, *ev_int;
+	char err[512];
+	int rc;
+
+	memset(&cfg, 0, sizeof cfg);
+	rn_log_init("dispatcher", RN_LOG_INFO);
+	rc = dispatcher_config_parse(&cfg, argc, argv, stdout, err, sizeof err);
+	if (rc != 0) {
+		if (rc < 0)
+			fprintf(stderr, "runnel-dispatcher: %s\n", err);
+		dispatcher_config_free(&cfg);
+		return rc < 0 ? 2 : 0;
+	}
+	rn_log_init("dispatcher", (rn_log_level_t)rn_log_level_parse(cfg.log_level));
+	if (proto_sodium_init() < 0) {
+		fprintf(stderr, "runnel-dispatcher: libsodium cannot initialise\n");
+		dispatcher_config_free(&cfg);
+		return 1;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	base = event_base_new();
+	if (base == NULL) {
+		fprintf(stderr, "runnel-dispatcher: event_base_new failed\n");
+		dispatcher_config_free(&cfg);
+		return 1;
+	}
+	if (dispatcher_init(&d, base, &cfg, err, sizeof err) < 0) {
+		rn_log_error(NULL, "start_failed", "%s", err);
+		fprintf(stderr, "runnel-dispatcher: %s\n", err);
+		dispatcher_fini(&d, 0);
+		event_base_free(base);
+		dispatcher_config_free(&cfg);
+		return 1;
+	}
+	ev_term = evsignal_new(base, SIGTERM, on_signal, base);
+	ev_int = evsignal_new(base, SIGINT, on_signal, base);
+	event_add(ev_term, NULL);
+	event_add(ev_int, NULL);
+	rn_log_info(NULL, "listening", "http://%s (kafka %s, topic %s, redis %s:%d, prefix %s, %s jobs, auth %s)",
+	            d.bound, cfg.kafka_brokers, cfg.jobs_topic, d.redis_url.host, d.redis_url.port,
+	            cfg.key_prefix, cfg.sealed ? "sealed" : "unsealed", cfg.api_token ? "on" : "off");
+	event_base_dispatch(base);
+	dispatcher_fini(&d, 5000);
+	event_free(ev_term);
+	event_free(ev_int);
+	event_base_free(base);
+	dispatcher_config_free(&cfg);
+	rn_log_info(NULL, "stopped", "bye");
+	return 0;
+}

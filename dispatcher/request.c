@@ -1,0 +1,187 @@
+/*
+ * dispatcher/request.c - request bodies to jobs (see request.h).
+ */
+#include "dispatcher/request.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "proto/keys.h"
+
+static const char *const known[] = {
+	"agent_url", "otp_setup", "otp_run", "otp_upload", "prompt",
+	"run_id", "caller", "max_runtime_sec", "meta", NULL,
+};
+
+static int is_known(const char *k)
+{
+	for (size_t i = 0; known[i] != NULL; i++)
+		if (strcmp(known[i], k) == 0)
+			return 1;
+	return 0;
+}
+
+/*
+ * jansson reports a duplicate key as "duplicate object key near '"name"'".
+ * Name the field when it is one we know; never echo arbitrary input.
+ */
+static void duplicate_error(const json_error_t *jerr, char *errstr, size_t errstr_size)
+{
+	const char *p = strstr(jerr->text, "'\"");
+
+	if (p != NULL) {
+		char name[32];
+		size_t n;
+		const char *q = strstr(p + 2, "\"'");
+
+		if (q != NULL && (n = (size_t)(q - (p + 2))) < sizeof name) {
+			memcpy(name, p + 2, n);
+			name[n] = '\0';
+			if (is_known(name)) {
+				snprintf(errstr, errstr_size, "%s: duplicate key", name);
+				return;
+			}
+		}
+	}
+	snprintf(errstr, errstr_size, "body: duplicate key");
+}
+
+/* Copies a required or optional string field.  1 set, 0 absent, -1 error. */
+static int get_string(json_t *root, const char *name, int required, int nullable,
+                      char **dst, char *errstr, size_t errstr_size)
+{
+	json_t *v = json_object_get(root, name);
+
+	if (v == NULL || (nullable && json_is_null(v))) {
+		if (required) {
+			snprintf(errstr, errstr_size, "%s: missing", name);
+			return -1;
+		}
+		return 0;
+	}
+	if (!json_is_string(v)) {
+		snprintf(errstr, errstr_size, "%s: must be a string%s", name, nullable ? " or null" : "");
+		return -1;
+	}
+	if (memchr(json_string_value(v), '\0', json_string_length(v)) != NULL) {
+		snprintf(errstr, errstr_size, "%s: contains a NUL character", name);
+		return -1;
+	}
+	*dst = strdup(json_string_value(v));
+	if (*dst == NULL) {
+		snprintf(errstr, errstr_size, "%s: out of memory", name);
+		return -1;
+	}
+	return 1;
+}
+
+int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t mode,
+                             int64_t max_runtime_cap, int64_t now_ms, proto_job_t *job,
+                             char *errstr, size_t errstr_size)
+{
+	json_error_t jerr;
+	json_t *root, *v;
+	const char *k;
+	char *run_id = NULL;
+	int rc = -1;
+
+	memset(job, 0, sizeof *job);
+	job->v = PROTO_JOB_VERSION;
+	job->enqueued_at = now_ms;
+	if (len == 0) {
+		snprintf(errstr, errstr_size, "body: empty (expected a JSON object)");
+		return -1;
+	}
+	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (root == NULL) {
+		if (json_error_code(&jerr) == json_error_duplicate_key)
+			duplicate_error(&jerr, errstr, errstr_size);
+		else
+			snprintf(errstr, errstr_size, "body: not valid JSON (line %d, column %d)",
+			         jerr.line, jerr.column);
+		return -1;
+	}
+	if (!json_is_object(root)) {
+		snprintf(errstr, errstr_size, "body: must be a JSON object");
+		goto out;
+	}
+	if (mode == DISPATCHER_REQ_STRICT) {
+		json_object_foreach(root, k, v) {
+			if (!is_known(k)) {
+				/* The name is the caller's own text: quote a short, safe prefix. */
+				char name[40];
+				size_t i;
+
+				for (i = 0; k[i] != '\0' && i < sizeof name - 1; i++)
+					name[i] = (k[i] >= 0x20 && k[i] < 0x7f) ? k[i] : '?';
+				name[i] = '\0';
+				snprintf(errstr, errstr_size, "%s: unknown field", name);
+				goto out;
+			}
+		}
+	}
+	if (get_string(root, "agent_url", 1, 0, &job->agent_url, errstr, errstr_size) < 0 ||
+	    get_string(root, "otp_setup", 1, 0, &job->otp_setup, errstr, errstr_size) < 0 ||
+	    get_string(root, "otp_run", 1, 0, &job->otp_run, errstr, errstr_size) < 0 ||
+	    get_string(root, "otp_upload", 0, 1, &job->otp_upload, errstr, errstr_size) < 0 ||
+	    get_string(root, "prompt", 1, 0, &job->prompt, errstr, errstr_size) < 0 ||
+	    get_string(root, "caller", 0, 0, &job->caller, errstr, errstr_size) < 0 ||
+	    get_string(root, "run_id", 0, 0, &run_id, errstr, errstr_size) < 0)
+		goto out;
+	if (run_id != NULL) {
+		if (!proto_run_id_valid(run_id)) {
+			snprintf(errstr, errstr_size, "run_id: must match [A-Za-z0-9_-]{1,%d}", PROTO_RUN_ID_MAX);
+			goto out;
+		}
+		snprintf(job->run_id, sizeof job->run_id, "%s", run_id);
+	} else {
+		char minted[27];
+
+		proto_run_id_mint(minted);
+		snprintf(job->run_id, sizeof job->run_id, "%s", minted);
+	}
+	v = json_object_get(root, "max_runtime_sec");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_integer(v) || json_integer_value(v) <= 0) {
+			snprintf(errstr, errstr_size, "max_runtime_sec: must be a positive integer");
+			goto out;
+		}
+		if (json_integer_value(v) > max_runtime_cap) {
+			snprintf(errstr, errstr_size, "max_runtime_sec: over this dispatcher's cap of %" PRId64,
+			         max_runtime_cap);
+			goto out;
+		}
+		job->max_runtime_sec = json_integer_value(v);
+	}
+	v = json_object_get(root, "meta");
+	if (v != NULL && !json_is_null(v)) {
+		if (mode == DISPATCHER_REQ_STRICT && !json_is_object(v)) {
+			snprintf(errstr, errstr_size, "meta: must be an object");
+			goto out;
+		}
+		if (json_is_object(v))
+			job->meta = json_deep_copy(v);
+	}
+	if (mode == DISPATCHER_REQ_LENIENT) {
+		json_object_foreach(root, k, v) {
+			if (is_known(k) && !(strcmp(k, "meta") == 0 && !json_is_object(v) && !json_is_null(v)))
+				continue;
+			if (job->meta == NULL && (job->meta = json_object()) == NULL) {
+				snprintf(errstr, errstr_size, "body: out of memory");
+				goto out;
+			}
+			json_object_set(job->meta, k, v);
+		}
+	}
+	if (proto_job_validate(job, errstr, errstr_size) < 0)
+		goto out;
+	rc = 0;
+out:
+	free(run_id);
+	json_decref(root);
+	return rc;
+}

@@ -1,0 +1,497 @@
+/*
+ * dispatcher/runs.c - the run routes: enqueue (POST /v1/runs and the first
+ * half of POST /stream), GET /v1/runs/{id}, the events tail and cancel.
+ *
+ * Enqueue, step by step, each step asynchronous on the loop:
+ *   body -> job (request.c, 400 on any fault)
+ *   -> create the state hash unless the id is taken (409)      [Redis]
+ *   -> serialize (sealed with the job key) and produce         [Kafka]
+ *   -> delivery report: 202, or the stream starts; a failure is a 503 and
+ *      the queued state hash is removed again when Kafka certainly does
+ *      not have the job.
+ * A caller that leaves meanwhile is remembered: a /stream whose job was
+ * delivered after its caller left gets a cancel (client_closed).
+ */
+#include "dispatcher/dispatcher.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <event2/buffer.h>
+#include <event2/keyvalq_struct.h>
+#include <sodium.h>
+
+#include "common/log.h"
+#include "dispatcher/request.h"
+#include "proto/control.h"
+#include "proto/keys.h"
+
+struct dispatcher_enqueue {
+	dispatcher_enqueue_t     *next, *prev;
+	dispatcher_t             *d;
+	struct evhttp_request    *req;      /* NULL once the caller left */
+	struct evhttp_connection *evcon;
+	dispatcher_route_t        route;
+	int                       sse;
+	proto_job_t               job;      /* holds the secrets until produced */
+	char                      run_id[PROTO_RUN_ID_MAX + 1];
+	int64_t                   t0_us;
+};
+
+static int wants_sse(struct evhttp_request *req)
+{
+	const char *a = evhttp_find_header(evhttp_request_get_input_headers(req), "Accept");
+
+	return a != NULL && strcasestr(a, "text/event-stream") != NULL;
+}
+
+static int64_t state_ttl(const dispatcher_t *d, int64_t max_runtime)
+{
+	return (max_runtime > 0 ? max_runtime : d->cfg->max_runtime_sec) + d->cfg->retention_sec;
+}
+
+static void enqueue_unlink(dispatcher_enqueue_t *e)
+{
+	dispatcher_t *d = e->d;
+
+	if (e->prev != NULL)
+		e->prev->next = e->next;
+	else if (d->enqueues == e)
+		d->enqueues = e->next;
+	if (e->next != NULL)
+		e->next->prev = e->prev;
+	e->next = e->prev = NULL;
+}
+
+static void enqueue_free(dispatcher_enqueue_t *e)
+{
+	enqueue_unlink(e);
+	if (e->req != NULL)
+		evhttp_connection_set_closecb(e->evcon, NULL, NULL);
+	proto_job_clear(&e->job);
+	free(e);
+}
+
+/* Hands the request back: the closecb must not outlive our interest. */
+static struct evhttp_request *enqueue_take_req(dispatcher_enqueue_t *e)
+{
+	struct evhttp_request *req = e->req;
+
+	if (req != NULL)
+		evhttp_connection_set_closecb(e->evcon, NULL, NULL);
+	e->req = NULL;
+	return req;
+}
+
+static void on_enqueue_close(struct evhttp_connection *evcon, void *arg)
+{
+	dispatcher_enqueue_t *e = arg;
+
+	(void)evcon;
+	/* evhttp frees the request right after this. */
+	e->req = NULL;
+	rn_log_info(e->run_id, "caller_left", "the caller closed the connection before the job was enqueued");
+}
+
+static void on_delivery(void *arg, int ok, int maybe_persisted, const char *err)
+{
+	dispatcher_enqueue_t *e = arg;
+	dispatcher_t *d = e->d;
+	struct evhttp_request *req = enqueue_take_req(e);
+
+	rn_hist_observe(d->h_enqueue, (double)(rn_mono_us() - e->t0_us) / 1e6);
+	if (!ok) {
+		rn_counter_add(d->c_enqueue_failed, 1);
+		rn_log_error(e->run_id, "enqueue_failed", "Kafka did not take the job: %s%s", err,
+		             maybe_persisted ? " (it may still have been written)" : "");
+		if (!maybe_persisted && d->store != NULL)
+			dispatcher_store_uncreate(d->store, e->run_id);
+		if (req != NULL)
+			dispatcher_reply_error(d, req, e->route, 503, "kafka_unavailable",
+			                       "kafka: the job queue did not take the job (%s)%s", err,
+			                       maybe_persisted ? "; it may still run" : "");
+		enqueue_free(e);
+		return;
+	}
+	rn_counter_add(d->c_enqueued, 1);
+	rn_log_info(e->run_id, "enqueued", "job delivered to Kafka");
+	if (e->route == DISPATCHER_ROUTE_STREAM) {
+		if (req != NULL) {
+			dispatcher_sid_t zero = { 0, 0 };
+
+			dispatcher_feed_start(d, req, e->route, e->run_id, zero, e->sse, 1, 0);
+		} else if (d->store != NULL &&
+		           dispatcher_store_cancel(d->store, e->run_id, "client_closed", 0,
+		                                   state_ttl(d, e->job.max_runtime_sec), NULL, NULL) == 0) {
+			rn_counter_add(d->c_cancels, 1);
+		}
+	} else if (req != NULL) {
+		char out[PROTO_KEY_MAX], ctl[PROTO_KEY_MAX], loc[128];
+
+		proto_key(out, sizeof out, d->cfg->key_prefix, e->run_id, PROTO_KEY_OUT);
+		proto_key(ctl, sizeof ctl, d->cfg->key_prefix, e->run_id, PROTO_KEY_CTL);
+		snprintf(loc, sizeof loc, "/v1/runs/%s", e->run_id);
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Location", loc);
+		dispatcher_reply_json(d, req, e->route, 202,
+		                      json_pack("{s:s,s:s,s:s}", "run_id", e->run_id, "stream", out,
+		                                "control", ctl));
+	}
+	enqueue_free(e);
+}
+
+static void on_created(int rc, void *arg)
+{
+	dispatcher_enqueue_t *e = arg;
+	dispatcher_t *d = e->d;
+	const uint8_t *key = d->cfg->sealed ? d->cfg->job_key : NULL;
+	char err[256];
+	size_t len = 0;
+	char *value;
+
+	if (rc != DISPATCHER_STORE_OK) {
+		struct evhttp_request *req = enqueue_take_req(e);
+
+		if (req != NULL && rc == DISPATCHER_STORE_ABSENT)
+			dispatcher_reply_error(d, req, e->route, 409, "conflict", "run_id: already exists");
+		else if (req != NULL)
+			dispatcher_reply_error(d, req, e->route, 503, "redis_unavailable",
+			                       "redis: cannot record the run");
+		enqueue_free(e);
+		return;
+	}
+	if (e->req == NULL) {
+		/* Nobody waits for it: do not start a run nobody will see. */
+		dispatcher_store_uncreate(d->store, e->run_id);
+		enqueue_free(e);
+		return;
+	}
+	value = proto_job_serialize(&e->job, key, &len, err, sizeof err);
+	/* The OTPs are in value (or sealed in it) now; drop our copy at once. */
+	proto_job_clear(&e->job);
+	if (value == NULL) {
+		dispatcher_store_uncreate(d->store, e->run_id);
+		dispatcher_reply_error(d, enqueue_take_req(e), e->route, 500, "internal", "job: %s", err);
+		enqueue_free(e);
+		return;
+	}
+	if (dispatcher_producer_send(d->producer, e->run_id, value, len, on_delivery, e,
+	                             err, sizeof err) < 0) {
+		sodium_memzero(value, len);
+		free(value);
+		rn_counter_add(d->c_enqueue_failed, 1);
+		dispatcher_store_uncreate(d->store, e->run_id);
+		dispatcher_reply_error(d, enqueue_take_req(e), e->route, 503, "kafka_unavailable",
+		                       "kafka: the job queue did not take the job (%s)", err);
+		enqueue_free(e);
+		return;
+	}
+	sodium_memzero(value, len);
+	free(value);
+}
+
+void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route)
+{
+	dispatcher_enqueue_t *e = calloc(1, sizeof *e);
+	char err[256];
+	size_t len;
+	const char *body = dispatcher_body(req, &len);
+
+	if (e == NULL) {
+		dispatcher_reply_error(d, req, route, 500, "internal", "out of memory");
+		return;
+	}
+	e->t0_us = rn_mono_us();
+	if (dispatcher_request_parse(body, len,
+	                             route == DISPATCHER_ROUTE_STREAM ? DISPATCHER_REQ_LENIENT : DISPATCHER_REQ_STRICT,
+	                             d->cfg->max_runtime_sec, rn_now_ms(), &e->job, err, sizeof err) < 0) {
+		proto_job_clear(&e->job);
+		free(e);
+		dispatcher_reply_error(d, req, route, 400, "bad_request", "%s", err);
+		return;
+	}
+	/* The body held the OTPs: wipe evhttp's copy now that we have ours. */
+	sodium_memzero((void *)body, len);
+	e->d = d;
+	e->req = req;
+	e->evcon = evhttp_request_get_connection(req);
+	e->route = route;
+	e->sse = wants_sse(req);
+	snprintf(e->run_id, sizeof e->run_id, "%s", e->job.run_id);
+	if (dispatcher_store_create(d->store, e->run_id, e->job.enqueued_at,
+	                            state_ttl(d, e->job.max_runtime_sec), on_created, e) < 0) {
+		e->req = NULL;
+		proto_job_clear(&e->job);
+		free(e);
+		dispatcher_reply_error(d, req, route, 503, "redis_unavailable", "redis: not connected");
+		return;
+	}
+	evhttp_connection_set_closecb(e->evcon, on_enqueue_close, e);
+	e->next = d->enqueues;
+	if (d->enqueues != NULL)
+		d->enqueues->prev = e;
+	d->enqueues = e;
+}
+
+void dispatcher_runs_abort_all(dispatcher_t *d)
+{
+	/* Waiting on Kafka: the delivery callback still owns e (it runs during
+	 * the producer's flush or purge).  Only answer the callers now. */
+	for (dispatcher_enqueue_t *e = d->enqueues; e != NULL; e = e->next) {
+		struct evhttp_request *req = enqueue_take_req(e);
+
+		if (req != NULL)
+			dispatcher_reply_error(d, req, e->route, 503, "shutting_down", "server: shutting down");
+	}
+}
+
+/* ---- GET /v1/runs/{id} ---- */
+
+typedef struct simple_op {
+	dispatcher_t             *d;
+	struct evhttp_request    *req;
+	struct evhttp_connection *evcon;
+	dispatcher_route_t        route;
+	char                      run_id[PROTO_RUN_ID_MAX + 1];
+	dispatcher_sid_t          after;
+	int                       sse;
+} simple_op_t;
+
+static void op_close(struct evhttp_connection *evcon, void *arg)
+{
+	simple_op_t *op = arg;
+
+	(void)evcon;
+	op->req = NULL;
+}
+
+static simple_op_t *op_new(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
+                           const char *run_id)
+{
+	simple_op_t *op = calloc(1, sizeof *op);
+
+	if (op == NULL)
+		return NULL;
+	op->d = d;
+	op->req = req;
+	op->evcon = evhttp_request_get_connection(req);
+	op->route = route;
+	snprintf(op->run_id, sizeof op->run_id, "%s", run_id);
+	evhttp_connection_set_closecb(op->evcon, op_close, op);
+	return op;
+}
+
+/* The request, if its caller is still there; the op is freed. */
+static struct evhttp_request *op_finish(simple_op_t *op)
+{
+	struct evhttp_request *req = op->req;
+
+	if (req != NULL)
+		evhttp_connection_set_closecb(op->evcon, NULL, NULL);
+	free(op);
+	return req;
+}
+
+static void on_get(int rc, json_t *state, void *arg)
+{
+	simple_op_t *op = arg;
+	dispatcher_t *d = op->d;
+	char run_id[PROTO_RUN_ID_MAX + 1];
+	struct evhttp_request *req;
+
+	snprintf(run_id, sizeof run_id, "%s", op->run_id);
+	req = op_finish(op);
+	if (req == NULL) {
+		json_decref(state);
+		return;
+	}
+	if (rc == DISPATCHER_STORE_OK) {
+		json_object_set_new(state, "run_id", json_string(run_id));
+		dispatcher_reply_json(d, req, DISPATCHER_ROUTE_RUN, 200, state);
+	} else if (rc == DISPATCHER_STORE_ABSENT) {
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_RUN, 404, "not_found", "run_id: no such run");
+	} else {
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_RUN, 503, "redis_unavailable", "redis: cannot read the run");
+	}
+}
+
+void dispatcher_runs_get(dispatcher_t *d, struct evhttp_request *req, const char *run_id)
+{
+	simple_op_t *op = op_new(d, req, DISPATCHER_ROUTE_RUN, run_id);
+
+	if (op == NULL) {
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_RUN, 500, "internal", "out of memory");
+		return;
+	}
+	if (dispatcher_store_get(d->store, run_id, on_get, op) < 0) {
+		op_finish(op);
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_RUN, 503, "redis_unavailable", "redis: not connected");
+	}
+}
+
+/* ---- GET /v1/runs/{id}/events ---- */
+
+static void on_probe(int rc, const char *last_id, const char *last_line, size_t last_len, void *arg)
+{
+	simple_op_t *op = arg;
+	dispatcher_t *d = op->d;
+	char run_id[PROTO_RUN_ID_MAX + 1];
+	dispatcher_sid_t after = op->after, last;
+	int sse = op->sse, ended = 0;
+	struct evhttp_request *req;
+
+	snprintf(run_id, sizeof run_id, "%s", op->run_id);
+	req = op_finish(op);
+	if (req == NULL)
+		return;
+	if (rc == DISPATCHER_STORE_ABSENT) {
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 404, "not_found", "run_id: no such run");
+		return;
+	}
+	if (rc != DISPATCHER_STORE_OK) {
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 503, "redis_unavailable",
+		                       "redis: cannot read the run");
+		return;
+	}
+	/* Resuming at or after the terminal line: nothing will ever follow. */
+	if (last_id[0] != '\0' && dispatcher_sid_parse(last_id, &last) == 0 &&
+	    dispatcher_sid_cmp(last, after) <= 0 && last_len > 0) {
+		json_t *o = json_loadb(last_line, last_len, 0, NULL);
+		const char *type = json_string_value(json_object_get(o, "type"));
+
+		ended = type != NULL && (strcmp(type, "result") == 0 || strcmp(type, "error") == 0);
+		json_decref(o);
+	}
+	dispatcher_feed_start(d, req, DISPATCHER_ROUTE_EVENTS, run_id, after, sse, 0, ended);
+}
+
+void dispatcher_runs_events(dispatcher_t *d, struct evhttp_request *req, const char *run_id)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+	const char *query = evhttp_uri_get_query(uri);
+	const char *last_event = evhttp_find_header(evhttp_request_get_input_headers(req), "Last-Event-ID");
+	dispatcher_sid_t after = { 0, 0 };
+	int sse = wants_sse(req);
+	simple_op_t *op;
+
+	if (query != NULL) {
+		struct evkeyvalq q;
+		const char *a;
+
+		q.tqh_first = NULL;
+		q.tqh_last = &q.tqh_first;
+		if (evhttp_parse_query_str(query, &q) < 0) {
+			dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 400, "bad_request",
+			                       "query: not a valid query string");
+			return;
+		}
+		a = evhttp_find_header(&q, "after");
+		if (a != NULL && dispatcher_sid_parse(a, &after) < 0) {
+			evhttp_clear_headers(&q);
+			dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 400, "bad_request",
+			                       "after: must be a stream id <ms>-<seq>");
+			return;
+		}
+		evhttp_clear_headers(&q);
+	}
+	/* An EventSource reconnecting says where it stopped; that wins over
+	 * the after= of the URL it was first opened with. */
+	if (sse && last_event != NULL && last_event[0] != '\0' &&
+	    dispatcher_sid_parse(last_event, &after) < 0) {
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 400, "bad_request",
+		                       "last-event-id: must be a stream id <ms>-<seq>");
+		return;
+	}
+	op = op_new(d, req, DISPATCHER_ROUTE_EVENTS, run_id);
+	if (op == NULL) {
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 500, "internal", "out of memory");
+		return;
+	}
+	op->after = after;
+	op->sse = sse;
+	if (dispatcher_store_probe(d->store, run_id, on_probe, op) < 0) {
+		op_finish(op);
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 503, "redis_unavailable", "redis: not connected");
+	}
+}
+
+/* ---- POST /v1/runs/{id}/cancel ---- */
+
+static void on_cancel(int rc, const char *status, void *arg)
+{
+	simple_op_t *op = arg;
+	dispatcher_t *d = op->d;
+	char run_id[PROTO_RUN_ID_MAX + 1];
+	struct evhttp_request *req;
+
+	snprintf(run_id, sizeof run_id, "%s", op->run_id);
+	req = op_finish(op);
+	if (rc == DISPATCHER_STORE_OK) {
+		rn_counter_add(d->c_cancels, 1);
+		rn_log_info(run_id, "cancel_requested", "cancel written to the control stream");
+	}
+	if (req == NULL)
+		return;
+	if (rc == DISPATCHER_STORE_OK)
+		dispatcher_reply_json(d, req, DISPATCHER_ROUTE_CANCEL, 202,
+		                      json_pack("{s:s,s:s,s:s}", "run_id", run_id, "cancel", "requested",
+		                                "status", status));
+	else if (rc == DISPATCHER_STORE_ABSENT)
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_CANCEL, 404, "not_found", "run_id: no such run");
+	else
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_CANCEL, 503, "redis_unavailable",
+		                       "redis: cannot write the cancel");
+}
+
+void dispatcher_runs_cancel(dispatcher_t *d, struct evhttp_request *req, const char *run_id)
+{
+	size_t len;
+	const char *body = dispatcher_body(req, &len);
+	char reason[PROTO_CTL_REASON_MAX + 1] = "api";
+	simple_op_t *op;
+
+	if (len > 0) {
+		json_error_t jerr;
+		json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr), *r;
+		const char *k;
+		json_t *v;
+
+		if (root == NULL || !json_is_object(root)) {
+			json_decref(root);
+			dispatcher_reply_error(d, req, DISPATCHER_ROUTE_CANCEL, 400, "bad_request",
+			                       "body: must be a JSON object");
+			return;
+		}
+		json_object_foreach(root, k, v) {
+			if (strcmp(k, "reason") != 0) {
+				json_decref(root);
+				dispatcher_reply_error(d, req, DISPATCHER_ROUTE_CANCEL, 400, "bad_request",
+				                       "body: only \"reason\" is accepted");
+				return;
+			}
+		}
+		r = json_object_get(root, "reason");
+		if (r != NULL && !json_is_null(r)) {
+			if (!json_is_string(r) || json_string_length(r) == 0 ||
+			    json_string_length(r) > PROTO_CTL_REASON_MAX) {
+				json_decref(root);
+				dispatcher_reply_error(d, req, DISPATCHER_ROUTE_CANCEL, 400, "bad_request",
+				                       "reason: must be a string of 1..%d bytes", PROTO_CTL_REASON_MAX);
+				return;
+			}
+			snprintf(reason, sizeof reason, "%s", json_string_value(r));
+		}
+		json_decref(root);
+	}
+	op = op_new(d, req, DISPATCHER_ROUTE_CANCEL, run_id);
+	if (op == NULL) {
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_CANCEL, 500, "internal", "out of memory");
+		return;
+	}
+	if (dispatcher_store_cancel(d->store, run_id, reason, 1, state_ttl(d, 0), on_cancel, op) < 0) {
+		op_finish(op);
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_CANCEL, 503, "redis_unavailable", "redis: not connected");
+	}
+}

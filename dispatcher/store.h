@@ -1,0 +1,83 @@
+/*
+ * dispatcher/store.h - the dispatcher's writes and reads of run state in
+ * Redis (the keys of SPEC §3): create the state hash of a new run, undo it
+ * when Kafka refused the job, read the hash, probe a run before tailing it,
+ * write cancel control messages, and CLIENT UNBLOCK for the tail pool.
+ * Every call is one atomic command or Lua script on one shared async
+ * connection (keys of one run share the {RUN} hash tag).
+ *
+ * @locality main (loop) thread.
+ */
+#ifndef RUNNEL_DISPATCHER_STORE_H
+#define RUNNEL_DISPATCHER_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "common/util.h"
+#include "dispatcher/rconn.h"
+
+typedef struct dispatcher_store dispatcher_store_t;
+
+dispatcher_store_t *dispatcher_store_new(struct event_base *base, const rn_redis_url_t *url,
+                                         const char *prefix, char *errstr, size_t errstr_size);
+void dispatcher_store_free(dispatcher_store_t *s);
+
+/* 1 when connected and the last PING (every second) was answered. */
+int dispatcher_store_ready(const dispatcher_store_t *s);
+
+/* Result codes of the calls below, passed to their callbacks. */
+enum {
+	DISPATCHER_STORE_ERROR = -1,  /* Redis unreachable or refused */
+	DISPATCHER_STORE_ABSENT = 0,  /* the run does not exist / already exists (create) */
+	DISPATCHER_STORE_OK = 1,
+};
+
+typedef void (*dispatcher_store_cb)(int rc, void *arg);
+
+/*
+ * Creates <prefix>:{id}:state = {status: queued, enqueued_at} with expiry
+ * ttl_sec, unless the run already has a state hash or an out stream
+ * (rc ABSENT then: the id is taken).  Returns -1 when Redis is down (cb not
+ * called), else 0 and cb runs later.
+ */
+int dispatcher_store_create(dispatcher_store_t *s, const char *run_id, int64_t enqueued_at,
+                            int64_t ttl_sec, dispatcher_store_cb cb, void *arg);
+
+/* Deletes the state hash again if it is still "queued" (fire and forget). */
+void dispatcher_store_uncreate(dispatcher_store_t *s, const char *run_id);
+
+/* The state hash as an object (new reference owned by the callee's
+ * callback, which must json_decref it; NULL when absent or on error). */
+typedef void (*dispatcher_store_get_cb)(int rc, json_t *state, void *arg);
+int dispatcher_store_get(dispatcher_store_t *s, const char *run_id,
+                         dispatcher_store_get_cb cb, void *arg);
+
+/*
+ * What a tail needs to know first: whether the run exists (state hash or out
+ * stream), and the id and line of the last entry of the out stream ("" when
+ * empty).  The strings are valid during the callback only.
+ */
+typedef void (*dispatcher_store_probe_cb)(int rc, const char *last_id, const char *last_line,
+                                          size_t last_len, void *arg);
+int dispatcher_store_probe(dispatcher_store_t *s, const char *run_id,
+                           dispatcher_store_probe_cb cb, void *arg);
+
+/*
+ * XADDs {"type":"cancel","reason":reason} to <prefix>:{id}:ctl.  With
+ * must_exist, nothing is written for an unknown run (rc ABSENT).  The
+ * control stream gets the state hash's expiry (or ttl_sec).  status (may be
+ * "") is the run's status at that moment.  cb may be NULL.
+ */
+typedef void (*dispatcher_store_cancel_cb)(int rc, const char *status, void *arg);
+int dispatcher_store_cancel(dispatcher_store_t *s, const char *run_id, const char *reason,
+                            int must_exist, int64_t ttl_sec,
+                            dispatcher_store_cancel_cb cb, void *arg);
+
+/* CLIENT UNBLOCK id (fire and forget).  -1 when down. */
+int dispatcher_store_unblock(dispatcher_store_t *s, long long client_id);
+
+#endif

@@ -1,0 +1,586 @@
+/*
+ * dispatcher/tail.c - the tail pool (see tail.h).
+ *
+ * Bookkeeping: a run (one out stream) lives on one connection and holds the
+ * callers following it.  While an XREAD is in flight each run in it
+ * remembers the id it was read from ("inflight_from"); when the reply
+ * arrives a caller takes the entries only if its cursor is at or after that
+ * id, so a caller that joined with an older cursor meanwhile is never
+ * handed entries with a gap before them: it is served by the next read,
+ * which starts from the smallest cursor of the run's callers.
+ */
+#include "dispatcher/tail.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "common/log.h"
+#include "dispatcher/rconn.h"
+#include "proto/job.h"
+#include "proto/keys.h"
+
+typedef struct tail_conn tail_conn_t;
+typedef struct tail_run tail_run_t;
+
+struct dispatcher_tail_sub {
+	tail_run_t              *run;
+	dispatcher_sid_t         cursor;
+	int                      paused;
+	int                      dead;
+	dispatcher_tail_entry_cb cb;
+	void                    *arg;
+	dispatcher_tail_sub_t   *next, *prev;
+};
+
+struct tail_run {
+	char                   run_id[PROTO_RUN_ID_MAX + 1];
+	char                   key[PROTO_KEY_MAX];
+	tail_conn_t           *conn;
+	dispatcher_tail_sub_t *subs;
+	size_t                 nsubs;          /* not counting dead ones */
+	int                    inflight;
+	dispatcher_sid_t       inflight_from;
+	tail_run_t            *next, *prev;
+};
+
+struct tail_conn {
+	dispatcher_tail_t  *t;
+	int                 idx;
+	char                name[48];
+	dispatcher_rconn_t *rc;
+	long long           client_id;
+	int                 have_id;
+	int                 reading;
+	int                 dirty;
+	int                 unblock_sent;
+	tail_run_t         *runs;
+	size_t              nruns;
+	tail_run_t        **inflight;
+	size_t              ninflight;
+	struct event       *ev_kick;
+	struct event       *ev_retry;
+};
+
+struct dispatcher_tail {
+	struct event_base  *base;
+	char                prefix[PROTO_KEY_PREFIX_MAX + 1];
+	long                block_ms;
+	long                batch;
+	dispatcher_store_t *store;
+	tail_conn_t        *conns;
+	int                 nconns;
+	int                 depth;     /* > 0 while delivering: detach defers frees */
+	size_t              nsubs;
+	rn_gauge_t         *g_callers;
+	rn_gauge_t         *g_runs;
+	rn_counter_t       *c_reads;
+	rn_counter_t       *c_entries;
+	rn_counter_t       *c_unblocks;
+};
+
+int dispatcher_sid_parse(const char *s, dispatcher_sid_t *out)
+{
+	const char *p = s;
+	uint64_t v[2] = { 0, 0 };
+
+	for (int part = 0; part < 2; part++) {
+		const char *start = p;
+
+		while (*p >= '0' && *p <= '9') {
+			uint64_t d = (uint64_t)(*p - '0');
+
+			if (v[part] > (UINT64_MAX - d) / 10)
+				return -1;
+			v[part] = v[part] * 10 + d;
+			p++;
+		}
+		if (p == start)
+			return -1;
+		if (*p == '\0')
+			break;
+		if (part == 1 || *p != '-')
+			return -1;
+		p++;
+	}
+	out->ms = v[0];
+	out->seq = v[1];
+	return 0;
+}
+
+int dispatcher_sid_cmp(dispatcher_sid_t a, dispatcher_sid_t b)
+{
+	if (a.ms != b.ms)
+		return a.ms < b.ms ? -1 : 1;
+	if (a.seq != b.seq)
+		return a.seq < b.seq ? -1 : 1;
+	return 0;
+}
+
+static void kick(tail_conn_t *c)
+{
+	event_active(c->ev_kick, EV_TIMEOUT, 0);
+}
+
+static int sub_active(const dispatcher_tail_sub_t *s)
+{
+	return !s->dead && !s->paused;
+}
+
+static void run_free(tail_run_t *r)
+{
+	tail_conn_t *c = r->conn;
+	dispatcher_tail_sub_t *s = r->subs;
+
+	while (s != NULL) {
+		dispatcher_tail_sub_t *n = s->next;
+
+		free(s);
+		s = n;
+	}
+	if (r->prev != NULL)
+		r->prev->next = r->next;
+	else
+		c->runs = r->next;
+	if (r->next != NULL)
+		r->next->prev = r->prev;
+	c->nruns--;
+	rn_gauge_add(c->t->g_runs, -1);
+	free(r);
+}
+
+/* Frees dead subscriptions and runs nobody follows (outside deliveries). */
+static void run_gc(tail_run_t *r)
+{
+	dispatcher_tail_sub_t *s = r->subs;
+
+	if (r->conn->t->depth > 0)
+		return;
+	while (s != NULL) {
+		dispatcher_tail_sub_t *n = s->next;
+
+		if (s->dead) {
+			if (s->prev != NULL)
+				s->prev->next = s->next;
+			else
+				r->subs = s->next;
+			if (s->next != NULL)
+				s->next->prev = s->prev;
+			free(s);
+		}
+		s = n;
+	}
+	if (r->nsubs == 0 && !r->inflight)
+		run_free(r);
+}
+
+static void on_xread(redisReply *r, void *arg);
+
+static void arm(tail_conn_t *c)
+{
+	dispatcher_tail_t *t = c->t;
+	const char **argv;
+	size_t *argvlen;
+	char (*ids)[48];
+	char count[24], block[24];
+	size_t n = 0, argc = 0;
+	tail_run_t *r;
+
+	if (c->reading || !dispatcher_rconn_up(c->rc))
+		return;
+	for (r = c->runs; r != NULL; r = r->next)
+		for (dispatcher_tail_sub_t *s = r->subs; s != NULL; s = s->next)
+			if (sub_active(s)) {
+				n++;
+				break;
+			}
+	if (n == 0)
+		return;
+	c->inflight = realloc(c->inflight, n * sizeof *c->inflight);
+	argv = calloc(6 + 2 * n, sizeof *argv);
+	argvlen = calloc(6 + 2 * n, sizeof *argvlen);
+	ids = calloc(n, sizeof *ids);
+	if (c->inflight == NULL || argv == NULL || argvlen == NULL || ids == NULL) {
+		free(argv);
+		free(argvlen);
+		free(ids);
+		event_add(c->ev_retry, &(struct timeval){ 0, 100 * 1000 });
+		return;
+	}
+	snprintf(count, sizeof count, "%ld", t->batch);
+	snprintf(block, sizeof block, "%ld", t->block_ms);
+	argv[argc++] = "XREAD";
+	argv[argc++] = "COUNT";
+	argv[argc++] = count;
+	argv[argc++] = "BLOCK";
+	argv[argc++] = block;
+	argv[argc++] = "STREAMS";
+	c->ninflight = 0;
+	for (r = c->runs; r != NULL; r = r->next) {
+		dispatcher_sid_t from = { UINT64_MAX, UINT64_MAX };
+		int any = 0;
+
+		for (dispatcher_tail_sub_t *s = r->subs; s != NULL; s = s->next) {
+			if (!sub_active(s))
+				continue;
+			if (!any || dispatcher_sid_cmp(s->cursor, from) < 0)
+				from = s->cursor;
+			any = 1;
+		}
+		if (!any)
+			continue;
+		r->inflight = 1;
+		r->inflight_from = from;
+		snprintf(ids[c->ninflight], sizeof ids[0], "%" PRIu64 "-%" PRIu64, from.ms, from.seq);
+		c->inflight[c->ninflight++] = r;
+	}
+	for (size_t i = 0; i < c->ninflight; i++)
+		argv[argc++] = c->inflight[i]->key;
+	for (size_t i = 0; i < c->ninflight; i++)
+		argv[argc++] = ids[i];
+	for (size_t i = 0; i < argc; i++)
+		argvlen[i] = strlen(argv[i]);
+	if (dispatcher_rconn_cmd(c->rc, on_xread, c, (int)argc, argv, argvlen) == 0) {
+		c->reading = 1;
+		c->dirty = 0;
+		c->unblock_sent = 0;
+		rn_counter_add(t->c_reads, 1);
+	} else {
+		for (size_t i = 0; i < c->ninflight; i++)
+			c->inflight[i]->inflight = 0;
+		c->ninflight = 0;
+	}
+	free(argv);
+	free(argvlen);
+	free(ids);
+}
+
+/* 1 when line is a result or error envelope: the run's last line. */
+static int line_terminal(const char *line, size_t len)
+{
+	json_t *o = json_loadb(line, len, 0, NULL);
+	const char *type;
+	int term = 0;
+
+	if (o == NULL)
+		return 0;
+	type = json_string_value(json_object_get(o, "type"));
+	if (type != NULL && (strcmp(type, "result") == 0 || strcmp(type, "error") == 0))
+		term = 1;
+	json_decref(o);
+	return term;
+}
+
+static void deliver(tail_run_t *run, const redisReply *entries)
+{
+	dispatcher_tail_t *t = run->conn->t;
+	size_t n = entries->elements;
+	dispatcher_sid_t *sids;
+	const redisReply **lines;
+	int *term;
+
+	if (n == 0)
+		return;
+	sids = calloc(n, sizeof *sids);
+	lines = calloc(n, sizeof *lines);
+	term = calloc(n, sizeof *term);
+	if (sids == NULL || lines == NULL || term == NULL)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		const redisReply *e = entries->element[i], *f;
+
+		if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+		    e->element[0]->type != REDIS_REPLY_STRING ||
+		    dispatcher_sid_parse(e->element[0]->str, &sids[i]) < 0) {
+			/* Never happens with a real stream; keep the order by stopping here. */
+			n = i;
+			break;
+		}
+		f = e->element[1];
+		for (size_t j = 0; f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2) {
+			if (f->element[j]->type == REDIS_REPLY_STRING && strcmp(f->element[j]->str, "line") == 0 &&
+			    f->element[j + 1]->type == REDIS_REPLY_STRING) {
+				lines[i] = f->element[j + 1];
+				term[i] = line_terminal(lines[i]->str, lines[i]->len);
+				break;
+			}
+		}
+	}
+	rn_counter_add(t->c_entries, n);
+	for (dispatcher_tail_sub_t *s = run->subs; s != NULL; s = s->next) {
+		if (!sub_active(s) || dispatcher_sid_cmp(s->cursor, run->inflight_from) < 0)
+			continue;
+		for (size_t i = 0; i < n && sub_active(s); i++) {
+			if (dispatcher_sid_cmp(sids[i], s->cursor) <= 0)
+				continue;
+			s->cursor = sids[i];
+			if (lines[i] == NULL)
+				continue;   /* an entry without a line: nothing to show */
+			s->cb(s->arg, entries->element[i]->element[0]->str, lines[i]->str, lines[i]->len, term[i]);
+			if (term[i])
+				break;
+		}
+	}
+out:
+	free(sids);
+	free(lines);
+	free(term);
+}
+
+static void on_xread(redisReply *r, void *arg)
+{
+	tail_conn_t *c = arg;
+	dispatcher_tail_t *t = c->t;
+	size_t pos = 0;
+
+	c->reading = 0;
+	if (r != NULL && r->type == REDIS_REPLY_ERROR)
+		rn_log_error(NULL, "tail_read_failed", "%s: %.200s", c->name, r->str);
+	if (r != NULL && r->type == REDIS_REPLY_ARRAY) {
+		t->depth++;
+		for (size_t i = 0; i < r->elements; i++) {
+			const redisReply *kv = r->element[i];
+
+			if (kv->type != REDIS_REPLY_ARRAY || kv->elements != 2 ||
+			    kv->element[0]->type != REDIS_REPLY_STRING ||
+			    kv->element[1]->type != REDIS_REPLY_ARRAY)
+				continue;
+			/* Redis answers in the order we asked: search onwards. */
+			for (size_t k = 0; k < c->ninflight; k++) {
+				tail_run_t *run = c->inflight[(pos + k) % c->ninflight];
+
+				if (strcmp(run->key, kv->element[0]->str) == 0) {
+					pos = (pos + k + 1) % c->ninflight;
+					deliver(run, kv->element[1]);
+					break;
+				}
+			}
+		}
+		t->depth--;
+	}
+	for (size_t i = 0; i < c->ninflight; i++) {
+		tail_run_t *run = c->inflight[i];
+
+		run->inflight = 0;
+		run_gc(run);
+	}
+	c->ninflight = 0;
+	if (r == NULL)
+		return;   /* connection lost: re-armed when it is back */
+	if (r->type == REDIS_REPLY_ERROR) {
+		/* Do not spin on a persistent error (e.g. a key of the wrong type). */
+		event_add(c->ev_retry, &(struct timeval){ 1, 0 });
+		return;
+	}
+	arm(c);
+}
+
+static void on_client_id(redisReply *r, void *arg)
+{
+	tail_conn_t *c = arg;
+
+	if (r != NULL && r->type == REDIS_REPLY_INTEGER) {
+		c->client_id = r->integer;
+		c->have_id = 1;
+		if (c->dirty)
+			kick(c);
+	}
+}
+
+static void on_conn_state(dispatcher_rconn_t *rc, int up, void *arg)
+{
+	tail_conn_t *c = arg;
+	const char *argv[] = { "CLIENT", "ID" };
+
+	(void)rc;
+	c->have_id = 0;
+	c->reading = 0;
+	c->unblock_sent = 0;
+	if (!up)
+		return;
+	dispatcher_rconn_cmd(c->rc, on_client_id, c, 2, argv, NULL);
+	arm(c);
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+	tail_conn_t *c = arg;
+
+	(void)fd;
+	(void)what;
+	if (!c->reading) {
+		arm(c);
+		return;
+	}
+	if (c->dirty && c->have_id && !c->unblock_sent) {
+		if (dispatcher_store_unblock(c->t->store, c->client_id) == 0) {
+			c->unblock_sent = 1;
+			rn_counter_add(c->t->c_unblocks, 1);
+		}
+	}
+}
+
+dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_url_t *url,
+                                       const char *prefix, int nconns, long block_ms,
+                                       long batch, dispatcher_store_t *store,
+                                       rn_metrics_t *metrics)
+{
+	dispatcher_tail_t *t = calloc(1, sizeof *t);
+
+	if (t == NULL)
+		return NULL;
+	t->base = base;
+	snprintf(t->prefix, sizeof t->prefix, "%s", prefix);
+	t->block_ms = block_ms;
+	t->batch = batch;
+	t->store = store;
+	t->g_callers = rn_metrics_gauge(metrics, "runnel_dispatcher_tail_callers",
+	                                "Callers following a run's stream (events and /stream)", NULL);
+	t->g_runs = rn_metrics_gauge(metrics, "runnel_dispatcher_tail_runs",
+	                             "Distinct runs being tailed", NULL);
+	t->c_reads = rn_metrics_counter(metrics, "runnel_dispatcher_tail_reads_total",
+	                                "XREAD commands issued by the tail pool", NULL);
+	t->c_entries = rn_metrics_counter(metrics, "runnel_dispatcher_tail_entries_total",
+	                                  "Stream entries read by the tail pool", NULL);
+	t->c_unblocks = rn_metrics_counter(metrics, "runnel_dispatcher_tail_unblocks_total",
+	                                   "CLIENT UNBLOCKs sent to re-arm a tail connection", NULL);
+	t->conns = calloc((size_t)nconns, sizeof *t->conns);
+	if (t->conns == NULL) {
+		free(t);
+		return NULL;
+	}
+	t->nconns = nconns;
+	for (int i = 0; i < nconns; i++) {
+		tail_conn_t *c = &t->conns[i];
+
+		c->t = t;
+		c->idx = i;
+		snprintf(c->name, sizeof c->name, "runnel-dispatcher-tail-%d", i);
+		c->ev_kick = event_new(base, -1, 0, on_kick, c);
+		c->ev_retry = evtimer_new(base, on_kick, c);
+		c->rc = dispatcher_rconn_new(base, url, c->name, on_conn_state, c);
+		if (c->ev_kick == NULL || c->ev_retry == NULL || c->rc == NULL) {
+			dispatcher_tail_free(t);
+			return NULL;
+		}
+	}
+	return t;
+}
+
+void dispatcher_tail_free(dispatcher_tail_t *t)
+{
+	if (t == NULL)
+		return;
+	for (int i = 0; i < t->nconns; i++) {
+		tail_conn_t *c = &t->conns[i];
+
+		/* Pending XREAD callbacks run now with NULL: no delivery. */
+		dispatcher_rconn_free(c->rc);
+		c->rc = NULL;
+		while (c->runs != NULL)
+			run_free(c->runs);
+		free(c->inflight);
+		if (c->ev_kick != NULL)
+			event_free(c->ev_kick);
+		if (c->ev_retry != NULL)
+			event_free(c->ev_retry);
+	}
+	free(t->conns);
+	free(t);
+}
+
+dispatcher_tail_sub_t *dispatcher_tail_attach(dispatcher_tail_t *t, const char *run_id,
+                                              dispatcher_sid_t after,
+                                              dispatcher_tail_entry_cb cb, void *arg)
+{
+	tail_run_t *run = NULL;
+	tail_conn_t *c;
+	dispatcher_tail_sub_t *s;
+
+	if (!proto_run_id_valid(run_id))
+		return NULL;
+	for (int i = 0; i < t->nconns && run == NULL; i++)
+		for (tail_run_t *r = t->conns[i].runs; r != NULL; r = r->next)
+			if (strcmp(r->run_id, run_id) == 0) {
+				run = r;
+				break;
+			}
+	s = calloc(1, sizeof *s);
+	if (s == NULL)
+		return NULL;
+	if (run == NULL) {
+		c = &t->conns[0];
+		for (int i = 1; i < t->nconns; i++)
+			if (t->conns[i].nruns < c->nruns)
+				c = &t->conns[i];
+		run = calloc(1, sizeof *run);
+		if (run == NULL) {
+			free(s);
+			return NULL;
+		}
+		snprintf(run->run_id, sizeof run->run_id, "%s", run_id);
+		proto_key(run->key, sizeof run->key, t->prefix, run_id, PROTO_KEY_OUT);
+		run->conn = c;
+		run->next = c->runs;
+		if (c->runs != NULL)
+			c->runs->prev = run;
+		c->runs = run;
+		c->nruns++;
+		rn_gauge_add(t->g_runs, 1);
+	}
+	c = run->conn;
+	s->run = run;
+	s->cursor = after;
+	s->cb = cb;
+	s->arg = arg;
+	s->next = run->subs;
+	if (run->subs != NULL)
+		run->subs->prev = s;
+	run->subs = s;
+	run->nsubs++;
+	t->nsubs++;
+	rn_gauge_add(t->g_callers, 1);
+	/* The read in flight covers this caller only if it reads from at or
+	 * before the caller's cursor; otherwise interrupt it. */
+	if (!run->inflight || dispatcher_sid_cmp(after, run->inflight_from) < 0) {
+		c->dirty = 1;
+		kick(c);
+	}
+	return s;
+}
+
+void dispatcher_tail_detach(dispatcher_tail_sub_t *s)
+{
+	tail_run_t *run;
+	dispatcher_tail_t *t;
+
+	if (s == NULL || s->dead)
+		return;
+	run = s->run;
+	t = run->conn->t;
+	s->dead = 1;
+	run->nsubs--;
+	t->nsubs--;
+	rn_gauge_add(t->g_callers, -1);
+	run_gc(run);
+}
+
+void dispatcher_tail_pause(dispatcher_tail_sub_t *s, int paused)
+{
+	if (s->dead || s->paused == paused)
+		return;
+	s->paused = paused;
+	if (!paused) {
+		s->run->conn->dirty = 1;
+		kick(s->run->conn);
+	}
+}
+
+size_t dispatcher_tail_count(const dispatcher_tail_t *t)
+{
+	return t->nsubs;
+}
