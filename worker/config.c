@@ -1,0 +1,246 @@
+/*
+ * worker/config.c - the flag table of runnel-worker and the checks that
+ * turn it into a worker_config_t.
+ */
+#include "worker/config.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "common/log.h"
+#include "proto/keys.h"
+
+#define OPTS_N 25
+
+/* Fills the option table for cfg (a table per call so cfg may live anywhere). */
+static void opts_fill(rn_opt_t *o, worker_config_t *c)
+{
+	const rn_opt_t t[] = {
+		{ "kafka-brokers", 0, "RUNNEL_KAFKA_BROKERS", RN_OPT_STR, &c->kafka_brokers, "localhost:9092", "HOSTS", "Kafka bootstrap servers", 0, 0 },
+		{ "jobs-topic", 0, "RUNNEL_JOBS_TOPIC", RN_OPT_STR, &c->jobs_topic, "runnel.jobs", "TOPIC", "job topic (the DLQ is <topic>.dlq)", 0, 0 },
+		{ "group", 0, "RUNNEL_GROUP", RN_OPT_STR, &c->group, "runnel-workers", "GROUP", "Kafka consumer group", 0, 0 },
+		{ "redis-url", 0, "RUNNEL_REDIS_URL", RN_OPT_STR, &c->redis_url, "redis://127.0.0.1:6379", "URL", "redis://[:password@]host:port[/db]", 0, 0 },
+		{ "key-prefix", 0, "RUNNEL_KEY_PREFIX", RN_OPT_STR, &c->key_prefix, "runnel", "PREFIX", "Redis key prefix", 0, 0 },
+		{ "slots", 0, "RUNNEL_SLOTS", RN_OPT_INT, &c->slots, "8", "N", "runs at once", 1, 256 },
+		{ "lease-sec", 0, "RUNNEL_LEASE_SEC", RN_OPT_INT, &c->lease_sec, "15", "SEC", "run lease; renewed every third of it", 1, 3600 },
+		{ "drain-sec", 0, "RUNNEL_DRAIN_SEC", RN_OPT_INT, &c->drain_sec, "25", "SEC", "on SIGTERM, how long runs may finish", 0, 86400 },
+		{ "sandbox", 0, "RUNNEL_SANDBOX", RN_OPT_STR, &c->sandbox, "bwrap", "DRIVER", "bwrap, or process (isolates nothing)", 0, 0 },
+		{ "sandbox-net", 0, "RUNNEL_SANDBOX_NET", RN_OPT_STR, &c->sandbox_net, "none", "MODE", "none (empty network namespace) or host", 0, 0 },
+		{ "rootfs", 0, "RUNNEL_ROOTFS", RN_OPT_STR, &c->rootfs, NULL, "DIR", "root filesystem for bwrap (default: the host's /usr, /bin, /lib*, /etc read-only)", 0, 0 },
+		{ "bwrap", 0, "RUNNEL_BWRAP", RN_OPT_STR, &c->bwrap_path, NULL, "PATH", "bubblewrap binary (default: bwrap on PATH)", 0, 0 },
+		{ "mock-agent", 0, "RUNNEL_MOCK_AGENT", RN_OPT_STR, &c->mock_agent, NULL, "PATH", "runnel-mock-agent binary (default: next to runnel-worker)", 0, 0 },
+		{ "max-runtime-sec", 0, "RUNNEL_MAX_RUNTIME_SEC", RN_OPT_INT, &c->max_runtime_sec, "28800", "SEC", "hard cap per run", 1, 7 * 86400 },
+		{ "kill-grace-ms", 0, "RUNNEL_KILL_GRACE_MS", RN_OPT_INT, &c->kill_grace_ms, "2000", "MS", "SIGTERM to SIGKILL grace", 0, 600000 },
+		{ "retention-sec", 0, "RUNNEL_RETENTION_SEC", RN_OPT_INT, &c->retention_sec, "86400", "SEC", "key expiry after the terminal line", 1, 365L * 86400 },
+		{ "line-max", 0, "RUNNEL_LINE_MAX", RN_OPT_INT, &c->line_max, "1048576", "BYTES", "longest agent stdout line; longer is invalid", 1024, 64L << 20 },
+		{ "stderr-max", 0, "RUNNEL_STDERR_MAX", RN_OPT_INT, &c->stderr_max, "1048576", "BYTES", "agent stderr published per run, then one truncation notice", 0, 1L << 30 },
+		{ "work-dir", 0, "RUNNEL_WORK_DIR", RN_OPT_STR, &c->work_dir, NULL, "DIR", "run directories (default $TMPDIR/runnel or /tmp/runnel)", 0, 0 },
+		{ "worker-id", 0, "RUNNEL_WORKER_ID", RN_OPT_STR, &c->worker_id, NULL, "ID", "name in the state hash (default hostname-pid)", 0, 0 },
+		{ "require-sealed", 0, "RUNNEL_REQUIRE_SEALED", RN_OPT_BOOL, &c->require_sealed, "false", NULL, "refuse jobs whose secrets are not sealed", 0, 0 },
+		{ "metrics-listen", 0, "RUNNEL_METRICS_LISTEN", RN_OPT_STR, &c->metrics_listen, "127.0.0.1:9464", "ADDR", "/healthz and /metrics address (port 0: any; \"off\": none)", 0, 0 },
+		{ "log-level", 0, "RUNNEL_LOG_LEVEL", RN_OPT_STR, &c->log_level, "info", "LEVEL", "debug, info, warn, error", 0, 0 },
+		{ "kafka-property", 'X', "RUNNEL_KAFKA_PROPERTIES", RN_OPT_KV, &c->kafka_props, NULL, "KEY=VALUE", "librdkafka property (repeatable; env \"k=v;k=v\")", 0, 0 },
+		RN_OPT_END,
+	};
+	_Static_assert(sizeof(t) / sizeof(t[0]) == OPTS_N, "OPTS_N must match the table");
+	memcpy(o, t, sizeof(t));
+}
+
+void worker_config_usage(FILE *f)
+{
+	worker_config_t c;
+	rn_opt_t o[OPTS_N];
+	memset(&c, 0, sizeof(c));
+	opts_fill(o, &c);
+	fprintf(f, "usage: runnel-worker [options]\n\n"
+	           "Consumes runs from Kafka, runs each in a sandbox and publishes its output to Redis.\n\n");
+	rn_conf_usage(f, o);
+	fprintf(f, "  %-34s %s\n", "", "");
+	fprintf(f, "  %-34s %s\n", "(environment only)", "RUNNEL_JOB_KEY: 64 hex digits, key of sealed jobs");
+}
+
+/* The directory of this binary, for finding runnel-mock-agent next to it. */
+static int self_dir(char *buf, size_t size)
+{
+	char path[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+	if (n <= 0)
+		return -1;
+	path[n] = '\0';
+	char *slash = strrchr(path, '/');
+	if (!slash)
+		return -1;
+	*slash = '\0';
+	if ((size_t)snprintf(buf, size, "%s", path) >= size)
+		return -1;
+	return 0;
+}
+
+static int listen_parse(worker_config_t *c, char *errstr, size_t errstr_size)
+{
+	const char *v = c->metrics_listen;
+	if (!v || !*v || !strcmp(v, "off")) {
+		c->metrics_host[0] = '\0';
+		return 0;
+	}
+	const char *colon = strrchr(v, ':');
+	char *end = NULL;
+	long port = colon ? strtol(colon + 1, &end, 10) : -1;
+	if (!colon || colon == v || (size_t)(colon - v) >= sizeof(c->metrics_host) ||
+	    !end || *end || port < 0 || port > 65535) {
+		snprintf(errstr, errstr_size,
+		         "RUNNEL_METRICS_LISTEN/--metrics-listen: \"%.64s\" is not host:port", v);
+		return -1;
+	}
+	memcpy(c->metrics_host, v, (size_t)(colon - v));
+	c->metrics_host[colon - v] = '\0';
+	c->metrics_port = (int)port;
+	return 0;
+}
+
+int worker_config_load(worker_config_t *c, int argc, char **argv,
+                       char *errstr, size_t errstr_size)
+{
+	rn_opt_t o[OPTS_N];
+	char err[256];
+	int argi = 1;
+
+	memset(c, 0, sizeof(*c));
+	opts_fill(o, c);
+	int rc = rn_conf_parse(o, argc, argv, &argi, err, sizeof(err));
+	if (rc == 1) {
+		worker_config_usage(stdout);
+		return 1;
+	}
+	if (rc < 0) {
+		snprintf(errstr, errstr_size, "%s", err);
+		return -1;
+	}
+	if (argi < argc) {
+		snprintf(errstr, errstr_size, "unexpected argument \"%.64s\" (see --help)", argv[argi]);
+		return -1;
+	}
+
+	if (rn_redis_url_parse(c->redis_url, &c->redis, err, sizeof(err)) < 0) {
+		snprintf(errstr, errstr_size, "RUNNEL_REDIS_URL/--redis-url: %s", err);
+		return -1;
+	}
+	if (!proto_key_prefix_valid(c->key_prefix)) {
+		snprintf(errstr, errstr_size,
+		         "RUNNEL_KEY_PREFIX/--key-prefix: must be 1..64 of [A-Za-z0-9_.:-]");
+		return -1;
+	}
+	if (!*c->jobs_topic || strlen(c->jobs_topic) > 200) {
+		snprintf(errstr, errstr_size, "RUNNEL_JOBS_TOPIC/--jobs-topic: must be 1..200 characters");
+		return -1;
+	}
+	snprintf(c->dlq_topic, sizeof(c->dlq_topic), "%s.dlq", c->jobs_topic);
+	if (!*c->group || !*c->kafka_brokers) {
+		snprintf(errstr, errstr_size, "RUNNEL_GROUP and RUNNEL_KAFKA_BROKERS must not be empty");
+		return -1;
+	}
+	if (!strcmp(c->sandbox, "bwrap")) {
+		c->driver = WORKER_SANDBOX_BWRAP;
+	} else if (!strcmp(c->sandbox, "process")) {
+		c->driver = WORKER_SANDBOX_PROCESS;
+	} else {
+		snprintf(errstr, errstr_size, "RUNNEL_SANDBOX/--sandbox: \"%.32s\" is not bwrap or process", c->sandbox);
+		return -1;
+	}
+	if (!strcmp(c->sandbox_net, "none")) {
+		c->share_net = 0;
+	} else if (!strcmp(c->sandbox_net, "host")) {
+		c->share_net = 1;
+	} else {
+		snprintf(errstr, errstr_size, "RUNNEL_SANDBOX_NET/--sandbox-net: \"%.32s\" is not none or host", c->sandbox_net);
+		return -1;
+	}
+	c->log_level_num = rn_log_level_parse(c->log_level);
+	if (c->log_level_num < 0) {
+		snprintf(errstr, errstr_size, "RUNNEL_LOG_LEVEL/--log-level: \"%.32s\" is not debug, info, warn or error", c->log_level);
+		return -1;
+	}
+	if (listen_parse(c, errstr, errstr_size) < 0)
+		return -1;
+
+	if (!c->work_dir) {
+		const char *tmp = getenv("TMPDIR");
+		char buf[PATH_MAX];
+		snprintf(buf, sizeof(buf), "%s/runnel", tmp && *tmp ? tmp : "/tmp");
+		c->work_dir = strdup(buf);
+		if (!c->work_dir) {
+			snprintf(errstr, errstr_size, "out of memory");
+			return -1;
+		}
+	}
+	if (c->work_dir[0] != '/') {
+		snprintf(errstr, errstr_size, "RUNNEL_WORK_DIR/--work-dir: must be an absolute path");
+		return -1;
+	}
+	if (!c->worker_id) {
+		char host[128] = "worker", buf[200];
+		if (gethostname(host, sizeof(host)) < 0)
+			snprintf(host, sizeof(host), "worker");
+		host[sizeof(host) - 1] = '\0';
+		snprintf(buf, sizeof(buf), "%s-%ld", host, (long)getpid());
+		c->worker_id = strdup(buf);
+		if (!c->worker_id) {
+			snprintf(errstr, errstr_size, "out of memory");
+			return -1;
+		}
+	}
+	if (!*c->worker_id || strlen(c->worker_id) > 128) {
+		snprintf(errstr, errstr_size, "RUNNEL_WORKER_ID/--worker-id: must be 1..128 characters");
+		return -1;
+	}
+
+	if (c->mock_agent) {
+		snprintf(c->mock_agent_path, sizeof(c->mock_agent_path), "%s", c->mock_agent);
+	} else {
+		char dir[PATH_MAX];
+		if (self_dir(dir, sizeof(dir)) == 0)
+			snprintf(c->mock_agent_path, sizeof(c->mock_agent_path), "%s/runnel-mock-agent", dir);
+	}
+	if (c->mock_agent_path[0] && access(c->mock_agent_path, X_OK) != 0) {
+		if (c->mock_agent) {
+			snprintf(errstr, errstr_size, "RUNNEL_MOCK_AGENT/--mock-agent: %.200s is not an executable file", c->mock_agent);
+			return -1;
+		}
+		c->mock_agent_path[0] = '\0'; /* mock runs will fail with a clear message */
+	}
+
+	/* The job key: environment only, removed once read. */
+	const char *hex = getenv("RUNNEL_JOB_KEY");
+	if (hex && *hex) {
+		if (proto_sodium_init() < 0) {
+			snprintf(errstr, errstr_size, "libsodium failed to initialise");
+			return -1;
+		}
+		if (proto_job_key_parse(hex, c->job_key, err, sizeof(err)) < 0) {
+			snprintf(errstr, errstr_size, "RUNNEL_JOB_KEY: must be 64 hex digits");
+			unsetenv("RUNNEL_JOB_KEY");
+			return -1;
+		}
+		c->have_job_key = 1;
+	}
+	unsetenv("RUNNEL_JOB_KEY");
+	if (c->require_sealed && !c->have_job_key) {
+		snprintf(errstr, errstr_size, "RUNNEL_REQUIRE_SEALED needs RUNNEL_JOB_KEY");
+		return -1;
+	}
+	return 0;
+}
+
+void worker_config_free(worker_config_t *c)
+{
+	rn_opt_t o[OPTS_N];
+	opts_fill(o, c);
+	rn_conf_free(o);
+	sodium_memzero(c->job_key, sizeof(c->job_key));
+	sodium_memzero(&c->redis, sizeof(c->redis));
+}

@@ -1,0 +1,61 @@
+/*
+ * worker/consumer.h - the Kafka side of runnel-worker: a high-level
+ * consumer of the job topic that takes a job only when a slot is free
+ * (pausing every assigned partition while the slots are full, also across
+ * rebalances), manual offset stores after the claim, and the dead-letter
+ * producer for jobs that cannot be decoded.
+ *
+ * @locality main thread (every function).
+ */
+#ifndef RUNNEL_WORKER_CONSUMER_H
+#define RUNNEL_WORKER_CONSUMER_H
+
+#include <stddef.h>
+#include <librdkafka/rdkafka.h>
+
+#include "worker/config.h"
+
+typedef struct worker_consumer worker_consumer_t;
+
+/* Creates the consumer and subscribes to the job topic.  NULL with errstr
+ * (a bad -X property is named). */
+worker_consumer_t *worker_consumer_new(const worker_config_t *cfg,
+                                       char *errstr, size_t errstr_size);
+
+/* A pipe read end that becomes readable when the consumer queue has
+ * something (messages, rebalances, errors): poll then. */
+int worker_consumer_fd(worker_consumer_t *wc);
+
+/*
+ * Serves the consumer queue without waiting and returns the next message,
+ * or NULL when none is ready.  The caller owns the message
+ * (rd_kafka_message_destroy).  Errors and rebalances are handled inside.
+ */
+rd_kafka_message_t *worker_consumer_poll(worker_consumer_t *wc);
+
+/* Drains the wake-up pipe (call when worker_consumer_fd was readable). */
+void worker_consumer_ack_fd(worker_consumer_t *wc);
+
+/* Pauses (1) or resumes (0) every assigned partition; remembered, so that
+ * partitions assigned later by a rebalance start paused too. */
+void worker_consumer_set_paused(worker_consumer_t *wc, int paused);
+
+/* Stores offset+1 of m for the next commit (after the claim is in Redis). */
+void worker_consumer_store(worker_consumer_t *wc, const rd_kafka_message_t *m);
+
+/*
+ * Produces m's key and value to <topic>.dlq with headers "reason" and
+ * "worker", and waits for the delivery (at most timeout_ms).  0, or -1
+ * with errstr.
+ */
+int worker_consumer_dlq(worker_consumer_t *wc, const rd_kafka_message_t *m,
+                        const char *reason, int timeout_ms,
+                        char *errstr, size_t errstr_size);
+
+/* Leaves the group (committing stored offsets) and frees everything. */
+void worker_consumer_close(worker_consumer_t *wc);
+
+/* Partitions currently assigned (for logs and tests). */
+int worker_consumer_assigned(worker_consumer_t *wc);
+
+#endif

@@ -1,0 +1,250 @@
+/*
+ * worker/control.c - the control-stream watcher (see control.h).
+ */
+#include "worker/control.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "proto/keys.h"
+#include "worker/publish.h"
+
+#define CTL_BLOCK_MS 200
+
+typedef struct watch {
+	char run_id[PROTO_RUN_ID_MAX + 1];
+	char key[PROTO_KEY_MAX];
+	char last_id[48];
+	int  used;
+} watch_t;
+
+struct worker_control {
+	const worker_config_t *cfg;
+	worker_control_cb cb;
+	void *arg;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	int stop;
+	size_t max;
+	watch_t *w;       /* max entries */
+	size_t nused;
+};
+
+int worker_control_watch(worker_control_t *wc, const char *run_id)
+{
+	int ret = -1;
+	pthread_mutex_lock(&wc->mu);
+	for (size_t i = 0; i < wc->max; i++) {
+		if (wc->w[i].used)
+			continue;
+		if (proto_key(wc->w[i].key, sizeof(wc->w[i].key), wc->cfg->key_prefix,
+		              run_id, PROTO_KEY_CTL) < 0)
+			break;
+		snprintf(wc->w[i].run_id, sizeof(wc->w[i].run_id), "%s", run_id);
+		snprintf(wc->w[i].last_id, sizeof(wc->w[i].last_id), "0-0");
+		wc->w[i].used = 1;
+		wc->nused++;
+		ret = 0;
+		break;
+	}
+	pthread_cond_signal(&wc->cond);
+	pthread_mutex_unlock(&wc->mu);
+	return ret;
+}
+
+void worker_control_unwatch(worker_control_t *wc, const char *run_id)
+{
+	pthread_mutex_lock(&wc->mu);
+	for (size_t i = 0; i < wc->max; i++) {
+		if (wc->w[i].used && !strcmp(wc->w[i].run_id, run_id)) {
+			wc->w[i].used = 0;
+			wc->nused--;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&wc->mu);
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* Handles one stream of an XREAD reply: [key, [[id, [f, v, ...]], ...]]. */
+static void handle_stream(worker_control_t *wc, const redisReply *s)
+{
+	if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
+	    s->element[0]->type != REDIS_REPLY_STRING || s->element[1]->type != REDIS_REPLY_ARRAY)
+		return;
+	const char *key = s->element[0]->str;
+	const redisReply *entries = s->element[1];
+	for (size_t i = 0; i < entries->elements; i++) {
+		const redisReply *e = entries->element[i];
+		if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+		    e->element[0]->type != REDIS_REPLY_STRING)
+			continue;
+		char run_id[PROTO_RUN_ID_MAX + 1] = "";
+		int live = 0;
+		pthread_mutex_lock(&wc->mu);
+		for (size_t j = 0; j < wc->max; j++) {
+			if (wc->w[j].used && !strcmp(wc->w[j].key, key)) {
+				snprintf(wc->w[j].last_id, sizeof(wc->w[j].last_id), "%s", e->element[0]->str);
+				snprintf(run_id, sizeof(run_id), "%s", wc->w[j].run_id);
+				live = 1;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&wc->mu);
+		if (!live)
+			return;
+		const redisReply *f = e->element[1];
+		for (size_t k = 0; f->type == REDIS_REPLY_ARRAY && k + 1 < f->elements; k += 2) {
+			if (f->element[k]->type != REDIS_REPLY_STRING || strcmp(f->element[k]->str, "msg") ||
+			    f->element[k + 1]->type != REDIS_REPLY_STRING)
+				continue;
+			proto_ctl_t ctl;
+			char err[128];
+			if (proto_ctl_parse(f->element[k + 1]->str, f->element[k + 1]->len, &ctl, err, sizeof(err)) < 0) {
+				rn_log_warn(run_id, "control_invalid", "ignored a control message: %s", err);
+				continue;
+			}
+			wc->cb(run_id, &ctl, wc->arg);
+		}
+	}
+}
+
+static void *control_main(void *arg)
+{
+	worker_control_t *wc = arg;
+	redisContext *c = NULL;
+	unsigned attempt = 0;
+	/* argv: XREAD COUNT 16 BLOCK ms STREAMS k1..kn id1..idn */
+	size_t argc_max = 6 + 2 * wc->max;
+	const char **argv = calloc(argc_max, sizeof(*argv));
+	char (*keys)[PROTO_KEY_MAX] = calloc(wc->max, sizeof(*keys));
+	char (*ids)[48] = calloc(wc->max, sizeof(*ids));
+	char block[16];
+	snprintf(block, sizeof(block), "%d", CTL_BLOCK_MS);
+	if (!argv || !keys || !ids) {
+		rn_log_error(NULL, "control", "out of memory: control messages are not watched");
+		goto out;
+	}
+
+	for (;;) {
+		size_t n = 0;
+		pthread_mutex_lock(&wc->mu);
+		while (!wc->stop && wc->nused == 0) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += 1;
+			pthread_cond_timedwait(&wc->cond, &wc->mu, &ts);
+		}
+		if (wc->stop) {
+			pthread_mutex_unlock(&wc->mu);
+			break;
+		}
+		for (size_t i = 0; i < wc->max; i++) {
+			if (!wc->w[i].used)
+				continue;
+			memcpy(keys[n], wc->w[i].key, sizeof(keys[n]));
+			memcpy(ids[n], wc->w[i].last_id, sizeof(ids[n]));
+			n++;
+		}
+		pthread_mutex_unlock(&wc->mu);
+
+		if (!c) {
+			char err[256];
+			c = worker_redis_connect(&wc->cfg->redis, 1000, err, sizeof(err));
+			if (!c) {
+				if (attempt++ % 20 == 0)
+					rn_log_warn(NULL, "control_reconnect", "%s; retrying", err);
+				sleep_ms(attempt < 5 ? 50L << attempt : 1000);
+				continue;
+			}
+			attempt = 0;
+		}
+		size_t ac = 0;
+		argv[ac++] = "XREAD";
+		argv[ac++] = "COUNT";
+		argv[ac++] = "16";
+		argv[ac++] = "BLOCK";
+		argv[ac++] = block;
+		argv[ac++] = "STREAMS";
+		for (size_t i = 0; i < n; i++)
+			argv[ac++] = keys[i];
+		for (size_t i = 0; i < n; i++)
+			argv[ac++] = ids[i];
+		redisReply *r = redisCommandArgv(c, (int)ac, argv, NULL);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			if (r) {
+				rn_log_warn(NULL, "control_read", "%.160s", r->str);
+				freeReplyObject(r);
+			}
+			redisFree(c);
+			c = NULL;
+			sleep_ms(100);
+			continue;
+		}
+		for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
+			handle_stream(wc, r->element[i]);
+		freeReplyObject(r);
+	}
+out:
+	if (c)
+		redisFree(c);
+	free(argv);
+	free(keys);
+	free(ids);
+	return NULL;
+}
+
+worker_control_t *worker_control_start(const worker_config_t *cfg, size_t max_runs,
+                                       worker_control_cb cb, void *arg,
+                                       char *errstr, size_t errstr_size)
+{
+	worker_control_t *wc = calloc(1, sizeof(*wc));
+	if (!wc || !(wc->w = calloc(max_runs, sizeof(*wc->w)))) {
+		free(wc);
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	wc->cfg = cfg;
+	wc->cb = cb;
+	wc->arg = arg;
+	wc->max = max_runs;
+	pthread_mutex_init(&wc->mu, NULL);
+	pthread_cond_init(&wc->cond, NULL);
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 512 * 1024);
+	int e = pthread_create(&wc->thread, &attr, control_main, wc);
+	pthread_attr_destroy(&attr);
+	if (e) {
+		snprintf(errstr, errstr_size, "control thread: %s", strerror(e));
+		free(wc->w);
+		free(wc);
+		return NULL;
+	}
+	return wc;
+}
+
+void worker_control_stop(worker_control_t *wc)
+{
+	if (!wc)
+		return;
+	pthread_mutex_lock(&wc->mu);
+	wc->stop = 1;
+	pthread_cond_signal(&wc->cond);
+	pthread_mutex_unlock(&wc->mu);
+	pthread_join(wc->thread, NULL);
+	pthread_mutex_destroy(&wc->mu);
+	pthread_cond_destroy(&wc->cond);
+	free(wc->w);
+	free(wc);
+}

@@ -1,0 +1,160 @@
+/*
+ * worker/metrics.c - the worker's metric series and its /healthz, /metrics
+ * HTTP endpoint.
+ */
+#include "worker/metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+int worker_metrics_init(worker_metrics_t *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->reg = rn_metrics_new();
+	if (!m->reg)
+		return -1;
+#define X(name) m->runs_##name = rn_metrics_counter(m->reg, "runnel_worker_runs_total", \
+	"Runs this worker ended, by outcome", "outcome=\"" #name "\"");
+	WORKER_OUTCOMES(X)
+#undef X
+	m->jobs_skipped = rn_metrics_counter(m->reg, "runnel_worker_jobs_skipped_total",
+	                                     "Jobs not run: already done or held by a live worker", NULL);
+	m->jobs_dlq = rn_metrics_counter(m->reg, "runnel_worker_jobs_dlq_total",
+	                                 "Undecodable jobs sent to the dead-letter topic", NULL);
+	m->runs_swept = rn_metrics_counter(m->reg, "runnel_worker_runs_swept_total",
+	                                   "Runs of dead workers this worker ended worker_lost", NULL);
+	m->slots_busy = rn_metrics_gauge(m->reg, "runnel_worker_slots_busy", "Slots running a run", NULL);
+	m->slots_total = rn_metrics_gauge(m->reg, "runnel_worker_slots_total", "Slots of this worker", NULL);
+	m->lines_published = rn_metrics_counter(m->reg, "runnel_worker_lines_published_total",
+	                                        "Envelope lines written to run streams", NULL);
+	m->lines_dropped = rn_metrics_counter(m->reg, "runnel_worker_lines_dropped_total",
+	                                      "Agent lines dropped after the terminal line", NULL);
+	m->lines_invalid = rn_metrics_counter(m->reg, "runnel_worker_lines_invalid_total",
+	                                      "Agent lines replaced by a warning (invalid envelope)", NULL);
+	m->redis_retries = rn_metrics_counter(m->reg, "runnel_worker_redis_retries_total",
+	                                      "Redis writes retried after an error or reconnect", NULL);
+	m->queue_wait = rn_metrics_histogram(m->reg, "runnel_worker_queue_wait_seconds",
+	                                     "From enqueued_at to the claim", NULL,
+	                                     rn_metrics_latency_bounds, rn_metrics_latency_nbounds);
+	m->sandbox_start = rn_metrics_histogram(m->reg, "runnel_worker_sandbox_start_seconds",
+	                                        "Time to spawn the sandbox", NULL,
+	                                        rn_metrics_latency_bounds, rn_metrics_latency_nbounds);
+	m->first_line = rn_metrics_histogram(m->reg, "runnel_worker_first_line_seconds",
+	                                     "From the claim to the first line in the stream", NULL,
+	                                     rn_metrics_latency_bounds, rn_metrics_latency_nbounds);
+	if (!m->slots_busy || !m->first_line || !m->runs_internal)
+		return -1;
+	return 0;
+}
+
+void worker_metrics_free(worker_metrics_t *m)
+{
+	rn_metrics_free(m->reg);
+	memset(m, 0, sizeof(*m));
+}
+
+rn_counter_t *worker_metrics_outcome(worker_metrics_t *m, const char *outcome)
+{
+#define X(name) if (!strcmp(outcome, #name)) return m->runs_##name;
+	WORKER_OUTCOMES(X)
+#undef X
+	return m->runs_internal;
+}
+
+struct worker_http {
+	struct evhttp *http;
+	worker_metrics_t *m;
+	int draining;
+};
+
+static void http_cb(struct evhttp_request *req, void *arg)
+{
+	worker_http_t *h = arg;
+	const char *uri = evhttp_request_get_uri(req);
+	struct evbuffer *out = evbuffer_new();
+	if (!out) {
+		evhttp_send_error(req, 500, NULL);
+		return;
+	}
+	struct evkeyvalq *hdr = evhttp_request_get_output_headers(req);
+	if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
+		evhttp_send_error(req, 405, NULL);
+	} else if (!strcmp(uri, "/healthz")) {
+		evhttp_add_header(hdr, "Content-Type", "text/plain");
+		evbuffer_add_printf(out, "%s\n", h->draining ? "draining" : "ok");
+		evhttp_send_reply(req, h->draining ? 503 : 200, h->draining ? "Draining" : "OK", out);
+	} else if (!strcmp(uri, "/metrics")) {
+		size_t len = 0;
+		char *text = rn_metrics_render(h->m->reg, &len);
+		if (!text) {
+			evhttp_send_error(req, 500, NULL);
+		} else {
+			evhttp_add_header(hdr, "Content-Type", "text/plain; version=0.0.4");
+			evbuffer_add(out, text, len);
+			free(text);
+			evhttp_send_reply(req, 200, "OK", out);
+		}
+	} else {
+		evhttp_send_error(req, 404, NULL);
+	}
+	evbuffer_free(out);
+}
+
+worker_http_t *worker_http_start(struct event_base *base, worker_metrics_t *m,
+                                 const char *host, int port, int *bound_port,
+                                 char *errstr, size_t errstr_size)
+{
+	worker_http_t *h = calloc(1, sizeof(*h));
+	if (!h) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	h->m = m;
+	h->http = evhttp_new(base);
+	if (!h->http) {
+		free(h);
+		snprintf(errstr, errstr_size, "evhttp_new failed");
+		return NULL;
+	}
+	evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET);
+	evhttp_set_gencb(h->http, http_cb, h);
+	struct evhttp_bound_socket *s = evhttp_bind_socket_with_handle(h->http, host, (ev_uint16_t)port);
+	if (!s) {
+		snprintf(errstr, errstr_size, "metrics: cannot listen on %s:%d", host, port);
+		evhttp_free(h->http);
+		free(h);
+		return NULL;
+	}
+	*bound_port = port;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	if (getsockname(evhttp_bound_socket_get_fd(s), (struct sockaddr *)&ss, &sl) == 0) {
+		if (ss.ss_family == AF_INET)
+			*bound_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+		else if (ss.ss_family == AF_INET6)
+			*bound_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	}
+	return h;
+}
+
+void worker_http_set_draining(worker_http_t *h)
+{
+	if (h)
+		h->draining = 1;
+}
+
+void worker_http_stop(worker_http_t *h)
+{
+	if (!h)
+		return;
+	evhttp_free(h->http);
+	free(h);
+}

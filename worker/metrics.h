@@ -1,0 +1,61 @@
+/*
+ * worker/metrics.h - runnel-worker's Prometheus series and the small HTTP
+ * server (evhttp on the main event loop) that serves /healthz and /metrics.
+ *
+ * The handles are created once at start; any thread may update them.
+ */
+#ifndef RUNNEL_WORKER_METRICS_H
+#define RUNNEL_WORKER_METRICS_H
+
+#include <event2/event.h>
+
+#include "common/metrics.h"
+
+/* Run outcomes counted in runnel_worker_runs_total{outcome=...}. */
+#define WORKER_OUTCOMES(X) \
+	X(succeeded) X(agent_error) X(cancelled) X(runtime_cap) X(worker_lost) \
+	X(worker_shutdown) X(bootstrap_failed) X(bag_rejected) X(agent_exit) \
+	X(writeback_failed) X(internal)
+
+typedef struct worker_metrics {
+	rn_metrics_t *reg;
+#define X(name) rn_counter_t *runs_##name;
+	WORKER_OUTCOMES(X)
+#undef X
+	rn_counter_t *jobs_skipped;     /* claim said done/held */
+	rn_counter_t *jobs_dlq;
+	rn_counter_t *runs_swept;       /* worker_lost written by this worker's sweep */
+	rn_gauge_t   *slots_busy;
+	rn_gauge_t   *slots_total;
+	rn_counter_t *lines_published;
+	rn_counter_t *lines_dropped;
+	rn_counter_t *lines_invalid;
+	rn_counter_t *redis_retries;
+	rn_hist_t    *queue_wait;
+	rn_hist_t    *sandbox_start;
+	rn_hist_t    *first_line;
+} worker_metrics_t;
+
+/* Registers every series.  0 or -1 (out of memory). */
+int worker_metrics_init(worker_metrics_t *m);
+void worker_metrics_free(worker_metrics_t *m);
+
+/* The counter of an outcome name ("succeeded", "cancelled", ...); the
+ * "internal" counter for an unknown name. */
+rn_counter_t *worker_metrics_outcome(worker_metrics_t *m, const char *outcome);
+
+typedef struct worker_http worker_http_t;
+
+/*
+ * Serves GET /healthz and GET /metrics on host:port (port 0 = any free
+ * port; the bound port is written to *bound_port).  NULL with errstr.
+ * @locality main thread.
+ */
+worker_http_t *worker_http_start(struct event_base *base, worker_metrics_t *m,
+                                 const char *host, int port, int *bound_port,
+                                 char *errstr, size_t errstr_size);
+/* Marks the process draining: /healthz then answers 503 "draining". */
+void worker_http_set_draining(worker_http_t *h);
+void worker_http_stop(worker_http_t *h);
+
+#endif

@@ -1,0 +1,230 @@
+/*
+ * worker/publish.c - exactly-once, in-order line publishing (see publish.h).
+ */
+#include "worker/publish.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+
+redisContext *worker_redis_connect(const rn_redis_url_t *url, int timeout_ms,
+                                   char *errstr, size_t errstr_size)
+{
+	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
+	redisContext *c = redisConnectWithTimeout(url->host, url->port, tv);
+	if (!c) {
+		snprintf(errstr, errstr_size, "redis %s:%d: out of memory", url->host, url->port);
+		return NULL;
+	}
+	if (c->err) {
+		snprintf(errstr, errstr_size, "redis %s:%d: %s", url->host, url->port, c->errstr);
+		redisFree(c);
+		return NULL;
+	}
+	/* Replies may take a while under load, but a dead server must not hang a run. */
+	struct timeval rtv = { 10, 0 };
+	redisSetTimeout(c, rtv);
+	redisEnableKeepAlive(c);
+	if (url->password[0]) {
+		redisReply *r = redisCommand(c, "AUTH %s", url->password);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			snprintf(errstr, errstr_size, "redis %s:%d: authentication failed", url->host, url->port);
+			if (r)
+				freeReplyObject(r);
+			redisFree(c);
+			return NULL;
+		}
+		freeReplyObject(r);
+	}
+	if (url->db) {
+		redisReply *r = redisCommand(c, "SELECT %d", url->db);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			snprintf(errstr, errstr_size, "redis %s:%d: SELECT %d failed", url->host, url->port, url->db);
+			if (r)
+				freeReplyObject(r);
+			redisFree(c);
+			return NULL;
+		}
+		freeReplyObject(r);
+	}
+	return c;
+}
+
+int worker_pub_init(worker_pub_t *p, const rn_redis_url_t *url, const char *prefix,
+                    const char *run_id, int64_t seq_base, const volatile int *give_up)
+{
+	memset(p, 0, sizeof(*p));
+	p->url = url;
+	p->seq_base = seq_base;
+	p->next_n = 1;
+	p->first_n = 1;
+	p->give_up = give_up;
+	snprintf(p->run_id, sizeof(p->run_id), "%s", run_id);
+	if (proto_key(p->key, sizeof(p->key), prefix, run_id, PROTO_KEY_OUT) < 0)
+		return -1;
+	p->lens = malloc(WORKER_PUB_BATCH_LINES * sizeof(*p->lens));
+	if (!p->lens)
+		return -1;
+	return 0;
+}
+
+void worker_pub_free(worker_pub_t *p)
+{
+	if (p->c)
+		redisFree(p->c);
+	free(p->buf);
+	free(p->lens);
+	memset(p, 0, sizeof(*p));
+}
+
+int worker_pub_add(worker_pub_t *p, const char *line, size_t len)
+{
+	if (p->len + len > p->cap) {
+		size_t ncap = p->cap ? p->cap : 4096;
+		while (ncap < p->len + len)
+			ncap *= 2;
+		char *nb = realloc(p->buf, ncap);
+		if (!nb) {
+			/* Out of memory: write what we have, then this line alone. */
+			worker_pub_flush(p);
+			nb = realloc(p->buf, len > 4096 ? len : 4096);
+			if (!nb)
+				abort();
+			ncap = len > 4096 ? len : 4096;
+		}
+		p->buf = nb;
+		p->cap = ncap;
+	}
+	memcpy(p->buf + p->len, line, len);
+	p->len += len;
+	p->lens[p->n++] = (uint32_t)len;
+	p->next_n++;
+	return p->n >= WORKER_PUB_BATCH_LINES || p->len >= WORKER_PUB_BATCH_BYTES;
+}
+
+void worker_pub_backoff(worker_pub_t *p, unsigned attempt)
+{
+	long ms = 50;
+	for (unsigned i = 0; i < attempt && ms < 2000; i++)
+		ms *= 2;
+	if (ms > 2000)
+		ms = 2000;
+	while (ms > 0 && !(p->give_up && *p->give_up)) {
+		long slice = ms > 50 ? 50 : ms;
+		struct timespec ts = { 0, slice * 1000000L };
+		nanosleep(&ts, NULL);
+		ms -= slice;
+	}
+}
+
+void worker_pub_reset(worker_pub_t *p)
+{
+	if (p->c) {
+		redisFree(p->c);
+		p->c = NULL;
+	}
+}
+
+redisContext *worker_pub_ctx(worker_pub_t *p)
+{
+	unsigned attempt = 0;
+	while (!p->c) {
+		char err[256];
+		if (p->give_up && *p->give_up)
+			return NULL;
+		p->c = worker_redis_connect(p->url, 1000, err, sizeof(err));
+		if (p->c)
+			break;
+		if (attempt == 0 || attempt % 20 == 0)
+			rn_log_warn(p->run_id, "redis_reconnect", "%s; retrying", err);
+		p->retries++;
+		worker_pub_backoff(p, attempt++);
+	}
+	return p->c;
+}
+
+/* 1 when the error means the entry is already in the stream. */
+static int already_written(const redisReply *r)
+{
+	return r->type == REDIS_REPLY_ERROR && r->str &&
+	       strstr(r->str, "equal or smaller than the target stream top item") != NULL;
+}
+
+/*
+ * One attempt at writing the batch.  Drops the acknowledged prefix from the
+ * batch.  0 when everything is acknowledged, -1 to retry.
+ */
+static int flush_once(worker_pub_t *p)
+{
+	redisContext *c = p->c;
+	char id[48];
+	size_t off = 0;
+
+	for (size_t i = 0; i < p->n; i++) {
+		snprintf(id, sizeof(id), "%" PRId64 "-%" PRIu64, p->seq_base, p->first_n + i);
+		const char *argv[] = { "XADD", p->key, id, "line", p->buf + off };
+		size_t lens[] = { 4, strlen(p->key), strlen(id), 4, p->lens[i] };
+		if (redisAppendCommandArgv(c, 5, argv, lens) != REDIS_OK)
+			return -1;
+		off += p->lens[i];
+	}
+	size_t acked = 0, acked_bytes = 0;
+	int failed = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		redisReply *r = NULL;
+		if (redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
+			rn_log_warn(p->run_id, "redis_publish", "connection lost: %s; retrying",
+			            c->errstr[0] ? c->errstr : "no reply");
+			worker_pub_reset(p);
+			failed = 1;
+			break;
+		}
+		if (r->type == REDIS_REPLY_ERROR && !already_written(r)) {
+			if (!failed)
+				rn_log_warn(p->run_id, "redis_publish", "XADD refused: %.120s; retrying", r->str);
+			failed = 1;
+		} else if (!failed) {
+			acked++;
+			acked_bytes += p->lens[i];
+		}
+		freeReplyObject(r);
+	}
+	if (acked) {
+		p->published += acked;
+		p->first_n += acked;
+		memmove(p->buf, p->buf + acked_bytes, p->len - acked_bytes);
+		p->len -= acked_bytes;
+		memmove(p->lens, p->lens + acked, (p->n - acked) * sizeof(*p->lens));
+		p->n -= acked;
+	}
+	if (failed)
+		return -1;
+	/* A big burst grew the buffer: give the memory back. */
+	if (p->cap > 4 * WORKER_PUB_BATCH_BYTES) {
+		free(p->buf);
+		p->buf = NULL;
+		p->cap = 0;
+	}
+	return 0;
+}
+
+int worker_pub_flush(worker_pub_t *p)
+{
+	unsigned attempt = 0;
+	while (p->n > 0) {
+		if (!worker_pub_ctx(p))
+			return -1;
+		if (flush_once(p) == 0)
+			return 0;
+		if (p->give_up && *p->give_up)
+			return -1;
+		p->retries++;
+		worker_pub_backoff(p, attempt++);
+	}
+	return 0;
+}

@@ -1,0 +1,86 @@
+/*
+ * worker/publish.h - writing one run's lines to <prefix>:{RUN}:out exactly
+ * once and in order, across Redis reconnects.
+ *
+ * Each line gets the explicit stream id "<T>-<n>" (T = out_seq_base from the
+ * claim, n = 1, 2, ...) when it is added, so a retry of a batch after a
+ * reconnect writes nothing twice: Redis refuses an id "equal or smaller than
+ * the target stream top item", which means that line is already there.
+ * Lines are batched and pipelined; a flush blocks (retrying with backoff)
+ * until Redis took every line, which is the backpressure: while it blocks,
+ * the run stops reading the agent's stdout.
+ *
+ * Also home of the worker's Redis connection helper.
+ *
+ * @locality one thread per publisher (the run's thread).
+ */
+#ifndef RUNNEL_WORKER_PUBLISH_H
+#define RUNNEL_WORKER_PUBLISH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+#include "common/util.h"
+#include "proto/job.h"
+#include "proto/keys.h"
+
+/* Connects, authenticates and selects the db.  NULL with errstr (never
+ * quoting the password). */
+redisContext *worker_redis_connect(const rn_redis_url_t *url, int timeout_ms,
+                                   char *errstr, size_t errstr_size);
+
+#define WORKER_PUB_BATCH_LINES  2048
+#define WORKER_PUB_BATCH_BYTES  (128 * 1024)
+
+typedef struct worker_pub {
+	const rn_redis_url_t *url;          /* borrowed */
+	redisContext *c;                    /* owned; NULL while disconnected */
+	char     key[PROTO_KEY_MAX];
+	int64_t  seq_base;
+	uint64_t next_n;                    /* id sequence of the next line added */
+	/* The batch: lines laid end to end in buf. */
+	char    *buf;
+	size_t   len, cap;
+	uint32_t *lens;
+	size_t   n;
+	uint64_t first_n;                   /* sequence of lens[0] */
+	uint64_t published;                 /* lines Redis holds */
+	uint64_t retries;
+	const volatile int *give_up;        /* non-zero: a failing call stops retrying */
+	char     run_id[PROTO_RUN_ID_MAX + 1];
+} worker_pub_t;
+
+/* Prepares a publisher (no connection yet).  0 or -1 (out of memory). */
+int worker_pub_init(worker_pub_t *p, const rn_redis_url_t *url, const char *prefix,
+                    const char *run_id, int64_t seq_base, const volatile int *give_up);
+void worker_pub_free(worker_pub_t *p);
+
+/* Copies a line into the batch.  Returns 1 when the batch should be flushed
+ * now (full), 0 otherwise. */
+int worker_pub_add(worker_pub_t *p, const char *line, size_t len);
+
+/* Lines waiting in the batch. */
+static inline size_t worker_pub_pending(const worker_pub_t *p) { return p->n; }
+
+/*
+ * Writes the batch, retrying with backoff (50 ms doubling to 2 s) across
+ * disconnects and transient errors (LOADING, ...).  0 when Redis holds
+ * every line; -1 only when *give_up became non-zero first.
+ */
+int worker_pub_flush(worker_pub_t *p);
+
+/*
+ * A connected context for one-off calls (state updates), reconnecting with
+ * the same backoff; NULL only when *give_up became non-zero.  After a
+ * failing call, call worker_pub_reset() so the next use reconnects.
+ */
+redisContext *worker_pub_ctx(worker_pub_t *p);
+void worker_pub_reset(worker_pub_t *p);
+
+/* Sleeps the retry backoff for attempt (0, 1, 2, ...), in slices that
+ * notice *give_up. */
+void worker_pub_backoff(worker_pub_t *p, unsigned attempt);
+
+#endif

@@ -1,0 +1,81 @@
+/*
+ * worker/run.h - one run, from a successful claim to its terminal line:
+ * the running mark, bootstrap, workspace, sandbox, agent I/O, publishing,
+ * control, the runtime cap, writeback and the single terminal line.
+ *
+ * Each run has its own thread (blocking stages are blocking by design), its
+ * own Redis connection for publishing and a poll() loop over the agent's
+ * stdout and stderr and an eventfd that wakes it for cancel, shutdown and
+ * lease loss.
+ *
+ * Ownership: worker_run_new() takes the parsed job (the caller's struct is
+ * cleared); the main thread owns the worker_run_t and frees it with
+ * worker_run_free() after the done callback fired and worker_run_join().
+ */
+#ifndef RUNNEL_WORKER_RUN_H
+#define RUNNEL_WORKER_RUN_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "common/runstate.h"
+#include "proto/control.h"
+#include "proto/job.h"
+#include "worker/config.h"
+#include "worker/metrics.h"
+
+typedef struct worker_run worker_run_t;
+
+/* What a run shares with the whole worker (outlives every run). */
+typedef struct worker_ctx {
+	const worker_config_t *cfg;
+	worker_metrics_t *m;
+	/* Called on the run's thread as its last act. */
+	void (*on_done)(worker_run_t *run, void *arg);
+	void *arg;
+	/* Non-zero: stop retrying Redis and abandon (hard stop after the drain). */
+	volatile int give_up;
+} worker_ctx_t;
+
+typedef enum {
+	WORKER_STOP_NONE = 0,
+	WORKER_STOP_CANCEL,     /* a cancel control message */
+	WORKER_STOP_SHUTDOWN,   /* the drain timeout passed */
+	WORKER_STOP_LOST,       /* the lease is not ours any more: write nothing */
+} worker_stop_t;
+
+struct worker_run {
+	char         run_id[PROTO_RUN_ID_MAX + 1];
+	proto_job_t  job;              /* owned; secrets wiped by worker_run_free */
+	rn_claim_t   claim;
+	int64_t      claimed_mono_ms;
+	worker_ctx_t *ctx;
+	pthread_t    thread;
+	int          started;
+	int          wake_fd;          /* eventfd */
+	atomic_int   stop;             /* worker_stop_t, first one wins */
+	char         cancel_reason[PROTO_CTL_REASON_MAX + 1];
+	volatile int abort_flag;       /* mirrors stop for blocking stages */
+	char         outcome[32];      /* metric outcome, set at the end */
+};
+
+/* NULL on allocation failure (the job is then left with the caller). */
+worker_run_t *worker_run_new(worker_ctx_t *ctx, proto_job_t *job, const rn_claim_t *claim);
+
+/* Starts the run's thread.  0, or -1 (the run never started; free it). */
+int worker_run_start(worker_run_t *run);
+
+/* Asks the run to stop (any thread).  reason is for CANCEL (may be NULL). */
+void worker_run_stop(worker_run_t *run, worker_stop_t why, const char *reason);
+
+void worker_run_join(worker_run_t *run);
+void worker_run_free(worker_run_t *run);
+
+/*
+ * Builds the cancel terminal line's message into buf:
+ * "The run was cancelled (client_closed)." or "The run was cancelled.".
+ */
+void worker_run_cancel_message(const char *reason, char *buf, size_t size);
+
+#endif
