@@ -49,6 +49,8 @@ static void table(dispatcher_config_t *c, rn_opt_t *o)
 		  "longest wait for Kafka to take a job (message.timeout.ms) before 503", 100, 300000 },
 		{ "sweep-ms", 0, "RUNNEL_SWEEP_MS", RN_OPT_INT, &c->sweep_ms, "1000", "MS",
 		  "interval of the lost-lease sweep", 100, 60000 },
+		{ "http-timeout-sec", 0, "RUNNEL_HTTP_TIMEOUT_SEC", RN_OPT_INT, &c->http_timeout_sec, "60", "SEC",
+		  "idle timeout reading a request, and writing to a caller that stopped reading", 1, 3600 },
 		{ "log-level", 0, "RUNNEL_LOG_LEVEL", RN_OPT_STR, &c->log_level, "info", "LEVEL",
 		  "debug, info, warn or error", 0, 0 },
 		{ "kafka-property", 'X', "RUNNEL_KAFKA_PROPERTIES", RN_OPT_KV, &c->kafka_props, NULL, "KEY=VALUE",
@@ -58,7 +60,7 @@ static void table(dispatcher_config_t *c, rn_opt_t *o)
 	memcpy(o, t, sizeof t);
 }
 
-#define NOPTS 21
+#define NOPTS 22
 
 int dispatcher_config_parse(dispatcher_config_t *cfg, int argc, char **argv, FILE *out,
                             char *errstr, size_t errstr_size)
@@ -66,7 +68,7 @@ int dispatcher_config_parse(dispatcher_config_t *cfg, int argc, char **argv, FIL
 	rn_opt_t opts[NOPTS];
 	int argi = 1, rc;
 
-	_Static_assert(NOPTS == 21, "table size");
+	_Static_assert(NOPTS == 22, "table size");
 	table(cfg, opts);
 	rc = rn_conf_parse(opts, argc, argv, &argi, errstr, errstr_size);
 	if (rc == 1) {

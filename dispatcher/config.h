@@ -31,6 +31,7 @@ typedef struct dispatcher_config {
 	long  heartbeat_sec;
 	long  enqueue_timeout_ms;
 	long  sweep_ms;
+	long  http_timeout_sec;
 	rn_kv_list_t kafka_props; /* -X key=value */
 
 	/* Derived by dispatcher_config_parse. */

@@ -206,6 +206,16 @@ void dispatcher_feed_start(dispatcher_t *d, struct evhttp_request *req, dispatch
 		return;
 	}
 	evhttp_connection_set_closecb(f->evcon, on_close, f);
+	{
+		/* evhttp's idle timeout also covers reading, and a streaming caller
+		 * sends nothing after its request: keep only the write timeout (a
+		 * caller that stops reading altogether is still dropped). */
+		struct bufferevent *bev = evhttp_connection_get_bufferevent(f->evcon);
+		struct timeval wtv = { d->cfg->http_timeout_sec, 0 };
+
+		if (bev != NULL)
+			bufferevent_set_timeouts(bev, NULL, &wtv);
+	}
 	if (sse) {
 		struct timeval tv = { d->cfg->heartbeat_sec, 0 };
 

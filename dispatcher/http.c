@@ -492,6 +492,7 @@ int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_c
 	                           EVHTTP_REQ_PATCH);
 	evhttp_set_max_body_size(d->http, cfg->max_body);
 	evhttp_set_max_headers_size(d->http, 64 * 1024);
+	evhttp_set_timeout(d->http, (int)cfg->http_timeout_sec);
 	evhttp_set_default_content_type(d->http, NULL);
 	evhttp_set_gencb(d->http, on_request, d);
 	sock = evhttp_bind_socket_with_handle(d->http, host, port);
