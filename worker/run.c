@@ -50,7 +50,9 @@
 #define RUN_READ_CHUNK     (16 * 1024)
 #define RUN_STDERR_LINE    (8 * 1024)
 #define RUN_ENV_MAX        4096
-#define MOCK_AGENT_IN_SANDBOX "/usr/libexec/runnel/runnel-mock-agent"
+/* Under /run (a tmpfs in the sandbox): the read-only host /usr has no
+ * /usr/libexec/runnel to bind onto. */
+#define MOCK_AGENT_IN_SANDBOX "/run/runnel/runnel-mock-agent"
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 /* How the agent phase ended. */

@@ -1,0 +1,188 @@
+/*
+ * tests/worker/wtest.c - the worker tests' fixture (see wtest.h).
+ */
+#include "tests/worker/wtest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "common/util.h"
+
+void wt_setup(wt_t *t, const char *redis_extra, int partitions)
+{
+	memset(t, 0, sizeof(*t));
+	t->dir = th_tmpdir();
+	TH_REQUIRE(t->dir != NULL, "tmpdir");
+	TH_REQUIRE(th_redis_start(&t->redis, redis_extra) == 0, "redis");
+	t->rc = th_redis_connect(&t->redis);
+	TH_REQUIRE(t->rc != NULL, "redis connect");
+	TH_REQUIRE(th_kafka_start(&t->kafka, 1) == 0, "kafka");
+	snprintf(t->topic, sizeof(t->topic), "wt.jobs.%ld", (long)getpid());
+	snprintf(t->group, sizeof(t->group), "wt-workers-%ld", (long)getpid());
+	TH_REQUIRE(th_kafka_create_topic(&t->kafka, t->topic, partitions) == 0, "topic");
+	char dlq[80];
+	snprintf(dlq, sizeof(dlq), "%s.dlq", t->topic);
+	TH_REQUIRE(th_kafka_create_topic(&t->kafka, dlq, 1) == 0, "dlq topic");
+	char err[256];
+	t->stub = dev_stub_start(NULL, err, sizeof(err));
+	TH_REQUIRE(t->stub != NULL, "stub: %s", err);
+}
+
+void wt_teardown(wt_t *t)
+{
+	if (t->rc)
+		redisFree(t->rc);
+	dev_stub_stop(t->stub);
+	th_kafka_stop(&t->kafka);
+	th_redis_stop(&t->redis);
+}
+
+const char *wt_log_path(wt_t *t, const char *name)
+{
+	return th_strf("%s/%s.log", t->dir, name);
+}
+
+pid_t wt_worker(wt_t *t, const char *name, const char *const *extra_env)
+{
+	const char *env[64];
+	size_t n = 0;
+	env[n++] = th_strf("RUNNEL_KAFKA_BROKERS=%s", t->kafka.bootstrap);
+	env[n++] = th_strf("RUNNEL_JOBS_TOPIC=%s", t->topic);
+	env[n++] = th_strf("RUNNEL_GROUP=%s", t->group);
+	env[n++] = th_strf("RUNNEL_REDIS_URL=%s", t->redis.url);
+	env[n++] = th_strf("RUNNEL_WORK_DIR=%s/work-%s", t->dir, name);
+	env[n++] = th_strf("RUNNEL_WORKER_ID=%s", name);
+	env[n++] = "RUNNEL_METRICS_LISTEN=127.0.0.1:0";
+	env[n++] = "RUNNEL_SLOTS=4";
+	env[n++] = "RUNNEL_KILL_GRACE_MS=500";
+	env[n++] = "RUNNEL_LOG_LEVEL=debug";
+	/* Faster group joins and fetches against the mock cluster. */
+	env[n++] = "RUNNEL_KAFKA_PROPERTIES=topic.metadata.refresh.interval.ms=1000;session.timeout.ms=6000;heartbeat.interval.ms=500";
+	for (size_t i = 0; extra_env && extra_env[i] && n < 62; i++)
+		env[n++] = extra_env[i];
+	env[n] = NULL;
+	char *argv[] = { WORKER_BIN, NULL };
+	pid_t pid = th_spawn(argv, env, wt_log_path(t, name));
+	TH_REQUIRE(pid > 0, "spawn worker");
+	return pid;
+}
+
+json_t *wt_agent_config(const char *agent_json)
+{
+	json_error_t e;
+	json_t *agent = json_loads(agent_json, 0, &e);
+	TH_REQUIRE(agent != NULL, "agent json: %s", e.text);
+	json_t *cfg = json_object();
+	json_object_set_new(cfg, "agent", agent);
+	return cfg;
+}
+
+void wt_submit(wt_t *t, const char *run_id, const dev_stub_run_t *run, const char *prompt,
+               int upload, long max_runtime, dev_stub_otps_t *o)
+{
+	TH_REQUIRE(dev_stub_add_run(t->stub, run, o) == 0, "stub add run");
+	json_t *j = json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:I}",
+	                      "v", 1, "run_id", run_id, "agent_url", o->agent_url,
+	                      "otp_setup", o->otp_setup, "otp_run", o->otp_run,
+	                      "prompt", prompt ? prompt : "hello", "caller", "test",
+	                      "enqueued_at", (json_int_t)rn_now_ms());
+	if (upload)
+		json_object_set_new(j, "otp_upload", json_string(o->otp_upload));
+	if (max_runtime > 0)
+		json_object_set_new(j, "max_runtime_sec", json_integer(max_runtime));
+	char *s = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
+	TH_REQUIRE(th_kafka_produce(&t->kafka, t->topic, -1, run_id, s, strlen(s), NULL) == 0, "produce");
+	free(s);
+}
+
+void wt_produce_raw(wt_t *t, const char *key, const void *v, size_t len)
+{
+	TH_REQUIRE(th_kafka_produce(&t->kafka, t->topic, -1, key, v, len, NULL) == 0, "produce raw");
+}
+
+static const char *key_of(const char *run_id, const char *kind)
+{
+	return th_strf("runnel:{%s}:%s", run_id, kind);
+}
+
+int wt_wait_terminal(wt_t *t, const char *run_id, int timeout_ms)
+{
+	return th_wait_stream_terminal(t->rc, key_of(run_id, "out"), timeout_ms);
+}
+
+char **wt_lines(wt_t *t, const char *run_id, size_t *n)
+{
+	char **lines = NULL;
+	*n = 0;
+	if (th_stream_read_all(t->rc, key_of(run_id, "out"), &lines, NULL, n) < 0)
+		return NULL;
+	return lines;
+}
+
+const char *wt_state(wt_t *t, const char *run_id, const char *field)
+{
+	static char buf[256];
+	buf[0] = '\0';
+	redisReply *r = redisCommand(t->rc, "HGET %s %s", key_of(run_id, "state"), field);
+	if (r && r->type == REDIS_REPLY_STRING)
+		snprintf(buf, sizeof(buf), "%s", r->str);
+	if (r)
+		freeReplyObject(r);
+	return buf;
+}
+
+const char *wt_field(const char *line, const char *field)
+{
+	static char buf[4096];
+	buf[0] = '\0';
+	json_t *j = json_loads(line, 0, NULL);
+	if (!j)
+		return buf;
+	json_t *v = json_object_get(j, field);
+	if (json_is_string(v))
+		snprintf(buf, sizeof(buf), "%s", json_string_value(v));
+	else if (json_is_integer(v))
+		snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
+	json_decref(j);
+	return buf;
+}
+
+const char *wt_check_terminal(char **lines, size_t n)
+{
+	static char code[64];
+	code[0] = '\0';
+	size_t terms = 0;
+	for (size_t i = 0; i < n; i++) {
+		char type[32], c[64];
+		th_line_type(lines[i], type, sizeof(type), c, sizeof(c));
+		if (!strcmp(type, "result") || !strcmp(type, "error")) {
+			terms++;
+			TH_CHECK(i == n - 1, "terminal line %zu of %zu is not last: %s", i, n, lines[i]);
+			snprintf(code, sizeof(code), "%s", c);
+		}
+		TH_CHECK(strstr(lines[i], "\"ts\":") != NULL, "line without ts: %s", lines[i]);
+	}
+	TH_CHECK(terms == 1, "%zu terminal lines", terms);
+	return code;
+}
+
+int wt_log_has(wt_t *t, const char *name, const char *needle)
+{
+	return th_file_contains(wt_log_path(t, name), needle);
+}
+
+void wt_warmup(wt_t *t)
+{
+	dev_stub_otps_t o;
+	dev_stub_run_t run = { 0 };
+	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"echo\"}");
+	char id[64];
+	snprintf(id, sizeof(id), "run_warmup_%ld", (long)getpid());
+	wt_submit(t, id, &run, "warm", 0, 0, &o);
+	json_decref(run.config);
+	TH_REQUIRE(wt_wait_terminal(t, id, 30000), "warm-up run finished");
+}

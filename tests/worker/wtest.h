@@ -1,0 +1,71 @@
+/*
+ * tests/worker/wtest.h - the fixture the worker's integration tests share:
+ * one redis-server, one Kafka mock cluster, one workspace stub, and the
+ * real runnel-worker binary spawned against them; helpers to submit runs,
+ * wait for their terminal line and read back their stream.
+ */
+#ifndef RUNNEL_TESTS_WORKER_WTEST_H
+#define RUNNEL_TESTS_WORKER_WTEST_H
+
+#include <jansson.h>
+#include <sys/types.h>
+
+#include "dev/stub.h"
+#include "tests/support/harness.h"
+
+typedef struct wt {
+	th_redis_t  redis;
+	th_kafka_t  kafka;
+	dev_stub_t *stub;
+	redisContext *rc;
+	const char *dir;
+	char topic[64];
+	char group[64];
+} wt_t;
+
+/* Starts redis (with extra config lines, may be NULL), kafka (partitions of
+ * the job topic) and the stub.  Ends the test on failure. */
+void wt_setup(wt_t *t, const char *redis_extra, int partitions);
+void wt_teardown(wt_t *t);
+
+/* Spawns runnel-worker with the fixture's settings plus extra env (NULL-
+ * terminated "NAME=value"; later wins).  Its log is <dir>/<name>.log. */
+pid_t wt_worker(wt_t *t, const char *name, const char *const *extra_env);
+const char *wt_log_path(wt_t *t, const char *name);
+
+/* Registers a run with the stub (run may be NULL) and produces its job.
+ * upload: include otp_upload.  max_runtime 0 = absent.  Fills *o. */
+void wt_submit(wt_t *t, const char *run_id, const dev_stub_run_t *run, const char *prompt,
+               int upload, long max_runtime, dev_stub_otps_t *o);
+
+/* A stub run whose config.agent is the given JSON text (e.g.
+ * {"kind":"mock","script":"demo"}); caller frees with json_decref. */
+json_t *wt_agent_config(const char *agent_json);
+
+/* Waits for the terminal line (1) or times out (0). */
+int wt_wait_terminal(wt_t *t, const char *run_id, int timeout_ms);
+
+/* Stream lines of a run (th_strv_free(lines, n) them). */
+char **wt_lines(wt_t *t, const char *run_id, size_t *n);
+
+/* HGET of the state hash into a static buffer ("" when absent). */
+const char *wt_state(wt_t *t, const char *run_id, const char *field);
+
+/* JSON field of a line as a string ("" when absent); a static buffer. */
+const char *wt_field(const char *line, const char *field);
+
+/* Checks that lines[] ends with exactly one terminal line and returns its
+ * code ("" for a result) in a static buffer. */
+const char *wt_check_terminal(char **lines, size_t n);
+
+/* Produces raw bytes as a job. */
+void wt_produce_raw(wt_t *t, const char *key, const void *v, size_t len);
+
+/* 1 when the worker log contains needle. */
+int wt_log_has(wt_t *t, const char *name, const char *needle);
+
+/* Waits until the worker joined the group and is consuming: submits a
+ * trivial run and waits for it (the first group join takes ~3 s). */
+void wt_warmup(wt_t *t);
+
+#endif
