@@ -1,0 +1,133 @@
+/*
+ * tests/dispatcher/test_request.c - request bodies to jobs: every kind of
+ * bad body gets the exact "<field>: <reason>" message, good bodies give
+ * the job the caller asked for, and stream ids parse and order correctly.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatcher/request.h"
+#include "dispatcher/tail.h"
+#include "tests/support/harness.h"
+
+#define GOOD "\"agent_url\":\"https://ws.example/api/s1\",\"otp_setup\":\"s1\",\"otp_run\":\"r1\""
+
+static void bad(const char *body, dispatcher_req_mode_t mode, const char *want)
+{
+	proto_job_t job;
+	char err[256] = "";
+	int rc = dispatcher_request_parse(body, strlen(body), mode, 28800, 1000, &job, err, sizeof err);
+
+	TH_CHECK(rc == -1, "accepted: %.80s", body);
+	TH_CHECK(strcmp(err, want) == 0, "body %.60s: got \"%s\", want \"%s\"", body, err, want);
+	proto_job_clear(&job);
+}
+
+static void test_bad_bodies(void)
+{
+	char *big;
+	size_t n = PROTO_JOB_PROMPT_MAX + 10;
+
+	bad("", DISPATCHER_REQ_STRICT, "body: empty (expected a JSON object)");
+	bad("not json", DISPATCHER_REQ_STRICT, "body: not valid JSON (line 1, column 3)");
+	bad("[1,2]", DISPATCHER_REQ_STRICT, "body: must be a JSON object");
+	bad("\"str\"", DISPATCHER_REQ_STRICT, "body: not valid JSON (line 1, column 5)");
+	bad("{" GOOD "}", DISPATCHER_REQ_STRICT, "prompt: missing");
+	bad("{\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}", DISPATCHER_REQ_STRICT, "agent_url: missing");
+	bad("{\"agent_url\":\"https://x/y\",\"otp_setup\":\"a\",\"prompt\":\"p\"}", DISPATCHER_REQ_STRICT, "otp_run: missing");
+	bad("{\"agent_url\":42,\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}", DISPATCHER_REQ_STRICT,
+	    "agent_url: must be a string");
+	bad("{" GOOD ",\"prompt\":[\"x\"]}", DISPATCHER_REQ_STRICT, "prompt: must be a string");
+	bad("{" GOOD ",\"prompt\":\"p\",\"otp_upload\":7}", DISPATCHER_REQ_STRICT, "otp_upload: must be a string or null");
+	bad("{" GOOD ",\"prompt\":\"p\",\"run_id\":\"bad id!\"}", DISPATCHER_REQ_STRICT,
+	    "run_id: invalid character (allowed: A-Z a-z 0-9 _ -)");
+	bad("{" GOOD ",\"prompt\":\"p\",\"run_id\":\"\"}", DISPATCHER_REQ_STRICT, "run_id: empty");
+	bad("{" GOOD ",\"prompt\":\"p\",\"run_id\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
+	    DISPATCHER_REQ_STRICT, "run_id: longer than 64 characters");
+	bad("{" GOOD ",\"prompt\":\"p\",\"run_id\":5}", DISPATCHER_REQ_STRICT, "run_id: must be a string");
+	bad("{\"agent_url\":\"https://x/y\",\"otp_setup\":\"a\\nb\",\"otp_run\":\"b\",\"prompt\":\"p\"}",
+	    DISPATCHER_REQ_STRICT, "otp_setup: only visible ASCII characters (0x21-0x7e) are allowed");
+	bad("{\"agent_url\":\"https://x/y\",\"otp_setup\":\"\",\"otp_run\":\"b\",\"prompt\":\"p\"}",
+	    DISPATCHER_REQ_STRICT, "otp_setup: empty");
+	bad("{\"agent_url\":\"ftp://x/y\",\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}",
+	    DISPATCHER_REQ_STRICT, "agent_url: must start with http:// or https://");
+	bad("{" GOOD ",\"prompt\":\"p\",\"otp_run\":\"again\"}", DISPATCHER_REQ_STRICT, "otp_run: duplicate key");
+	bad("{" GOOD ",\"prompt\":\"p\",\"zz\":1,\"zz\":2}", DISPATCHER_REQ_LENIENT, "body: duplicate key");
+	bad("{" GOOD ",\"prompt\":\"p\",\"colour\":\"red\"}", DISPATCHER_REQ_STRICT, "colour: unknown field");
+	bad("{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":0}", DISPATCHER_REQ_STRICT,
+	    "max_runtime_sec: must be a positive integer");
+	bad("{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":\"60\"}", DISPATCHER_REQ_STRICT,
+	    "max_runtime_sec: must be a positive integer");
+	bad("{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":99999}", DISPATCHER_REQ_STRICT,
+	    "max_runtime_sec: over this dispatcher's cap of 28800");
+	bad("{" GOOD ",\"prompt\":\"p\",\"meta\":[1]}", DISPATCHER_REQ_STRICT, "meta: must be an object");
+	bad("{" GOOD ",\"prompt\":\"p\",\"caller\":{}}", DISPATCHER_REQ_STRICT, "caller: must be a string");
+
+	big = malloc(n + 200);
+	TH_REQUIRE(big != NULL);
+	{
+		size_t off = (size_t)snprintf(big, 200, "{" GOOD ",\"prompt\":\"");
+
+		memset(big + off, 'x', n);
+		snprintf(big + off + n, 200, "\"}");
+	}
+	bad(big, DISPATCHER_REQ_STRICT, "prompt: longer than 524288 bytes");
+	free(big);
+}
+
+static void test_good(void)
+{
+	proto_job_t job;
+	char err[256] = "";
+	const char *b1 = "{" GOOD ",\"prompt\":\"hello\",\"otp_upload\":null,\"run_id\":\"run_a-1\","
+	                 "\"caller\":\"assistant\",\"max_runtime_sec\":60,\"meta\":{\"k\":1}}";
+	const char *b2 = "{" GOOD ",\"prompt\":\"hello\",\"otp_upload\":\"u1\",\"history\":[1],\"session\":\"s\"}";
+
+	TH_CHECK(dispatcher_request_parse(b1, strlen(b1), DISPATCHER_REQ_STRICT, 28800, 1234, &job,
+	                                  err, sizeof err) == 0, "%s", err);
+	TH_CHECK(strcmp(job.run_id, "run_a-1") == 0);
+	TH_CHECK(th_streq(job.agent_url, "https://ws.example/api/s1"));
+	TH_CHECK(th_streq(job.otp_setup, "s1") && th_streq(job.otp_run, "r1") && job.otp_upload == NULL);
+	TH_CHECK(th_streq(job.prompt, "hello") && th_streq(job.caller, "assistant"));
+	TH_CHECK(job.max_runtime_sec == 60 && job.enqueued_at == 1234);
+	TH_CHECK(json_integer_value(json_object_get(job.meta, "k")) == 1);
+	proto_job_clear(&job);
+
+	/* /stream: unknown fields travel in meta; a run id is minted. */
+	TH_CHECK(dispatcher_request_parse(b2, strlen(b2), DISPATCHER_REQ_LENIENT, 28800, 1, &job,
+	                                  err, sizeof err) == 0, "%s", err);
+	TH_CHECK(strncmp(job.run_id, "run_", 4) == 0 && strlen(job.run_id) == 26, "%s", job.run_id);
+	TH_CHECK(th_streq(job.otp_upload, "u1"));
+	TH_CHECK(json_is_array(json_object_get(job.meta, "history")));
+	TH_CHECK(th_streq(json_string_value(json_object_get(job.meta, "session")), "s"));
+	TH_CHECK(json_object_size(job.meta) == 2);
+	proto_job_clear(&job);
+	/* The same body is refused by the strict route, naming the field. */
+	bad(b2, DISPATCHER_REQ_STRICT, "history: unknown field");
+}
+
+static void test_sid(void)
+{
+	dispatcher_sid_t a, b;
+
+	TH_CHECK(dispatcher_sid_parse("0", &a) == 0 && a.ms == 0 && a.seq == 0);
+	TH_CHECK(dispatcher_sid_parse("1700000000000-5", &a) == 0 && a.ms == 1700000000000ULL && a.seq == 5);
+	TH_CHECK(dispatcher_sid_parse("1700000000000", &b) == 0 && b.seq == 0);
+	TH_CHECK(dispatcher_sid_cmp(b, a) < 0 && dispatcher_sid_cmp(a, b) > 0 && dispatcher_sid_cmp(a, a) == 0);
+	TH_CHECK(dispatcher_sid_parse("", &a) == -1);
+	TH_CHECK(dispatcher_sid_parse("1-", &a) == -1);
+	TH_CHECK(dispatcher_sid_parse("-1", &a) == -1);
+	TH_CHECK(dispatcher_sid_parse("1-2-3", &a) == -1);
+	TH_CHECK(dispatcher_sid_parse("$", &a) == -1);
+	TH_CHECK(dispatcher_sid_parse("99999999999999999999-0", &a) == -1);
+}
+
+int main(void)
+{
+	th_init("dispatcher_request");
+	test_bad_bodies();
+	test_good();
+	test_sid();
+	return th_done();
+}
