@@ -17,6 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+
+#include "dev/stub.h"
 #include "tests/support/harness.h"
 #include "worker/workspace.h"
 
@@ -348,13 +351,106 @@ static void test_tree(void)
 	TH_CHECK(th_streq(list_dir(root), ""), "left: %s", list_dir(root));
 }
 
+/* worker_ws_fetch_zip against the stub's blobs. */
+static void test_fetch(void)
+{
+	char err[512];
+	dev_stub_t *stub = dev_stub_start(NULL, err, sizeof(err));
+	TH_REQUIRE(stub != NULL, "stub: %s", err);
+
+	const char *zip = th_strf("%s/fetch.zip", base);
+	ent_t good[] = { { E_FILE, "hello.txt", "hello from the bag\n", 0, 0 } };
+	TH_REQUIRE(build_archive(zip, good, 1, 0) == 0);
+	TH_REQUIRE(dev_stub_add_blob_file(stub, "bag.zip", zip) == 0);
+	char url[256];
+	TH_REQUIRE(dev_stub_blob_url(stub, "bag.zip", url, sizeof(url)) == 0);
+	char *signed_url = th_strf("%s?X-Signature=SIG-SECRET", url);
+
+	const char *dest = th_strf("%s/fetch1", base);
+	TH_REQUIRE(mkdir(dest, 0700) == 0);
+	int reject = -1;
+	TH_CHECK(worker_ws_fetch_zip(signed_url, dest, NULL, &reject, err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(th_file_contains(th_strf("%s/hello.txt", dest), "hello from the bag"));
+	dev_stub_blob_stats_t bs;
+	TH_CHECK(dev_stub_blob_stats(stub, "bag.zip", &bs) == 0 && bs.calls == 1 && bs.with_authorization == 0);
+
+	/* A download over the cap: refused, nothing extracted. */
+	const char *dest2 = th_strf("%s/fetch2", base);
+	TH_REQUIRE(mkdir(dest2, 0700) == 0);
+	struct stat st;
+	TH_REQUIRE(stat(zip, &st) == 0);
+	worker_bag_limits_t small = { .max_download = (uint64_t)st.st_size - 1 };
+	TH_CHECK(worker_ws_fetch_zip(signed_url, dest2, &small, &reject, err, sizeof(err)) == -1);
+	TH_CHECK(reject == 1);
+	TH_CHECK(th_streq(err, th_strf("download of %s is larger than %llu bytes", url,
+	                               (unsigned long long)st.st_size - 1)), "%s", err);
+	TH_CHECK(th_streq(list_dir(dest2), ""), "extracted: %s", list_dir(dest2));
+
+	/* A refused archive over HTTP reports reject = 1 too. */
+	ent_t slip[] = { { E_FILE, "../evil", "x", 0, 0 } };
+	const char *slipzip = th_strf("%s/slip.zip", base);
+	TH_REQUIRE(build_archive(slipzip, slip, 1, 0) == 0);
+	TH_REQUIRE(dev_stub_add_blob_file(stub, "slip.zip", slipzip) == 0);
+	TH_REQUIRE(dev_stub_blob_url(stub, "slip.zip", url, sizeof(url)) == 0);
+	TH_CHECK(worker_ws_fetch_zip(url, dest2, NULL, &reject, err, sizeof(err)) == -1);
+	TH_CHECK(reject == 1 && th_streq(err, "entry \"../evil\" leaves the workspace"), "%s", err);
+
+	/* HTTP failures are not refusals; the query string never shows. */
+	dev_stub_fault_t f = { .status = 404 };
+	TH_REQUIRE(dev_stub_set_blob_fault(stub, "bag.zip", &f) == 0);
+	TH_REQUIRE(dev_stub_blob_url(stub, "bag.zip", url, sizeof(url)) == 0);
+	TH_CHECK(worker_ws_fetch_zip(signed_url, dest2, NULL, &reject, err, sizeof(err)) == -1);
+	TH_CHECK(reject == 0);
+	TH_CHECK(th_streq(err, th_strf("download of %s answered HTTP 404", url)), "%s", err);
+	TH_CHECK(strstr(err, "SIG-SECRET") == NULL);
+
+	f = (dev_stub_fault_t){ .delay_ms = 3000 };
+	TH_REQUIRE(dev_stub_set_blob_fault(stub, "bag.zip", &f) == 0);
+	worker_bag_limits_t fast = { .timeout_ms = 300 };
+	TH_CHECK(worker_ws_fetch_zip(signed_url, dest2, &fast, &reject, err, sizeof(err)) == -1);
+	TH_CHECK(reject == 0 && th_streq(err, th_strf("download of %s: timed out after 300 ms", url)),
+	         "%s", err);
+
+	/* Redirects: up to 3 are followed for a bag (it carries no OTP). */
+	TH_REQUIRE(dev_stub_set_blob_fault(stub, "bag.zip", NULL) == 0);
+	const char *names[] = { "r1", "r2", "r3", "r4" };
+	const char *next = "/blobs/bag.zip";
+	for (int i = 0; i < 4; i++) {
+		TH_REQUIRE(dev_stub_add_blob(stub, names[i], "x", 1) == 0);
+		f = (dev_stub_fault_t){ .redirect = next };
+		TH_REQUIRE(dev_stub_set_blob_fault(stub, names[i], &f) == 0);
+		next = th_strf("/blobs/%s", names[i]);
+	}
+	const char *dest3 = th_strf("%s/fetch3", base);
+	TH_REQUIRE(mkdir(dest3, 0700) == 0);
+	TH_REQUIRE(dev_stub_blob_url(stub, "r3", url, sizeof(url)) == 0);
+	TH_CHECK(worker_ws_fetch_zip(url, dest3, NULL, &reject, err, sizeof(err)) == 0, "3 redirects: %s", err);
+	TH_CHECK(th_file_contains(th_strf("%s/hello.txt", dest3), "hello from the bag"));
+	TH_REQUIRE(dev_stub_blob_url(stub, "r4", url, sizeof(url)) == 0);
+	TH_CHECK(worker_ws_fetch_zip(url, dest2, NULL, &reject, err, sizeof(err)) == -1);
+	TH_CHECK(reject == 0 && th_streq(err, th_strf("download of %s: too many redirects", url)), "%s", err);
+
+	TH_CHECK(worker_ws_fetch_zip("http://127.0.0.1:1/bag.zip?sig=S", dest2, NULL, &reject,
+	                             err, sizeof(err)) == -1);
+	TH_CHECK(th_streq(err, "download of http://127.0.0.1:1/bag.zip: could not connect to "
+	                       "127.0.0.1:1 (Connection refused)"), "%s", err);
+	TH_CHECK(worker_ws_fetch_zip("file:///etc/passwd", dest2, NULL, &reject, err, sizeof(err)) == -1);
+	TH_CHECK(th_streq(err, "download of (invalid URL): unsupported URL scheme (only http and "
+	                       "https are allowed)"), "%s", err);
+	TH_CHECK(th_streq(list_dir(dest2), ""), "extracted: %s", list_dir(dest2));
+	dev_stub_stop(stub);
+}
+
 int main(void)
 {
 	th_init("stages_workspace");
+	curl_global_init(CURL_GLOBAL_DEFAULT);
 	base = th_tmpdir();
 	TH_REQUIRE(base != NULL);
 	test_refusals();
 	test_good_bag();
 	test_tree();
+	test_fetch();
+	curl_global_cleanup();
 	return th_done();
 }
