@@ -6,7 +6,12 @@
  */
 #include "tests/worker/wtest.h"
 
+#include <dirent.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <archive.h>
+#include <archive_entry.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +125,313 @@ static void test_command(void)
 	TH_CHECK(th_streq(wt_state(&T, "run_cmd", "status"), "succeeded"));
 }
 
+
+/* Submits a run of the given agent and waits for its end; returns its lines. */
+static char **run_agent(const char *run_id, const char *agent, const dev_stub_run_t *base,
+                        int upload, long max_runtime, dev_stub_otps_t *o, size_t *n)
+{
+	dev_stub_run_t run = { 0 };
+	if (base)
+		run = *base;
+	json_t *cfg = NULL;
+	if (agent && !run.config) {
+		cfg = wt_agent_config(agent);
+		run.config = cfg;
+	}
+	wt_submit(&T, run_id, &run, "hello", upload, max_runtime, o);
+	json_decref(cfg);
+	TH_CHECK(wt_wait_terminal(&T, run_id, 30000), "%s ended", run_id);
+	return wt_lines(&T, run_id, n);
+}
+
+static void check_error(char **l, size_t n, const char *code, const char *message)
+{
+	TH_CHECK(th_streq(wt_check_terminal(l, n), code), "terminal code, want %s", code);
+	if (n && message)
+		TH_CHECK(th_streq(wt_field(l[n - 1], "message"), message), "message: %s", l[n - 1]);
+}
+
+/* Lines of the cancel/ctl stream helpers. */
+static void cancel(const char *run_id)
+{
+	redisReply *r = redisCommand(T.rc, "XADD runnel:{%s}:ctl * msg %s", run_id,
+	                             "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");
+	TH_CHECK(r && r->type == REDIS_REPLY_STRING, "XADD ctl");
+	if (r)
+		freeReplyObject(r);
+}
+
+static void test_cancel_before_start(void)
+{
+	dev_stub_otps_t o;
+	cancel("run_cancel0");
+	size_t n;
+	char **l = run_agent("run_cancel0", "{\"kind\":\"mock\",\"script\":\"demo\"}", NULL, 1, 0, &o, &n);
+	TH_CHECK(n == 1, "%zu lines", n);
+	check_error(l, n, "cancelled", "The run was cancelled (client_closed).");
+	th_strv_free(l, n);
+	TH_CHECK(dev_stub_total_calls(T.stub, o.session) == 0, "no OTP used: %d calls",
+	         dev_stub_total_calls(T.stub, o.session));
+	TH_CHECK(th_streq(wt_state(&T, "run_cancel0", "status"), "cancelled"));
+	TH_CHECK(th_streq(wt_state(&T, "run_cancel0", "code"), "cancelled"));
+}
+
+/* Processes whose command line has an argument equal to arg. */
+static int count_procs_with_arg(const char *arg)
+{
+	int found = 0;
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		char *path = th_strf("/proc/%s/cmdline", e->d_name);
+		size_t len = 0;
+		char *c = th_file_read(path, &len);
+		for (size_t i = 0; c && i < len; i += strlen(c + i) + 1)
+			if (!strcmp(c + i, arg))
+				found++;
+		free(c);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+static int no_marker(void *arg)
+{
+	return count_procs_with_arg(arg) == 0;
+}
+
+static int has_line_count(void *arg)
+{
+	const char *id = arg;
+	size_t n;
+	char **l = wt_lines(&T, id, &n);
+	th_strv_free(l, n);
+	return n >= 2;
+}
+
+static void test_cancel_during(void)
+{
+	dev_stub_otps_t o;
+	char *marker = th_strf("37.%ld", (long)getpid() % 100000);
+	/* Ignores SIGTERM: the kill must escalate to SIGKILL of the tree. */
+	char *agent = th_strf(
+		"{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
+		"\"trap '' TERM; read t; echo '{\\\"type\\\":\\\"step\\\",\\\"id\\\":\\\"s1\\\",\\\"name\\\":\\\"wait\\\",\\\"status\\\":\\\"running\\\"}';"
+		" echo '{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"waiting\\\"}'; sleep $0; echo never\",\"%s\"]}",
+		marker);
+	dev_stub_run_t run = { 0 };
+	run.config = wt_agent_config(agent);
+	/* A file in assets/ would be uploaded after a result; never after a cancel. */
+	wt_submit(&T, "run_cancel1", &run, "hello", 1, 0, &o);
+	json_decref(run.config);
+	TH_REQUIRE(th_wait_until(has_line_count, "run_cancel1", 20000), "agent started");
+	TH_CHECK(count_procs_with_arg(marker) >= 1, "agent process visible");
+	int64_t t0 = th_now_ms();
+	cancel("run_cancel1");
+	TH_CHECK(wt_wait_terminal(&T, "run_cancel1", 10000), "cancel ended the run");
+	int64_t took = th_now_ms() - t0;
+	TH_CHECK(th_wait_until(no_marker, marker, 2000), "no sandbox process left");
+	TH_NOTE("cancel to terminal: %lld ms", (long long)took);
+	size_t n;
+	char **l = wt_lines(&T, "run_cancel1", &n);
+	TH_CHECK(n == 4, "%zu lines", n);
+	if (n == 4) {
+		TH_CHECK(th_streq(wt_field(l[0], "status"), "running"), "%s", l[0]);
+		TH_CHECK(th_streq(wt_field(l[1], "message"), "waiting"), "%s", l[1]);
+		/* The open step is closed failed before the terminal line. */
+		TH_CHECK(th_streq(wt_field(l[2], "type"), "step") && th_streq(wt_field(l[2], "id"), "s1") &&
+		         th_streq(wt_field(l[2], "status"), "failed") && wt_field(l[2], "error")[0], "%s", l[2]);
+	}
+	check_error(l, n, "cancelled", "The run was cancelled (client_closed).");
+	th_strv_free(l, n);
+	dev_stub_ep_stats_t st;
+	dev_stub_stats(T.stub, o.session, DEV_STUB_EP_RESULTS, &st);
+	TH_CHECK(st.calls == 0, "no writeback after cancel (%d)", st.calls);
+	TH_CHECK(th_streq(wt_state(&T, "run_cancel1", "status"), "cancelled"));
+}
+
+static void test_runtime_cap(void)
+{
+	dev_stub_otps_t o;
+	size_t n;
+	int64_t t0 = th_now_ms();
+	char **l = run_agent("run_cap", "{\"kind\":\"mock\",\"script\":\"hang\"}", NULL, 0, 2, &o, &n);
+	int64_t took = th_now_ms() - t0;
+	TH_CHECK(took >= 2000 && took < 8000, "cap took %lld ms", (long long)took);
+	TH_CHECK(n == 2, "%zu lines", n);
+	if (n == 2)
+		TH_CHECK(th_streq(wt_field(l[0], "message"), "hanging"), "%s", l[0]);
+	check_error(l, n, "runtime_cap", "The run reached its runtime cap of 2 seconds and was stopped.");
+	th_strv_free(l, n);
+	TH_CHECK(th_streq(wt_state(&T, "run_cap", "status"), "failed"));
+	TH_CHECK(th_streq(wt_state(&T, "run_cap", "code"), "runtime_cap"));
+}
+
+static void test_agent_exit(void)
+{
+	dev_stub_otps_t o;
+	size_t n;
+	char **l = run_agent("run_exit", "{\"kind\":\"mock\",\"script\":\"exit 3\"}", NULL, 1, 0, &o, &n);
+	TH_CHECK(n == 2, "%zu lines", n);
+	if (n == 2)
+		TH_CHECK(th_streq(wt_field(l[0], "message"), "exiting without a terminal line"), "%s", l[0]);
+	check_error(l, n, "agent_exit", "The agent exited with status 3 without a result.");
+	th_strv_free(l, n);
+
+	l = run_agent("run_openexit", "{\"kind\":\"mock\",\"script\":\"open-step-exit\"}", NULL, 0, 0, &o, &n);
+	TH_CHECK(n == 3, "%zu lines", n);
+	if (n == 3) {
+		TH_CHECK(th_streq(wt_field(l[0], "status"), "running"), "%s", l[0]);
+		TH_CHECK(th_streq(wt_field(l[1], "id"), "step_open") && th_streq(wt_field(l[1], "status"), "failed"), "%s", l[1]);
+	}
+	check_error(l, n, "agent_exit", "The agent exited with status 0 without a result.");
+	th_strv_free(l, n);
+
+	l = run_agent("run_openres", "{\"kind\":\"mock\",\"script\":\"open-step\"}", NULL, 0, 0, &o, &n);
+	TH_CHECK(n == 3, "%zu lines", n);
+	if (n == 3)
+		TH_CHECK(th_streq(wt_field(l[1], "id"), "step_open") && th_streq(wt_field(l[1], "status"), "failed"), "%s", l[1]);
+	check_error(l, n, "", "ended with a step still running");
+	th_strv_free(l, n);
+
+	l = run_agent("run_agenterr", "{\"kind\":\"mock\",\"script\":\"error\"}", NULL, 1, 0, &o, &n);
+	TH_CHECK(n == 1, "%zu lines", n);
+	check_error(l, n, "agent_error", "the mock agent failed on purpose");
+	th_strv_free(l, n);
+	TH_CHECK(th_streq(wt_state(&T, "run_agenterr", "status"), "failed"));
+	TH_CHECK(th_streq(wt_state(&T, "run_agenterr", "code"), "agent_error"));
+}
+
+static void test_after_terminal(void)
+{
+	dev_stub_otps_t o;
+	size_t n;
+	char **l = run_agent("run_after", "{\"kind\":\"mock\",\"script\":\"after-terminal\"}", NULL, 0, 0, &o, &n);
+	TH_CHECK(n == 1, "%zu lines", n);
+	check_error(l, n, "", "first and only result");
+	th_strv_free(l, n);
+	TH_CHECK(th_streq(wt_state(&T, "run_after", "status"), "succeeded"));
+}
+
+static void test_garbage(void)
+{
+	dev_stub_otps_t o;
+	size_t n;
+	char **l = run_agent("run_garbage", "{\"kind\":\"mock\",\"script\":\"garbage\"}", NULL, 0, 0, &o, &n);
+	TH_CHECK(n >= 7, "%zu lines", n);
+	size_t warns = 0;
+	for (size_t i = 0; i + 1 < n; i++) {
+		if (th_streq(wt_field(l[i], "type"), "log") && th_streq(wt_field(l[i], "level"), "warn") &&
+		    !strncmp(wt_field(l[i], "message"), "invalid agent output: ", 22))
+			warns++;
+		else
+			TH_NOTE("garbage line %zu: %.200s", i, l[i]);
+		TH_CHECK(strlen(l[i]) < 4096, "replacement lines are short (%zu)", strlen(l[i]));
+	}
+	TH_CHECK(warns >= 6, "%zu warn lines", warns);
+	if (n > 5)
+		TH_CHECK(strstr(wt_field(l[5], "message"), "line too long") != NULL, "%s", l[5]);
+	check_error(l, n, "", "garbage done");
+	th_strv_free(l, n);
+	TH_CHECK(th_streq(wt_state(&T, "run_garbage", "status"), "succeeded"));
+
+	l = run_agent("run_stderr", "{\"kind\":\"mock\",\"script\":\"stderr\"}", NULL, 0, 0, &o, &n);
+	TH_CHECK(n == 3, "%zu lines", n);
+	if (n == 3) {
+		TH_CHECK(th_streq(wt_field(l[0], "level"), "warn") && th_streq(wt_field(l[0], "message"), "a line on stderr"), "%s", l[0]);
+		TH_CHECK(th_streq(wt_field(l[1], "message"), "another line on stderr"), "%s", l[1]);
+	}
+	check_error(l, n, "", "wrote to stderr");
+	th_strv_free(l, n);
+}
+
+/* A zip whose single entry climbs out of the workspace. */
+static void make_evil_zip(const char *path)
+{
+	struct archive *a = archive_write_new();
+	archive_write_set_format_zip(a);
+	TH_REQUIRE(archive_write_open_filename(a, path) == ARCHIVE_OK);
+	struct archive_entry *e = archive_entry_new();
+	archive_entry_set_pathname(e, "../evil.txt");
+	archive_entry_set_size(e, 4);
+	archive_entry_set_filetype(e, AE_IFREG);
+	archive_entry_set_perm(e, 0644);
+	archive_write_header(a, e);
+	archive_write_data(a, "evil", 4);
+	archive_entry_free(e);
+	archive_write_close(a);
+	archive_write_free(a);
+}
+
+static void test_bootstrap_failures(void)
+{
+	dev_stub_otps_t o;
+	size_t n;
+	char **l;
+	char url[256];
+
+	/* A bag with "..": refused. */
+	char *zip = th_strf("%s/evil.zip", T.dir);
+	make_evil_zip(zip);
+	TH_REQUIRE(dev_stub_add_blob_file(T.stub, "evil.zip", zip) == 0);
+	dev_stub_blob_url(T.stub, "evil.zip", url, sizeof(url));
+	dev_stub_run_t run = { 0 };
+	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"demo\"}");
+	json_object_set_new(run.config, "assets", json_pack("{s:s}", "zip_url", url));
+	l = run_agent("run_evil", NULL, &run, 1, 0, &o, &n);
+	json_decref(run.config);
+	TH_CHECK(n == 1, "%zu lines", n);
+	check_error(l, n, "bag_rejected", NULL);
+	if (n)
+		TH_CHECK(!strncmp(wt_field(l[0], "message"), "The workspace bag was refused: ", 31), "%s", l[0]);
+	th_strv_free(l, n);
+
+	/* A bag that cannot be downloaded. */
+	dev_stub_blob_url(T.stub, "missing.zip", url, sizeof(url));
+	memset(&run, 0, sizeof(run));
+	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"demo\"}");
+	json_object_set_new(run.config, "assets", json_pack("{s:s}", "zip_url", url));
+	l = run_agent("run_nobag", NULL, &run, 1, 0, &o, &n);
+	json_decref(run.config);
+	check_error(l, n, "bootstrap_failed", NULL);
+	if (n)
+		TH_CHECK(!strncmp(wt_field(l[0], "message"), "Could not download the workspace bag: ", 38), "%s", l[0]);
+	th_strv_free(l, n);
+
+	/* /env answers 500. */
+	memset(&run, 0, sizeof(run));
+	run.faults[DEV_STUB_EP_ENV].status = 500;
+	l = run_agent("run_env500", "{\"kind\":\"mock\",\"script\":\"demo\"}", &run, 1, 0, &o, &n);
+	check_error(l, n, "bootstrap_failed", NULL);
+	if (n) {
+		TH_CHECK(!strncmp(wt_field(l[0], "message"), "Could not load the run's setup from the workspace: ", 51), "%s", l[0]);
+		TH_CHECK(strstr(l[0], "500") != NULL, "names the status: %s", l[0]);
+	}
+	th_strv_free(l, n);
+	dev_stub_ep_stats_t st;
+	dev_stub_stats(T.stub, o.session, DEV_STUB_EP_RESULTS, &st);
+	TH_CHECK(st.calls == 0, "no writeback after a failed bootstrap");
+
+	/* An unknown agent kind. */
+	l = run_agent("run_badkind", "{\"kind\":\"teleport\"}", NULL, 0, 0, &o, &n);
+	check_error(l, n, "bootstrap_failed", "The agent cannot be started: agent.kind \"teleport\" is not supported (command, mock)");
+	th_strv_free(l, n);
+
+	/* A setup script that fails. */
+	memset(&run, 0, sizeof(run));
+	run.env_json = "{\"variables\":{},\"setup_script\":\"echo preparing; exit 5\"}";
+	l = run_agent("run_setup", "{\"kind\":\"mock\",\"script\":\"demo\"}", &run, 0, 0, &o, &n);
+	check_error(l, n, "bootstrap_failed", NULL);
+	if (n)
+		TH_CHECK(!strncmp(wt_field(l[n - 1], "message"), "The setup script failed", 23), "%s", l[n - 1]);
+	for (size_t i = 0; i + 1 < n; i++)
+		TH_NOTE("setup line: %s", l[i]);
+	th_strv_free(l, n);
+}
+
 int main(void)
 {
 	th_init("worker_runs");
@@ -129,6 +441,13 @@ int main(void)
 	test_demo();
 	test_files();
 	test_command();
+	test_cancel_before_start();
+	test_cancel_during();
+	test_runtime_cap();
+	test_agent_exit();
+	test_after_terminal();
+	test_garbage();
+	test_bootstrap_failures();
 	int st = th_stop(w, 10000);
 	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);
 	wt_teardown(&T);
