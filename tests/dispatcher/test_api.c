@@ -1,0 +1,288 @@
+/*
+ * tests/dispatcher/test_api.c - every non-streaming route of the real
+ * runnel-dispatcher, with auth off: enqueue (the job on Kafka equals the
+ * request), duplicate ids, the state hash, cancel, health, metrics, CORS,
+ * and the exact JSON error of each kind of bad request.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "proto/job.h"
+#include "tests/dispatcher/dtest.h"
+
+static dt_disp_t D;
+
+static char *url(const char *path)
+{
+	return th_strf("%s%s", D.base, path);
+}
+
+static const char *const JSON_CT[] = { "Content-Type: application/json", NULL };
+
+/* POST path with body; checks status and (when want_body) the exact body. */
+static void expect(const char *method, const char *path, const char *const *hdrs, const char *body,
+                   long len, long status, const char *want_body)
+{
+	dt_resp_t r;
+
+	TH_CHECK(dt_http(&r, method, url(path), hdrs, body, len, 15000) == 0, "%s %s", method, path);
+	TH_CHECK(r.status == status, "%s %s: status %ld, want %ld (%s)", method, path, r.status, status, r.body);
+	if (want_body != NULL)
+		TH_CHECK(strcmp(r.body, want_body) == 0, "%s %s:\n got  %s want %s", method, path, r.body, want_body);
+	dt_resp_free(&r);
+}
+
+static void bad_body(const char *body, long len, const char *message)
+{
+	char *want = th_strf("{\"error\":{\"code\":\"bad_request\",\"message\":\"%s\"}}\n", message);
+
+	expect("POST", "/v1/runs", JSON_CT, body, len, 400, want);
+}
+
+static void test_bad_requests(void)
+{
+	const char *good = "\"agent_url\":\"http://127.0.0.1:9/ws/s\",\"otp_setup\":\"a\",\"otp_run\":\"b\"";
+	size_t n = 600 * 1024, big_n = 20u << 20;
+	char *prompt = malloc(n + 256), *big = malloc(big_n);
+	size_t off;
+
+	TH_REQUIRE(prompt != NULL && big != NULL);
+	bad_body("", 0, "body: empty (expected a JSON object)");
+	bad_body("{oops", -1, "body: not valid JSON (line 1, column 5)");
+	bad_body("[{\"agent_url\":\"http://x/y\"}]", -1, "body: must be a JSON object");
+	bad_body(th_strf("{%s}", good), -1, "prompt: missing");
+	bad_body("{\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}", -1, "agent_url: missing");
+	bad_body(th_strf("{%s,\"prompt\":true}", good), -1, "prompt: must be a string");
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"max_runtime_sec\":\"x\"}", good), -1,
+	         "max_runtime_sec: must be a positive integer");
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"run_id\":\"no/slash\"}", good), -1,
+	         "run_id: invalid character (allowed: A-Z a-z 0-9 _ -)");
+	bad_body("{\"agent_url\":\"http://x/y\",\"otp_setup\":\"a\",\"otp_run\":\"b\\nX-Evil: 1\",\"prompt\":\"p\"}", -1,
+	         "otp_run: only visible ASCII characters (0x21-0x7e) are allowed");
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"prompt\":\"q\"}", good), -1, "prompt: duplicate key");
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"colour\":1}", good), -1, "colour: unknown field");
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"otp_upload\":[]}", good), -1, "otp_upload: must be a string or null");
+	bad_body("{\"agent_url\":\"file:///etc/passwd\",\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}", -1,
+	         "agent_url: must start with http:// or https://");
+	off = (size_t)snprintf(prompt, 256, "{%s,\"prompt\":\"", good);
+	memset(prompt + off, 'p', n);
+	snprintf(prompt + off + n, 256, "\"}");
+	bad_body(prompt, -1, "prompt: longer than 524288 bytes");
+	free(prompt);
+
+	/* Over the 1 MiB body cap: 413 before any parsing. */
+	memset(big, ' ', big_n);
+	big[0] = '{';
+	big[big_n - 1] = '}';
+	expect("POST", "/v1/runs", JSON_CT, big, (long)big_n, 413, NULL);
+	free(big);
+
+	expect("POST", "/v1/runs", (const char *const[]){ "Content-Type: text/plain", NULL }, "{}", -1, 415,
+	       "{\"error\":{\"code\":\"unsupported_media_type\",\"message\":\"content-type: must be application/json\"}}\n");
+	expect("GET", "/nope", NULL, NULL, 0, 404,
+	       "{\"error\":{\"code\":\"not_found\",\"message\":\"route: no such route\"}}\n");
+	expect("GET", "/v1/runs/x/other", NULL, NULL, 0, 404, NULL);
+	expect("GET", "/v1/runs/bad.id", NULL, NULL, 0, 400,
+	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"run_id: must match [A-Za-z0-9_-]{1,64}\"}}\n");
+	expect("GET", "/v1/runs/nosuchrun", NULL, NULL, 0, 404,
+	       "{\"error\":{\"code\":\"not_found\",\"message\":\"run_id: no such run\"}}\n");
+	expect("GET", "/v1/runs/nosuchrun/events", NULL, NULL, 0, 404,
+	       "{\"error\":{\"code\":\"not_found\",\"message\":\"run_id: no such run\"}}\n");
+	expect("GET", "/v1/runs/r1/events?after=abc", NULL, NULL, 0, 400,
+	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"after: must be a stream id <ms>-<seq>\"}}\n");
+	expect("POST", "/v1/runs/nosuchrun/cancel", NULL, NULL, 0, 404, NULL);
+	{
+		dt_resp_t r;
+		char allow[64] = "";
+
+		TH_CHECK(dt_http(&r, "GET", url("/v1/runs"), NULL, NULL, 0, 5000) == 0 && r.status == 405);
+		TH_CHECK(dt_header(&r, "Allow", allow, sizeof allow) && strcmp(allow, "POST, OPTIONS") == 0, "%s", allow);
+		TH_CHECK(strcmp(r.body, "{\"error\":{\"code\":\"method_not_allowed\",\"message\":\"method: POST, OPTIONS only\"}}\n") == 0,
+		         "%s", r.body);
+		dt_resp_free(&r);
+		TH_CHECK(dt_http(&r, "DELETE", url("/v1/runs/abc"), NULL, NULL, 0, 5000) == 0 && r.status == 405);
+		TH_CHECK(dt_header(&r, "Allow", allow, sizeof allow) && strcmp(allow, "GET, OPTIONS") == 0, "%s", allow);
+		dt_resp_free(&r);
+	}
+}
+
+static void test_enqueue(th_kafka_t *k, redisContext *c)
+{
+	const char *body = "{\"agent_url\":\"https://ws.example/api/assistant/sandbox/sess_1\","
+	                   "\"otp_setup\":\"otp_S1\",\"otp_run\":\"otp_R1\",\"otp_upload\":\"otp_U1\","
+	                   "\"prompt\":\"Add an inference node\",\"run_id\":\"api_run_1\",\"caller\":\"assistant\","
+	                   "\"max_runtime_sec\":600,\"meta\":{\"turn\":3}}";
+	th_kafka_consumer_t *cons = th_kafka_consumer_new(k, "runnel.jobs", NULL);
+	th_kafka_msg_t m;
+	proto_job_t job;
+	char err[256], loc[128] = "";
+	dt_resp_t r;
+	json_t *o;
+
+	TH_REQUIRE(cons != NULL);
+	TH_CHECK(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, body, -1, 15000) == 0);
+	TH_CHECK(r.status == 202, "%ld %s", r.status, r.body);
+	TH_CHECK(strcmp(r.body, "{\"run_id\":\"api_run_1\",\"stream\":\"runnel:{api_run_1}:out\","
+	                        "\"control\":\"runnel:{api_run_1}:ctl\"}\n") == 0, "%s", r.body);
+	TH_CHECK(dt_header(&r, "Location", loc, sizeof loc) && strcmp(loc, "/v1/runs/api_run_1") == 0);
+	dt_resp_free(&r);
+
+	/* The job on Kafka is the request. */
+	TH_REQUIRE(th_kafka_consumer_next(cons, 10000, &m) == 1, "no job on Kafka");
+	TH_CHECK(th_streq(m.key, "api_run_1"));
+	TH_CHECK(proto_job_parse(m.value, m.len, NULL, 0, &job, err, sizeof err) == 0, "%s", err);
+	TH_CHECK(strcmp(job.run_id, "api_run_1") == 0);
+	TH_CHECK(th_streq(job.agent_url, "https://ws.example/api/assistant/sandbox/sess_1"));
+	TH_CHECK(th_streq(job.otp_setup, "otp_S1") && th_streq(job.otp_run, "otp_R1") &&
+	         th_streq(job.otp_upload, "otp_U1"));
+	TH_CHECK(th_streq(job.prompt, "Add an inference node") && th_streq(job.caller, "assistant"));
+	TH_CHECK(job.max_runtime_sec == 600 && job.enqueued_at > 1600000000000LL);
+	TH_CHECK(json_integer_value(json_object_get(job.meta, "turn")) == 3);
+	proto_job_clear(&job);
+	th_kafka_msg_free(&m);
+
+	/* Same id again: 409, and nothing more on Kafka. */
+	expect("POST", "/v1/runs", JSON_CT, body, -1, 409,
+	       "{\"error\":{\"code\":\"conflict\",\"message\":\"run_id: already exists\"}}\n");
+
+	/* The state hash. */
+	TH_CHECK(dt_http(&r, "GET", url("/v1/runs/api_run_1"), NULL, NULL, 0, 5000) == 0 && r.status == 200);
+	o = json_loads(r.body, 0, NULL);
+	TH_CHECK(th_streq(json_string_value(json_object_get(o, "status")), "queued"), "%s", r.body);
+	TH_CHECK(th_streq(json_string_value(json_object_get(o, "run_id")), "api_run_1"));
+	TH_CHECK(json_is_integer(json_object_get(o, "enqueued_at")), "%s", r.body);
+	json_decref(o);
+	dt_resp_free(&r);
+	{
+		redisReply *ttl = redisCommand(c, "TTL runnel:{api_run_1}:state");
+
+		TH_CHECK(ttl != NULL && ttl->integer > 600 + 86000 && ttl->integer <= 600 + 86400, "ttl");
+		freeReplyObject(ttl);
+	}
+
+	/* No run_id: one is minted. */
+	TH_CHECK(dt_http(&r, "POST", url("/v1/runs"), JSON_CT,
+	                 "{\"agent_url\":\"http://h/ws\",\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}",
+	                 -1, 15000) == 0 && r.status == 202);
+	o = json_loads(r.body, 0, NULL);
+	{
+		const char *id = json_string_value(json_object_get(o, "run_id"));
+
+		TH_CHECK(id != NULL && strncmp(id, "run_", 4) == 0 && strlen(id) == 26, "%s", r.body);
+		TH_REQUIRE(th_kafka_consumer_next(cons, 10000, &m) == 1);
+		TH_CHECK(th_streq(m.key, id));
+		th_kafka_msg_free(&m);
+	}
+	json_decref(o);
+	dt_resp_free(&r);
+	/* The 409 produced nothing. */
+	TH_CHECK(th_kafka_consumer_next(cons, 300, &m) == 0);
+	th_kafka_consumer_free(cons);
+}
+
+static void test_cancel(redisContext *c)
+{
+	char **lines = NULL;
+	size_t n = 0;
+	redisReply *r;
+
+	expect("POST", "/v1/runs/api_run_1/cancel", JSON_CT, "{\"reason\":\"user_stop\"}", -1, 202,
+	       "{\"run_id\":\"api_run_1\",\"cancel\":\"requested\",\"status\":\"queued\"}\n");
+	expect("POST", "/v1/runs/api_run_1/cancel", NULL, NULL, 0, 202, NULL);
+	expect("POST", "/v1/runs/api_run_1/cancel", JSON_CT, "{\"reason\":5}", -1, 400,
+	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"reason: must be a string of 1..128 bytes\"}}\n");
+	expect("POST", "/v1/runs/api_run_1/cancel", JSON_CT, "[]", -1, 400,
+	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"body: must be a JSON object\"}}\n");
+	r = redisCommand(c, "XRANGE runnel:{api_run_1}:ctl - +");
+	TH_REQUIRE(r != NULL && r->type == REDIS_REPLY_ARRAY);
+	n = r->elements;
+	TH_CHECK(n == 2, "%zu control messages", n);
+	if (n == 2) {
+		TH_CHECK(strcmp(r->element[0]->element[1]->element[0]->str, "msg") == 0);
+		TH_CHECK(strcmp(r->element[0]->element[1]->element[1]->str,
+		                "{\"type\":\"cancel\",\"reason\":\"user_stop\"}") == 0);
+		TH_CHECK(strcmp(r->element[1]->element[1]->element[1]->str,
+		                "{\"type\":\"cancel\",\"reason\":\"api\"}") == 0);
+	}
+	freeReplyObject(r);
+	r = redisCommand(c, "TTL runnel:{api_run_1}:ctl");
+	TH_CHECK(r != NULL && r->integer > 0, "the control stream expires");
+	freeReplyObject(r);
+	(void)lines;
+}
+
+static void test_cors_health_metrics(void)
+{
+	dt_resp_t r;
+	char v[256] = "";
+
+	TH_CHECK(dt_http(&r, "OPTIONS", url("/v1/runs"), (const char *const[]){ "Origin: https://app.example",
+	         "Access-Control-Request-Method: POST", NULL }, NULL, 0, 5000) == 0 && r.status == 204);
+	TH_CHECK(dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v) && strcmp(v, "https://app.example") == 0);
+	TH_CHECK(dt_header(&r, "Access-Control-Allow-Headers", v, sizeof v) && strstr(v, "Authorization") != NULL);
+	dt_resp_free(&r);
+	TH_CHECK(dt_http(&r, "OPTIONS", url("/v1/runs"), (const char *const[]){ "Origin: https://evil.example", NULL },
+	                 NULL, 0, 5000) == 0 && r.status == 403);
+	TH_CHECK(!dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v));
+	dt_resp_free(&r);
+	TH_CHECK(dt_http(&r, "GET", url("/healthz"), (const char *const[]){ "Origin: https://app.example", NULL },
+	                 NULL, 0, 5000) == 0 && r.status == 200);
+	TH_CHECK(dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v) && strcmp(v, "https://app.example") == 0);
+	TH_CHECK(strcmp(r.body, "{\"status\":\"ok\"}\n") == 0);
+	dt_resp_free(&r);
+	TH_CHECK(dt_http(&r, "GET", url("/healthz"), (const char *const[]){ "Origin: https://evil.example", NULL },
+	                 NULL, 0, 5000) == 0 && r.status == 200);
+	TH_CHECK(!dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v));
+	dt_resp_free(&r);
+
+	TH_CHECK(dt_http(&r, "GET", url("/readyz"), NULL, NULL, 0, 5000) == 0 && r.status == 200);
+	TH_CHECK(strcmp(r.body, "{\"status\":\"ok\",\"kafka\":\"ok\",\"redis\":\"ok\"}\n") == 0, "%s", r.body);
+	dt_resp_free(&r);
+
+	TH_CHECK(dt_http(&r, "GET", url("/metrics"), NULL, NULL, 0, 5000) == 0 && r.status == 200);
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_requests_total{route=\"runs_create\",status=\"202\"} 2\n") != NULL);
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_requests_total{route=\"runs_create\",status=\"409\"} 1\n") != NULL);
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_enqueue_seconds_count 2\n") != NULL);
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_active_streams 0\n") != NULL);
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_tail_callers 0\n") != NULL);
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_cancels_total 2\n") != NULL);
+	dt_resp_free(&r);
+}
+
+int main(void)
+{
+	th_redis_t red;
+	th_kafka_t k;
+	redisContext *c;
+
+	th_init("dispatcher_api");
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	TH_REQUIRE(th_redis_start(&red, NULL) == 0, "redis");
+	TH_REQUIRE(th_kafka_start(&k, 1) == 0, "kafka");
+	TH_REQUIRE(th_kafka_create_topic(&k, "runnel.jobs", 1) == 0);
+	c = th_redis_connect(&red);
+	TH_REQUIRE(c != NULL);
+	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){
+		"RUNNEL_CORS_ORIGINS=https://app.example, https://other.example", NULL }) == 0, "dispatcher");
+	TH_REQUIRE(dt_wait_ready(&D, 200, 10000), "readyz");
+
+	test_enqueue(&k, c);
+	test_bad_requests();
+	test_cancel(c);
+	test_cors_health_metrics();
+
+	/* No secret reached Redis or the log. */
+	TH_CHECK(th_redis_scan_contains(c, "otp_S1") == 0);
+	TH_CHECK(th_redis_scan_contains(c, "otp_R1") == 0);
+	TH_CHECK(th_redis_scan_contains(c, "Add an inference node") == 0);
+	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
+	TH_CHECK(!th_file_contains(D.log, "otp_S1") && !th_file_contains(D.log, "otp_R1") &&
+	         !th_file_contains(D.log, "otp_U1") && !th_file_contains(D.log, "inference node"));
+	redisFree(c);
+	th_kafka_stop(&k);
+	curl_global_cleanup();
+	return th_done();
+}
