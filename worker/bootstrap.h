@@ -5,8 +5,16 @@
  *
  * An OTP request is sent at most once: no retry once the request may have
  * reached the server, no redirect followed.  Errors are written in words a
- * user can read ("GET /config answered HTTP 401", "GET /env: connection
- * refused") and never contain an OTP.
+ * user can read and never contain an OTP or the URL:
+ *   "GET /env answered HTTP 401"
+ *   "GET /config answered a redirect (HTTP 302); redirects are not followed"
+ *   "GET /config: timed out after 30000 ms"
+ *   "GET /env: could not connect to 127.0.0.1:1 (Connection refused)"
+ *   "GET /config: answer is not JSON", "GET /env: \"variables\" is not an object"
+ *   "agent_url is not a valid http(s) URL", "cancelled"
+ *
+ * main calls curl_global_init(CURL_GLOBAL_DEFAULT) once before any thread
+ * runs a stage.
  *
  * @locality the run's thread (blocking; uses its own curl multi handle).
  */

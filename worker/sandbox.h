@@ -12,7 +12,15 @@
  * script exits the sandbox with WORKER_SANDBOX_SETUP_FAILED.
  *
  * The spawn reports an exec failure instead of guessing it (a CLOEXEC pipe
- * from the child).
+ * from the child): "cannot exec bwrap: No such file or directory".
+ *
+ * The child calls setsid(): the sandbox is a session and a process group of
+ * its own (pgid == pid, no controlling terminal) holding bwrap, its init and
+ * everything the agent starts.  It gets PR_SET_PDEATHSIG(SIGKILL), which the
+ * kernel sends when the *thread* that called worker_sandbox_spawn exits:
+ * spawn, kill, reap and destroy a sandbox from one thread that outlives it.
+ * Writing to stdin_fd after the agent exited raises SIGPIPE: the worker
+ * ignores SIGPIPE.  See docs/sandbox.md for every flag and why.
  *
  * @locality the run's thread.
  */
@@ -59,10 +67,22 @@ typedef struct worker_sandbox {
 int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb,
                          char *errstr, size_t errstr_size);
 
-/* Sends sig to the whole tree (process group; the pid namespace dies with its init). */
+/*
+ * Sends sig to the whole tree (process group; the pid namespace dies with its
+ * init).  SIGKILL goes to the group and the pid.  Any other signal goes to
+ * every member of the group except the leader: under bwrap that leaves bwrap
+ * alive, so a SIGTERM reaches the agent and gives it its grace period
+ * instead of tearing the namespace down at once.  No-op once reaped.
+ */
 void worker_sandbox_kill(worker_sandbox_t *sb, int sig);
 
-/* Reaps without blocking; 1 when it has exited (sb->status set), 0 if not yet, -1 on error. */
+/*
+ * Reaps without blocking; 1 when it has exited (sb->status set), 0 if not yet, -1 on error.
+ * When the leader has exited, what is left of its process group is killed
+ * (SIGKILL) before the leader is reaped, so nothing the agent started
+ * outlives it.  Under bwrap the exit status is the agent's (bwrap reports
+ * 128 + N for an agent killed by signal N).
+ */
 int worker_sandbox_reap(worker_sandbox_t *sb);
 
 /* Closes the fds, SIGKILLs the tree if it still runs, and reaps it (blocking). */

@@ -13,7 +13,20 @@
  * tree, hard links, devices and fifos, more than max_entries entries, and
  * more than max_bytes of unpacked data (a zip bomb stops at the cap, not
  * after writing it).  A refusal reports reject=1 and the reason; the caller
- * ends the run bag_rejected.
+ * ends the run bag_rejected.  Reasons (no "bag_rejected" prefix):
+ *   entry "../evil" leaves the workspace
+ *   entry "/etc/evil" is an absolute path
+ *   entry "link" is a symlink leaving the workspace
+ *   entry "ln/evil" goes through a symlink or a file
+ *   entry "x" is already there
+ *   entry "hard" is a hard link           (also: is a device, fifo, socket)
+ *   archive has more than 10000 entries
+ *   archive unpacks to more than 1073741824 bytes
+ *   download of https://host/path is larger than 268435456 bytes
+ *   not a zip archive (...), archive is damaged: ...
+ * Zip, tar and tar.gz are read.  Files get 0755 (any x bit) or 0644, dirs
+ * 0755; nothing else of the archive's metadata is applied.  See
+ * docs/sandbox.md.
  *
  * @locality the run's thread (blocking).
  */
@@ -48,7 +61,9 @@ int worker_ws_create(worker_ws_t *ws, const char *root, const char *run_id,
  * Downloads url and extracts it under dest_dir (which must exist).
  * Returns 0, or -1 with *reject = 1 for a refused archive (bag_rejected) or
  * *reject = 0 for a download failure.  errstr never contains the URL's
- * query string (signed URLs carry credentials).
+ * query string (signed URLs carry credentials).  http/https only, at most 3
+ * redirects, no Authorization header.  The download goes to an unnamed
+ * O_TMPFILE next to dest_dir (in its parent directory), never into it.
  */
 int worker_ws_fetch_zip(const char *url, const char *dest_dir,
                         const worker_bag_limits_t *limits, int *reject,

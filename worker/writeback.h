@@ -7,6 +7,9 @@
  * their directory fd), skips devices, fifos and sockets, and refuses more
  * than max_files files or max_bytes bytes in all.  No request at all when
  * there is nothing to upload.  The OTP is sent once and never retried.
+ * Messages: "writeback: more than 1000 files in assets/",
+ * "writeback: assets/ holds more than 268435456 bytes",
+ * "POST /results answered HTTP 500", "POST /results: timed out after 120000 ms".
  *
  * @locality the run's thread (blocking).
  */
