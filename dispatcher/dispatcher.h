@@ -96,6 +96,12 @@ void dispatcher_runs_events(dispatcher_t *d, struct evhttp_request *req, const c
 void dispatcher_runs_cancel(dispatcher_t *d, struct evhttp_request *req, const char *run_id);
 /* Forgets the enqueues in flight (their requests are answered 503). */
 void dispatcher_runs_abort_all(dispatcher_t *d);
+/*
+ * For connection close callbacks: the caller left.  evhttp detaches a
+ * request it has not seen answered from its connection and leaves it to us
+ * (it is freed here); a request still attached is evhttp's to free.
+ */
+void dispatcher_request_abandon(struct evhttp_request *req);
 /* The request body as a pointer into evhttp's buffer (NUL not guaranteed). */
 const char *dispatcher_body(struct evhttp_request *req, size_t *len);
 

@@ -81,7 +81,7 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
 		rn_counter_add(d->c_cancels, 1);
 	else if (f->cancel_on_close)
 		rn_log_error(f->run_id, "cancel_failed", "Redis is down: the client_closed cancel was not written");
-	/* evhttp frees the request after this callback. */
+	dispatcher_request_abandon(f->req);
 	f->req = NULL;
 	feed_free(f);
 }

@@ -312,6 +312,12 @@ static int content_type_ok(struct evhttp_request *req)
 	return 0;
 }
 
+void dispatcher_request_abandon(struct evhttp_request *req)
+{
+	if (req != NULL && evhttp_request_get_connection(req) == NULL)
+		evhttp_request_free(req);
+}
+
 const char *dispatcher_body(struct evhttp_request *req, size_t *len)
 {
 	struct evbuffer *in = evhttp_request_get_input_buffer(req);

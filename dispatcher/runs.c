@@ -91,7 +91,7 @@ static void on_enqueue_close(struct evhttp_connection *evcon, void *arg)
 	dispatcher_enqueue_t *e = arg;
 
 	(void)evcon;
-	/* evhttp frees the request right after this. */
+	dispatcher_request_abandon(e->req);
 	e->req = NULL;
 	rn_log_info(e->run_id, "caller_left", "the caller closed the connection before the job was enqueued");
 }
@@ -264,6 +264,7 @@ static void op_close(struct evhttp_connection *evcon, void *arg)
 	simple_op_t *op = arg;
 
 	(void)evcon;
+	dispatcher_request_abandon(op->req);
 	op->req = NULL;
 }
 

@@ -1,0 +1,343 @@
+/*
+ * tests/dispatcher/test_stream.c - the streaming routes with no worker: the
+ * test plays the worker (XADD lines and the terminal line) so that the
+ * dispatcher's streaming is tested alone.  /stream as NDJSON and SSE,
+ * disconnect -> cancel client_closed, events?after=, SSE resume with
+ * Last-Event-ID (no gap, no duplicate), heartbeats, and the real curl -N.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <jansson.h>
+
+#include "tests/dispatcher/dtest.h"
+
+static dt_disp_t D;
+static redisContext *C;
+
+static char *url(const char *path)
+{
+	return th_strf("%s%s", D.base, path);
+}
+
+static const char *const JSON_CT[] = { "Content-Type: application/json", NULL };
+static const char *const SSE_POST[] = { "Content-Type: application/json", "Accept: text/event-stream", NULL };
+static const char *const SSE_GET[] = { "Accept: text/event-stream", NULL };
+
+static char *line_n(int i, int last)
+{
+	if (last)
+		return th_strf("{\"type\":\"result\",\"message\":\"done after %d\",\"ts\":%d}", i, 1000 + i);
+	if (i % 3 == 1)
+		return th_strf("{\"type\":\"step\",\"id\":\"s%d\",\"name\":\"n\",\"status\":\"running\",\"ts\":%d}", i, 1000 + i);
+	return th_strf("{\"type\":\"log\",\"level\":\"info\",\"message\":\"line %d \\u00e9\",\"ts\":%d}", i, 1000 + i);
+}
+
+typedef struct wait_stream {
+	dt_stream_t *s;
+	size_t lines;
+} wait_stream_t;
+
+static int started(void *arg)
+{
+	return dt_stream_started(((wait_stream_t *)arg)->s);
+}
+
+static int has_lines(void *arg)
+{
+	wait_stream_t *w = arg;
+
+	return dt_stream_lines(w->s) >= w->lines || w->s->done;
+}
+
+static int is_done(void *arg)
+{
+	return ((wait_stream_t *)arg)->s->done;
+}
+
+static char *ctl_reason(const char *run)
+{
+	redisReply *r = redisCommand(C, "XRANGE runnel:{%s}:ctl - +", run);
+	char *out = NULL;
+
+	if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0)
+		out = strdup(r->element[r->elements - 1]->element[1]->element[1]->str);
+	if (r != NULL)
+		freeReplyObject(r);
+	return out;
+}
+
+static int ctl_has(void *arg)
+{
+	char *m = ctl_reason(arg);
+	int ok = m != NULL;
+
+	free(m);
+	return ok;
+}
+
+static void test_ndjson(dt_multi_t *m)
+{
+	dt_stream_t s;
+	wait_stream_t w = { &s, 0 };
+	char **lines = NULL;
+	size_t n = 0;
+	size_t expect_len = 0;
+	char *expect;
+	const int N = 400;
+
+	TH_REQUIRE(dt_stream_open(m, &s, url("/stream"), JSON_CT, dt_job_body("st_ndjson", "\"session\":\"x\"")) == 0);
+	TH_REQUIRE(dt_multi_until(m, started, &w, 15000), "no answer");
+	TH_CHECK(s.status == 200, "%ld", s.status);
+	for (int i = 1; i <= N; i++)
+		free(dt_xadd_line(C, "runnel:{st_ndjson}:out", line_n(i, i == N)));
+	/* Anything after the terminal line is never sent. */
+	free(dt_xadd_line(C, "runnel:{st_ndjson}:out", "{\"type\":\"log\",\"level\":\"info\",\"message\":\"late\",\"ts\":1}"));
+	TH_CHECK(dt_multi_until(m, is_done, &w, 15000), "stream did not end after the terminal line");
+	TH_CHECK(s.rc == CURLE_OK, "%d", s.rc);
+	TH_REQUIRE(th_stream_read_all(C, "runnel:{st_ndjson}:out", &lines, NULL, &n) == 0);
+	TH_CHECK(n == (size_t)N + 1);
+	for (size_t i = 0; i + 1 < n; i++)
+		expect_len += strlen(lines[i]) + 1;
+	expect = malloc(expect_len + 1);
+	expect[0] = '\0';
+	for (size_t i = 0, off = 0; i + 1 < n; i++)
+		off += (size_t)sprintf(expect + off, "%s\n", lines[i]);
+	TH_CHECK(s.len == expect_len && memcmp(s.body, expect, expect_len) == 0,
+	         "NDJSON differs from the Redis stream (%zu vs %zu bytes)", s.len, expect_len);
+	free(expect);
+	th_strv_free(lines, n);
+	TH_CHECK(!ctl_has("st_ndjson"), "a finished stream wrote no cancel");
+	dt_stream_close(m, &s);
+}
+
+static void test_disconnect_cancels(dt_multi_t *m)
+{
+	dt_stream_t s;
+	wait_stream_t w = { &s, 1 };
+	char *reason;
+
+	TH_REQUIRE(dt_stream_open(m, &s, url("/stream"), JSON_CT, dt_job_body("st_close", NULL)) == 0);
+	TH_REQUIRE(dt_multi_until(m, started, &w, 15000));
+	free(dt_xadd_line(C, "runnel:{st_close}:out", line_n(1, 0)));
+	TH_CHECK(dt_multi_until(m, has_lines, &w, 5000));
+	TH_CHECK(!ctl_has("st_close"));
+	dt_stream_close(m, &s);
+	TH_CHECK(th_wait_until(ctl_has, "st_close", 5000), "no cancel after the caller left");
+	reason = ctl_reason("st_close");
+	TH_CHECK(th_streq(reason, "{\"type\":\"cancel\",\"reason\":\"client_closed\"}"), "%s", reason);
+	free(reason);
+}
+
+/* Splits an SSE body into (id, event, data) triples; checks the format. */
+static size_t sse_parse(const char *body, char ids[][48], char events[][16], char **datas, size_t max)
+{
+	size_t n = 0;
+	const char *p = body;
+
+	while (*p != '\0' && n < max) {
+		const char *end = strstr(p, "\n\n");
+		char id[48] = "", ev[16] = "";
+		const char *data;
+
+		if (end == NULL)
+			break;
+		if (strncmp(p, ": heartbeat", 11) == 0) {
+			p = end + 2;
+			continue;
+		}
+		TH_CHECK(sscanf(p, "id: %47[^\n]\nevent: %15[^\n]\n", id, ev) == 2, "bad SSE event %.80s", p);
+		data = strstr(p, "data: ");
+		TH_CHECK(data != NULL && data < end);
+		if (data == NULL || data > end)
+			break;
+		snprintf(ids[n], 48, "%s", id);
+		snprintf(events[n], 16, "%s", ev);
+		datas[n] = strndup(data + 6, (size_t)(end - data - 6));
+		n++;
+		p = end + 2;
+	}
+	return n;
+}
+
+static void test_sse_stream(dt_multi_t *m)
+{
+	dt_stream_t s;
+	wait_stream_t w = { &s, 0 };
+	char **lines = NULL, **ids = NULL, sids[8][48], evs[8][16], *datas[8];
+	size_t n = 0, got;
+
+	TH_REQUIRE(dt_stream_open(m, &s, url("/stream"), SSE_POST, dt_job_body("st_sse", NULL)) == 0);
+	TH_REQUIRE(dt_multi_until(m, started, &w, 15000));
+	for (int i = 1; i <= 5; i++)
+		free(dt_xadd_line(C, "runnel:{st_sse}:out", line_n(i, i == 5)));
+	TH_CHECK(dt_multi_until(m, is_done, &w, 10000));
+	TH_REQUIRE(th_stream_read_all(C, "runnel:{st_sse}:out", &lines, &ids, &n) == 0 && n == 5);
+	got = sse_parse(s.body, sids, evs, datas, 8);
+	TH_CHECK(got == 5, "%zu events: %s", got, s.body);
+	for (size_t i = 0; i < got && i < n; i++) {
+		TH_CHECK(strcmp(sids[i], ids[i]) == 0, "id %s vs %s", sids[i], ids[i]);
+		TH_CHECK(strcmp(datas[i], lines[i]) == 0);
+		TH_CHECK(strcmp(evs[i], i == 4 ? "result" : (i % 3 == 0 ? "step" : "log")) == 0, "%s", evs[i]);
+		free(datas[i]);
+	}
+	th_strv_free(lines, n);
+	th_strv_free(ids, n);
+	dt_stream_close(m, &s);
+}
+
+static void test_resume(dt_multi_t *m)
+{
+	dt_stream_t a, b;
+	wait_stream_t wa = { &a, 3 }, wb = { &b, 0 };
+	char sids[16][48], evs[16][16], *datas[16], hdr[96];
+	char **lines = NULL, **ids = NULL;
+	size_t got, n = 0;
+	dt_resp_t r;
+
+	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("st_resume", NULL), -1, 15000) == 0);
+	TH_REQUIRE(r.status == 202, "%ld %s", r.status, r.body);
+	dt_resp_free(&r);
+
+	TH_REQUIRE(dt_stream_open(m, &a, url("/v1/runs/st_resume/events"), SSE_GET, NULL) == 0);
+	for (int i = 1; i <= 3; i++)
+		free(dt_xadd_line(C, "runnel:{st_resume}:out", line_n(i, 0)));
+	/* Each SSE event ends with a blank line: 3 events = 12 newlines. */
+	wa.lines = 12;
+	TH_CHECK(dt_multi_until(m, has_lines, &wa, 10000));
+	got = sse_parse(a.body, sids, evs, datas, 16);
+	TH_REQUIRE(got == 3, "%zu", got);
+	for (size_t i = 0; i < got; i++)
+		free(datas[i]);
+	dt_stream_close(m, &a);
+	/* Written while nobody listens. */
+	for (int i = 4; i <= 5; i++)
+		free(dt_xadd_line(C, "runnel:{st_resume}:out", line_n(i, 0)));
+	snprintf(hdr, sizeof hdr, "Last-Event-ID: %s", sids[2]);
+	TH_REQUIRE(dt_stream_open(m, &b, url("/v1/runs/st_resume/events?after=0"),
+	                          (const char *const[]){ "Accept: text/event-stream", hdr, NULL }, NULL) == 0);
+	wb.lines = 8;
+	TH_CHECK(dt_multi_until(m, has_lines, &wb, 10000));
+	for (int i = 6; i <= 8; i++)
+		free(dt_xadd_line(C, "runnel:{st_resume}:out", line_n(i, i == 8)));
+	TH_CHECK(dt_multi_until(m, is_done, &wb, 10000));
+	TH_REQUIRE(th_stream_read_all(C, "runnel:{st_resume}:out", &lines, &ids, &n) == 0 && n == 8);
+	got = sse_parse(b.body, sids, evs, datas, 16);
+	TH_CHECK(got == 5, "resumed stream got %zu events, want 5", got);
+	for (size_t i = 0; i < got; i++) {
+		TH_CHECK(strcmp(sids[i], ids[i + 3]) == 0 && strcmp(datas[i], lines[i + 3]) == 0, "event %zu", i);
+		free(datas[i]);
+	}
+	dt_stream_close(m, &b);
+	TH_CHECK(!ctl_has("st_resume"), "closing an events tail does not cancel");
+
+	/* events?after=ID (NDJSON) on the finished run, and after the end. */
+	{
+		char *u = url(th_strf("/v1/runs/st_resume/events?after=%s", ids[5]));
+		char *want = th_strf("%s\n%s\n", lines[6], lines[7]);
+
+		TH_CHECK(dt_http(&r, "GET", u, NULL, NULL, 0, 10000) == 0 && r.status == 200);
+		TH_CHECK(strcmp(r.body, want) == 0, "%s", r.body);
+		dt_resp_free(&r);
+		u = url(th_strf("/v1/runs/st_resume/events?after=%s", ids[7]));
+		TH_CHECK(dt_http(&r, "GET", u, NULL, NULL, 0, 5000) == 0 && r.status == 200 && r.len == 0,
+		         "after the terminal line: %ld %s", r.status, r.body);
+		TH_CHECK(r.secs < 2.0, "answered at once (%.2fs)", r.secs);
+		dt_resp_free(&r);
+		TH_CHECK(dt_http(&r, "GET", url("/v1/runs/st_resume/events"), NULL, NULL, 0, 10000) == 0);
+		TH_CHECK(r.status == 200 && dt_header(&r, "Content-Type", hdr, sizeof hdr) &&
+		         strcmp(hdr, "application/x-ndjson") == 0, "%s", hdr);
+		{
+			size_t lines_seen = 0;
+
+			for (size_t i = 0; i < r.len; i++)
+				lines_seen += r.body[i] == '\n';
+			TH_CHECK(lines_seen == 8);
+		}
+		dt_resp_free(&r);
+	}
+	th_strv_free(lines, n);
+	th_strv_free(ids, n);
+}
+
+static void test_heartbeat(dt_multi_t *m)
+{
+	dt_stream_t s;
+	dt_resp_t r;
+
+	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("st_idle", NULL), -1, 15000) == 0 &&
+	           r.status == 202);
+	dt_resp_free(&r);
+	TH_REQUIRE(dt_stream_open(m, &s, url("/v1/runs/st_idle/events"), SSE_GET, NULL) == 0);
+	dt_multi_pump(m, 2500);
+	TH_CHECK(strstr(s.body, ": heartbeat\n\n") != NULL, "no heartbeat in %s", s.body);
+	TH_CHECK(!s.done);
+	dt_stream_close(m, &s);
+}
+
+typedef struct state_arg {
+	const char *run;
+} state_arg_t;
+
+static int state_exists(void *arg)
+{
+	redisReply *r = redisCommand(C, "EXISTS runnel:{%s}:state", ((state_arg_t *)arg)->run);
+	int ok = r != NULL && r->integer == 1;
+
+	if (r != NULL)
+		freeReplyObject(r);
+	return ok;
+}
+
+static void test_curl_binary(void)
+{
+	const char *out = th_strf("%s/curl.out", th_tmpdir());
+	char *argv[] = { "curl", "-sS", "-N", "-X", "POST", url("/stream"), "-H", "Content-Type: application/json",
+	                 "-d", dt_job_body("st_curl", NULL), "-o", (char *)out, NULL };
+	state_arg_t sa = { "st_curl" };
+	pid_t pid = th_spawn(argv, NULL, th_strf("%s/curl.log", th_tmpdir()));
+	char *body, *want;
+	int st = -1;
+
+	TH_REQUIRE(pid > 0);
+	TH_REQUIRE(th_wait_until(state_exists, &sa, 10000));
+	for (int i = 1; i <= 3; i++)
+		free(dt_xadd_line(C, "runnel:{st_curl}:out", line_n(i, i == 3)));
+	TH_CHECK(th_wait_exit(pid, 10000, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "curl status %d", st);
+	body = th_file_read(out, NULL);
+	want = th_strf("%s\n%s\n%s\n", line_n(1, 0), line_n(2, 0), line_n(3, 1));
+	TH_CHECK(body != NULL && strcmp(body, want) == 0, "curl -N got %s", body);
+	free(body);
+}
+
+int main(void)
+{
+	th_redis_t red;
+	th_kafka_t k;
+	dt_multi_t m;
+
+	th_init("dispatcher_stream");
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	TH_REQUIRE(th_redis_start(&red, NULL) == 0, "redis");
+	TH_REQUIRE(th_kafka_start(&k, 1) == 0, "kafka");
+	C = th_redis_connect(&red);
+	TH_REQUIRE(C != NULL);
+	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){ "RUNNEL_HEARTBEAT_SEC=1", NULL }) == 0);
+	TH_REQUIRE(dt_multi_init(&m) == 0);
+
+	test_ndjson(&m);
+	test_disconnect_cancels(&m);
+	test_sse_stream(&m);
+	test_resume(&m);
+	test_heartbeat(&m);
+	test_curl_binary();
+
+	dt_multi_cleanup(&m);
+	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
+	redisFree(C);
+	th_kafka_stop(&k);
+	curl_global_cleanup();
+	return th_done();
+}
