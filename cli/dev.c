@@ -1,3 +1,710 @@
-/* placeholder until dev lands */
+/*
+ * cli/dev.c - `runnel dev`: the whole stack on one machine with nothing to
+ * configure.  In this process: librdkafka's mock cluster (the jobs topic and
+ * its DLQ) and the workspace stub serving examples/agents.  As children:
+ * a private redis-server (unless RUNNEL_REDIS_URL is set), the real
+ * runnel-dispatcher and runnel-worker.  --demo submits the mock demo agent
+ * and shows it live; Ctrl-C stops everything that was started and removes
+ * the scratch directory.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+#include <sodium.h>
+
+#include "args.h"
 #include "cli.h"
-int cli_dev_main(int argc, char **argv) { (void)argc; (void)argv; return CLI_EXIT_USAGE; }
+#include "common/util.h"
+#include "devproc.h"
+#include "http.h"
+#include "interrupt.h"
+#include "proto/job.h"
+#include "proto/keys.h"
+#include "rconn.h"
+#include "tail.h"
+
+#ifdef CLI_HAVE_DEVSTUB
+#include "dev/stub.h"
+#endif
+
+#ifndef RUNNEL_SOURCE_DIR
+#define RUNNEL_SOURCE_DIR ""
+#endif
+
+#define DEV_READY_MS        60000  /* dispatcher /readyz deadline */
+#define DEV_REDIS_READY_MS  10000
+#define DEV_STOP_GRACE_MS   8000   /* worker drain (RUNNEL_DRAIN_SEC=3) + margin */
+#define DEV_PARTITIONS      4
+
+static struct {
+	int   demo;
+	int   once;
+	long  port;
+	long  stub_port;
+	char *agents;
+	char *agent;
+	char *prompt;
+	char *redis_url;
+	char *redis_server;
+	char *worker_bin;
+	char *dispatcher_bin;
+	char *sandbox;
+	char *prefix;
+	char *jobs_topic;
+	int   keep;
+} g_opt;
+
+static const rn_opt_t dev_opts[] = {
+	{ "demo", 0, "RUNNEL_DEV_DEMO", RN_OPT_BOOL, &g_opt.demo, "false", NULL,
+	  "once up, submit the demo agent and show the run live", 0, 0 },
+	{ "once", 0, "RUNNEL_DEV_ONCE", RN_OPT_BOOL, &g_opt.once, "false", NULL,
+	  "with --demo: stop everything after the demo and exit with its status", 0, 0 },
+	{ "port", 0, "RUNNEL_DEV_PORT", RN_OPT_INT, &g_opt.port, "8080", "PORT",
+	  "dispatcher port on 127.0.0.1 (0: any free port)", 0, 65535 },
+	{ "stub-port", 0, "RUNNEL_DEV_STUB_PORT", RN_OPT_INT, &g_opt.stub_port, "0", "PORT",
+	  "workspace stub port on 127.0.0.1 (0: any free port)", 0, 65535 },
+	{ "agents", 0, "RUNNEL_DEV_AGENTS", RN_OPT_STR, &g_opt.agents, NULL, "DIR",
+	  "folder of agent definitions NAME.json (default: examples/agents of the source tree)", 0, 0 },
+	{ "agent", 0, "RUNNEL_DEV_AGENT", RN_OPT_STR, &g_opt.agent, "demo", "NAME",
+	  "agent definition the demo and the printed curl line use", 0, 0 },
+	{ "prompt", 0, "RUNNEL_DEV_PROMPT", RN_OPT_STR, &g_opt.prompt, "Add an inference node", "TEXT",
+	  "prompt of the demo run", 0, 0 },
+	{ "redis-url", 0, "RUNNEL_REDIS_URL", RN_OPT_STR, &g_opt.redis_url, NULL, "URL",
+	  "use this Redis instead of starting one", 0, 0 },
+	{ "redis-server", 0, "RUNNEL_REDIS_SERVER", RN_OPT_STR, &g_opt.redis_server, "redis-server", "PATH",
+	  "redis-server binary to start", 0, 0 },
+	{ "worker-bin", 0, "RUNNEL_WORKER_BIN", RN_OPT_STR, &g_opt.worker_bin, NULL, "PATH",
+	  "runnel-worker binary (default: next to runnel, or the build tree's worker/)", 0, 0 },
+	{ "dispatcher-bin", 0, "RUNNEL_DISPATCHER_BIN", RN_OPT_STR, &g_opt.dispatcher_bin, NULL, "PATH",
+	  "runnel-dispatcher binary (default: next to runnel, or the build tree's dispatcher/)", 0, 0 },
+	{ "sandbox", 0, "RUNNEL_SANDBOX", RN_OPT_STR, &g_opt.sandbox, NULL, "bwrap|process",
+	  "worker sandbox (default: bwrap when it works here, else process with a warning)", 0, 0 },
+	{ "key-prefix", 0, "RUNNEL_KEY_PREFIX", RN_OPT_STR, &g_opt.prefix, "runnel", "PREFIX",
+	  "Redis key prefix", 0, 0 },
+	{ "jobs-topic", 0, "RUNNEL_JOBS_TOPIC", RN_OPT_STR, &g_opt.jobs_topic, "runnel.jobs", "TOPIC",
+	  "job topic (the DLQ is <topic>.dlq)", 0, 0 },
+	{ "keep", 0, "RUNNEL_DEV_KEEP", RN_OPT_BOOL, &g_opt.keep, "false", NULL,
+	  "keep the scratch directory (logs, redis, run dirs) on exit", 0, 0 },
+	RN_OPT_END,
+};
+
+static const cli_verb_t dev_verb = {
+	.name = "dev",
+	.synopsis = "[options]",
+	.summary = "Run the whole stack locally: in-process Kafka (librdkafka mock cluster), a private\n"
+	           "redis-server, runnel-dispatcher, runnel-worker and the workspace stub.",
+	.epilog = "Ctrl-C (or SIGTERM) stops everything it started and removes its scratch directory.\n"
+	          "exit status: 0 stopped by Ctrl-C; with --demo --once the demo's status (0 result,\n"
+	          "1 error); 1 a component failed to start or died; 2 usage\n",
+	.pos_name = NULL,
+	.opts = dev_opts,
+	.pos_min = 0,
+	.pos_max = 0,
+};
+
+#ifndef CLI_HAVE_DEVSTUB
+
+int cli_dev_main(int argc, char **argv)
+{
+	cli_args_t a;
+	int rc = cli_args_parse(&dev_verb, argc, argv, &a);
+	rn_conf_free(dev_opts);
+	if (rc != 0)
+		return rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+	fprintf(stderr, "runnel dev: this runnel was built without the workspace stub (dev/)\n");
+	return CLI_EXIT_RUN_ERROR;
+}
+
+#else
+
+typedef struct dev_stack {
+	char                     dir[PATH_MAX];   /* scratch: logs/, redis/, work/, results/ */
+	rd_kafka_t              *mock_rk;
+	rd_kafka_mock_cluster_t *mock;
+	char                     bootstrap[256];
+	cli_proc_t               redis, dispatcher, worker;
+	char                     redis_url[300];
+	dev_stub_t              *stub;
+	char                     agents[PATH_MAX];
+	char                     dispatcher_url[64];
+	char                     worker_bin[PATH_MAX], dispatcher_bin[PATH_MAX];
+	const char              *sandbox;
+} dev_stack_t;
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+	va_list ap;
+	fputs("runnel dev: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static int is_dir(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int is_exec(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, X_OK) == 0;
+}
+
+/* Directory of this executable. */
+static void self_dir(char *buf, size_t size)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0) {
+		snprintf(buf, size, ".");
+		return;
+	}
+	exe[n] = '\0';
+	char *slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+	snprintf(buf, size, "%s", exe);
+}
+
+/*
+ * Finds a sibling program: the override, next to runnel, the build tree's
+ * <sub>/ (build/cli/runnel -> build/<sub>/<name>), an installed ../bin or
+ * ../libexec, then PATH.
+ */
+static int find_program(const char *override, const char *sub, const char *name, char *out, size_t size)
+{
+	char self[PATH_MAX], cand[PATH_MAX + 64];
+
+	if (override && *override) {
+		if (!is_exec(override))
+			return -1;
+		snprintf(out, size, "%s", override);
+		return 0;
+	}
+	self_dir(self, sizeof(self));
+	for (int i = 0; i < 4; i++) {
+		switch (i) {
+		case 0: snprintf(cand, sizeof(cand), "%s/%s", self, name); break;
+		case 1: snprintf(cand, sizeof(cand), "%s/../%s/%s", self, sub, name); break;
+		case 2: snprintf(cand, sizeof(cand), "%s/../bin/%s", self, name); break;
+		default: snprintf(cand, sizeof(cand), "%s/../libexec/runnel/%s", self, name); break;
+		}
+		if (is_exec(cand)) {
+			char *r = realpath(cand, NULL);
+			snprintf(out, size, "%s", r ? r : cand);
+			free(r);
+			return 0;
+		}
+	}
+	return cli_which(name, out, size);
+}
+
+static int find_agents(char *out, size_t size)
+{
+	char self[PATH_MAX], cand[PATH_MAX + 64];
+
+	if (g_opt.agents) {
+		if (!is_dir(g_opt.agents))
+			return -1;
+		snprintf(out, size, "%s", g_opt.agents);
+		return 0;
+	}
+	self_dir(self, sizeof(self));
+	const char *const rel[] = { "../examples/agents", "../../examples/agents", "../share/runnel/agents", NULL };
+	for (int i = 0; rel[i]; i++) {
+		snprintf(cand, sizeof(cand), "%s/%s", self, rel[i]);
+		if (is_dir(cand))
+			goto found;
+	}
+	snprintf(cand, sizeof(cand), "%s/examples/agents", RUNNEL_SOURCE_DIR);
+	if (RUNNEL_SOURCE_DIR[0] && is_dir(cand))
+		goto found;
+	snprintf(cand, sizeof(cand), "examples/agents");
+	if (is_dir(cand))
+		goto found;
+	return -1;
+found:;
+	char *r = realpath(cand, NULL);
+	snprintf(out, size, "%s", r ? r : cand);
+	free(r);
+	return 0;
+}
+
+/* 0 when bwrap can build a sandbox here (user namespaces allowed, etc). */
+static int bwrap_works(void)
+{
+	char path[PATH_MAX], err[256];
+	if (cli_which("bwrap", path, sizeof(path)) < 0)
+		return -1;
+	char *argv[] = { path, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+	                 "--unshare-uts", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
+	                 "--dev", "/dev", "true", NULL };
+	char **env = cli_env_build(NULL);
+	cli_proc_t p;
+	int rc = cli_proc_spawn(&p, "bwrap", argv, env, "/dev/null", err, sizeof(err));
+	cli_env_free(env);
+	if (rc < 0)
+		return -1;
+	int64_t end = rn_mono_ms() + 5000;
+	while (cli_proc_alive(&p) && rn_mono_ms() < end) {
+		struct timespec ts = { 0, 10 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	if (p.pid > 0) {
+		cli_proc_stop(&p, SIGKILL, 0);
+		return -1;
+	}
+	return WIFEXITED(p.status) && WEXITSTATUS(p.status) == 0 ? 0 : -1;
+}
+
+static void mock_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+	(void)rk;
+	(void)level;
+	(void)fac;
+	(void)buf;
+}
+
+static int start_kafka(dev_stack_t *s)
+{
+	char err[512];
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_conf_set_log_cb(conf, mock_log);
+	rd_kafka_conf_set(conf, "client.id", "runnel-dev-mock", err, sizeof(err));
+	s->mock_rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+	if (!s->mock_rk) {
+		rd_kafka_conf_destroy(conf);
+		say("kafka mock: %s", err);
+		return -1;
+	}
+	s->mock = rd_kafka_mock_cluster_new(s->mock_rk, 1);
+	if (!s->mock) {
+		say("kafka mock: cannot create the mock cluster");
+		return -1;
+	}
+	snprintf(s->bootstrap, sizeof(s->bootstrap), "%s", rd_kafka_mock_cluster_bootstraps(s->mock));
+	char dlq[300];
+	snprintf(dlq, sizeof(dlq), "%s.dlq", g_opt.jobs_topic);
+	rd_kafka_resp_err_t e1 = rd_kafka_mock_topic_create(s->mock, g_opt.jobs_topic, DEV_PARTITIONS, 1);
+	rd_kafka_resp_err_t e2 = rd_kafka_mock_topic_create(s->mock, dlq, 1, 1);
+	if (e1 || e2) {
+		say("kafka mock: cannot create topics: %s", rd_kafka_err2str(e1 ? e1 : e2));
+		return -1;
+	}
+	return 0;
+}
+
+static int redis_ping(const char *url)
+{
+	char err[256];
+	redisContext *c = cli_rconn_open(url, err, sizeof(err));
+	if (!c)
+		return 0;
+	redisReply *r = redisCommand(c, "PING");
+	int ok = r && r->type == REDIS_REPLY_STATUS && !strcmp(r->str, "PONG");
+	if (r)
+		freeReplyObject(r);
+	redisFree(c);
+	return ok;
+}
+
+static int start_redis(dev_stack_t *s)
+{
+	char bin[PATH_MAX], err[512], rdir[PATH_MAX + 16], conf[PATH_MAX + 32], log[PATH_MAX + 32];
+
+	if (g_opt.redis_url) {
+		snprintf(s->redis_url, sizeof(s->redis_url), "%s", g_opt.redis_url);
+		if (!redis_ping(s->redis_url)) {
+			say("cannot reach Redis at RUNNEL_REDIS_URL");
+			return -1;
+		}
+		return 0;
+	}
+	if (cli_which(g_opt.redis_server, bin, sizeof(bin)) < 0) {
+		say("cannot find %s (install redis-server, or set RUNNEL_REDIS_URL)", g_opt.redis_server);
+		return -1;
+	}
+	snprintf(rdir, sizeof(rdir), "%s/redis", s->dir);
+	mkdir(rdir, 0700);
+	snprintf(conf, sizeof(conf), "%s/redis.conf", rdir);
+	snprintf(log, sizeof(log), "%s/logs/redis.log", s->dir);
+	for (int attempt = 0; attempt < 5; attempt++) {
+		int port = cli_free_port();
+		FILE *f = fopen(conf, "w");
+		if (!f || port < 0) {
+			if (f)
+				fclose(f);
+			say("cannot write %s", conf);
+			return -1;
+		}
+		fprintf(f, "port %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\ndaemonize no\n"
+		           "protected-mode yes\nlogfile \"\"\ndatabases 16\n", port, rdir);
+		fclose(f);
+		char *argv[] = { bin, conf, NULL };
+		char **env = cli_env_build(NULL);
+		int rc = cli_proc_spawn(&s->redis, "redis-server", argv, env, log, err, sizeof(err));
+		cli_env_free(env);
+		if (rc < 0) {
+			say("%s", err);
+			return -1;
+		}
+		snprintf(s->redis_url, sizeof(s->redis_url), "redis://127.0.0.1:%d", port);
+		int64_t end = rn_mono_ms() + DEV_REDIS_READY_MS;
+		while (rn_mono_ms() < end && cli_proc_alive(&s->redis) && !cli_interrupted()) {
+			if (redis_ping(s->redis_url))
+				return 0;
+			struct timespec ts = { 0, 20 * 1000000L };
+			nanosleep(&ts, NULL);
+		}
+		if (cli_interrupted())
+			return -1;
+		if (cli_proc_alive(&s->redis)) {
+			say("redis-server did not answer PING within %d s", DEV_REDIS_READY_MS / 1000);
+			cli_proc_log_tail(&s->redis, stderr, 10);
+			return -1;
+		}
+		/* Died: most likely the port was taken meanwhile; try another. */
+	}
+	say("redis-server did not start:");
+	cli_proc_log_tail(&s->redis, stderr, 10);
+	return -1;
+}
+
+static int start_stub(dev_stack_t *s)
+{
+	char err[256], listen[64], results[PATH_MAX + 16];
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%ld", g_opt.stub_port);
+	snprintf(results, sizeof(results), "%s/results", s->dir);
+	mkdir(results, 0700);
+	dev_stub_opts_t o = {
+		.listen = listen,
+		.agents_dir = s->agents,
+		.results_dir = results,
+		.enable_mint = 1,
+	};
+	s->stub = dev_stub_start(&o, err, sizeof(err));
+	if (!s->stub) {
+		say("workspace stub: %s", err);
+		return -1;
+	}
+	return 0;
+}
+
+static int start_children(dev_stack_t *s)
+{
+	char err[512], listen[64], log[PATH_MAX + 32], work[PATH_MAX + 16];
+	char e_listen[96], e_brokers[300], e_redis[340], e_prefix[120], e_topic[300], e_sandbox[64], e_work[PATH_MAX + 32];
+
+	snprintf(listen, sizeof(listen), "127.0.0.1:%ld", g_opt.port);
+	snprintf(s->dispatcher_url, sizeof(s->dispatcher_url), "http://%s", listen);
+	snprintf(work, sizeof(work), "%s/work", s->dir);
+	mkdir(work, 0700);
+	snprintf(e_listen, sizeof(e_listen), "RUNNEL_LISTEN=%s", listen);
+	snprintf(e_brokers, sizeof(e_brokers), "RUNNEL_KAFKA_BROKERS=%s", s->bootstrap);
+	snprintf(e_redis, sizeof(e_redis), "RUNNEL_REDIS_URL=%s", s->redis_url);
+	snprintf(e_prefix, sizeof(e_prefix), "RUNNEL_KEY_PREFIX=%s", g_opt.prefix);
+	snprintf(e_topic, sizeof(e_topic), "RUNNEL_JOBS_TOPIC=%s", g_opt.jobs_topic);
+	snprintf(e_sandbox, sizeof(e_sandbox), "RUNNEL_SANDBOX=%s", s->sandbox);
+	snprintf(e_work, sizeof(e_work), "RUNNEL_WORK_DIR=%s", work);
+	const char *drain = getenv("RUNNEL_DRAIN_SEC");
+
+	const char *denv[] = { e_listen, e_brokers, e_redis, e_prefix, e_topic, NULL };
+	char **env = cli_env_build(denv);
+	char *dargv[] = { s->dispatcher_bin, NULL };
+	snprintf(log, sizeof(log), "%s/logs/dispatcher.log", s->dir);
+	int rc = cli_proc_spawn(&s->dispatcher, "dispatcher", dargv, env, log, err, sizeof(err));
+	cli_env_free(env);
+	if (rc < 0) {
+		say("%s", err);
+		return -1;
+	}
+
+	/* A short drain keeps Ctrl-C snappy; the user's own setting wins. */
+	const char *wenv[] = { e_brokers, e_redis, e_prefix, e_topic, e_sandbox, e_work,
+	                       "RUNNEL_METRICS_LISTEN=127.0.0.1:0",
+	                       drain && *drain ? NULL : "RUNNEL_DRAIN_SEC=3", NULL };
+	env = cli_env_build(wenv);
+	char *wargv[] = { s->worker_bin, NULL };
+	snprintf(log, sizeof(log), "%s/logs/worker.log", s->dir);
+	rc = cli_proc_spawn(&s->worker, "worker", wargv, env, log, err, sizeof(err));
+	cli_env_free(env);
+	if (rc < 0) {
+		say("%s", err);
+		return -1;
+	}
+	return 0;
+}
+
+/* Reports a child that died; 1 when one did. */
+static int child_died(dev_stack_t *s)
+{
+	cli_proc_t *procs[] = { &s->dispatcher, &s->worker, &s->redis };
+	for (size_t i = 0; i < 3; i++) {
+		cli_proc_t *p = procs[i];
+		if (!p->name[0] || cli_proc_alive(p))
+			continue;
+		char how[32];
+		cli_proc_describe(p->status, how, sizeof(how));
+		say("%s exited (%s); its log (%s) ends with:", p->name, how, p->log_path);
+		cli_proc_log_tail(p, stderr, 12);
+		p->name[0] = '\0'; /* reported */
+		return 1;
+	}
+	return 0;
+}
+
+static int wait_ready(dev_stack_t *s)
+{
+	char url[128], err[256];
+	snprintf(url, sizeof(url), "%s/readyz", s->dispatcher_url);
+	int64_t end = rn_mono_ms() + DEV_READY_MS;
+	while (rn_mono_ms() < end) {
+		if (cli_interrupted() || child_died(s))
+			return -1;
+		cli_http_resp_t resp;
+		if (cli_http_request("GET", url, NULL, NULL, &resp, err, sizeof(err)) == 0) {
+			long st = resp.status;
+			cli_http_resp_free(&resp);
+			if (st == 200)
+				return 0;
+		}
+		struct timespec ts = { 0, 100 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	say("the dispatcher was not ready within %d s; its log ends with:", DEV_READY_MS / 1000);
+	cli_proc_log_tail(&s->dispatcher, stderr, 12);
+	return -1;
+}
+
+static void stop_stack(dev_stack_t *s)
+{
+	/* Worker first (it drains), then the dispatcher, then what they used. */
+	cli_proc_stop(&s->worker, SIGTERM, DEV_STOP_GRACE_MS);
+	cli_proc_stop(&s->dispatcher, SIGTERM, 3000);
+	cli_proc_stop(&s->redis, SIGTERM, 3000);
+	if (s->stub) {
+		dev_stub_stop(s->stub);
+		s->stub = NULL;
+	}
+	if (s->mock) {
+		rd_kafka_mock_cluster_destroy(s->mock);
+		s->mock = NULL;
+	}
+	if (s->mock_rk) {
+		rd_kafka_destroy(s->mock_rk);
+		s->mock_rk = NULL;
+	}
+	if (s->dir[0]) {
+		if (g_opt.keep)
+			say("kept %s", s->dir);
+		else
+			cli_rm_rf(s->dir);
+		s->dir[0] = '\0';
+	}
+}
+
+static void print_banner(const dev_stack_t *s)
+{
+	const char *stub = dev_stub_url(s->stub);
+	printf("runnel dev: the stack is up (Ctrl-C stops it)\n"
+	       "  dispatcher  %s\n"
+	       "  worker      pid %d, sandbox %s\n"
+	       "  redis       %s\n"
+	       "  kafka       %s (in-process mock; topics %s, %s.dlq)\n"
+	       "  workspace   %s (agents from %s)\n"
+	       "  scratch     %s (logs/dispatcher.log, logs/worker.log)\n\n",
+	       s->dispatcher_url, (int)s->worker.pid, s->sandbox, s->redis_url, s->bootstrap,
+	       g_opt.jobs_topic, g_opt.jobs_topic, stub, s->agents, s->dir);
+	printf("Start a run and stream it (NDJSON):\n"
+	       "  curl -s -X POST '%s/mint?agent=%s' | sed 's/}$/,\"prompt\":\"%s\"}/' | "
+	       "curl -sN -H 'Content-Type: application/json' --data-binary @- %s/stream\n"
+	       "or with the CLI:\n"
+	       "  curl -s -X POST '%s/mint?agent=%s' | RUNNEL_DISPATCHER_URL=%s RUNNEL_REDIS_URL=%s "
+	       "runnel submit --otp-file - --prompt '%s'\n\n",
+	       stub, g_opt.agent, "Add an inference node", s->dispatcher_url,
+	       stub, g_opt.agent, s->dispatcher_url, s->redis_url, "Add an inference node");
+	fflush(stdout);
+}
+
+/* Mints a run from the stub, enqueues it through the dispatcher and follows it. */
+static int run_demo(dev_stack_t *s)
+{
+	char err[512], url[128], msg[256];
+	dev_stub_otps_t o;
+
+	if (dev_stub_add_run_from_agent(s->stub, g_opt.agent, &o) < 0) {
+		say("no agent \"%s\" in %s", g_opt.agent, s->agents);
+		return CLI_EXIT_RUN_ERROR;
+	}
+	json_t *b = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "agent_url", o.agent_url,
+	                      "otp_setup", o.otp_setup, "otp_run", o.otp_run, "otp_upload", o.otp_upload,
+	                      "prompt", g_opt.prompt, "caller", "runnel-dev");
+	sodium_memzero(&o, sizeof(o));
+	char *body = b ? json_dumps(b, JSON_COMPACT) : NULL;
+	json_decref(b);
+	if (!body) {
+		say("cannot encode the demo run (is the prompt valid UTF-8?)");
+		return CLI_EXIT_RUN_ERROR;
+	}
+	snprintf(url, sizeof(url), "%s/v1/runs", s->dispatcher_url);
+	cli_http_resp_t resp;
+	int rc = cli_http_request("POST", url, getenv("RUNNEL_API_TOKEN"), body, &resp, err, sizeof(err));
+	sodium_memzero(body, strlen(body));
+	free(body);
+	if (rc < 0) {
+		say("%s", err);
+		return CLI_EXIT_UNREACHABLE;
+	}
+	json_error_t jerr;
+	json_t *a = resp.status == 202 ? json_loadb(resp.body, resp.len, 0, &jerr) : NULL;
+	const char *rid = json_string_value(json_object_get(a, "run_id"));
+	char run_id[PROTO_RUN_ID_MAX + 1];
+	if (!rid || !proto_run_id_valid(rid)) {
+		say("the dispatcher refused the demo run (%ld): %s", resp.status,
+		    cli_http_error_message(&resp, msg, sizeof(msg)));
+		json_decref(a);
+		cli_http_resp_free(&resp);
+		return CLI_EXIT_RUN_ERROR;
+	}
+	snprintf(run_id, sizeof(run_id), "%s", rid);
+	json_decref(a);
+	cli_http_resp_free(&resp);
+
+	printf("Demo run %s (agent %s):\n", run_id, g_opt.agent);
+	fflush(stdout);
+	cli_tail_req_t req = {
+		.verb = "dev",
+		.redis_url = s->redis_url,
+		.prefix = g_opt.prefix,
+		.run_id = run_id,
+		.mode = cli_tail_mode(0),
+		.must_exist = 1,
+	};
+	rc = cli_tail_follow(&req);
+	printf("\n");
+	fflush(stdout);
+	return rc;
+}
+
+int cli_dev_main(int argc, char **argv)
+{
+	dev_stack_t s;
+	cli_args_t a;
+	int rc;
+
+	memset(&s, 0, sizeof(s));
+	rc = cli_args_parse(&dev_verb, argc, argv, &a);
+	if (rc != 0) {
+		rn_conf_free(dev_opts);
+		return rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+	}
+	if (g_opt.once)
+		g_opt.demo = 1;
+	rc = CLI_EXIT_USAGE;
+	if (g_opt.redis_url && cli_args_check_redis_url(&dev_verb, "redis-url", g_opt.redis_url) < 0)
+		goto out_conf;
+	if (!proto_key_prefix_valid(g_opt.prefix)) {
+		cli_args_usage_error(&dev_verb, "--key-prefix: invalid prefix \"%.70s\"", g_opt.prefix);
+		goto out_conf;
+	}
+	if (g_opt.sandbox && strcmp(g_opt.sandbox, "bwrap") && strcmp(g_opt.sandbox, "process")) {
+		cli_args_usage_error(&dev_verb, "--sandbox: expected bwrap or process, got \"%.40s\"", g_opt.sandbox);
+		goto out_conf;
+	}
+	rc = CLI_EXIT_RUN_ERROR;
+	if (find_program(g_opt.dispatcher_bin, "dispatcher", "runnel-dispatcher", s.dispatcher_bin,
+	                 sizeof(s.dispatcher_bin)) < 0) {
+		say("cannot find runnel-dispatcher next to runnel or on PATH (set RUNNEL_DISPATCHER_BIN)");
+		goto out_conf;
+	}
+	if (find_program(g_opt.worker_bin, "worker", "runnel-worker", s.worker_bin, sizeof(s.worker_bin)) < 0) {
+		say("cannot find runnel-worker next to runnel or on PATH (set RUNNEL_WORKER_BIN)");
+		goto out_conf;
+	}
+	if (find_agents(s.agents, sizeof(s.agents)) < 0) {
+		say("cannot find the agent definitions (examples/agents); pass --agents DIR");
+		goto out_conf;
+	}
+	if (g_opt.port == 0) {
+		g_opt.port = cli_free_port();
+	} else if (!cli_port_free((int)g_opt.port)) {
+		say("port %ld is busy; pick another with --port (0: any free port)", g_opt.port);
+		goto out_conf;
+	}
+	if (g_opt.sandbox) {
+		s.sandbox = g_opt.sandbox;
+	} else if (bwrap_works() == 0) {
+		s.sandbox = "bwrap";
+	} else {
+		s.sandbox = "process";
+		say("warning: bwrap cannot create a sandbox here; runs use RUNNEL_SANDBOX=process, "
+		    "which isolates nothing");
+	}
+
+	cli_interrupt_install();
+	const char *tmp = getenv("TMPDIR");
+	snprintf(s.dir, sizeof(s.dir), "%s/runnel-dev-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(s.dir)) {
+		say("cannot create a scratch directory in %s: %s", tmp && *tmp ? tmp : "/tmp", strerror(errno));
+		s.dir[0] = '\0';
+		goto out_conf;
+	}
+	char logs[PATH_MAX + 8];
+	snprintf(logs, sizeof(logs), "%s/logs", s.dir);
+	mkdir(logs, 0700);
+
+	if (start_kafka(&s) < 0 || start_redis(&s) < 0 || start_stub(&s) < 0 || start_children(&s) < 0 ||
+	    wait_ready(&s) < 0) {
+		rc = cli_interrupted() ? CLI_EXIT_OK : CLI_EXIT_RUN_ERROR;
+		goto out;
+	}
+	print_banner(&s);
+
+	int demo_rc = CLI_EXIT_OK;
+	if (g_opt.demo) {
+		demo_rc = run_demo(&s);
+		if (g_opt.once) {
+			rc = demo_rc;
+			goto out;
+		}
+		if (!cli_interrupted())
+			printf("The stack keeps running; Ctrl-C stops it.\n");
+		fflush(stdout);
+	}
+	rc = CLI_EXIT_OK;
+	while (!cli_interrupted()) {
+		if (child_died(&s)) {
+			rc = CLI_EXIT_RUN_ERROR;
+			break;
+		}
+		struct timespec ts = { 0, 200 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+out:
+	if (cli_interrupted())
+		say("stopping");
+	stop_stack(&s);
+out_conf:
+	rn_conf_free(dev_opts);
+	return rc;
+}
+
+#endif /* CLI_HAVE_DEVSTUB */
