@@ -404,6 +404,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 {
 	memset(sb, 0, sizeof(*sb));
 	sb->pid = -1;
+	sb->driver = spec->driver;
 	sb->stdin_fd = sb->stdout_fd = sb->stderr_fd = -1;
 
 	if (!spec->argv || !spec->argv[0]) {
@@ -536,6 +537,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
 	fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK);
 	sb->pid = pid;
+	sb->driver = spec->driver;
 	sb->stdin_fd = in[1];
 	sb->stdout_fd = out[0];
 	sb->stderr_fd = err[0];
@@ -611,6 +613,12 @@ void worker_sandbox_kill(worker_sandbox_t *sb, int sig)
 		/* bwrap's death kills its pid namespace; the group catches the rest. */
 		kill(-sb->pid, SIGKILL);
 		kill(sb->pid, SIGKILL);
+		return;
+	}
+	/* Under the process driver the leader is the agent (or its setup
+	 * wrapper): it gets the signal too. */
+	if (sb->driver == WORKER_SANDBOX_PROCESS) {
+		kill(-sb->pid, sig);
 		return;
 	}
 	/* Process groups span pid namespaces, so this reaches the agent. */

@@ -61,6 +61,7 @@ typedef struct worker_sandbox {
 	int   stderr_fd;  /* read end, O_CLOEXEC|O_NONBLOCK */
 	int   exited;
 	int   status;     /* waitpid status once exited */
+	worker_sandbox_driver_t driver;  /* set by worker_sandbox_spawn */
 } worker_sandbox_t;
 
 /* Starts the sandbox.  0, or -1 with errstr (exec failure included). */
