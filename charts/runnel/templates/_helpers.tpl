@@ -103,7 +103,7 @@ true
 {{- if or (contains ";" (toString $v)) (contains ";" $k) -}}
 {{- fail (printf "kafka.properties.%s: values must not contain \";\" (it separates properties in RUNNEL_KAFKA_PROPERTIES)" $k) -}}
 {{- end -}}
-{{- $parts = append $parts (printf "%s=%s" $k (toString $v)) -}}
+{{- $parts = append $parts (printf "%s=%s" $k (include "runnel.scalar" $v)) -}}
 {{- end -}}
 {{- join ";" $parts -}}
 {{- end -}}
@@ -116,7 +116,7 @@ true
 {{- end -}}
 
 {{- define "runnel.redisPlainUrl" -}}
-{{- printf "redis://%s:%v/%v" .Values.redis.host .Values.redis.port .Values.redis.db -}}
+{{- printf "redis://%s:%s/%s" .Values.redis.host (include "runnel.scalar" .Values.redis.port) (include "runnel.scalar" .Values.redis.db) -}}
 {{- end -}}
 
 {{/*
@@ -186,9 +186,9 @@ combination fails the render with a message naming the value to fix.
 
 {{- define "runnel.worker.terminationGracePeriodSeconds" -}}
 {{- if kindIs "invalid" .Values.worker.terminationGracePeriodSeconds -}}
-{{- add (int .Values.worker.drainSec) (int .Values.worker.terminationMarginSec) -}}
+{{- add (int64 .Values.worker.drainSec) (int64 .Values.worker.terminationMarginSec) -}}
 {{- else -}}
-{{- int .Values.worker.terminationGracePeriodSeconds -}}
+{{- int64 .Values.worker.terminationGracePeriodSeconds -}}
 {{- end -}}
 {{- end -}}
 
@@ -231,7 +231,7 @@ properties exist only in the process environment, never in an object.
       name: {{ $secret }}
       key: {{ $keys.redisPassword }}
 - name: RUNNEL_REDIS_URL
-  value: {{ printf "redis://:$(RUNNEL_REDIS_PASSWORD)@%s:%v/%v" $.Values.redis.host $.Values.redis.port $.Values.redis.db | quote }}
+  value: {{ printf "redis://:$(RUNNEL_REDIS_PASSWORD)@%s:%s/%s" $.Values.redis.host (include "runnel.scalar" $.Values.redis.port) (include "runnel.scalar" $.Values.redis.db) | quote }}
 {{- end }}
 {{- end }}
 {{- if include "runnel.kafkaComposed" $ }}
@@ -277,9 +277,9 @@ RUNNEL_LOG_LEVEL: {{ .Values.logLevel | quote }}
 RUNNEL_KAFKA_BROKERS: {{ .Values.kafka.brokers | quote }}
 RUNNEL_JOBS_TOPIC: {{ .Values.kafka.jobsTopic | quote }}
 RUNNEL_KEY_PREFIX: {{ .Values.redis.keyPrefix | quote }}
-RUNNEL_LEASE_SEC: {{ .Values.runs.leaseSec | quote }}
-RUNNEL_MAX_RUNTIME_SEC: {{ .Values.runs.maxRuntimeSec | quote }}
-RUNNEL_RETENTION_SEC: {{ .Values.runs.retentionSec | quote }}
+RUNNEL_LEASE_SEC: {{ include "runnel.scalar" .Values.runs.leaseSec | quote }}
+RUNNEL_MAX_RUNTIME_SEC: {{ include "runnel.scalar" .Values.runs.maxRuntimeSec | quote }}
+RUNNEL_RETENTION_SEC: {{ include "runnel.scalar" .Values.runs.retentionSec | quote }}
 {{- if not .Values.redis.auth.enabled }}
 RUNNEL_REDIS_URL: {{ include "runnel.redisPlainUrl" . | quote }}
 {{- end }}
@@ -317,4 +317,13 @@ destination on those ports, which is not what the setting promises.
     {{- end }}
   to:
     {{- toYaml .to | nindent 4 }}
+{{- end -}}
+
+{{/* A YAML scalar as text; whole numbers never in exponent form (1048576, not 1.048576e+06). */}}
+{{- define "runnel.scalar" -}}
+{{- if and (kindIs "float64" .) (eq . (float64 (int64 .))) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
 {{- end -}}

@@ -1,0 +1,478 @@
+// Chart tests: lint, render scenarios, validate every rendered object
+// against the API schemas (validate.mjs), and check the properties the
+// chart promises (drain-covering grace period, probes, no secret in a
+// ConfigMap, existingSecret honoured, KEDA trigger, HPA fallback, refusals).
+//
+//   node chart-test.mjs lint
+//   node chart-test.mjs render SCENARIO
+//   node chart-test.mjs refuse CASE
+//
+// Environment: RUNNEL_CHART_TOOLS = the directory tools.sh filled (bin/helm,
+// node/node_modules). Prints "N passed, N failed" and exits non-zero on any
+// failure.
+
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const chart = path.resolve(here, "../../charts/runnel");
+const valuesDir = path.join(here, "values");
+const tools = process.env.RUNNEL_CHART_TOOLS;
+if (!tools || !fs.existsSync(path.join(tools, "bin/helm"))) {
+  console.error("chart-test: RUNNEL_CHART_TOOLS must name the directory tests/charts/tools.sh filled");
+  process.exit(2);
+}
+process.env.RUNNEL_CHART_NODE_MODULES = path.join(tools, "node/node_modules");
+const helm = path.join(tools, "bin/helm");
+// js-yaml straight from the tools' node_modules; validate.mjs (which loads
+// the TypeScript checker, the slow part) only when a scenario renders.
+const yaml = createRequire(path.join(process.env.RUNNEL_CHART_NODE_MODULES, "noop.js"))("js-yaml");
+
+// Helm keeps its caches and config out of $HOME.
+const helmHome = fs.mkdtempSync(path.join(process.env.TMPDIR || "/tmp", "runnel-helm-"));
+process.on("exit", () => fs.rmSync(helmHome, { recursive: true, force: true }));
+const helmEnv = {
+  ...process.env,
+  HELM_CACHE_HOME: path.join(helmHome, "cache"),
+  HELM_CONFIG_HOME: path.join(helmHome, "config"),
+  HELM_DATA_HOME: path.join(helmHome, "data"),
+};
+
+let passed = 0;
+let failed = 0;
+function check(name, fn) {
+  try {
+    fn();
+    passed++;
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}: ${e.message}`);
+  }
+}
+function assert(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+function eq(actual, expected, what) {
+  assert(
+    JSON.stringify(actual) === JSON.stringify(expected),
+    `${what}: got ${JSON.stringify(actual)}, want ${JSON.stringify(expected)}`,
+  );
+}
+
+function helmRun(args) {
+  return spawnSync(helm, args, { env: helmEnv, encoding: "utf8", timeout: 60000 });
+}
+function valuesArgs(name) {
+  return name === "defaults" ? [] : ["-f", path.join(valuesDir, `${name}.yaml`)];
+}
+
+// Every scenario renders without error; its values file names the secrets
+// (plain strings) that must never appear outside a Secret.
+const SCENARIOS = {
+  defaults: { autoscaler: "hpa", secrets: [] },
+  keda: { autoscaler: "keda", secrets: ["s3cr3t-kafka-pw"] },
+  hpa: { autoscaler: "hpa", secrets: [] },
+  fixed: { autoscaler: "none", secrets: [] },
+  secrets: {
+    autoscaler: "hpa",
+    secrets: [
+      "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0",
+      "tok-9b7f2c1d-dispatcher",
+      "p@ss:w/rd-redis-31",
+      "kafka-user-77",
+      "kafka-pass-88",
+      "ssl-key-pass-99",
+    ],
+  },
+  "existing-secret": { autoscaler: "keda", secrets: [], existingSecret: "runnel-prod-secrets" },
+  "redis-url-secret": { autoscaler: "hpa", secrets: ["url-pass-4242"] },
+  ingress: { autoscaler: "hpa", secrets: [] },
+  networkpolicy: { autoscaler: "hpa", secrets: [] },
+  servicemonitor: { autoscaler: "hpa", secrets: [] },
+  "process-ack": { autoscaler: "hpa", secrets: [], sandbox: "process" },
+};
+
+// Each of these must fail to render, with this message.
+const REFUSALS = {
+  "process-noack": "acknowledge it with worker.sandbox.iUnderstandProcessModeIsolatesNothing=true",
+  "grace-too-short": "worker.terminationGracePeriodSeconds (60) must be greater than worker.drainSec (60)",
+  "too-many-replicas": "worker.autoscaling.maxReplicas (10) exceeds kafka.topicPartitions (6)",
+  "unmasked-hostusers": "worker.sandbox.procMount=Unmasked needs worker.sandbox.hostUsers=false",
+};
+
+const SECRET_NAME_RE = /JOB_KEY|API_TOKEN|PASSWORD|SASL|SECRET|TOKEN/i;
+
+function byKind(docs, kind) {
+  return docs.filter((d) => d.kind === kind);
+}
+function component(docs, kind, comp) {
+  const found = docs.filter(
+    (d) => d.kind === kind && d.metadata.labels && d.metadata.labels["app.kubernetes.io/component"] === comp,
+  );
+  assert(found.length === 1, `expected one ${kind} for ${comp}, found ${found.length}`);
+  return found[0];
+}
+function container(dep) {
+  const cs = dep.spec.template.spec.containers;
+  assert(cs.length === 1, `${dep.metadata.name}: expected one container`);
+  return cs[0];
+}
+function subset(sel, labels) {
+  return Object.entries(sel).every(([k, v]) => labels[k] === v);
+}
+
+async function render(name) {
+  const sc = SCENARIOS[name];
+  assert(sc, `unknown scenario ${name}`);
+  const r = helmRun(["template", "rt", chart, "--namespace", "runnel", ...valuesArgs(name)]);
+  if (r.status !== 0) throw new Error(`helm template failed: ${r.stderr}`);
+  const text = r.stdout;
+  const docs = yaml.loadAll(text).filter(Boolean);
+  const rawDocs = text.split(/^---\s*$/m);
+
+  const { createValidator } = await import("./validate.mjs");
+  const v = await createValidator();
+  await v.prepare(docs);
+  for (const d of docs) {
+    const errs = await v.validate(d);
+    check(`schema ${d.kind}/${d.metadata.name}`, () => assert(errs.length === 0, errs.join("; ")));
+  }
+
+  const disp = component(docs, "Deployment", "dispatcher");
+  const work = component(docs, "Deployment", "worker");
+  const cms = byKind(docs, "ConfigMap");
+  const cmByName = new Map(cms.map((c) => [c.metadata.name, c]));
+  const secrets = byKind(docs, "Secret");
+  const secretByName = new Map(secrets.map((s) => [s.metadata.name, s]));
+  const workerCm = cmByName.get(work.spec.template.spec.containers[0].envFrom[0].configMapRef.name);
+
+  check("worker grace period exceeds RUNNEL_DRAIN_SEC", () => {
+    assert(workerCm, "worker ConfigMap not found through envFrom");
+    const drain = Number(workerCm.data.RUNNEL_DRAIN_SEC);
+    const grace = work.spec.template.spec.terminationGracePeriodSeconds;
+    assert(Number.isInteger(drain), `RUNNEL_DRAIN_SEC ${workerCm.data.RUNNEL_DRAIN_SEC}`);
+    assert(Number.isInteger(grace) && grace > drain, `terminationGracePeriodSeconds ${grace} <= drain ${drain}`);
+  });
+
+  check("probes on both Deployments", () => {
+    const dc = container(disp);
+    const wc = container(work);
+    eq(dc.livenessProbe.httpGet.path, "/healthz", "dispatcher liveness path");
+    eq(dc.readinessProbe.httpGet.path, "/readyz", "dispatcher readiness path");
+    eq(dc.livenessProbe.httpGet.port, "http", "dispatcher liveness port");
+    eq(wc.livenessProbe.httpGet.path, "/healthz", "worker liveness path");
+    eq(wc.livenessProbe.httpGet.port, "metrics", "worker liveness port");
+    assert(wc.readinessProbe && wc.readinessProbe.httpGet, "worker readiness probe");
+    eq(dc.ports.map((p) => p.name), ["http"], "dispatcher ports");
+    eq(wc.ports.map((p) => p.name), ["metrics"], "worker ports");
+    const dcm = cmByName.get(dc.envFrom[0].configMapRef.name);
+    eq(dcm.data.RUNNEL_LISTEN, `0.0.0.0:${dc.ports[0].containerPort}`, "RUNNEL_LISTEN");
+    eq(workerCm.data.RUNNEL_METRICS_LISTEN, `0.0.0.0:${wc.ports[0].containerPort}`, "RUNNEL_METRICS_LISTEN");
+  });
+
+  check("no secret in any ConfigMap", () => {
+    for (const cm of cms) {
+      for (const [k, val] of Object.entries(cm.data || {})) {
+        assert(!SECRET_NAME_RE.test(k), `ConfigMap ${cm.metadata.name} holds ${k}`);
+        assert(!/password|sasl\.username|@/i.test(val) || k === "RUNNEL_KAFKA_BROKERS",
+          `ConfigMap ${cm.metadata.name} ${k} looks like it carries a credential: ${val}`);
+        for (const s of sc.secrets) assert(!val.includes(s), `ConfigMap ${cm.metadata.name} ${k} contains a secret`);
+      }
+    }
+  });
+
+  check("secrets appear only inside Secrets", () => {
+    for (const raw of rawDocs) {
+      if (/^kind: Secret$/m.test(raw)) continue;
+      for (const s of sc.secrets) assert(!raw.includes(s), `secret ${s.slice(0, 4)}… rendered outside a Secret`);
+    }
+  });
+
+  check("environment references resolve", () => {
+    for (const dep of [disp, work]) {
+      const c = container(dep);
+      const defined = new Set();
+      for (const ef of c.envFrom || []) {
+        const cm = cmByName.get(ef.configMapRef.name);
+        assert(cm, `${dep.metadata.name}: envFrom ConfigMap ${ef.configMapRef.name} not rendered`);
+        for (const k of Object.keys(cm.data)) defined.add(k);
+      }
+      for (const e of c.env || []) {
+        if (SECRET_NAME_RE.test(e.name) || e.name === "RUNNEL_JOB_KEY") {
+          assert(e.valueFrom && (e.valueFrom.secretKeyRef || e.name === "RUNNEL_KAFKA_PUBLIC_PROPERTIES"),
+            `${dep.metadata.name}: ${e.name} must come from a secretKeyRef`);
+        }
+        if (e.valueFrom && e.valueFrom.secretKeyRef) {
+          const ref = e.valueFrom.secretKeyRef;
+          if (sc.existingSecret) {
+            eq(ref.name, sc.existingSecret, `${dep.metadata.name} ${e.name} secret name`);
+          } else {
+            const s = secretByName.get(ref.name);
+            assert(s, `${dep.metadata.name}: ${e.name} refers to Secret ${ref.name}, not rendered`);
+            assert(s.data && ref.key in s.data, `${dep.metadata.name}: Secret ${ref.name} has no key ${ref.key}`);
+          }
+        }
+        if (e.valueFrom && e.valueFrom.configMapKeyRef) {
+          const ref = e.valueFrom.configMapKeyRef;
+          const cm = cmByName.get(ref.name);
+          assert(cm && ref.key in cm.data, `${dep.metadata.name}: ${e.name} refers to ${ref.name}/${ref.key}`);
+        }
+        // $(VAR) expands only from variables defined before it.
+        for (const m of String(e.value || "").matchAll(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g)) {
+          assert(defined.has(m[1]), `${dep.metadata.name}: ${e.name} uses $(${m[1]}) before it is defined`);
+        }
+        defined.add(e.name);
+      }
+    }
+  });
+
+  check("security contexts", () => {
+    for (const dep of [disp, work]) {
+      const ps = dep.spec.template.spec;
+      const c = container(dep);
+      eq(ps.securityContext.runAsNonRoot, true, `${dep.metadata.name} runAsNonRoot`);
+      eq(ps.securityContext.runAsUser, 10001, `${dep.metadata.name} runAsUser`);
+      eq(ps.automountServiceAccountToken, false, `${dep.metadata.name} automountServiceAccountToken`);
+      eq(c.securityContext.allowPrivilegeEscalation, false, `${dep.metadata.name} allowPrivilegeEscalation`);
+      eq(c.securityContext.readOnlyRootFilesystem, true, `${dep.metadata.name} readOnlyRootFilesystem`);
+      assert(c.securityContext.privileged !== true, `${dep.metadata.name} privileged`);
+      eq(c.securityContext.capabilities.drop, ["ALL"], `${dep.metadata.name} capabilities.drop`);
+      assert(!c.securityContext.capabilities.add, `${dep.metadata.name} adds capabilities`);
+    }
+    const wsc = container(work).securityContext;
+    if ((sc.sandbox || "bwrap") === "bwrap") {
+      eq(workerCm.data.RUNNEL_SANDBOX, "bwrap", "RUNNEL_SANDBOX");
+      assert(["Unconfined", "Localhost"].includes(wsc.seccompProfile.type), `worker seccomp ${wsc.seccompProfile.type}`);
+      assert(["Unconfined", "Localhost"].includes(wsc.appArmorProfile.type), `worker AppArmor ${wsc.appArmorProfile.type}`);
+    } else {
+      eq(workerCm.data.RUNNEL_SANDBOX, "process", "RUNNEL_SANDBOX");
+      eq(wsc.seccompProfile.type, "RuntimeDefault", "process-mode seccomp");
+    }
+  });
+
+  check("pod annotations: config checksum and scrape", () => {
+    for (const dep of [disp, work]) {
+      const a = dep.spec.template.metadata.annotations;
+      assert(/^[0-9a-f]{64}$/.test(a["checksum/config"]), `${dep.metadata.name} checksum/config`);
+      if (secrets.length) assert(/^[0-9a-f]{64}$/.test(a["checksum/secret"]), `${dep.metadata.name} checksum/secret`);
+      eq(a["prometheus.io/scrape"], "true", `${dep.metadata.name} prometheus.io/scrape`);
+      eq(a["prometheus.io/port"], String(container(dep).ports[0].containerPort), `${dep.metadata.name} prometheus.io/port`);
+    }
+  });
+
+  check("selectors match pod labels", () => {
+    for (const dep of [disp, work]) {
+      assert(subset(dep.spec.selector.matchLabels, dep.spec.template.metadata.labels), `${dep.metadata.name} selector`);
+    }
+    for (const pdb of byKind(docs, "PodDisruptionBudget")) {
+      assert([disp, work].some((d) => subset(pdb.spec.selector.matchLabels, d.spec.template.metadata.labels)),
+        `PDB ${pdb.metadata.name} selects no pods`);
+    }
+    for (const svc of byKind(docs, "Service")) {
+      assert([disp, work].some((d) => subset(svc.spec.selector, d.spec.template.metadata.labels)),
+        `Service ${svc.metadata.name} selects no pods`);
+    }
+  });
+
+  check(`autoscaler: ${sc.autoscaler}`, () => {
+    const so = byKind(docs, "ScaledObject");
+    const hpa = byKind(docs, "HorizontalPodAutoscaler");
+    if (sc.autoscaler === "keda") {
+      eq(so.length, 1, "ScaledObjects");
+      eq(hpa.length, 0, "HPAs next to KEDA");
+      const s = so[0].spec;
+      eq(so[0].apiVersion, "keda.sh/v1alpha1", "ScaledObject apiVersion");
+      eq(s.scaleTargetRef.name, work.metadata.name, "scaleTargetRef");
+      eq(s.triggers.length, 1, "triggers");
+      const t = s.triggers[0];
+      eq(t.type, "kafka", "trigger type");
+      eq(t.metadata.bootstrapServers, workerCm.data.RUNNEL_KAFKA_BROKERS, "bootstrapServers");
+      eq(t.metadata.consumerGroup, workerCm.data.RUNNEL_GROUP, "consumerGroup");
+      eq(t.metadata.topic, workerCm.data.RUNNEL_JOBS_TOPIC, "topic");
+      assert(/^[1-9][0-9]*$/.test(t.metadata.lagThreshold), `lagThreshold ${t.metadata.lagThreshold}`);
+      eq(t.metadata.offsetResetPolicy, "earliest", "offsetResetPolicy");
+      eq(t.metadata.allowIdleConsumers, "false", "allowIdleConsumers");
+      assert(Number.isInteger(s.minReplicaCount) && s.maxReplicaCount >= s.minReplicaCount, "replica bounds");
+      assert(!("replicas" in work.spec), "worker Deployment sets replicas while KEDA scales it");
+      const sasl = workerCm.data.RUNNEL_KAFKA_PUBLIC_PROPERTIES !== undefined ||
+        (container(work).env || []).some((e) => e.name === "RUNNEL_KAFKA_SASL_PASSWORD");
+      if (sasl) {
+        const ta = byKind(docs, "TriggerAuthentication");
+        eq(ta.length, 1, "TriggerAuthentications");
+        eq(t.authenticationRef.name, ta[0].metadata.name, "authenticationRef");
+        eq(ta[0].spec.secretTargetRef.map((r) => r.parameter).sort(), ["password", "username"], "auth parameters");
+      }
+    } else if (sc.autoscaler === "hpa") {
+      eq(so.length, 0, "ScaledObjects");
+      eq(hpa.length, 1, "HPAs");
+      eq(hpa[0].apiVersion, "autoscaling/v2", "HPA apiVersion");
+      eq(hpa[0].spec.scaleTargetRef.name, work.metadata.name, "HPA target");
+      eq(hpa[0].spec.metrics[0].resource.name, "cpu", "HPA metric");
+      assert(!("replicas" in work.spec), "worker Deployment sets replicas while the HPA scales it");
+    } else {
+      eq(so.length + hpa.length, 0, "autoscalers");
+      assert(Number.isInteger(work.spec.replicas), "worker replicas");
+    }
+  });
+
+  const extra = {
+    keda() {
+      check("keda: SASL properties composed from the Secret", () => {
+        const env = container(work).env;
+        const props = env.find((e) => e.name === "RUNNEL_KAFKA_PROPERTIES");
+        eq(props.value, "$(RUNNEL_KAFKA_PUBLIC_PROPERTIES);sasl.username=$(RUNNEL_KAFKA_SASL_USERNAME);sasl.password=$(RUNNEL_KAFKA_SASL_PASSWORD)", "RUNNEL_KAFKA_PROPERTIES");
+        eq(workerCm.data.RUNNEL_KAFKA_PUBLIC_PROPERTIES, "sasl.mechanisms=SCRAM-SHA-512;security.protocol=SASL_SSL", "public properties");
+        eq(byKind(docs, "ScaledObject")[0].spec.triggers[0].metadata.tls, "enable", "trigger tls");
+      });
+    },
+    hpa() {
+      check("hpa: plain properties in the ConfigMap", () => {
+        eq(workerCm.data.RUNNEL_KAFKA_PROPERTIES, "client.id=runnel;fetch.max.bytes=1048576", "RUNNEL_KAFKA_PROPERTIES");
+        eq(byKind(docs, "HorizontalPodAutoscaler")[0].spec.metrics[0].resource.target.averageUtilization, 60, "cpu target");
+      });
+    },
+    fixed() {
+      check("fixed: replicas and grace", () => {
+        eq(work.spec.replicas, 5, "worker replicas");
+        eq(work.spec.template.spec.terminationGracePeriodSeconds, 630, "grace = drain + margin");
+        eq(workerCm.data.RUNNEL_RETENTION_SEC, "2592000", "RUNNEL_RETENTION_SEC");
+        eq(workerCm.data.RUNNEL_MAX_RUNTIME_SEC, "1209600", "RUNNEL_MAX_RUNTIME_SEC");
+      });
+    },
+    secrets() {
+      check("secrets: chart-created Secret holds each value", () => {
+        eq(secrets.length, 1, "Secrets");
+        const d = Object.fromEntries(Object.entries(secrets[0].data).map(([k, v]) => [k, Buffer.from(v, "base64").toString()]));
+        eq(d.RUNNEL_JOB_KEY, SCENARIOS.secrets.secrets[0], "RUNNEL_JOB_KEY");
+        eq(d.RUNNEL_API_TOKEN, "tok-9b7f2c1d-dispatcher", "RUNNEL_API_TOKEN");
+        eq(d.RUNNEL_REDIS_PASSWORD, "p@ss:w/rd-redis-31", "RUNNEL_REDIS_PASSWORD");
+        eq(d.RUNNEL_KAFKA_SASL_PASSWORD, "kafka-pass-88", "RUNNEL_KAFKA_SASL_PASSWORD");
+        eq(d.RUNNEL_KAFKA_SECRET_PROPERTIES, "ssl.key.password=ssl-key-pass-99", "RUNNEL_KAFKA_SECRET_PROPERTIES");
+        const env = Object.fromEntries(container(work).env.map((e) => [e.name, e]));
+        eq(env.RUNNEL_REDIS_URL.value, "redis://:$(RUNNEL_REDIS_PASSWORD)@redis.data.svc:6380/2", "composed RUNNEL_REDIS_URL");
+        assert(!("RUNNEL_REDIS_URL" in workerCm.data), "plain RUNNEL_REDIS_URL left in the ConfigMap");
+        assert(env.RUNNEL_KAFKA_PROPERTIES.value.endsWith(";$(RUNNEL_KAFKA_SECRET_PROPERTIES)"), "secret properties appended");
+        eq(workerCm.data.RUNNEL_REQUIRE_SEALED, "true", "RUNNEL_REQUIRE_SEALED");
+        assert(!("RUNNEL_API_TOKEN" in env), "the worker does not need the API token");
+        assert((container(disp).env || []).some((e) => e.name === "RUNNEL_API_TOKEN"), "dispatcher API token");
+      });
+    },
+    "existing-secret"() {
+      check("existing-secret: no Secret rendered, custom keys used", () => {
+        eq(secrets.length, 0, "Secrets rendered");
+        const keys = {};
+        for (const dep of [disp, work]) {
+          for (const e of container(dep).env || []) {
+            if (e.valueFrom && e.valueFrom.secretKeyRef) keys[e.name] = e.valueFrom.secretKeyRef.key;
+          }
+        }
+        eq(keys, {
+          RUNNEL_JOB_KEY: "job-key",
+          RUNNEL_API_TOKEN: "api-token",
+          RUNNEL_REDIS_PASSWORD: "redis-password",
+          RUNNEL_KAFKA_SASL_USERNAME: "kafka-username",
+          RUNNEL_KAFKA_SASL_PASSWORD: "kafka-password",
+          RUNNEL_KAFKA_SECRET_PROPERTIES: "kafka-secret-properties",
+        }, "secret keys");
+        for (const r of byKind(docs, "TriggerAuthentication")[0].spec.secretTargetRef) eq(r.name, "runnel-prod-secrets", "TriggerAuthentication secret");
+        assert(!("checksum/secret" in work.spec.template.metadata.annotations), "checksum of a Secret the chart does not render");
+      });
+    },
+    "redis-url-secret"() {
+      check("redis-url-secret: URL from the Secret", () => {
+        const e = container(work).env.find((x) => x.name === "RUNNEL_REDIS_URL");
+        eq(e.valueFrom.secretKeyRef.key, "RUNNEL_REDIS_URL", "RUNNEL_REDIS_URL key");
+        assert(!(container(work).env || []).some((x) => x.name === "RUNNEL_REDIS_PASSWORD"), "no separate password");
+      });
+    },
+    ingress() {
+      check("ingress: routes to the dispatcher Service", () => {
+        const ing = byKind(docs, "Ingress");
+        eq(ing.length, 1, "Ingresses");
+        const svc = component(docs, "Service", "dispatcher");
+        const b = ing[0].spec.rules[0].http.paths[0].backend.service;
+        eq(b.name, svc.metadata.name, "backend service");
+        eq(b.port.number, svc.spec.ports[0].port, "backend port");
+        eq(ing[0].spec.rules[0].host, "runnel.test.internal", "host");
+        eq(ing[0].spec.ingressClassName, "nginx", "ingressClassName");
+      });
+    },
+    networkpolicy() {
+      check("networkpolicy: worker egress and dispatcher ingress", () => {
+        const wnp = component(docs, "NetworkPolicy", "worker");
+        const dnp = component(docs, "NetworkPolicy", "dispatcher");
+        eq(wnp.spec.policyTypes, ["Ingress", "Egress"], "worker policyTypes");
+        const ports = wnp.spec.egress.map((r) => r.ports.map((p) => `${p.protocol}/${p.port}`).join(","));
+        eq(ports, ["UDP/53,TCP/53", "TCP/9092,TCP/9093", "TCP/6379", "TCP/443"], "worker egress ports");
+        for (const r of wnp.spec.egress) assert(r.to && r.to.length, "an egress rule without peers allows everything");
+        eq(wnp.spec.egress[3].to.map((t) => t.ipBlock.cidr), ["203.0.113.0/24", "198.51.100.0/24"], "workspace CIDRs");
+        eq(dnp.spec.policyTypes, ["Ingress"], "dispatcher policyTypes");
+        eq(dnp.spec.ingress[0].from[0].namespaceSelector.matchLabels["kubernetes.io/metadata.name"], "backend", "dispatcher ingress peer");
+      });
+    },
+    servicemonitor() {
+      check("servicemonitor: both components scraped", () => {
+        const sms = byKind(docs, "ServiceMonitor");
+        eq(sms.length, 2, "ServiceMonitors");
+        for (const sm of sms) {
+          eq(sm.metadata.labels.release, "prometheus", "selection label");
+          const svc = byKind(docs, "Service").find((s) => subset(sm.spec.selector.matchLabels, s.metadata.labels));
+          assert(svc, `ServiceMonitor ${sm.metadata.name} selects no Service`);
+          assert(svc.spec.ports.some((p) => p.name === sm.spec.endpoints[0].port), `${sm.metadata.name} port`);
+        }
+      });
+    },
+    "process-ack"() {
+      check("process-ack: NOTES warn loudly", () => {
+        const r = helmRun(["install", "rt", chart, "--dry-run=client", "--namespace", "runnel", ...valuesArgs(name)]);
+        assert(r.status === 0, r.stderr);
+        assert(r.stdout.includes("AGENTS RUN WITH NO ISOLATION"), "NOTES lack the process-mode warning");
+        assert(!("hostUsers" in work.spec.template.spec), "hostUsers set for the process sandbox");
+      });
+    },
+  };
+  if (extra[name]) extra[name]();
+}
+
+function lint() {
+  const sets = ["defaults", ...Object.keys(SCENARIOS).filter((s) => s !== "defaults")];
+  for (const s of sets) {
+    check(`helm lint --strict ${s}`, () => {
+      const r = helmRun(["lint", "--strict", chart, ...valuesArgs(s)]);
+      assert(r.status === 0, r.stdout + r.stderr);
+      assert(!/\[(WARNING|ERROR)\]/.test(r.stdout), r.stdout);
+    });
+  }
+  check("every values file is a scenario or a refusal", () => {
+    for (const f of fs.readdirSync(valuesDir)) {
+      const n = f.replace(/\.yaml$/, "");
+      assert(n in SCENARIOS || n in REFUSALS, `${f} is not used`);
+    }
+  });
+}
+
+function refuse(name) {
+  const want = REFUSALS[name];
+  assert(want, `unknown refusal ${name}`);
+  check(`refuse ${name}`, () => {
+    const r = helmRun(["template", "rt", chart, ...valuesArgs(name)]);
+    assert(r.status !== 0, "rendered although it must be refused");
+    assert(r.stderr.includes(want), `stderr lacks "${want}": ${r.stderr}`);
+  });
+}
+
+const [mode, name] = process.argv.slice(2);
+try {
+  if (mode === "lint") lint();
+  else if (mode === "render") await render(name);
+  else if (mode === "refuse") refuse(name);
+  else throw new Error("usage: chart-test.mjs lint | render SCENARIO | refuse CASE");
+} catch (e) {
+  failed++;
+  console.log(`FAIL ${mode} ${name || ""}: ${e.message}`);
+}
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
