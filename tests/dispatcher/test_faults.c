@@ -1,0 +1,197 @@
+/*
+ * tests/dispatcher/test_faults.c - the dispatcher when its dependencies
+ * fail: Kafka down (readyz names it, enqueue answers 503 in bounded time
+ * and leaves no queued run behind), Redis down and back (readyz, 503,
+ * tails resume), the lost-lease sweep ending a run with no worker alive,
+ * and a /stream caller who leaves before Kafka confirmed the job.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/runstate.h"
+#include "tests/dispatcher/dtest.h"
+
+static dt_disp_t D;
+static redisContext *C;
+static th_redis_t RED;
+
+static const char *const JSON_CT[] = { "Content-Type: application/json", NULL };
+
+static char *url(const char *path)
+{
+	return th_strf("%s%s", D.base, path);
+}
+
+static int ctl_has(void *arg)
+{
+	redisReply *r = redisCommand(C, "XLEN runnel:{%s}:ctl", (const char *)arg);
+	int ok = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+
+	if (r != NULL)
+		freeReplyObject(r);
+	return ok;
+}
+
+static int state_exists(void *arg)
+{
+	redisReply *r = redisCommand(C, "EXISTS runnel:{%s}:state", (const char *)arg);
+	int ok = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+
+	if (r != NULL)
+		freeReplyObject(r);
+	return ok;
+}
+
+static void test_kafka_down(th_kafka_t *k)
+{
+	dt_resp_t r;
+	int64_t t0;
+
+	TH_REQUIRE(th_kafka_broker_down(k, 1) == 0);
+	TH_CHECK(dt_wait_ready(&D, 503, 10000), "readyz still 200 with Kafka down");
+	TH_CHECK(dt_http(&r, "GET", url("/readyz"), NULL, NULL, 0, 5000) == 0);
+	TH_CHECK(strcmp(r.body, "{\"status\":\"unavailable\",\"kafka\":\"down\",\"redis\":\"ok\"}\n") == 0, "%s", r.body);
+	dt_resp_free(&r);
+
+	t0 = th_now_ms();
+	TH_CHECK(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("kd_1", NULL), -1, 20000) == 0);
+	TH_CHECK(r.status == 503, "%ld %s", r.status, r.body);
+	TH_CHECK(strstr(r.body, "{\"error\":{\"code\":\"kafka_unavailable\",\"message\":\"kafka: the job queue did not take the job") == r.body,
+	         "%s", r.body);
+	TH_NOTE("enqueue with Kafka down answered %ld in %lld ms", r.status, (long long)(th_now_ms() - t0));
+	TH_CHECK(th_now_ms() - t0 < 8000, "not bounded: %lld ms", (long long)(th_now_ms() - t0));
+	dt_resp_free(&r);
+	/* Kafka certainly does not have it: the queued state is gone, so the
+	 * caller may retry with the same id. */
+	TH_CHECK(!state_exists("kd_1"), "a queued state hash was left behind");
+
+	TH_REQUIRE(th_kafka_broker_up(k, 1) == 0);
+	TH_CHECK(dt_wait_ready(&D, 200, 15000), "readyz not back");
+	TH_CHECK(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("kd_1", NULL), -1, 20000) == 0 &&
+	         r.status == 202, "retry: %ld %s", r.status, r.body);
+	dt_resp_free(&r);
+}
+
+/* A /stream caller leaves while Kafka is slow: once the job is delivered,
+ * the run is cancelled (nobody will watch it). */
+static void test_leave_before_delivery(th_kafka_t *k)
+{
+	dt_multi_t m;
+	dt_stream_t s;
+
+	TH_REQUIRE(dt_multi_init(&m) == 0);
+	TH_REQUIRE(th_kafka_broker_down(k, 1) == 0);
+	TH_REQUIRE(dt_stream_open(&m, &s, url("/stream"), JSON_CT, dt_job_body("kd_left", NULL)) == 0);
+	for (int64_t end = th_now_ms() + 5000; th_now_ms() < end && !state_exists("kd_left");)
+		dt_multi_pump(&m, 20);
+	TH_CHECK(state_exists("kd_left"));
+	dt_stream_close(&m, &s);
+	dt_multi_cleanup(&m);
+	TH_REQUIRE(th_kafka_broker_up(k, 1) == 0);
+	TH_CHECK(th_wait_until(ctl_has, "kd_left", 15000), "no client_closed cancel after a late delivery");
+	{
+		redisReply *r = redisCommand(C, "XRANGE runnel:{kd_left}:ctl - +");
+
+		TH_CHECK(r != NULL && r->elements == 1 &&
+		         strcmp(r->element[0]->element[1]->element[1]->str,
+		                "{\"type\":\"cancel\",\"reason\":\"client_closed\"}") == 0);
+		if (r != NULL)
+			freeReplyObject(r);
+	}
+}
+
+static void test_redis_down(void)
+{
+	dt_resp_t r;
+	dt_multi_t m;
+	dt_stream_t s;
+	int64_t end;
+
+	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("rd_1", NULL), -1, 15000) == 0 &&
+	           r.status == 202);
+	dt_resp_free(&r);
+	redisFree(C);
+	C = NULL;
+	TH_REQUIRE(th_redis_stop(&RED) == 0);
+	TH_CHECK(dt_wait_ready(&D, 503, 10000));
+	TH_CHECK(dt_http(&r, "GET", url("/readyz"), NULL, NULL, 0, 5000) == 0);
+	TH_CHECK(strcmp(r.body, "{\"status\":\"unavailable\",\"kafka\":\"ok\",\"redis\":\"down\"}\n") == 0, "%s", r.body);
+	dt_resp_free(&r);
+	TH_CHECK(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("rd_2", NULL), -1, 15000) == 0);
+	TH_CHECK(r.status == 503 && strcmp(r.body, "{\"error\":{\"code\":\"redis_unavailable\",\"message\":\"redis: not connected\"}}\n") == 0,
+	         "%ld %s", r.status, r.body);
+	dt_resp_free(&r);
+	TH_CHECK(dt_http(&r, "GET", url("/v1/runs/rd_1"), NULL, NULL, 0, 5000) == 0 && r.status == 503);
+	dt_resp_free(&r);
+
+	TH_REQUIRE(th_redis_restart(&RED) == 0);
+	C = th_redis_connect(&RED);
+	TH_REQUIRE(C != NULL);
+	TH_CHECK(dt_wait_ready(&D, 200, 15000), "readyz not back after Redis returned");
+	/* Redis came back empty (no persistence): tail a fresh run. */
+	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("rd_3", NULL), -1, 15000) == 0);
+	TH_CHECK(r.status == 202, "%ld %s", r.status, r.body);
+	dt_resp_free(&r);
+	TH_REQUIRE(dt_multi_init(&m) == 0);
+	TH_REQUIRE(dt_stream_open(&m, &s, url("/v1/runs/rd_3/events"), NULL, NULL) == 0);
+	dt_multi_pump(&m, 200);
+	free(dt_xadd_line(C, "runnel:{rd_3}:out", "{\"type\":\"result\",\"message\":\"ok\",\"ts\":1}"));
+	for (end = th_now_ms() + 10000; th_now_ms() < end && !s.done;)
+		dt_multi_pump(&m, 20);
+	TH_CHECK(s.done && strcmp(s.body, "{\"type\":\"result\",\"message\":\"ok\",\"ts\":1}\n") == 0, "%s", s.body);
+	dt_stream_close(&m, &s);
+	dt_multi_cleanup(&m);
+}
+
+static void test_lost_sweep(void)
+{
+	rn_claim_t cl;
+	char err[256], **lines = NULL, type[16], code[32];
+	size_t n = 0;
+
+	TH_REQUIRE(rn_runstate_claim(C, "runnel", "lost_1", "w-gone", 300, 0, 3600, &cl, err, sizeof err) == 0, "%s", err);
+	TH_REQUIRE(cl.status == RN_CLAIM_OK);
+	TH_REQUIRE(rn_runstate_start(C, "runnel", "lost_1", "w-gone", err, sizeof err) == 1, "%s", err);
+	/* No worker renews the lease: the dispatcher's sweep ends the run. */
+	TH_CHECK(th_wait_stream_terminal(C, "runnel:{lost_1}:out", 8000), "run not ended by the sweep");
+	TH_REQUIRE(th_stream_read_all(C, "runnel:{lost_1}:out", &lines, NULL, &n) == 0 && n == 1);
+	TH_CHECK(th_line_type(lines[0], type, sizeof type, code, sizeof code) == 0 &&
+	         strcmp(type, "error") == 0 && strcmp(code, "worker_lost") == 0, "%s", lines[0]);
+	th_strv_free(lines, n);
+	TH_CHECK(rn_runstate_get(C, "runnel", "lost_1", "status", type, sizeof type, err, sizeof err) == 1 &&
+	         strcmp(type, "lost") == 0, "%s", type);
+}
+
+int main(void)
+{
+	th_kafka_t k;
+	dt_resp_t r;
+
+	th_init("dispatcher_faults");
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	TH_REQUIRE(th_redis_start(&RED, NULL) == 0);
+	TH_REQUIRE(th_kafka_start(&k, 1) == 0);
+	TH_REQUIRE(th_kafka_create_topic(&k, "runnel.jobs", 1) == 0);
+	C = th_redis_connect(&RED);
+	TH_REQUIRE(C != NULL);
+	TH_REQUIRE(dt_disp_start(&D, &RED, &k, (const char *const[]){
+		"RUNNEL_ENQUEUE_TIMEOUT_MS=3000", "RUNNEL_SWEEP_MS=200",
+		"RUNNEL_KAFKA_PROPERTIES=reconnect.backoff.max.ms=200", NULL }) == 0);
+	TH_REQUIRE(dt_wait_ready(&D, 200, 10000));
+	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("warm", NULL), -1, 15000) == 0 &&
+	           r.status == 202);
+	dt_resp_free(&r);
+
+	test_lost_sweep();
+	test_kafka_down(&k);
+	test_leave_before_delivery(&k);
+	test_redis_down();
+
+	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
+	if (C != NULL)
+		redisFree(C);
+	th_kafka_stop(&k);
+	curl_global_cleanup();
+	return th_done();
+}
