@@ -372,6 +372,9 @@ static void on_swept(const char *run_id, void *arg)
 static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 {
 	worker_t *w = arg;
+	/* Renew our own leases first: after a Redis outage longer than a lease
+	 * this worker's live runs would otherwise look dead to its own sweep. */
+	heartbeat_cb(fd, what, arg);
 	redisContext *c = main_redis(w);
 	if (!c)
 		return;

@@ -1,0 +1,84 @@
+/*
+ * tests/worker/test_worker_redis.c - Redis restarted while a "flood" agent
+ * prints 100000 lines (AOF on): the stream holds every line exactly once,
+ * in order, then the result.
+ */
+#include "tests/worker/wtest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define FLOOD 100000
+
+static wt_t T;
+
+static int stream_len_at_least(void *arg)
+{
+	long want = *(long *)arg;
+	redisReply *r = redisCommand(T.rc, "XLEN runnel:{run_flood}:out");
+	long n = r && r->type == REDIS_REPLY_INTEGER ? (long)r->integer : 0;
+	if (r)
+		freeReplyObject(r);
+	return n >= want;
+}
+
+int main(void)
+{
+	th_init("worker_redis");
+	wt_setup(&T, "appendonly yes\nappendfsync always\n", 1);
+	pid_t w = wt_worker(&T, "wr", NULL);
+	wt_warmup(&T);
+
+	dev_stub_otps_t o;
+	dev_stub_run_t run = { 0 };
+	char *agent = th_strf("{\"kind\":\"mock\",\"script\":\"flood %d\"}", FLOOD);
+	run.config = wt_agent_config(agent);
+	wt_submit(&T, "run_flood", &run, "hello", 0, 0, &o);
+	json_decref(run.config);
+	long at = 5000;
+	TH_REQUIRE(th_wait_until(stream_len_at_least, &at, 30000), "flood started");
+	redisFree(T.rc);
+	T.rc = NULL;
+	TH_REQUIRE(th_redis_restart(&T.redis) == 0, "redis restarted");
+	T.rc = th_redis_connect(&T.redis);
+	TH_REQUIRE(T.rc != NULL);
+	/* A second outage, a little later. */
+	at = 30000;
+	if (th_wait_until(stream_len_at_least, &at, 30000)) {
+		redisFree(T.rc);
+		T.rc = NULL;
+		TH_REQUIRE(th_redis_restart(&T.redis) == 0, "redis restarted again");
+		T.rc = th_redis_connect(&T.redis);
+		TH_REQUIRE(T.rc != NULL);
+	}
+	TH_REQUIRE(wt_wait_terminal(&T, "run_flood", 90000), "flood ended");
+	redisReply *r = redisCommand(T.rc, "INFO persistence");
+	TH_CHECK(r && r->type == REDIS_REPLY_STRING && strstr(r->str, "aof_enabled:1"), "AOF on");
+	if (r)
+		freeReplyObject(r);
+
+	size_t n;
+	char **l = wt_lines(&T, "run_flood", &n);
+	TH_CHECK(n == FLOOD + 1, "%zu lines, want %d", n, FLOOD + 1);
+	size_t bad = 0;
+	for (size_t i = 0; i + 1 < n && i < FLOOD; i++) {
+		char want[64];
+		snprintf(want, sizeof(want), "\"message\":\"line %zu\"", i);
+		if (!strstr(l[i], want)) {
+			if (bad++ < 5)
+				TH_CHECK(0, "line %zu: %s", i, l[i]);
+		}
+	}
+	TH_CHECK(bad == 0, "%zu lines out of place", bad);
+	TH_CHECK(th_streq(wt_check_terminal(l, n), ""));
+	if (n)
+		TH_CHECK(th_streq(wt_field(l[n - 1], "message"), "flood done"), "%s", l[n - 1]);
+	th_strv_free(l, n);
+	TH_CHECK(th_streq(wt_state(&T, "run_flood", "status"), "succeeded"));
+	int s = th_stop(w, 10000);
+	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "worker exit %d", s);
+	wt_teardown(&T);
+	return th_done();
+}
