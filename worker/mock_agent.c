@@ -377,6 +377,9 @@ int main(int argc, char **argv)
 	} else if (strcmp(name, "stderr") == 0) {
 		const char msg[] = "a line on stderr\nanother line on stderr\n";
 		write_all(2, msg, sizeof(msg) - 1);
+		/* stdout and stderr are separate pipes: give the runner time to
+		 * read stderr before the terminal line arrives on stdout. */
+		wait_ms(200);
 		emit_result("wrote to stderr");
 	} else if (strcmp(name, "open-step") == 0) {
 		emit(json_pack("{s:s,s:s,s:s,s:s}", "type", "step", "id", "step_open",
