@@ -1,0 +1,392 @@
+/*
+ * tests/cli/test_e2e.c - the CLI with the real stack: `runnel dev --demo
+ * --once` end to end (exit 0, nothing left running, scratch removed), then
+ * a `runnel dev` stack used with submit, tail, status and cancel, a job
+ * produced with plain kcat, and redis-cli XREAD showing the same lines as
+ * `runnel tail`.  Needs runnel-dispatcher, runnel-worker and
+ * runnel-mock-agent built next to runnel (CMake registers this test only
+ * when those targets exist).
+ */
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <jansson.h>
+
+#include "tests/cli/clirun.h"
+#include "tests/support/harness.h"
+
+static const char *g_bin;
+static char *g_tmp;
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+/* Live (non-zombie) children of this process, reaping zombies.  With
+ * PR_SET_CHILD_SUBREAPER, anything `runnel dev` left behind lands here. */
+static int live_descendants(void)
+{
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+	int n = 0;
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char path[300], buf[512];
+		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[len] = '\0';
+		char *rp = strrchr(buf, ')');
+		char state;
+		int ppid;
+		if (rp && sscanf(rp + 2, "%c %d", &state, &ppid) == 2 && ppid == getpid() && state != 'Z') {
+			TH_NOTE("left running: %s", buf);
+			n++;
+		}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static int none_left(void *arg)
+{
+	(void)arg;
+	return live_descendants() == 0;
+}
+
+static int dir_empty(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+	while (d && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			n++;
+	if (d)
+		closedir(d);
+	return n == 0;
+}
+
+/* The value after "  <label>" on a banner line, up to the first space. */
+static char *banner_field(const char *out, const char *label)
+{
+	char *needle = th_strf("\n  %s", label);
+	const char *p = strstr(out, needle);
+	if (!p)
+		return NULL;
+	p += strlen(needle);
+	while (*p == ' ')
+		p++;
+	size_t n = strcspn(p, " \n");
+	return th_strf("%.*s", (int)n, p);
+}
+
+static int port_open(const char *url)
+{
+	const char *c = strrchr(url, ':');
+	int port = c ? atoi(c + 1) : 0;
+	redisContext *ctx = redisConnect("127.0.0.1", port);
+	int open = ctx && !ctx->err;
+	if (ctx)
+		redisFree(ctx);
+	return open;
+}
+
+/* 1. The README's demo, once. */
+static void test_demo_once(void)
+{
+	clirun_t p;
+	char *envtmp = th_strf("TMPDIR=%s", g_tmp);
+	int64_t t0 = th_now_ms();
+	int rc = clirun(ARGS(g_bin, "dev", "--demo", "--once", "--port", "0"), ARGS(envtmp), 120000, &p);
+	TH_NOTE("runnel dev --demo --once: exit %d in %lld ms", rc, (long long)(th_now_ms() - t0));
+	TH_CHECK(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, p.out, p.err);
+	TH_CHECK(strstr(p.out, "runnel dev: the stack is up") != NULL, "%s", p.out);
+	TH_CHECK(strstr(p.out, "\nresult  ") != NULL, "no result line:\n%s", p.out);
+	TH_CHECK(strstr(p.out, "step    ") != NULL, "no step line:\n%s", p.out);
+	char *redis = banner_field(p.out, "redis");
+	TH_CHECK(redis && strncmp(redis, "redis://127.0.0.1:", 18) == 0, "%s", p.out);
+	TH_CHECK(th_wait_until(none_left, NULL, 5000), "processes left after runnel dev");
+	TH_CHECK(dir_empty(g_tmp), "scratch left in %s", g_tmp);
+	if (redis)
+		TH_CHECK(!port_open(redis), "redis-server still answers at %s", redis);
+	clirun_free(&p);
+}
+
+typedef struct stack {
+	clirun_t proc;
+	char    *dispatcher, *redis, *kafka, *workspace;
+	char    *env_disp, *env_redis;
+} stack_t_;
+
+static int banner_done(void *arg)
+{
+	stack_t_ *s = arg;
+	clirun_pump(&s->proc, 20);
+	return strstr(s->proc.out, "runnel submit --otp-file -") != NULL || s->proc.pid <= 0 ||
+	       waitpid(s->proc.pid, NULL, WNOHANG) != 0;
+}
+
+static const char *which(const char *name)
+{
+	static const char *const dirs[] = { "/usr/bin", "/usr/local/bin", "/bin", NULL };
+	for (int i = 0; dirs[i]; i++) {
+		char *p = th_strf("%s/%s", dirs[i], name);
+		if (access(p, X_OK) == 0)
+			return p;
+	}
+	return NULL;
+}
+
+/* POST /mint?agent=NAME on the stub; returns the answer (owned by the harness). */
+static char *mint(stack_t_ *s, const char *agent)
+{
+	clirun_t p;
+	char *url = th_strf("%s/mint?agent=%s", s->workspace, agent);
+	int rc = clirun(ARGS(which("curl"), "-sf", "-X", "POST", url), NULL, 20000, &p);
+	TH_REQUIRE(rc == 0 && p.out_len > 0, "mint %s: %d %s", agent, rc, p.err);
+	char *out = th_strf("%s", p.out);
+	clirun_free(&p);
+	return out;
+}
+
+static char *write_tmp(const char *name, const char *text)
+{
+	char *path = th_strf("%s/%s", th_tmpdir(), name);
+	TH_REQUIRE(th_file_write(path, text, strlen(text)) == 0);
+	return path;
+}
+
+static int run_cli(stack_t_ *s, const char *const *args, clirun_t *p)
+{
+	const char *argv[24] = { g_bin };
+	int n = 1;
+	for (int i = 0; args[i]; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	return clirun(argv, ARGS(s->env_disp, s->env_redis), 60000, p);
+}
+
+/* Lines of text (each ending in \n) as a NULL-terminated array; harness-owned. */
+static char **split_lines(const char *text, size_t *n)
+{
+	size_t cap = 64;
+	char **v = calloc(cap, sizeof(*v));
+	*n = 0;
+	const char *p = text;
+	while (*p) {
+		size_t l = strcspn(p, "\n");
+		if (*n + 1 >= cap)
+			v = realloc(v, (cap *= 2) * sizeof(*v));
+		v[(*n)++] = th_strf("%.*s", (int)l, p);
+		p += l;
+		if (*p == '\n')
+			p++;
+	}
+	v[*n] = NULL;
+	return v;
+}
+
+static void last_line_type(const char *out, char *type, size_t tsz, char *code, size_t csz)
+{
+	size_t n;
+	char **v = split_lines(out, &n);
+	type[0] = code[0] = '\0';
+	if (n > 0)
+		th_line_type(v[n - 1], type, tsz, code, csz);
+	free(v);
+}
+
+static int state_exists(void *arg)
+{
+	const char **a = arg;
+	redisContext *c = redisConnect("127.0.0.1", atoi(strrchr(a[0], ':') + 1));
+	if (!c || c->err) {
+		if (c)
+			redisFree(c);
+		return 0;
+	}
+	redisReply *r = redisCommand(c, "HGET runnel:{%s}:state status", a[1]);
+	int ok = r && r->type == REDIS_REPLY_STRING && (!a[2] || !strcmp(r->str, a[2]));
+	if (r)
+		freeReplyObject(r);
+	redisFree(c);
+	return ok;
+}
+
+static void test_stack(void)
+{
+	stack_t_ s;
+	memset(&s, 0, sizeof(s));
+	char *agents = th_strf("%s/agents", th_tmpdir());
+	TH_REQUIRE(mkdir(agents, 0700) == 0);
+	const char *demo = "{\"config\":{\"agent\":{\"kind\":\"mock\",\"script\":\"demo\"}}}";
+	const char *slow = "{\"config\":{\"agent\":{\"kind\":\"mock\",\"script\":\"sleep 60\"}}}";
+	TH_REQUIRE(th_file_write(th_strf("%s/demo.json", agents), demo, strlen(demo)) == 0);
+	TH_REQUIRE(th_file_write(th_strf("%s/slow.json", agents), slow, strlen(slow)) == 0);
+
+	char *envtmp = th_strf("TMPDIR=%s", g_tmp);
+	TH_REQUIRE(clirun_start(&s.proc, ARGS(g_bin, "dev", "--port", "0", "--agents", agents), ARGS(envtmp), 0, 0) == 0);
+	TH_REQUIRE(th_wait_until(banner_done, &s, 60000), "no banner");
+	TH_REQUIRE(strstr(s.proc.out, "runnel submit --otp-file -") != NULL, "stack did not start:\n%s\n%s",
+	           s.proc.out, s.proc.err);
+	s.dispatcher = banner_field(s.proc.out, "dispatcher");
+	s.redis = banner_field(s.proc.out, "redis");
+	s.kafka = banner_field(s.proc.out, "kafka");
+	s.workspace = banner_field(s.proc.out, "workspace");
+	TH_REQUIRE(s.dispatcher && s.redis && s.kafka && s.workspace, "%s", s.proc.out);
+	s.env_disp = th_strf("RUNNEL_DISPATCHER_URL=%s", s.dispatcher);
+	s.env_redis = th_strf("RUNNEL_REDIS_URL=%s", s.redis);
+	clirun_t p;
+	char type[32], code[64];
+
+	/* submit (through the dispatcher) + follow: the result, exit 0. */
+	char *f1 = write_tmp("m1.json", mint(&s, "demo"));
+	int rc = run_cli(&s, ARGS("submit", "--otp-file", f1, "--prompt", "Add an inference node", "--json"), &p);
+	TH_CHECK(rc == 0, "submit: %d %s\n%s", rc, p.err, p.out);
+	json_error_t jerr;
+	json_t *head = json_loadb(p.out, strcspn(p.out, "\n"), 0, &jerr);
+	const char *rid = json_string_value(json_object_get(head, "run_id"));
+	TH_REQUIRE(rid != NULL, "%s", p.out);
+	char *run1 = th_strf("%s", rid);
+	json_decref(head);
+	char *submit_lines = th_strf("%s", strchr(p.out, '\n') + 1);
+	last_line_type(submit_lines, type, sizeof(type), code, sizeof(code));
+	TH_CHECK(th_streq(type, "result"), "last line %s:\n%s", type, submit_lines);
+	clirun_free(&p);
+
+	/* tail of the finished run: the same lines, exit 0; status succeeded. */
+	rc = run_cli(&s, ARGS("tail", run1, "--json"), &p);
+	TH_CHECK(rc == 0, "tail: %d %s", rc, p.err);
+	TH_CHECK(th_streq(p.out, submit_lines), "tail\n%s\nsubmit\n%s", p.out, submit_lines);
+	clirun_free(&p);
+	rc = run_cli(&s, ARGS("status", run1, "--json"), &p);
+	TH_CHECK(rc == 0 && strstr(p.out, "\"status\":\"succeeded\""), "%s", p.out);
+	clirun_free(&p);
+
+	/* redis-cli XREAD shows the same lines. */
+	char *key = th_strf("runnel:{%s}:out", run1);
+	const char *rcli = which("redis-cli");
+	TH_REQUIRE(rcli != NULL, "redis-cli not installed");
+	rc = clirun(ARGS(rcli, "-u", s.redis, "--raw", "XREAD", "COUNT", "1000", "STREAMS", key, "0"), NULL, 20000, &p);
+	TH_CHECK(rc == 0, "redis-cli: %s", p.err);
+	size_t n;
+	char **v = split_lines(submit_lines, &n);
+	TH_CHECK(n >= 2);
+	for (size_t i = 0; i < n; i++) {
+		char *needle = th_strf("\n%s\n", v[i]);
+		TH_CHECK(strstr(p.out, needle) != NULL, "redis-cli lacks line %zu: %s\n%s", i, v[i], p.out);
+	}
+	free(v);
+	clirun_free(&p);
+
+	/* A job produced with plain kcat runs (the worker claims it; tail sees the result). */
+	json_t *m = json_loads(mint(&s, "demo"), 0, &jerr);
+	TH_REQUIRE(m != NULL);
+	json_t *job = json_pack("{s:i, s:s, s:O, s:O, s:O, s:O, s:s}", "v", 1, "run_id", "run_kcat1",
+	                        "agent_url", json_object_get(m, "agent_url"), "otp_setup", json_object_get(m, "otp_setup"),
+	                        "otp_run", json_object_get(m, "otp_run"), "otp_upload", json_object_get(m, "otp_upload"),
+	                        "prompt", "hello from kcat");
+	char *job_text = json_dumps(job, JSON_COMPACT);
+	char *jf = write_tmp("job.json", job_text);
+	free(job_text);
+	json_decref(job);
+	json_decref(m);
+	const char *kcat = which("kcat");
+	TH_REQUIRE(kcat != NULL, "kcat not installed");
+	rc = clirun(ARGS(kcat, "-P", "-b", s.kafka, "-t", "runnel.jobs", "-k", "run_kcat1", jf), NULL, 30000, &p);
+	TH_CHECK(rc == 0, "kcat: %d %s", rc, p.err);
+	clirun_free(&p);
+	const char *wa[] = { s.redis, "run_kcat1", NULL };
+	TH_CHECK(th_wait_until(state_exists, wa, 30000), "the kcat job was never claimed");
+	rc = run_cli(&s, ARGS("tail", "run_kcat1", "--json"), &p);
+	TH_CHECK(rc == 0, "tail kcat run: %d %s\n%s", rc, p.err, p.out);
+	last_line_type(p.out, type, sizeof(type), code, sizeof(code));
+	TH_CHECK(th_streq(type, "result"), "%s", p.out);
+	clirun_free(&p);
+
+	/* A run whose setup OTP is wrong ends with an error: submit and tail exit 1. */
+	m = json_loads(mint(&s, "demo"), 0, &jerr);
+	json_object_set_new(m, "otp_setup", json_string("otp_00000000000000000000000000000000"));
+	char *bad_text = json_dumps(m, JSON_COMPACT);
+	json_decref(m);
+	char *fb = write_tmp("bad.json", bad_text);
+	free(bad_text);
+	rc = run_cli(&s, ARGS("submit", "--otp-file", fb, "--prompt", "x", "--run-id", "run_badotp", "--json"), &p);
+	TH_CHECK(rc == 1, "submit with a bad OTP: %d\n%s", rc, p.out);
+	clirun_free(&p);
+	rc = run_cli(&s, ARGS("tail", "run_badotp", "--json"), &p);
+	TH_CHECK(rc == 1, "tail: %d", rc);
+	last_line_type(p.out, type, sizeof(type), code, sizeof(code));
+	TH_CHECK(th_streq(type, "error") && th_streq(code, "bootstrap_failed"), "%s", p.out);
+	clirun_free(&p);
+
+	/* Unknown run: 3. */
+	rc = run_cli(&s, ARGS("tail", "run_never_was"), &p);
+	TH_CHECK(rc == 3, "tail unknown: %d", rc);
+	clirun_free(&p);
+
+	/* cancel a running run (Redis control stream, then via the dispatcher). */
+	char *fs = write_tmp("slow.json", mint(&s, "slow"));
+	rc = run_cli(&s, ARGS("submit", "--otp-file", fs, "--prompt", "x", "--run-id", "run_slow", "--no-tail"), &p);
+	TH_CHECK(rc == 0 && th_streq(p.out, "run_slow\n"), "%d %s %s", rc, p.out, p.err);
+	clirun_free(&p);
+	const char *wr[] = { s.redis, "run_slow", "running" };
+	TH_CHECK(th_wait_until(state_exists, wr, 30000), "the slow run never ran");
+	rc = run_cli(&s, ARGS("cancel", "run_slow", "--reason", "test"), &p);
+	TH_CHECK(rc == 0, "cancel: %d %s", rc, p.err);
+	clirun_free(&p);
+	rc = run_cli(&s, ARGS("tail", "run_slow", "--json"), &p);
+	TH_CHECK(rc == 1, "tail cancelled: %d", rc);
+	last_line_type(p.out, type, sizeof(type), code, sizeof(code));
+	TH_CHECK(th_streq(type, "error") && th_streq(code, "cancelled"), "%s", p.out);
+	clirun_free(&p);
+
+	fs = write_tmp("slow2.json", mint(&s, "slow"));
+	rc = run_cli(&s, ARGS("submit", "--otp-file", fs, "--prompt", "x", "--run-id", "run_slow2", "--no-tail"), &p);
+	TH_CHECK(rc == 0);
+	clirun_free(&p);
+	const char *wr2[] = { s.redis, "run_slow2", "running" };
+	TH_CHECK(th_wait_until(state_exists, wr2, 30000), "the second slow run never ran");
+	rc = run_cli(&s, ARGS("cancel", "run_slow2", "--via", "dispatcher"), &p);
+	TH_CHECK(rc == 0, "cancel via dispatcher: %d %s", rc, p.err);
+	clirun_free(&p);
+	rc = run_cli(&s, ARGS("tail", "run_slow2", "--json"), &p);
+	TH_CHECK(rc == 1, "tail cancelled: %d", rc);
+	last_line_type(p.out, type, sizeof(type), code, sizeof(code));
+	TH_CHECK(th_streq(code, "cancelled"), "%s", p.out);
+	clirun_free(&p);
+	rc = run_cli(&s, ARGS("cancel", "run_nope", "--via", "dispatcher"), &p);
+	TH_CHECK(rc == 3, "cancel unknown via dispatcher: %d %s", rc, p.err);
+	clirun_free(&p);
+
+	/* Ctrl-C stops the stack: exit 0, nothing left, scratch removed. */
+	clirun_signal(&s.proc, SIGINT);
+	rc = clirun_wait(&s.proc, 30000);
+	TH_CHECK(rc == 0, "runnel dev after SIGINT: %d\n%s", rc, s.proc.err);
+	TH_CHECK(th_wait_until(none_left, NULL, 5000), "processes left after Ctrl-C");
+	TH_CHECK(dir_empty(g_tmp), "scratch left in %s", g_tmp);
+	TH_CHECK(!port_open(s.redis), "redis-server still answers");
+	clirun_free(&s.proc);
+}
+
+int main(int argc, char **argv)
+{
+	TH_REQUIRE(argc == 2, "usage: test_cli_e2e RUNNEL_BINARY");
+	g_bin = argv[1];
+	TH_REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+	g_tmp = th_strf("%s", th_tmpdir());
+	test_demo_once();
+	test_stack();
+	return th_done();
+}
