@@ -139,7 +139,7 @@ typedef struct dev_stack {
 	char                     redis_url[300];
 	dev_stub_t              *stub;
 	char                     agents[PATH_MAX];
-	char                     dispatcher_url[64];
+	char                     dispatcher_url[96];
 	char                     worker_bin[PATH_MAX], dispatcher_bin[PATH_MAX];
 	const char              *sandbox;
 } dev_stack_t;
@@ -208,9 +208,9 @@ static int find_program(const char *override, const char *sub, const char *name,
 		}
 		if (is_exec(cand)) {
 			char *r = realpath(cand, NULL);
-			snprintf(out, size, "%s", r ? r : cand);
+			int n = snprintf(out, size, "%s", r ? r : cand);
 			free(r);
-			return 0;
+			return n > 0 && (size_t)n < size ? 0 : -1;
 		}
 	}
 	return cli_which(name, out, size);
@@ -242,9 +242,9 @@ static int find_agents(char *out, size_t size)
 	return -1;
 found:;
 	char *r = realpath(cand, NULL);
-	snprintf(out, size, "%s", r ? r : cand);
+	int n = snprintf(out, size, "%s", r ? r : cand);
 	free(r);
-	return 0;
+	return n > 0 && (size_t)n < size ? 0 : -1;
 }
 
 /* 0 when bwrap can build a sandbox here (user namespaces allowed, etc). */
