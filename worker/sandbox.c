@@ -437,10 +437,9 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 		/*
 		 * The agent's environment is bwrap's own environment, which bwrap
 		 * passes through: values never appear on a command line that
-		 * every local user can read in /proc/<pid>/cmdline.
+		 * every local user can read in /proc/<pid>/cmdline.  No
+		 * NO_NEW_PRIVS here: a setuid bwrap must keep working.
 		 */
-		plan.chdir_to = NULL;
-		plan.no_new_privs = 0;  /* a setuid bwrap must keep working */
 	} else if (spec->driver == WORKER_SANDBOX_PROCESS) {
 		const char *name = spec->setup_script ? "/bin/sh" : spec->argv[0];
 		if (resolve_exec(name, env_lookup(envp, "PATH"), exec_path, sizeof(exec_path)) != 0) {
