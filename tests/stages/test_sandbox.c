@@ -261,6 +261,29 @@ static void test_kill_tree(worker_sandbox_driver_t driver)
 	TH_CHECK(sbx_group_count(sb.pid) == 0);
 }
 
+/* Starts the mock agent, hands it its turn and waits for its first line,
+ * which must contain want: the agent is up. */
+static void start_mock(const worker_sandbox_spec_t *s, worker_sandbox_t *sb, const char *want)
+{
+	char err[256];
+	TH_REQUIRE(worker_sandbox_spawn(s, sb, err, sizeof(err)) == 0, "%s", err);
+	const char *turn = "{\"run_id\":\"run_sbx\",\"prompt\":\"p\"}\n";
+	TH_CHECK(write(sb->stdin_fd, turn, strlen(turn)) == (ssize_t)strlen(turn));
+	char buf[4096];
+	size_t got = 0;
+	int64_t deadline = th_now_ms() + 5000;
+	while (th_now_ms() < deadline && !memchr(buf, '\n', got)) {
+		struct pollfd p = { sb->stdout_fd, POLLIN, 0 };
+		if (poll(&p, 1, 50) > 0) {
+			ssize_t n = read(sb->stdout_fd, buf + got, sizeof(buf) - 1 - got);
+			if (n > 0)
+				got += (size_t)n;
+		}
+	}
+	buf[got] = '\0';
+	TH_CHECK(strstr(buf, want) != NULL, "first line: %s", buf);
+}
+
 /* SIGTERM reaches the agent (its grace period), SIGKILL ends a hang. */
 static void test_signals(worker_sandbox_driver_t driver)
 {
@@ -272,24 +295,7 @@ static void test_signals(worker_sandbox_driver_t driver)
 	worker_sandbox_spec_t s = spec_for(driver, argv);
 	s.ro_binds = bw ? binds : NULL;
 	worker_sandbox_t sb;
-	char err[256];
-	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
-	const char *turn = "{\"run_id\":\"run_sbx\",\"prompt\":\"p\"}\n";
-	TH_CHECK(write(sb.stdin_fd, turn, strlen(turn)) == (ssize_t)strlen(turn));
-	/* Wait for the "sleeping" log line so the agent is up. */
-	char buf[4096];
-	size_t got = 0;
-	int64_t deadline = th_now_ms() + 5000;
-	while (th_now_ms() < deadline && !memchr(buf, '\n', got)) {
-		struct pollfd p = { sb.stdout_fd, POLLIN, 0 };
-		if (poll(&p, 1, 50) > 0) {
-			ssize_t n = read(sb.stdout_fd, buf + got, sizeof(buf) - 1 - got);
-			if (n > 0)
-				got += (size_t)n;
-		}
-	}
-	buf[got] = '\0';
-	TH_CHECK(strstr(buf, "sleeping") != NULL, "out: %s", buf);
+	start_mock(&s, &sb, "sleeping");
 	worker_sandbox_kill(&sb, SIGTERM);
 	sbx_out_t o;
 	TH_CHECK(sbx_collect(&sb, NULL, 0, 5000, &o) == 0, "SIGTERM did not end the agent");
@@ -304,21 +310,7 @@ static void test_signals(worker_sandbox_driver_t driver)
 
 	char *argv2[] = { agent, "hang", NULL };
 	s.argv = argv2;
-	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
-	TH_CHECK(write(sb.stdin_fd, turn, strlen(turn)) == (ssize_t)strlen(turn));
-	got = 0;
-	buf[0] = '\0';
-	deadline = th_now_ms() + 5000;
-	while (th_now_ms() < deadline && !memchr(buf, '\n', got)) {
-		struct pollfd p = { sb.stdout_fd, POLLIN, 0 };
-		if (poll(&p, 1, 50) > 0) {
-			ssize_t n = read(sb.stdout_fd, buf + got, sizeof(buf) - 1 - got);
-			if (n > 0)
-				got += (size_t)n;
-		}
-	}
-	buf[got] = '\0';
-	TH_CHECK(strstr(buf, "hanging") != NULL, "out: %s", buf);
+	start_mock(&s, &sb, "hanging");
 	worker_sandbox_kill(&sb, SIGTERM);
 	TH_CHECK(sbx_collect(&sb, NULL, 0, 500, &o) == -1, "hang ended on SIGTERM");
 	sbx_out_free(&o);
