@@ -97,6 +97,7 @@ struct dev_stub {
 	stub_blob_t        *blobs;
 	int                 unknown;
 	stub_reply_t       *pending;      /* event thread only */
+	struct event       *stop_ev;      /* activated by dev_stub_stop */
 };
 
 static const char *const ep_names[DEV_STUB_EP_COUNT] = { "env", "config", "results" };
@@ -831,6 +832,18 @@ static void stub_request_cb(struct evhttp_request *req, void *arg)
  * Life cycle
  * ------------------------------------------------------------------------ */
 
+/*
+ * An event rather than a bare event_base_loopbreak() from the caller's
+ * thread: a loopbreak that arrives before the loop started is forgotten
+ * (the loop clears the flag on entry), an active event is not.
+ */
+static void stub_stop_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd; (void)what;
+	dev_stub_t *s = arg;
+	event_base_loopbreak(s->base);
+}
+
 static void *stub_thread_main(void *arg)
 {
 	dev_stub_t *s = arg;
@@ -850,6 +863,8 @@ static void stub_free(dev_stub_t *s)
 		}
 		stub_reply_free(rp);
 	}
+	if (s->stop_ev)
+		event_free(s->stop_ev);
 	if (s->http)
 		evhttp_free(s->http);
 	if (s->base)
@@ -946,7 +961,8 @@ dev_stub_t *dev_stub_start(const dev_stub_opts_t *opts, char *errstr, size_t err
 	}
 	s->base = event_base_new();
 	s->http = s->base ? evhttp_new(s->base) : NULL;
-	if (!s->http) {
+	s->stop_ev = s->base ? event_new(s->base, -1, 0, stub_stop_cb, s) : NULL;
+	if (!s->http || !s->stop_ev) {
 		snprintf(errstr, errstr_size, "libevent: cannot create the HTTP server");
 		stub_free(s);
 		return NULL;
@@ -985,7 +1001,7 @@ void dev_stub_stop(dev_stub_t *s)
 	if (!s)
 		return;
 	if (s->thread_started) {
-		event_base_loopbreak(s->base);
+		event_active(s->stop_ev, EV_TIMEOUT, 0);
 		pthread_join(s->thread, NULL);
 	}
 	stub_free(s);
