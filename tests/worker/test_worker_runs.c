@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
 #include <archive.h>
 #include <archive_entry.h>
 #include <stdio.h>
@@ -432,6 +433,78 @@ static void test_bootstrap_failures(void)
 	th_strv_free(l, n);
 }
 
+static size_t curl_sink(char *p, size_t sz, size_t n, void *arg)
+{
+	struct { char *buf; size_t len; } *b = arg;
+	char *nb = realloc(b->buf, b->len + sz * n + 1);
+	if (!nb)
+		return 0;
+	memcpy(nb + b->len, p, sz * n);
+	b->buf = nb;
+	b->len += sz * n;
+	b->buf[b->len] = '\0';
+	return sz * n;
+}
+
+/* GET url; returns the body (caller frees) and the status in *status. */
+static char *http_get(const char *url, long *status)
+{
+	struct { char *buf; size_t len; } b = { NULL, 0 };
+	CURL *h = curl_easy_init();
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, curl_sink);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+	*status = 0;
+	if (curl_easy_perform(h) == CURLE_OK)
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+	curl_easy_cleanup(h);
+	return b.buf;
+}
+
+static double metric(const char *text, const char *series)
+{
+	const char *p = text;
+	size_t sl = strlen(series);
+	while (p && (p = strstr(p, series))) {
+		if ((p == text || p[-1] == '\n') && p[sl] == ' ')
+			return strtod(p + sl + 1, NULL);
+		p += sl;
+	}
+	return -1;
+}
+
+static void test_metrics(void)
+{
+	size_t len = 0;
+	char *log = th_file_read(wt_log_path(&T, "w1"), &len);
+	TH_REQUIRE(log != NULL);
+	const char *m = strstr(log, "metrics 127.0.0.1:");
+	TH_REQUIRE(m != NULL, "metrics address logged");
+	int port = (int)strtol(m + 18, NULL, 10);
+	free(log);
+	long st;
+	char *body = http_get(th_strf("http://127.0.0.1:%d/healthz", port), &st);
+	TH_CHECK(st == 200 && body && !strcmp(body, "ok\n"), "healthz %ld %s", st, body);
+	free(body);
+	body = http_get(th_strf("http://127.0.0.1:%d/metrics", port), &st);
+	TH_REQUIRE(st == 200 && body, "metrics %ld", st);
+	TH_CHECK(metric(body, "runnel_worker_runs_total{outcome=\"succeeded\"}") >= 8, "succeeded runs: %g", metric(body, "runnel_worker_runs_total{outcome=\"succeeded\"}"));
+	TH_CHECK(metric(body, "runnel_worker_runs_total{outcome=\"cancelled\"}") == 2, "cancelled runs");
+	TH_CHECK(metric(body, "runnel_worker_runs_total{outcome=\"runtime_cap\"}") == 1, "capped runs");
+	TH_CHECK(metric(body, "runnel_worker_runs_total{outcome=\"agent_exit\"}") == 2, "agent_exit runs");
+	TH_CHECK(metric(body, "runnel_worker_runs_total{outcome=\"bag_rejected\"}") == 1, "bag_rejected runs");
+	TH_CHECK(metric(body, "runnel_worker_slots_total") == 4, "slots total");
+	TH_CHECK(metric(body, "runnel_worker_slots_busy") == 0, "slots busy");
+	TH_CHECK(metric(body, "runnel_worker_lines_dropped_total") >= 2, "dropped lines");
+	TH_CHECK(metric(body, "runnel_worker_lines_invalid_total") >= 6, "invalid lines");
+	TH_CHECK(metric(body, "runnel_worker_lines_published_total") >= 30, "published lines");
+	TH_CHECK(metric(body, "runnel_worker_queue_wait_seconds_count") >= 10, "queue wait histogram");
+	TH_CHECK(metric(body, "runnel_worker_sandbox_start_seconds_count") >= 8, "sandbox start histogram");
+	TH_CHECK(metric(body, "runnel_worker_first_line_seconds_count") >= 8, "first line histogram");
+	free(body);
+}
+
 int main(void)
 {
 	th_init("worker_runs");
@@ -448,6 +521,7 @@ int main(void)
 	test_after_terminal();
 	test_garbage();
 	test_bootstrap_failures();
+	test_metrics();
 	int st = th_stop(w, 10000);
 	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);
 	wt_teardown(&T);
