@@ -331,6 +331,15 @@ static void test_stack(void)
 	TH_CHECK(th_streq(type, "error") && th_streq(code, "bootstrap_failed"), "%s", p.out);
 	clirun_free(&p);
 
+	/* The dispatcher refuses a run: exit 1 with its message, no secret echoed. */
+	char *f2 = write_tmp("m2.json", mint(&s, "demo"));
+	rc = run_cli(&s, ARGS("submit", "--otp-file", f2, "--prompt", "x", "--max-runtime-sec", "600000"), &p);
+	TH_CHECK(rc == 1, "refused submit: %d %s", rc, p.err);
+	TH_CHECK(strncmp(p.err, "runnel submit: the dispatcher refused the run (400): ", 53) == 0 &&
+	         strstr(p.err, "max_runtime_sec"), "%s", p.err);
+	TH_CHECK(!strstr(p.err, "otp_") && p.out_len == 0, "%s%s", p.out, p.err);
+	clirun_free(&p);
+
 	/* Unknown run: 3. */
 	rc = run_cli(&s, ARGS("tail", "run_never_was"), &p);
 	TH_CHECK(rc == 3, "tail unknown: %d", rc);

@@ -131,6 +131,22 @@ int main(int argc, char **argv)
 	       "runnel cancel: --reason: must be 1 to 128 bytes\n"
 	       "usage: runnel cancel [options] RUN (see runnel cancel --help)\n");
 
+	/* dev, submit */
+	expect(ARGS("dev", "extra"), NULL, 2,
+	       "runnel dev: unexpected argument \"extra\"\nusage: runnel dev [options] (see runnel dev --help)\n");
+	expect(ARGS("dev", "--sandbox", "chroot"), NULL, 2,
+	       "runnel dev: --sandbox: expected bwrap or process, got \"chroot\"\n"
+	       "usage: runnel dev [options] (see runnel dev --help)\n");
+	expect(ARGS("dev", "--port", "70000"), NULL, 2,
+	       "runnel dev: --port: 70000 is out of range 0..65535\n"
+	       "usage: runnel dev [options] (see runnel dev --help)\n");
+	expect(ARGS("dev", "--redis-url", "redis:/x"), NULL, 2,
+	       "runnel dev: --redis-url: redis url: must start with redis://\n"
+	       "usage: runnel dev [options] (see runnel dev --help)\n");
+	expect(ARGS("submit", "--agent-url", "http://h/ws"), NULL, 2,
+	       "runnel submit: --otp-setup is required\n"
+	       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
+
 	/* Nothing listens: exit 4, the flag and its RUNNEL_REDIS_URL twin alike. */
 	int port = th_free_port();
 	TH_REQUIRE(port > 0);
@@ -153,6 +169,18 @@ int main(int argc, char **argv)
 		TH_CHECK(rc == 4, "cancel via dispatcher: %d %s", rc, p.err);
 		want = th_strf("runnel cancel: cannot reach the dispatcher at %s/v1/runs/run_a/cancel: ", durl);
 		TH_CHECK(strncmp(p.err, want, strlen(want)) == 0, "%s", p.err);
+		clirun_free(&p);
+	}
+	{
+		const char *a[] = { g_bin, "submit", "--agent-url", "http://h/ws", "--otp-setup", "otp_s3cret",
+		                    "--otp-run", "otp_r3cret", "--prompt", "p", NULL };
+		const char *e[] = { denv, NULL };
+		clirun_t p;
+		int rc = clirun(a, e, 20000, &p);
+		TH_CHECK(rc == 4, "submit via dispatcher: %d %s", rc, p.err);
+		want = th_strf("runnel submit: cannot reach the dispatcher at %s/v1/runs: ", durl);
+		TH_CHECK(strncmp(p.err, want, strlen(want)) == 0, "%s", p.err);
+		TH_CHECK(!strstr(p.err, "r3cret") && !strstr(p.out, "r3cret"));
 		clirun_free(&p);
 	}
 	return th_done();
