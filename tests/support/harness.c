@@ -174,13 +174,20 @@ static void th_cleanup_atexit(void)
 	th_arena_n = th_arena_cap = 0;
 }
 
+/* The handlers we replaced (AddressSanitizer's SIGSEGV report, say): ours
+ * cleans up, then hands the signal on to them. */
+static const int        th_sigs[] = { SIGINT, SIGTERM, SIGABRT, SIGSEGV, SIGHUP };
+#define TH_NSIGS        (sizeof th_sigs / sizeof th_sigs[0])
+static struct sigaction th_old_sa[TH_NSIGS];
+
 /*
  * On a fatal signal: kill the children, remove the temp dirs with an
  * exec'd rm (fork, execve and waitpid are async-signal-safe; nftw is
- * not), then die of the same signal.
+ * not), then let the previous handler (or the default action) have it.
  */
 static void th_fatal_signal(int sig)
 {
+	int saved_errno = errno;
 	th_kill_children_now();
 	if (!th_keep && th_ndirs > 0) {
 		pid_t p = fork();
@@ -202,6 +209,17 @@ static void th_fatal_signal(int sig)
 			waitpid(p, NULL, 0);
 	}
 	th_ndirs = 0;
+	for (size_t i = 0; i < TH_NSIGS; i++) {
+		if (th_sigs[i] != sig)
+			continue;
+		sigaction(sig, &th_old_sa[i], NULL);
+		/* A fault re-triggers by itself when we return, now with the
+		 * previous handler and its real siginfo; others are re-raised. */
+		if (sig != SIGSEGV)
+			raise(sig);
+		errno = saved_errno;
+		return;
+	}
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
@@ -253,9 +271,8 @@ void th_init(const char *test_name)
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = th_fatal_signal;
 	sigemptyset(&sa.sa_mask);
-	int sigs[] = { SIGINT, SIGTERM, SIGABRT, SIGSEGV, SIGHUP };
-	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-		sigaction(sigs[i], &sa, NULL);
+	for (size_t i = 0; i < TH_NSIGS; i++)
+		sigaction(th_sigs[i], &sa, &th_old_sa[i]);
 	/* A server killed by the test must not kill the test through a
 	 * write on its socket. */
 	signal(SIGPIPE, SIG_IGN);

@@ -349,6 +349,43 @@ static void test_results_status_and_cap(void)
 	curl_easy_cleanup(c);
 	dev_stub_stop(s);
 
+	/* A 2 MiB upload (curl sends Expect: 100-continue) under a bigger cap;
+	 * max_store keeps the small file in memory, counts the big one. */
+	dev_stub_opts_t big_opts = { .max_body = 4u << 20, .max_store = 1024 };
+	s = dev_stub_start(&big_opts, err, sizeof err);
+	TH_REQUIRE(s != NULL, "%s", err);
+	TH_REQUIRE(dev_stub_add_run(s, NULL, &o) == 0);
+	size_t blen = 2u << 20;
+	blob = malloc(blen);
+	for (size_t i = 0; i < blen; i++)
+		blob[i] = (char)('a' + i % 26);
+	c = curl_easy_init();
+	m = curl_mime_init(c);
+	p = curl_mime_addpart(m);
+	curl_mime_name(p, "files");
+	curl_mime_filename(p, "small.txt");
+	curl_mime_data(p, "small", CURL_ZERO_TERMINATED);
+	p = curl_mime_addpart(m);
+	curl_mime_name(p, "files");
+	curl_mime_filename(p, "big.bin");
+	curl_mime_data(p, blob, blen);
+	http(&r, ep_url(&o, "results"), o.otp_upload, m, 0, 10000, 0);
+	TH_CHECK(r.status == 200 && th_streq(r.body, "{\"ok\":true,\"files\":2}"), "2 MiB upload: %ld %s", r.status, r.body);
+	resp_free(&r);
+	curl_mime_free(m);
+	curl_easy_cleanup(c);
+	free(blob);
+	size_t n = 0;
+	char **names = dev_stub_file_names(s, o.session, &n);
+	TH_CHECK(n == 2, "%zu names", n);
+	th_strv_free(names, n);
+	char *data;
+	size_t len;
+	TH_CHECK(dev_stub_file_get(s, o.session, "small.txt", &data, &len) == 1 && len == 5);
+	free(data);
+	TH_CHECK(dev_stub_file_get(s, o.session, "big.bin", &data, &len) == 0, "over max_store: not kept");
+	dev_stub_stop(s);
+
 	/* Only loopback. */
 	dev_stub_opts_t wide = { .listen = "0.0.0.0:0" };
 	TH_CHECK(dev_stub_start(&wide, err, sizeof err) == NULL && strstr(err, "loopback"), "%s", err);
