@@ -286,9 +286,9 @@ async function render(name) {
       const s = so[0].spec;
       eq(so[0].apiVersion, "keda.sh/v1alpha1", "ScaledObject apiVersion");
       eq(s.scaleTargetRef.name, work.metadata.name, "scaleTargetRef");
-      eq(s.triggers.length, 1, "triggers");
-      const t = s.triggers[0];
-      eq(t.type, "kafka", "trigger type");
+      const kafka = s.triggers.filter((x) => x.type === "kafka");
+      eq(kafka.length, 1, "kafka triggers");
+      const t = kafka[0];
       eq(t.metadata.bootstrapServers, workerCm.data.RUNNEL_KAFKA_BROKERS, "bootstrapServers");
       eq(t.metadata.consumerGroup, workerCm.data.RUNNEL_GROUP, "consumerGroup");
       eq(t.metadata.topic, workerCm.data.RUNNEL_JOBS_TOPIC, "topic");
@@ -325,7 +325,11 @@ async function render(name) {
         const props = env.find((e) => e.name === "RUNNEL_KAFKA_PROPERTIES");
         eq(props.value, "$(RUNNEL_KAFKA_PUBLIC_PROPERTIES);sasl.username=$(RUNNEL_KAFKA_SASL_USERNAME);sasl.password=$(RUNNEL_KAFKA_SASL_PASSWORD)", "RUNNEL_KAFKA_PROPERTIES");
         eq(workerCm.data.RUNNEL_KAFKA_PUBLIC_PROPERTIES, "sasl.mechanisms=SCRAM-SHA-512;security.protocol=SASL_SSL", "public properties");
-        eq(byKind(docs, "ScaledObject")[0].spec.triggers[0].metadata.tls, "enable", "trigger tls");
+        const triggers = byKind(docs, "ScaledObject")[0].spec.triggers;
+        eq(triggers[0].metadata.tls, "enable", "trigger tls");
+        eq(triggers.map((x) => x.type), ["kafka", "prometheus"], "trigger types");
+        eq(triggers[1].metadata.threshold, "8.00", "busy-slots threshold = slots x targetUtilization");
+        eq(triggers[1].metadata.query, `sum(runnel_worker_slots_busy{namespace="runnel",pod=~"${work.metadata.name}-.*"})`, "busy-slots query");
       });
     },
     hpa() {
