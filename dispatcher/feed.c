@@ -16,6 +16,9 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include "common/log.h"
 #include "proto/keys.h"
@@ -213,8 +216,14 @@ void dispatcher_feed_start(dispatcher_t *d, struct evhttp_request *req, dispatch
 		struct bufferevent *bev = evhttp_connection_get_bufferevent(f->evcon);
 		struct timeval wtv = { d->cfg->http_timeout_sec, 0 };
 
-		if (bev != NULL)
+		int one = 1;
+
+		if (bev != NULL) {
 			bufferevent_set_timeouts(bev, NULL, &wtv);
+			/* Lines are small and must not wait for the previous
+			 * segment's ACK (Nagle + delayed ACK = 40 ms stalls). */
+			setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		}
 	}
 	if (sse) {
 		struct timeval tv = { d->cfg->heartbeat_sec, 0 };

@@ -262,10 +262,15 @@ static void arm(tail_conn_t *c)
 /* 1 when line is a result or error envelope: the run's last line. */
 static int line_terminal(const char *line, size_t len)
 {
-	json_t *o = json_loadb(line, len, 0, NULL);
+	json_t *o;
 	const char *type;
 	int term = 0;
 
+	/* Most lines are logs and steps: skip the parse unless the line can
+	 * be a result or an error at all. */
+	if (memmem(line, len, "\"result\"", 8) == NULL && memmem(line, len, "\"error\"", 7) == NULL)
+		return 0;
+	o = json_loadb(line, len, 0, NULL);
 	if (o == NULL)
 		return 0;
 	type = json_string_value(json_object_get(o, "type"));
