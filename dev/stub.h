@@ -73,7 +73,9 @@ typedef struct dev_stub_opts {
 	/* When set, files uploaded to /results are also written to
 	 * results_dir/<session>/<relative path> (created as needed). */
 	const char *results_dir;
-	size_t      max_body;      /* 0 = DEV_STUB_MAX_BODY_DEFAULT; larger -> 413 */
+	size_t      max_body;      /* 0 = DEV_STUB_MAX_BODY_DEFAULT; a larger body
+	                              gets 413 from the HTTP layer before routing,
+	                              so it shows in no run's stats */
 	size_t      max_store;     /* 0 = DEV_STUB_MAX_STORE_DEFAULT; files beyond
 	                              it are counted but not kept in memory */
 	int         enable_mint;   /* 1: serve POST /mint (needs agents_dir) */

@@ -245,6 +245,9 @@ th_kafka_consumer_t *th_kafka_consumer_new(th_kafka_t *k, const char *topic, con
 	rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", errstr, sizeof errstr);
 	rd_kafka_conf_set(conf, "enable.partition.eof", "false", errstr, sizeof errstr);
 	rd_kafka_conf_set(conf, "enable.auto.commit", group ? "true" : "false", errstr, sizeof errstr);
+	/* Short fetch waits: tests poll for one message and want it now. */
+	rd_kafka_conf_set(conf, "fetch.wait.max.ms", "50", errstr, sizeof errstr);
+	rd_kafka_conf_set(conf, "fetch.error.backoff.ms", "50", errstr, sizeof errstr);
 	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
 	if (!rk) {
 		rd_kafka_conf_destroy(conf);
