@@ -1,0 +1,164 @@
+/*
+ * tests/dispatcher/test_e2e.c - the dispatcher with the real worker:
+ * POST /stream with a mock "demo" run served by the workspace stub streams
+ * exactly the lines the worker wrote, ending with the result; closing a
+ * /stream of a long run makes the run end cancelled.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "common/runstate.h"
+#include "dev/stub.h"
+#include "tests/dispatcher/dtest.h"
+
+#ifndef WORKER_BIN
+#error WORKER_BIN must name runnel-worker
+#endif
+
+static dt_disp_t D;
+static redisContext *C;
+
+static char *stream_body(const dev_stub_otps_t *o, const char *run_id)
+{
+	json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "agent_url", o->agent_url, "otp_setup", o->otp_setup,
+	                      "otp_run", o->otp_run, "otp_upload", o->otp_upload, "prompt", "Add an inference node",
+	                      "run_id", run_id, "session", "classic-field");
+	char *s = json_dumps(j, JSON_COMPACT);
+	char *out = th_strf("%s", s);
+
+	json_decref(j);
+	free(s);
+	return out;
+}
+
+static json_t *agent_config(const char *script)
+{
+	return json_pack("{s:{s:s,s:s}}", "agent", "kind", "mock", "script", script);
+}
+
+typedef struct st_arg {
+	dt_stream_t *s;
+	size_t lines;
+} st_arg_t;
+
+static int done(void *arg)
+{
+	return ((st_arg_t *)arg)->s->done;
+}
+
+static int has_lines(void *arg)
+{
+	st_arg_t *a = arg;
+
+	return a->s->done || dt_stream_lines(a->s) >= a->lines;
+}
+
+static int ended(void *arg)
+{
+	char st[32] = "", err[128];
+
+	return rn_runstate_get(C, "runnel", arg, "status", st, sizeof st, err, sizeof err) == 1 &&
+	       strcmp(st, "cancelled") == 0;
+}
+
+int main(void)
+{
+	th_redis_t red;
+	th_kafka_t k;
+	dev_stub_t *stub;
+	dev_stub_otps_t o1, o2;
+	dev_stub_run_t run;
+	dt_multi_t m;
+	dt_stream_t s1, s2;
+	st_arg_t a1 = { &s1, 0 }, a2 = { &s2, 1 };
+	char err[256], **lines = NULL;
+	size_t n = 0;
+	pid_t worker;
+	const char *const ct[] = { "Content-Type: application/json", NULL };
+
+	th_init("dispatcher_e2e");
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	TH_REQUIRE(th_redis_start(&red, NULL) == 0);
+	TH_REQUIRE(th_kafka_start(&k, 1) == 0);
+	TH_REQUIRE(th_kafka_create_topic(&k, "runnel.jobs", 2) == 0);
+	C = th_redis_connect(&red);
+	TH_REQUIRE(C != NULL);
+	stub = dev_stub_start(NULL, err, sizeof err);
+	TH_REQUIRE(stub != NULL, "stub: %s", err);
+	TH_REQUIRE(dt_disp_start(&D, &red, &k, NULL) == 0);
+	{
+		char *argv[] = { WORKER_BIN, NULL };
+		const char *env[] = {
+			th_strf("RUNNEL_KAFKA_BROKERS=%s", k.bootstrap), th_strf("RUNNEL_REDIS_URL=%s", red.url),
+			th_strf("RUNNEL_WORK_DIR=%s/work", th_tmpdir()), "RUNNEL_WORKER_ID=w-e2e",
+			"RUNNEL_METRICS_LISTEN=127.0.0.1:0", "RUNNEL_SLOTS=2", "RUNNEL_KILL_GRACE_MS=500",
+			"RUNNEL_LOG_LEVEL=debug",
+			"RUNNEL_KAFKA_PROPERTIES=topic.metadata.refresh.interval.ms=1000;session.timeout.ms=6000;heartbeat.interval.ms=500",
+			NULL,
+		};
+
+		worker = th_spawn(argv, env, th_strf("%s/worker.log", th_tmpdir()));
+		TH_REQUIRE(worker > 0);
+	}
+	TH_REQUIRE(dt_multi_init(&m) == 0);
+
+	/* 1. The demo run, streamed through the dispatcher. */
+	memset(&run, 0, sizeof run);
+	run.config = agent_config("demo");
+	TH_REQUIRE(dev_stub_add_run(stub, &run, &o1) == 0);
+	json_decref(run.config);
+	TH_REQUIRE(dt_stream_open(&m, &s1, th_strf("%s/stream", D.base), ct, stream_body(&o1, "e2e_demo")) == 0);
+	TH_CHECK(dt_multi_until(&m, done, &a1, 90000), "demo stream did not end (see %s)", D.log);
+	TH_CHECK(s1.rc == CURLE_OK && s1.status == 200, "%d %ld", s1.rc, s1.status);
+	TH_REQUIRE(th_stream_read_all(C, "runnel:{e2e_demo}:out", &lines, NULL, &n) == 0);
+	TH_CHECK(n >= 2, "%zu lines", n);
+	{
+		size_t off = 0;
+		int same = 1;
+		char type[16], code[32];
+
+		for (size_t i = 0; i < n && same; i++) {
+			size_t l = strlen(lines[i]);
+
+			same = off + l + 1 <= s1.len && memcmp(s1.body + off, lines[i], l) == 0 && s1.body[off + l] == '\n';
+			off += l + 1;
+		}
+		TH_CHECK(same && off == s1.len, "streamed lines differ from the run's stream:\n%s", s1.body);
+		TH_CHECK(n > 0 && th_line_type(lines[n - 1], type, sizeof type, code, sizeof code) == 0 &&
+		         strcmp(type, "result") == 0, "last line %s", n ? lines[n - 1] : "");
+	}
+	th_strv_free(lines, n);
+	dt_stream_close(&m, &s1);
+
+	/* 2. A long run: the caller leaves after its first line -> cancelled. */
+	memset(&run, 0, sizeof run);
+	run.config = agent_config("sleep 60");
+	TH_REQUIRE(dev_stub_add_run(stub, &run, &o2) == 0);
+	json_decref(run.config);
+	TH_REQUIRE(dt_stream_open(&m, &s2, th_strf("%s/stream", D.base), ct, stream_body(&o2, "e2e_slow")) == 0);
+	TH_CHECK(dt_multi_until(&m, has_lines, &a2, 60000), "no first line from the slow run");
+	dt_stream_close(&m, &s2);
+	TH_CHECK(th_wait_until(ended, "e2e_slow", 30000), "run not cancelled after the caller left");
+	TH_CHECK(th_wait_stream_terminal(C, "runnel:{e2e_slow}:out", 10000));
+	TH_REQUIRE(th_stream_read_all(C, "runnel:{e2e_slow}:out", &lines, NULL, &n) == 0 && n > 0);
+	{
+		char type[16], code[32];
+
+		TH_CHECK(th_line_type(lines[n - 1], type, sizeof type, code, sizeof code) == 0 &&
+		         strcmp(type, "error") == 0 && strcmp(code, "cancelled") == 0, "%s", lines[n - 1]);
+	}
+	th_strv_free(lines, n);
+	TH_CHECK(dev_stub_total_calls(stub, o2.session) >= 0);
+
+	dt_multi_cleanup(&m);
+	th_stop(worker, 30000);
+	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
+	dev_stub_stop(stub);
+	redisFree(C);
+	th_kafka_stop(&k);
+	curl_global_cleanup();
+	return th_done();
+}
