@@ -108,7 +108,7 @@ const char *dev_stub_ep_name(dev_stub_ep_t ep)
 }
 
 /* ------------------------------------------------------------------------
- * Small helpers
+ * Small utilities
  * ------------------------------------------------------------------------ */
 
 static int stub_random_hex(char *out, size_t nbytes)

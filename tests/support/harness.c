@@ -1,6 +1,6 @@
 /*
  * tests/support/harness.c - checks, the cleanup registry (children, temp
- * dirs), child processes, a real redis-server and the Redis read helpers.
+ * dirs), child processes, a real redis-server and the Redis readers.
  * The Kafka mock cluster lives in harness_kafka.c.
  */
 #include "tests/support/harness.h"

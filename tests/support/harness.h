@@ -2,7 +2,7 @@
  * tests/support/harness.h - what every runnel test program shares: checks
  * and a summary, private temp dirs, free loopback ports, child processes
  * that never outlive the test, a real redis-server, librdkafka's in-process
- * mock cluster, and helpers to read what runnel wrote to Redis.
+ * mock cluster, and functions that read what runnel wrote to Redis.
  *
  * Cleanup is unconditional.  Every child started here (th_spawn, redis) and
  * every temp dir (th_tmpdir) is kept in a registry; an atexit handler and

@@ -34,7 +34,7 @@ static void test_kafka(void)
 	}
 	th_kafka_consumer_free(c);
 
-	/* Without a group (the DLQ helper): no join wait. */
+	/* Without a group (th_kafka_consume_one): no join wait. */
 	int64_t t0 = th_now_ms();
 	TH_REQUIRE(th_kafka_produce(&k, "th.jobs.dlq", 0, "run_2", "x", 1, hdrs) == 0);
 	rc = th_kafka_consume_one(&k, "th.jobs.dlq", 10000, &m);
