@@ -64,6 +64,7 @@ typedef struct dispatcher {
 	rn_counter_t               *c_enqueue_failed;
 	rn_counter_t               *c_cancels;
 	rn_counter_t               *c_lost;
+	rn_counter_t               *c_pauses;
 	dispatcher_feed_t          *feeds;     /* streaming answers in progress */
 	dispatcher_enqueue_t       *enqueues;  /* enqueues waiting on Redis/Kafka */
 	char                        bound[80]; /* "host:port" actually listened on */

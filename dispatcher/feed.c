@@ -108,6 +108,7 @@ static void send_chunk(dispatcher_feed_t *f)
 	if (pending + evbuffer_get_length(f->chunk) > FEED_HIGH_WATER) {
 		/* Called back once everything queued so far reached the socket. */
 		f->paused = 1;
+		rn_counter_add(f->d->c_pauses, 1);
 		dispatcher_tail_pause(f->sub, 1);
 		evhttp_send_reply_chunk_with_cb(f->req, f->chunk, on_drained, f);
 	} else {

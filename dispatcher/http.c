@@ -421,6 +421,8 @@ static void register_metrics(dispatcher_t *d)
 	                                         "Jobs Kafka did not take (answered 503)", NULL);
 	d->c_cancels = rn_metrics_counter(d->metrics, "runnel_dispatcher_cancels_total",
 	                                  "Cancel control messages written", NULL);
+	d->c_pauses = rn_metrics_counter(d->metrics, "runnel_dispatcher_stream_pauses_total",
+	                                 "Times a slow caller's stream was paused until its socket drained", NULL);
 	d->c_lost = rn_metrics_counter(d->metrics, "runnel_dispatcher_lost_runs_total",
 	                               "Runs the lost-lease sweep of this dispatcher ended", NULL);
 }

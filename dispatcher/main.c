@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <event2/event.h>
 
@@ -49,6 +50,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	{
+		/* Every open stream is a socket: take the whole allowance. */
+		struct rlimit rl;
+
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
+	}
 	base = event_base_new();
 	if (base == NULL) {
 		fprintf(stderr, "runnel-dispatcher: event_base_new failed\n");

@@ -9,6 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <arpa/inet.h>
 
 #include <jansson.h>
 
@@ -262,6 +267,104 @@ static void test_resume(dt_multi_t *m)
 	th_strv_free(ids, n);
 }
 
+
+/*
+ * A caller that stops reading while its run writes ~8 MB: the dispatcher
+ * pauses it (bounded memory) instead of buffering without end, another
+ * caller keeps getting lines meanwhile, and once the slow caller reads
+ * again it gets every line, in order, exactly once.
+ */
+static void test_slow_caller(dt_multi_t *m)
+{
+	const int N = 4000;
+	char pad[2001];
+	struct sockaddr_in sa;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), rcvbuf = 16384;
+	char *req, *buf;
+	size_t cap = 16u << 20, len = 0;
+	dt_resp_t r;
+	dt_stream_t other;
+	wait_stream_t wo = { &other, 1 };
+	int64_t end;
+
+	memset(pad, 'x', sizeof pad - 1);
+	pad[sizeof pad - 1] = '\0';
+	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("st_slow", NULL), -1, 15000) == 0 &&
+	           r.status == 202);
+	dt_resp_free(&r);
+	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("st_other", NULL), -1, 15000) == 0 &&
+	           r.status == 202);
+	dt_resp_free(&r);
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+	memset(&sa, 0, sizeof sa);
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)D.port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	TH_REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+	req = th_strf("GET /v1/runs/st_slow/events HTTP/1.1\r\nHost: t\r\n\r\n");
+	TH_REQUIRE(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
+	TH_REQUIRE(dt_stream_open(m, &other, url("/v1/runs/st_other/events"), NULL, NULL) == 0);
+	dt_multi_pump(m, 200);
+	for (int i = 1; i <= N; i += 100) {
+		for (int j = i; j < i + 100; j++)
+			redisAppendCommand(C, "XADD runnel:{st_slow}:out * line {\"type\":\"log\",\"level\":\"info\",\"message\":\"%s\",\"seq\":%d,\"ts\":1}",
+			                   pad, j);
+		for (int j = i; j < i + 100; j++) {
+			redisReply *x = NULL;
+
+			TH_REQUIRE(redisGetReply(C, (void **)&x) == REDIS_OK);
+			freeReplyObject(x);
+		}
+	}
+	free(dt_xadd_line(C, "runnel:{st_slow}:out", "{\"type\":\"result\",\"message\":\"done\",\"seq\":0,\"ts\":1}"));
+	/* The other run is not held up by the slow caller. */
+	free(dt_xadd_line(C, "runnel:{st_other}:out", "{\"type\":\"log\",\"level\":\"info\",\"message\":\"hi\",\"ts\":1}"));
+	TH_CHECK(dt_multi_until(m, has_lines, &wo, 5000), "another caller stalled behind a slow one");
+	dt_stream_close(m, &other);
+	TH_CHECK(dt_http(&r, "GET", url("/metrics"), NULL, NULL, 0, 5000) == 0);
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_stream_pauses_total 0\n") == NULL, "the slow caller was never paused");
+	dt_resp_free(&r);
+
+	/* Now read everything. */
+	buf = malloc(cap);
+	TH_REQUIRE(buf != NULL);
+	for (end = th_now_ms() + 30000; th_now_ms() < end && len < cap;) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		ssize_t got;
+
+		if (poll(&p, 1, 200) <= 0)
+			continue;
+		got = read(fd, buf + len, cap - len);
+		if (got <= 0)
+			break;
+		len += (size_t)got;
+		if (len >= 5 && memcmp(buf + len - 5, "0\r\n\r\n", 5) == 0)
+			break;
+	}
+	close(fd);
+	{
+		int next = 1, ok = 1;
+		const char *p = buf, *e = buf + len;
+
+		while ((p = memmem(p, (size_t)(e - p), "\"seq\":", 6)) != NULL) {
+			int v = atoi(p + 6);
+
+			if (v == 0 && next == N + 1) {
+				next = -1;
+				break;
+			}
+			if (v != next) {
+				ok = 0;
+				break;
+			}
+			next++;
+			p += 6;
+		}
+		TH_CHECK(ok && next == -1, "slow caller: lines out of order or missing (next %d, %zu bytes)", next, len);
+	}
+	free(buf);
+}
+
 static void test_heartbeat(dt_multi_t *m)
 {
 	dt_stream_t s;
@@ -332,6 +435,7 @@ int main(void)
 	test_sse_stream(&m);
 	test_resume(&m);
 	test_heartbeat(&m);
+	test_slow_caller(&m);
 	test_curl_binary();
 
 	dt_multi_cleanup(&m);
