@@ -86,7 +86,7 @@ struct dev_stub {
 	struct evhttp      *http;
 	pthread_t           thread;
 	int                 thread_started;
-	char                url[64];
+	char                url[96];
 	int                 port;
 	char               *agents_dir;
 	char               *results_dir;

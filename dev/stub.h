@@ -120,7 +120,7 @@ typedef struct dev_stub_run {
 /* What dev_stub_add_run hands back.  Secrets: never log the otp_* fields. */
 typedef struct dev_stub_otps {
 	char session[72];
-	char agent_url[160];   /* BASE/ws/<session> */
+	char agent_url[192];   /* BASE/ws/<session> */
 	char otp_setup[40];
 	char otp_run[40];
 	char otp_upload[40];

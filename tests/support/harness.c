@@ -900,7 +900,8 @@ int th_redis_start(th_redis_t *r, const char *extra_config_lines)
 	if (!dir)
 		return -1;
 	snprintf(r->dir, sizeof r->dir, "%s", dir);
-	snprintf(r->log_path, sizeof r->log_path, "%s/redis.log", r->dir);
+	if (snprintf(r->log_path, sizeof r->log_path, "%s/redis.log", r->dir) >= (int)sizeof r->log_path)
+		return -1;
 	if (extra_config_lines)
 		r->extra = th_strf("%s", extra_config_lines);
 	int64_t deadline = th_now_ms() + 10000;
