@@ -827,7 +827,13 @@ static int th_redis_probe(const th_redis_t *r)
 	}
 	redisSetTimeout(c, tv);
 	int ok = 0;
-	redisReply *rep = redisCommand(c, "PING");
+	redisReply *rep;
+	if (r->password[0]) {
+		redisReply *a = redisCommand(c, "AUTH %s", r->password);
+		if (a)
+			freeReplyObject(a);
+	}
+	rep = redisCommand(c, "PING");
 	if (rep && rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0) {
 		freeReplyObject(rep);
 		/* Make sure it is ours and not another test's server that won
@@ -902,8 +908,19 @@ int th_redis_start(th_redis_t *r, const char *extra_config_lines)
 	snprintf(r->dir, sizeof r->dir, "%s", dir);
 	if (snprintf(r->log_path, sizeof r->log_path, "%s/redis.log", r->dir) >= (int)sizeof r->log_path)
 		return -1;
-	if (extra_config_lines)
+	if (extra_config_lines) {
 		r->extra = th_strf("%s", extra_config_lines);
+		/* The last requirepass wins, as in redis. */
+		for (const char *l = extra_config_lines; l && *l;) {
+			const char *nl = strchr(l, '\n');
+			size_t len = nl ? (size_t)(nl - l) : strlen(l);
+			if (len > 12 && strncmp(l, "requirepass ", 12) == 0 && len - 12 < sizeof r->password) {
+				memcpy(r->password, l + 12, len - 12);
+				r->password[len - 12] = 0;
+			}
+			l = nl ? nl + 1 : NULL;
+		}
+	}
 	int64_t deadline = th_now_ms() + 10000;
 	for (int attempt = 0; attempt < 8; attempt++) {
 		r->port = th_free_port();
@@ -911,7 +928,10 @@ int th_redis_start(th_redis_t *r, const char *extra_config_lines)
 			return -1;
 		int rc = th_redis_try(r, deadline);
 		if (rc == 0) {
-			snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
+			if (r->password[0])
+				snprintf(r->url, sizeof r->url, "redis://:%s@127.0.0.1:%d", r->password, r->port);
+			else
+				snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
 			return 0;
 		}
 		if (rc < 0 || th_now_ms() > deadline)
@@ -972,6 +992,17 @@ redisContext *th_redis_connect(const th_redis_t *r)
 	}
 	struct timeval rtv = { 5, 0 };
 	redisSetTimeout(c, rtv);
+	if (r->password[0]) {
+		redisReply *a = redisCommand(c, "AUTH %s", r->password);
+		int ok = a && a->type == REDIS_REPLY_STATUS;
+		if (a)
+			freeReplyObject(a);
+		if (!ok) {
+			fprintf(stderr, "# redis: AUTH on 127.0.0.1:%d refused\n", r->port);
+			redisFree(c);
+			return NULL;
+		}
+	}
 	return c;
 }
 

@@ -220,11 +220,12 @@ int th_alive(pid_t pid);
 
 typedef struct th_redis {
 	int   port;           /* loopback port it listens on */
-	char  url[64];        /* "redis://127.0.0.1:PORT" */
+	char  url[192];       /* "redis://127.0.0.1:PORT" */
 	char  dir[PATH_MAX];  /* private dir: redis.conf, redis.log, AOF/RDB */
 	char  log_path[PATH_MAX];
 	pid_t pid;            /* 0 when not running */
 	char *extra;          /* private: extra config lines, kept for restart */
+	char  password[128];  /* from a "requirepass" extra line, else "" */
 } th_redis_t;
 
 /*
@@ -235,6 +236,8 @@ typedef struct th_redis {
  * Ready means PING answered PONG, probed until a 10 s deadline (never a
  * fixed sleep).  When the port was taken meanwhile, retries with another.
  * Fills *r.  0, or -1 (printed, with redis.log's tail).
+ * With a "requirepass PASS" line, r->password is set, r->url becomes
+ * "redis://:PASS@127.0.0.1:PORT" and th_redis_connect authenticates.
  */
 int th_redis_start(th_redis_t *r, const char *extra_config_lines);
 
@@ -253,8 +256,9 @@ int th_redis_kill(th_redis_t *r);
  */
 int th_redis_restart(th_redis_t *r);
 
-/* A new blocking connection (2 s connect timeout); the caller frees it with
- * redisFree.  NULL on failure (printed). */
+/* A new blocking connection (2 s connect timeout, 5 s per reply: keep
+ * XREAD BLOCK under 5000 ms); AUTH when r->password is set.  The caller
+ * frees it with redisFree.  NULL on failure (printed). */
 redisContext *th_redis_connect(const th_redis_t *r);
 
 /*

@@ -111,6 +111,30 @@ static void test_redis(void)
 	TH_CHECK(th_redis_stop(&r) == 0);
 }
 
+static void test_redis_password(void)
+{
+	th_redis_t r;
+	TH_REQUIRE(th_redis_start(&r, "requirepass s3cret-pw\n") == 0);
+	TH_CHECK(th_streq(r.password, "s3cret-pw"));
+	TH_CHECK(th_streq(r.url, th_strf("redis://:s3cret-pw@127.0.0.1:%d", r.port)), "url %s", r.url);
+	redisContext *c = th_redis_connect(&r);
+	TH_REQUIRE(c != NULL);
+	redisReply *rep = redisCommand(c, "SET k v");
+	TH_CHECK(rep && rep->type == REDIS_REPLY_STATUS);
+	if (rep)
+		freeReplyObject(rep);
+	redisFree(c);
+	struct timeval tv = { 2, 0 };
+	c = redisConnectWithTimeout("127.0.0.1", r.port, tv);
+	rep = c ? redisCommand(c, "GET k") : NULL;
+	TH_CHECK(rep && rep->type == REDIS_REPLY_ERROR && strstr(rep->str, "NOAUTH"), "unauthenticated GET refused");
+	if (rep)
+		freeReplyObject(rep);
+	if (c)
+		redisFree(c);
+	TH_CHECK(th_redis_stop(&r) == 0);
+}
+
 static int file_has_ready(void *arg)
 {
 	return th_file_contains(arg, "ready");
@@ -145,6 +169,7 @@ int main(void)
 	th_init("harness_roundtrip");
 	test_processes();
 	test_redis();
+	test_redis_password();
 	test_kafka();
 	return th_done();
 }
