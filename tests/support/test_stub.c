@@ -237,6 +237,81 @@ static void test_faults(dev_stub_t *s)
 	TH_CHECK(dev_stub_set_fault(s, "sess_unknown", DEV_STUB_EP_ENV, &f) == -1);
 }
 
+/* Many clients at once (curl multi), and one keep-alive connection
+ * carrying several requests, a delayed answer among them. */
+static void test_concurrency(dev_stub_t *s)
+{
+	enum { N = 24 };
+	dev_stub_otps_t o[N];
+	dev_stub_run_t run;
+	memset(&run, 0, sizeof run);
+	CURLM *multi = curl_multi_init();
+	CURL *e[N];
+	struct curl_slist *h[N];
+	resp_t r[N];
+	for (int i = 0; i < N; i++) {
+		run.faults[DEV_STUB_EP_ENV].delay_ms = (i % 3) * 50;
+		TH_REQUIRE(dev_stub_add_run(s, &run, &o[i]) == 0);
+		memset(&r[i], 0, sizeof r[i]);
+		e[i] = curl_easy_init();
+		h[i] = curl_slist_append(NULL, th_strf("Authorization: Bearer %s", o[i].otp_setup));
+		curl_easy_setopt(e[i], CURLOPT_URL, ep_url(&o[i], "env"));
+		curl_easy_setopt(e[i], CURLOPT_HTTPHEADER, h[i]);
+		curl_easy_setopt(e[i], CURLOPT_WRITEFUNCTION, on_body);
+		curl_easy_setopt(e[i], CURLOPT_WRITEDATA, &r[i]);
+		curl_easy_setopt(e[i], CURLOPT_TIMEOUT_MS, 10000L);
+		curl_multi_add_handle(multi, e[i]);
+	}
+	int running = 1;
+	while (running) {
+		curl_multi_perform(multi, &running);
+		if (running)
+			curl_multi_poll(multi, NULL, 0, 100, NULL);
+	}
+	int ok = 0;
+	for (int i = 0; i < N; i++) {
+		long st = 0;
+		curl_easy_getinfo(e[i], CURLINFO_RESPONSE_CODE, &st);
+		ok += st == 200 && r[i].body && strstr(r[i].body, "variables");
+		curl_multi_remove_handle(multi, e[i]);
+		curl_easy_cleanup(e[i]);
+		curl_slist_free_all(h[i]);
+		resp_free(&r[i]);
+	}
+	curl_multi_cleanup(multi);
+	TH_CHECK(ok == N, "%d of %d parallel answers", ok, N);
+
+	/* Keep-alive: one handle, one connection, four requests. */
+	dev_stub_otps_t k;
+	memset(&run, 0, sizeof run);
+	run.faults[DEV_STUB_EP_CONFIG].delay_ms = 100;
+	TH_REQUIRE(dev_stub_add_run(s, &run, &k) == 0);
+	CURL *c = curl_easy_init();
+	const char *urls[] = { ep_url(&k, "env"), ep_url(&k, "env"), ep_url(&k, "config"), ep_url(&k, "config") };
+	const char *toks[] = { "wrong", k.otp_setup, k.otp_run, k.otp_run };
+	long want[] = { 401, 200, 200, 401 };
+	for (int i = 0; i < 4; i++) {
+		resp_t rr;
+		memset(&rr, 0, sizeof rr);
+		struct curl_slist *hh = curl_slist_append(NULL, th_strf("Authorization: Bearer %s", toks[i]));
+		curl_easy_setopt(c, CURLOPT_URL, urls[i]);
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hh);
+		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+		curl_easy_setopt(c, CURLOPT_WRITEDATA, &rr);
+		curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
+		CURLcode rc = curl_easy_perform(c);
+		long st = 0, conns = -1;
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+		curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &conns);
+		TH_CHECK(rc == CURLE_OK && st == want[i], "request %d: rc %d status %ld", i, (int)rc, st);
+		if (i > 0)
+			TH_CHECK(conns == 0, "request %d reused the connection (%ld new)", i, conns);
+		curl_slist_free_all(hh);
+		resp_free(&rr);
+	}
+	curl_easy_cleanup(c);
+}
+
 static const char bin[] = "\x00\x01\r\n--not-a-boundary\r\n\xff";
 
 static void test_upload(dev_stub_t *s, const char *results_dir)
@@ -554,6 +629,7 @@ int main(void)
 
 	test_auth(s);
 	test_faults(s);
+	test_concurrency(s);
 	test_upload(s, results);
 	test_blob_faults(s);
 	dev_stub_stop(s);
