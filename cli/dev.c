@@ -596,7 +596,7 @@ static int run_demo(dev_stack_t *s)
 		.prefix = g_opt.prefix,
 		.run_id = run_id,
 		.mode = cli_tail_mode(0),
-		.must_exist = 1,
+		.wait_ms = 3000,
 	};
 	rc = cli_tail_follow(&req);
 	printf("\n");

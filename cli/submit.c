@@ -492,8 +492,9 @@ int cli_submit_main(int argc, char **argv)
 		.run_id = run_id,
 		.after = NULL,
 		.mode = mode,
-		/* A job sent straight to Kafka has no state until a worker claims it. */
-		.must_exist = !via_kafka,
+		/* A job sent straight to Kafka has no state until a worker claims it;
+		 * the dispatcher wrote "queued" before it answered. */
+		.wait_ms = via_kafka ? -1 : 3000,
 	};
 	rc = cli_tail_follow(&req);
 out:

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "args.h"
@@ -22,6 +23,8 @@
 #define TAIL_LIVE_TICK_MS 100   /* spinner frame */
 #define TAIL_STATE_POLL_MS 1000 /* footer status refresh (LIVE) */
 #define TAIL_ID_MAX       64
+#define TAIL_RECONNECT_MS 10000 /* how long a lost Redis connection is retried */
+#define TAIL_EXISTS_POLL_MS 200
 
 cli_view_mode_t cli_tail_mode(int json)
 {
@@ -78,6 +81,55 @@ static int handle_reply(redisReply *r, char *last_id, cli_view_t *view)
 	return 0;
 }
 
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/*
+ * Waits for the run to exist (state hash or stream).  Returns 0 when it
+ * does, CLI_EXIT_NOT_FOUND, CLI_EXIT_UNREACHABLE or CLI_EXIT_INTERRUPTED.
+ */
+static int await_run(redisContext *c, const cli_tail_req_t *req)
+{
+	char err[320];
+	int64_t end = req->wait_ms > 0 ? rn_mono_ms() + req->wait_ms : 0;
+	for (;;) {
+		int found = cli_rconn_run_exists(c, req->prefix, req->run_id, err, sizeof(err));
+		if (found < 0) {
+			fprintf(stderr, "runnel %s: %s\n", req->verb, err);
+			return CLI_EXIT_UNREACHABLE;
+		}
+		if (found)
+			return 0;
+		if (req->wait_ms == 0 || (req->wait_ms > 0 && rn_mono_ms() >= end)) {
+			fprintf(stderr, "runnel %s: run %s not found\n", req->verb, req->run_id);
+			return CLI_EXIT_NOT_FOUND;
+		}
+		if (cli_interrupted())
+			return CLI_EXIT_INTERRUPTED;
+		sleep_ms(TAIL_EXISTS_POLL_MS);
+	}
+}
+
+/* Replaces a broken connection, retrying until TAIL_RECONNECT_MS passes. */
+static redisContext *reconnect(const cli_tail_req_t *req, cli_view_t *view, char *err, size_t errsz)
+{
+	int64_t end = rn_mono_ms() + TAIL_RECONNECT_MS;
+	cli_view_status(view, "reconnecting to Redis");
+	while (rn_mono_ms() < end && !cli_interrupted()) {
+		cli_view_tick(view);
+		sleep_ms(TAIL_LIVE_TICK_MS * 2);
+		redisContext *c = cli_rconn_open(req->redis_url, err, errsz);
+		if (c) {
+			cli_view_status(view, "running");
+			return c;
+		}
+	}
+	return NULL;
+}
+
 int cli_tail_follow(const cli_tail_req_t *req)
 {
 	char err[320], kout[PROTO_KEY_MAX], kstate[PROTO_KEY_MAX];
@@ -96,18 +148,10 @@ int cli_tail_follow(const cli_tail_req_t *req)
 		fprintf(stderr, "runnel %s: %s\n", req->verb, err);
 		return CLI_EXIT_UNREACHABLE;
 	}
-	if (req->must_exist) {
-		int found = cli_rconn_run_exists(c, req->prefix, req->run_id, err, sizeof(err));
-		if (found < 0) {
-			fprintf(stderr, "runnel %s: %s\n", req->verb, err);
-			redisFree(c);
-			return CLI_EXIT_UNREACHABLE;
-		}
-		if (!found) {
-			fprintf(stderr, "runnel %s: run %s not found\n", req->verb, req->run_id);
-			redisFree(c);
-			return CLI_EXIT_NOT_FOUND;
-		}
+	rc = await_run(c, req);
+	if (rc != 0) {
+		redisFree(c);
+		return rc;
 	}
 
 	cli_view_t *view = cli_view_new(req->mode, stdout, req->run_id, 0, 0);
@@ -118,7 +162,7 @@ int cli_tail_follow(const cli_tail_req_t *req)
 	}
 	int live = req->mode == CLI_VIEW_LIVE;
 	int block = live ? TAIL_LIVE_TICK_MS : TAIL_BLOCK_MS;
-	int64_t next_poll = 0;
+	int64_t next_poll = 0, loading_since = 0;
 	for (;;) {
 		if (cli_interrupted()) {
 			rc = CLI_EXIT_INTERRUPTED;
@@ -130,18 +174,45 @@ int cli_tail_follow(const cli_tail_req_t *req)
 		}
 		redisReply *r = redisCommand(c, "XREAD COUNT %d BLOCK %d STREAMS %s %s",
 		                             TAIL_BATCH, block, kout, last_id);
-		if (!r || r->type == REDIS_REPLY_ERROR) {
+		if (!r || c->err) {
+			/* The connection broke: resume after last_id on a new one. */
+			if (r)
+				freeReplyObject(r);
 			if (cli_interrupted()) {
-				if (r)
-					freeReplyObject(r);
 				rc = CLI_EXIT_INTERRUPTED;
 				break;
 			}
+			cli_rconn_error(c, NULL, err, sizeof(err));
+			redisFree(c);
+			c = reconnect(req, view, err, sizeof(err));
+			if (!c) {
+				if (cli_interrupted()) {
+					rc = CLI_EXIT_INTERRUPTED;
+					break;
+				}
+				cli_view_finish(view);
+				fprintf(stderr, "runnel %s: lost the connection to Redis: %s\n", req->verb, err);
+				rc = CLI_EXIT_UNREACHABLE;
+				break;
+			}
+			continue;
+		}
+		if (r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "LOADING", 7) &&
+		    (loading_since == 0 || rn_mono_ms() - loading_since < TAIL_RECONNECT_MS)) {
+			/* A restarted Redis reading its data back: wait, then ask again. */
+			if (loading_since == 0)
+				loading_since = rn_mono_ms();
+			freeReplyObject(r);
+			cli_view_tick(view);
+			sleep_ms(TAIL_LIVE_TICK_MS);
+			continue;
+		}
+		loading_since = 0;
+		if (r->type == REDIS_REPLY_ERROR) {
 			cli_view_finish(view);
 			cli_rconn_error(c, r, err, sizeof(err));
-			fprintf(stderr, "runnel %s: lost the stream: %s\n", req->verb, err);
-			if (r)
-				freeReplyObject(r);
+			fprintf(stderr, "runnel %s: %s\n", req->verb, err);
+			freeReplyObject(r);
 			rc = CLI_EXIT_UNREACHABLE;
 			break;
 		}
@@ -165,7 +236,8 @@ int cli_tail_follow(const cli_tail_req_t *req)
 	}
 	cli_view_finish(view);
 	cli_view_free(view);
-	redisFree(c);
+	if (c)
+		redisFree(c);
 	return rc;
 }
 
@@ -176,6 +248,7 @@ static struct {
 	char *prefix;
 	char *after;
 	int   json;
+	int   wait;
 } g_opt;
 
 static const rn_opt_t tail_opts[] = {
@@ -183,6 +256,8 @@ static const rn_opt_t tail_opts[] = {
 	  "resume after this stream entry id (exclusive)", 0, 0 },
 	{ "json", 0, "RUNNEL_JSON", RN_OPT_BOOL, &g_opt.json, "false", NULL,
 	  "print the raw envelope lines, one per line", 0, 0 },
+	{ "wait", 0, "RUNNEL_TAIL_WAIT", RN_OPT_BOOL, &g_opt.wait, "false", NULL,
+	  "wait for a run that does not exist yet (a job still in Kafka) instead of exiting 3", 0, 0 },
 	{ "redis-url", 0, "RUNNEL_REDIS_URL", RN_OPT_STR, &g_opt.redis_url, "redis://127.0.0.1:6379", "URL",
 	  "Redis holding the run streams", 0, 0 },
 	{ "key-prefix", 0, "RUNNEL_KEY_PREFIX", RN_OPT_STR, &g_opt.prefix, "runnel", "PREFIX",
@@ -249,7 +324,7 @@ int cli_tail_main(int argc, char **argv)
 		.run_id = a.pos[0],
 		.after = g_opt.after,
 		.mode = cli_tail_mode(g_opt.json),
-		.must_exist = 1,
+		.wait_ms = g_opt.wait ? -1 : 0,
 	};
 	rc = cli_tail_follow(&req);
 out:

@@ -14,13 +14,16 @@ typedef struct cli_tail_req {
 	const char     *run_id;
 	const char     *after;       /* stream id to resume after (exclusive), NULL = start */
 	cli_view_mode_t mode;
-	int             must_exist;  /* 1: exit CLI_EXIT_NOT_FOUND for an unknown run;
-	                                0: wait for it (a job still on its way through Kafka) */
+	int             wait_ms;     /* an unknown run: 0 exits CLI_EXIT_NOT_FOUND at once,
+	                                N > 0 waits up to N ms for it to appear, -1 waits
+	                                as long as it takes (a job still in Kafka) */
 } cli_tail_req_t;
 
 /*
  * Prints the run's lines through a view until the terminal line, Ctrl-C or
- * a Redis failure.  Returns the exit code: CLI_EXIT_OK (result),
+ * a Redis failure.  A lost connection is re-established for up to 10 s and
+ * the tail resumes after the last entry shown, so no line is lost or
+ * shown twice.  Returns the exit code: CLI_EXIT_OK (result),
  * CLI_EXIT_RUN_ERROR (error line), CLI_EXIT_NOT_FOUND, CLI_EXIT_UNREACHABLE
  * or CLI_EXIT_INTERRUPTED.  Messages go to stderr as "runnel VERB: ...".
  * The caller installs cli_interrupt_install() first if Ctrl-C should stop it.

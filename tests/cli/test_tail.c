@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
 
 #include "tests/cli/clirun.h"
 #include "tests/support/harness.h"
@@ -214,6 +216,84 @@ static void test_tty(void)
 	clirun_free(&p);
 }
 
+/* --wait: a run that does not exist yet is waited for. */
+static void test_wait(void)
+{
+	clirun_t p;
+	const char *argv[] = { g_bin, "tail", "run_later", "--wait", "--json", NULL };
+	const char *env[] = { g_env_url, NULL };
+	TH_REQUIRE(clirun_start(&p, argv, env, 0, 0) == 0);
+	clirun_pump(&p, 500);
+	TH_CHECK(waitpid(p.pid, NULL, WNOHANG) == 0, "tail --wait exited early: %s", p.err);
+	xadd("runnel", "run_later", "9-1", LINES[3]);
+	TH_CHECK(clirun_wait(&p, 10000) == 0, "exit %d: %s", p.exit_code, p.err);
+	TH_CHECK(th_streq(p.out, joined(3, 4, NULL)), "got\n%s", p.out);
+	clirun_free(&p);
+}
+
+/* Redis restarts mid-tail: the tail reconnects and resumes after the last
+ * line it showed, so every line appears exactly once. */
+static void test_reconnect(void)
+{
+	th_redis_t r2;
+	TH_REQUIRE(th_redis_start(&r2, "appendonly yes\nappendfsync always\n") == 0);
+	redisContext *c2 = th_redis_connect(&r2);
+	TH_REQUIRE(c2 != NULL);
+	redisReply *rep = redisCommand(c2, "XADD runnel:{run_rc}:out 1-1 line %s", LINES[0]);
+	TH_REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
+	freeReplyObject(rep);
+	redisFree(c2);
+
+	clirun_t p;
+	char *env_url = th_strf("RUNNEL_REDIS_URL=%s", r2.url);
+	const char *argv[] = { g_bin, "tail", "run_rc", "--json", NULL };
+	const char *env[] = { env_url, NULL };
+	TH_REQUIRE(clirun_start(&p, argv, env, 0, 0) == 0);
+	for (int i = 0; i < 100 && !strstr(p.out, "\n"); i++)
+		clirun_pump(&p, 50);
+	TH_CHECK(th_streq(p.out, joined(0, 1, NULL)), "before the restart: %s", p.out);
+	TH_REQUIRE(th_redis_restart(&r2) == 0);
+	c2 = th_redis_connect(&r2);
+	TH_REQUIRE(c2 != NULL);
+	for (size_t i = 1; i < 4; i++) {
+		/* A restarted Redis answers LOADING until its AOF is read back. */
+		int64_t end = th_now_ms() + 10000;
+		do {
+			rep = redisCommand(c2, "XADD runnel:{run_rc}:out 1-%d line %s", (int)i + 1, LINES[i]);
+			if (rep && rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "LOADING", 7)) {
+				freeReplyObject(rep);
+				rep = NULL;
+				usleep(20000);
+			}
+		} while (!rep && th_now_ms() < end);
+		TH_CHECK(rep && rep->type == REDIS_REPLY_STRING, "%s", rep ? rep->str : "no reply");
+		if (rep)
+			freeReplyObject(rep);
+	}
+	redisFree(c2);
+	TH_CHECK(clirun_wait(&p, 15000) == 0, "exit %d: %s", p.exit_code, p.err);
+	TH_CHECK(th_streq(p.out, joined(0, 4, NULL)), "after the restart:\n%s", p.out);
+	clirun_free(&p);
+
+	/* Redis gone for good: exit 4 once the 10 s reconnect window is over. */
+	c2 = th_redis_connect(&r2);
+	TH_REQUIRE(c2 != NULL);
+	rep = redisCommand(c2, "HSET runnel:{run_gone}:state status running");
+	TH_REQUIRE(rep && rep->type == REDIS_REPLY_INTEGER);
+	freeReplyObject(rep);
+	redisFree(c2);
+	const char *argv2[] = { g_bin, "tail", "run_gone", "--json", NULL };
+	TH_REQUIRE(clirun_start(&p, argv2, env, 0, 0) == 0);
+	clirun_pump(&p, 300);
+	th_redis_kill(&r2);
+	int64_t t0 = th_now_ms();
+	TH_CHECK(clirun_wait(&p, 30000) == 4, "exit %d", p.exit_code);
+	TH_CHECK(strncmp(p.err, "runnel tail: lost the connection to Redis: ", 43) == 0, "%s", p.err);
+	int64_t took = th_now_ms() - t0;
+	TH_CHECK(took >= 9000 && took < 15000, "gave up after %lld ms", (long long)took);
+	clirun_free(&p);
+}
+
 int main(int argc, char **argv)
 {
 	TH_REQUIRE(argc == 2, "usage: test_cli_tail RUNNEL_BINARY");
@@ -227,6 +307,8 @@ int main(int argc, char **argv)
 	test_plain();
 	test_follow_live();
 	test_tty();
+	test_wait();
+	test_reconnect();
 
 	redisFree(g_c);
 	return th_done();
