@@ -211,7 +211,8 @@ int th_kill(pid_t pid);
  */
 int th_stop(pid_t pid, int timeout_ms);
 
-/* 1 when pid is a registered child that has not exited yet, else 0. */
+/* 1 when pid is a registered child that has not exited yet, else 0.
+ * Looks without reaping: th_wait_exit still gets the status later. */
 int th_alive(pid_t pid);
 
 /* ------------------------------------------------------------------------
