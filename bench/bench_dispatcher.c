@@ -340,7 +340,8 @@ int main(int argc, char **argv)
 	th_kafka_t k;
 	char port_env[64], redis_env[128], kafka_env[600];
 	const char *env[8];
-	char *dargv[] = { DISPATCHER_BIN, NULL };
+	/* BENCH_DISPATCHER_BIN runs another binary or a wrapper (perf record). */
+	char *dargv[] = { getenv("BENCH_DISPATCHER_BIN") ? getenv("BENCH_DISPATCHER_BIN") : DISPATCHER_BIN, NULL };
 	char base[64];
 	pid_t pid;
 	CURLM *multi;
