@@ -101,6 +101,7 @@ const REFUSALS = {
   "grace-too-short": "worker.terminationGracePeriodSeconds (60) must be greater than worker.drainSec (60)",
   "too-many-replicas": "worker.autoscaling.maxReplicas (10) exceeds kafka.topicPartitions (6)",
   "unmasked-hostusers": "worker.sandbox.procMount=Unmasked needs worker.sandbox.hostUsers=false",
+  "bad-sandbox-network": "at '/worker/sandbox/network': value must be one of 'none', 'host'",
 };
 
 const SECRET_NAME_RE = /JOB_KEY|API_TOKEN|PASSWORD|SASL|SECRET|TOKEN/i;
@@ -343,7 +344,7 @@ async function render(name) {
         eq(work.spec.replicas, 5, "worker replicas");
         eq(work.spec.template.spec.terminationGracePeriodSeconds, 630, "grace = drain + margin");
         eq(workerCm.data.RUNNEL_RETENTION_SEC, "2592000", "RUNNEL_RETENTION_SEC");
-        eq(workerCm.data.RUNNEL_MAX_RUNTIME_SEC, "1209600", "RUNNEL_MAX_RUNTIME_SEC");
+        eq(workerCm.data.RUNNEL_MAX_RUNTIME_SEC, "604800", "RUNNEL_MAX_RUNTIME_SEC");
       });
     },
     secrets() {
