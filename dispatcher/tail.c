@@ -78,6 +78,7 @@ struct dispatcher_tail {
 	size_t              nsubs;
 	rn_gauge_t         *g_callers;
 	rn_gauge_t         *g_runs;
+	rn_gauge_t         *g_conns;
 	rn_counter_t       *c_reads;
 	rn_counter_t       *c_entries;
 	rn_counter_t       *c_unblocks;
@@ -405,6 +406,7 @@ static void on_conn_state(dispatcher_rconn_t *rc, int up, void *arg)
 	c->have_id = 0;
 	c->reading = 0;
 	c->unblock_sent = 0;
+	rn_gauge_add(c->t->g_conns, up ? 1 : -1);
 	if (!up)
 		return;
 	dispatcher_rconn_cmd(c->rc, on_client_id, c, 2, argv, NULL);
@@ -447,6 +449,8 @@ dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_u
 	                                "Callers following a run's stream (events and /stream)", NULL);
 	t->g_runs = rn_metrics_gauge(metrics, "runnel_dispatcher_tail_runs",
 	                             "Distinct runs being tailed", NULL);
+	t->g_conns = rn_metrics_gauge(metrics, "runnel_dispatcher_tail_connections",
+	                              "Tail pool Redis connections that are up", NULL);
 	t->c_reads = rn_metrics_counter(metrics, "runnel_dispatcher_tail_reads_total",
 	                                "XREAD commands issued by the tail pool", NULL);
 	t->c_entries = rn_metrics_counter(metrics, "runnel_dispatcher_tail_entries_total",

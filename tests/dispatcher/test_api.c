@@ -249,6 +249,7 @@ static void test_cors_health_metrics(void)
 	TH_CHECK(strstr(r.body, "runnel_dispatcher_active_streams 0\n") != NULL);
 	TH_CHECK(strstr(r.body, "runnel_dispatcher_tail_callers 0\n") != NULL);
 	TH_CHECK(strstr(r.body, "runnel_dispatcher_cancels_total 2\n") != NULL);
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_tail_connections 2\n") != NULL);
 	dt_resp_free(&r);
 }
 
