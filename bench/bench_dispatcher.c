@@ -355,9 +355,9 @@ int main(int argc, char **argv)
 	double cpu0, rcpu0, scpu0;
 
 	if (argc > 1)
-		C_N = atoi(argv[1]) > 0 ? atoi(argv[1]) : C_N;
+		C_N = strtol(argv[1], NULL, 10) > 0 ? (int)strtol(argv[1], NULL, 10) : C_N;
 	if (argc > 2)
-		L_N = atoi(argv[2]) > 1 ? atoi(argv[2]) : L_N;
+		L_N = strtol(argv[2], NULL, 10) > 1 ? (int)strtol(argv[2], NULL, 10) : L_N;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);

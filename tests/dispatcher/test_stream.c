@@ -109,7 +109,7 @@ static void test_ndjson(dt_multi_t *m)
 	expect = malloc(expect_len + 1);
 	expect[0] = '\0';
 	for (size_t i = 0, off = 0; i + 1 < n; i++)
-		off += (size_t)sprintf(expect + off, "%s\n", lines[i]);
+		off += (size_t)snprintf(expect + off, expect_len + 1 - off, "%s\n", lines[i]);
 	TH_CHECK(s.len == expect_len && memcmp(s.body, expect, expect_len) == 0,
 	         "NDJSON differs from the Redis stream (%zu vs %zu bytes)", s.len, expect_len);
 	free(expect);
@@ -347,7 +347,7 @@ static void test_slow_caller(dt_multi_t *m)
 		const char *p = buf, *e = buf + len;
 
 		while ((p = memmem(p, (size_t)(e - p), "\"seq\":", 6)) != NULL) {
-			int v = atoi(p + 6);
+			int v = (int)strtol(p + 6, NULL, 10);
 
 			if (v == 0 && next == N + 1) {
 				next = -1;
