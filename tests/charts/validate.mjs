@@ -81,6 +81,7 @@ export async function createValidator() {
     const program = ts.createProgram([...wanted.keys()], {
       noEmit: true,
       target: ts.ScriptTarget.ES2022,
+      lib: ["lib.es5.d.ts"],
       module: ts.ModuleKind.ESNext,
       moduleResolution: ts.ModuleResolutionKind.Bundler,
       types: [],
