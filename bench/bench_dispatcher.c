@@ -338,7 +338,7 @@ int main(int argc, char **argv)
 {
 	th_redis_t red;
 	th_kafka_t k;
-	char port_env[64], redis_env[128], kafka_env[600];
+	char port_env[64];
 	const char *env[8];
 	/* BENCH_DISPATCHER_BIN runs another binary or a wrapper (perf record). */
 	char *dargv[] = { getenv("BENCH_DISPATCHER_BIN") ? getenv("BENCH_DISPATCHER_BIN") : DISPATCHER_BIN, NULL };
@@ -374,11 +374,9 @@ int main(int argc, char **argv)
 		snprintf(port_env, sizeof port_env, "RUNNEL_LISTEN=127.0.0.1:%d", port);
 		snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
 	}
-	snprintf(redis_env, sizeof redis_env, "RUNNEL_REDIS_URL=%s", red.url);
-	snprintf(kafka_env, sizeof kafka_env, "RUNNEL_KAFKA_BROKERS=%s", k.bootstrap);
 	env[0] = port_env;
-	env[1] = redis_env;
-	env[2] = kafka_env;
+	env[1] = th_strf("RUNNEL_REDIS_URL=%s", red.url);
+	env[2] = th_strf("RUNNEL_KAFKA_BROKERS=%s", k.bootstrap);
 	env[3] = "RUNNEL_LOG_LEVEL=warn";
 	env[4] = NULL;
 	pid = th_spawn(dargv, env, th_strf("%s/dispatcher.log", th_tmpdir()));
