@@ -312,36 +312,51 @@ static void footer_draw(cli_view_t *v)
 
 static void step_row(cli_view_t *v, const view_step_t *s)
 {
-	char dur[32];
+	char dur[32], word[32];
 	int budget = v->cols - 2; /* one column spare for the cut mark */
+	const char *icon, *color;
 
 	switch (s->status) {
 	case STEP_RUNNING:
-		put_seg(&v->b, SGR_YELLOW, spinner[v->spin % 10], &budget, 1);
-		put_seg(&v->b, NULL, " ", &budget, 0);
-		put_seg(&v->b, SGR_BOLD, s->name, &budget, 1);
-		put_seg(&v->b, SGR_YELLOW, "  running ", &budget, 1);
-		put_seg(&v->b, SGR_DIM, cli_view_duration(dur, sizeof(dur), rn_mono_ms() - s->seen_mono),
-		        &budget, 1);
+		icon = spinner[v->spin % 10];
+		color = SGR_YELLOW;
+		snprintf(word, sizeof(word), "  running ");
+		cli_view_duration(dur, sizeof(dur), rn_mono_ms() - s->seen_mono);
 		break;
 	case STEP_SUCCEEDED:
-		put_seg(&v->b, SGR_GREEN, "✓", &budget, 1);
-		put_seg(&v->b, NULL, " ", &budget, 0);
-		put_seg(&v->b, SGR_BOLD, s->name, &budget, 1);
-		put_seg(&v->b, SGR_GREEN, "  succeeded ", &budget, 1);
-		put_seg(&v->b, SGR_DIM, cli_view_duration(dur, sizeof(dur), s->dur_ms), &budget, 1);
+		icon = "✓";
+		color = SGR_GREEN;
+		snprintf(word, sizeof(word), "  succeeded ");
+		cli_view_duration(dur, sizeof(dur), s->dur_ms);
 		break;
 	default:
-		put_seg(&v->b, SGR_RED, "✗", &budget, 1);
-		put_seg(&v->b, NULL, " ", &budget, 0);
-		put_seg(&v->b, SGR_BOLD, s->name, &budget, 1);
-		put_seg(&v->b, SGR_RED, "  failed ", &budget, 1);
-		put_seg(&v->b, SGR_DIM, cli_view_duration(dur, sizeof(dur), s->dur_ms), &budget, 1);
-		if (s->error) {
-			put_seg(&v->b, NULL, "  ", &budget, 0);
-			put_seg(&v->b, SGR_RED, s->error, &budget, 1);
-		}
+		icon = "✗";
+		color = SGR_RED;
+		snprintf(word, sizeof(word), "  failed ");
+		cli_view_duration(dur, sizeof(dur), s->dur_ms);
 		break;
+	}
+	/* The status and duration matter most: a long name gives way first. */
+	int fixed = 2 + text_width(word) + text_width(dur);
+	int name_budget = budget - fixed;
+	if (name_budget < 6)
+		name_budget = 6;
+	put_seg(&v->b, color, icon, &budget, 1);
+	put_seg(&v->b, NULL, " ", &budget, 0);
+	if (text_width(s->name) > name_budget) {
+		int used = 0;
+		buf_str(&v->b, SGR_BOLD);
+		put_text(&v->b, s->name, strlen(s->name), name_budget - 1, &used);
+		buf_str(&v->b, "…" SGR_RESET);
+		budget -= used + 1;
+	} else {
+		put_seg(&v->b, SGR_BOLD, s->name, &budget, 1);
+	}
+	put_seg(&v->b, color, word, &budget, 1);
+	put_seg(&v->b, SGR_DIM, dur, &budget, 1);
+	if (s->status == STEP_FAILED && s->error) {
+		put_seg(&v->b, NULL, "  ", &budget, 0);
+		put_seg(&v->b, SGR_RED, s->error, &budget, 1);
 	}
 }
 

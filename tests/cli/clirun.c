@@ -279,8 +279,15 @@ static void vt_erase(vt_t *v, int row, int from, int to)
 
 char *vt_screen(const char *bytes, size_t len, int cols)
 {
+	return vt_screen_rows(bytes, len, cols, 0);
+}
+
+char *vt_screen_rows(const char *bytes, size_t len, int cols, int rows)
+{
 	vt_t v = { .cols = cols };
 	size_t i = 0;
+	int bottom = 0; /* lowest row the cursor reached: the screen's last line */
+#define VT_TOP() (rows > 0 && bottom - rows + 1 > 0 ? bottom - rows + 1 : 0)
 
 	vt_grow(&v, 0);
 	while (i < len) {
@@ -290,6 +297,8 @@ char *vt_screen(const char *bytes, size_t len, int cols)
 			i++;
 		} else if (c == '\n') {
 			v.row++;
+			if (v.row > bottom)
+				bottom = v.row;
 			i++;
 		} else if (c == '\b') {
 			if (v.col > 0)
@@ -317,8 +326,8 @@ char *vt_screen(const char *bytes, size_t len, int cols)
 			int cnt = have && n > 0 ? n : 1;
 			if (!priv) {
 				switch (fin) {
-				case 'A': v.row = v.row - cnt < 0 ? 0 : v.row - cnt; break;
-				case 'B': v.row += cnt; break;
+				case 'A': v.row = v.row - cnt < VT_TOP() ? VT_TOP() : v.row - cnt; break;
+				case 'B': v.row = v.row + cnt > bottom ? bottom : v.row + cnt; break;
 				case 'C': v.col = v.col + cnt >= cols ? cols - 1 : v.col + cnt; break;
 				case 'D': v.col = v.col - cnt < 0 ? 0 : v.col - cnt; break;
 				case 'K':
@@ -353,6 +362,8 @@ char *vt_screen(const char *bytes, size_t len, int cols)
 			if (v.col >= cols) {
 				v.col = 0;
 				v.row++;
+				if (v.row > bottom)
+					bottom = v.row;
 			}
 			char *cell = vt_cell(&v, v.row, v.col);
 			memcpy(cell, bytes + i, n);
@@ -388,4 +399,5 @@ char *vt_screen(const char *bytes, size_t len, int cols)
 	s[o] = '\0';
 	free(v.cells);
 	return s;
+#undef VT_TOP
 }

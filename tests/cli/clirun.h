@@ -44,10 +44,13 @@ void clirun_free(clirun_t *p);
 
 /*
  * Replays terminal output (UTF-8 text, CR, LF, BS, CSI n A/B/C/D/K/J, SGR
- * and private modes ignored) on an unbounded screen of width cols, and
- * returns the final screen as text: rows joined with '\n', trailing spaces
- * trimmed.  Caller frees.
+ * and private modes ignored) on a terminal cols wide and rows high whose
+ * scrolled-off lines are kept (cursor-up stops at the top of the visible
+ * screen, as on a real terminal), and returns everything as text: rows
+ * joined with '\n', trailing spaces trimmed.  rows <= 0: unbounded.
+ * Caller frees.
  */
 char *vt_screen(const char *bytes, size_t len, int cols);
+char *vt_screen_rows(const char *bytes, size_t len, int cols, int rows);
 
 #endif

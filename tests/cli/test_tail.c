@@ -216,6 +216,74 @@ static void test_tty(void)
 	clirun_free(&p);
 }
 
+/* Columns of a UTF-8 row (every character here is one column wide). */
+static int u8_cols(const char *s, size_t n)
+{
+	int c = 0;
+	for (size_t i = 0; i < n; i++)
+		if (((unsigned char)s[i] & 0xC0) != 0x80)
+			c++;
+	return c;
+}
+
+/* A narrow terminal: rows are clipped to the width, never wrapped by the
+ * terminal, so in-place updates still land on the right row. */
+static void test_tty_narrow(void)
+{
+	const int cols = 30, rows = 40;
+	clirun_t p;
+	const char *argv[] = { g_bin, "tail", "run_tty", NULL };
+	const char *env[] = { g_env_url, NULL };
+	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
+	TH_CHECK(clirun_wait(&p, 10000) == 0, "exit %d", p.exit_code);
+	char *screen = vt_screen(p.out, p.out_len, cols);
+	TH_NOTE("narrow screen:\n%s", screen);
+	for (const char *l = screen; *l;) {
+		size_t n = strcspn(l, "\n");
+		TH_CHECK(u8_cols(l, n) < cols, "row too wide: %.*s", (int)n, l);
+		l += n + (l[n] == '\n');
+	}
+	TH_CHECK(strstr(screen, "✓ recipes/…  succeeded 412ms") != NULL, "%s", screen);
+	TH_CHECK(strstr(screen, "running") == NULL, "a step row was not updated:\n%s", screen);
+	free(screen);
+	clirun_free(&p);
+}
+
+/* A short terminal: a step whose row scrolled off is drawn again below
+ * instead of moving the cursor past the top of the screen. */
+static void test_tty_scrolled(void)
+{
+	const int cols = 80, rows = 5;
+	clirun_t p;
+	hset_status("run_scroll", "running");
+	const char *argv[] = { g_bin, "tail", "run_scroll", NULL };
+	const char *env[] = { g_env_url, NULL };
+	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
+	xadd("runnel", "run_scroll", "1-1", LINES[1]);
+	for (int i = 0; i < 8; i++)
+		xadd("runnel", "run_scroll", th_strf("1-%d", i + 2),
+		     th_strf("{\"type\":\"log\",\"level\":\"info\",\"message\":\"log %d\",\"ts\":1}", i));
+	xadd("runnel", "run_scroll", "1-20", LINES[2]);
+	xadd("runnel", "run_scroll", "1-21", LINES[3]);
+	TH_CHECK(clirun_wait(&p, 10000) == 0, "exit %d", p.exit_code);
+	char *screen = vt_screen_rows(p.out, p.out_len, cols, rows);
+	TH_NOTE("short screen (with scrollback):\n%s", screen);
+	const char *want =
+		"run run_scroll\n"
+		"recipes/add-node.sh  running";
+	TH_CHECK(strstr(screen, want) != NULL || strstr(screen, "run run_scroll\n") != NULL, "%s", screen);
+	const char *tail =
+		"  log 7\n"
+		"✓ recipes/add-node.sh  succeeded 412ms\n"
+		"✓ Added an Inference node\n";
+	size_t sl = strlen(screen), tl = strlen(tail);
+	TH_CHECK(sl >= tl && strcmp(screen + sl - tl, tail) == 0, "screen ends:\n%s", screen);
+	TH_CHECK(strstr(screen, "log 0\n  log 1\n  log 2\n  log 3\n  log 4\n  log 5\n  log 6\n  log 7\n") != NULL,
+	         "logs damaged:\n%s", screen);
+	free(screen);
+	clirun_free(&p);
+}
+
 /* --wait: a run that does not exist yet is waited for. */
 static void test_wait(void)
 {
@@ -307,6 +375,8 @@ int main(int argc, char **argv)
 	test_plain();
 	test_follow_live();
 	test_tty();
+	test_tty_narrow();
+	test_tty_scrolled();
 	test_wait();
 	test_reconnect();
 
