@@ -30,6 +30,10 @@ cli_view_mode_t cli_tail_mode(int json)
 {
 	if (json)
 		return CLI_VIEW_JSON;
+	/* A terminal that cannot move its cursor gets the plain view. */
+	const char *term = getenv("TERM");
+	if (term && !strcmp(term, "dumb"))
+		return CLI_VIEW_PLAIN;
 	return isatty(STDOUT_FILENO) ? CLI_VIEW_LIVE : CLI_VIEW_PLAIN;
 }
 

@@ -30,7 +30,8 @@ typedef struct cli_tail_req {
  */
 int cli_tail_follow(const cli_tail_req_t *req);
 
-/* Picks the view for stdout: JSON with --json, LIVE on a terminal, else PLAIN. */
+/* Picks the view for stdout: JSON with --json, LIVE on a terminal (unless
+ * TERM=dumb), else PLAIN. */
 cli_view_mode_t cli_tail_mode(int json);
 
 #endif

@@ -284,6 +284,19 @@ static void test_tty_scrolled(void)
 	clirun_free(&p);
 }
 
+/* TERM=dumb on a terminal: the plain view, no escape sequences. */
+static void test_tty_dumb(void)
+{
+	clirun_t p;
+	const char *argv[] = { g_bin, "tail", "run_err", NULL };
+	const char *env[] = { g_env_url, "TERM=dumb", NULL };
+	TH_REQUIRE(clirun_start(&p, argv, env, 80, 24) == 0);
+	TH_CHECK(clirun_wait(&p, 10000) == 1, "exit %d", p.exit_code);
+	TH_CHECK(strchr(p.out, '\033') == NULL, "%s", p.out);
+	TH_CHECK(strstr(p.out, "step    recipes/add-node.sh succeeded 412ms\r\n") != NULL, "%s", p.out);
+	clirun_free(&p);
+}
+
 /* --wait: a run that does not exist yet is waited for. */
 static void test_wait(void)
 {
@@ -377,6 +390,7 @@ int main(int argc, char **argv)
 	test_tty();
 	test_tty_narrow();
 	test_tty_scrolled();
+	test_tty_dumb();
 	test_wait();
 	test_reconnect();
 
