@@ -8,6 +8,8 @@
  * connections it held, and enqueue latency (HTTP request -> 202, which
  * waits for Kafka's delivery report) against the mock cluster.
  *
+ * Usage: bench_dispatcher [callers [lines [ms between a run's lines]]]
+ *
  * Figures, not assertions: goals are p99 line latency <= 20 ms and <= 4
  * Redis connections.
  */
@@ -40,6 +42,7 @@ typedef struct caller {
 static int C_N = 1000, L_N = 100;
 static caller_t *CALLERS;
 static int64_t *LAT_US;            /* one slot per line */
+static int64_t *SENT_US;           /* its send time (for the timeline) */
 static _Atomic size_t NLAT;
 static const th_redis_t *RED;
 static _Atomic int WRITER_DONE;
@@ -62,8 +65,10 @@ static void on_line(caller_t *c, const char *line, size_t len)
 		int64_t sent = strtoll(p + 10, NULL, 10);
 		size_t i = atomic_fetch_add(&NLAT, 1);
 
-		if (i < (size_t)C_N * (size_t)L_N)
+		if (i < (size_t)C_N * (size_t)L_N) {
 			LAT_US[i] = mono_us() - sent;
+			SENT_US[i] = sent;
+		}
 	}
 }
 
@@ -358,6 +363,8 @@ int main(int argc, char **argv)
 		C_N = strtol(argv[1], NULL, 10) > 0 ? (int)strtol(argv[1], NULL, 10) : C_N;
 	if (argc > 2)
 		L_N = strtol(argv[2], NULL, 10) > 1 ? (int)strtol(argv[2], NULL, 10) : L_N;
+	if (argc > 3)
+		round_ms = strtol(argv[3], NULL, 10) > 0 ? (int)strtol(argv[3], NULL, 10) : round_ms;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
@@ -395,13 +402,21 @@ int main(int argc, char **argv)
 			break;
 		usleep(50000);
 	}
-	printf("runnel-dispatcher benchmark: %d concurrent /stream callers x %d lines (%d lines), 2 CPUs shared by all\n",
-	       C_N, L_N, C_N * L_N);
+	printf("runnel-dispatcher benchmark: %d concurrent /stream callers x %d lines (%d lines), one line per run every %d ms\n",
+	       C_N, L_N, C_N * L_N, round_ms);
+	{
+		double la[3] = { 0, 0, 0 };
+
+		if (getloadavg(la, 3) == 3)
+			printf("host: %ld CPUs, load average %.2f (shared with redis-server, the dispatcher and this bench)\n",
+			       sysconf(_SC_NPROCESSORS_ONLN), la[0]);
+	}
 	printf("idle dispatcher RSS: %ld kB\n", proc_kb(pid, "VmRSS:"));
 	bench_enqueue(base, 1000);
 
 	CALLERS = calloc((size_t)C_N, sizeof *CALLERS);
 	LAT_US = calloc((size_t)C_N * (size_t)L_N, sizeof *LAT_US);
+	SENT_US = calloc((size_t)C_N * (size_t)L_N, sizeof *SENT_US);
 	multi = curl_multi_init();
 	EPFD = epoll_create1(EPOLL_CLOEXEC);
 	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
@@ -476,6 +491,25 @@ int main(int argc, char **argv)
 			n = (size_t)C_N * (size_t)L_N;
 		for (int i = 0; i < C_N; i++)
 			complete += CALLERS[i].lines == L_N;
+		if (getenv("BENCH_TIMELINE") != NULL && n > 0) {
+			/* Worst latency per second of sending: steady or spiky? */
+			int64_t first = SENT_US[0], worst[600] = { 0 };
+			size_t cnt[600] = { 0 };
+
+			for (size_t i = 0; i < n; i++)
+				first = SENT_US[i] < first ? SENT_US[i] : first;
+			for (size_t i = 0; i < n; i++) {
+				size_t s = (size_t)((SENT_US[i] - first) / 1000000);
+
+				if (s < 600) {
+					worst[s] = LAT_US[i] > worst[s] ? LAT_US[i] : worst[s];
+					cnt[s]++;
+				}
+			}
+			for (size_t s = 0; s < 600; s++)
+				if (cnt[s] > 0)
+					printf("  second %3zu: %6zu lines, worst %.1f ms\n", s, cnt[s], worst[s] / 1000.0);
+		}
 		qsort(LAT_US, n, sizeof *LAT_US, cmp64);
 		printf("lines: %zu received of %d written over %.1f s; %zu/%d callers got all %d lines and the end\n",
 		       n, C_N * L_N, WRITE_SPAN_MS / 1000.0, complete, C_N, L_N);
