@@ -7,6 +7,7 @@
 #include "tests/support/harness.h"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -146,14 +147,16 @@ static void test_processes(void)
 	TH_REQUIRE(dir != NULL);
 	char *log = th_strf("%s/child.log", dir);
 	const char *env[] = { "TH_GREETING=ready", NULL };
-	char *argv[] = { "/bin/sh", "-c", "echo $TH_GREETING; echo ${HOSTNAME_SHOULD_NOT_LEAK:-clean}; exec sleep 30", NULL };
+	/* The test's own environment never reaches the child. */
+	setenv("TH_PARENT_SECRET", "leaked", 1);
+	char *argv[] = { "/bin/sh", "-c", "echo ${TH_PARENT_SECRET:-clean}; echo $TH_GREETING; exec sleep 30", NULL };
 	pid_t pid = th_spawn(argv, env, log);
 	TH_REQUIRE(pid > 0);
 	TH_CHECK(th_wait_until(file_has_ready, log, 5000) == 1);
 	TH_CHECK(th_alive(pid) == 1);
 	int st = th_stop(pid, 2000);
 	TH_CHECK(st >= 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status %d", st);
-	TH_CHECK(th_file_contains(log, "clean"));
+	TH_CHECK(th_file_contains(log, "clean") && !th_file_contains(log, "leaked"));
 
 	char *bad[] = { "/nonexistent/runnel-nothing", NULL };
 	TH_CHECK(th_spawn(bad, NULL, NULL) == -1, "exec failure is reported");
