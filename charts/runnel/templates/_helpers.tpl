@@ -277,7 +277,6 @@ RUNNEL_LOG_LEVEL: {{ .Values.logLevel | quote }}
 RUNNEL_KAFKA_BROKERS: {{ .Values.kafka.brokers | quote }}
 RUNNEL_JOBS_TOPIC: {{ .Values.kafka.jobsTopic | quote }}
 RUNNEL_KEY_PREFIX: {{ .Values.redis.keyPrefix | quote }}
-RUNNEL_LEASE_SEC: {{ include "runnel.scalar" .Values.runs.leaseSec | quote }}
 RUNNEL_MAX_RUNTIME_SEC: {{ include "runnel.scalar" .Values.runs.maxRuntimeSec | quote }}
 RUNNEL_RETENTION_SEC: {{ include "runnel.scalar" .Values.runs.retentionSec | quote }}
 {{- if not .Values.redis.auth.enabled }}
