@@ -198,22 +198,25 @@ void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatc
 	char err[256];
 	size_t len;
 	const char *body = dispatcher_body(req, &len);
+	int rc;
 
 	if (e == NULL) {
 		dispatcher_reply_error(d, req, route, 500, "internal", "out of memory");
 		return;
 	}
 	e->t0_us = rn_mono_us();
-	if (dispatcher_request_parse(body, len,
-	                             route == DISPATCHER_ROUTE_STREAM ? DISPATCHER_REQ_LENIENT : DISPATCHER_REQ_STRICT,
-	                             d->cfg->max_runtime_sec, rn_now_ms(), &e->job, err, sizeof err) < 0) {
+	rc = dispatcher_request_parse(body, len,
+	                              route == DISPATCHER_ROUTE_STREAM ? DISPATCHER_REQ_LENIENT : DISPATCHER_REQ_STRICT,
+	                              d->cfg->max_runtime_sec, rn_now_ms(), &e->job, err, sizeof err);
+	/* The body holds the OTPs: wipe evhttp's copy, good or bad. */
+	if (len > 0)
+		sodium_memzero((void *)body, len);
+	if (rc < 0) {
 		proto_job_clear(&e->job);
 		free(e);
 		dispatcher_reply_error(d, req, route, 400, "bad_request", "%s", err);
 		return;
 	}
-	/* The body held the OTPs: wipe evhttp's copy now that we have ours. */
-	sodium_memzero((void *)body, len);
 	e->d = d;
 	e->req = req;
 	e->evcon = evhttp_request_get_connection(req);
