@@ -90,6 +90,7 @@ struct dev_stub {
 	int                 port;
 	char               *agents_dir;
 	char               *results_dir;
+	char               *blobs_dir;
 	size_t              max_body;
 	size_t              max_store;
 	int                 enable_mint;
@@ -713,10 +714,51 @@ static int stub_handle_ws(dev_stub_t *s, struct evhttp_request *req, const char 
 	return delay;
 }
 
+#define STUB_BLOB_FILE_MAX ((size_t)256 << 20)
+
+/* Reads blobs_dir/<name> into a new blob entry.  Called under the lock. */
+static stub_blob_t *stub_blob_from_dir(dev_stub_t *s, const char *name)
+{
+	if (!s->blobs_dir || !stub_name_ok(name, 1))
+		return NULL;
+	char *path = NULL;
+	if (asprintf(&path, "%s/%s", s->blobs_dir, name) < 0)
+		return NULL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	free(path);
+	if (fd < 0)
+		return NULL;
+	struct stat st;
+	stub_blob_t *b = NULL;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size <= STUB_BLOB_FILE_MAX &&
+	    (b = calloc(1, sizeof *b)) != NULL && (b->data = malloc((size_t)st.st_size + 1)) != NULL) {
+		size_t off = 0, len = (size_t)st.st_size;
+		while (off < len) {
+			ssize_t r = read(fd, b->data + off, len - off);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0)
+				break;
+			off += (size_t)r;
+		}
+		b->len = off;
+		snprintf(b->name, sizeof b->name, "%s", name);
+		b->next = s->blobs;
+		s->blobs = b;
+	} else if (b) {
+		free(b);
+		b = NULL;
+	}
+	close(fd);
+	return b;
+}
+
 static int stub_handle_blob(dev_stub_t *s, struct evhttp_request *req, const char *name,
                             stub_reply_t *rp)
 {
 	stub_blob_t *b = stub_find_blob(s, name);
+	if (!b)
+		b = stub_blob_from_dir(s, name);
 	if (!b || evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
 		if (!b)
 			s->unknown++;
@@ -883,6 +925,7 @@ static void stub_free(dev_stub_t *s)
 	}
 	free(s->agents_dir);
 	free(s->results_dir);
+	free(s->blobs_dir);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 }
@@ -949,6 +992,7 @@ dev_stub_t *dev_stub_start(const dev_stub_opts_t *opts, char *errstr, size_t err
 	s->max_store = opts->max_store ? opts->max_store : DEV_STUB_MAX_STORE_DEFAULT;
 	s->enable_mint = opts->enable_mint;
 	if ((opts->agents_dir && !(s->agents_dir = strdup(opts->agents_dir))) ||
+	    (opts->blobs_dir && !(s->blobs_dir = strdup(opts->blobs_dir))) ||
 	    (opts->results_dir && !(s->results_dir = strdup(opts->results_dir)))) {
 		snprintf(errstr, errstr_size, "out of memory");
 		stub_free(s);

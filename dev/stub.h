@@ -73,6 +73,10 @@ typedef struct dev_stub_opts {
 	/* When set, files uploaded to /results are also written to
 	 * results_dir/<session>/<relative path> (created as needed). */
 	const char *results_dir;
+	/* When set, GET BASE/blobs/<name> for a name not added with
+	 * dev_stub_add_blob serves the file blobs_dir/<name> (read on first
+	 * request, then kept; at most 256 MiB).  NULL = none. */
+	const char *blobs_dir;
 	size_t      max_body;      /* 0 = DEV_STUB_MAX_BODY_DEFAULT; a larger body
 	                              gets 413 from the HTTP layer before routing,
 	                              so it shows in no run's stats */

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *o_listen, *o_agents, *o_results, *o_url, *o_log_level;
+static char *o_listen, *o_agents, *o_results, *o_blobs, *o_url, *o_log_level;
 static long  o_max_body;
 
 static const rn_opt_t opts[] = {
@@ -27,6 +27,8 @@ static const rn_opt_t opts[] = {
 	  "folder of agent definitions NAME.json ({\"env\":{...},\"config\":{...}})", 0, 0 },
 	{ "results", 'r', "RUNNEL_STUB_RESULTS", RN_OPT_STR, &o_results, NULL, "DIR",
 	  "write files uploaded to /results under DIR/<session>/", 0, 0 },
+	{ "blobs", 'b', "RUNNEL_STUB_BLOBS", RN_OPT_STR, &o_blobs, NULL, "DIR",
+	  "serve the files of DIR at /blobs/<name> (bag and skill zips)", 0, 0 },
 	{ "max-body", 0, "RUNNEL_STUB_MAX_BODY", RN_OPT_INT, &o_max_body, "67108864", "BYTES",
 	  "largest request body accepted (larger: 413)", 1024, 1L << 34 },
 	{ "url", 'u', "RUNNEL_STUB_URL", RN_OPT_STR, &o_url, "http://127.0.0.1:8787", "URL",
@@ -155,6 +157,7 @@ int main(int argc, char **argv)
 	so.listen = o_listen;
 	so.agents_dir = o_agents;
 	so.results_dir = o_results;
+	so.blobs_dir = o_blobs;
 	so.max_body = (size_t)o_max_body;
 	so.enable_mint = 1;
 	dev_stub_t *stub = dev_stub_start(&so, err, sizeof err);

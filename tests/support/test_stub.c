@@ -499,8 +499,9 @@ static void test_folder(void)
 	                  "\"config\":{\"assets\":{\"zip_url\":\"${RUNNEL_STUB_URL}/blobs/bag.zip\"}}}";
 	TH_REQUIRE(th_file_write(th_strf("%s/mine.json", dir), def, strlen(def)) == 0);
 	TH_REQUIRE(th_file_write(th_strf("%s/broken.json", dir), "{", 1) == 0);
+	TH_REQUIRE(th_file_write(th_strf("%s/bag.zip", dir), "PK-bytes", 8) == 0);
 	char err[256];
-	dev_stub_opts_t opts = { .agents_dir = dir, .enable_mint = 1 };
+	dev_stub_opts_t opts = { .agents_dir = dir, .enable_mint = 1, .blobs_dir = dir };
 	dev_stub_t *s = dev_stub_start(&opts, err, sizeof err);
 	TH_REQUIRE(s != NULL, "%s", err);
 	dev_stub_otps_t o;
@@ -512,9 +513,21 @@ static void test_folder(void)
 	http(&r, ep_url(&o, "config"), o.otp_run, NULL, 0, 5000, 0);
 	json_t *j = r.body ? json_loads(r.body, 0, NULL) : NULL;
 	const char *zip = json_string_value(json_object_get(json_object_get(j, "assets"), "zip_url"));
+	zip = zip ? th_strf("%s", zip) : NULL;  /* outlives j */
 	TH_CHECK(th_streq(zip, th_strf("%s/blobs/bag.zip", dev_stub_url(s))), "placeholder: %s", zip);
 	TH_CHECK(th_streq(json_string_value(json_object_get(json_object_get(j, "agent"), "kind")), "mock"));
 	json_decref(j);
+	resp_free(&r);
+	/* ... and that URL serves the file from blobs_dir. */
+	if (zip) {
+		http(&r, zip, NULL, NULL, 0, 5000, 0);
+		TH_CHECK(r.status == 200 && r.len == 8 && memcmp(r.body, "PK-bytes", 8) == 0, "blob from dir: %ld", r.status);
+		resp_free(&r);
+		dev_stub_blob_stats_t bs;
+		TH_CHECK(dev_stub_blob_stats(s, "bag.zip", &bs) == 0 && bs.calls == 1);
+	}
+	http(&r, th_strf("%s/blobs/..", dev_stub_url(s)), NULL, NULL, 0, 5000, 0);
+	TH_CHECK(r.status == 404, "dotdot blob %ld", r.status);
 	resp_free(&r);
 
 	/* POST /mint. */
