@@ -201,11 +201,21 @@ static void arm(tail_conn_t *c)
 			}
 	if (n == 0)
 		return;
-	c->inflight = realloc(c->inflight, n * sizeof *c->inflight);
-	argv = calloc(6 + 2 * n, sizeof *argv);
-	argvlen = calloc(6 + 2 * n, sizeof *argvlen);
-	ids = calloc(n, sizeof *ids);
-	if (c->inflight == NULL || argv == NULL || argvlen == NULL || ids == NULL) {
+	{
+		/* On failure the old array stays valid (and owned by c). */
+		tail_run_t **grown = realloc(c->inflight, n * sizeof *c->inflight);
+
+		if (grown != NULL)
+			c->inflight = grown;
+		argv = calloc(6 + 2 * n, sizeof *argv);
+		argvlen = calloc(6 + 2 * n, sizeof *argvlen);
+		ids = calloc(n, sizeof *ids);
+		if (grown == NULL) {
+			free(ids);
+			ids = NULL;
+		}
+	}
+	if (argv == NULL || argvlen == NULL || ids == NULL) {
 		free(argv);
 		free(argvlen);
 		free(ids);
