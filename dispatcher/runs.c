@@ -173,7 +173,12 @@ static void on_created(int rc, void *arg)
 	proto_job_clear(&e->job);
 	if (value == NULL) {
 		dispatcher_store_uncreate(d->store, e->run_id);
-		dispatcher_reply_error(d, enqueue_take_req(e), e->route, 500, "internal", "job: %s", err);
+		/* A body under the HTTP cap can still make a job over Kafka's
+		 * message cap (sealing adds a third to the secrets). */
+		if (strncmp(err, "job: too large", 14) == 0)
+			dispatcher_reply_error(d, enqueue_take_req(e), e->route, 413, "payload_too_large", "%s", err);
+		else
+			dispatcher_reply_error(d, enqueue_take_req(e), e->route, 500, "internal", "%s", err);
 		enqueue_free(e);
 		return;
 	}

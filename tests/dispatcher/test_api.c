@@ -73,6 +73,32 @@ static void test_bad_requests(void)
 	bad_body(prompt, -1, "prompt: longer than 524288 bytes");
 	free(prompt);
 
+	/* Under the body cap but over the job cap (PROTO_JOB_MAX_BYTES). */
+	{
+		size_t pn = 500 * 1024, mn = 420 * 1024;
+		char *b = malloc(pn + mn + 512);
+		size_t o;
+
+		TH_REQUIRE(b != NULL);
+		o = (size_t)snprintf(b, 256, "{%s,\"prompt\":\"", good);
+		memset(b + o, 'p', pn);
+		o += pn;
+		o += (size_t)snprintf(b + o, 64, "\",\"meta\":{\"blob\":\"");
+		memset(b + o, 'm', mn);
+		o += mn;
+		snprintf(b + o, 16, "\"}}");
+		expect("POST", "/v1/runs", JSON_CT, b, -1, 413, NULL);
+		{
+			dt_resp_t rr;
+
+			TH_CHECK(dt_http(&rr, "POST", url("/v1/runs"), JSON_CT, b, -1, 15000) == 0 && rr.status == 413);
+			TH_CHECK(strncmp(rr.body, "{\"error\":{\"code\":\"payload_too_large\",\"message\":\"job: too large (", 62) == 0,
+			         "%s", rr.body);
+			dt_resp_free(&rr);
+		}
+		free(b);
+	}
+
 	/* Over the 1 MiB body cap: 413 before any parsing. */
 	memset(big, ' ', big_n);
 	big[0] = '{';
