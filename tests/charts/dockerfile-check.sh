@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Checks that the Dockerfile builds and copies the programs where CMake puts
-# them: every target is in its --target list and every binary's path in the
-# build tree appears under /build/. (No container engine is needed; the
-# image itself is built elsewhere.)
+# Checks the Dockerfile against the build: every target is in its --target
+# list, every binary's path in the build tree appears under /build/, every
+# shared library a built program needs comes from a package of the runtime
+# stage, and .dockerignore keeps build trees and .git out of the context.
+# (No container engine is needed; the image itself is built elsewhere.)
 #
 #   dockerfile-check.sh DOCKERFILE BINARY_DIR TARGET=FILE...
 set -euo pipefail
@@ -29,6 +30,44 @@ for pair in "$@"; do
 		pass=$((pass + 1))
 	fi
 done
+# Every shared library a built program needs comes from a package the
+# runtime stage installs (libc6 and libgcc-s1 are in the base image). Uses
+# this machine's dpkg database: it runs Debian 12, like the image. Skipped
+# for programs not built yet.
+runtime=$(awk '/^FROM .* AS build/{b=1} /^FROM /&&!/AS build/{b=0;r=1} r' "$dockerfile" |
+	tr ' \\' '\n\n' | grep -E '^[a-z0-9][a-z0-9.+-]+$' | sort -u)
+PATH=$PATH:/usr/sbin:/sbin
+ldcache=$(ldconfig -p)
+for pair in "$@"; do
+	file=${pair#*=}
+	if [ ! -x "$file" ]; then
+		echo "note: $file not built; its libraries are not checked"
+		continue
+	fi
+	for so in $(readelf -d "$file" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+		path=$(awk -v so="$so" '$1 == so {print $NF; exit}' <<<"$ldcache")
+		# dpkg knows a file by the path its package ships (merged /usr aside).
+		pkg=""
+		for p in "$path" "$(readlink -f "$path")" "${path/#\/usr\/lib\//\/lib\/}"; do
+			[ -n "$p" ] || continue
+			pkg=$(dpkg -S "$p" 2>/dev/null | head -n1 | cut -d: -f1 || true)
+			[ -z "$pkg" ] || break
+		done
+		case $pkg in
+		libc6 | libgcc-s1) pass=$((pass + 1)) ;;
+		"") echo "FAIL: ${file##*/} needs $so, which no package provides here"; fail=$((fail + 1)) ;;
+		*)
+			if grep -qxF -- "$pkg" <<<"$runtime"; then
+				pass=$((pass + 1))
+			else
+				echo "FAIL: ${file##*/} needs $so from $pkg, which the runtime stage does not install"
+				fail=$((fail + 1))
+			fi
+			;;
+		esac
+	done
+done
+
 ignore=$(dirname "$dockerfile")/.dockerignore
 for pat in .git 'build-*'; do
 	if grep -qxF -- "$pat" "$ignore"; then
