@@ -102,6 +102,7 @@ const REFUSALS = {
   "too-many-replicas": "worker.autoscaling.maxReplicas (10) exceeds kafka.topicPartitions (6)",
   "unmasked-hostusers": "worker.sandbox.procMount=Unmasked needs worker.sandbox.hostUsers=false",
   "bad-sandbox-network": "at '/worker/sandbox/network': value must be one of 'none', 'host'",
+  "hpa-scale-to-zero": "worker.autoscaling.minReplicas must be >= 1 for the HPA",
   "semicolon-property": "kafka.properties.ssl.cipher.suites: values must not contain \";\"",
 };
 

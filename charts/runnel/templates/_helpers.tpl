@@ -149,6 +149,9 @@ combination fails the render with a message naming the value to fix.
 {{- if or (lt $max 1) (gt $min $max) -}}
 {{- fail (printf "worker.autoscaling: need 1 <= maxReplicas and minReplicas <= maxReplicas (got min %d, max %d)" $min $max) -}}
 {{- end -}}
+{{- if and (not .Values.keda.enabled) .Values.hpa.enabled (lt $min 1) -}}
+{{- fail "worker.autoscaling.minReplicas must be >= 1 for the HPA; scaling to zero needs keda.enabled=true" -}}
+{{- end -}}
 {{- $parts := int .Values.kafka.topicPartitions -}}
 {{- if and (gt $parts 0) (gt $max $parts) (or .Values.keda.enabled .Values.hpa.enabled) -}}
 {{- fail (printf "worker.autoscaling.maxReplicas (%d) exceeds kafka.topicPartitions (%d): a consumer group gives each partition to one worker, so the extra workers would sit idle" $max $parts) -}}
