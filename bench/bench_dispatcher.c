@@ -224,6 +224,26 @@ static double redis_cpu_s(redisContext *c)
 	return s + u;
 }
 
+/* usec_per_call of a command from INFO commandstats, or -1. */
+static double redis_usec_per_call(redisContext *c, const char *cmd, long *calls)
+{
+	redisReply *r = redisCommand(c, "INFO commandstats");
+	double v = -1;
+	char key[64];
+	const char *p;
+
+	snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
+	if (r != NULL && r->type == REDIS_REPLY_STRING && (p = strstr(r->str, key)) != NULL) {
+		*calls = strtol(p + strlen(key), NULL, 10);
+		p = strstr(p, "usec_per_call=");
+		if (p != NULL)
+			v = strtod(p + 14, NULL);
+	}
+	if (r != NULL)
+		freeReplyObject(r);
+	return v;
+}
+
 static double self_cpu_s(void)
 {
 	struct rusage ru;
@@ -521,6 +541,12 @@ int main(int argc, char **argv)
 		printf("Redis connections held by the dispatcher: max %d (goal <= 4)\n", max_conns);
 		printf("CPU in the stream phase: redis-server %.2f s, this bench (callers + writer) %.2f s\n",
 		       redis_cpu_s(rc) - rcpu0, self_cpu_s() - scpu0);
+		{
+			long xr = 0, xa = 0;
+			double ux = redis_usec_per_call(rc, "xread", &xr), ua = redis_usec_per_call(rc, "xadd", &xa);
+
+			printf("redis: XREAD %ld calls, %.1f us per call; XADD %ld calls, %.1f us per call\n", xr, ux, xa, ua);
+		}
 	}
 	{
 		/* How well the tail pool batches: entries per XREAD. */
