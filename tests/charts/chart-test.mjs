@@ -103,6 +103,7 @@ const REFUSALS = {
   "unmasked-hostusers": "worker.sandbox.procMount=Unmasked needs worker.sandbox.hostUsers=false",
   "bad-sandbox-network": "at '/worker/sandbox/network': value must be one of 'none', 'host'",
   "hpa-scale-to-zero": "worker.autoscaling.minReplicas must be >= 1 for the HPA",
+  "netpol-no-workspace": "networkPolicy.enabled needs networkPolicy.workspace.cidrs",
   "semicolon-property": "kafka.properties.ssl.cipher.suites: values must not contain \";\"",
 };
 
