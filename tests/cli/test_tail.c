@@ -160,7 +160,7 @@ static void test_follow_live(void)
 	int64_t t0 = th_now_ms();
 	clirun_signal(&p, SIGINT);
 	TH_CHECK(clirun_wait(&p, 5000) == 130, "exit %d: %s", p.exit_code, p.err);
-	TH_CHECK(th_now_ms() - t0 < 2000, "took %lld ms", (long long)(th_now_ms() - t0));
+	TH_CHECK(th_now_ms() - t0 < 5000, "took %lld ms", (long long)(th_now_ms() - t0));
 	clirun_free(&p);
 	redisReply *r = redisCommand(g_c, "EXISTS runnel:{run_int}:ctl");
 	TH_CHECK(r && r->integer == 0, "tail wrote a control message");
