@@ -405,7 +405,10 @@ int main(int argc, char **argv)
 	env[1] = th_strf("RUNNEL_REDIS_URL=%s", red.url);
 	env[2] = th_strf("RUNNEL_KAFKA_BROKERS=%s", k.bootstrap);
 	env[3] = "RUNNEL_LOG_LEVEL=warn";
-	env[4] = NULL;
+	/* BENCH_TAIL_CONNECTIONS=N tries another pool size (default 2). */
+	env[4] = getenv("BENCH_TAIL_CONNECTIONS") != NULL ?
+	         th_strf("RUNNEL_TAIL_CONNECTIONS=%s", getenv("BENCH_TAIL_CONNECTIONS")) : NULL;
+	env[5] = NULL;
 	pid = th_spawn(dargv, env, th_strf("%s/dispatcher.log", th_tmpdir()));
 	rc = th_redis_connect(&red);
 	for (int i = 0; i < 100; i++) {
@@ -538,7 +541,7 @@ int main(int argc, char **argv)
 		       n ? LAT_US[n - 1] / 1000.0 : 0.0);
 		printf("dispatcher: peak RSS %ld kB (%.1f kB per caller), VmHWM %ld kB, CPU %.2f s for the stream phase\n",
 		       peak_rss, (double)peak_rss / C_N, proc_kb(pid, "VmHWM:"), cpu);
-		printf("Redis connections held by the dispatcher: max %d (goal <= 4)\n", max_conns);
+		printf("Redis connections held by the dispatcher: max %d (goal <= 4; 2 + RUNNEL_TAIL_CONNECTIONS)\n", max_conns);
 		printf("CPU in the stream phase: redis-server %.2f s, this bench (callers + writer) %.2f s\n",
 		       redis_cpu_s(rc) - rcpu0, self_cpu_s() - scpu0);
 		{
