@@ -359,13 +359,16 @@ static void test_reconnect(void)
 	/* Redis gone for good: exit 4 once the 10 s reconnect window is over. */
 	c2 = th_redis_connect(&r2);
 	TH_REQUIRE(c2 != NULL);
-	rep = redisCommand(c2, "HSET runnel:{run_gone}:state status running");
-	TH_REQUIRE(rep && rep->type == REDIS_REPLY_INTEGER);
+	rep = redisCommand(c2, "XADD runnel:{run_gone}:out 1-1 line %s", LINES[0]);
+	TH_REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
 	freeReplyObject(rep);
 	redisFree(c2);
 	const char *argv2[] = { g_bin, "tail", "run_gone", "--json", NULL };
 	TH_REQUIRE(clirun_start(&p, argv2, env, 0, 0) == 0);
-	clirun_pump(&p, 300);
+	/* Kill Redis only once the tail is reading (it printed the first line). */
+	for (int i = 0; i < 200 && !strchr(p.out, '\n'); i++)
+		clirun_pump(&p, 50);
+	TH_CHECK(strchr(p.out, '\n') != NULL, "the tail never started: %s", p.err);
 	th_redis_kill(&r2);
 	int64_t t0 = th_now_ms();
 	TH_CHECK(clirun_wait(&p, 30000) == 4, "exit %d", p.exit_code);
