@@ -159,8 +159,11 @@ static int load_otp_file(char *err, size_t errsz)
 	sodium_memzero(buf, len);
 	free(buf);
 	if (!json_is_object(o)) {
-		/* jansson's message may quote the text: say only where. */
-		snprintf(err, errsz, "--otp-file: not a JSON object (line %d)", jerr.line);
+		/* jansson's message may quote the text (an OTP): say only where. */
+		if (o)
+			snprintf(err, errsz, "--otp-file: not a JSON object");
+		else
+			snprintf(err, errsz, "--otp-file: not valid JSON (line %d)", jerr.line);
 		json_decref(o);
 		return -1;
 	}

@@ -21,7 +21,8 @@
 #include "common/util.h"
 
 #define VIEW_STEPS_MAX   4096
-#define VIEW_OUT_MAX     (8u << 20)  /* bytes of output built per event */
+#define VIEW_OUT_MAX     (8u << 20)  /* bytes of agent text shown per event */
+#define VIEW_OUT_SLACK   4096        /* room past it for escapes and line ends */
 #define VIEW_FIELD_MAX   4096        /* bytes of a name/error kept per step */
 
 #define SGR_RESET  "\033[0m"
@@ -71,7 +72,7 @@ struct cli_view {
 
 static void buf_add(view_buf_t *b, const char *s, size_t n)
 {
-	if (b->len + n + 1 > VIEW_OUT_MAX)
+	if (b->len + n + 1 > VIEW_OUT_MAX + VIEW_OUT_SLACK)
 		return; /* past the cap the event is cut short, never the process */
 	if (b->len + n + 1 > b->cap) {
 		size_t cap = b->cap ? b->cap : 1024;
@@ -175,7 +176,7 @@ static size_t put_text(view_buf_t *b, const char *s, size_t len, int maxw, int *
 	size_t i = 0;
 	int w = 0;
 
-	while (i < len && u[i] != '\n') {
+	while (i < len && u[i] != '\n' && b->len < VIEW_OUT_MAX) {
 		uint32_t cp;
 		size_t n = u8_next(u + i, len - i, &cp);
 		int cw = is_control(cp) ? 1 : cp_width(cp);
@@ -409,6 +410,11 @@ static void put_rows(cli_view_t *v, const char *sgr, const char *first_prefix,
 		if (i < len && text[i] == '\n')
 			i++;
 		first = 0;
+		if (i < len && v->b.len >= VIEW_OUT_MAX) {
+			buf_str(&v->b, "… (cut)\n");
+			v->lines++;
+			break;
+		}
 	} while (i < len);
 }
 

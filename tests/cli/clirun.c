@@ -66,8 +66,8 @@ int clirun_start(clirun_t *p, const char *const argv[], const char *const env[],
 	char **e = build_env(env);
 
 	memset(p, 0, sizeof(*p));
-	p->out = calloc(1, 1);
-	p->err = calloc(1, 1);
+	p->out = calloc(64, 1); /* see append(): 64 is the least capacity */
+	p->err = calloc(64, 1);
 	p->out_fd = p->err_fd = -1;
 	pid_t parent = getpid();
 	if (cols > 0) {
@@ -121,17 +121,26 @@ int clirun_start(clirun_t *p, const char *const argv[], const char *const env[],
 	return 0;
 }
 
+/* Appends with capacity doubling (the size is the next power of two of the
+ * length, so no separate capacity field is needed). */
 static void append(char **buf, size_t *len, const char *data, size_t n)
 {
 	if (*len + n > CLIRUN_OUT_MAX)
 		n = CLIRUN_OUT_MAX - *len;
-	char *b = realloc(*buf, *len + n + 1);
-	if (!b)
-		return;
-	memcpy(b + *len, data, n);
+	size_t cap = 64;
+	while (cap < *len + 1)
+		cap *= 2;
+	if (*len + n + 1 > cap) {
+		while (cap < *len + n + 1)
+			cap *= 2;
+		char *b = realloc(*buf, cap);
+		if (!b)
+			return;
+		*buf = b;
+	}
+	memcpy(*buf + *len, data, n);
 	*len += n;
-	b[*len] = '\0';
-	*buf = b;
+	(*buf)[*len] = '\0';
 }
 
 /* One poll round over the open fds. */

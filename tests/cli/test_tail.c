@@ -297,6 +297,53 @@ static void test_tty_dumb(void)
 	clirun_free(&p);
 }
 
+/* The view's caps: steps tracked (4096), bytes kept of a name (4096),
+ * bytes of agent text shown per event (8 MiB).  Past each, output stays
+ * correct and bounded. */
+static void test_caps(void)
+{
+	const int nsteps = 4100;
+	for (int i = 0; i < nsteps; i++) {
+		redisAppendCommand(g_c, "XADD runnel:{run_caps}:out * line %s",
+		                   th_strf("{\"type\":\"step\",\"id\":\"s%d\",\"name\":\"s%d\",\"status\":\"running\"}", i, i));
+		redisAppendCommand(g_c, "XADD runnel:{run_caps}:out * line %s",
+		                   th_strf("{\"type\":\"step\",\"id\":\"s%d\",\"name\":\"s%d\",\"status\":\"succeeded\",\"durationMs\":5}", i, i));
+	}
+	for (int i = 0; i < 2 * nsteps; i++) {
+		redisReply *r = NULL;
+		TH_REQUIRE(redisGetReply(g_c, (void **)&r) == REDIS_OK && r && r->type == REDIS_REPLY_STRING);
+		freeReplyObject(r);
+	}
+	char *longname = malloc(5001);
+	memset(longname, 'n', 5000);
+	longname[5000] = '\0';
+	xadd("runnel", "run_caps", "*", th_strf("{\"type\":\"step\",\"id\":\"big\",\"name\":\"%s\",\"status\":\"running\"}", longname));
+	size_t big = (9u << 20);
+	char *msg = malloc(big + 100);
+	int off = snprintf(msg, 100, "{\"type\":\"log\",\"level\":\"info\",\"message\":\"");
+	memset(msg + off, 'm', big);
+	snprintf(msg + off + big, 20, "\"}");
+	xadd("runnel", "run_caps", "*", msg);
+	free(msg);
+	xadd("runnel", "run_caps", "*", LINES[3]);
+
+	clirun_t p;
+	TH_CHECK(run_tail(ARGS("run_caps"), NULL, &p) == 0, "exit %d: %.200s", p.exit_code, p.err);
+	/* Every step line, the tracked ones and those past the cap. */
+	TH_CHECK(strstr(p.out, "step    s0 succeeded 5ms\n") != NULL);
+	TH_CHECK(strstr(p.out, "step    s4095 succeeded 5ms\n") != NULL);
+	TH_CHECK(strstr(p.out, "step    s4099 running\nstep    s4099 succeeded 5ms\n") != NULL);
+	/* The long name is cut at 4096 bytes (the untracked step shows all of it). */
+	char *want_name = th_strf("step    %.*s running\n", 5000, longname);
+	TH_CHECK(strstr(p.out, want_name) != NULL, "long name");
+	free(longname);
+	/* The 9 MiB message is cut at 8 MiB, marked, and the run still ends. */
+	TH_CHECK(p.out_len < (8u << 20) + (1u << 20), "output %zu bytes", p.out_len);
+	TH_CHECK(strstr(p.out, "mmmm\n… (cut)\nresult  Added an Inference node\n") != NULL, "end: %s",
+	         p.out + (p.out_len > 200 ? p.out_len - 200 : 0));
+	clirun_free(&p);
+}
+
 /* --wait: a run that does not exist yet is waited for. */
 static void test_wait(void)
 {
@@ -395,6 +442,7 @@ int main(int argc, char **argv)
 	test_tty_scrolled();
 	test_tty_dumb();
 	test_wait();
+	test_caps();
 	test_reconnect();
 
 	redisFree(g_c);

@@ -4,6 +4,7 @@
  * "cannot reach" exit code 4.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests/cli/clirun.h"
@@ -146,6 +147,35 @@ int main(int argc, char **argv)
 	expect(ARGS("submit", "--agent-url", "http://h/ws"), NULL, 2,
 	       "runnel submit: --otp-setup is required\n"
 	       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
+
+	/* --otp-file has a cap (the largest job plus 4 KiB). */
+	{
+		const char *dir = th_tmpdir();
+		TH_REQUIRE(dir != NULL);
+		char *path = th_strf("%s/huge.json", dir);
+		size_t n = 900 * 1024 + 4096 + 1;
+		char *big = malloc(n);
+		memset(big, ' ', n);
+		TH_REQUIRE(th_file_write(path, big, n) == 0);
+		free(big);
+		expect(ARGS("submit", "--otp-file", path), NULL, 2,
+		       "runnel submit: --otp-file: over 925696 bytes\n"
+		       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
+		char *bad = th_strf("%s/bad.json", dir);
+		TH_REQUIRE(th_file_write(bad, "[1,2]", 5) == 0);
+		expect(ARGS("submit", "--otp-file", bad), NULL, 2,
+		       "runnel submit: --otp-file: not a JSON object\n"
+		       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
+		TH_REQUIRE(th_file_write(bad, "{\n\"otp_setup\": otp_x", 20) == 0);
+		expect(ARGS("submit", "--otp-file", bad), NULL, 2,
+		       "runnel submit: --otp-file: not valid JSON (line 2)\n"
+		       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
+		char *num = th_strf("%s/num.json", dir);
+		TH_REQUIRE(th_file_write(num, "{\"otp_setup\":5}", 15) == 0);
+		expect(ARGS("submit", "--otp-file", num), NULL, 2,
+		       "runnel submit: --otp-file: otp_setup must be a string\n"
+		       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
+	}
 
 	/* Nothing listens: exit 4, the flag and its RUNNEL_REDIS_URL twin alike. */
 	int port = th_free_port();
