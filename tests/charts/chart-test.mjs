@@ -93,6 +93,8 @@ const SCENARIOS = {
   networkpolicy: { autoscaler: "hpa", secrets: [] },
   servicemonitor: { autoscaler: "hpa", secrets: [] },
   "process-ack": { autoscaler: "hpa", secrets: [], sandbox: "process" },
+  // Helm's longest release name (53 characters), everything optional on.
+  "long-names": { autoscaler: "keda", secrets: [], release: "r".repeat(20) + "-long-release-name-for-truncation" },
 };
 
 // Each of these must fail to render, with this message.
@@ -131,7 +133,7 @@ function subset(sel, labels) {
 async function render(name) {
   const sc = SCENARIOS[name];
   assert(sc, `unknown scenario ${name}`);
-  const r = helmRun(["template", "rt", chart, "--namespace", "runnel", ...valuesArgs(name)]);
+  const r = helmRun(["template", sc.release || "rt", chart, "--namespace", "runnel", ...valuesArgs(name)]);
   if (r.status !== 0) throw new Error(`helm template failed: ${r.stderr}`);
   const text = r.stdout;
   const docs = yaml.loadAll(text).filter(Boolean);
@@ -152,6 +154,26 @@ async function render(name) {
   const secrets = byKind(docs, "Secret");
   const secretByName = new Map(secrets.map((s) => [s.metadata.name, s]));
   const workerCm = cmByName.get(work.spec.template.spec.containers[0].envFrom[0].configMapRef.name);
+
+  check("names and labels are valid Kubernetes names", () => {
+    const dns1123 = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+    const labelValue = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+    const seen = new Set();
+    for (const d of docs) {
+      const n = d.metadata.name;
+      assert(n.length <= 63 && dns1123.test(n), `${d.kind} name "${n}"`);
+      if (d.kind === "Service") assert(/^[a-z]/.test(n), `Service name "${n}" must start with a letter`);
+      assert(!seen.has(`${d.kind}/${n}`), `duplicate ${d.kind}/${n}`);
+      seen.add(`${d.kind}/${n}`);
+      const labelSets = [d.metadata.labels || {}];
+      if (d.spec && d.spec.template) labelSets.push(d.spec.template.metadata.labels || {});
+      for (const labels of labelSets) {
+        for (const [k, v] of Object.entries(labels)) {
+          assert(typeof v === "string" && v.length <= 63 && labelValue.test(v), `${d.kind}/${n} label ${k}=${v}`);
+        }
+      }
+    }
+  });
 
   check("worker grace period exceeds RUNNEL_DRAIN_SEC", () => {
     assert(workerCm, "worker ConfigMap not found through envFrom");

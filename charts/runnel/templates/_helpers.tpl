@@ -31,6 +31,12 @@ ConfigMaps carry only non-secret settings.
 {{- printf "%s-worker" (include "runnel.fullname" . | trunc 56 | trimSuffix "-") -}}
 {{- end -}}
 
+{{/* Usage: include "runnel.suffixed" (list BASE "suffix"): BASE-suffix in 63 characters. */}}
+{{- define "runnel.suffixed" -}}
+{{- $sfx := index . 1 -}}
+{{- printf "%s-%s" (index . 0 | trunc (int (sub 62 (len $sfx))) | trimSuffix "-") $sfx -}}
+{{- end -}}
+
 {{- define "runnel.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
@@ -77,7 +83,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 
 {{- define "runnel.secretName" -}}
-{{- default (printf "%s-secrets" (include "runnel.fullname" .)) .Values.secret.existingSecret -}}
+{{- default (include "runnel.suffixed" (list (include "runnel.fullname" .) "secrets")) .Values.secret.existingSecret -}}
 {{- end -}}
 
 {{/* True ("true") when the chart renders its own Secret. */}}
@@ -244,7 +250,7 @@ properties exist only in the process environment, never in an object.
 - name: RUNNEL_KAFKA_PUBLIC_PROPERTIES
   valueFrom:
     configMapKeyRef:
-      name: {{ printf "%s-%s" (include "runnel.fullname" $) .component }}
+      name: {{ include (printf "runnel.%s.fullname" .component) $ }}
       key: RUNNEL_KAFKA_PUBLIC_PROPERTIES
 {{- end }}
 {{- if $.Values.kafka.sasl.enabled }}
