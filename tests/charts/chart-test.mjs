@@ -6,6 +6,7 @@
 //   node chart-test.mjs lint
 //   node chart-test.mjs render SCENARIO
 //   node chart-test.mjs refuse CASE
+//   node chart-test.mjs flags WORKER_BIN DISPATCHER_BIN
 //
 // Environment: RUNNEL_CHART_TOOLS = the directory tools.sh filled (bin/helm,
 // node/node_modules). Prints "N passed, N failed" and exits non-zero on any
@@ -494,12 +495,52 @@ function refuse(name) {
   });
 }
 
-const [mode, name] = process.argv.slice(2);
+// Every RUNNEL_* variable the chart gives a program is one of its flags'
+// environment twins (as its --help lists them), except the intermediate
+// variables that only feed a $(NAME) reference.
+function flags(workerBin, dispatcherBin) {
+  for (const b of [workerBin, dispatcherBin]) {
+    if (!b || !fs.existsSync(b)) {
+      console.log(`skipped: ${b || "a program"} is not built`);
+      process.exit(77);
+    }
+  }
+  const helpOf = (bin) => {
+    const r = spawnSync(bin, ["--help"], { encoding: "utf8", timeout: 10000 });
+    return new Set(`${r.stdout}${r.stderr}`.match(/RUNNEL_[A-Z_]+/g) || []);
+  };
+  const known = { worker: helpOf(workerBin), dispatcher: helpOf(dispatcherBin) };
+  for (const scenario of ["secrets", "keda", "fixed"]) {
+    const r = helmRun(["template", "rt", chart, ...valuesArgs(scenario)]);
+    assert(r.status === 0, r.stderr);
+    const docs = yaml.loadAll(r.stdout).filter(Boolean);
+    const cms = new Map(byKind(docs, "ConfigMap").map((c) => [c.metadata.name, c]));
+    for (const comp of ["worker", "dispatcher"]) {
+      check(`${scenario}: ${comp} reads every variable the chart sets`, () => {
+        const c = container(component(docs, "Deployment", comp));
+        const names = new Set();
+        for (const ef of c.envFrom || []) for (const k of Object.keys(cms.get(ef.configMapRef.name).data)) names.add(k);
+        const refs = new Set();
+        for (const e of c.env || []) {
+          names.add(e.name);
+          for (const m of String(e.value || "").matchAll(/\$\(([A-Z_]+)\)/g)) refs.add(m[1]);
+        }
+        for (const n of names) {
+          if (known[comp].has(n)) continue;
+          assert(refs.has(n), `${comp}: ${n} is neither a flag of the program nor used by a $(${n}) reference`);
+        }
+      });
+    }
+  }
+}
+
+const [mode, name, arg2] = process.argv.slice(2);
 try {
   if (mode === "lint") lint();
+  else if (mode === "flags") flags(name, arg2);
   else if (mode === "render") await render(name);
   else if (mode === "refuse") refuse(name);
-  else throw new Error("usage: chart-test.mjs lint | render SCENARIO | refuse CASE");
+  else throw new Error("usage: chart-test.mjs lint | render SCENARIO | refuse CASE | flags WORKER DISPATCHER");
 } catch (e) {
   failed++;
   console.log(`FAIL ${mode} ${name || ""}: ${e.message}`);
