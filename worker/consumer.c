@@ -140,9 +140,15 @@ worker_consumer_t *worker_consumer_new(const worker_config_t *cfg,
 		"enable.auto.commit", "true",
 		"auto.commit.interval.ms", "1000",
 		"auto.offset.reset", "earliest",
-		/* Never hoard: a few jobs at most wait in this process. */
-		"queued.min.messages", "1",
-		"queued.max.messages.kbytes", "1024",
+		/*
+		 * Never hoard: the pause when the slots are full purges whatever
+		 * was prefetched, and the prefetch itself is capped in bytes.
+		 * queued.min.messages stays at librdkafka's default on purpose: a
+		 * small value stops fetching a partition once that many messages
+		 * are queued, and after a resume the fetcher then only looks again
+		 * on its next wake-up (about 1 s per slot freed).
+		 */
+		"queued.max.messages.kbytes", "64",
 		"max.partition.fetch.bytes", "65536",
 		"fetch.wait.max.ms", "100",
 		"fetch.error.backoff.ms", "100",

@@ -112,9 +112,14 @@ static void main_redis_failed(worker_t *w, const char *what, const char *err)
  * Slots
  * ------------------------------------------------------------------------ */
 
+/*
+ * Pauses every partition while the slots are full and one job already waits
+ * here (a one-job lookahead, so a freed slot starts the next run at once
+ * instead of waiting for a fetch after the resume); resumes otherwise.
+ */
 static void update_pause(worker_t *w)
 {
-	int full = w->draining || w->busy >= (size_t)w->cfg.slots;
+	int full = w->draining || (w->busy >= (size_t)w->cfg.slots && w->npending > 0);
 	if (w->consumer)
 		worker_consumer_set_paused(w->consumer, full);
 	rn_gauge_set(w->m.slots_busy, (int64_t)w->busy);

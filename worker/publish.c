@@ -128,6 +128,7 @@ void worker_pub_reset(worker_pub_t *p)
 		redisFree(p->c);
 		p->c = NULL;
 	}
+	p->inflight = 0;
 }
 
 redisContext *worker_pub_ctx(worker_pub_t *p)
@@ -155,17 +156,14 @@ static int already_written(const redisReply *r)
 	       strstr(r->str, "equal or smaller than the target stream top item") != NULL;
 }
 
-/*
- * One attempt at writing the batch.  Drops the acknowledged prefix from the
- * batch.  0 when everything is acknowledged, -1 to retry.
- */
-static int flush_once(worker_pub_t *p)
+/* Appends XADDs for the first count lines and writes them out.  0 or -1. */
+static int send_lines(worker_pub_t *p, size_t count)
 {
 	redisContext *c = p->c;
 	char id[48];
 	size_t off = 0;
 
-	for (size_t i = 0; i < p->n; i++) {
+	for (size_t i = 0; i < count; i++) {
 		snprintf(id, sizeof(id), "%" PRId64 "-%" PRIu64, p->seq_base, p->first_n + i);
 		const char *argv[] = { "XADD", p->key, id, "line", p->buf + off };
 		size_t lens[] = { 4, strlen(p->key), strlen(id), 4, p->lens[i] };
@@ -173,9 +171,28 @@ static int flush_once(worker_pub_t *p)
 			return -1;
 		off += p->lens[i];
 	}
+	int done = 0;
+	while (!done)
+		if (redisBufferWrite(c, &done) != REDIS_OK)
+			return -1;
+	p->inflight = count;
+	return 0;
+}
+
+/*
+ * Reads the replies of the lines in flight and drops the acknowledged
+ * prefix from the batch.  0 when all were acknowledged; -1 when some must
+ * be sent again (the connection is reset when it failed).
+ */
+static int collect(worker_pub_t *p)
+{
+	redisContext *c = p->c;
+	size_t count = p->inflight;
 	size_t acked = 0, acked_bytes = 0;
 	int failed = 0;
-	for (size_t i = 0; i < p->n; i++) {
+
+	p->inflight = 0;
+	for (size_t i = 0; i < count; i++) {
 		redisReply *r = NULL;
 		if (redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
 			rn_log_warn(p->run_id, "redis_publish", "connection lost: %s; retrying",
@@ -205,7 +222,7 @@ static int flush_once(worker_pub_t *p)
 	if (failed)
 		return -1;
 	/* A big burst grew the buffer: give the memory back. */
-	if (p->cap > 4 * WORKER_PUB_BATCH_BYTES) {
+	if (p->n == 0 && p->cap > 4 * WORKER_PUB_BATCH_BYTES) {
 		free(p->buf);
 		p->buf = NULL;
 		p->cap = 0;
@@ -213,10 +230,26 @@ static int flush_once(worker_pub_t *p)
 	return 0;
 }
 
+/* One attempt at writing the whole batch.  0 when all is acknowledged. */
+static int flush_once(worker_pub_t *p)
+{
+	if (p->inflight && collect(p) < 0)
+		return -1;
+	if (p->n == 0)
+		return 0;
+	if (send_lines(p, p->n) < 0) {
+		worker_pub_reset(p);
+		return -1;
+	}
+	return collect(p);
+}
+
 int worker_pub_flush(worker_pub_t *p)
 {
 	unsigned attempt = 0;
 	while (p->n > 0) {
+		if (!p->c)
+			p->inflight = 0; /* a reset connection lost the replies: resend */
 		if (!worker_pub_ctx(p))
 			return -1;
 		if (flush_once(p) == 0)
@@ -227,4 +260,26 @@ int worker_pub_flush(worker_pub_t *p)
 		worker_pub_backoff(p, attempt++);
 	}
 	return 0;
+}
+
+int worker_pub_pump(worker_pub_t *p)
+{
+	if (p->inflight) {
+		if (collect(p) < 0)
+			return worker_pub_flush(p);
+	}
+	if (p->n == 0)
+		return 0;
+	if (!p->c)
+		return worker_pub_flush(p);
+	if (send_lines(p, p->n) < 0) {
+		worker_pub_reset(p);
+		return worker_pub_flush(p);
+	}
+	return 0;
+}
+
+int worker_pub_wait_fd(const worker_pub_t *p)
+{
+	return p->inflight && p->c ? p->c->fd : -1;
 }

@@ -6,9 +6,10 @@
  * claim, n = 1, 2, ...) when it is added, so a retry of a batch after a
  * reconnect writes nothing twice: Redis refuses an id "equal or smaller than
  * the target stream top item", which means that line is already there.
- * Lines are batched and pipelined; a flush blocks (retrying with backoff)
- * until Redis took every line, which is the backpressure: while it blocks,
- * the run stops reading the agent's stdout.
+ * Lines are batched and pipelined, one batch in flight while the next one
+ * is read and validated; a flush blocks (retrying with backoff) until Redis
+ * took every line, which is the backpressure: while it blocks, the run
+ * stops reading the agent's stdout.
  *
  * Also home of the worker's Redis connection helper.
  *
@@ -45,6 +46,7 @@ typedef struct worker_pub {
 	size_t   len, cap;
 	uint32_t *lens;
 	size_t   n;
+	size_t   inflight;                  /* lines [0, inflight) sent, replies not read */
 	uint64_t first_n;                   /* sequence of lens[0] */
 	uint64_t published;                 /* lines Redis holds */
 	uint64_t retries;
@@ -70,6 +72,17 @@ static inline size_t worker_pub_pending(const worker_pub_t *p) { return p->n; }
  * every line; -1 only when *give_up became non-zero first.
  */
 int worker_pub_flush(worker_pub_t *p);
+
+/*
+ * Overlaps Redis with the caller: reads the replies of the batch in flight
+ * (if any), then sends the lines added since without waiting for their
+ * replies.  Falls back to worker_pub_flush() on any failure.  0, or -1 when
+ * *give_up became non-zero.
+ */
+int worker_pub_pump(worker_pub_t *p);
+
+/* The socket to poll for POLLIN while a batch is in flight, else -1. */
+int worker_pub_wait_fd(const worker_pub_t *p);
 
 /*
  * A connected context for one-off calls (state updates), reconnecting with

@@ -49,6 +49,8 @@
 
 #define RUN_READ_CHUNK     (16 * 1024)
 #define RUN_STDERR_LINE    (8 * 1024)
+#define RUN_READS_PER_FLUSH 8
+#define RUN_PIPE_SIZE      (1024 * 1024)
 #define RUN_ENV_MAX        4096
 /* Under /run (a tmpfs in the sandbox): the read-only host /usr has no
  * /usr/libexec/runnel to bind onto. */
@@ -140,27 +142,39 @@ void worker_run_cancel_message(const char *reason, char *buf, size_t size)
  * Publishing helpers
  * ------------------------------------------------------------------------ */
 
-static void io_publish(run_io_t *io, const char *line, size_t len)
+static void io_account(run_io_t *io, uint64_t before)
 {
-	if (worker_pub_add(&io->pub, line, len))
-		if (worker_pub_flush(&io->pub) < 0)
-			io->publish_failed = 1;
+	rn_counter_add(io->m->lines_published, io->pub.published - before);
+	if (!io->first_line_done && io->pub.published > 0) {
+		io->first_line_done = 1;
+		rn_hist_observe(io->m->first_line, (double)(rn_mono_ms() - io->run->claimed_mono_ms) / 1000.0);
+	}
 }
 
+/* Sends what is batched without waiting (one batch in flight). */
+static void io_pump(run_io_t *io)
+{
+	uint64_t before = io->pub.published;
+	if (worker_pub_pump(&io->pub) < 0)
+		io->publish_failed = 1;
+	io_account(io, before);
+}
+
+/* Blocks until Redis holds every line added so far. */
 static void io_flush(run_io_t *io)
 {
 	if (worker_pub_pending(&io->pub) == 0)
 		return;
 	uint64_t before = io->pub.published;
-	if (worker_pub_flush(&io->pub) < 0) {
+	if (worker_pub_flush(&io->pub) < 0)
 		io->publish_failed = 1;
-		return;
-	}
-	rn_counter_add(io->m->lines_published, io->pub.published - before);
-	if (!io->first_line_done) {
-		io->first_line_done = 1;
-		rn_hist_observe(io->m->first_line, (double)(rn_mono_ms() - io->run->claimed_mono_ms) / 1000.0);
-	}
+	io_account(io, before);
+}
+
+static void io_publish(run_io_t *io, const char *line, size_t len)
+{
+	if (worker_pub_add(&io->pub, line, len))
+		io_pump(io);
 }
 
 static int emit_cb(const char *line, size_t len, void *arg)
@@ -357,13 +371,13 @@ static void handle_stderr_line(run_io_t *io, const char *line, size_t len, int c
 
 /*
  * Reads once from fd into the splitter and handles every complete line.
- * Returns 1 at EOF, 0 otherwise.
+ * Returns 1 at EOF, 2 when nothing was there (EAGAIN), 0 otherwise.
  */
 static int read_lines(run_io_t *io, int fd, splitter_t *s, int is_stderr, char *chunk)
 {
 	ssize_t n = read(fd, chunk, RUN_READ_CHUNK);
 	if (n < 0)
-		return (errno == EAGAIN || errno == EINTR) ? 0 : 1;
+		return errno == EAGAIN ? 2 : errno == EINTR ? 0 : 1;
 	if (n == 0) {
 		/* A last line without newline still counts. */
 		if (s->len || s->overflow) {
@@ -657,12 +671,17 @@ static end_t agent_loop(run_io_t *io, worker_sandbox_t *sb, char *turn, size_t t
 	int killed = 0;
 	int64_t term_seen_at = -1;   /* agent printed its terminal line */
 	int64_t exited_at = -1;
+	int64_t last_io = rn_mono_ms();   /* last read from the pipes or Redis wait */
 
 	if (!chunk)
 		return END_INTERNAL;
 	split_init(&so, (size_t)cfg->line_max + 1);
 	split_init(&se, RUN_STDERR_LINE);
 	int pidfd = pidfd_open(sb->pid, 0);
+
+	/* A large stdout pipe lets the agent go on printing while a batch is
+	 * in flight to Redis (best effort: the kernel may refuse the size). */
+	fcntl(sb->stdout_fd, F_SETPIPE_SZ, RUN_PIPE_SIZE);
 
 	/* stdin: written without blocking; kept open afterwards. */
 	int fl = fcntl(sb->stdin_fd, F_GETFL);
@@ -698,8 +717,11 @@ static end_t agent_loop(run_io_t *io, worker_sandbox_t *sb, char *turn, size_t t
 			worker_sandbox_kill(sb, SIGTERM);
 			kill_at = now + cfg->kill_grace_ms;
 		}
+		/* After the exit, the pipes are read until EOF; only when they stay
+		 * silent for the grace period (a leftover process holds them) is
+		 * the rest given up.  Time spent waiting on Redis does not count. */
 		if (exited && (out_open || err_open) && exited_at >= 0 &&
-		    now >= exited_at + cfg->kill_grace_ms && !killed) {
+		    now >= (last_io > exited_at ? last_io : exited_at) + cfg->kill_grace_ms && !killed) {
 			/* Something in the sandbox still holds the pipes. */
 			worker_sandbox_kill(sb, SIGKILL);
 			killed = 1;
@@ -724,8 +746,8 @@ static end_t agent_loop(run_io_t *io, worker_sandbox_t *sb, char *turn, size_t t
 		if (exited && end != END_NONE && end != END_EXITED)
 			break;
 
-		struct pollfd pfd[5];
-		int np = 0, i_out = -1, i_err = -1, i_in = -1, i_wake, i_pid = -1;
+		struct pollfd pfd[6];
+		int np = 0, i_out = -1, i_err = -1, i_in = -1, i_wake, i_pid = -1, i_red = -1;
 		/* While a stop is pending, output is no longer read into the stream:
 		 * drain it only so that the agent is not blocked writing. */
 		if (out_open) {
@@ -746,14 +768,18 @@ static end_t agent_loop(run_io_t *io, worker_sandbox_t *sb, char *turn, size_t t
 			i_pid = np;
 			pfd[np++] = (struct pollfd){ pidfd, POLLIN, 0 };
 		}
+		if (worker_pub_wait_fd(&io->pub) >= 0) {
+			i_red = np;
+			pfd[np++] = (struct pollfd){ worker_pub_wait_fd(&io->pub), POLLIN, 0 };
+		}
 		int64_t timeout = 1000;
 		int64_t next = cap_deadline;
 		if (kill_at >= 0 && !killed && kill_at < next)
 			next = kill_at;
 		if (term_seen_at >= 0 && kill_at < 0 && term_seen_at + cfg->kill_grace_ms < next)
 			next = term_seen_at + cfg->kill_grace_ms;
-		if (exited_at >= 0 && exited_at + cfg->kill_grace_ms < next)
-			next = exited_at + cfg->kill_grace_ms;
+		if (exited_at >= 0 && (last_io > exited_at ? last_io : exited_at) + cfg->kill_grace_ms < next)
+			next = (last_io > exited_at ? last_io : exited_at) + cfg->kill_grace_ms;
 		if (next - now < timeout)
 			timeout = next - now < 0 ? 0 : next - now;
 		if (pidfd < 0 && !exited && timeout > 20)
@@ -785,8 +811,16 @@ static end_t agent_loop(run_io_t *io, worker_sandbox_t *sb, char *turn, size_t t
 				ssize_t rr = read(sb->stdout_fd, chunk, RUN_READ_CHUNK);
 				if (rr == 0 || (rr < 0 && errno != EAGAIN && errno != EINTR))
 					out_open = 0;
-			} else if (read_lines(io, sb->stdout_fd, &so, 0, chunk)) {
-				out_open = 0;
+			} else {
+				/* A burst is read in several chunks before one pipelined
+				 * flush, up to a batch; then Redis gets it. */
+				for (int k = 0; k < RUN_READS_PER_FLUSH; k++) {
+					int r = read_lines(io, sb->stdout_fd, &so, 0, chunk);
+					if (r == 1)
+						out_open = 0;
+					if (r != 0 || worker_pub_pending(&io->pub) >= WORKER_PUB_BATCH_LINES / 2)
+						break;
+				}
 			}
 		}
 		if (i_err >= 0 && pfd[i_err].revents) {
@@ -794,15 +828,18 @@ static end_t agent_loop(run_io_t *io, worker_sandbox_t *sb, char *turn, size_t t
 				ssize_t rr = read(sb->stderr_fd, chunk, RUN_READ_CHUNK);
 				if (rr == 0 || (rr < 0 && errno != EAGAIN && errno != EINTR))
 					err_open = 0;
-			} else if (read_lines(io, sb->stderr_fd, &se, 1, chunk)) {
+			} else if (read_lines(io, sb->stderr_fd, &se, 1, chunk) == 1) {
 				err_open = 0;
 			}
 		}
 		(void)i_pid;
-		/* Publish what this round produced before reading more: while Redis
-		 * is away this blocks, the pipe fills and the agent waits. */
-		if (!stopping)
-			io_flush(io);
+		/* Send what this round produced; the replies are read while the
+		 * next round is parsed.  While Redis is away this blocks, the pipe
+		 * fills and the agent waits. */
+		if (!stopping && (worker_pub_pending(&io->pub) > io->pub.inflight ||
+		                  (i_red >= 0 && pfd[i_red].revents)))
+			io_pump(io);
+		last_io = rn_mono_ms();
 	}
 	if (end == END_NONE)
 		end = END_EXITED;
@@ -908,6 +945,7 @@ static void run_pipeline(run_io_t *io)
 	}
 	if (boot.max_runtime_sec > 0 && boot.max_runtime_sec < cap_sec)
 		cap_sec = boot.max_runtime_sec;
+	rn_log_debug(run->run_id, "run_phase", "bootstrap done at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 	if (end_if_stopped(io))
 		goto out;
 
@@ -1016,6 +1054,7 @@ static void run_pipeline(run_io_t *io)
 	spec.ro_binds = binds.n ? binds.v : NULL;
 	spec.share_net = cfg->share_net;
 	spec.rlimit_nofile = 4096;
+	rn_log_debug(run->run_id, "run_phase", "workspace ready at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 	int64_t t0 = rn_mono_us();
 	if (worker_sandbox_spawn(&spec, &sb, err, sizeof(err)) < 0) {
 		sodium_memzero(turn, turn_len);
@@ -1039,6 +1078,7 @@ static void run_pipeline(run_io_t *io)
 	worker_sandbox_destroy(&sb);
 	have_sb = 0;
 	io_flush(io);
+	rn_log_debug(run->run_id, "run_phase", "agent done at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 
 	/* 6: the terminal line. */
 	switch (end) {
@@ -1116,6 +1156,7 @@ out:
 	worker_boot_clear(&boot);
 	if (have_ws && worker_ws_remove(&ws) < 0)
 		rn_log_warn(run->run_id, "workspace_remove", "could not remove %s", ws.dir);
+	rn_log_debug(run->run_id, "run_phase", "cleaned up at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 }
 
 static void *run_main(void *arg)
