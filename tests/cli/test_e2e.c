@@ -24,6 +24,7 @@
 
 static const char *g_bin;
 static char *g_tmp;
+static pid_t g_own_child; /* a child of the test itself, not of runnel dev */
 
 #define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
@@ -48,7 +49,8 @@ static int live_descendants(void)
 		char *rp = strrchr(buf, ')');
 		char state;
 		int ppid;
-		if (rp && sscanf(rp + 2, "%c %d", &state, &ppid) == 2 && ppid == getpid() && state != 'Z') {
+		if (rp && sscanf(rp + 2, "%c %d", &state, &ppid) == 2 && ppid == getpid() && state != 'Z' &&
+		    atoi(e->d_name) != g_own_child) {
 			TH_NOTE("left running: %s", buf);
 			n++;
 		}
@@ -121,6 +123,38 @@ static void test_demo_once(void)
 	if (redis)
 		TH_CHECK(!port_open(redis), "redis-server still answers at %s", redis);
 	clirun_free(&p);
+}
+
+/* 2. With RUNNEL_REDIS_URL set, dev uses that Redis (and leaves it running),
+ * and --sandbox process runs the demo without isolation. */
+static void test_demo_external_redis(void)
+{
+	th_redis_t r;
+	TH_REQUIRE(th_redis_start(&r, NULL) == 0);
+	g_own_child = r.pid;
+	clirun_t p;
+	char *envtmp = th_strf("TMPDIR=%s", g_tmp);
+	char *envredis = th_strf("RUNNEL_REDIS_URL=%s", r.url);
+	int rc = clirun(ARGS(g_bin, "dev", "--demo", "--once", "--port", "0", "--sandbox", "process"),
+	                ARGS(envtmp, envredis), 120000, &p);
+	TH_CHECK(rc == 0, "exit %d\n%s\n%s", rc, p.out, p.err);
+	TH_CHECK(strstr(p.out, th_strf("  redis       %s\n", r.url)) != NULL, "%s", p.out);
+	TH_CHECK(strstr(p.out, "sandbox process") != NULL, "%s", p.out);
+	const char *d = strstr(p.out, "Demo run ");
+	TH_REQUIRE(d != NULL, "%s", p.out);
+	char *run = th_strf("%.*s", (int)strcspn(d + 9, " "), d + 9);
+	redisContext *c = th_redis_connect(&r);
+	TH_REQUIRE(c != NULL, "the external redis-server was stopped");
+	redisReply *rep = redisCommand(c, "HGET runnel:{%s}:state status", run);
+	TH_CHECK(rep && rep->type == REDIS_REPLY_STRING && !strcmp(rep->str, "succeeded"), "run %s", run);
+	if (rep)
+		freeReplyObject(rep);
+	redisFree(c);
+	TH_CHECK(th_wait_until(none_left, NULL, 5000), "processes left after runnel dev");
+	TH_CHECK(dir_empty(g_tmp), "scratch left in %s", g_tmp);
+	clirun_free(&p);
+	th_redis_stop(&r);
+	g_own_child = 0;
 }
 
 typedef struct stack {
@@ -396,6 +430,7 @@ int main(int argc, char **argv)
 	TH_REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
 	g_tmp = th_strf("%s", th_tmpdir());
 	test_demo_once();
+	test_demo_external_redis();
 	test_stack();
 	return th_done();
 }
