@@ -524,6 +524,29 @@ static void stop_stack(dev_stack_t *s)
 static void print_banner(const dev_stack_t *s)
 {
 	const char *stub = dev_stub_url(s->stub);
+	const char *prompt = "Add an inference node";
+	char exe[PATH_MAX], redis_shown[320], redis_env[360];
+	rn_redis_url_t u;
+	char err[128];
+
+	/* A Redis given with a password: never print it. */
+	redis_env[0] = '\0';
+	if (rn_redis_url_parse(s->redis_url, &u, err, sizeof(err)) == 0 && u.password[0]) {
+		snprintf(redis_shown, sizeof(redis_shown), "redis://***@%s:%d/%d (from RUNNEL_REDIS_URL)",
+		         u.host, u.port, u.db);
+	} else {
+		snprintf(redis_shown, sizeof(redis_shown), "%s", s->redis_url);
+		snprintf(redis_env, sizeof(redis_env), "RUNNEL_REDIS_URL=%s ", s->redis_url);
+	}
+	sodium_memzero(u.password, sizeof(u.password));
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = '\0';
+	if (n <= 0)
+		snprintf(exe, sizeof(exe), "runnel");
+	/* With a token the dispatcher wants it: reference the variable, not its value. */
+	const char *auth = getenv("RUNNEL_API_TOKEN") && *getenv("RUNNEL_API_TOKEN") ?
+	                   "-H \"Authorization: Bearer $RUNNEL_API_TOKEN\" " : "";
+
 	printf("runnel dev: the stack is up (Ctrl-C stops it)\n"
 	       "  dispatcher  %s\n"
 	       "  worker      pid %d, sandbox %s\n"
@@ -531,16 +554,16 @@ static void print_banner(const dev_stack_t *s)
 	       "  kafka       %s (in-process mock; topics %s, %s.dlq)\n"
 	       "  workspace   %s (agents from %s)\n"
 	       "  scratch     %s (logs/dispatcher.log, logs/worker.log)\n\n",
-	       s->dispatcher_url, (int)s->worker.pid, s->sandbox, s->redis_url, s->bootstrap,
+	       s->dispatcher_url, (int)s->worker.pid, s->sandbox, redis_shown, s->bootstrap,
 	       g_opt.jobs_topic, g_opt.jobs_topic, stub, s->agents, s->dir);
 	printf("Start a run and stream it (NDJSON):\n"
 	       "  curl -s -X POST '%s/mint?agent=%s' | sed 's/}$/,\"prompt\":\"%s\"}/' | "
-	       "curl -sN -H 'Content-Type: application/json' --data-binary @- %s/stream\n"
+	       "curl -sN -H 'Content-Type: application/json' %s--data-binary @- %s/stream\n"
 	       "or with the CLI:\n"
-	       "  curl -s -X POST '%s/mint?agent=%s' | RUNNEL_DISPATCHER_URL=%s RUNNEL_REDIS_URL=%s "
-	       "runnel submit --otp-file - --prompt '%s'\n\n",
-	       stub, g_opt.agent, "Add an inference node", s->dispatcher_url,
-	       stub, g_opt.agent, s->dispatcher_url, s->redis_url, "Add an inference node");
+	       "  curl -s -X POST '%s/mint?agent=%s' | RUNNEL_DISPATCHER_URL=%s %s"
+	       "%s submit --otp-file - --prompt '%s'\n\n",
+	       stub, g_opt.agent, prompt, auth, s->dispatcher_url,
+	       stub, g_opt.agent, s->dispatcher_url, redis_env, exe, prompt);
 	fflush(stdout);
 }
 

@@ -299,6 +299,24 @@ static void test_stack(void)
 	TH_CHECK(th_streq(type, "result"), "last line %s:\n%s", type, submit_lines);
 	clirun_free(&p);
 
+	/* The two command lines the banner prints work as pasted. */
+	const char *l1 = strstr(s.proc.out, "Start a run and stream it (NDJSON):\n  ");
+	const char *l2 = strstr(s.proc.out, "or with the CLI:\n  ");
+	TH_REQUIRE(l1 && l2, "%s", s.proc.out);
+	l1 = strchr(l1, '\n') + 3;
+	l2 = strchr(l2, '\n') + 3;
+	char *paste1 = th_strf("%.*s", (int)strcspn(l1, "\n"), l1);
+	char *paste2 = th_strf("%.*s", (int)strcspn(l2, "\n"), l2);
+	rc = clirun(ARGS("/bin/bash", "-c", paste1), NULL, 60000, &p);
+	TH_CHECK(rc == 0, "pasted curl line: %d %s", rc, p.err);
+	last_line_type(p.out, type, sizeof(type), code, sizeof(code));
+	TH_CHECK(th_streq(type, "result"), "pasted curl line printed:\n%s", p.out);
+	clirun_free(&p);
+	rc = clirun(ARGS("/bin/bash", "-c", paste2), NULL, 60000, &p);
+	TH_CHECK(rc == 0, "pasted runnel line: %d %s\n%s", rc, p.err, p.out);
+	TH_CHECK(strstr(p.out, "\nresult  ") != NULL, "%s", p.out);
+	clirun_free(&p);
+
 	/* tail of the finished run: the same lines, exit 0; status succeeded. */
 	rc = run_cli(&s, ARGS("tail", run1, "--json"), &p);
 	TH_CHECK(rc == 0, "tail: %d %s", rc, p.err);
