@@ -38,6 +38,7 @@ runtime=$(awk '/^FROM .* AS build/{b=1} /^FROM /&&!/AS build/{b=0;r=1} r' "$dock
 	tr ' \\' '\n\n' | grep -E '^[a-z0-9][a-z0-9.+-]+$' | sort -u)
 PATH=$PATH:/usr/sbin:/sbin
 ldcache=$(ldconfig -p)
+needs=() # "program soname"
 for pair in "$@"; do
 	file=${pair#*=}
 	if [ ! -x "$file" ]; then
@@ -45,27 +46,47 @@ for pair in "$@"; do
 		continue
 	fi
 	for so in $(readelf -d "$file" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
-		path=$(awk -v so="$so" '$1 == so {print $NF; exit}' <<<"$ldcache")
-		# dpkg knows a file by the path its package ships (merged /usr aside).
-		pkg=""
-		for p in "$path" "$(readlink -f "$path")" "${path/#\/usr\/lib\//\/lib\/}"; do
-			[ -n "$p" ] || continue
-			pkg=$(dpkg -S "$p" 2>/dev/null | head -n1 | cut -d: -f1 || true)
-			[ -z "$pkg" ] || break
-		done
-		case $pkg in
-		libc6 | libgcc-s1) pass=$((pass + 1)) ;;
-		"") echo "FAIL: ${file##*/} needs $so, which no package provides here"; fail=$((fail + 1)) ;;
-		*)
-			if grep -qxF -- "$pkg" <<<"$runtime"; then
-				pass=$((pass + 1))
-			else
-				echo "FAIL: ${file##*/} needs $so from $pkg, which the runtime stage does not install"
-				fail=$((fail + 1))
-			fi
-			;;
-		esac
+		needs+=("${file##*/} $so")
 	done
+done
+# One dpkg query for every library (dpkg -S is slow per call). dpkg knows a
+# file by the path its package ships, so ask for each spelling (merged /usr).
+declare -A sopath
+paths=()
+for n in "${needs[@]}"; do
+	so=${n#* }
+	[ -n "${sopath[$so]:-}" ] && continue
+	p=$(awk -v so="$so" '$1 == so {print $NF; exit}' <<<"$ldcache")
+	sopath[$so]=${p:-none}
+	[ -n "$p" ] && paths+=("$p" "$(readlink -f "$p")" "${p/#\/usr\/lib\//\/lib\/}" "${p/#\/lib\//\/usr\/lib\/}")
+done
+declare -A owner
+if [ ${#paths[@]} -gt 0 ]; then
+	while IFS= read -r line; do
+		owner[${line#*: }]=${line%%:*}
+	done < <(dpkg -S "${paths[@]}" 2>/dev/null || true)
+fi
+for n in "${needs[@]}"; do
+	prog=${n%% *}
+	so=${n#* }
+	p=${sopath[$so]}
+	pkg=""
+	for q in "$p" "$(readlink -f "$p" 2>/dev/null)" "${p/#\/usr\/lib\//\/lib\/}" "${p/#\/lib\//\/usr\/lib\/}"; do
+		pkg=${owner[$q]:-}
+		[ -n "$pkg" ] && break
+	done
+	case $pkg in
+	libc6 | libgcc-s1) pass=$((pass + 1)) ;;
+	"") echo "FAIL: $prog needs $so, which no package provides here"; fail=$((fail + 1)) ;;
+	*)
+		if grep -qxF -- "$pkg" <<<"$runtime"; then
+			pass=$((pass + 1))
+		else
+			echo "FAIL: $prog needs $so from $pkg, which the runtime stage does not install"
+			fail=$((fail + 1))
+		fi
+		;;
+	esac
 done
 
 ignore=$(dirname "$dockerfile")/.dockerignore
