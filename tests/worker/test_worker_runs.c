@@ -433,6 +433,33 @@ static void test_bootstrap_failures(void)
 	th_strv_free(l, n);
 }
 
+/* The stderr caps: 8 KiB per line (cut, "..."), RUNNEL_STDERR_MAX per run
+ * (1 MiB here), then one truncation notice. */
+static void test_stderr_caps(void)
+{
+	dev_stub_otps_t o;
+	size_t n;
+	/* One 20000-byte line, then 3000 lines of 399 bytes + newline. */
+	char **l = run_agent("run_stderrcap",
+		"{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
+		"\"read t; printf '%20000s\\\\n' x >&2;"
+		" i=0; while [ $i -lt 3000 ]; do printf '%399s\\\\n' y; i=$((i+1)); done >&2;"
+		" echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"capped\\\"}'\"]}",
+		NULL, 0, 0, &o, &n);
+	/* 8192 + 2600 * 399 = 1045592 <= 1 MiB; the next line passes the cap. */
+	size_t want_b = (1048576 - 8192) / 399;
+	TH_CHECK(n == 1 + want_b + 1 + 1, "%zu lines, want %zu", n, 1 + want_b + 2);
+	if (n >= 3) {
+		const char *m0 = wt_field(l[0], "message");
+		TH_CHECK(strlen(m0) == 8192 + 3 && !strcmp(m0 + 8192, "..."), "first line cut at 8 KiB (%zu)", strlen(m0));
+		TH_CHECK(th_streq(wt_field(l[1], "level"), "warn") && strlen(wt_field(l[1], "message")) == 399, "%.80s", l[1]);
+		TH_CHECK(th_streq(wt_field(l[n - 2], "message"), "stderr truncated: the agent wrote more than 1048576 bytes"),
+		         "%.200s", l[n - 2]);
+	}
+	check_error(l, n, "", "capped");
+	th_strv_free(l, n);
+}
+
 static size_t curl_sink(char *p, size_t sz, size_t n, void *arg)
 {
 	struct { char *buf; size_t len; } *b = arg;
@@ -521,6 +548,7 @@ int main(void)
 	test_after_terminal();
 	test_garbage();
 	test_bootstrap_failures();
+	test_stderr_caps();
 	test_metrics();
 	int st = th_stop(w, 10000);
 	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);

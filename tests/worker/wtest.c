@@ -137,7 +137,7 @@ const char *wt_state(wt_t *t, const char *run_id, const char *field)
 
 const char *wt_field(const char *line, const char *field)
 {
-	static char buf[4096];
+	static char buf[16384];
 	buf[0] = '\0';
 	json_t *j = json_loads(line, 0, NULL);
 	if (!j)
