@@ -182,6 +182,8 @@ static void test_bad_config(void)
 		{ "RUNNEL_REQUIRE_SEALED=1", "RUNNEL_REQUIRE_SEALED needs RUNNEL_JOB_KEY" },
 		{ "RUNNEL_JOB_KEY=abc", "RUNNEL_JOB_KEY: must be 64 hex digits" },
 		{ "RUNNEL_REDIS_URL=http://x", "RUNNEL_REDIS_URL/--redis-url: redis url: must start with redis://" },
+		{ "RUNNEL_KAFKA_PROPERTIES=no.such.property=1", "-X no.such.property: No such configuration property: \\\"no.such.property\\\"" },
+		{ "RUNNEL_METRICS_LISTEN=nowhere", "RUNNEL_METRICS_LISTEN/--metrics-listen: \\\"nowhere\\\" is not host:port" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char *name = th_strf("bad%zu", i);
