@@ -100,6 +100,28 @@ static void on_drained(struct evhttp_connection *evcon, void *arg)
 	}
 }
 
+/*
+ * Writes what evhttp queued at once instead of on the next loop iteration.
+ * evhttp enabled the socket's write event to flush it later; when our write
+ * emptied the buffer, disabling it again cancels that pending change (the
+ * loop uses epoll's changelist), so a streamed line costs one writev and no
+ * epoll_ctl.  Only for plain chunks: a chunk sent with a drain callback
+ * needs the write event to call it.  Partial writes and errors leave the
+ * event on: evhttp then flushes or fails the connection as usual.
+ */
+static void flush_now(struct bufferevent *bev)
+{
+	struct evbuffer *out;
+
+	if (bev == NULL)
+		return;
+	out = bufferevent_get_output(bev);
+	if (evbuffer_get_length(out) == 0)
+		return;
+	if (evbuffer_write(out, bufferevent_getfd(bev)) > 0 && evbuffer_get_length(out) == 0)
+		bufferevent_disable(bev, EV_WRITE);
+}
+
 static void send_chunk(dispatcher_feed_t *f)
 {
 	struct bufferevent *bev = evhttp_connection_get_bufferevent(f->evcon);
@@ -113,6 +135,7 @@ static void send_chunk(dispatcher_feed_t *f)
 		evhttp_send_reply_chunk_with_cb(f->req, f->chunk, on_drained, f);
 	} else {
 		evhttp_send_reply_chunk(f->req, f->chunk);
+		flush_now(bev);
 	}
 }
 
