@@ -167,10 +167,14 @@ static void test_unreachable(void)
 	add_run(NULL, &o);
 	worker_boot_t boot;
 	char err[512];
-	const char *url = "http://127.0.0.1:1/ws/sess?sig=QUERY-SECRET";
+	/* A port just released by th_free_port(): nothing listens there.  Port 1
+	 * is not safe for this: tests run as root and anything may bind it. */
+	int closed = th_free_port();
+	const char *url = th_strf("http://127.0.0.1:%d/ws/sess?sig=QUERY-SECRET", closed);
 	TH_CHECK(worker_bootstrap_fetch(url, o.otp_setup, o.otp_run, NULL, &boot,
 	                                err, sizeof(err)) == -1);
-	TH_CHECK(th_streq(err, "GET /env: could not connect to 127.0.0.1:1 (Connection refused)"), "%s", err);
+	TH_CHECK(th_streq(err, th_strf("GET /env: could not connect to 127.0.0.1:%d (Connection refused)", closed)),
+	         "%s", err);
 	TH_CHECK(strstr(err, "QUERY-SECRET") == NULL);
 	no_secret(err, &o);
 

@@ -487,10 +487,11 @@ static void test_fetch(void)
 	TH_CHECK(worker_ws_fetch_zip(url, dest2, NULL, &reject, err, sizeof(err)) == -1);
 	TH_CHECK(reject == 0 && th_streq(err, th_strf("download of %s: too many redirects", url)), "%s", err);
 
-	TH_CHECK(worker_ws_fetch_zip("http://127.0.0.1:1/bag.zip?sig=S", dest2, NULL, &reject,
+	int closed = th_free_port(); /* nothing listens there; port 1 may be bound by anything under root */
+	TH_CHECK(worker_ws_fetch_zip(th_strf("http://127.0.0.1:%d/bag.zip?sig=S", closed), dest2, NULL, &reject,
 	                             err, sizeof(err)) == -1);
-	TH_CHECK(th_streq(err, "download of http://127.0.0.1:1/bag.zip: could not connect to "
-	                       "127.0.0.1:1 (Connection refused)"), "%s", err);
+	TH_CHECK(th_streq(err, th_strf("download of http://127.0.0.1:%d/bag.zip: could not connect to "
+	                               "127.0.0.1:%d (Connection refused)", closed, closed)), "%s", err);
 	TH_CHECK(worker_ws_fetch_zip("file:///etc/passwd", dest2, NULL, &reject, err, sizeof(err)) == -1);
 	TH_CHECK(th_streq(err, "download of (invalid URL): unsupported URL scheme (only http and "
 	                       "https are allowed)"), "%s", err);

@@ -174,9 +174,10 @@ static void test_http_failures(void)
 	         "%s", err);
 	TH_CHECK(results_calls(o.session) == 1);
 
-	TH_CHECK(worker_writeback_upload("http://127.0.0.1:1/ws/s?sig=Q-SECRET", o.otp_upload, a, NULL,
-	                                 &nf, &ns, err, sizeof(err)) == -1);
-	TH_CHECK(th_streq(err, "POST /results: could not connect to 127.0.0.1:1 (Connection refused)"),
+	int closed = th_free_port(); /* nothing listens there; port 1 may be bound by anything under root */
+	TH_CHECK(worker_writeback_upload(th_strf("http://127.0.0.1:%d/ws/s?sig=Q-SECRET", closed), o.otp_upload, a,
+	                                 NULL, &nf, &ns, err, sizeof(err)) == -1);
+	TH_CHECK(th_streq(err, th_strf("POST /results: could not connect to 127.0.0.1:%d (Connection refused)", closed)),
 	         "%s", err);
 	TH_CHECK(strstr(err, "Q-SECRET") == NULL);
 	no_secret(err, &o);
