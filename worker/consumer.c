@@ -239,6 +239,19 @@ void worker_consumer_set_paused(worker_consumer_t *wc, int paused)
 	rd_kafka_topic_partition_list_t *parts = NULL;
 	if (rd_kafka_assignment(wc->rk, &parts) == RD_KAFKA_RESP_ERR_NO_ERROR && parts) {
 		pause_list(wc, parts, paused);
+		/*
+		 * librdkafka (2.0) applies a resume on its main thread; a broker
+		 * thread whose partitions were all paused has no fetch in flight
+		 * and only notices about a second later.  Any request to that
+		 * broker wakes it, so ask the leader of the first partition for its
+		 * watermarks (one round trip, bounded).  Partitions led by other
+		 * brokers still resume within that second.
+		 */
+		if (!paused && parts->cnt > 0) {
+			int64_t lo, hi;
+			rd_kafka_query_watermark_offsets(wc->rk, parts->elems[0].topic,
+			                                 parts->elems[0].partition, &lo, &hi, 100);
+		}
 		rd_kafka_topic_partition_list_destroy(parts);
 	}
 }
