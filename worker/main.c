@@ -295,7 +295,12 @@ static int handle_message(worker_t *w, rd_kafka_message_t *m)
 	return 1;
 }
 
-/* Takes messages while slots are free; keeps polling (events) while full. */
+/*
+ * Takes messages while slots are free.  While full it keeps polling (that
+ * serves rebalances and keeps max.poll.interval.ms satisfied through long
+ * runs): the partitions are paused as soon as the one-job lookahead is
+ * held, so polling then returns events, not jobs.
+ */
 static void pump(worker_t *w)
 {
 	if (!w->consumer)
@@ -308,13 +313,19 @@ static void pump(worker_t *w)
 			memmove(w->pending, w->pending + 1, (w->npending - 1) * sizeof(w->pending[0]));
 			w->npending--;
 		}
-		if (w->npending >= PENDING_MAX || w->draining)
-			break;
-		if (w->npending > 0 && w->busy < (size_t)w->cfg.slots)
+		update_pause(w);
+		if (w->npending > 0 && !w->draining && w->busy < (size_t)w->cfg.slots)
 			break; /* waiting for Redis */
+		if (w->npending >= PENDING_MAX)
+			break; /* cannot happen while paused; never drop a job */
 		rd_kafka_message_t *m = worker_consumer_poll(w->consumer);
 		if (!m)
 			break;
+		if (w->draining) {
+			/* Not stored: it goes back to the group when we leave. */
+			rd_kafka_message_destroy(m);
+			continue;
+		}
 		w->pending[w->npending++] = m;
 	}
 	update_pause(w);
