@@ -113,13 +113,13 @@ static void main_redis_failed(worker_t *w, const char *what, const char *err)
  * ------------------------------------------------------------------------ */
 
 /*
- * Pauses every partition while the slots are full and one job already waits
- * here (a one-job lookahead, so a freed slot starts the next run at once
- * instead of waiting for a fetch after the resume); resumes otherwise.
+ * Pauses every assigned partition while the slots are full (or draining)
+ * and resumes when one frees: a job stays in Kafka, where another worker can
+ * take it, until this worker has a slot for it.
  */
 static void update_pause(worker_t *w)
 {
-	int full = w->draining || (w->busy >= (size_t)w->cfg.slots && w->npending > 0);
+	int full = w->draining || w->busy >= (size_t)w->cfg.slots;
 	if (w->consumer)
 		worker_consumer_set_paused(w->consumer, full);
 	rn_gauge_set(w->m.slots_busy, (int64_t)w->busy);
@@ -298,8 +298,8 @@ static int handle_message(worker_t *w, rd_kafka_message_t *m)
 /*
  * Takes messages while slots are free.  While full it keeps polling (that
  * serves rebalances and keeps max.poll.interval.ms satisfied through long
- * runs): the partitions are paused as soon as the one-job lookahead is
- * held, so polling then returns events, not jobs.
+ * runs): the partitions are paused then, so polling returns events, not
+ * jobs (a job fetched before the pause took effect waits here, in order).
  */
 static void pump(worker_t *w)
 {
