@@ -550,6 +550,16 @@ int main(void)
 	test_bootstrap_failures();
 	test_stderr_caps();
 	test_metrics();
+	/* Every run's directory is gone. */
+	DIR *d = opendir(th_strf("%s/work-w1", T.dir));
+	int left = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			left++, TH_NOTE("left behind: %s", e->d_name);
+	if (d)
+		closedir(d);
+	TH_CHECK(d != NULL && left == 0, "run directories removed (%d left)", left);
 	int st = th_stop(w, 10000);
 	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);
 	wt_teardown(&T);
