@@ -203,8 +203,11 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		snprintf(c->mock_agent_path, sizeof(c->mock_agent_path), "%s", c->mock_agent);
 	} else {
 		char dir[PATH_MAX];
-		if (self_dir(dir, sizeof(dir)) == 0)
-			snprintf(c->mock_agent_path, sizeof(c->mock_agent_path), "%s/runnel-mock-agent", dir);
+		if (self_dir(dir, sizeof(dir)) == 0) {
+			int n = snprintf(c->mock_agent_path, sizeof(c->mock_agent_path), "%s/runnel-mock-agent", dir);
+			if (n < 0 || (size_t)n >= sizeof(c->mock_agent_path))
+				c->mock_agent_path[0] = '\0';
+		}
 	}
 	if (c->mock_agent_path[0] && access(c->mock_agent_path, X_OK) != 0) {
 		if (c->mock_agent) {

@@ -983,7 +983,7 @@ static void run_pipeline(run_io_t *io)
 	json_array_foreach(boot.skills, si, skill) {
 		const char *name = json_string_value(json_object_get(skill, "name"));
 		const char *url = json_string_value(json_object_get(skill, "zip_url"));
-		char dir[WORKER_PATH_MAX];
+		char dir[WORKER_PATH_MAX + 160]; /* skills dir + "/" + a name of <= 128 */
 		if (!skill_name_ok(name)) {
 			snprintf(msg, sizeof(msg), "Skill %zu has no usable name (letters, digits, . _ -).", si);
 			io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
