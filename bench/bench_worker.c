@@ -126,7 +126,7 @@ static void bench_latency(int runs)
 	}
 	qsort(lat, (size_t)got, sizeof(*lat), cmp_i64);
 	if (got)
-		printf("latency enqueue->first line (mock echo, bwrap, %d runs one at a time): "
+		printf("latency enqueue->first line (mock echo, %d runs one at a time): "
 		       "p50 %.1f ms  p99 %.1f ms  max %.1f ms\n", got,
 		       lat[got / 2] / 1000.0, lat[(got * 99) / 100 < got ? (got * 99) / 100 : got - 1] / 1000.0,
 		       lat[got - 1] / 1000.0);
@@ -152,7 +152,7 @@ static void bench_throughput(int runs)
 	for (int i = 0; i < runs; i++)
 		done += th_wait_stream_terminal(C, th_strf("runnel:{%s}:out", ids[i]), 60000);
 	double secs = (now_us() - t0) / 1e6;
-	printf("throughput (mock echo, bwrap, 8 slots): %d of %d runs in %.2f s = %.0f runs/s\n",
+	printf("throughput (mock echo, 8 slots): %d of %d runs in %.2f s = %.0f runs/s\n",
 	       done, runs, secs, done / secs);
 	for (int i = 0; i < runs; i++)
 		free(js[i]);
@@ -239,6 +239,12 @@ int main(int argc, char **argv)
 	long flood = argc > 3 ? strtol(argv[3], NULL, 10) : 1000000;
 
 	th_init("bench_worker");
+	char *la = th_file_read("/proc/loadavg", NULL);
+	printf("bench_worker: sandbox %s, kafka properties \"%s\", load average %s",
+	       getenv("BENCH_SANDBOX") ? getenv("BENCH_SANDBOX") : "bwrap",
+	       getenv("BENCH_KAFKA_PROPERTIES") ? getenv("BENCH_KAFKA_PROPERTIES") : "",
+	       la ? la : "?\n");
+	free(la);
 	const char *dir = th_tmpdir();
 	if (th_redis_start(&R, NULL) < 0 || th_kafka_start(&K, 1) < 0 ||
 	    th_kafka_create_topic(&K, TOPIC, 8) < 0)
