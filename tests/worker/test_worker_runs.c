@@ -367,6 +367,53 @@ static void make_evil_zip(const char *path)
 	archive_write_free(a);
 }
 
+/* A zip with one file name -> content. */
+static void make_zip(const char *path, const char *name, const char *content)
+{
+	struct archive *a = archive_write_new();
+	archive_write_set_format_zip(a);
+	TH_REQUIRE(archive_write_open_filename(a, path) == ARCHIVE_OK);
+	struct archive_entry *e = archive_entry_new();
+	archive_entry_set_pathname(e, name);
+	archive_entry_set_size(e, (la_int64_t)strlen(content));
+	archive_entry_set_filetype(e, AE_IFREG);
+	archive_entry_set_perm(e, 0644);
+	archive_write_header(a, e);
+	archive_write_data(a, content, strlen(content));
+	archive_entry_free(e);
+	archive_write_close(a);
+	archive_write_free(a);
+}
+
+/* The bag lands in /root/workspace, a skill in /root/skills/<name> (read-only). */
+static void test_bag_and_skill(void)
+{
+	char url[256], surl[256];
+	char *zip = th_strf("%s/bag.zip", T.dir);
+	char *szip = th_strf("%s/skill.zip", T.dir);
+	make_zip(zip, "hello.txt", "bag-ok");
+	make_zip(szip, "SKILL.md", "skill-ok");
+	TH_REQUIRE(dev_stub_add_blob_file(T.stub, "bag.zip", zip) == 0);
+	TH_REQUIRE(dev_stub_add_blob_file(T.stub, "skill.zip", szip) == 0);
+	dev_stub_blob_url(T.stub, "bag.zip", url, sizeof(url));
+	dev_stub_blob_url(T.stub, "skill.zip", surl, sizeof(surl));
+	dev_stub_run_t run = { 0 };
+	run.config = wt_agent_config(
+		"{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
+		"\"read t; b=$(cat /root/workspace/hello.txt); s=$(cat /root/skills/tables/SKILL.md);"
+		" if touch /root/skills/tables/x 2>/dev/null; then w=writable; else w=readonly; fi;"
+		" echo \\\"{\\\\\\\"type\\\\\\\":\\\\\\\"result\\\\\\\",\\\\\\\"message\\\\\\\":\\\\\\\"$b $s $w\\\\\\\"}\\\"\"]}");
+	json_object_set_new(run.config, "assets", json_pack("{s:s}", "zip_url", url));
+	json_object_set_new(run.config, "skills", json_pack("[{s:s,s:s}]", "name", "tables", "zip_url", surl));
+	dev_stub_otps_t o;
+	size_t n;
+	char **l = run_agent("run_bag", NULL, &run, 0, 0, &o, &n);
+	json_decref(run.config);
+	TH_CHECK(n == 1, "%zu lines", n);
+	check_error(l, n, "", "bag-ok skill-ok readonly");
+	th_strv_free(l, n);
+}
+
 static void test_bootstrap_failures(void)
 {
 	dev_stub_otps_t o;
@@ -548,6 +595,7 @@ int main(void)
 	test_after_terminal();
 	test_garbage();
 	test_bootstrap_failures();
+	test_bag_and_skill();
 	test_stderr_caps();
 	test_metrics();
 	/* Every run's directory is gone. */
