@@ -203,6 +203,26 @@ static void test_bad_config(void)
 	}
 }
 
+/* Flags on the command line: -X, --help, an unknown flag. */
+static void test_flags(void)
+{
+	static const struct { const char *a1, *a2; int status; const char *want; } cases[] = {
+		{ "-X", "no.such.property=1", 2, "-X no.such.property: No such configuration property" },
+		{ "--slots", "x", 2, "--slots: \\\"x\\\" is not an integer" },
+		{ "--frobnicate", NULL, 2, "unknown option --frobnicate (see --help)" },
+		{ "--help", NULL, 0, "RUNNEL_KAFKA_BROKERS, default localhost:9092" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *log = th_strf("%s/flags%zu.log", T.dir, i);
+		char *argv[] = { WORKER_BIN, (char *)cases[i].a1, (char *)cases[i].a2, NULL };
+		pid_t p = th_spawn(argv, NULL, log);
+		int st = 0;
+		TH_CHECK(p > 0 && th_wait_exit(p, 10000, &st) == 0, "%s exits", cases[i].a1);
+		TH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == cases[i].status, "%s: exit status %d", cases[i].a1, st);
+		TH_CHECK(th_file_contains(log, cases[i].want), "%s: output has %s", cases[i].a1, cases[i].want);
+	}
+}
+
 int main(void)
 {
 	th_init("worker_secrets");
@@ -210,6 +230,7 @@ int main(void)
 	TH_REQUIRE(proto_job_key_parse(KEY_HEX, key, err, sizeof(err)) == 0);
 	wt_setup(&T, "appendonly yes\nappendfsync always\n", 1);
 	test_bad_config();
+	test_flags();
 	const char *env[] = { "RUNNEL_JOB_KEY=" KEY_HEX, "RUNNEL_REQUIRE_SEALED=true", NULL };
 	pid_t w = wt_worker(&T, "ws1", env);
 	test_dlq();
