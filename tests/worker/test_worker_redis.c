@@ -1,7 +1,8 @@
 /*
  * tests/worker/test_worker_redis.c - Redis restarted while a "flood" agent
  * prints 100000 lines (AOF on): the stream holds every line exactly once,
- * in order, then the result.
+ * in order, then the result; and a job that arrives while Redis is away
+ * waits and runs when it is back.
  */
 #include "tests/worker/wtest.h"
 
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #define FLOOD 100000
 
@@ -80,6 +82,30 @@ int main(void)
 		TH_CHECK(th_streq(wt_field(l[n - 1], "message"), "flood done"), "%s", l[n - 1]);
 	th_strv_free(l, n);
 	TH_CHECK(th_streq(wt_state(&T, "run_flood", "status"), "succeeded"));
+
+	/* Redis away when a job arrives: the job waits (not claimed, not
+	 * committed) and runs once Redis is back. */
+	redisFree(T.rc);
+	T.rc = NULL;
+	TH_REQUIRE(th_redis_stop(&T.redis) == 0, "redis stopped");
+	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"echo\"}");
+	wt_submit(&T, "run_wait_redis", &run, "patience", 0, 0, &o);
+	json_decref(run.config);
+	int64_t t1 = th_now_ms();
+	while (th_now_ms() - t1 < 2000) {
+		struct timespec ts = { 0, 50 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	TH_REQUIRE(th_redis_restart(&T.redis) == 0, "redis back");
+	T.rc = th_redis_connect(&T.redis);
+	TH_REQUIRE(T.rc != NULL);
+	TH_CHECK(wt_wait_terminal(&T, "run_wait_redis", 20000), "job run after Redis came back");
+	l = wt_lines(&T, "run_wait_redis", &n);
+	TH_CHECK(n == 1 && th_streq(wt_field(l[0], "message"), "patience"), "%zu lines", n);
+	th_strv_free(l, n);
+	TH_CHECK(th_streq(wt_state(&T, "run_wait_redis", "status"), "succeeded"));
+	TH_CHECK(wt_log_has(&T, "wr", "\"redis_unreachable\""), "the outage was logged");
+
 	int s = th_stop(w, 10000);
 	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "worker exit %d", s);
 	wt_teardown(&T);
