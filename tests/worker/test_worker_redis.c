@@ -43,6 +43,11 @@ int main(void)
 	long at = 5000;
 	TH_REQUIRE(th_wait_until(stream_len_at_least, &at, 30000), "flood started");
 	int64_t t0 = th_now_ms();
+	redisReply *xl = redisCommand(T.rc, "XLEN runnel:{run_flood}:out");
+	TH_CHECK(xl && xl->type == REDIS_REPLY_INTEGER && xl->integer < FLOOD / 2,
+	         "restart happens mid-flood (%lld lines in)", xl ? (long long)xl->integer : -1LL);
+	if (xl)
+		freeReplyObject(xl);
 	redisFree(T.rc);
 	T.rc = NULL;
 	TH_REQUIRE(th_redis_restart(&T.redis) == 0, "redis restarted");
