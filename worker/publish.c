@@ -185,8 +185,13 @@ static char *put_bulk(char *buf, const char *s, size_t len)
 }
 
 /*
- * Writes XADDs for the first count lines, encoded here in one buffer (the
- * generic hiredis formatter costs more than the rest of the path).  0 or -1.
+ * Writes the first count lines as one transaction, MULTI, XADD..., EXEC,
+ * encoded here in one buffer (the generic hiredis formatter costs more than
+ * the rest of the path).  The transaction makes a batch all-or-nothing: a
+ * Redis that finishes loading its AOF in the middle of a plain pipeline
+ * would refuse the first XADDs (LOADING) and take the later ones, and the
+ * refused lines could then never be written below the new stream top.
+ * 0 or -1.
  */
 static int send_lines(worker_pub_t *p, size_t count)
 {
@@ -196,12 +201,14 @@ static int send_lines(worker_pub_t *p, size_t count)
 	for (size_t i = 0; i < count; i++)
 		bytes += p->lens[i];
 	/* Per command: header, XADD, key, id (< 48), "line", the line. */
-	size_t cap = bytes + count * (klen + 128);
+	size_t cap = bytes + count * (klen + 128) + 64;
 	char *cmd = malloc(cap);
 	if (!cmd)
 		return -1;
 	char *w = cmd;
 	size_t off = 0;
+	memcpy(w, "*1\r\n$5\r\nMULTI\r\n", 15);
+	w += 15;
 	for (size_t i = 0; i < count; i++) {
 		char id[48];
 		char *e = put_u64(id, (uint64_t)p->seq_base);
@@ -216,6 +223,8 @@ static int send_lines(worker_pub_t *p, size_t count)
 		w = put_bulk(w, p->buf + off, p->lens[i]);
 		off += p->lens[i];
 	}
+	memcpy(w, "*1\r\n$4\r\nEXEC\r\n", 14);
+	w += 14;
 	int rc = redisAppendFormattedCommand(c, cmd, (size_t)(w - cmd));
 	free(cmd);
 	if (rc != REDIS_OK)
@@ -229,9 +238,10 @@ static int send_lines(worker_pub_t *p, size_t count)
 }
 
 /*
- * Reads the replies of the lines in flight and drops the acknowledged
- * prefix from the batch.  0 when all were acknowledged; -1 when some must
- * be sent again (the connection is reset when it failed).
+ * Reads the replies of the transaction in flight (MULTI, one QUEUED per
+ * line, EXEC) and drops the acknowledged prefix from the batch.  0 when all
+ * were acknowledged; -1 when some must be sent again (the connection is
+ * reset when it failed).
  */
 static int collect(worker_pub_t *p)
 {
@@ -241,22 +251,37 @@ static int collect(worker_pub_t *p)
 	int failed = 0;
 
 	p->inflight = 0;
-	for (size_t i = 0; i < count; i++) {
+	for (size_t i = 0; i < count + 2; i++) {
 		redisReply *r = NULL;
 		if (redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
 			rn_log_warn(p->run_id, "redis_publish", "connection lost: %s; retrying",
 			            c->errstr[0] ? c->errstr : "no reply");
 			worker_pub_reset(p);
-			failed = 1;
-			break;
+			return -1;
 		}
-		if (r->type == REDIS_REPLY_ERROR && !already_written(r)) {
-			if (!failed)
-				rn_log_warn(p->run_id, "redis_publish", "XADD refused: %.120s; retrying", r->str);
+		if (i == count + 1) {
+			/* EXEC: one reply per XADD, or an error when aborted. */
+			if (r->type == REDIS_REPLY_ARRAY && r->elements == count) {
+				for (size_t j = 0; j < count; j++) {
+					const redisReply *e = r->element[j];
+					if (e->type == REDIS_REPLY_ERROR && !already_written(e)) {
+						rn_log_warn(p->run_id, "redis_publish", "XADD refused: %.120s; retrying", e->str);
+						failed = 1;
+						break;
+					}
+					acked++;
+					acked_bytes += p->lens[j];
+				}
+			} else {
+				if (!failed)
+					rn_log_warn(p->run_id, "redis_publish", "batch not written: %.120s; retrying",
+					            r->type == REDIS_REPLY_ERROR ? r->str : "transaction aborted");
+				failed = 1;
+			}
+		} else if (r->type == REDIS_REPLY_ERROR && !failed) {
+			/* MULTI or a line refused when queued (LOADING, OOM): EXEC aborts. */
+			rn_log_warn(p->run_id, "redis_publish", "batch refused: %.120s; retrying", r->str);
 			failed = 1;
-		} else if (!failed) {
-			acked++;
-			acked_bytes += p->lens[i];
 		}
 		freeReplyObject(r);
 	}

@@ -70,15 +70,20 @@ int main(void)
 		freeReplyObject(r);
 
 	size_t n;
-	char **l = wt_lines(&T, "run_flood", &n);
+	char **ids = NULL;
+	char **l = NULL;
+	TH_CHECK(th_stream_read_all(T.rc, "runnel:{run_flood}:out", &l, &ids, &n) == 0);
 	TH_CHECK(n == FLOOD + 1, "%zu lines, want %d", n, FLOOD + 1);
 	size_t bad = 0;
 	for (size_t i = 0; i + 1 < n && i < FLOOD; i++) {
 		char want[64];
 		snprintf(want, sizeof(want), "\"message\":\"line %zu\"", i);
 		if (!strstr(l[i], want)) {
-			if (bad++ < 5)
-				TH_CHECK(0, "line %zu: %s", i, l[i]);
+			if (bad++ < 5) {
+				TH_CHECK(0, "line %zu (id %s): %s", i, ids[i], l[i]);
+				if (i > 0)
+					TH_NOTE("before it: id %s: %s", ids[i - 1], l[i - 1]);
+			}
 		}
 	}
 	TH_CHECK(bad == 0, "%zu lines out of place", bad);
@@ -86,6 +91,7 @@ int main(void)
 	if (n)
 		TH_CHECK(th_streq(wt_field(l[n - 1], "message"), "flood done"), "%s", l[n - 1]);
 	th_strv_free(l, n);
+	th_strv_free(ids, n);
 	TH_CHECK(th_streq(wt_state(&T, "run_flood", "status"), "succeeded"));
 
 	/* Redis away when a job arrives: the job waits (not claimed, not
