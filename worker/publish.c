@@ -131,6 +131,31 @@ void worker_pub_reset(worker_pub_t *p)
 	p->inflight = 0;
 }
 
+/*
+ * 1 while the server is still loading its dataset, 0 when it serves, -1 when
+ * the connection failed.  Redis accepts connections while it replays its
+ * AOF and refuses most commands with LOADING meanwhile; INFO is allowed.
+ */
+static int server_loading(redisContext *c)
+{
+	redisReply *r = redisCommand(c, "INFO persistence");
+	if (!r)
+		return -1;
+	int loading = r->type == REDIS_REPLY_STRING && strstr(r->str, "loading:1") != NULL;
+	if (r->type == REDIS_REPLY_ERROR)
+		loading = strncmp(r->str, "LOADING", 7) == 0 ? 1 : 0;
+	freeReplyObject(r);
+	return loading;
+}
+
+/*
+ * Connects, and returns the connection only once the server has finished
+ * loading.  A transaction is all-or-nothing only when MULTI is accepted: if
+ * MULTI were refused with LOADING and the load ended a moment later, the
+ * XADDs behind it would run one by one, outside any transaction, and the
+ * refused ones could never be written below the new stream top.  So no
+ * batch is sent before the load is over.
+ */
 redisContext *worker_pub_ctx(worker_pub_t *p)
 {
 	unsigned attempt = 0;
@@ -139,8 +164,14 @@ redisContext *worker_pub_ctx(worker_pub_t *p)
 		if (p->give_up && *p->give_up)
 			return NULL;
 		p->c = worker_redis_connect(p->url, 1000, err, sizeof(err));
-		if (p->c)
-			break;
+		if (p->c) {
+			int loading = server_loading(p->c);
+			if (loading == 0)
+				break;
+			snprintf(err, sizeof(err), "%s",
+			         loading > 0 ? "Redis is loading its dataset" : "connection lost while checking Redis");
+			worker_pub_reset(p);
+		}
 		if (attempt == 0 || attempt % 20 == 0)
 			rn_log_warn(p->run_id, "redis_reconnect", "%s; retrying", err);
 		p->retries++;
