@@ -38,13 +38,32 @@ struct dispatcher_feed {
 	dispatcher_tail_sub_t    *sub;
 	struct event             *ev_heartbeat;
 	struct evbuffer          *chunk;
+	struct evbuffer          *input;     /* the caller's unread bytes, if watched */
+	struct evbuffer_cb_entry *input_cb;
 	uint64_t                  lines;
 };
+
+/*
+ * While an answer streams, evhttp keeps reading the socket (to notice a
+ * close) but hands the bytes to nobody: a caller that keeps sending after
+ * its request would make the connection's input buffer grow without bound.
+ * Such bytes are discarded as they arrive; the answer carries
+ * "Connection: close", so nothing pipelined behind a stream is lost silently.
+ */
+static void on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	(void)arg;
+	if (info->n_added > 0)
+		evbuffer_drain(buf, evbuffer_get_length(buf));
+}
 
 static void feed_free(dispatcher_feed_t *f)
 {
 	dispatcher_t *d = f->d;
 
+	if (f->input_cb != NULL)
+		evbuffer_remove_cb_entry(f->input, f->input_cb);
+	f->input_cb = NULL;
 	dispatcher_tail_detach(f->sub);
 	f->sub = NULL;
 	if (f->ev_heartbeat != NULL)
@@ -225,6 +244,7 @@ void dispatcher_feed_start(dispatcher_t *d, struct evhttp_request *req, dispatch
 	evhttp_add_header(out, "Cache-Control", "no-cache");
 	evhttp_add_header(out, "X-Accel-Buffering", "no");
 	evhttp_add_header(out, "X-Runnel-Run-Id", run_id);
+	evhttp_add_header(out, "Connection", "close");
 	dispatcher_cors(d, req);
 	dispatcher_count(d, route, 200);
 	evhttp_send_reply_start(req, 200, "OK");
@@ -243,6 +263,9 @@ void dispatcher_feed_start(dispatcher_t *d, struct evhttp_request *req, dispatch
 		int one = 1;
 
 		if (bev != NULL) {
+			f->input = bufferevent_get_input(bev);
+			evbuffer_drain(f->input, evbuffer_get_length(f->input));
+			f->input_cb = evbuffer_add_cb(f->input, on_input, NULL);
 			bufferevent_set_timeouts(bev, NULL, &wtv);
 			/* Lines are small and must not wait for the previous
 			 * segment's ACK (Nagle + delayed ACK = 40 ms stalls). */

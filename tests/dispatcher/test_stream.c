@@ -365,6 +365,92 @@ static void test_slow_caller(dt_multi_t *m)
 	free(buf);
 }
 
+static long rss_kb(pid_t pid)
+{
+	char *status = th_file_read(th_strf("/proc/%d/status", (int)pid), NULL);
+	const char *p = status != NULL ? strstr(status, "VmRSS:") : NULL;
+	long kb = p != NULL ? strtol(p + 6, NULL, 10) : -1;
+
+	free(status);
+	return kb;
+}
+
+/*
+ * A caller that keeps sending bytes after its request while its answer
+ * streams: the dispatcher discards them instead of buffering them without
+ * bound, the stream goes on, and the answer says Connection: close.
+ */
+static void test_flooding_caller(void)
+{
+	struct sockaddr_in sa;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	size_t junk_len = 1u << 16, sent = 0, total = 96u << 20, len = 0;
+	char *junk = malloc(junk_len), buf[65536];
+	char *req = th_strf("GET /v1/runs/st_flood/events HTTP/1.1\r\nHost: t\r\n\r\n");
+	long before, after;
+	dt_resp_t r;
+	int64_t end;
+
+	TH_REQUIRE(junk != NULL);
+	memset(junk, 'j', junk_len);
+	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("st_flood", NULL), -1, 15000) == 0 &&
+	           r.status == 202);
+	dt_resp_free(&r);
+	memset(&sa, 0, sizeof sa);
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)D.port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	TH_REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+	TH_REQUIRE(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
+	/* The answer's head first: the stream is open. */
+	for (end = th_now_ms() + 5000; th_now_ms() < end && memmem(buf, len, "\r\n\r\n", 4) == NULL;) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		ssize_t got;
+
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		got = read(fd, buf + len, sizeof buf - 1 - len);
+		if (got <= 0)
+			break;
+		len += (size_t)got;
+	}
+	TH_REQUIRE(memmem(buf, len, "\r\n\r\n", 4) != NULL, "no answer head");
+	TH_CHECK(memmem(buf, len, "Connection: close\r\n", 19) != NULL, "%.*s", (int)len, buf);
+	before = rss_kb(D.pid);
+	for (end = th_now_ms() + 20000; sent < total && th_now_ms() < end;) {
+		struct pollfd p = { fd, POLLOUT, 0 };
+		ssize_t w;
+
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		w = write(fd, junk, junk_len);
+		if (w <= 0)
+			break;
+		sent += (size_t)w;
+	}
+	TH_CHECK(sent == total, "sent %zu of %zu bytes", sent, total);
+	after = rss_kb(D.pid);
+	TH_CHECK(before > 0 && after - before < 24 * 1024, "the dispatcher grew by %ld KiB while a caller sent %zu MiB",
+	         after - before, sent >> 20);
+	/* The stream still works and ends after the terminal line. */
+	free(dt_xadd_line(C, "runnel:{st_flood}:out", "{\"type\":\"result\",\"message\":\"flood over\",\"ts\":1}"));
+	for (len = 0, end = th_now_ms() + 10000; th_now_ms() < end;) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		ssize_t got;
+
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		got = read(fd, buf + len, sizeof buf - 1 - len);
+		if (got <= 0)
+			break;
+		len += (size_t)got;
+	}
+	buf[len] = '\0';
+	TH_CHECK(strstr(buf, "flood over") != NULL && strstr(buf, "0\r\n\r\n") != NULL, "got %s", buf);
+	close(fd);
+	free(junk);
+}
+
 static void test_heartbeat(dt_multi_t *m)
 {
 	dt_stream_t s;
@@ -427,7 +513,12 @@ int main(void)
 	TH_REQUIRE(th_kafka_start(&k, 1) == 0, "kafka");
 	C = th_redis_connect(&red);
 	TH_REQUIRE(C != NULL);
-	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){ "RUNNEL_HEARTBEAT_SEC=1", NULL }) == 0);
+	/* A small ASan quarantine, so that the dispatcher's RSS shows what it
+	 * holds rather than what it freed recently. */
+	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){
+		"RUNNEL_HEARTBEAT_SEC=1",
+		th_strf("ASAN_OPTIONS=%s%squarantine_size_mb=4", getenv("ASAN_OPTIONS") != NULL ? getenv("ASAN_OPTIONS") : "",
+		        getenv("ASAN_OPTIONS") != NULL ? ":" : ""), NULL }) == 0);
 	TH_REQUIRE(dt_multi_init(&m) == 0);
 
 	test_ndjson(&m);
@@ -436,6 +527,7 @@ int main(void)
 	test_resume(&m);
 	test_heartbeat(&m);
 	test_slow_caller(&m);
+	test_flooding_caller();
 	test_curl_binary();
 
 	dt_multi_cleanup(&m);
