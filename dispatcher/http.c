@@ -338,12 +338,21 @@ static void on_request(struct evhttp_request *req, void *arg)
 	match_path(uri != NULL ? evhttp_uri_get_path(uri) : NULL, &m);
 	rn_log_debug(m.run_id[0] ? m.run_id : NULL, "http_request", "%s %s",
 	             method_name(method), route_names[m.route]);
-	if (!m.found) {
-		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_OTHER, 404, "not_found", "route: no such route");
+	/* Preflights carry no credentials; /healthz is open.  Everything else,
+	 * unknown routes and wrong methods included, needs the token first, so
+	 * that a caller without it learns nothing about the routes. */
+	if (m.found && method == EVHTTP_REQ_OPTIONS) {
+		preflight(d, req, &m);
 		return;
 	}
-	if (method == EVHTTP_REQ_OPTIONS) {
-		preflight(d, req, &m);
+	if (!(m.found && m.route == DISPATCHER_ROUTE_HEALTHZ) && !token_ok(d, req)) {
+		evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+		dispatcher_reply_error(d, req, m.route, 401, "unauthorized",
+		                       "authorization: a valid bearer token is required");
+		return;
+	}
+	if (!m.found) {
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_OTHER, 404, "not_found", "route: no such route");
 		return;
 	}
 	if (method != m.method) {
@@ -352,12 +361,6 @@ static void on_request(struct evhttp_request *req, void *arg)
 	}
 	if (m.route == DISPATCHER_ROUTE_HEALTHZ) {
 		dispatcher_reply_json(d, req, m.route, 200, json_pack("{s:s}", "status", "ok"));
-		return;
-	}
-	if (!token_ok(d, req)) {
-		evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
-		dispatcher_reply_error(d, req, m.route, 401, "unauthorized",
-		                       "authorization: a valid bearer token is required");
 		return;
 	}
 	if (m.bad_id) {

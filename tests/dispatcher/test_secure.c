@@ -71,6 +71,23 @@ int main(void)
 	expect401("POST", "/v1/runs/sec_1/cancel", (const char *const[]){ "Authorization: Bearer " TOKEN "x", NULL }, NULL);
 	expect401("GET", "/v1/runs/sec_1", (const char *const[]){ "Authorization: Bearer tok_Secret", NULL }, NULL);
 	TH_CHECK(dt_wait_ready(&D, 401, 1000));
+	/* Without the token, unknown routes and wrong methods say nothing either. */
+	expect401("GET", "/nope", NULL, NULL);
+	expect401("DELETE", "/v1/runs/sec_1", NULL, NULL);
+	expect401("GET", "/v1/runs/sec_1/other", NULL, NULL);
+	TH_CHECK(dt_http(&r, "GET", th_strf("%s/nope", D.base), AUTH, NULL, 0, 5000) == 0 && r.status == 404,
+	         "%ld", r.status);
+	dt_resp_free(&r);
+	TH_CHECK(dt_http(&r, "DELETE", th_strf("%s/v1/runs/sec_1", D.base), AUTH, NULL, 0, 5000) == 0 &&
+	         r.status == 405, "%ld", r.status);
+	dt_resp_free(&r);
+	/* /healthz stays open whatever the method; preflights need no token. */
+	TH_CHECK(dt_http(&r, "POST", th_strf("%s/healthz", D.base), NULL, "{}", -1, 5000) == 0 && r.status == 405,
+	         "%ld", r.status);
+	dt_resp_free(&r);
+	TH_CHECK(dt_http(&r, "OPTIONS", th_strf("%s/v1/runs", D.base), NULL, NULL, 0, 5000) == 0 && r.status == 204,
+	         "%ld", r.status);
+	dt_resp_free(&r);
 
 	/* With the token. */
 	TH_CHECK(dt_http(&r, "POST", th_strf("%s/v1/runs", D.base), AUTH, body, -1, 15000) == 0);
