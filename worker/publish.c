@@ -84,6 +84,20 @@ void worker_pub_free(worker_pub_t *p)
 
 int worker_pub_add(worker_pub_t *p, const char *line, size_t len)
 {
+	/*
+	 * A full batch is written first.  It can only still be full when the
+	 * worker gave up on Redis (the end of a drain Redis did not let
+	 * finish): the run is abandoned to the lost sweep then, and its lines
+	 * are dropped rather than grown without bound (lens[] has room for
+	 * WORKER_PUB_BATCH_LINES).
+	 */
+	if (p->n >= WORKER_PUB_BATCH_LINES || p->len >= WORKER_PUB_BATCH_BYTES) {
+		if (worker_pub_flush(p) < 0 || p->n >= WORKER_PUB_BATCH_LINES ||
+		    p->len >= WORKER_PUB_BATCH_BYTES) {
+			p->dropped++;
+			return 1;
+		}
+	}
 	if (p->len + len > p->cap) {
 		size_t ncap = p->cap ? p->cap : 4096;
 		while (ncap < p->len + len)

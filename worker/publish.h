@@ -50,6 +50,7 @@ typedef struct worker_pub {
 	uint64_t first_n;                   /* sequence of lens[0] */
 	uint64_t published;                 /* lines Redis holds */
 	uint64_t retries;
+	uint64_t dropped;                   /* lines refused after giving up on Redis */
 	const volatile int *give_up;        /* non-zero: a failing call stops retrying */
 	char     run_id[PROTO_RUN_ID_MAX + 1];
 } worker_pub_t;
@@ -60,7 +61,8 @@ int worker_pub_init(worker_pub_t *p, const rn_redis_url_t *url, const char *pref
 void worker_pub_free(worker_pub_t *p);
 
 /* Copies a line into the batch.  Returns 1 when the batch should be flushed
- * now (full), 0 otherwise. */
+ * now (full), 0 otherwise.  A full batch is flushed first; when that fails
+ * (only after giving up on Redis) the line is dropped and counted. */
 int worker_pub_add(worker_pub_t *p, const char *line, size_t len);
 
 /* Lines waiting in the batch. */

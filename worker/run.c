@@ -1178,7 +1178,9 @@ static void *run_main(void *arg)
 		run_pipeline(&io);
 	}
 	if (io.publish_failed)
-		rn_log_error(run->run_id, "run_abandoned", "Redis stayed unreachable; the run is left to the lost sweep");
+		rn_log_error(run->run_id, "run_abandoned",
+		             "Redis stayed unreachable; the run is left to the lost sweep (%" PRIu64 " line(s) not written)",
+		             io.pub.dropped + worker_pub_pending(&io.pub));
 	if (io.env && proto_env_dropped(io.env))
 		rn_log_info(run->run_id, "lines_dropped", "%" PRIu64 " line(s) after the terminal line dropped",
 		            proto_env_dropped(io.env));

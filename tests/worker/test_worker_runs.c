@@ -579,6 +579,26 @@ static void test_metrics(void)
 	free(body);
 }
 
+/* A burst of tiny invalid lines (thousands per read) is published whole,
+ * in order, once each: the batch never outgrows its line cap. */
+static void test_tiny_lines(void)
+{
+	dev_stub_otps_t o;
+	size_t n;
+	char **l = run_agent("run_tiny",
+	                     "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
+	                     "\"read t; yes x | head -n 30000; echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"tiny\\\"}'\"]}",
+	                     NULL, 0, 0, &o, &n);
+	TH_CHECK(n == 30001, "%zu lines", n);
+	size_t warn = 0;
+	for (size_t i = 0; i + 1 < n; i++)
+		if (th_streq(wt_field(l[i], "type"), "log") && th_streq(wt_field(l[i], "level"), "warn"))
+			warn++;
+	TH_CHECK(warn == 30000, "%zu warn lines", warn);
+	check_error(l, n, "", "tiny");
+	th_strv_free(l, n);
+}
+
 int main(void)
 {
 	th_init("worker_runs");
@@ -598,6 +618,7 @@ int main(void)
 	test_bag_and_skill();
 	test_stderr_caps();
 	test_metrics();
+	test_tiny_lines();
 	/* Every run's directory is gone. */
 	DIR *d = opendir(th_strf("%s/work-w1", T.dir));
 	int left = 0;
