@@ -54,6 +54,22 @@ void worker_httpc_setup(CURL *h, long connect_timeout_ms, long timeout_ms)
 	curl_easy_setopt(h, CURLOPT_NETRC, (long)CURL_NETRC_IGNORED);
 }
 
+static int abort_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                    curl_off_t ulnow)
+{
+	const volatile int *flag = arg;
+	return *flag ? 1 : 0;
+}
+
+void worker_httpc_abort_on(CURL *h, const volatile int *flag)
+{
+	if (!flag)
+		return;
+	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, abort_cb);
+	curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)flag);
+	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+}
+
 static int url_parts(const char *url, CURLU **out)
 {
 	CURLU *u = curl_url();

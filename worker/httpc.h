@@ -34,6 +34,13 @@ void   worker_httpc_body_free(worker_httpc_body_t *b);
 void worker_httpc_setup(CURL *h, long connect_timeout_ms, long timeout_ms);
 
 /*
+ * Makes a transfer on h stop with CURLE_ABORTED_BY_CALLBACK soon (within
+ * about a second, libcurl's progress tick) after *flag becomes non-zero.
+ * flag NULL: nothing.  The flag must outlive the transfer.
+ */
+void worker_httpc_abort_on(CURL *h, const volatile int *flag);
+
+/*
  * agent_url + "/" + leaf, the leaf appended to the path (before any query
  * string, which is kept).  malloc'd, or NULL with errstr when the URL is not
  * a valid http(s) URL.

@@ -962,9 +962,12 @@ static void run_pipeline(run_io_t *io)
 		goto out;
 	}
 	have_ws = 1;
+	/* A stop (cancel, drain timeout, lost lease) ends a download or the
+	 * upload within about a second instead of waiting for its timeout. */
+	worker_bag_limits_t bag_lim = { .abort_flag = &run->abort_flag };
 	if (boot.zip_url) {
 		int reject = 0;
-		if (worker_ws_fetch_zip(boot.zip_url, ws.workspace, NULL, &reject, err, sizeof(err)) < 0) {
+		if (worker_ws_fetch_zip(boot.zip_url, ws.workspace, &bag_lim, &reject, err, sizeof(err)) < 0) {
 			if (end_if_stopped(io))
 				goto out;
 			if (reject) {
@@ -998,7 +1001,7 @@ static void run_pipeline(run_io_t *io)
 		if (!url)
 			continue;
 		int reject = 0;
-		if (worker_ws_fetch_zip(url, dir, NULL, &reject, err, sizeof(err)) < 0) {
+		if (worker_ws_fetch_zip(url, dir, &bag_lim, &reject, err, sizeof(err)) < 0) {
 			if (end_if_stopped(io))
 				goto out;
 			snprintf(msg, sizeof(msg), "%s skill \"%s\": %s",
@@ -1106,14 +1109,21 @@ static void run_pipeline(run_io_t *io)
 		if (io->held && io->held_is_result) {
 			size_t nfiles = 0, nskipped = 0;
 			worker_stop_t st = run_stop_of(run);
-			/* Never upload after a cancel; a shutdown lets the result out. */
+			/* Never upload after a cancel.  A drain timeout before the upload
+			 * lets a result without files out; an upload it interrupts ends
+			 * the run worker_shutdown. */
 			if (st == WORKER_STOP_CANCEL || st == WORKER_STOP_LOST) {
 				end_if_stopped(io);
 				break;
 			}
 			if (run->job.otp_upload) {
+				worker_wb_limits_t wb_lim = { .abort_flag = &run->abort_flag };
 				if (worker_writeback_upload(run->job.agent_url, run->job.otp_upload, ws.assets,
-				                            NULL, &nfiles, &nskipped, err, sizeof(err)) < 0) {
+				                            &wb_lim, &nfiles, &nskipped, err, sizeof(err)) < 0) {
+					/* A stop during the upload: cancelled / worker_shutdown /
+					 * lost, never a result (the upload did not finish). */
+					if (end_if_stopped(io))
+						break;
 					snprintf(msg, sizeof(msg), "Uploading the run's files failed: %s", err);
 					io_end_error(io, PROTO_ERR_WRITEBACK_FAILED, msg, "writeback failed");
 					break;

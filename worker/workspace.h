@@ -43,6 +43,8 @@ typedef struct worker_bag_limits {
 	uint64_t max_bytes;      /* unpacked bytes; default 1 GiB */
 	uint64_t max_entries;    /* default 10000 */
 	long     timeout_ms;     /* download; default 120000 */
+	/* Non-zero stops the download (error "cancelled"); NULL = never. */
+	const volatile int *abort_flag;
 } worker_bag_limits_t;
 
 typedef struct worker_ws {

@@ -257,6 +257,7 @@ static int post(wb_ctx_t *c, const char *agent_url, const char *otp)
 		}
 	}
 	worker_httpc_setup(h, CONNECT_TIMEOUT_MS, c->lim.timeout_ms);
+	worker_httpc_abort_on(h, c->lim.abort_flag);
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
 	curl_easy_setopt(h, CURLOPT_MIMEPOST, mime);
@@ -266,7 +267,9 @@ static int post(wb_ctx_t *c, const char *agent_url, const char *otp)
 	CURLcode cr = curl_easy_perform(h);
 	long status = 0;
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	if (c->changed[0]) {
+	if (cr == CURLE_ABORTED_BY_CALLBACK && c->lim.abort_flag && *c->lim.abort_flag) {
+		snprintf(c->errstr, c->errstr_size, "cancelled");
+	} else if (c->changed[0]) {
 		snprintf(c->errstr, c->errstr_size, "writeback: assets/%s changed during the upload",
 		         c->changed);
 	} else if (cr != CURLE_OK && !(cr == CURLE_WRITE_ERROR && answer.too_big && status)) {

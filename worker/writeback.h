@@ -23,6 +23,8 @@ typedef struct worker_wb_limits {
 	uint64_t max_files;   /* default 1000 */
 	uint64_t max_bytes;   /* default 256 MiB */
 	long     timeout_ms;  /* default 120000 */
+	/* Non-zero stops the upload (error "cancelled"); NULL = never. */
+	const volatile int *abort_flag;
 } worker_wb_limits_t;
 
 /*

@@ -579,6 +579,67 @@ static void test_metrics(void)
 	free(body);
 }
 
+static int blob_requested(void *arg)
+{
+	dev_stub_blob_stats_t st;
+	return dev_stub_blob_stats(T.stub, arg, &st) == 0 && st.calls >= 1;
+}
+
+/* A cancel during a bag download that does not answer ends the run at once. */
+static void test_cancel_during_download(void)
+{
+	char url[256];
+	TH_REQUIRE(dev_stub_add_blob(T.stub, "slow.zip", "PK", 2) == 0);
+	dev_stub_fault_t f = { .delay_ms = 60000 };
+	TH_REQUIRE(dev_stub_set_blob_fault(T.stub, "slow.zip", &f) == 0);
+	dev_stub_blob_url(T.stub, "slow.zip", url, sizeof(url));
+	dev_stub_run_t run = { 0 };
+	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"demo\"}");
+	json_object_set_new(run.config, "assets", json_pack("{s:s}", "zip_url", url));
+	dev_stub_otps_t o;
+	wt_submit(&T, "run_cancel_dl", &run, "hello", 1, 0, &o);
+	json_decref(run.config);
+	TH_REQUIRE(th_wait_until(blob_requested, "slow.zip", 20000), "download started");
+	int64_t t0 = th_now_ms();
+	cancel("run_cancel_dl");
+	TH_CHECK(wt_wait_terminal(&T, "run_cancel_dl", 5000), "cancel ended the download");
+	TH_NOTE("cancel during download to terminal: %lld ms", (long long)(th_now_ms() - t0));
+	size_t n;
+	char **l = wt_lines(&T, "run_cancel_dl", &n);
+	TH_CHECK(n == 1, "%zu lines", n);
+	check_error(l, n, "cancelled", "The run was cancelled (client_closed).");
+	th_strv_free(l, n);
+}
+
+static int results_requested(void *arg)
+{
+	dev_stub_ep_stats_t st;
+	dev_stub_stats(T.stub, arg, DEV_STUB_EP_RESULTS, &st);
+	return st.calls >= 1;
+}
+
+/* A cancel during an upload that does not answer ends the run cancelled at once. */
+static void test_cancel_during_writeback(void)
+{
+	dev_stub_otps_t o;
+	dev_stub_run_t run = { 0 };
+	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"files 2\"}");
+	run.faults[DEV_STUB_EP_RESULTS].delay_ms = 60000;
+	wt_submit(&T, "run_cancel_wb", &run, "write files", 1, 0, &o);
+	json_decref(run.config);
+	TH_REQUIRE(th_wait_until(results_requested, o.session, 20000), "upload started");
+	int64_t t0 = th_now_ms();
+	cancel("run_cancel_wb");
+	TH_CHECK(wt_wait_terminal(&T, "run_cancel_wb", 5000), "cancel ended the upload");
+	TH_NOTE("cancel during writeback to terminal: %lld ms", (long long)(th_now_ms() - t0));
+	size_t n;
+	char **l = wt_lines(&T, "run_cancel_wb", &n);
+	TH_CHECK(n == 1, "%zu lines", n);
+	check_error(l, n, "cancelled", "The run was cancelled (client_closed).");
+	th_strv_free(l, n);
+	TH_CHECK(th_streq(wt_state(&T, "run_cancel_wb", "status"), "cancelled"));
+}
+
 /* A burst of tiny invalid lines (thousands per read) is published whole,
  * in order, once each: the batch never outgrows its line cap. */
 static void test_tiny_lines(void)
@@ -618,6 +679,8 @@ int main(void)
 	test_bag_and_skill();
 	test_stderr_caps();
 	test_metrics();
+	test_cancel_during_download();
+	test_cancel_during_writeback();
 	test_tiny_lines();
 	/* Every run's directory is gone. */
 	DIR *d = opendir(th_strf("%s/work-w1", T.dir));
