@@ -278,8 +278,11 @@ static int line_terminal(const char *line, size_t len)
 	int term = 0;
 
 	/* Most lines are logs and steps: skip the parse unless the line can
-	 * be a result or an error at all. */
-	if (memmem(line, len, "\"result\"", 8) == NULL && memmem(line, len, "\"error\"", 7) == NULL)
+	 * be a result or an error at all.  The worker publishes the agent's
+	 * bytes as they are, so the type may be spelled with \u escapes
+	 * ("\u0072esult"): any escape means the line must be parsed. */
+	if (memmem(line, len, "\"result\"", 8) == NULL && memmem(line, len, "\"error\"", 7) == NULL &&
+	    memmem(line, len, "\\u", 2) == NULL)
 		return 0;
 	o = json_loadb(line, len, 0, NULL);
 	if (o == NULL)

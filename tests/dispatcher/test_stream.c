@@ -118,6 +118,37 @@ static void test_ndjson(dt_multi_t *m)
 	dt_stream_close(m, &s);
 }
 
+/*
+ * A terminal line whose type is spelled with a JSON escape is still a
+ * result (the worker checks the decoded value and publishes the agent's
+ * bytes as they are): the stream must end after it, not wait forever.
+ */
+static void test_escaped_terminal(dt_multi_t *m)
+{
+	static const char *const ends[] = {
+		"{\"type\":\"\\u0072esult\",\"message\":\"escaped\",\"ts\":1}",
+		"{\"type\":\"e\\u0072ror\",\"code\":\"internal\",\"message\":\"escaped\",\"ts\":1}",
+	};
+
+	for (int i = 0; i < 2; i++) {
+		const char *run = i == 0 ? "st_esc_r" : "st_esc_e";
+		dt_stream_t s;
+		wait_stream_t w = { &s, 1 };
+		dt_resp_t r;
+
+		TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body(run, NULL), -1, 15000) == 0 &&
+		           r.status == 202);
+		dt_resp_free(&r);
+		TH_REQUIRE(dt_stream_open(m, &s, url(th_strf("/v1/runs/%s/events", run)), NULL, NULL) == 0);
+		TH_REQUIRE(dt_multi_until(m, started, &w, 15000), "no answer");
+		free(dt_xadd_line(C, th_strf("runnel:{%s}:out", run), line_n(1, 0)));
+		free(dt_xadd_line(C, th_strf("runnel:{%s}:out", run), ends[i]));
+		TH_CHECK(dt_multi_until(m, is_done, &w, 10000), "%s: no end after %s", run, ends[i]);
+		TH_CHECK(dt_stream_lines(&s) == 2, "%s: %s", run, s.body);
+		dt_stream_close(m, &s);
+	}
+}
+
 static void test_disconnect_cancels(dt_multi_t *m)
 {
 	dt_stream_t s;
@@ -522,6 +553,7 @@ int main(void)
 	TH_REQUIRE(dt_multi_init(&m) == 0);
 
 	test_ndjson(&m);
+	test_escaped_terminal(&m);
 	test_disconnect_cancels(&m);
 	test_sse_stream(&m);
 	test_resume(&m);
