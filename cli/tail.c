@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "args.h"
 #include "cli.h"
 #include "common/util.h"
@@ -117,6 +119,67 @@ static int await_run(redisContext *c, const cli_tail_req_t *req)
 	}
 }
 
+/* Parses "<ms>-<seq>" or "<ms>".  0 or -1. */
+static int parse_id(const char *s, unsigned long long *ms, unsigned long long *seq)
+{
+	char *end = NULL;
+
+	*ms = strtoull(s, &end, 10);
+	*seq = 0;
+	if (end == s)
+		return -1;
+	if (*end == '-') {
+		const char *p = end + 1;
+
+		*seq = strtoull(p, &end, 10);
+		if (end == p)
+			return -1;
+	}
+	return *end == '\0' ? 0 : -1;
+}
+
+/*
+ * Resuming at or after the run's terminal line: XREAD would wait forever
+ * for entries that never come.  Returns 1 (result) or 2 (error) when the
+ * stream's last entry is terminal and not after `after`, 0 otherwise
+ * (including any doubt: then the tail simply follows), -1 when the
+ * connection broke.
+ */
+static int ended_before(redisContext *c, const char *kout, const char *after)
+{
+	unsigned long long ams, aseq, lms, lseq;
+	int term = 0;
+
+	if (parse_id(after, &ams, &aseq) < 0)
+		return 0;
+	redisReply *r = redisCommand(c, "XREVRANGE %s + - COUNT 1", kout);
+	if (!r)
+		return -1;
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0]->type == REDIS_REPLY_ARRAY &&
+	    r->element[0]->elements == 2 && r->element[0]->element[0]->type == REDIS_REPLY_STRING &&
+	    r->element[0]->element[1]->type == REDIS_REPLY_ARRAY &&
+	    parse_id(r->element[0]->element[0]->str, &lms, &lseq) == 0 &&
+	    (lms < ams || (lms == ams && lseq <= aseq))) {
+		redisReply *f = r->element[0]->element[1];
+
+		for (size_t k = 0; k + 1 < f->elements; k += 2) {
+			if (f->element[k]->type != REDIS_REPLY_STRING || strcmp(f->element[k]->str, "line") ||
+			    f->element[k + 1]->type != REDIS_REPLY_STRING)
+				continue;
+			json_t *o = json_loadb(f->element[k + 1]->str, f->element[k + 1]->len, 0, NULL);
+			const char *type = json_string_value(json_object_get(o, "type"));
+			if (type && !strcmp(type, "result"))
+				term = 1;
+			else if (type && !strcmp(type, "error"))
+				term = 2;
+			json_decref(o);
+			break;
+		}
+	}
+	freeReplyObject(r);
+	return term;
+}
+
 /* Replaces a broken connection, retrying until TAIL_RECONNECT_MS passes. */
 static redisContext *reconnect(const cli_tail_req_t *req, cli_view_t *view, char *err, size_t errsz)
 {
@@ -156,6 +219,17 @@ int cli_tail_follow(const cli_tail_req_t *req)
 	if (rc != 0) {
 		redisFree(c);
 		return rc;
+	}
+	if (req->after) {
+		int ended = ended_before(c, kout, req->after);
+		if (ended != 0) {
+			if (ended < 0) {
+				cli_rconn_error(c, NULL, err, sizeof(err));
+				fprintf(stderr, "runnel %s: %s\n", req->verb, err);
+			}
+			redisFree(c);
+			return ended < 0 ? CLI_EXIT_UNREACHABLE : ended == 1 ? CLI_EXIT_OK : CLI_EXIT_RUN_ERROR;
+		}
 	}
 
 	cli_view_t *view = cli_view_new(req->mode, stdout, req->run_id, 0, 0);

@@ -108,6 +108,21 @@ static void test_json_and_codes(void)
 	TH_CHECK(th_streq(p.out, joined(0, 3, ERROR_LINE)), "got\n%s", p.out);
 	clirun_free(&p);
 
+	/* Resuming at or after the terminal line: nothing follows, so nothing
+	 * is printed and the exit is the run's own (never a wait forever). */
+	TH_CHECK(run_tail(ARGS("run_ok", "--json", "--after", "1700000000000-4"), NULL, &p) == 0,
+	         "exit %d: %s", p.exit_code, p.err);
+	TH_CHECK(p.out_len == 0 && p.err_len == 0, "out %s err %s", p.out, p.err);
+	clirun_free(&p);
+	TH_CHECK(run_tail(ARGS("run_ok", "--json", "--after", "1800000000000-0"), NULL, &p) == 0,
+	         "exit %d: %s", p.exit_code, p.err);
+	TH_CHECK(p.out_len == 0, "%s", p.out);
+	clirun_free(&p);
+	TH_CHECK(run_tail(ARGS("run_err", "--after", "1700000000000-4"), NULL, &p) == 1,
+	         "exit %d: %s", p.exit_code, p.err);
+	TH_CHECK(p.out_len == 0, "%s", p.out);
+	clirun_free(&p);
+
 	/* Another key prefix (flag and twin). */
 	xadd("acme", "run_p", "5-1", LINES[3]);
 	TH_CHECK(run_tail(ARGS("run_p", "--json", "--key-prefix", "acme"), NULL, &p) == 0);
