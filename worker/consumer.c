@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
 
 struct worker_consumer {
 	rd_kafka_t       *rk;
@@ -26,6 +27,7 @@ struct worker_consumer {
 	const worker_config_t *cfg;   /* borrowed, outlives us */
 	rd_kafka_resp_err_t dr_err;
 	int               dr_done;
+	uintptr_t         dr_seq;     /* the DLQ message waited for */
 };
 
 static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
@@ -267,12 +269,16 @@ void worker_consumer_store(worker_consumer_t *wc, const rd_kafka_message_t *m)
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
 	worker_consumer_t *wc = opaque;
+	/* A report for an earlier message that timed out here is not ours. */
+	if ((uintptr_t)m->_private != wc->dr_seq)
+		return;
 	wc->dr_err = m->err;
 	wc->dr_done = 1;
 }
 
 int worker_consumer_dlq(worker_consumer_t *wc, const rd_kafka_message_t *m,
                         const char *reason, int timeout_ms,
+                        void (*idle)(void *), void *idle_arg,
                         char *errstr, size_t errstr_size)
 {
 	if (!wc->dlq) {
@@ -297,6 +303,7 @@ int worker_consumer_dlq(worker_consumer_t *wc, const rd_kafka_message_t *m,
 	}
 	wc->dr_done = 0;
 	wc->dr_err = 0;
+	wc->dr_seq++;
 	rd_kafka_resp_err_t e = rd_kafka_producev(
 		wc->dlq,
 		RD_KAFKA_V_TOPIC(wc->cfg->dlq_topic),
@@ -305,13 +312,19 @@ int worker_consumer_dlq(worker_consumer_t *wc, const rd_kafka_message_t *m,
 		RD_KAFKA_V_VALUE(m->payload, m->len),
 		RD_KAFKA_V_HEADER("reason", reason, -1),
 		RD_KAFKA_V_HEADER("worker", wc->cfg->worker_id, -1),
+		RD_KAFKA_V_OPAQUE((void *)wc->dr_seq),
 		RD_KAFKA_V_END);
 	if (e) {
 		snprintf(errstr, errstr_size, "produce to %s: %s", wc->cfg->dlq_topic, rd_kafka_err2str(e));
 		return -1;
 	}
-	rd_kafka_flush(wc->dlq, timeout_ms);
-	rd_kafka_poll(wc->dlq, 0);
+	/* Waited for in slices: the caller's main thread also renews leases. */
+	int64_t deadline = rn_mono_ms() + timeout_ms;
+	while (!wc->dr_done && rn_mono_ms() < deadline) {
+		rd_kafka_poll(wc->dlq, 100);
+		if (idle)
+			idle(idle_arg);
+	}
 	if (!wc->dr_done) {
 		snprintf(errstr, errstr_size, "produce to %s: no delivery within %d ms", wc->cfg->dlq_topic, timeout_ms);
 		return -1;

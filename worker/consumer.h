@@ -45,11 +45,13 @@ void worker_consumer_store(worker_consumer_t *wc, const rd_kafka_message_t *m);
 
 /*
  * Produces m's key and value to <topic>.dlq with headers "reason" and
- * "worker", and waits for the delivery (at most timeout_ms).  0, or -1
- * with errstr.
+ * "worker", and waits for the delivery (at most timeout_ms).  While it
+ * waits it calls idle(idle_arg) (may be NULL) about every 100 ms, so the
+ * caller can keep its leases alive.  0, or -1 with errstr.
  */
 int worker_consumer_dlq(worker_consumer_t *wc, const rd_kafka_message_t *m,
                         const char *reason, int timeout_ms,
+                        void (*idle)(void *), void *idle_arg,
                         char *errstr, size_t errstr_size);
 
 /* Leaves the group (committing stored offsets) and frees everything. */

@@ -63,6 +63,7 @@ typedef struct worker {
 	struct event *ev_term, *ev_int, *ev_drain, *ev_hard;
 	int                draining;
 	int                drain_expired;
+	int64_t            hb_next_ms;    /* mono ms the next heartbeat is due */
 } worker_t;
 
 static void pump(worker_t *w);
@@ -177,12 +178,23 @@ static void done_cb(evutil_socket_t fd, short what, void *arg)
  * Jobs: decode, claim, start
  * ------------------------------------------------------------------------ */
 
+static void heartbeat_cb(evutil_socket_t fd, short what, void *arg);
+
+/* While the main thread waits on something slow, leases are still renewed. */
+static void heartbeat_if_due(void *arg)
+{
+	worker_t *w = arg;
+	if (rn_mono_ms() >= w->hb_next_ms)
+		heartbeat_cb(-1, 0, w);
+}
+
 static void dlq(worker_t *w, const rd_kafka_message_t *m, const char *reason)
 {
 	char err[256];
 	rn_log_warn(NULL, "job_rejected", "partition %d offset %lld: %s",
 	            (int)m->partition, (long long)m->offset, reason);
-	if (worker_consumer_dlq(w->consumer, m, reason, 10000, err, sizeof(err)) < 0)
+	if (worker_consumer_dlq(w->consumer, m, reason, 10000, heartbeat_if_due, w,
+	                        err, sizeof(err)) < 0)
 		rn_log_error(NULL, "dlq_failed", "%s", err);
 	else
 		rn_counter_add(w->m.jobs_dlq, 1);
@@ -355,6 +367,7 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 	int owned[256];
 	size_t n = 0;
 
+	w->hb_next_ms = rn_mono_ms() + w->cfg.lease_sec * 1000 / 3;
 	for (long i = 0; i < w->cfg.slots && n < 256; i++)
 		if (w->runs[i]) {
 			runs[n] = w->runs[i];
