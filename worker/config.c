@@ -17,6 +17,17 @@
 
 #define OPTS_N 25
 
+void worker_config_wipe_env(const char *name)
+{
+	/* unsetenv() only drops the pointer: the string itself stays in the
+	 * original environment block, which /proc/<pid>/environ shows to every
+	 * process of the same user.  Overwrite it in place first. */
+	char *v = getenv(name);
+	if (v)
+		sodium_memzero(v, strlen(v));
+	unsetenv(name);
+}
+
 /* Fills the option table for cfg (a table per call so cfg may live anywhere). */
 static void opts_fill(rn_opt_t *o, worker_config_t *c)
 {
@@ -226,12 +237,12 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		}
 		if (proto_job_key_parse(hex, c->job_key, err, sizeof(err)) < 0) {
 			snprintf(errstr, errstr_size, "RUNNEL_JOB_KEY: must be 64 hex digits");
-			unsetenv("RUNNEL_JOB_KEY");
+			worker_config_wipe_env("RUNNEL_JOB_KEY");
 			return -1;
 		}
 		c->have_job_key = 1;
 	}
-	unsetenv("RUNNEL_JOB_KEY");
+	worker_config_wipe_env("RUNNEL_JOB_KEY");
 	if (c->require_sealed && !c->have_job_key) {
 		snprintf(errstr, errstr_size, "RUNNEL_REQUIRE_SEALED needs RUNNEL_JOB_KEY");
 		return -1;

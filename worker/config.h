@@ -59,12 +59,17 @@ typedef struct worker_config {
 /*
  * Parses argv and the environment into cfg.  Returns 0, 1 when --help was
  * asked (usage printed to stdout), or -1 with a one-line errstr naming the
- * flag and its variable.  Removes RUNNEL_JOB_KEY from the environment.
+ * flag and its variable.  Removes RUNNEL_JOB_KEY from the environment
+ * (worker_config_wipe_env).
  */
 int worker_config_load(worker_config_t *cfg, int argc, char **argv,
                        char *errstr, size_t errstr_size);
 
 void worker_config_free(worker_config_t *cfg);
+
+/* Overwrites the variable's value in place (so /proc/<pid>/environ no
+ * longer shows it), then removes it from the environment. */
+void worker_config_wipe_env(const char *name);
 
 /* Prints the option table (for docs and --help). */
 void worker_config_usage(FILE *f);

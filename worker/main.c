@@ -512,8 +512,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	/* Secrets in our own environment are not needed past this point. */
-	unsetenv("RUNNEL_REDIS_URL");
-	unsetenv("RUNNEL_KAFKA_PROPERTIES");
+	worker_config_wipe_env("RUNNEL_REDIS_URL");
+	worker_config_wipe_env("RUNNEL_KAFKA_PROPERTIES");
 
 	if (worker_sandbox_probe(w->cfg.driver, w->cfg.bwrap_path, err, sizeof(err)) < 0) {
 		rn_log_error(NULL, "config", "RUNNEL_SANDBOX=%s cannot run here: %s", w->cfg.sandbox, err);

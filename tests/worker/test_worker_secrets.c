@@ -234,6 +234,14 @@ int main(void)
 	const char *env[] = { "RUNNEL_JOB_KEY=" KEY_HEX, "RUNNEL_REQUIRE_SEALED=true", NULL };
 	pid_t w = wt_worker(&T, "ws1", env);
 	test_dlq();
+	/* unsetenv() leaves the original strings in /proc/<pid>/environ, which
+	 * any process of the same user can read (the process sandbox driver). */
+	size_t elen = 0;
+	char *environ_text = th_file_read(th_strf("/proc/%ld/environ", (long)w), &elen);
+	TH_CHECK(environ_text != NULL, "read the worker's /proc environ");
+	TH_CHECK(environ_text && !memmem(environ_text, elen, KEY_HEX, strlen(KEY_HEX)),
+	         "the job key is gone from /proc/<worker>/environ");
+	free(environ_text);
 	test_secrets();
 	int st = th_stop(w, 10000);
 	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);
