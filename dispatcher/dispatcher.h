@@ -67,12 +67,24 @@ typedef struct dispatcher {
 	rn_counter_t               *c_pauses;
 	dispatcher_feed_t          *feeds;     /* streaming answers in progress */
 	dispatcher_enqueue_t       *enqueues;  /* enqueues waiting on Redis/Kafka */
+	struct evhttp_bound_socket *sock;      /* the listener (NULL once draining) */
+	struct event               *ev_drain;
+	int                         draining;  /* 0, 1 waiting on enqueues, 2 ending */
+	int64_t                     drain_until_ms;
 	char                        bound[80]; /* "host:port" actually listened on */
 } dispatcher_t;
 
 /* Sets up everything on base.  0 or -1 with errstr. */
 int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_config_t *cfg,
                     char *errstr, size_t errstr_size);
+/*
+ * The graceful stop (SIGTERM): closes the listener, lets the enqueues in
+ * flight get their Kafka delivery report (up to flush_ms) so that their
+ * callers get the real answer, then ends the open streams, answers what is
+ * left 503 and breaks the loop once those answers had time to be written.
+ * A second call breaks the loop at once.
+ */
+void dispatcher_drain(dispatcher_t *d, int flush_ms);
 /* Ends every open stream, flushes Kafka (up to flush_ms) and frees all. */
 void dispatcher_fini(dispatcher_t *d, int flush_ms);
 

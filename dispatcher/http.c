@@ -18,7 +18,12 @@
 #include <sodium.h>
 
 #include "common/log.h"
+#include "common/util.h"
 #include "proto/keys.h"
+
+/* How long the loop runs after the streams were ended at a stop, so that
+ * the last chunks and 503s reach their sockets. */
+#define DRAIN_WRITE_MS 300
 
 static const int statuses[DISPATCHER_NSTATUS] = {
 	200, 202, 204, 400, 401, 403, 404, 405, 409, 413, 415, 500, 503, 504, 0,
@@ -363,6 +368,11 @@ static void on_request(struct evhttp_request *req, void *arg)
 		dispatcher_reply_json(d, req, m.route, 200, json_pack("{s:s}", "status", "ok"));
 		return;
 	}
+	if (d->draining && m.route != DISPATCHER_ROUTE_HEALTHZ) {
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+		dispatcher_reply_error(d, req, m.route, 503, "shutting_down", "server: shutting down");
+		return;
+	}
 	if (m.bad_id) {
 		dispatcher_reply_error(d, req, m.route, 400, "bad_request",
 		                       "run_id: must match [A-Za-z0-9_-]{1,%d}", PROTO_RUN_ID_MAX);
@@ -511,6 +521,7 @@ int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_c
 		snprintf(errstr, errstr_size, "cannot listen on %s", cfg->listen);
 		return -1;
 	}
+	d->sock = sock;
 	{
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof ss;
@@ -531,8 +542,46 @@ int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_c
 	return 0;
 }
 
+static void drain_tick(evutil_socket_t fd, short what, void *arg)
+{
+	dispatcher_t *d = arg;
+
+	(void)fd;
+	(void)what;
+	if (d->draining == 1) {
+		if (d->enqueues != NULL && rn_mono_ms() < d->drain_until_ms)
+			return;
+		d->draining = 2;
+		dispatcher_feed_end_all(d);
+		dispatcher_runs_abort_all(d);
+		d->drain_until_ms = rn_mono_ms() + DRAIN_WRITE_MS;
+		return;
+	}
+	if (rn_mono_ms() >= d->drain_until_ms)
+		event_base_loopbreak(d->base);
+}
+
+void dispatcher_drain(dispatcher_t *d, int flush_ms)
+{
+	if (d->draining) {
+		event_base_loopbreak(d->base);
+		return;
+	}
+	d->draining = 1;
+	if (d->sock != NULL)
+		evhttp_del_accept_socket(d->http, d->sock);
+	d->sock = NULL;
+	d->drain_until_ms = rn_mono_ms() + flush_ms;
+	d->ev_drain = event_new(d->base, -1, EV_PERSIST, drain_tick, d);
+	if (d->ev_drain == NULL || event_add(d->ev_drain, &(struct timeval){ 0, 20 * 1000 }) < 0)
+		event_base_loopbreak(d->base);
+}
+
 void dispatcher_fini(dispatcher_t *d, int flush_ms)
 {
+	if (d->ev_drain != NULL)
+		event_free(d->ev_drain);
+	d->ev_drain = NULL;
 	dispatcher_janitor_stop(d->janitor);
 	d->janitor = NULL;
 	if (d->http != NULL) {

@@ -16,13 +16,19 @@
 #include "dispatcher/dispatcher.h"
 #include "proto/job.h"
 
+#define DRAIN_FLUSH_MS 5000
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
-	struct event_base *base = arg;
+	dispatcher_t *d = arg;
 
 	(void)what;
-	rn_log_info(NULL, "shutdown", "signal %d: stopping", (int)sig);
-	event_base_loopbreak(base);
+	if (d->draining)
+		rn_log_info(NULL, "shutdown", "signal %d again: stopping now", (int)sig);
+	else
+		rn_log_info(NULL, "shutdown", "signal %d: no new connections; answering the enqueues in flight",
+		            (int)sig);
+	dispatcher_drain(d, DRAIN_FLUSH_MS);
 }
 
 int main(int argc, char **argv)
@@ -85,15 +91,15 @@ int main(int argc, char **argv)
 		dispatcher_config_free(&cfg);
 		return 1;
 	}
-	ev_term = evsignal_new(base, SIGTERM, on_signal, base);
-	ev_int = evsignal_new(base, SIGINT, on_signal, base);
+	ev_term = evsignal_new(base, SIGTERM, on_signal, &d);
+	ev_int = evsignal_new(base, SIGINT, on_signal, &d);
 	event_add(ev_term, NULL);
 	event_add(ev_int, NULL);
 	rn_log_info(NULL, "listening", "http://%s (kafka %s, topic %s, redis %s:%d, prefix %s, %s jobs, auth %s)",
 	            d.bound, cfg.kafka_brokers, cfg.jobs_topic, d.redis_url.host, d.redis_url.port,
 	            cfg.key_prefix, cfg.sealed ? "sealed" : "unsealed", cfg.api_token ? "on" : "off");
 	event_base_dispatch(base);
-	dispatcher_fini(&d, 5000);
+	dispatcher_fini(&d, DRAIN_FLUSH_MS);
 	event_free(ev_term);
 	event_free(ev_int);
 	event_base_free(base);

@@ -5,9 +5,11 @@
  * tails resume), the lost-lease sweep ending a run with no worker alive,
  * and a /stream caller who leaves before Kafka confirmed the job.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "common/runstate.h"
 #include "tests/dispatcher/dtest.h"
@@ -163,6 +165,48 @@ static void test_lost_sweep(void)
 	         strcmp(type, "lost") == 0, "%s", type);
 }
 
+/*
+ * SIGTERM while an enqueue waits on Kafka: the dispatcher stops taking new
+ * connections but keeps running until the delivery report is in, so the
+ * caller gets the real answer (202: the job is on Kafka) rather than a
+ * dropped connection it would retry into a duplicate run.
+ */
+static int stream_done(void *arg)
+{
+	return ((dt_stream_t *)arg)->done;
+}
+
+static void test_shutdown_answers(th_kafka_t *k)
+{
+	dt_multi_t m;
+	dt_stream_t s;
+	dt_resp_t r;
+	int st = -1;
+
+	TH_REQUIRE(dt_multi_init(&m) == 0);
+	TH_REQUIRE(th_kafka_broker_down(k, 1) == 0);
+	TH_REQUIRE(dt_stream_open(&m, &s, url("/v1/runs"), JSON_CT, dt_job_body("kd_term", NULL)) == 0);
+	for (int64_t end = th_now_ms() + 5000; th_now_ms() < end && !state_exists("kd_term");)
+		dt_multi_pump(&m, 20);
+	TH_REQUIRE(state_exists("kd_term"));
+	TH_REQUIRE(kill(D.pid, SIGTERM) == 0);
+	dt_multi_pump(&m, 300);
+	/* Draining: new connections are no longer taken. */
+	memset(&r, 0, sizeof r);
+	TH_CHECK(dt_http(&r, "GET", url("/healthz"), NULL, NULL, 0, 1000) == -1,
+	         "a new connection during the drain was answered %ld", r.status);
+	dt_resp_free(&r);
+	TH_REQUIRE(th_kafka_broker_up(k, 1) == 0);
+	TH_CHECK(dt_multi_until(&m, stream_done, &s, 10000), "no answer after SIGTERM");
+	TH_CHECK(s.rc == CURLE_OK && s.status == 202, "rc %d status %ld body %s", s.rc, s.status,
+	         s.body != NULL ? s.body : "");
+	dt_stream_close(&m, &s);
+	dt_multi_cleanup(&m);
+	TH_CHECK(th_wait_exit(D.pid, 10000, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	         "exit status %d (see %s)", st, D.log);
+	D.pid = 0;
+}
+
 int main(void)
 {
 	th_kafka_t k;
@@ -187,8 +231,11 @@ int main(void)
 	test_kafka_down(&k);
 	test_leave_before_delivery(&k);
 	test_redis_down();
+	/* Last: it stops the dispatcher (and checks its exit status). */
+	test_shutdown_answers(&k);
 
-	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
+	if (D.pid > 0)
+		TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
 	if (C != NULL)
 		redisFree(C);
 	th_kafka_stop(&k);
