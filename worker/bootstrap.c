@@ -62,6 +62,7 @@ static int req_init(req_t *r, const char *route, const char *agent_url, const ch
 	}
 	r->body.max = o->max_body;
 	worker_httpc_setup(r->h, o->connect_timeout_ms, o->timeout_ms);
+	worker_httpc_send_once(r->h);
 	curl_easy_setopt(r->h, CURLOPT_URL, r->url);
 	curl_easy_setopt(r->h, CURLOPT_HTTPGET, 1L);
 	curl_easy_setopt(r->h, CURLOPT_HTTPHEADER, r->headers);

@@ -70,6 +70,13 @@ void worker_httpc_abort_on(CURL *h, const volatile int *flag)
 	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
 }
 
+void worker_httpc_send_once(CURL *h)
+{
+	curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
+	curl_easy_setopt(h, CURLOPT_FORBID_REUSE, 1L);
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+}
+
 static int url_parts(const char *url, CURLU **out)
 {
 	CURLU *u = curl_url();

@@ -41,6 +41,14 @@ void worker_httpc_setup(CURL *h, long connect_timeout_ms, long timeout_ms);
 void worker_httpc_abort_on(CURL *h, const volatile int *flag);
 
 /*
+ * For a request that carries an OTP: a fresh connection that is closed
+ * afterwards.  libcurl resends a request whose reused connection turns out
+ * dead before any answer, and the first send may have reached the server;
+ * a request on a new connection is never resent.
+ */
+void worker_httpc_send_once(CURL *h);
+
+/*
  * agent_url + "/" + leaf, the leaf appended to the path (before any query
  * string, which is kept).  malloc'd, or NULL with errstr when the URL is not
  * a valid http(s) URL.

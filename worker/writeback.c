@@ -258,6 +258,7 @@ static int post(wb_ctx_t *c, const char *agent_url, const char *otp)
 	}
 	worker_httpc_setup(h, CONNECT_TIMEOUT_MS, c->lim.timeout_ms);
 	worker_httpc_abort_on(h, c->lim.abort_flag);
+	worker_httpc_send_once(h);
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
 	curl_easy_setopt(h, CURLOPT_MIMEPOST, mime);
