@@ -3,17 +3,26 @@
  */
 #include "worker/control.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "proto/keys.h"
 #include "worker/publish.h"
 
-#define CTL_BLOCK_MS 200
+/* A changed set of runs interrupts the block (CLIENT UNBLOCK), so this
+ * only bounds how long one XREAD stays armed. */
+#define CTL_BLOCK_MS 2000
+/* No reply this long after the block ended: the connection is dead. */
+#define CTL_REPLY_SLACK_MS 10000
+#define CTL_UNBLOCK_TRIES 20
 
 typedef struct watch {
 	char run_id[PROTO_RUN_ID_MAX + 1];
@@ -33,7 +42,16 @@ struct worker_control {
 	size_t max;
 	watch_t *w;       /* max entries */
 	size_t nused;
+	int dirty;        /* the set changed since the XREAD in flight was armed */
+	int wake_fd;      /* eventfd: written when dirty or stop is set */
 };
+
+static void wake(worker_control_t *wc)
+{
+	uint64_t one = 1;
+	ssize_t w = write(wc->wake_fd, &one, sizeof(one));
+	(void)w;
+}
 
 int worker_control_watch(worker_control_t *wc, const char *run_id)
 {
@@ -49,11 +67,14 @@ int worker_control_watch(worker_control_t *wc, const char *run_id)
 		snprintf(wc->w[i].last_id, sizeof(wc->w[i].last_id), "0-0");
 		wc->w[i].used = 1;
 		wc->nused++;
+		wc->dirty = 1;
 		ret = 0;
 		break;
 	}
 	pthread_cond_signal(&wc->cond);
 	pthread_mutex_unlock(&wc->mu);
+	if (ret == 0)
+		wake(wc);
 	return ret;
 }
 
@@ -119,10 +140,92 @@ static void handle_stream(worker_control_t *wc, const redisReply *s)
 	}
 }
 
+/* CLIENT UNBLOCK on the side connection: 1 unblocked, 0 not blocked, -1 error. */
+static int unblock(const worker_control_t *wc, redisContext **u, long long cid)
+{
+	if (!*u) {
+		char err[256];
+		*u = worker_redis_connect(&wc->cfg->redis, 1000, err, sizeof(err));
+		if (!*u)
+			return -1;
+	}
+	redisReply *r = redisCommand(*u, "CLIENT UNBLOCK %lld", cid);
+	if (!r || r->type != REDIS_REPLY_INTEGER) {
+		if (r)
+			freeReplyObject(r);
+		redisFree(*u);
+		*u = NULL;
+		return -1;
+	}
+	int ret = r->integer == 1;
+	freeReplyObject(r);
+	return ret;
+}
+
+/*
+ * Sends the XREAD and waits for its reply.  When a run is added (or the
+ * watcher stops) meanwhile, the block is ended at once with CLIENT UNBLOCK
+ * from a second connection, so the caller re-arms with the new set: a
+ * cancel for a run claimed a moment ago is not held up by the old block.
+ * Returns the reply, or NULL when the connection failed.
+ */
+static redisReply *xread(worker_control_t *wc, redisContext *c, redisContext **u,
+                         long long cid, int ac, const char **argv)
+{
+	if (redisAppendCommandArgv(c, ac, argv, NULL) != REDIS_OK)
+		return NULL;
+	int done = 0;
+	while (!done)
+		if (redisBufferWrite(c, &done) != REDIS_OK)
+			return NULL;
+	int want = 0, tries = 0;
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		void *reply = NULL;
+		if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
+			return NULL;
+		if (reply)
+			return reply;
+		if (want && cid >= 0 && tries < CTL_UNBLOCK_TRIES) {
+			/* 0: the XREAD is not blocked yet (or just answered); try again. */
+			int ub = unblock(wc, u, cid);
+			tries++;
+			if (ub != 0)
+				tries = CTL_UNBLOCK_TRIES;
+		}
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		long waited = (now.tv_sec - t0.tv_sec) * 1000L + (now.tv_nsec - t0.tv_nsec) / 1000000L;
+		long left = CTL_BLOCK_MS + CTL_REPLY_SLACK_MS - waited;
+		if (left <= 0)
+			return NULL;
+		int timeout = want && tries < CTL_UNBLOCK_TRIES ? 5 : (int)left;
+		struct pollfd p[2] = { { c->fd, POLLIN, 0 }, { wc->wake_fd, POLLIN, 0 } };
+		int pr = poll(p, 2, timeout);
+		if (pr < 0 && errno != EINTR)
+			return NULL;
+		if (pr > 0 && p[1].revents) {
+			uint64_t v;
+			ssize_t rr = read(wc->wake_fd, &v, sizeof(v));
+			(void)rr;
+			pthread_mutex_lock(&wc->mu);
+			if ((wc->dirty || wc->stop) && !want) {
+				want = 1;
+				tries = 0;
+			}
+			pthread_mutex_unlock(&wc->mu);
+		}
+		if (pr > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) && redisBufferRead(c) != REDIS_OK)
+			return NULL;
+	}
+}
+
 static void *control_main(void *arg)
 {
 	worker_control_t *wc = arg;
-	redisContext *c = NULL;
+	redisContext *c = NULL, *u = NULL;
+	long long cid = -1;   /* CLIENT ID of c, for CLIENT UNBLOCK */
 	unsigned attempt = 0;
 	/* argv: XREAD COUNT 16 BLOCK ms STREAMS k1..kn id1..idn */
 	size_t argc_max = 6 + 2 * wc->max;
@@ -156,6 +259,7 @@ static void *control_main(void *arg)
 			memcpy(ids[n], wc->w[i].last_id, sizeof(ids[n]));
 			n++;
 		}
+		wc->dirty = 0;
 		pthread_mutex_unlock(&wc->mu);
 
 		if (!c) {
@@ -168,6 +272,10 @@ static void *control_main(void *arg)
 				continue;
 			}
 			attempt = 0;
+			redisReply *ir = redisCommand(c, "CLIENT ID");
+			cid = ir && ir->type == REDIS_REPLY_INTEGER ? ir->integer : -1;
+			if (ir)
+				freeReplyObject(ir);
 		}
 		size_t ac = 0;
 		argv[ac++] = "XREAD";
@@ -180,7 +288,7 @@ static void *control_main(void *arg)
 			argv[ac++] = keys[i];
 		for (size_t i = 0; i < n; i++)
 			argv[ac++] = ids[i];
-		redisReply *r = redisCommandArgv(c, (int)ac, argv, NULL);
+		redisReply *r = xread(wc, c, &u, cid, (int)ac, argv);
 		if (!r || r->type == REDIS_REPLY_ERROR) {
 			if (r) {
 				rn_log_warn(NULL, "control_read", "%.160s", r->str);
@@ -198,6 +306,8 @@ static void *control_main(void *arg)
 out:
 	if (c)
 		redisFree(c);
+	if (u)
+		redisFree(u);
 	free(argv);
 	free(keys);
 	free(ids);
@@ -218,6 +328,13 @@ worker_control_t *worker_control_start(const worker_config_t *cfg, size_t max_ru
 	wc->cb = cb;
 	wc->arg = arg;
 	wc->max = max_runs;
+	wc->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (wc->wake_fd < 0) {
+		snprintf(errstr, errstr_size, "control: eventfd: %s", strerror(errno));
+		free(wc->w);
+		free(wc);
+		return NULL;
+	}
 	pthread_mutex_init(&wc->mu, NULL);
 	pthread_cond_init(&wc->cond, NULL);
 	pthread_attr_t attr;
@@ -227,6 +344,7 @@ worker_control_t *worker_control_start(const worker_config_t *cfg, size_t max_ru
 	pthread_attr_destroy(&attr);
 	if (e) {
 		snprintf(errstr, errstr_size, "control thread: %s", strerror(e));
+		close(wc->wake_fd);
 		free(wc->w);
 		free(wc);
 		return NULL;
@@ -242,7 +360,9 @@ void worker_control_stop(worker_control_t *wc)
 	wc->stop = 1;
 	pthread_cond_signal(&wc->cond);
 	pthread_mutex_unlock(&wc->mu);
+	wake(wc);
 	pthread_join(wc->thread, NULL);
+	close(wc->wake_fd);
 	pthread_mutex_destroy(&wc->mu);
 	pthread_cond_destroy(&wc->cond);
 	free(wc->w);

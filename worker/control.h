@@ -1,8 +1,9 @@
 /*
  * worker/control.h - watching the :ctl streams of every active run over
  * one Redis connection: a thread runs XREAD BLOCK over all the keys at once
- * and re-arms it with the current set after each short block (200 ms), so a
- * run added meanwhile is read from its first entry and nothing is missed.
+ * and re-arms it with the current set after each block.  Adding a run ends
+ * the block at once (CLIENT UNBLOCK from a second connection), so the new
+ * run is read from its first entry without delay and nothing is missed.
  *
  * @locality watch/unwatch from any thread; the callback runs on the
  * control thread.
