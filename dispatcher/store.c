@@ -12,7 +12,17 @@
 
 #include "common/log.h"
 #include "proto/control.h"
+#include "proto/job.h"
 #include "proto/keys.h"
+
+/* A fire-and-forget cancel that could not be sent while Redis was down. */
+typedef struct deferred {
+	struct deferred *next;
+	char             run_id[PROTO_RUN_ID_MAX + 1];
+	char             reason[PROTO_CTL_REASON_MAX + 1];
+	int              must_exist;
+	int64_t          ttl_sec;
+} deferred_t;
 
 struct dispatcher_store {
 	dispatcher_rconn_t *rc;
@@ -20,7 +30,11 @@ struct dispatcher_store {
 	struct event       *ev_ping;
 	int                 ping_ok;
 	int                 ping_pending;
+	deferred_t         *deferred, **deferred_tail;
+	size_t              ndeferred;
 };
+
+static void flush_deferred(dispatcher_store_t *s);
 
 /* KEYS: state out.  ARGV: enqueued_at ttl_sec.  1 created, 0 taken. */
 static const char lua_create[] =
@@ -93,8 +107,10 @@ static void on_state(dispatcher_rconn_t *c, int up, void *arg)
 	(void)c;
 	s->ping_pending = 0;
 	s->ping_ok = 0;
-	if (up)
+	if (up) {
 		ping_tick(-1, 0, s);
+		flush_deferred(s);
+	}
 }
 
 dispatcher_store_t *dispatcher_store_new(struct event_base *base, const rn_redis_url_t *url,
@@ -108,6 +124,7 @@ dispatcher_store_t *dispatcher_store_new(struct event_base *base, const rn_redis
 		return NULL;
 	}
 	snprintf(s->prefix, sizeof s->prefix, "%s", prefix);
+	s->deferred_tail = &s->deferred;
 	s->ev_ping = event_new(base, -1, EV_PERSIST, ping_tick, s);
 	s->rc = dispatcher_rconn_new(base, url, "runnel-dispatcher-cmd", on_state, s);
 	if (s->ev_ping == NULL || s->rc == NULL || event_add(s->ev_ping, &sec) < 0) {
@@ -125,6 +142,14 @@ void dispatcher_store_free(dispatcher_store_t *s)
 	dispatcher_rconn_free(s->rc);
 	if (s->ev_ping != NULL)
 		event_free(s->ev_ping);
+	while (s->deferred != NULL) {
+		deferred_t *n = s->deferred->next;
+
+		rn_log_error(s->deferred->run_id, "cancel_failed",
+		             "Redis stayed down until shutdown: the %s cancel was not written", s->deferred->reason);
+		free(s->deferred);
+		s->deferred = n;
+	}
 	free(s);
 }
 
@@ -337,9 +362,9 @@ static void on_cancel(redisReply *r, void *arg)
 	free(c);
 }
 
-int dispatcher_store_cancel(dispatcher_store_t *s, const char *run_id, const char *reason,
-                            int must_exist, int64_t ttl_sec,
-                            dispatcher_store_cancel_cb cb, void *arg)
+static int cancel_now(dispatcher_store_t *s, const char *run_id, const char *reason,
+                      int must_exist, int64_t ttl_sec,
+                      dispatcher_store_cancel_cb cb, void *arg)
 {
 	static const proto_key_kind_t kinds[] = { PROTO_KEY_STATE, PROTO_KEY_OUT, PROTO_KEY_CTL };
 	proto_ctl_t ctl;
@@ -354,6 +379,56 @@ int dispatcher_store_cancel(dispatcher_store_t *s, const char *run_id, const cha
 	snprintf(ttl, sizeof ttl, "%" PRId64, ttl_sec);
 	return eval(s, lua_cancel, run_id, kinds, 3, args, 3, on_cancel,
 	            call_new((void (*)(void))cb, arg));
+}
+
+/*
+ * Sends the kept cancels, oldest first.  Only cancels that were never sent
+ * are kept (a command lost with its connection may have run), so none is
+ * written twice.
+ */
+static void flush_deferred(dispatcher_store_t *s)
+{
+	while (s->deferred != NULL) {
+		deferred_t *q = s->deferred;
+
+		if (cancel_now(s, q->run_id, q->reason, q->must_exist, q->ttl_sec, NULL, NULL) < 0)
+			return;   /* down again: keep the rest for the next time */
+		rn_log_info(q->run_id, "cancel_written", "the %s cancel kept while Redis was down is written",
+		            q->reason);
+		s->deferred = q->next;
+		if (s->deferred == NULL)
+			s->deferred_tail = &s->deferred;
+		s->ndeferred--;
+		free(q);
+	}
+}
+
+int dispatcher_store_cancel(dispatcher_store_t *s, const char *run_id, const char *reason,
+                            int must_exist, int64_t ttl_sec,
+                            dispatcher_store_cancel_cb cb, void *arg)
+{
+	deferred_t *q;
+
+	/* Kept ones go first (a fire-and-forget cancel waits its turn). */
+	if (s->deferred != NULL)
+		flush_deferred(s);
+	if ((s->deferred == NULL || cb != NULL) && cancel_now(s, run_id, reason, must_exist, ttl_sec, cb, arg) == 0)
+		return 0;
+	if (cb != NULL || s->ndeferred >= DISPATCHER_STORE_DEFERRED_MAX ||
+	    !proto_run_id_valid(run_id) || strlen(reason) > PROTO_CTL_REASON_MAX)
+		return -1;
+	q = calloc(1, sizeof *q);
+	if (q == NULL)
+		return -1;
+	snprintf(q->run_id, sizeof q->run_id, "%s", run_id);
+	snprintf(q->reason, sizeof q->reason, "%s", reason);
+	q->must_exist = must_exist;
+	q->ttl_sec = ttl_sec;
+	*s->deferred_tail = q;
+	s->deferred_tail = &q->next;
+	s->ndeferred++;
+	rn_log_warn(run_id, "cancel_deferred", "Redis is down: the %s cancel is written once it is back", reason);
+	return 0;
 }
 
 int dispatcher_store_unblock(dispatcher_store_t *s, long long client_id)

@@ -70,8 +70,12 @@ int dispatcher_store_probe(dispatcher_store_t *s, const char *run_id,
  * XADDs {"type":"cancel","reason":reason} to <prefix>:{id}:ctl.  With
  * must_exist, nothing is written for an unknown run (rc ABSENT).  The
  * control stream gets the state hash's expiry (or ttl_sec).  status (may be
- * "") is the run's status at that moment.  cb may be NULL.
+ * "") is the run's status at that moment.  cb may be NULL: such a cancel
+ * (a caller that left) is kept while Redis is down, up to
+ * DISPATCHER_STORE_DEFERRED_MAX of them, and written once it is back, so it
+ * is not lost; 0 then means "written or kept".
  */
+#define DISPATCHER_STORE_DEFERRED_MAX 4096
 typedef void (*dispatcher_store_cancel_cb)(int rc, const char *status, void *arg);
 int dispatcher_store_cancel(dispatcher_store_t *s, const char *run_id, const char *reason,
                             int must_exist, int64_t ttl_sec,

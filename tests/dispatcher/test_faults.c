@@ -110,12 +110,24 @@ static void test_redis_down(void)
 	dt_stream_t s;
 	int64_t end;
 
+	dt_stream_t left;
+
 	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("rd_1", NULL), -1, 15000) == 0 &&
 	           r.status == 202);
 	dt_resp_free(&r);
+	/* A /stream caller that leaves while Redis is down: its client_closed
+	 * cancel is kept and written once Redis is back. */
+	TH_REQUIRE(dt_multi_init(&m) == 0);
+	TH_REQUIRE(dt_stream_open(&m, &left, url("/stream"), JSON_CT, dt_job_body("rd_left", NULL)) == 0);
+	for (end = th_now_ms() + 10000; th_now_ms() < end && !dt_stream_started(&left);)
+		dt_multi_pump(&m, 20);
+	TH_REQUIRE(dt_stream_started(&left) && left.status == 200, "%ld", left.status);
 	redisFree(C);
 	C = NULL;
 	TH_REQUIRE(th_redis_stop(&RED) == 0);
+	TH_CHECK(dt_wait_ready(&D, 503, 10000));
+	dt_stream_close(&m, &left);
+	dt_multi_cleanup(&m);
 	TH_CHECK(dt_wait_ready(&D, 503, 10000));
 	TH_CHECK(dt_http(&r, "GET", url("/readyz"), NULL, NULL, 0, 5000) == 0);
 	TH_CHECK(strcmp(r.body, "{\"status\":\"unavailable\",\"kafka\":\"ok\",\"redis\":\"down\"}\n") == 0, "%s", r.body);
@@ -131,6 +143,16 @@ static void test_redis_down(void)
 	C = th_redis_connect(&RED);
 	TH_REQUIRE(C != NULL);
 	TH_CHECK(dt_wait_ready(&D, 200, 15000), "readyz not back after Redis returned");
+	TH_CHECK(th_wait_until(ctl_has, "rd_left", 5000), "the cancel of a caller who left while Redis was down is lost");
+	{
+		redisReply *x = redisCommand(C, "XRANGE runnel:{rd_left}:ctl - +");
+
+		TH_CHECK(x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 1 &&
+		         strcmp(x->element[0]->element[1]->element[1]->str,
+		                "{\"type\":\"cancel\",\"reason\":\"client_closed\"}") == 0, "not exactly one cancel");
+		if (x != NULL)
+			freeReplyObject(x);
+	}
 	/* Redis came back empty (no persistence): tail a fresh run. */
 	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("rd_3", NULL), -1, 15000) == 0);
 	TH_CHECK(r.status == 202, "%ld %s", r.status, r.body);
