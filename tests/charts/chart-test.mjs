@@ -188,7 +188,9 @@ async function render(name) {
     const dc = container(disp);
     const wc = container(work);
     eq(dc.livenessProbe.httpGet.path, "/healthz", "dispatcher liveness path");
-    eq(dc.readinessProbe.httpGet.path, "/readyz", "dispatcher readiness path");
+    // With a token the dispatcher answers /readyz only to callers that send it.
+    const auth = (dc.env || []).some((e) => e.name === "RUNNEL_API_TOKEN");
+    eq(dc.readinessProbe.httpGet.path, auth ? "/healthz" : "/readyz", "dispatcher readiness path");
     eq(dc.livenessProbe.httpGet.port, "http", "dispatcher liveness port");
     eq(wc.livenessProbe.httpGet.path, "/healthz", "worker liveness path");
     eq(wc.livenessProbe.httpGet.port, "metrics", "worker liveness port");
