@@ -93,6 +93,10 @@ int cli_proc_alive(cli_proc_t *p)
 	if (w == p->pid) {
 		p->status = st;
 		p->pid = 0;
+		/* The leader died on its own: take down anything it left in its
+		 * group (its pid stays reserved while the group has members, so
+		 * this reaches nobody else). */
+		kill(-w, SIGKILL);
 		return 0;
 	}
 	return 1;

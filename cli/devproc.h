@@ -31,7 +31,8 @@ typedef struct cli_proc {
 int cli_proc_spawn(cli_proc_t *p, const char *name, char *const argv[], char *const envp[],
                    const char *log_path, char *errstr, size_t errstr_size);
 
-/* 1 while running; 0 once exited (reaped, status kept). */
+/* 1 while running; 0 once exited (reaped, status kept; whatever it left
+ * in its process group is SIGKILLed then). */
 int cli_proc_alive(cli_proc_t *p);
 
 /* Sends sig to the child's process group, waits up to grace_ms, then

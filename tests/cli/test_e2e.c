@@ -157,6 +157,28 @@ static void test_demo_external_redis(void)
 	g_own_child = 0;
 }
 
+/* 3. A child that dies on its own stops the stack, and whatever it left in
+ * its process group goes with it (here a worker that leaves a sleep). */
+static void test_child_dies(void)
+{
+	clirun_t p;
+	char *script = th_strf("%s/fake-worker.sh", g_tmp);
+	FILE *f = fopen(script, "w");
+	TH_REQUIRE(f != NULL);
+	fputs("#!/bin/sh\nsleep 300 &\nexit 1\n", f);
+	fclose(f);
+	TH_REQUIRE(chmod(script, 0755) == 0);
+	char *envtmp = th_strf("TMPDIR=%s", g_tmp);
+	char *envworker = th_strf("RUNNEL_WORKER_BIN=%s", script);
+	int rc = clirun(ARGS(g_bin, "dev", "--port", "0", "--sandbox", "process"), ARGS(envtmp, envworker), 60000, &p);
+	TH_CHECK(rc == 1, "exit %d\n%s\n%s", rc, p.out, p.err);
+	TH_CHECK(strstr(p.err, "runnel dev: worker exited (exit 1)") != NULL, "%s", p.err);
+	TH_CHECK(th_wait_until(none_left, NULL, 5000), "processes left after a child died");
+	unlink(script);
+	TH_CHECK(dir_empty(g_tmp), "scratch left in %s", g_tmp);
+	clirun_free(&p);
+}
+
 typedef struct stack {
 	clirun_t proc;
 	char    *dispatcher, *redis, *kafka, *workspace;
@@ -449,6 +471,7 @@ int main(int argc, char **argv)
 	g_tmp = th_strf("%s", th_tmpdir());
 	test_demo_once();
 	test_demo_external_redis();
+	test_child_dies();
 	test_stack();
 	return th_done();
 }
