@@ -88,7 +88,8 @@ const SCENARIOS = {
       "ssl-key-pass-99",
     ],
   },
-  "existing-secret": { autoscaler: "keda", secrets: [], existingSecret: "runnel-prod-secrets" },
+  "existing-secret": { autoscaler: "keda", secrets: [], existingSecret: "runnel-prod-secrets", compose: true },
+  "existing-secret-whole": { autoscaler: "keda", secrets: [], existingSecret: "runnel-prod-secrets" },
   "redis-url-secret": { autoscaler: "hpa", secrets: ["url-pass-4242"] },
   ingress: { autoscaler: "hpa", secrets: [] },
   networkpolicy: { autoscaler: "hpa", secrets: [] },
@@ -258,6 +259,15 @@ async function render(name) {
     }
   });
 
+  // The worker wipes RUNNEL_JOB_KEY, RUNNEL_REDIS_URL and RUNNEL_KAFKA_PROPERTIES
+  // from its environment at start; any other secret variable would stay there.
+  check("the worker gets secrets only in variables it wipes", () => {
+    const wiped = new Set(["RUNNEL_JOB_KEY", "RUNNEL_REDIS_URL", "RUNNEL_KAFKA_PROPERTIES"]);
+    const extra = (container(work).env || []).filter((e) => e.valueFrom && e.valueFrom.secretKeyRef && !wiped.has(e.name));
+    if (sc.compose) assert(extra.length > 0, "expected helper variables in compose mode");
+    else eq(extra.map((e) => e.name), [], "secret helper variables in the worker");
+  });
+
   check("security contexts", () => {
     for (const dep of [disp, work]) {
       const ps = dep.spec.template.spec;
@@ -349,11 +359,14 @@ async function render(name) {
 
   const extra = {
     keda() {
-      check("keda: SASL properties composed from the Secret", () => {
+      check("keda: SASL properties whole in the Secret", () => {
         const env = container(work).env;
         const props = env.find((e) => e.name === "RUNNEL_KAFKA_PROPERTIES");
-        eq(props.value, "$(RUNNEL_KAFKA_PUBLIC_PROPERTIES);sasl.username=$(RUNNEL_KAFKA_SASL_USERNAME);sasl.password=$(RUNNEL_KAFKA_SASL_PASSWORD)", "RUNNEL_KAFKA_PROPERTIES");
-        eq(workerCm.data.RUNNEL_KAFKA_PUBLIC_PROPERTIES, "sasl.mechanisms=SCRAM-SHA-512;security.protocol=SASL_SSL", "public properties");
+        eq(props.valueFrom.secretKeyRef.key, "RUNNEL_KAFKA_PROPERTIES", "RUNNEL_KAFKA_PROPERTIES key");
+        eq(Buffer.from(secrets[0].data.RUNNEL_KAFKA_PROPERTIES, "base64").toString(),
+          "sasl.mechanisms=SCRAM-SHA-512;security.protocol=SASL_SSL;sasl.username=runnel-worker;sasl.password=s3cr3t-kafka-pw",
+          "RUNNEL_KAFKA_PROPERTIES");
+        assert(!("RUNNEL_KAFKA_PROPERTIES" in workerCm.data) && !("RUNNEL_KAFKA_PUBLIC_PROPERTIES" in workerCm.data), "properties left in the ConfigMap");
         const triggers = byKind(docs, "ScaledObject")[0].spec.triggers;
         eq(triggers[0].metadata.tls, "enable", "trigger tls");
         eq(triggers.map((x) => x.type), ["kafka", "prometheus"], "trigger types");
@@ -381,13 +394,15 @@ async function render(name) {
         const d = Object.fromEntries(Object.entries(secrets[0].data).map(([k, v]) => [k, Buffer.from(v, "base64").toString()]));
         eq(d.RUNNEL_JOB_KEY, SCENARIOS.secrets.secrets[0], "RUNNEL_JOB_KEY");
         eq(d.RUNNEL_API_TOKEN, "tok-9b7f2c1d-dispatcher", "RUNNEL_API_TOKEN");
-        eq(d.RUNNEL_REDIS_PASSWORD, "p@ss:w/rd-redis-31", "RUNNEL_REDIS_PASSWORD");
-        eq(d.RUNNEL_KAFKA_SASL_PASSWORD, "kafka-pass-88", "RUNNEL_KAFKA_SASL_PASSWORD");
-        eq(d.RUNNEL_KAFKA_SECRET_PROPERTIES, "ssl.key.password=ssl-key-pass-99", "RUNNEL_KAFKA_SECRET_PROPERTIES");
+        eq(d.RUNNEL_REDIS_URL, "redis://:p@ss:w/rd-redis-31@redis.data.svc:6380/2", "RUNNEL_REDIS_URL");
+        eq(d.RUNNEL_KAFKA_PROPERTIES,
+          "sasl.mechanisms=PLAIN;security.protocol=SASL_SSL;sasl.username=kafka-user-77;sasl.password=kafka-pass-88;ssl.key.password=ssl-key-pass-99",
+          "RUNNEL_KAFKA_PROPERTIES");
+        eq(d.RUNNEL_KAFKA_SASL_PASSWORD, "kafka-pass-88", "RUNNEL_KAFKA_SASL_PASSWORD (for KEDA)");
         const env = Object.fromEntries(container(work).env.map((e) => [e.name, e]));
-        eq(env.RUNNEL_REDIS_URL.value, "redis://:$(RUNNEL_REDIS_PASSWORD)@redis.data.svc:6380/2", "composed RUNNEL_REDIS_URL");
+        eq(env.RUNNEL_REDIS_URL.valueFrom.secretKeyRef.key, "RUNNEL_REDIS_URL", "RUNNEL_REDIS_URL from the Secret");
         assert(!("RUNNEL_REDIS_URL" in workerCm.data), "plain RUNNEL_REDIS_URL left in the ConfigMap");
-        assert(env.RUNNEL_KAFKA_PROPERTIES.value.endsWith(";$(RUNNEL_KAFKA_SECRET_PROPERTIES)"), "secret properties appended");
+        eq(env.RUNNEL_KAFKA_PROPERTIES.valueFrom.secretKeyRef.key, "RUNNEL_KAFKA_PROPERTIES", "RUNNEL_KAFKA_PROPERTIES from the Secret");
         eq(workerCm.data.RUNNEL_REQUIRE_SEALED, "true", "RUNNEL_REQUIRE_SEALED");
         assert(!("RUNNEL_API_TOKEN" in env), "the worker does not need the API token");
         assert((container(disp).env || []).some((e) => e.name === "RUNNEL_API_TOKEN"), "dispatcher API token");
@@ -412,6 +427,15 @@ async function render(name) {
         }, "secret keys");
         for (const r of byKind(docs, "TriggerAuthentication")[0].spec.secretTargetRef) eq(r.name, "runnel-prod-secrets", "TriggerAuthentication secret");
         assert(!("checksum/secret" in work.spec.template.metadata.annotations), "checksum of a Secret the chart does not render");
+      });
+    },
+    "existing-secret-whole"() {
+      check("existing-secret-whole: whole values from the existing Secret", () => {
+        eq(secrets.length, 0, "Secrets rendered");
+        const keys = Object.fromEntries((container(work).env || []).map((e) => [e.name, e.valueFrom.secretKeyRef.key]));
+        eq(keys, { RUNNEL_JOB_KEY: "job-key", RUNNEL_REDIS_URL: "redis-url", RUNNEL_KAFKA_PROPERTIES: "kafka-properties" }, "worker secret keys");
+        assert(!("RUNNEL_KAFKA_PROPERTIES" in workerCm.data), "properties in the ConfigMap next to the Secret's");
+        eq(byKind(docs, "TriggerAuthentication")[0].spec.secretTargetRef.map((r) => r.key), ["kafka-username", "kafka-password"], "KEDA keys");
       });
     },
     "redis-url-secret"() {

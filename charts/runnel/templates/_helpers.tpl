@@ -114,11 +114,49 @@ true
 {{- join ";" $parts -}}
 {{- end -}}
 
-{{/* True when RUNNEL_KAFKA_PROPERTIES has to be composed from Secret values. */}}
-{{- define "runnel.kafkaComposed" -}}
-{{- if or .Values.kafka.sasl.enabled (include "runnel.hasKafkaSecretProperties" .) -}}
-true
+{{/*
+Where RUNNEL_KAFKA_PROPERTIES comes from:
+  plain   - no secret in it: the ConfigMap;
+  secret  - one Secret key holding the whole list (the chart writes it when it
+            creates the Secret; an existing Secret with
+            secret.kafkaPropertiesFromSecret);
+  compose - an existing Secret with separate SASL/secret-property keys: the
+            kubelet joins them from helper variables ($(NAME)).
+The worker wipes RUNNEL_KAFKA_PROPERTIES, RUNNEL_REDIS_URL and RUNNEL_JOB_KEY
+from its environment at start; helper variables stay, so "secret" is preferred.
+*/}}
+{{- define "runnel.kafkaMode" -}}
+{{- $secretParts := or .Values.kafka.sasl.enabled (include "runnel.hasKafkaSecretProperties" .) -}}
+{{- if .Values.secret.existingSecret -}}
+{{- if .Values.secret.kafkaPropertiesFromSecret }}secret{{ else if $secretParts }}compose{{ else }}plain{{ end -}}
+{{- else -}}
+{{- if $secretParts }}secret{{ else }}plain{{ end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Where RUNNEL_REDIS_URL comes from: plain (ConfigMap), secret or compose, as above. */}}
+{{- define "runnel.redisMode" -}}
+{{- if not .Values.redis.auth.enabled -}}
+plain
+{{- else if or (not .Values.secret.existingSecret) .Values.redis.auth.urlFromSecret -}}
+secret
+{{- else -}}
+compose
+{{- end -}}
+{{- end -}}
+
+{{/* The whole librdkafka property list with its secrets, for a chart-made Secret. */}}
+{{- define "runnel.kafkaSecretList" -}}
+{{- $parts := list -}}
+{{- with include "runnel.kafkaProperties" . }}{{ $parts = append $parts . }}{{ end -}}
+{{- if .Values.kafka.sasl.enabled -}}
+{{- $parts = append $parts (printf "sasl.username=%s" .Values.kafka.sasl.username) -}}
+{{- $parts = append $parts (printf "sasl.password=%s" .Values.kafka.sasl.password) -}}
+{{- end -}}
+{{- range $k, $v := .Values.kafka.secretProperties -}}
+{{- $parts = append $parts (printf "%s=%s" $k (include "runnel.scalar" $v)) -}}
+{{- end -}}
+{{- join ";" $parts -}}
 {{- end -}}
 
 {{- define "runnel.redisPlainUrl" -}}
@@ -186,6 +224,9 @@ combination fails the render with a message naming the value to fix.
 {{- fail "kafka.sasl.username/password must not contain \";\" (it separates properties in RUNNEL_KAFKA_PROPERTIES)" -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.secret.existingSecret .Values.secret.kafkaPropertiesFromSecret .Values.kafka.properties -}}
+{{- fail "secret.kafkaPropertiesFromSecret takes the whole librdkafka list from the Secret: put kafka.properties into it and leave kafka.properties empty" -}}
+{{- end -}}
 {{- range $k, $v := .Values.kafka.secretProperties -}}
 {{- if or (contains ";" (toString $v)) (contains ";" $k) -}}
 {{- fail (printf "kafka.secretProperties.%s must not contain \";\"" $k) -}}
@@ -226,14 +267,14 @@ properties exist only in the process environment, never in an object.
       name: {{ $secret }}
       key: {{ $keys.apiToken }}
 {{- end }}
-{{- if $.Values.redis.auth.enabled }}
-{{- if $.Values.redis.auth.urlFromSecret }}
+{{- $redisMode := include "runnel.redisMode" $ }}
+{{- if eq $redisMode "secret" }}
 - name: RUNNEL_REDIS_URL
   valueFrom:
     secretKeyRef:
       name: {{ $secret }}
       key: {{ $keys.redisUrl }}
-{{- else }}
+{{- else if eq $redisMode "compose" }}
 - name: RUNNEL_REDIS_PASSWORD
   valueFrom:
     secretKeyRef:
@@ -242,8 +283,14 @@ properties exist only in the process environment, never in an object.
 - name: RUNNEL_REDIS_URL
   value: {{ printf "redis://:$(RUNNEL_REDIS_PASSWORD)@%s:%s/%s" $.Values.redis.host (include "runnel.scalar" $.Values.redis.port) (include "runnel.scalar" $.Values.redis.db) | quote }}
 {{- end }}
-{{- end }}
-{{- if include "runnel.kafkaComposed" $ }}
+{{- $kafkaMode := include "runnel.kafkaMode" $ }}
+{{- if eq $kafkaMode "secret" }}
+- name: RUNNEL_KAFKA_PROPERTIES
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.kafkaProperties }}
+{{- else if eq $kafkaMode "compose" }}
 {{- $parts := list -}}
 {{- if include "runnel.kafkaProperties" $ }}
 {{- $parts = append $parts "$(RUNNEL_KAFKA_PUBLIC_PROPERTIES)" }}
@@ -292,12 +339,11 @@ RUNNEL_RETENTION_SEC: {{ include "runnel.scalar" .Values.runs.retentionSec | quo
 RUNNEL_REDIS_URL: {{ include "runnel.redisPlainUrl" . | quote }}
 {{- end }}
 {{- $props := include "runnel.kafkaProperties" . }}
-{{- if $props }}
-{{- if include "runnel.kafkaComposed" . }}
+{{- $kafkaMode := include "runnel.kafkaMode" . }}
+{{- if and $props (eq $kafkaMode "compose") }}
 RUNNEL_KAFKA_PUBLIC_PROPERTIES: {{ $props | quote }}
-{{- else }}
+{{- else if and $props (eq $kafkaMode "plain") }}
 RUNNEL_KAFKA_PROPERTIES: {{ $props | quote }}
-{{- end }}
 {{- end }}
 {{- end -}}
 
