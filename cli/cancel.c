@@ -16,6 +16,10 @@
 #include "proto/keys.h"
 #include "rconn.h"
 
+/* Expiry of a control stream when the run has no key to take it from: the
+ * default largest runtime (8 h) plus the default retention (24 h). */
+#define CANCEL_DEFAULT_TTL_SEC (28800 + 86400)
+
 static struct {
 	char *reason;
 	char *via;
@@ -97,7 +101,20 @@ static int cancel_redis(const char *run_id, const char *msg)
 		if (r)
 			freeReplyObject(r);
 	}
-	redisReply *r = redisCommand(c, "XADD %s * msg %s", kctl, msg);
+	/* The control stream expires with the run (the dispatcher does the
+	 * same): a cancel for a run not yet claimed, or one that ends without
+	 * having had a control message, must not leave a key for ever. */
+	static const char lua[] =
+		"local id = redis.call('XADD', KEYS[1], '*', 'msg', ARGV[1])\n"
+		"local ttl = redis.call('PTTL', KEYS[2])\n"
+		"if ttl < 0 then ttl = redis.call('PTTL', KEYS[3]) end\n"
+		"if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl)\n"
+		"elseif redis.call('PTTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end\n"
+		"return id\n";
+	char kout[PROTO_KEY_MAX], ttl[24];
+	proto_key(kout, sizeof(kout), g_opt.prefix, run_id, PROTO_KEY_OUT);
+	snprintf(ttl, sizeof(ttl), "%d", CANCEL_DEFAULT_TTL_SEC);
+	redisReply *r = redisCommand(c, "EVAL %s 3 %s %s %s %s %s", lua, kctl, kstate, kout, msg, ttl);
 	if (!r || r->type != REDIS_REPLY_STRING) {
 		cli_rconn_error(c, r, err, sizeof(err));
 		fprintf(stderr, "runnel cancel: %s\n", err);

@@ -39,6 +39,15 @@ static void cmd(const char *fmt, const char *a)
 	freeReplyObject(r);
 }
 
+static long long pttl(const char *key)
+{
+	redisReply *r = redisCommand(g_c, "PTTL %s", key);
+	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -3;
+	if (r)
+		freeReplyObject(r);
+	return v;
+}
+
 /* The "msg" fields of a control stream, in order. */
 static char *ctl_msgs(const char *key)
 {
@@ -113,11 +122,15 @@ static void test_cancel(void)
 
 	/* A running run: the exact message, default reason "cli". */
 	cmd("HSET runnel:{%s}:state status running worker w-1", "run_c");
+	cmd("EXPIRE runnel:{%s}:state 1000", "run_c");
 	TH_CHECK(run(ARGS("cancel", "run_c"), NULL, &p) == 0, "%s", p.err);
 	TH_CHECK(strncmp(p.out, "cancel sent to run run_c (control entry ", 40) == 0, "%s", p.out);
 	clirun_free(&p);
 	TH_CHECK(th_streq(ctl_msgs("runnel:{run_c}:ctl"), "msg={\"type\":\"cancel\",\"reason\":\"cli\"}\n"),
 	         "%s", ctl_msgs("runnel:{run_c}:ctl"));
+	/* The control stream expires with the run's state (never a key for ever). */
+	TH_CHECK(pttl("runnel:{run_c}:ctl") > 900000 && pttl("runnel:{run_c}:ctl") <= 1000000,
+	         "ctl pttl %lld", pttl("runnel:{run_c}:ctl"));
 	/* A reason (flag and twin), with characters JSON must escape. */
 	TH_CHECK(run(ARGS("cancel", "--reason", "user said \"stop\"", "run_c"), NULL, &p) == 0);
 	clirun_free(&p);
@@ -140,6 +153,8 @@ static void test_cancel(void)
 	TH_CHECK(run(ARGS("cancel", "run_k", "--force", "--reason", "early"), NULL, &p) == 0, "%s", p.err);
 	clirun_free(&p);
 	TH_CHECK(th_streq(ctl_msgs("runnel:{run_k}:ctl"), "msg={\"type\":\"cancel\",\"reason\":\"early\"}\n"));
+	/* No state to take the expiry from: the default (max runtime + retention). */
+	TH_CHECK(pttl("runnel:{run_k}:ctl") > 0, "ctl pttl %lld", pttl("runnel:{run_k}:ctl"));
 
 	/* Another prefix. */
 	cmd("HSET acme:{%s}:state status queued", "run_a");
