@@ -108,6 +108,7 @@ const REFUSALS = {
   "bad-sandbox-network": "at '/worker/sandbox/network': value must be one of 'none', 'host'",
   "hpa-scale-to-zero": "worker.autoscaling.minReplicas must be >= 1 for the HPA",
   "netpol-no-workspace": "networkPolicy.enabled needs networkPolicy.workspace.cidrs",
+  "props-beside-secret-list": "secret.kafkaPropertiesFromSecret takes the whole librdkafka list from the Secret",
   "semicolon-property": "kafka.properties.ssl.cipher.suites: values must not contain \";\"",
 };
 
