@@ -20,6 +20,8 @@
 /* A changed set of runs interrupts the block (CLIENT UNBLOCK), so this
  * only bounds how long one XREAD stays armed. */
 #define CTL_BLOCK_MS 2000
+/* Where CLIENT ID / CLIENT UNBLOCK are refused (an ACL), short blocks. */
+#define CTL_SHORT_BLOCK_MS 200
 /* No reply this long after the block ended: the connection is dead. */
 #define CTL_REPLY_SLACK_MS 10000
 #define CTL_UNBLOCK_TRIES 20
@@ -43,6 +45,7 @@ struct worker_control {
 	watch_t *w;       /* max entries */
 	size_t nused;
 	int dirty;        /* the set changed since the XREAD in flight was armed */
+	int no_unblock;   /* control thread only: CLIENT UNBLOCK is refused here */
 	int wake_fd;      /* eventfd: written when dirty or stop is set */
 };
 
@@ -140,7 +143,8 @@ static void handle_stream(worker_control_t *wc, const redisReply *s)
 	}
 }
 
-/* CLIENT UNBLOCK on the side connection: 1 unblocked, 0 not blocked, -1 error. */
+/* CLIENT UNBLOCK on the side connection: 1 unblocked, 0 not blocked, -1
+ * connection error, -2 refused by the server. */
 static int unblock(const worker_control_t *wc, redisContext **u, long long cid)
 {
 	if (!*u) {
@@ -150,6 +154,10 @@ static int unblock(const worker_control_t *wc, redisContext **u, long long cid)
 			return -1;
 	}
 	redisReply *r = redisCommand(*u, "CLIENT UNBLOCK %lld", cid);
+	if (r && r->type == REDIS_REPLY_ERROR) {
+		freeReplyObject(r);
+		return -2;
+	}
 	if (!r || r->type != REDIS_REPLY_INTEGER) {
 		if (r)
 			freeReplyObject(r);
@@ -191,6 +199,8 @@ static redisReply *xread(worker_control_t *wc, redisContext *c, redisContext **u
 			/* 0: the XREAD is not blocked yet (or just answered); try again. */
 			int ub = unblock(wc, u, cid);
 			tries++;
+			if (ub == -2)
+				wc->no_unblock = 1;
 			if (ub != 0)
 				tries = CTL_UNBLOCK_TRIES;
 		}
@@ -233,7 +243,6 @@ static void *control_main(void *arg)
 	char (*keys)[PROTO_KEY_MAX] = calloc(wc->max, sizeof(*keys));
 	char (*ids)[48] = calloc(wc->max, sizeof(*ids));
 	char block[16];
-	snprintf(block, sizeof(block), "%d", CTL_BLOCK_MS);
 	if (!argv || !keys || !ids) {
 		rn_log_error(NULL, "control", "out of memory: control messages are not watched");
 		goto out;
@@ -282,6 +291,8 @@ static void *control_main(void *arg)
 		argv[ac++] = "COUNT";
 		argv[ac++] = "16";
 		argv[ac++] = "BLOCK";
+		snprintf(block, sizeof(block), "%d",
+		         cid < 0 || wc->no_unblock ? CTL_SHORT_BLOCK_MS : CTL_BLOCK_MS);
 		argv[ac++] = block;
 		argv[ac++] = "STREAMS";
 		for (size_t i = 0; i < n; i++)
