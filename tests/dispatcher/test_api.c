@@ -132,6 +132,12 @@ static void test_bad_requests(void)
 		TH_CHECK(dt_http(&r, "DELETE", url("/v1/runs/abc"), NULL, NULL, 0, 5000) == 0 && r.status == 405);
 		TH_CHECK(dt_header(&r, "Allow", allow, sizeof allow) && strcmp(allow, "GET, OPTIONS") == 0, "%s", allow);
 		dt_resp_free(&r);
+		/* Methods evhttp knows but would refuse itself (501, HTML) get ours. */
+		TH_CHECK(dt_http(&r, "TRACE", url("/v1/runs"), NULL, NULL, 0, 5000) == 0 && r.status == 405, "%ld", r.status);
+		TH_CHECK(dt_header(&r, "Allow", allow, sizeof allow) && strcmp(allow, "POST, OPTIONS") == 0, "%s", allow);
+		TH_CHECK(strcmp(r.body, "{\"error\":{\"code\":\"method_not_allowed\",\"message\":\"method: POST, OPTIONS only\"}}\n") == 0,
+		         "%s", r.body);
+		dt_resp_free(&r);
 	}
 }
 
