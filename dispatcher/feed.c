@@ -169,15 +169,25 @@ static void add_sse(struct evbuffer *b, const char *id, const char *line, size_t
 	if (type != NULL && strspn(type, "abcdefghijklmnopqrstuvwxyz_") == strlen(type) && strlen(type) < 32)
 		evbuffer_add_printf(b, "event: %s\n", type);
 	json_decref(o);
-	/* A line is one JSON text without raw newlines; split defensively. */
+	/* A JSON text may hold raw CR or LF as whitespace between tokens, and
+	 * SSE ends a field line at CR, LF or CRLF: each piece gets its own
+	 * data: line (the client joins them with LF, still the same JSON). */
 	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		size_t n = nl != NULL ? (size_t)(nl - p) : (size_t)(end - p);
+		size_t n = 0;
 
+		while (p + n < end && p[n] != '\n' && p[n] != '\r')
+			n++;
 		evbuffer_add(b, "data: ", 6);
 		evbuffer_add(b, p, n);
 		evbuffer_add(b, "\n", 1);
-		p += n + (nl != NULL);
+		p += n;
+		if (p < end && *p == '\r') {
+			p++;
+			if (p < end && *p == '\n')
+				p++;
+		} else if (p < end) {
+			p++;   /* LF */
+		}
 	}
 	evbuffer_add(b, "\n", 1);
 }

@@ -224,6 +224,31 @@ static void test_sse_stream(dt_multi_t *m)
 	dt_stream_close(m, &s);
 }
 
+/*
+ * A line may hold a raw CR as JSON whitespace.  In SSE a CR alone ends a
+ * field line, so it must start a new data: line rather than go out raw
+ * (EventSource would read the rest as a field of its own and lose it).
+ */
+static void test_sse_cr(dt_multi_t *m)
+{
+	dt_stream_t s;
+	wait_stream_t w = { &s, 0 };
+	dt_resp_t r;
+
+	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("st_sse_cr", NULL), -1, 15000) == 0 &&
+	           r.status == 202);
+	dt_resp_free(&r);
+	TH_REQUIRE(dt_stream_open(m, &s, url("/v1/runs/st_sse_cr/events"), SSE_GET, NULL) == 0);
+	TH_REQUIRE(dt_multi_until(m, started, &w, 15000));
+	free(dt_xadd_line(C, "runnel:{st_sse_cr}:out", "{\"type\":\"log\",\r\"level\":\"info\",\r\n\"message\":\"cr\",\"ts\":1}"));
+	free(dt_xadd_line(C, "runnel:{st_sse_cr}:out", line_n(2, 1)));
+	TH_CHECK(dt_multi_until(m, is_done, &w, 10000));
+	TH_CHECK(strchr(s.body, '\r') == NULL, "a raw CR in the SSE answer: %s", s.body);
+	TH_CHECK(strstr(s.body, "event: log\ndata: {\"type\":\"log\",\ndata: \"level\":\"info\",\ndata: \"message\":\"cr\",\"ts\":1}\n\n") != NULL,
+	         "%s", s.body);
+	dt_stream_close(m, &s);
+}
+
 static void test_resume(dt_multi_t *m)
 {
 	dt_stream_t a, b;
@@ -556,6 +581,7 @@ int main(void)
 	test_escaped_terminal(&m);
 	test_disconnect_cancels(&m);
 	test_sse_stream(&m);
+	test_sse_cr(&m);
 	test_resume(&m);
 	test_heartbeat(&m);
 	test_slow_caller(&m);
