@@ -38,8 +38,6 @@ struct dispatcher_feed {
 	dispatcher_tail_sub_t    *sub;
 	struct event             *ev_heartbeat;
 	struct evbuffer          *chunk;
-	struct evbuffer          *input;     /* the caller's unread bytes, if watched */
-	struct evbuffer_cb_entry *input_cb;
 	uint64_t                  lines;
 };
 
@@ -61,9 +59,9 @@ static void feed_free(dispatcher_feed_t *f)
 {
 	dispatcher_t *d = f->d;
 
-	if (f->input_cb != NULL)
-		evbuffer_remove_cb_entry(f->input, f->input_cb);
-	f->input_cb = NULL;
+	/* The input callback stays: it uses nothing of f, and the connection
+	 * (closed after this answer) may still flush the last chunk for a
+	 * while, during which the caller could go on sending. */
 	dispatcher_tail_detach(f->sub);
 	f->sub = NULL;
 	if (f->ev_heartbeat != NULL)
@@ -273,9 +271,10 @@ void dispatcher_feed_start(dispatcher_t *d, struct evhttp_request *req, dispatch
 		int one = 1;
 
 		if (bev != NULL) {
-			f->input = bufferevent_get_input(bev);
-			evbuffer_drain(f->input, evbuffer_get_length(f->input));
-			f->input_cb = evbuffer_add_cb(f->input, on_input, NULL);
+			struct evbuffer *in = bufferevent_get_input(bev);
+
+			evbuffer_drain(in, evbuffer_get_length(in));
+			evbuffer_add_cb(in, on_input, NULL);
 			bufferevent_set_timeouts(bev, NULL, &wtv);
 			/* Lines are small and must not wait for the previous
 			 * segment's ACK (Nagle + delayed ACK = 40 ms stalls). */
