@@ -431,11 +431,31 @@ int dispatcher_store_cancel(dispatcher_store_t *s, const char *run_id, const cha
 	return 0;
 }
 
-int dispatcher_store_unblock(dispatcher_store_t *s, long long client_id)
+static void on_unblock(redisReply *r, void *arg)
+{
+	call_t *c = arg;
+	void (*cb)(int, void *) = (void (*)(int, void *))c->fn;
+
+	/* NULL: the connection went (or the store is being freed, and the
+	 * caller with it): nothing to report. */
+	if (cb != NULL && r != NULL && r->type == REDIS_REPLY_INTEGER)
+		cb(r->integer == 1, c->arg);
+	free(c);
+}
+
+int dispatcher_store_unblock(dispatcher_store_t *s, long long client_id,
+                             void (*cb)(int unblocked, void *arg), void *arg)
 {
 	char id[32];
 	const char *argv[] = { "CLIENT", "UNBLOCK", id };
+	call_t *c = call_new((void (*)(void))cb, arg);
 
+	if (c == NULL)
+		return -1;
 	snprintf(id, sizeof id, "%lld", client_id);
-	return dispatcher_rconn_cmd(s->rc, NULL, NULL, 3, argv, NULL);
+	if (dispatcher_rconn_cmd(s->rc, on_unblock, c, 3, argv, NULL) < 0) {
+		free(c);
+		return -1;
+	}
+	return 0;
 }

@@ -82,6 +82,9 @@ int dispatcher_store_cancel(dispatcher_store_t *s, const char *run_id, const cha
                             dispatcher_store_cancel_cb cb, void *arg);
 
 /* CLIENT UNBLOCK id (fire and forget).  -1 when down. */
-int dispatcher_store_unblock(dispatcher_store_t *s, long long client_id);
+/* cb (may be NULL) gets 1 when a blocked client was unblocked, 0 when the
+ * client was not blocked (yet); it is not called when the reply is lost. */
+int dispatcher_store_unblock(dispatcher_store_t *s, long long client_id,
+                             void (*cb)(int unblocked, void *arg), void *arg);
 
 #endif

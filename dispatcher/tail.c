@@ -426,6 +426,23 @@ static void on_conn_state(dispatcher_rconn_t *rc, int up, void *arg)
 	arm(c);
 }
 
+/*
+ * The UNBLOCK travels on the command connection, the XREAD on the tail's
+ * own: Redis may run the UNBLOCK before the XREAD it should interrupt has
+ * blocked (it was just sent).  Then nothing was unblocked and the new
+ * caller would wait a whole block_ms: try again shortly, as long as that
+ * read is still out and still lacks the caller (dirty; arm() clears it).
+ */
+static void on_unblocked(int unblocked, void *arg)
+{
+	tail_conn_t *c = arg;
+
+	if (unblocked || !c->reading || !c->dirty)
+		return;
+	c->unblock_sent = 0;
+	event_add(c->ev_retry, &(struct timeval){ 0, 5 * 1000 });
+}
+
 static void on_kick(evutil_socket_t fd, short what, void *arg)
 {
 	tail_conn_t *c = arg;
@@ -437,7 +454,7 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	if (c->dirty && c->have_id && !c->unblock_sent) {
-		if (dispatcher_store_unblock(c->t->store, c->client_id) == 0) {
+		if (dispatcher_store_unblock(c->t->store, c->client_id, on_unblocked, c) == 0) {
 			c->unblock_sent = 1;
 			rn_counter_add(c->t->c_unblocks, 1);
 		}
