@@ -91,8 +91,8 @@ int worker_pub_add(worker_pub_t *p, const char *line, size_t len)
 	 * are dropped rather than grown without bound (lens[] has room for
 	 * WORKER_PUB_BATCH_LINES).
 	 */
-	if (p->n >= WORKER_PUB_BATCH_LINES || p->len >= WORKER_PUB_BATCH_BYTES) {
-		if (worker_pub_flush(p) < 0 || p->n >= WORKER_PUB_BATCH_LINES ||
+	if (p->dropped || p->n >= WORKER_PUB_BATCH_LINES || p->len >= WORKER_PUB_BATCH_BYTES) {
+		if (p->dropped || worker_pub_flush(p) < 0 || p->n >= WORKER_PUB_BATCH_LINES ||
 		    p->len >= WORKER_PUB_BATCH_BYTES) {
 			p->dropped++;
 			return 1;
@@ -366,6 +366,10 @@ static int flush_once(worker_pub_t *p)
 int worker_pub_flush(worker_pub_t *p)
 {
 	unsigned attempt = 0;
+	/* After a dropped line nothing more may be written: a later line (or a
+	 * terminal one) would leave a gap in the stream. */
+	if (p->dropped)
+		return -1;
 	while (p->n > 0) {
 		if (!p->c)
 			p->inflight = 0; /* a reset connection lost the replies: resend */
@@ -383,6 +387,8 @@ int worker_pub_flush(worker_pub_t *p)
 
 int worker_pub_pump(worker_pub_t *p)
 {
+	if (p->dropped)
+		return -1;
 	if (p->inflight) {
 		if (collect(p) < 0)
 			return worker_pub_flush(p);

@@ -30,9 +30,15 @@ int main(void)
 	TH_CHECK(p.published == 0);
 	TH_CHECK(p.dropped + worker_pub_pending(&p) == 3 * WORKER_PUB_BATCH_LINES, "dropped %llu",
 	         (unsigned long long)p.dropped);
+	/* Once a line was dropped, nothing more is written, even when Redis
+	 * would take it: a later line would leave a gap. */
+	give_up = 0;
+	TH_CHECK(worker_pub_flush(&p) < 0, "flush after a drop fails");
+	TH_CHECK(worker_pub_pump(&p) < 0, "pump after a drop fails");
 	worker_pub_free(&p);
 
 	/* Long lines: the byte cap. */
+	give_up = 1;
 	TH_REQUIRE(worker_pub_init(&p, &url, "runnel", "run_pub", 1000, &give_up) == 0);
 	static char big[64 * 1024];
 	memset(big, 'a', sizeof(big));
