@@ -1,5 +1,5 @@
 /*
- * worker/metrics.c - the worker's metric series and its /healthz, /metrics
+ * worker/metrics.c - the worker's metric series and its /healthz, /readyz, /metrics
  * HTTP endpoint.
  */
 #include "worker/metrics.h"
@@ -88,6 +88,13 @@ static void http_cb(struct evhttp_request *req, void *arg)
 	if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
 		evhttp_send_error(req, 405, NULL);
 	} else if (!strcmp(uri, "/healthz")) {
+		/* Liveness: a draining worker is alive and must not be restarted
+		 * in the middle of letting its runs finish. */
+		evhttp_add_header(hdr, "Content-Type", "text/plain");
+		evbuffer_add_printf(out, "%s\n", h->draining ? "draining" : "ok");
+		evhttp_send_reply(req, 200, "OK", out);
+	} else if (!strcmp(uri, "/readyz")) {
+		/* Readiness: a draining worker takes no new job. */
 		evhttp_add_header(hdr, "Content-Type", "text/plain");
 		evbuffer_add_printf(out, "%s\n", h->draining ? "draining" : "ok");
 		evhttp_send_reply(req, h->draining ? 503 : 200, h->draining ? "Draining" : "OK", out);

@@ -197,6 +197,7 @@ async function render(name) {
     eq(wc.livenessProbe.httpGet.path, "/healthz", "worker liveness path");
     eq(wc.livenessProbe.httpGet.port, "metrics", "worker liveness port");
     assert(wc.readinessProbe && wc.readinessProbe.httpGet, "worker readiness probe");
+    eq(wc.readinessProbe.httpGet.path, "/readyz", "worker readiness path");
     eq(dc.ports.map((p) => p.name), ["http"], "dispatcher ports");
     eq(wc.ports.map((p) => p.name), ["metrics"], "worker ports");
     const dcm = cmByName.get(dc.envFrom[0].configMapRef.name);

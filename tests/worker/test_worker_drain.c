@@ -7,6 +7,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -18,6 +19,12 @@ static int started(void *arg)
 	char **l = wt_lines(&T, arg, &n);
 	th_strv_free(l, n);
 	return n >= 1;
+}
+
+static int draining(void *arg)
+{
+	(void)arg;
+	return wt_log_has(&T, "wd", "\"drain_start\"");
 }
 
 static void submit(const char *id, const char *script)
@@ -42,9 +49,21 @@ int main(void)
 	submit("run_long", "sleep 60");
 	TH_REQUIRE(th_wait_until(started, "run_short", 20000), "short started");
 	TH_REQUIRE(th_wait_until(started, "run_long", 20000), "long started");
+	int port = wt_metrics_port(&T, "wd");
+	TH_REQUIRE(port > 0, "metrics address logged");
 	int64_t t0 = th_now_ms();
 	TH_REQUIRE(th_signal(w, SIGTERM) == 0);
 	submit("run_later", "echo");
+	TH_REQUIRE(th_wait_until(draining, &port, 3000), "drain logged");
+	/* Draining: not ready for jobs, but alive (a liveness probe must not
+	 * restart a worker that is letting its runs finish). */
+	long hst;
+	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/readyz", port), &hst);
+	TH_CHECK(hst == 503 && body && !strcmp(body, "draining\n"), "readyz %ld %s", hst, body);
+	free(body);
+	body = wt_http_get(th_strf("http://127.0.0.1:%d/healthz", port), &hst);
+	TH_CHECK(hst == 200 && body && !strcmp(body, "draining\n"), "healthz %ld %s", hst, body);
+	free(body);
 
 	int st = 0;
 	TH_CHECK(th_wait_exit(w, 15000, &st) == 0, "worker exited");

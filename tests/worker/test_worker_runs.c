@@ -507,35 +507,6 @@ static void test_stderr_caps(void)
 	th_strv_free(l, n);
 }
 
-static size_t curl_sink(char *p, size_t sz, size_t n, void *arg)
-{
-	struct { char *buf; size_t len; } *b = arg;
-	char *nb = realloc(b->buf, b->len + sz * n + 1);
-	if (!nb)
-		return 0;
-	memcpy(nb + b->len, p, sz * n);
-	b->buf = nb;
-	b->len += sz * n;
-	b->buf[b->len] = '\0';
-	return sz * n;
-}
-
-/* GET url; returns the body (caller frees) and the status in *status. */
-static char *http_get(const char *url, long *status)
-{
-	struct { char *buf; size_t len; } b = { NULL, 0 };
-	CURL *h = curl_easy_init();
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, curl_sink);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
-	*status = 0;
-	if (curl_easy_perform(h) == CURLE_OK)
-		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
-	curl_easy_cleanup(h);
-	return b.buf;
-}
-
 static double metric(const char *text, const char *series)
 {
 	const char *p = text;
@@ -550,18 +521,16 @@ static double metric(const char *text, const char *series)
 
 static void test_metrics(void)
 {
-	size_t len = 0;
-	char *log = th_file_read(wt_log_path(&T, "w1"), &len);
-	TH_REQUIRE(log != NULL);
-	const char *m = strstr(log, "metrics 127.0.0.1:");
-	TH_REQUIRE(m != NULL, "metrics address logged");
-	int port = (int)strtol(m + 18, NULL, 10);
-	free(log);
+	int port = wt_metrics_port(&T, "w1");
+	TH_REQUIRE(port > 0, "metrics address logged");
 	long st;
-	char *body = http_get(th_strf("http://127.0.0.1:%d/healthz", port), &st);
+	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/healthz", port), &st);
 	TH_CHECK(st == 200 && body && !strcmp(body, "ok\n"), "healthz %ld %s", st, body);
 	free(body);
-	body = http_get(th_strf("http://127.0.0.1:%d/metrics", port), &st);
+	body = wt_http_get(th_strf("http://127.0.0.1:%d/readyz", port), &st);
+	TH_CHECK(st == 200 && body && !strcmp(body, "ok\n"), "readyz %ld %s", st, body);
+	free(body);
+	body = wt_http_get(th_strf("http://127.0.0.1:%d/metrics", port), &st);
 	TH_REQUIRE(st == 200 && body, "metrics %ld", st);
 	TH_CHECK(metric(body, "runnel_worker_runs_total{outcome=\"succeeded\"}") >= 8, "succeeded runs: %g", metric(body, "runnel_worker_runs_total{outcome=\"succeeded\"}"));
 	TH_CHECK(metric(body, "runnel_worker_runs_total{outcome=\"cancelled\"}") == 2, "cancelled runs");

@@ -3,6 +3,8 @@
  */
 #include "tests/worker/wtest.h"
 
+#include <curl/curl.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,4 +187,53 @@ void wt_warmup(wt_t *t)
 	wt_submit(t, id, &run, "warm", 0, 0, &o);
 	json_decref(run.config);
 	TH_REQUIRE(wt_wait_terminal(t, id, 30000), "warm-up run finished");
+}
+
+int wt_metrics_port(wt_t *t, const char *name)
+{
+	size_t len = 0;
+	char *log = th_file_read(wt_log_path(t, name), &len);
+	if (!log)
+		return -1;
+	const char *m = strstr(log, "metrics 127.0.0.1:");
+	int port = m ? (int)strtol(m + 18, NULL, 10) : -1;
+	free(log);
+	return port;
+}
+
+typedef struct {
+	char  *buf;
+	size_t len;
+} wt_body_t;
+
+static size_t wt_curl_sink(char *p, size_t sz, size_t n, void *arg)
+{
+	wt_body_t *b = arg;
+	if (b->len + sz * n > (64u << 20))
+		return 0; /* a test body this large is a bug */
+	char *nb = realloc(b->buf, b->len + sz * n + 1);
+	if (!nb)
+		return 0;
+	memcpy(nb + b->len, p, sz * n);
+	b->buf = nb;
+	b->len += sz * n;
+	b->buf[b->len] = '\0';
+	return sz * n;
+}
+
+char *wt_http_get(const char *url, long *status)
+{
+	wt_body_t b = { NULL, 0 };
+	CURL *h = curl_easy_init();
+	*status = 0;
+	if (!h)
+		return NULL;
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, wt_curl_sink);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+	if (curl_easy_perform(h) == CURLE_OK)
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+	curl_easy_cleanup(h);
+	return b.buf;
 }

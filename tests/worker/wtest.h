@@ -64,6 +64,14 @@ void wt_produce_raw(wt_t *t, const char *key, const void *v, size_t len);
 /* 1 when the worker log contains needle. */
 int wt_log_has(wt_t *t, const char *name, const char *needle);
 
+/* The port of the worker's /healthz, /readyz and /metrics, read from its
+ * "metrics 127.0.0.1:PORT" log line; -1 when not logged. */
+int wt_metrics_port(wt_t *t, const char *name);
+
+/* GET url; returns the body (caller frees, may be NULL) and the HTTP status
+ * in *status (0 when the request failed). */
+char *wt_http_get(const char *url, long *status);
+
 /* Waits until the worker joined the group and is consuming: submits a
  * trivial run and waits for it (the first group join takes ~3 s). */
 void wt_warmup(wt_t *t);
