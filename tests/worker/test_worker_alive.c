@@ -16,14 +16,6 @@
 
 static wt_t T;
 
-static int running(void *arg)
-{
-	size_t n;
-	char **l = wt_lines(&T, arg, &n);
-	th_strv_free(l, n);
-	return n >= 1;
-}
-
 int main(void)
 {
 	th_init("worker_alive");
@@ -41,7 +33,7 @@ int main(void)
 	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"sleep 5\"}");
 	wt_submit(&T, "run_alive", &run, "hello", 0, 0, &o);
 	json_decref(run.config);
-	TH_REQUIRE(th_wait_until(running, "run_alive", 20000), "run started");
+	TH_REQUIRE(wt_wait_started(&T, "run_alive", 20000), "run started");
 
 	/* An undecodable job: its DLQ produce waits (10 s) for a delivery
 	 * that does not come, far longer than the 1 s lease. */

@@ -13,14 +13,6 @@
 
 static wt_t T;
 
-static int started(void *arg)
-{
-	size_t n;
-	char **l = wt_lines(&T, arg, &n);
-	th_strv_free(l, n);
-	return n >= 1;
-}
-
 static int draining(void *arg)
 {
 	(void)arg;
@@ -47,8 +39,8 @@ int main(void)
 
 	submit("run_short", "sleep 2");
 	submit("run_long", "sleep 60");
-	TH_REQUIRE(th_wait_until(started, "run_short", 20000), "short started");
-	TH_REQUIRE(th_wait_until(started, "run_long", 20000), "long started");
+	TH_REQUIRE(wt_wait_started(&T, "run_short", 20000), "short started");
+	TH_REQUIRE(wt_wait_started(&T, "run_long", 20000), "long started");
 	int port = wt_metrics_port(&T, "wd");
 	TH_REQUIRE(port > 0, "metrics address logged");
 	int64_t t0 = th_now_ms();

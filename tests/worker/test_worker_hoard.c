@@ -15,14 +15,6 @@
 
 static wt_t T;
 
-static int started(void *arg)
-{
-	size_t n;
-	char **l = wt_lines(&T, arg, &n);
-	th_strv_free(l, n);
-	return n >= 1;
-}
-
 static int b_assigned(void *arg)
 {
 	return wt_log_has(&T, "hb", "partition(s) assigned") && wt_log_has(&T, "ha", "(paused: slots full)");
@@ -46,7 +38,7 @@ int main(void)
 	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"sleep 12\"}");
 	wt_submit(&T, "run_busy", &run, "hello", 0, 0, &o);
 	json_decref(run.config);
-	TH_REQUIRE(th_wait_until(started, "run_busy", 20000), "busy run started");
+	TH_REQUIRE(wt_wait_started(&T, "run_busy", 20000), "busy run started");
 
 	const char *env_b[] = { "RUNNEL_SLOTS=4", NULL };
 	pid_t b = wt_worker(&T, "hb", env_b);

@@ -13,14 +13,6 @@
 
 static wt_t T;
 
-static int running(void *arg)
-{
-	size_t n;
-	char **l = wt_lines(&T, arg, &n);
-	th_strv_free(l, n);
-	return n >= 1;
-}
-
 int main(void)
 {
 	th_init("worker_lost");
@@ -35,7 +27,7 @@ int main(void)
 	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"sleep 60\"}");
 	wt_submit(&T, "run_lost", &run, "hello", 1, 0, &o);
 	json_decref(run.config);
-	TH_REQUIRE(th_wait_until(running, "run_lost", 20000), "run started");
+	TH_REQUIRE(wt_wait_started(&T, "run_lost", 20000), "run started");
 	char holder[64];
 	snprintf(holder, sizeof(holder), "%s", wt_state(&T, "run_lost", "worker"));
 	TH_REQUIRE(th_streq(holder, "wa") || th_streq(holder, "wb"), "holder %s", holder);

@@ -116,6 +116,26 @@ int wt_wait_terminal(wt_t *t, const char *run_id, int timeout_ms)
 	return th_wait_stream_terminal(t->rc, key_of(run_id, "out"), timeout_ms);
 }
 
+typedef struct {
+	wt_t       *t;
+	const char *run_id;
+} wt_run_ref_t;
+
+static int has_lines(void *arg)
+{
+	wt_run_ref_t *ref = arg;
+	size_t n;
+	char **l = wt_lines(ref->t, ref->run_id, &n);
+	th_strv_free(l, n);
+	return n >= 1;
+}
+
+int wt_wait_started(wt_t *t, const char *run_id, int timeout_ms)
+{
+	wt_run_ref_t ref = { t, run_id };
+	return th_wait_until(has_lines, &ref, timeout_ms);
+}
+
 char **wt_lines(wt_t *t, const char *run_id, size_t *n)
 {
 	char **lines = NULL;

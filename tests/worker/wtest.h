@@ -44,6 +44,9 @@ json_t *wt_agent_config(const char *agent_json);
 
 /* Waits for the terminal line (1) or times out (0). */
 int wt_wait_terminal(wt_t *t, const char *run_id, int timeout_ms);
+/* Waits until the run's stream holds at least one line (the run started
+ * printing).  1, or 0 at the deadline. */
+int wt_wait_started(wt_t *t, const char *run_id, int timeout_ms);
 
 /* Stream lines of a run (th_strv_free(lines, n) them). */
 char **wt_lines(wt_t *t, const char *run_id, size_t *n);
