@@ -15,10 +15,14 @@
 	"local t = redis.call('TIME')\n" \
 	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
 
-/* Adds tenant to the ring once (LPOS: Redis 6.0.6+). */
+/*
+ * The ring is served from its tail (RPOPLPUSH moves the served tenant to
+ * the head), so a tenant that joins at the head waits exactly one round:
+ * classic round robin.  LPOS needs Redis 6.0.6+.
+ */
 #define LUA_RING \
 	"local function ring_add(ring, t)\n" \
-	"  if not redis.call('LPOS', ring, t) then redis.call('RPUSH', ring, t) end\n" \
+	"  if not redis.call('LPOS', ring, t) then redis.call('LPUSH', ring, t) end\n" \
 	"end\n" \
 	"local function wake(k)\n" \
 	"  redis.call('LPUSH', k, '1')\n" \
