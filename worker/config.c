@@ -135,9 +135,13 @@ static int tenant_caps_parse(worker_config_t *c, char *errstr, size_t errstr_siz
 		char *eq = strchr(tok, '=');
 		char *end = NULL;
 		long n = eq ? strtol(eq + 1, &end, 10) : -1;
-		if (eq)
+		int name_ok = 0;
+		if (eq) {
 			*eq = '\0';
-		if (!eq || !proto_tenant_valid(tok) || !end || end == eq + 1 || *end || n < 0 || n > 1000000) {
+			name_ok = proto_tenant_valid(tok);
+			*eq = '=';
+		}
+		if (!name_ok || !end || end == eq + 1 || *end || n < 0 || n > 1000000) {
 			snprintf(errstr, errstr_size,
 			         "RUNNEL_TENANT_MAX_RUNS_FOR/--tenant-max-runs-for: \"%.64s\" is not tenant=N "
 			         "(tenant [A-Za-z0-9_.-]{1,64}, N 0..1000000)", tok);
@@ -150,6 +154,7 @@ static int tenant_caps_parse(worker_config_t *c, char *errstr, size_t errstr_siz
 			free(copy);
 			return -1;
 		}
+		*eq = '\0';
 		snprintf(c->tenant_cap_names[c->n_tenant_caps], sizeof(c->tenant_cap_names[0]), "%s", tok);
 		c->tenant_caps[c->n_tenant_caps++] = n;
 	}
