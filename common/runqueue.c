@@ -133,10 +133,14 @@ static const char lua_release[] =
 	"wake(KEYS[2])\n"
 	"return 1\n";
 
-/* KEYS: runset.  ARGV: run_id lease_ms. */
+/*
+ * KEYS: runset.  ARGV: run_id lease_ms.  Adds as well as renews: a run a
+ * late take skipped ("held") was removed from the set, and this puts it
+ * back within one heartbeat, so a cap is never undercounted for long.
+ */
 static const char lua_touch[] =
 	LUA_NOW
-	"return redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])\n";
+	"return redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n";
 
 /*
  * KEYS: ring age inflight depth.  ARGV: qprefix.

@@ -110,7 +110,8 @@ int rn_runqueue_ack(redisContext *c, const char *prefix, const char *run_id,
 int rn_runqueue_release(redisContext *c, const char *prefix, const char *run_id,
                         const char *tenant, char *errstr, size_t errstr_size);
 
-/* Renews the running-set leases of n runs (pipelined).  0 or -1. */
+/* Renews (or restores) the running-set leases of n runs this worker is
+ * running (pipelined).  0 or -1. */
 int rn_runqueue_touch(redisContext *c, const char *prefix, const char *const *run_ids,
                       const char *const *tenants, size_t n, int64_t lease_ms,
                       char *errstr, size_t errstr_size);
