@@ -29,15 +29,16 @@ char *worker_queue_entry(const worker_config_t *cfg, const proto_job_t *job,
 {
 	if (cfg->have_job_key)
 		return proto_job_serialize(job, cfg->job_key, len, errstr, errstr_size);
-	char buf[96];
-	int n = snprintf(buf, sizeof(buf), "{\"ref\":{\"p\":%d,\"o\":%lld}}",
-	                 (int)m->partition, (long long)m->offset);
-	char *s = strdup(buf);
+	/* The topic too: workers of other topics may share the Redis prefix. */
+	json_t *j = json_pack("{s:{s:s,s:i,s:I}}", "ref", "t", rd_kafka_topic_name(m->rkt),
+	                      "p", (int)m->partition, "o", (json_int_t)m->offset);
+	char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(j);
 	if (!s) {
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
-	*len = (size_t)n;
+	*len = strlen(s);
 	return s;
 }
 
@@ -121,6 +122,9 @@ static int open_entry(worker_claimer_t *cl, const rn_queue_item_t *it, proto_job
 	}
 	json_int_t p = json_integer_value(json_object_get(ref, "p"));
 	json_int_t o = json_integer_value(json_object_get(ref, "o"));
+	char topic[256];
+	const char *t = json_string_value(json_object_get(ref, "t"));
+	snprintf(topic, sizeof(topic), "%s", t ? t : cfg->jobs_topic);
 	json_decref(root);
 	if (!cl->fetcher) {
 		cl->fetcher = worker_fetcher_new(cfg, errstr, errstr_size);
@@ -129,7 +133,7 @@ static int open_entry(worker_claimer_t *cl, const rn_queue_item_t *it, proto_job
 	}
 	char *buf = NULL;
 	size_t len = 0;
-	if (worker_fetcher_get(cl->fetcher, cfg->jobs_topic, (int32_t)p, (int64_t)o, FETCH_MS,
+	if (worker_fetcher_get(cl->fetcher, topic, (int32_t)p, (int64_t)o, FETCH_MS,
 	                       &buf, &len, errstr, errstr_size) < 0)
 		return -1;
 	int rc = proto_job_parse(buf, len, key, cfg->require_sealed, job, errstr, errstr_size);

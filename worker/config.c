@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "proto/keys.h"
 
-#define OPTS_N 27
+#define OPTS_N 28
 
 void worker_config_wipe_env(const char *name)
 {
@@ -58,6 +58,7 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		/* queue: fair shares between tenants */
 		{ "tenant-max-runs", 0, "RUNNEL_TENANT_MAX_RUNS", RN_OPT_INT, &c->tenant_max_runs, "0", "N", "runs one tenant may have claimed or running in the fleet (0: no cap)", 0, 1000000 },
 		{ "tenant-max-runs-for", 0, "RUNNEL_TENANT_MAX_RUNS_FOR", RN_OPT_STR, &c->tenant_max_runs_for, NULL, "LIST", "per-tenant caps overriding it, \"acme=20,bulk=2\" (0: no cap)", 0, 0 },
+		{ "queue-wait-replicas", 0, "RUNNEL_QUEUE_WAIT_REPLICAS", RN_OPT_INT, &c->queue_wait_replicas, "0", "N", "replicas that must have a queued job (Redis WAIT) before its Kafka offset is stored", 0, 16 },
 		{ "kafka-property", 'X', "RUNNEL_KAFKA_PROPERTIES", RN_OPT_KV, &c->kafka_props, NULL, "KEY=VALUE", "librdkafka property (repeatable; env \"k=v;k=v\")", 0, 0 },
 		RN_OPT_END,
 	};

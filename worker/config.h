@@ -45,6 +45,7 @@ typedef struct worker_config {
 	/* queue: per-tenant caps */
 	long  tenant_max_runs;
 	char *tenant_max_runs_for;
+	long  queue_wait_replicas;
 
 	/* Derived. */
 	rn_redis_url_t redis;               /* holds the password: never log */

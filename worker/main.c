@@ -257,6 +257,23 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 		proto_job_clear(&job);
 		return 0;
 	}
+	if (w->cfg.queue_wait_replicas > 0) {
+		/* Durable means on that many replicas too before the offset moves;
+		 * short of it, the record is pushed again later (a no-op push). */
+		redisReply *r = redisCommand(c, "WAIT %ld %d", w->cfg.queue_wait_replicas, 1000);
+		long long got = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+		if (r)
+			freeReplyObject(r);
+		if (got < w->cfg.queue_wait_replicas) {
+			if (got < 0)
+				main_redis_failed(w, "queue wait", "no answer to WAIT");
+			else
+				rn_log_warn(job.run_id, "queue_wait", "%lld of %ld replica(s) have the queued job; retrying",
+				            got, w->cfg.queue_wait_replicas);
+			proto_job_clear(&job);
+			return 0;
+		}
+	}
 	rn_log_info(job.run_id, "run_queued", "tenant %s, partition %d offset %lld%s", tenant,
 	            (int)m->partition, (long long)m->offset, pushed ? "" : " (already queued)");
 	rn_counter_add(w->m.jobs_queued, 1);

@@ -9,7 +9,10 @@
  *     tenant's second run starts only after its first ended, while another
  *     tenant's run uses the free slot meanwhile;
  *   - /metrics shows the queue (depth, per-tenant, claims);
- *   - a bad cap list is refused at start with the exact message.
+ *   - a bad cap list is refused at start with the exact message;
+ *   - RUNNEL_QUEUE_WAIT_REPLICAS=1 against a Redis without replicas: the
+ *     offset is not stored (the worker says so and retries), while the run
+ *     itself, queued on the primary, still runs.
  */
 #include "tests/worker/wtest.h"
 
@@ -124,6 +127,33 @@ static void test_bad_caps(void)
 	         "exact message");
 }
 
+static int wait_warned(void *arg)
+{
+	return wt_log_has(&T, "qwait", "0 of 1 replica(s) have the queued job; retrying");
+}
+
+static void test_wait_replicas(void)
+{
+	const char *topic = th_strf("%s.wait", T.topic);
+	TH_REQUIRE(th_kafka_create_topic(&T.kafka, topic, 1) == 0);
+	const char *env[] = { "RUNNEL_QUEUE_WAIT_REPLICAS=1", th_strf("RUNNEL_JOBS_TOPIC=%s", topic),
+	                      th_strf("RUNNEL_GROUP=%s.wait", T.group), NULL };
+	pid_t p = wt_worker(&T, "qwait", env);
+	dev_stub_otps_t o;
+	dev_stub_run_t run = { 0 };
+	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"echo\"}");
+	TH_REQUIRE(dev_stub_add_run(T.stub, &run, &o) == 0);
+	json_decref(run.config);
+	char *job = th_strf("{\"v\":1,\"run_id\":\"run_wait\",\"agent_url\":\"%s\",\"otp_setup\":\"%s\","
+	                    "\"otp_run\":\"%s\",\"prompt\":\"w\"}", o.agent_url, o.otp_setup, o.otp_run);
+	TH_REQUIRE(th_kafka_produce(&T.kafka, topic, 0, "run_wait", job, strlen(job), NULL) == 0);
+	TH_CHECK(th_wait_until(wait_warned, NULL, 30000), "WAIT short of replicas: offset not stored");
+	TH_CHECK(wt_wait_terminal(&T, "run_wait", 30000), "the run still ran once");
+	TH_CHECK(dev_stub_total_calls(T.stub, o.session) == 2, "%d OTP calls", dev_stub_total_calls(T.stub, o.session));
+	int s = th_stop(p, 20000);
+	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "qwait exit %d", s);
+}
+
 int main(void)
 {
 	th_init("worker_queue");
@@ -135,6 +165,7 @@ int main(void)
 	test_cancel_and_cap();
 	test_metrics();
 	test_bad_caps();
+	test_wait_replicas();
 	int s = th_stop(w, 20000);
 	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "exit %d", s);
 	wt_teardown(&T);
