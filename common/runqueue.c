@@ -296,7 +296,7 @@ int rn_runqueue_take(redisContext *c, const char *prefix, const rn_tenant_caps_t
 	if (qkeys_make(&k, prefix, errstr, errstr_size) < 0)
 		return -1;
 	size_t ncaps = caps ? caps->n : 0;
-	size_t argc = 12 + 2 * ncaps;
+	size_t argc = 13 + 2 * ncaps; /* EVAL, script, numkeys, 6 keys, 4 args, cap pairs */
 	const char **argv = calloc(argc, sizeof(*argv));
 	char (*nums)[24] = calloc(3 + ncaps, sizeof(*nums));
 	if (!argv || !nums) {
