@@ -304,6 +304,14 @@ static void start_claimed(worker_t *w, worker_claimed_t *wc)
 			slot = i;
 			break;
 		}
+	if (slot < 0) {
+		/* The claimer never hands out more runs than slots; if it ever did,
+		 * the run's lease lapses and the sweep ends it worker_lost. */
+		rn_log_error(run->run_id, "run_internal", "claimed with no free slot");
+		worker_run_free(run);
+		worker_claimer_done(w->claimer);
+		return;
+	}
 	pthread_mutex_lock(&w->mu);
 	w->runs[slot] = run;
 	memcpy(w->tenants[slot], tenant, sizeof(tenant));
