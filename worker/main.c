@@ -494,11 +494,15 @@ static void stats_cb(evutil_socket_t fd, short what, void *arg)
 	char *text = malloc(cap);
 	if (text) {
 		size_t o = 0;
-		int64_t other_q = 0, other_r = 0;
-		for (size_t i = st.nlisted; i < st.ntenants; i++) {
-			other_q += st.tenants[i].queued;
+		/* _other: every queued run not listed (also of tenants past the
+		 * scan); running only of the scanned ones. */
+		int64_t other_q = st.depth, other_r = 0;
+		for (size_t i = 0; i < st.nlisted; i++)
+			other_q -= st.tenants[i].queued;
+		for (size_t i = st.nlisted; i < st.nscanned; i++)
 			other_r += st.tenants[i].running;
-		}
+		if (other_q < 0)
+			other_q = 0;
 		o += (size_t)snprintf(text + o, cap - o,
 		                      "# HELP runnel_queue_tenant_queued Queued runs per tenant (the %d deepest; the rest as _other)\n"
 		                      "# TYPE runnel_queue_tenant_queued gauge\n", WORKER_METRICS_TENANTS_MAX);
