@@ -238,7 +238,7 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 	size_t len = 0;
 	char *entry = worker_queue_entry(&w->cfg, &job, m, &len, err, sizeof(err));
 	if (!entry) {
-		/* Parsed, so it serializes; only memory can fail here. */
+		/* A reference is the fallback: only memory can fail here. */
 		rn_log_error(job.run_id, "queue_entry", "%s", err);
 		proto_job_clear(&job);
 		return 0;
