@@ -112,7 +112,8 @@ static void failed(worker_claimer_t *cl, const char *what, const char *err)
 	nap(cl, 100);
 }
 
-/* Opens a queue entry into *job.  0, or -1 with errstr. */
+/* Opens a queue entry into *job.  0, -1 with errstr (it can never be
+ * opened), or -2 with errstr (the referenced record could not be read now). */
 static int open_entry(worker_claimer_t *cl, const rn_queue_item_t *it, proto_job_t *job,
                       char *errstr, size_t errstr_size)
 {
@@ -138,9 +139,10 @@ static int open_entry(worker_claimer_t *cl, const rn_queue_item_t *it, proto_job
 	}
 	char *buf = NULL;
 	size_t len = 0;
-	if (worker_fetcher_get(cl->fetcher, topic, (int32_t)p, (int64_t)o, FETCH_MS,
-	                       &buf, &len, errstr, errstr_size) < 0)
-		return -1;
+	int fr = worker_fetcher_get(cl->fetcher, topic, (int32_t)p, (int64_t)o, FETCH_MS,
+	                            &buf, &len, errstr, errstr_size);
+	if (fr < 0)
+		return fr;
 	int rc = proto_job_parse(buf, len, key, cfg->require_sealed, job, errstr, errstr_size);
 	sodium_memzero(buf, len);
 	free(buf);
@@ -189,7 +191,16 @@ static int take_one(worker_claimer_t *cl, redisContext *c)
 	rn_counter_add(cl->m->queue_claims, 1);
 
 	proto_job_t job;
-	if (open_entry(cl, &it, &job, err, sizeof(err)) < 0) {
+	int oe = open_entry(cl, &it, &job, err, sizeof(err));
+	if (oe == -2) {
+		/* Left inflight: it returns to the front of its tenant's queue
+		 * when the deadline passes, and is read again then. */
+		rn_log_warn(it.run_id, "queue_entry_retry", "%s; the run stays queued", err);
+		rn_queue_item_clear(&it);
+		nap(cl, 1000);
+		return 1;
+	}
+	if (oe < 0) {
 		end_unopenable(cl, c, &it, err);
 		rn_queue_item_clear(&it);
 		return 1;

@@ -358,7 +358,7 @@ int worker_fetcher_get(worker_fetcher_t *f, const char *topic, int32_t partition
 		snprintf(errstr, errstr_size, "kafka reader: assign: %s", rd_kafka_err2str(e));
 		return -1;
 	}
-	int ret = -1;
+	int ret = -2; /* transient until the record or its absence is seen */
 	snprintf(errstr, errstr_size, "kafka reader: partition %d offset %lld not read within %d ms",
 	         (int)partition, (long long)offset, timeout_ms);
 	int64_t deadline = rn_mono_ms() + timeout_ms;
@@ -380,6 +380,7 @@ int worker_fetcher_get(worker_fetcher_t *f, const char *topic, int32_t partition
 			snprintf(errstr, errstr_size, "kafka reader: partition %d offset %lld is gone",
 			         (int)partition, (long long)offset);
 			rd_kafka_message_destroy(m);
+			ret = -1;
 			break;
 		}
 		*buf = malloc(m->len + 1);
