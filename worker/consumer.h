@@ -65,8 +65,8 @@ worker_fetcher_t *worker_fetcher_new(const worker_config_t *cfg, char *errstr, s
 
 /* Reads the record at topic/partition/offset: 0 with *buf (malloc'd,
  * NUL-terminated, the caller wipes and frees it) and *len; -1 with errstr
- * when the record is gone (deleted by retention); -2 with errstr when it
- * could not be read in time (Kafka unreachable: worth trying later). */
+ * when it can never be read (deleted by retention); -2 with errstr when it
+ * could not be read now (timeout: e.g. the broker is down or restarting). */
 int worker_fetcher_get(worker_fetcher_t *f, const char *topic, int32_t partition, int64_t offset,
                        int timeout_ms, char **buf, size_t *len, char *errstr, size_t errstr_size);
 
