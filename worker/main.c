@@ -74,6 +74,7 @@ typedef struct worker {
 	int                draining;
 	int                drain_expired;
 	int64_t            hb_next_ms;    /* mono ms the next heartbeat is due */
+	int64_t            intake_retry_at; /* mono ms: replicas were short, wait */
 } worker_t;
 
 static void pump(worker_t *w);
@@ -270,6 +271,8 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 			else
 				rn_log_warn(job.run_id, "queue_wait", "%lld of %ld replica(s) have the queued job; retrying",
 				            got, w->cfg.queue_wait_replicas);
+			/* WAIT blocked the loop for its timeout: give it a second. */
+			w->intake_retry_at = rn_mono_ms() + 1000;
 			proto_job_clear(&job);
 			return 0;
 		}
@@ -373,7 +376,7 @@ static void claimed_cb(evutil_socket_t fd, short what, void *arg)
  */
 static void pump(worker_t *w)
 {
-	if (!w->consumer || w->draining)
+	if (!w->consumer || w->draining || rn_mono_ms() < w->intake_retry_at)
 		return;
 	for (;;) {
 		while (w->npending > 0) {
