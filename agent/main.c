@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -77,10 +78,10 @@ int main(int argc, char **argv)
 	long max_steps = 0, req_timeout = 0, retries = 0, retry_max = 0, backoff = 0, bash_timeout = 0,
 	     output_max = 0, mcp_timeout = 0;
 	const rn_opt_t opts[] = {
-		{ "workspace", 0, "RUNNEL_AGENT_WORKSPACE", RN_OPT_STR, &workspace, "/root/workspace", "DIR",
-		  "the workspace the tools work in (and are confined to)", 0, 0 },
-		{ "skills-dir", 0, "RUNNEL_AGENT_SKILLS_DIR", RN_OPT_STR, &skills, "/root/skills", "DIR",
-		  "where skills are found (*/SKILL.md)", 0, 0 },
+		{ "workspace", 0, "RUNNEL_AGENT_WORKSPACE", RN_OPT_STR, &workspace, NULL, "DIR",
+		  "the workspace the tools work in and are confined to (default /root/workspace, else the current directory)", 0, 0 },
+		{ "skills-dir", 0, "RUNNEL_AGENT_SKILLS_DIR", RN_OPT_STR, &skills, NULL, "DIR",
+		  "where skills are found, */SKILL.md (default /root/skills, else ../skills beside the workspace)", 0, 0 },
 		{ "max-steps", 0, "RUNNEL_AGENT_MAX_STEPS", RN_OPT_INT, &max_steps, "50", "N",
 		  "model answers per run before error max_steps", 1, 10000 },
 		{ "request-timeout-sec", 0, "RUNNEL_AGENT_REQUEST_TIMEOUT_SEC", RN_OPT_INT, &req_timeout, "120", "SEC",
@@ -155,6 +156,27 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
+	/* In the bwrap sandbox the layout is fixed; the process driver starts
+	 * us in the run's workspace with the skills beside it. */
+	char ws_buf[4096], sk_buf[4200];
+	if (!workspace) {
+		struct stat st;
+		if (stat("/root/workspace", &st) == 0 && S_ISDIR(st.st_mode))
+			snprintf(ws_buf, sizeof(ws_buf), "/root/workspace");
+		else if (!getcwd(ws_buf, sizeof(ws_buf)))
+			snprintf(ws_buf, sizeof(ws_buf), ".");
+	} else {
+		snprintf(ws_buf, sizeof(ws_buf), "%s", workspace);
+	}
+	if (!skills) {
+		if (!strcmp(ws_buf, "/root/workspace"))
+			snprintf(sk_buf, sizeof(sk_buf), "/root/skills");
+		else
+			snprintf(sk_buf, sizeof(sk_buf), "%s/../skills", ws_buf);
+	} else {
+		snprintf(sk_buf, sizeof(sk_buf), "%s", skills);
+	}
+
 	agent_loop_cfg_t cfg;
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.chat.base_url = base;
@@ -163,8 +185,8 @@ int main(int argc, char **argv)
 	cfg.chat.retries = (int)retries;
 	cfg.chat.backoff_ms = backoff;
 	cfg.chat.retry_max_ms = retry_max * 1000;
-	cfg.tools.workspace = workspace;
-	cfg.tools.skills = skills;
+	cfg.tools.workspace = ws_buf;
+	cfg.tools.skills = sk_buf;
 	cfg.tools.bash_timeout_ms = bash_timeout * 1000;
 	cfg.tools.output_max = (size_t)output_max;
 	cfg.max_steps = (int)max_steps;

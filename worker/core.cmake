@@ -18,3 +18,7 @@ target_link_libraries(runnel-worker PRIVATE runnel_worker_core)
 if(TARGET runnel-mock-agent)
   add_dependencies(runnel-worker runnel-mock-agent)
 endif()
+# runnel-agent (agent kind builtin) is found next to runnel-worker too.
+if(TARGET runnel-agent)
+  add_dependencies(runnel-worker runnel-agent)
+endif()
