@@ -29,7 +29,7 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang-14 
  && install -D -m 0755 -t /out/usr/local/bin \
       /build/worker/runnel-worker \
       /build/worker/runnel-mock-agent \
-      /build/agent/runnel-agent \
+      /build/worker/runnel-agent \
       /build/dispatcher/runnel-dispatcher \
       /build/cli/runnel
 
