@@ -19,11 +19,16 @@
 #include <time.h>
 #include <unistd.h>
 
-static long long mono_ms(void)
+static long long mono_us(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static long long mono_ms(void)
+{
+	return mono_us() / 1000;
 }
 
 static int send_all(int fd, const char *p, size_t n)
@@ -104,7 +109,7 @@ static void serve(fakechat_t *f, int fd)
 	if (n < FC_MAX_REQ) {
 		f->bodies[n] = body;
 		f->auth[n] = auth;
-		f->at_ms[n] = mono_ms();
+		f->at_us[n] = mono_us();
 		f->nreq++;
 	} else {
 		free(body);

@@ -33,7 +33,7 @@ typedef struct fakechat {
 	pthread_mutex_t mu;
 	char      *bodies[FC_MAX_REQ];
 	char      *auth[FC_MAX_REQ];
-	long long  at_ms[FC_MAX_REQ];    /* monotonic arrival time */
+	long long  at_us[FC_MAX_REQ];    /* monotonic arrival time (µs) */
 	int        nreq;
 	/* private */
 	int        lfd;

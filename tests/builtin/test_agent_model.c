@@ -234,7 +234,7 @@ static void test_429(const char *ws)
 	TH_CHECK(strstr(a.out, "The model provider answered HTTP 429: Rate limit reached; retrying in 1.0 s (1 of 3)") != NULL,
 	         "%s", a.out);
 	TH_REQUIRE(fakechat_requests(&f) == 2);
-	long long gap = f.at_ms[1] - f.at_ms[0];
+	long long gap = (f.at_us[1] - f.at_us[0]) / 1000;
 	TH_CHECK(gap >= 900, "Retry-After honoured: %lld ms between requests", gap);
 	ap_free(&a);
 	fakechat_stop(&f);
