@@ -681,7 +681,9 @@ agent_mcp_t *agent_mcp_start(const json_t *servers, const char *cwd, int64_t tim
 		size_t defs_before = json_array_size(m->defs);
 		char err[512];
 		if (server_start(m, s, si, cfg, cwd, err, sizeof(err)) < 0) {
-			agent_emit_log("warn", "MCP server \"%s\" did not start: %s", name, err);
+			/* A stop is not the server's fault: no warning then. */
+			if (!agent_ctl_stopped())
+				agent_emit_log("warn", "MCP server \"%s\" did not start: %s", name, err);
 			/* Drop what it had listed before failing. */
 			for (int t = before; t < m->ntools; t++)
 				free(m->tools[t].tool);

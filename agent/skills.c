@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/emit.h"
+
 #define SKILL_MD_MAX (64 * 1024)   /* front matter sits at the top */
 
 /* One "key: value" line, value unquoted. */
@@ -134,8 +136,10 @@ int agent_skills_scan(const char *dir, char **prompt)
 	}
 	if (f)
 		fclose(f);
-	if (found) {
-		*prompt = out;
+	if (found && out) {
+		/* SKILL.md files are anyone's bytes; the prompt must be UTF-8. */
+		*prompt = agent_cap_text(out, out_len, out_len);
+		free(out);
 	} else {
 		free(out);
 	}

@@ -23,6 +23,7 @@
 #include "agent/ctl.h"
 #include "agent/skills.h"
 #include "agent/tools.h"
+#include "proto/utf8.h"
 #include "tests/builtin/agentproc.h"
 #include "tests/builtin/fakechat.h"
 #include "tests/support/harness.h"
@@ -140,6 +141,17 @@ static void test_front_matter(void)
 	TH_CHECK(agent_skills_front_matter(none, strlen(none), name, sizeof(name), desc, sizeof(desc)) == -1);
 	const char *open_fm = "---\nname: z\n";
 	TH_CHECK(agent_skills_front_matter(open_fm, strlen(open_fm), name, sizeof(name), desc, sizeof(desc)) == -1);
+
+	/* Bytes that are not UTF-8 never reach the request as such. */
+	const char *dir = th_tmpdir();
+	TH_REQUIRE(mkdir(th_strf("%s/bad", dir), 0755) == 0);
+	TH_REQUIRE(th_file_write(th_strf("%s/bad/SKILL.md", dir), "---\nname: b\xff\ndescription: \xc3\n---\n", 35) == 0);
+	char *prompt = NULL;
+	TH_CHECK(agent_skills_scan(dir, &prompt) == 1);
+	TH_CHECK(prompt && proto_utf8_valid(prompt, strlen(prompt)) && strstr(prompt, "- b\xef\xbf\xbd: \xef\xbf\xbd ("),
+	         "%s", prompt ? prompt : "-");
+	free(prompt);
+	TH_CHECK(agent_skills_scan(th_strf("%s/missing", dir), &prompt) == 0 && prompt == NULL);
 }
 
 /* A workspace, a skills dir with one skill, and the fake server. */
