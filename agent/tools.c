@@ -419,7 +419,7 @@ static void tool_bash(const agent_tools_cfg_t *cfg, const json_t *args, agent_to
 	fcntl(pfd[0], F_SETFL, O_NONBLOCK);
 
 	char *buf = malloc(BASH_KEEP_MAX);
-	size_t kept = 0, total = 0;
+	size_t kept = 0;
 	int64_t start = rn_mono_ms();
 	int timed_out = 0, stopped = 0, exited = 0, pipe_open = 1;
 	int status = 0;
@@ -455,7 +455,6 @@ static void tool_bash(const agent_tools_cfg_t *cfg, const json_t *args, agent_to
 					memcpy(buf + kept, tmp, take);
 					kept += take;
 				}
-				total += (size_t)n;
 			} else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
 				pipe_open = 0;
 			}

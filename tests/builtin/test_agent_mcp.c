@@ -56,7 +56,7 @@ int main(int argc, char **argv)
 	TH_REQUIRE(access(fs_js, R_OK) == 0 && access(ev_js, R_OK) == 0, "MCP servers installed in %s", mcp);
 
 	const char *ws = th_tmpdir();
-	TH_REQUIRE(th_file_write(th_strf("%s/hello.txt", ws), "hello from the workspace", 24) == 0);
+	TH_REQUIRE(th_file_write(th_strf("%s/hello.txt", ws), "hello from the workspace", strlen("hello from the workspace")) == 0);
 
 	/* server-everything over streamable HTTP on a free port. */
 	int port = -1;

@@ -49,9 +49,9 @@ static void test_confinement(void)
 	const char *root = th_tmpdir();
 	const char *ws = th_strf("%s/ws", root), *sk = th_strf("%s/skills", root);
 	TH_REQUIRE(mkdir(ws, 0755) == 0 && mkdir(sk, 0755) == 0 && mkdir(th_strf("%s/t", sk), 0755) == 0);
-	TH_REQUIRE(th_file_write(th_strf("%s/secret", root), "s", 1) == 0);
-	TH_REQUIRE(th_file_write(th_strf("%s/t/SKILL.md", sk), "x", 1) == 0);
-	TH_REQUIRE(th_file_write(th_strf("%s/in.txt", ws), "in", 2) == 0);
+	TH_REQUIRE(th_file_write(th_strf("%s/secret", root), "s", strlen("s")) == 0);
+	TH_REQUIRE(th_file_write(th_strf("%s/t/SKILL.md", sk), "x", strlen("x")) == 0);
+	TH_REQUIRE(th_file_write(th_strf("%s/in.txt", ws), "in", strlen("in")) == 0);
 	TH_REQUIRE(symlink("/etc/passwd", th_strf("%s/abs-link", ws)) == 0);
 	TH_REQUIRE(symlink("../secret", th_strf("%s/up-link", ws)) == 0);
 	TH_REQUIRE(symlink("..", th_strf("%s/dir-up", ws)) == 0);
@@ -145,7 +145,8 @@ static void test_front_matter(void)
 	/* Bytes that are not UTF-8 never reach the request as such. */
 	const char *dir = th_tmpdir();
 	TH_REQUIRE(mkdir(th_strf("%s/bad", dir), 0755) == 0);
-	TH_REQUIRE(th_file_write(th_strf("%s/bad/SKILL.md", dir), "---\nname: b\xff\ndescription: \xc3\n---\n", 35) == 0);
+	static const char bad[] = "---\nname: b\xff\ndescription: \xc3\n---\n";
+	TH_REQUIRE(th_file_write(th_strf("%s/bad/SKILL.md", dir), bad, sizeof(bad) - 1) == 0);
 	char *prompt = NULL;
 	TH_CHECK(agent_skills_scan(dir, &prompt) == 1);
 	TH_CHECK(prompt && proto_utf8_valid(prompt, strlen(prompt)) && strstr(prompt, "- b\xef\xbf\xbd: \xef\xbf\xbd ("),
@@ -198,10 +199,10 @@ static void test_skills_prompt(void)
 	e.skills = th_strf("%s/skills", root);
 	TH_REQUIRE(mkdir(e.ws, 0755) == 0 && mkdir(e.skills, 0755) == 0);
 	TH_REQUIRE(mkdir(th_strf("%s/tables", e.skills), 0755) == 0 && mkdir(th_strf("%s/notes", e.skills), 0755) == 0);
-	TH_REQUIRE(th_file_write(th_strf("%s/tables/SKILL.md", e.skills),
-	                         "---\nname: tables\ndescription: Edit tables\n---\nRun run.sh\n", 53) == 0);
-	TH_REQUIRE(th_file_write(th_strf("%s/tables/run.sh", e.skills), "echo skill-ran\n", 15) == 0);
-	TH_REQUIRE(th_file_write(th_strf("%s/notes/SKILL.md", e.skills), "no front matter\n", 16) == 0);
+	static const char md[] = "---\nname: tables\ndescription: Edit tables\n---\nRun run.sh\n";
+	TH_REQUIRE(th_file_write(th_strf("%s/tables/SKILL.md", e.skills), md, sizeof(md) - 1) == 0);
+	TH_REQUIRE(th_file_write(th_strf("%s/tables/run.sh", e.skills), "echo skill-ran\n", strlen("echo skill-ran\n")) == 0);
+	TH_REQUIRE(th_file_write(th_strf("%s/notes/SKILL.md", e.skills), "no front matter\n", strlen("no front matter\n")) == 0);
 	char *body = strdup(script[0].body);
 	char *hit = strstr(body, "/SKILLS");
 	char *patched = th_strf("%.*s%s%s", (int)(hit - body), body, e.skills, hit + 7);
