@@ -92,6 +92,50 @@ static const char *find_step(char **l, size_t n, const char *name, const char *s
 	return NULL;
 }
 
+static int ask_open(void *arg)
+{
+	size_t n;
+	char **l = wt_lines(&T, arg, &n);
+	int seen = 0;
+	for (size_t i = 0; i < n; i++)
+		if (th_streq(wt_field(l[i], "type"), "ask") && th_streq(wt_field(l[i], "status"), "open"))
+			seen = 1;
+	th_strv_free(l, n);
+	return seen;
+}
+
+/* permission_mode ask: the ask line, a reply on the control stream, the
+ * worker's settlement, then the tool runs. */
+static void test_ask(fakechat_t *f)
+{
+	dev_stub_run_t run = { 0 };
+	dev_stub_otps_t o;
+	run.env = json_pack("{s:{s:s,s:s},s:n}", "variables", "OPENAI_BASE_URL", f->base_url, "OPENAI_API_KEY", KEY,
+	                    "setup_script");
+	run.config = json_pack("{s:s,s:{s:s},s:s}", "model", "fake-model", "agent", "kind", "builtin", "permission_mode",
+	                       "ask");
+	wt_submit(&T, "run_ask", &run, "make a file", 0, 0, &o);
+	json_decref(run.env);
+	json_decref(run.config);
+	TH_REQUIRE(th_wait_until(ask_open, "run_ask", 30000), "the ask line appeared");
+	redisReply *r = redisCommand(T.rc, "XADD runnel:{run_ask}:ctl * msg %s",
+	                             "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}");
+	TH_CHECK(r && r->type == REDIS_REPLY_STRING, "XADD reply");
+	freeReplyObject(r);
+	TH_CHECK(wt_wait_terminal(&T, "run_ask", 30000), "ask run ended");
+	size_t n;
+	char **l = wt_lines(&T, "run_ask", &n);
+	int answered = 0;
+	for (size_t i = 0; i < n; i++)
+		if (th_streq(wt_field(l[i], "type"), "ask") && th_streq(wt_field(l[i], "status"), "answered"))
+			answered = 1;
+	TH_CHECK(answered, "the worker settled the ask");
+	const char *s = find_step(l, n, "bash", "succeeded");
+	TH_CHECK(s && strstr(s, "asked-and-ran"), "%s", s ? s : "-");
+	TH_CHECK(n && th_streq(wt_field(l[n - 1], "message"), "Allowed and done."), "%s", n ? l[n - 1] : "-");
+	th_strv_free(l, n);
+}
+
 int main(int argc, char **argv)
 {
 	th_init("builtin_worker");
@@ -125,9 +169,12 @@ int main(int argc, char **argv)
 		{ .body = FC_TEXT("Report written.") FC_STOP FC_DONE },
 		/* The run without an agent object. */
 		{ .body = FC_TEXT("Default kind.") FC_STOP FC_DONE },
+		/* The run in ask mode. */
+		{ .body = FC_CALL(0, "a1", "bash", "{\\\"command\\\":\\\"echo asked-and-ran\\\"}") FC_CALLS FC_DONE },
+		{ .body = FC_TEXT("Allowed and done.") FC_STOP FC_DONE },
 	};
 	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, base_script, 3) == 0);
+	TH_REQUIRE(fakechat_start(&f, base_script, 5) == 0);
 
 	pid_t w = wt_worker(&T, "w1", NULL);
 	wt_warmup(&T);
@@ -202,6 +249,8 @@ int main(int argc, char **argv)
 	l = wt_lines(&T, "run_default", &n);
 	TH_CHECK(n >= 1 && th_streq(wt_field(l[n - 1], "message"), "Default kind."), "%s", n ? l[n - 1] : "-");
 	th_strv_free(l, n);
+
+	test_ask(&f);
 
 	/* The key is nowhere in Redis or the worker's log. */
 	TH_CHECK(th_redis_scan_contains(T.rc, KEY) == 0, "key not in Redis");
