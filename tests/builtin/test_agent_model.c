@@ -347,6 +347,68 @@ static void test_unreachable(const char *ws)
 	ap_free(&a);
 }
 
+
+static void test_stream_error_and_cut(const char *ws)
+{
+	static const fc_resp_t s1[] = { { .body = FC_TEXT("partial") "data: {\"error\":{\"message\":\"Overloaded, try later\",\"type\":\"server_error\"}}\n\n" } };
+	static const fc_resp_t s2[] = { { .body = FC_TEXT("cut off mid-answer") } };
+	static const fc_resp_t s3[] = { { .content_type = "application/json",
+	                                 .body = "{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"whole answer\"},\"finish_reason\":\"stop\"}]}" } };
+	const fc_resp_t *scripts[] = { s1, s2, s3 };
+	const char *type[] = { "error", "error", "result" };
+	const char *code[] = { "model_error", "model_error", NULL };
+	const char *msg[] = { "Overloaded, try later", "The model stream ended before the answer was complete", "whole answer" };
+	for (int i = 0; i < 3; i++) {
+		fakechat_t f;
+		TH_REQUIRE(fakechat_start(&f, scripts[i], 1) == 0);
+		ap_t a;
+		run(&a, &f, ws, NULL, NULL);
+		expect_last(&a, type[i], code[i], msg[i]);
+		TH_CHECK(fakechat_requests(&f) == 1);
+		ap_free(&a);
+		fakechat_stop(&f);
+	}
+}
+
+static void test_retry_after_too_long(const char *ws)
+{
+	static const fc_resp_t script[] = {
+		{ .status = 503, .content_type = "application/json", .headers = "Retry-After: 3600\r\n",
+		  .body = "{\"error\":{\"message\":\"Service unavailable\"}}" },
+	};
+	fakechat_t f;
+	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
+	ap_t a;
+	int64_t t0 = th_now_ms();
+	const char *flags[] = { "--retry-max-sec", "5", NULL };
+	run(&a, &f, ws, flags, NULL);
+	expect_last(&a, "error", "model_error", "The model provider answered HTTP 503: Service unavailable");
+	TH_CHECK(fakechat_requests(&f) == 1, "a Retry-After past --retry-max-sec gives up at once");
+	TH_CHECK(th_now_ms() - t0 < 3000);
+	ap_free(&a);
+	fakechat_stop(&f);
+}
+
+/* The key is for the provider only: bash does not inherit it. */
+static void test_key_not_in_tools(const char *ws)
+{
+	static const fc_resp_t script[] = {
+		{ .body = FC_CALL(0, "c", "bash", "{\\\"command\\\":\\\"env; echo key=[$OPENAI_API_KEY]\\\"}") FC_CALLS FC_DONE },
+		{ .body = FC_TEXT("done") FC_STOP FC_DONE },
+	};
+	fakechat_t f;
+	TH_REQUIRE(fakechat_start(&f, script, 2) == 0);
+	ap_t a;
+	run(&a, &f, ws, NULL, NULL);
+	expect_last(&a, "result", NULL, "done");
+	TH_CHECK(strstr(a.out, "key=[]") != NULL, "%s", a.out);
+	TH_CHECK(!strstr(a.out, "OPENAI_API_KEY="));
+	TH_REQUIRE(fakechat_requests(&f) == 2);
+	TH_CHECK(!strstr(f.bodies[1], KEY), "the tool result sent back has no key");
+	ap_free(&a);
+	fakechat_stop(&f);
+}
+
 int main(int argc, char **argv)
 {
 	th_init("agent_model");
@@ -365,5 +427,8 @@ int main(int argc, char **argv)
 	test_max_steps(ws);
 	test_no_model(ws);
 	test_unreachable(ws);
+	test_stream_error_and_cut(ws);
+	test_retry_after_too_long(ws);
+	test_key_not_in_tools(ws);
 	return th_done();
 }

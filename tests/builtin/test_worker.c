@@ -136,6 +136,54 @@ static void test_ask(fakechat_t *f)
 	th_strv_free(l, n);
 }
 
+/* A bad agent field fails the bootstrap naming it. */
+static void test_bad_field(fakechat_t *f)
+{
+	dev_stub_run_t run = { 0 };
+	dev_stub_otps_t o;
+	run.config = json_pack("{s:s,s:{s:s,s:i}}", "model", "m", "agent", "kind", "builtin", "max_steps", 0);
+	wt_submit(&T, "run_badfield", &run, "x", 0, 0, &o);
+	json_decref(run.config);
+	TH_CHECK(wt_wait_terminal(&T, "run_badfield", 30000));
+	size_t n;
+	char **l = wt_lines(&T, "run_badfield", &n);
+	TH_CHECK(th_streq(wt_check_terminal(l, n), "bootstrap_failed"));
+	TH_CHECK(n && th_streq(wt_field(l[n - 1], "message"),
+	                       "The agent cannot be started: agent.max_steps must be an integer from 1 to 10000"),
+	         "%s", n ? l[n - 1] : "-");
+	th_strv_free(l, n);
+}
+
+static int model_asked(void *arg)
+{
+	fakechat_t *f = arg;
+	return fakechat_requests(f) >= 6;
+}
+
+/* A cancel while the model is thinking ends the run at once. */
+static void test_cancel(fakechat_t *f)
+{
+	dev_stub_run_t run = { 0 };
+	dev_stub_otps_t o;
+	run.env = json_pack("{s:{s:s,s:s},s:n}", "variables", "OPENAI_BASE_URL", f->base_url, "OPENAI_API_KEY", KEY,
+	                    "setup_script");
+	run.config = json_pack("{s:s,s:{s:s}}", "model", "m", "agent", "kind", "builtin");
+	wt_submit(&T, "run_cancel", &run, "think long", 0, 0, &o);
+	json_decref(run.env);
+	json_decref(run.config);
+	TH_REQUIRE(th_wait_until(model_asked, f, 30000), "the model request arrived");
+	int64_t t0 = th_now_ms();
+	redisReply *r = redisCommand(T.rc, "XADD runnel:{run_cancel}:ctl * msg %s",
+	                             "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");
+	freeReplyObject(r);
+	TH_CHECK(wt_wait_terminal(&T, "run_cancel", 20000));
+	TH_CHECK(th_now_ms() - t0 < 3000, "cancelled in %lld ms", (long long)(th_now_ms() - t0));
+	size_t n;
+	char **l = wt_lines(&T, "run_cancel", &n);
+	TH_CHECK(th_streq(wt_check_terminal(l, n), "cancelled"));
+	th_strv_free(l, n);
+}
+
 int main(int argc, char **argv)
 {
 	th_init("builtin_worker");
@@ -172,9 +220,11 @@ int main(int argc, char **argv)
 		/* The run in ask mode. */
 		{ .body = FC_CALL(0, "a1", "bash", "{\\\"command\\\":\\\"echo asked-and-ran\\\"}") FC_CALLS FC_DONE },
 		{ .body = FC_TEXT("Allowed and done.") FC_STOP FC_DONE },
+		/* The run that is cancelled while the model thinks. */
+		{ .body = FC_TEXT("thinking"), .stall = 1 },
 	};
 	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, base_script, 5) == 0);
+	TH_REQUIRE(fakechat_start(&f, base_script, 6) == 0);
 
 	pid_t w = wt_worker(&T, "w1", NULL);
 	wt_warmup(&T);
@@ -251,6 +301,8 @@ int main(int argc, char **argv)
 	th_strv_free(l, n);
 
 	test_ask(&f);
+	test_bad_field(&f);
+	test_cancel(&f);
 
 	/* The key is nowhere in Redis or the worker's log. */
 	TH_CHECK(th_redis_scan_contains(T.rc, KEY) == 0, "key not in Redis");
