@@ -22,6 +22,8 @@
 #include "agent/sse.h"
 #include "common/util.h"
 
+extern char **environ;
+
 #define MCP_PROTOCOL     "2025-03-26"
 #define MCP_LINE_MAX     (16 * 1024 * 1024)
 #define MCP_SERVERS_MAX  32
@@ -73,6 +75,9 @@ static int name_ok(const char *n)
 
 /* ------------------------------------------------------------------ stdio */
 
+static int mcp_fork(mcp_server_t *s, const char *cmd, char **argv, char **envp, const char *cwd, char *errstr,
+                    size_t errstr_size);
+
 static int stdio_spawn(mcp_server_t *s, const json_t *cfg, const char *cwd, char *errstr, size_t errstr_size)
 {
 	const char *cmd = json_string_value(json_object_get(cfg, "command"));
@@ -101,16 +106,61 @@ static int stdio_spawn(mcp_server_t *s, const json_t *cfg, const char *cwd, char
 			return -1;
 		}
 	}
+	/* The child's environment is built here: after fork() only
+	 * async-signal-safe calls are allowed (the control reader is a thread
+	 * that may hold malloc's lock). */
+	size_t nenv = 0, nextra = json_is_object(env) ? json_object_size(env) : 0;
+	while (environ[nenv])
+		nenv++;
+	char **envp = calloc(nenv + nextra + 1, sizeof(*envp));
+	char **owned = calloc(nextra + 1, sizeof(*owned));
+	size_t ne = 0, no = 0;
+	if (!envp || !owned) {
+		free(envp);
+		free(owned);
+		free(argv);
+		snprintf(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	const char *ek;
+	const json_t *ev;
+	for (size_t i = 0; i < nenv; i++) {
+		const char *eq = strchr(environ[i], '=');
+		size_t kl = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+		int replaced = 0;
+		json_object_foreach((json_t *)env, ek, ev)
+			if (json_is_string(ev) && strlen(ek) == kl && !strncmp(ek, environ[i], kl))
+				replaced = 1;
+		if (!replaced)
+			envp[ne++] = environ[i];
+	}
+	json_object_foreach((json_t *)env, ek, ev) {
+		char *kv = NULL;
+		if (!json_is_string(ev) || !*ek || strchr(ek, '=') || asprintf(&kv, "%s=%s", ek, json_string_value(ev)) < 0)
+			continue;
+		owned[no++] = kv;
+		envp[ne++] = kv;
+	}
+	int rc = mcp_fork(s, cmd, argv, envp, cwd, errstr, errstr_size);
+	for (size_t i = 0; i < no; i++)
+		free(owned[i]);
+	free(owned);
+	free(envp);
+	free(argv);
+	return rc;
+}
+
+static int mcp_fork(mcp_server_t *s, const char *cmd, char **argv, char **envp, const char *cwd, char *errstr,
+                    size_t errstr_size)
+{
 	int in[2], out[2], rep[2];
 	if (pipe2(in, O_CLOEXEC) < 0) {
-		free(argv);
 		snprintf(errstr, errstr_size, "%s", strerror(errno));
 		return -1;
 	}
 	if (pipe2(out, O_CLOEXEC) < 0) {
 		close(in[0]);
 		close(in[1]);
-		free(argv);
 		snprintf(errstr, errstr_size, "%s", strerror(errno));
 		return -1;
 	}
@@ -121,7 +171,6 @@ static int stdio_spawn(mcp_server_t *s, const json_t *cfg, const char *cwd, char
 		close(in[1]);
 		close(out[0]);
 		close(out[1]);
-		free(argv);
 		snprintf(errstr, errstr_size, "%s", strerror(errno));
 		return -1;
 	}
@@ -136,18 +185,12 @@ static int stdio_spawn(mcp_server_t *s, const json_t *cfg, const char *cwd, char
 		if (cwd && chdir(cwd) < 0) {
 			/* Start where we are. */
 		}
-		const char *k;
-		const json_t *v;
-		json_object_foreach((json_t *)env, k, v)
-			if (json_is_string(v))
-				setenv(k, json_string_value(v), 1);
-		execvp(cmd, argv);
+		execvpe(cmd, argv, envp);
 		int e = errno;
 		ssize_t w = write(rep[1], &e, sizeof(e));
 		(void)w;
 		_exit(127);
 	}
-	free(argv);
 	close(in[0]);
 	close(out[1]);
 	close(rep[1]);
@@ -671,6 +714,14 @@ agent_mcp_t *agent_mcp_start(const json_t *servers, const char *cwd, int64_t tim
 		}
 		if (m->nservers >= MCP_SERVERS_MAX) {
 			agent_emit_log("warn", "MCP server \"%s\" skipped: more than %d servers", name, MCP_SERVERS_MAX);
+			continue;
+		}
+		int dup = 0;
+		for (int k = 0; k < m->nservers; k++)
+			if (!strcmp(m->servers[k].name, name))
+				dup = 1;
+		if (dup) {
+			agent_emit_log("warn", "MCP server \"%s\" skipped: another server has that name", name);
 			continue;
 		}
 		int si = m->nservers;

@@ -82,18 +82,19 @@ int main(int argc, char **argv)
 	    "{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"fs__read_text_file\",\"arguments\":\"{\\\"path\\\":\\\"%s/hello.txt\\\"}\"}},"
 	    "{\"index\":1,\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"everything__echo\",\"arguments\":\"{\\\"message\\\":\\\"over stdio\\\"}\"}},"
 	    "{\"index\":2,\"id\":\"c3\",\"type\":\"function\",\"function\":{\"name\":\"web__get-sum\",\"arguments\":\"{\\\"a\\\":2,\\\"b\\\":3}\"}}"
+	    ",{\"index\":3,\"id\":\"c4\",\"type\":\"function\",\"function\":{\"name\":\"everything__get-env\",\"arguments\":\"{}\"}}"
 	    "]}}]}\n\n" FC_CALLS FC_DONE,
 	    ws);
 	fakechat_t f;
 	TH_REQUIRE(fakechat_start(&f, script, 2) == 0);
 
 	json_t *turn = json_pack(
-	    "{s:s,s:s,s:s,s:[],s:[],s:s,s:[{s:s,s:s,s:[s,s]},{s:s,s:s,s:[s,s],s:{s:s}},{s:s,s:s,s:{s:s}},{s:s,s:s}]}",
+	    "{s:s,s:s,s:s,s:[],s:[],s:s,s:[{s:s,s:s,s:[s,s]},{s:s,s:s,s:[s,s],s:{s:s}},{s:s,s:s,s:{s:s}},{s:s,s:s},{s:s,s:s}]}",
 	    "run_id", "r", "prompt", "use the tools", "model", "m", "skills", "history", "permission_mode", "bypass",
 	    "mcp_servers", "name", "fs", "command", "node", "args", fs_js, ws, "name", "everything", "command", "node",
 	    "args", ev_js, "stdio", "env", "EVERYTHING_TEST", "1", "name", "web", "url",
 	    th_strf("http://127.0.0.1:%d/mcp", port), "headers", "X-Test", "yes", "name", "broken", "command",
-	    "/nonexistent/mcp-server");
+	    "/nonexistent/mcp-server", "name", "fs", "command", "/bin/false");
 	char *turn_s = json_dumps(turn, JSON_COMPACT);
 	json_decref(turn);
 	char base[128];
@@ -119,6 +120,10 @@ int main(int argc, char **argv)
 	TH_CHECK(strstr(out, "\"result\":{\"content\":\"hello from the workspace\"}") != NULL, "%s", out);
 	TH_CHECK(strstr(out, "Echo: over stdio") != NULL, "%s", out);
 	TH_CHECK(strstr(out, "The sum of 2 and 3 is 5") != NULL, "%s", out);
+	TH_CHECK(strstr(out, "\"name\":\"everything__get-env\",\"status\":\"succeeded\"") != NULL, "%s", out);
+	TH_CHECK(strstr(out, "EVERYTHING_TEST") != NULL, "the server's env reached it: %s", out);
+	TH_CHECK(!strstr(out, "sk-mcp-test"), "the provider key is not in a server's env");
+	TH_CHECK(strstr(out, "\"MCP server \\\"fs\\\" skipped: another server has that name\"") != NULL, "%s", out);
 
 	TH_REQUIRE(fakechat_requests(&f) == 2);
 	json_t *req = json_loads(f.bodies[0], 0, NULL);
@@ -129,7 +134,7 @@ int main(int argc, char **argv)
 	req = json_loads(f.bodies[1], 0, NULL);
 	json_t *msgs = json_object_get(req, "messages");
 	size_t n = json_array_size(msgs);
-	TH_CHECK(n >= 3 && th_streq(json_string_value(json_object_get(json_array_get(msgs, n - 1), "tool_call_id")), "c3"));
+	TH_CHECK(n >= 4 && th_streq(json_string_value(json_object_get(json_array_get(msgs, n - 1), "tool_call_id")), "c4"));
 	json_decref(req);
 
 	ap_free(&a);
