@@ -556,9 +556,14 @@ static void server_close(mcp_server_t *s)
 		if (s->to_fd >= 0)
 			close(s->to_fd);
 		s->to_fd = -1;
-		/* Closing stdin is the polite way out; then signals. */
+		/* Closing stdin is the polite way out; then signals.  After a stop
+		 * there is no time for politeness. */
 		int status;
 		int64_t until = rn_mono_ms() + 300;
+		if (agent_ctl_stopped()) {
+			kill(-s->pid, SIGKILL);
+			kill(s->pid, SIGKILL);
+		}
 		while (waitpid(s->pid, &status, WNOHANG) == 0) {
 			if (rn_mono_ms() >= until) {
 				kill(-s->pid, SIGTERM);

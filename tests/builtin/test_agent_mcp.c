@@ -9,12 +9,14 @@
  *   test_agent_mcp RUNNEL_AGENT MCP_DIR
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -32,6 +34,26 @@ static int port_open(void *arg)
 	int ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
 	close(fd);
 	return ok;
+}
+
+/* Processes running server-everything over stdio (not the HTTP one). */
+static int stdio_servers(const char *js)
+{
+	int n = 0;
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	while (d && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		size_t len = 0;
+		char *cmd = th_file_read(th_strf("/proc/%s/cmdline", e->d_name), &len);
+		if (cmd && len > strlen(js) && memmem(cmd, len, js, strlen(js)) && memmem(cmd, len, "stdio", 6))
+			n++;
+		free(cmd);
+	}
+	if (d)
+		closedir(d);
+	return n;
 }
 
 static int has_tool(const json_t *req, const char *name)
@@ -137,6 +159,31 @@ int main(int argc, char **argv)
 	TH_CHECK(n >= 4 && th_streq(json_string_value(json_object_get(json_array_get(msgs, n - 1), "tool_call_id")), "c4"));
 	json_decref(req);
 
+	ap_free(&a);
+	fakechat_stop(&f);
+
+	/* SIGTERM during a long MCP call: the agent and its stdio server are
+	 * gone at once. */
+	static const fc_resp_t long_call[] = {
+		{ .body = FC_CALL(0, "l1", "everything__trigger-long-running-operation",
+		                  "{\\\"duration\\\":30,\\\"steps\\\":3}") FC_CALLS FC_DONE },
+	};
+	TH_REQUIRE(fakechat_start(&f, long_call, 1) == 0);
+	snprintf(base, sizeof(base), "OPENAI_BASE_URL=%s", f.base_url);
+	json_t *t2 = json_pack("{s:s,s:s,s:s,s:s,s:[{s:s,s:s,s:[s,s]}]}", "run_id", "r2", "prompt", "wait", "model", "m",
+	                       "permission_mode", "bypass", "mcp_servers", "name", "everything", "command", "node",
+	                       "args", ev_js, "stdio");
+	turn_s = json_dumps(t2, JSON_COMPACT);
+	json_decref(t2);
+	TH_REQUIRE(ap_start(&a, agent, args, env, turn_s) == 0);
+	free(turn_s);
+	TH_CHECK(ap_wait_for(&a, "\"status\":\"running\"", 30000), "the long call started");
+	usleep(300000);
+	int64_t t1 = th_now_ms();
+	kill(a.pid, SIGTERM);
+	TH_CHECK(ap_finish(&a, 5000) == 0);
+	TH_CHECK(th_now_ms() - t1 < 1000, "stopped in %lld ms", (long long)(th_now_ms() - t1));
+	TH_CHECK(stdio_servers(ev_js) == 0, "the stdio MCP server is gone");
 	ap_free(&a);
 	fakechat_stop(&f);
 	th_stop(http, 5000);
