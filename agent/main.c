@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -79,9 +78,9 @@ int main(int argc, char **argv)
 	     output_max = 0, mcp_timeout = 0;
 	const rn_opt_t opts[] = {
 		{ "workspace", 0, "RUNNEL_AGENT_WORKSPACE", RN_OPT_STR, &workspace, NULL, "DIR",
-		  "the workspace the tools work in and are confined to (default /root/workspace, else the current directory)", 0, 0 },
+		  "the workspace the tools work in and are confined to (default: the current directory, where the sandbox starts the agent)", 0, 0 },
 		{ "skills-dir", 0, "RUNNEL_AGENT_SKILLS_DIR", RN_OPT_STR, &skills, NULL, "DIR",
-		  "where skills are found, */SKILL.md (default /root/skills, else ../skills beside the workspace)", 0, 0 },
+		  "where skills are found, */SKILL.md (default: skills beside the workspace, /root/skills in the sandbox)", 0, 0 },
 		{ "max-steps", 0, "RUNNEL_AGENT_MAX_STEPS", RN_OPT_INT, &max_steps, "50", "N",
 		  "model answers per run before error max_steps", 1, 10000 },
 		{ "request-timeout-sec", 0, "RUNNEL_AGENT_REQUEST_TIMEOUT_SEC", RN_OPT_INT, &req_timeout, "120", "SEC",
@@ -156,25 +155,25 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	/* In the bwrap sandbox the layout is fixed; the process driver starts
-	 * us in the run's workspace with the skills beside it. */
+	/* Both sandbox drivers start the agent in the run's workspace
+	 * (/root/workspace under bwrap) with the skills beside it
+	 * (/root/skills). */
 	char ws_buf[4096], sk_buf[4200];
-	if (!workspace) {
-		struct stat st;
-		if (stat("/root/workspace", &st) == 0 && S_ISDIR(st.st_mode))
-			snprintf(ws_buf, sizeof(ws_buf), "/root/workspace");
-		else if (!getcwd(ws_buf, sizeof(ws_buf)))
-			snprintf(ws_buf, sizeof(ws_buf), ".");
-	} else {
+	if (workspace)
 		snprintf(ws_buf, sizeof(ws_buf), "%s", workspace);
-	}
-	if (!skills) {
-		if (!strcmp(ws_buf, "/root/workspace"))
-			snprintf(sk_buf, sizeof(sk_buf), "/root/skills");
+	else if (!getcwd(ws_buf, sizeof(ws_buf)))
+		snprintf(ws_buf, sizeof(ws_buf), ".");
+	if (skills) {
+		snprintf(sk_buf, sizeof(sk_buf), "%s", skills);
+	} else {
+		/* dirname(workspace)/skills, spelled without ".." so that the
+		 * prompt shows /root/skills. */
+		snprintf(sk_buf, sizeof(sk_buf), "%s", ws_buf);
+		char *slash = strrchr(sk_buf, '/');
+		if (slash && slash != sk_buf)
+			snprintf(slash, sizeof(sk_buf) - (size_t)(slash - sk_buf), "/skills");
 		else
 			snprintf(sk_buf, sizeof(sk_buf), "%s/../skills", ws_buf);
-	} else {
-		snprintf(sk_buf, sizeof(sk_buf), "%s", skills);
 	}
 
 	agent_loop_cfg_t cfg;
