@@ -162,6 +162,26 @@ int main(int argc, char **argv)
 	ap_free(&a);
 	fakechat_stop(&f);
 
+	/* permission_mode deny refuses MCP tools (they may change things). */
+	static const fc_resp_t deny_call[] = {
+		{ .body = FC_CALL(0, "d1", "web__echo", "{\\\"message\\\":\\\"x\\\"}") FC_CALLS FC_DONE },
+		{ .body = FC_TEXT("refused, fine") FC_STOP FC_DONE },
+	};
+	TH_REQUIRE(fakechat_start(&f, deny_call, 2) == 0);
+	snprintf(base, sizeof(base), "OPENAI_BASE_URL=%s", f.base_url);
+	json_t *tdeny = json_pack("{s:s,s:s,s:s,s:s,s:[{s:s,s:s}]}", "run_id", "r1", "prompt", "p", "model", "m",
+	                       "permission_mode", "deny", "mcp_servers", "name", "web", "url",
+	                       th_strf("http://127.0.0.1:%d/mcp", port));
+	turn_s = json_dumps(tdeny, JSON_COMPACT);
+	json_decref(tdeny);
+	TH_REQUIRE(ap_start(&a, agent, args, env, turn_s) == 0);
+	free(turn_s);
+	TH_CHECK(ap_finish(&a, 30000) == 0);
+	TH_CHECK(a.out && strstr(a.out, "\"name\":\"web__echo\",\"status\":\"failed\"") &&
+	             strstr(a.out, "refused: the run's permission mode is deny"), "%s", a.out ? a.out : "-");
+	ap_free(&a);
+	fakechat_stop(&f);
+
 	/* SIGTERM during a long MCP call: the agent and its stdio server are
 	 * gone at once. */
 	static const fc_resp_t long_call[] = {
