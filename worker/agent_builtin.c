@@ -1,18 +1,17 @@
 /*
  * worker/agent_builtin.c - the adapter for agent kind "builtin" (SPEC §5),
  * also used when the config has no `agent`: runnel-agent, runnel's own model
- * loop, bound into the sandbox like the mock agent and speaking the envelope
- * natively.  It owns the launch (binary, flags from the agent object, the
- * host network per the brief's contract until the egress policy lands) and
- * forwards the turn line, replies and cancel as stdin control lines.
+ * loop, bound into the sandbox like the mock agent.  It owns the launch
+ * (binary, flags from the agent object, the host network until the egress
+ * policy decides per run); the rest is envelope-native (worker/agent_native.h):
+ * the turn line, then replies and cancel as stdin control lines.
  */
 #include "worker/agent.h"
+#include "worker/agent_native.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <sodium.h>
 
 #define BUILTIN_IN_SANDBOX WORKER_AGENT_BIN_DIR "/runnel-agent"
 
@@ -68,54 +67,15 @@ oom:
 	return -1;
 }
 
-static int builtin_start(void *state, const worker_agent_ctx_t *ctx, const worker_agent_io_t *io)
-{
-	size_t len = 0;
-	char *turn = worker_agent_turn_line(ctx, &len);
-	if (!turn)
-		return -1;
-	int rc = io->write(io->loop, turn, len);
-	sodium_memzero(turn, len); /* it holds the prompt */
-	free(turn);
-	return rc;
-}
-
-/* runnel-agent prints envelope lines: they go through as they are. */
-static void builtin_on_line(void *state, const char *line, size_t len, const worker_agent_io_t *io)
-{
-	io->emit(io->loop, line, len);
-}
-
-static void builtin_on_reply(void *state, const worker_agent_reply_t *reply, const worker_agent_io_t *io)
-{
-	size_t len = 0;
-	char *line = worker_agent_reply_line(reply, &len);
-	if (line) {
-		io->write(io->loop, line, len);
-		free(line);
-	}
-}
-
-/* The cancel line lets runnel-agent stop its model request and tools before
- * the SIGTERM arrives. */
-static void builtin_on_cancel(void *state, const worker_agent_io_t *io)
-{
-	static const char cancel[] = "{\"type\":\"cancel\"}\n";
-	io->write(io->loop, cancel, sizeof(cancel) - 1);
-}
-
-static void builtin_free(void *state)
-{
-	(void)state;
-}
-
 const worker_agent_ops_t worker_agent_builtin = {
 	.kind = "builtin",
 	.prepare = builtin_prepare,
-	.start = builtin_start,
-	.on_line = builtin_on_line,
-	.on_reply = builtin_on_reply,
-	.on_cancel = builtin_on_cancel,
+	.start = worker_agent_native_start,
+	.on_line = worker_agent_native_on_line,
+	.on_reply = worker_agent_native_on_reply,
+	/* The cancel line lets runnel-agent stop its model request and tools
+	 * before the SIGTERM arrives. */
+	.on_cancel = worker_agent_native_on_cancel,
 	.on_eof = NULL,
-	.free = builtin_free,
+	.free = worker_agent_native_free,
 };
