@@ -275,6 +275,16 @@ static void test_deny(void)
 	fakechat_stop(&e.f);
 }
 
+static int request_in(void *arg)
+{
+	return fakechat_requests(arg) >= 1;
+}
+
+static int file_there(void *arg)
+{
+	return access(arg, F_OK) == 0;
+}
+
 /* SIGTERM during a long tool, during a stalled model request, and a cancel
  * line: the agent is gone within a second and so is its tool process. */
 static void test_stop(int how)
@@ -288,14 +298,10 @@ static void test_stop(int how)
 	ap_t a;
 	env_run(&e, &a, "bypass");
 	if (how == 1) {
-		TH_CHECK(ap_wait_for(&a, "never", 300) == 0);
-		TH_CHECK(fakechat_requests(&e.f) == 1);
+		TH_CHECK(th_wait_until(request_in, &e.f, 10000), "the model request is in flight");
 	} else {
 		TH_CHECK(ap_wait_for(&a, "\"status\":\"running\"", 10000));
-		int64_t until = th_now_ms() + 5000;
-		while (access(th_strf("%s/pid", e.ws), F_OK) != 0 && th_now_ms() < until)
-			usleep(10000);
-		usleep(50000);
+		TH_CHECK(th_wait_until(file_there, (void *)th_strf("%s/pid", e.ws), 5000), "the tool runs");
 	}
 	int64_t t0 = th_now_ms();
 	if (how == 2)
