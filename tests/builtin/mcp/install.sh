@@ -17,6 +17,11 @@ for tool in node npm flock sha256sum; do
 		exit 2
 	fi
 done
+major=$(node -p 'process.versions.node.split(".")[0]')
+if [ "$major" -lt 20 ]; then
+	echo "install.sh: the pinned MCP servers need Node.js 20 or newer (found $(node --version))" >&2
+	exit 2
+fi
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 exec 9>"$dir/.lock"
