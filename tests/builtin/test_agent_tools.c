@@ -231,7 +231,7 @@ static const fc_resp_t bash_then_done[] = {
 	{ .body = FC_TEXT("finished") FC_STOP FC_DONE },
 };
 
-static void test_ask(const char *reply, int want_ran)
+static void test_ask(const char *reply, int want_ran, const char *want_error)
 {
 	env_t e;
 	env_start(&e, bash_then_done, 2);
@@ -249,7 +249,7 @@ static void test_ask(const char *reply, int want_ran)
 	TH_CHECK(ap_finish(&a, 20000) == 0);
 	TH_CHECK((access(th_strf("%s/ran.txt", e.ws), F_OK) == 0) == want_ran, "ran: %d", want_ran);
 	if (!want_ran)
-		TH_CHECK(strstr(a.out, "\"status\":\"failed\"") && strstr(a.out, "\"error\":{\"message\":\"refused: the user rejected this tool call\"}"),
+		TH_CHECK(strstr(a.out, "\"status\":\"failed\"") && strstr(a.out, th_strf("\"error\":{\"message\":\"%s\"}", want_error)),
 		         "%s", a.out);
 	TH_CHECK(strstr(a.out, "\"type\":\"result\",\"message\":\"finished\"") != NULL);
 	ap_free(&a);
@@ -331,9 +331,13 @@ int main(int argc, char **argv)
 	test_confinement();
 	test_front_matter();
 	test_skills_prompt();
-	test_ask("{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}", 1);
-	test_ask("{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"reject_once\"}", 0);
-	test_ask("{\"type\":\"reply\",\"id\":\"ask_1\",\"reject\":true}", 0);
+	test_ask("{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}", 1, NULL);
+	test_ask("{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"reject_once\"}", 0,
+	         "refused: the user rejected this tool call");
+	test_ask("{\"type\":\"reply\",\"id\":\"ask_1\",\"reject\":true}", 0, "refused: the user rejected this tool call");
+	test_ask("{\"type\":\"reply\",\"id\":\"ask_1\",\"reject\":true,\"expired\":true}", 0,
+	         "refused: nobody answered the permission request in time");
+	test_ask("{\"type\":\"reply\",\"id\":\"ask_1\",\"text\":\"go ahead\"}", 0, "refused: the user rejected this tool call");
 	test_deny();
 	test_stop(0);
 	test_stop(1);
