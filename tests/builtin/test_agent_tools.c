@@ -280,9 +280,13 @@ static int request_in(void *arg)
 	return fakechat_requests(arg) >= 1;
 }
 
+/* The pid file holds a whole line (the shell creates it before writing). */
 static int file_there(void *arg)
 {
-	return access(arg, F_OK) == 0;
+	char *c = th_file_read(arg, NULL);
+	int ok = c && strchr(c, '\n') && atoi(c) > 0;
+	free(c);
+	return ok;
 }
 
 /* SIGTERM during a long tool, during a stalled model request, and a cancel
@@ -316,7 +320,7 @@ static void test_stop(int how)
 	         "no terminal line after a stop (the runner writes it): %s", a.out ? a.out : "");
 	if (how != 1) {
 		char *pid = th_file_read(th_strf("%s/pid", e.ws), NULL);
-		TH_CHECK(pid && kill(atoi(pid), 0) < 0 && errno == ESRCH, "the tool process is gone");
+		TH_CHECK(pid && atoi(pid) > 0 && kill(atoi(pid), 0) < 0 && errno == ESRCH, "the tool process is gone");
 		free(pid);
 	}
 	ap_free(&a);
