@@ -2,7 +2,8 @@
  * tests/builtin/test_worker.c - the builtin agent kind through the
  * real runnel-worker in bwrap: /config names a model (the fake Chat
  * Completions server on loopback, reached over the host network), a skill
- * bundle from the stub (zip: SKILL.md, a script, a small stdio MCP server)
+ * bundle from the stub (zip: SKILL.md, a script, a small stdio MCP server in
+ * JavaScript, run with the host's node)
  * and two MCP servers (that stdio one inside the sandbox, npm's
  * server-everything over streamable HTTP on the host).  The run's stream
  * holds the steps and the result, assets/ is written back, and the provider
@@ -31,22 +32,21 @@ static wt_t T;
 static const char skill_md[] = "---\nname: tables\ndescription: Make table reports\n---\nRun run.sh.\n";
 static const char skill_sh[] = "echo rows: 3 > assets/report.txt; echo skill-ran\n";
 static const char skill_mcp[] =
-    "import sys, json\n"
-    "for line in sys.stdin:\n"
-    "    m = json.loads(line)\n"
-    "    if 'id' not in m:\n"
-    "        continue\n"
-    "    meth = m.get('method')\n"
-    "    if meth == 'initialize':\n"
-    "        r = {'protocolVersion': '2025-03-26', 'capabilities': {'tools': {}}, 'serverInfo': {'name': 'py', 'version': '1'}}\n"
-    "    elif meth == 'tools/list':\n"
-    "        r = {'tools': [{'name': 'shout', 'description': 'Upper-cases text', 'inputSchema': {'type': 'object', 'properties': {'text': {'type': 'string'}}}}]}\n"
-    "    elif meth == 'tools/call':\n"
-    "        r = {'content': [{'type': 'text', 'text': m['params']['arguments']['text'].upper()}]}\n"
-    "    else:\n"
-    "        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'error': {'code': -32601, 'message': 'no'}}), flush=True)\n"
-    "        continue\n"
-    "    print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)\n";
+    "const rl = require('readline').createInterface({ input: process.stdin });\n"
+    "const send = (o) => process.stdout.write(JSON.stringify(o) + '\\n');\n"
+    "rl.on('line', (line) => {\n"
+    "  const m = JSON.parse(line);\n"
+    "  if (m.id === undefined) return;\n"
+    "  let r;\n"
+    "  if (m.method === 'initialize')\n"
+    "    r = { protocolVersion: '2025-03-26', capabilities: { tools: {} }, serverInfo: { name: 'js', version: '1' } };\n"
+    "  else if (m.method === 'tools/list')\n"
+    "    r = { tools: [{ name: 'shout', description: 'Upper-cases text', inputSchema: { type: 'object', properties: { text: { type: 'string' } } } }] };\n"
+    "  else if (m.method === 'tools/call')\n"
+    "    r = { content: [{ type: 'text', text: m.params.arguments.text.toUpperCase() }] };\n"
+    "  else return send({ jsonrpc: '2.0', id: m.id, error: { code: -32601, message: 'no' } });\n"
+    "  send({ jsonrpc: '2.0', id: m.id, result: r });\n"
+    "});\n";
 
 static void add_entry(struct archive *a, const char *name, const char *data, int mode)
 {
@@ -67,7 +67,7 @@ static void make_skill_zip(const char *path)
 	TH_REQUIRE(archive_write_open_filename(a, path) == ARCHIVE_OK);
 	add_entry(a, "SKILL.md", skill_md, 0644);
 	add_entry(a, "run.sh", skill_sh, 0755);
-	add_entry(a, "mcp.py", skill_mcp, 0644);
+	add_entry(a, "mcp.js", skill_mcp, 0644);
 	archive_write_close(a);
 	archive_write_free(a);
 }
@@ -241,7 +241,7 @@ int main(int argc, char **argv)
 	run.config = json_pack("{s:s,s:s,s:{s:s,s:i},s:[{s:s,s:s}],s:[{s:s,s:s,s:[s]},{s:s,s:s}],s:[{s:s,s:s}]}",
 	                       "model", "fake-model", "system_prompt", "You write reports.", "agent", "kind", "builtin",
 	                       "max_steps", 5, "skills", "name", "tables", "zip_url", surl, "mcp_servers", "name", "py",
-	                       "command", "python3", "args", "/root/skills/tables/mcp.py", "name", "web", "url",
+	                       "command", "node", "args", "/root/skills/tables/mcp.js", "name", "web", "url",
 	                       th_strf("http://127.0.0.1:%d/mcp", port), "history", "role", "user", "content",
 	                       "earlier question");
 	dev_stub_otps_t o;
