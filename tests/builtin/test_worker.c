@@ -3,12 +3,13 @@
  * real runnel-worker in bwrap: /config names a model (the fake Chat
  * Completions server on loopback, reached over the host network), a skill
  * bundle from the stub (zip: SKILL.md, a script, a small stdio MCP server in
- * JavaScript, run with the host's node)
- * and two MCP servers (that stdio one inside the sandbox, npm's
- * server-everything over streamable HTTP on the host).  The run's stream
- * holds the steps and the result, assets/ is written back, and the provider
- * key is in neither Redis nor the worker's log.  A config without `agent`
- * runs the builtin kind too.
+ * JavaScript run with the host's node) and two MCP servers (that stdio one
+ * inside the sandbox, npm's server-everything over streamable HTTP on the
+ * host).  The run's stream holds the steps and the result, assets/ is
+ * written back, and the provider key is in neither Redis nor the worker's
+ * log.  Also: a config without `agent` runs the builtin kind, permission_mode
+ * ask answered on the control stream, a bad agent field, a cancel while the
+ * model thinks.
  *
  *   test_builtin_worker MCP_DIR
  */
