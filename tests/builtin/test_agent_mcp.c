@@ -201,7 +201,9 @@ int main(int argc, char **argv)
 	int64_t t1 = th_now_ms();
 	kill(a.pid, SIGTERM);
 	TH_CHECK(ap_finish(&a, 5000) == 0);
-	TH_CHECK(th_now_ms() - t1 < 1000, "stopped in %lld ms", (long long)(th_now_ms() - t1));
+	/* "At once": far below the 30 s call; the margin covers a sanitizer
+	 * build exiting on a loaded machine. */
+	TH_CHECK(th_now_ms() - t1 < 2000, "stopped in %lld ms", (long long)(th_now_ms() - t1));
 	TH_CHECK(stdio_servers(ev_js) == 0, "the stdio MCP server is gone");
 	ap_free(&a);
 	fakechat_stop(&f);

@@ -314,7 +314,9 @@ static void test_stop(int how)
 		kill(a.pid, SIGTERM);
 	TH_CHECK(ap_finish(&a, 5000) == 0);
 	int64_t took = th_now_ms() - t0;
-	TH_CHECK(took < 1000, "stopped in %lld ms", (long long)took);
+	/* "At once": far below the 60 s tool or stalled stream; the margin
+	 * covers a sanitizer build exiting on a loaded machine. */
+	TH_CHECK(took < 2000, "stopped in %lld ms", (long long)took);
 	TH_CHECK(WIFEXITED(a.status) && WEXITSTATUS(a.status) == 0, "status %d", a.status);
 	TH_CHECK(!strstr(a.out ? a.out : "", "\"type\":\"result\"") && !strstr(a.out ? a.out : "", "\"type\":\"error\""),
 	         "no terminal line after a stop (the runner writes it): %s", a.out ? a.out : "");
