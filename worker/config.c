@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "proto/keys.h"
 
-#define OPTS_N 29
+#define OPTS_N 30
 
 void worker_config_wipe_env(const char *name)
 {
@@ -45,6 +45,8 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		{ "rootfs", 0, "RUNNEL_ROOTFS", RN_OPT_STR, &c->rootfs, NULL, "DIR", "root filesystem for bwrap (default: the host's /usr, /bin, /lib*, /etc read-only)", 0, 0 },
 		{ "bwrap", 0, "RUNNEL_BWRAP", RN_OPT_STR, &c->bwrap_path, NULL, "PATH", "bubblewrap binary (default: bwrap on PATH)", 0, 0 },
 		{ "mock-agent", 0, "RUNNEL_MOCK_AGENT", RN_OPT_STR, &c->mock_agent, NULL, "PATH", "runnel-mock-agent binary (default: next to runnel-worker)", 0, 0 },
+		/* builtin agent kind */
+		{ "builtin-agent", 0, "RUNNEL_BUILTIN_AGENT", RN_OPT_STR, &c->builtin_agent, NULL, "PATH", "runnel-agent binary, the builtin model loop (default: next to runnel-worker)", 0, 0 },
 		{ "max-runtime-sec", 0, "RUNNEL_MAX_RUNTIME_SEC", RN_OPT_INT, &c->max_runtime_sec, "28800", "SEC", "hard cap per run", 1, 7 * 86400 },
 		{ "kill-grace-ms", 0, "RUNNEL_KILL_GRACE_MS", RN_OPT_INT, &c->kill_grace_ms, "2000", "MS", "SIGTERM to SIGKILL grace", 0, 600000 },
 		{ "retention-sec", 0, "RUNNEL_RETENTION_SEC", RN_OPT_INT, &c->retention_sec, "86400", "SEC", "key expiry after the terminal line", 1, 365L * 86400 },
@@ -281,6 +283,24 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 
 	if (tenant_caps_parse(c, errstr, errstr_size) < 0)
 		return -1;
+	/* runnel-agent (agent kind builtin), found like the mock agent. */
+	if (c->builtin_agent) {
+		snprintf(c->builtin_agent_path, sizeof(c->builtin_agent_path), "%s", c->builtin_agent);
+	} else {
+		char dir[PATH_MAX];
+		if (self_dir(dir, sizeof(dir)) == 0) {
+			int n = snprintf(c->builtin_agent_path, sizeof(c->builtin_agent_path), "%s/runnel-agent", dir);
+			if (n < 0 || (size_t)n >= sizeof(c->builtin_agent_path))
+				c->builtin_agent_path[0] = '\0';
+		}
+	}
+	if (c->builtin_agent_path[0] && access(c->builtin_agent_path, X_OK) != 0) {
+		if (c->builtin_agent) {
+			snprintf(errstr, errstr_size, "RUNNEL_BUILTIN_AGENT/--builtin-agent: %.200s is not an executable file", c->builtin_agent);
+			return -1;
+		}
+		c->builtin_agent_path[0] = '\0'; /* builtin runs will fail with a clear message */
+	}
 
 	/* The job key: environment only, removed once read. */
 	const char *hex = getenv("RUNNEL_JOB_KEY");

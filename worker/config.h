@@ -42,6 +42,7 @@ typedef struct worker_config {
 	char *rootfs;
 	char *bwrap_path;
 	char *mock_agent;
+	char *builtin_agent;                /* runnel-agent (agent kind builtin) */
 	rn_kv_list_t kafka_props;
 	/* queue: per-tenant caps */
 	long  tenant_max_runs;
@@ -56,6 +57,7 @@ typedef struct worker_config {
 	uint8_t  job_key[PROTO_JOB_KEY_BYTES];
 	char     dlq_topic[256];
 	char     mock_agent_path[4096];     /* resolved host path; "" when absent */
+	char     builtin_agent_path[4096];  /* runnel-agent, resolved; "" when absent */
 	int      log_level_num;
 	char     metrics_host[256];         /* "" when metrics are off */
 	int      metrics_port;

@@ -19,6 +19,10 @@ target_link_libraries(runnel-worker PRIVATE runnel_worker_core)
 if(TARGET runnel-mock-agent)
   add_dependencies(runnel-worker runnel-mock-agent)
 endif()
+# runnel-agent (agent kind builtin) is found next to runnel-worker too.
+if(TARGET runnel-agent)
+  add_dependencies(runnel-worker runnel-agent)
+endif()
 
 # Agent adapters (worker/agent.h): the seam, the I/O loop and the kinds.
 # acp and builtin join the registry as soon as their files exist.

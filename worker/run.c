@@ -676,6 +676,9 @@ static void run_pipeline(run_io_t *io)
 	actx.agent = boot.agent;
 	actx.ask_timeout_sec = cfg->ask_timeout_sec;
 	const char *kind = boot.agent ? json_string_value(json_object_get(boot.agent, "kind")) : NULL;
+	/* SPEC §5: a config without `agent` runs the builtin model loop. */
+	if (!boot.agent)
+		kind = "builtin";
 	if (!kind) {
 		snprintf(msg, sizeof(msg), "The agent cannot be started: the workspace config has no agent.kind");
 		io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");

@@ -465,7 +465,11 @@ static void test_bootstrap_failures(void)
 
 	/* An unknown agent kind. */
 	l = run_agent("run_badkind", "{\"kind\":\"teleport\"}", NULL, 0, 0, &o, &n);
-	check_error(l, n, "bootstrap_failed", "The agent cannot be started: agent.kind \"teleport\" is not supported (command, mock)");
+	/* The list of kinds grows with the adapters built in: only its start is fixed. */
+	check_error(l, n, "bootstrap_failed", NULL);
+	TH_CHECK(n && !strncmp(wt_field(l[n - 1], "message"),
+	                       "The agent cannot be started: agent.kind \"teleport\" is not supported (command, mock", 82),
+	         "%s", n ? l[n - 1] : "-");
 	th_strv_free(l, n);
 
 	/* A setup script that fails. */
