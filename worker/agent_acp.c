@@ -127,7 +127,7 @@ static void redact(const worker_acp_t *s, char *text)
 }
 
 /* Emits an envelope object (consumed). */
-static void emit_obj(worker_acp_t *s, const worker_acp_io_t *io, json_t *obj)
+static void emit_obj(worker_acp_t *s, const worker_agent_io_t *io, json_t *obj)
 {
 	if (!obj)
 		return;
@@ -136,13 +136,13 @@ static void emit_obj(worker_acp_t *s, const worker_acp_io_t *io, json_t *obj)
 	if (!line)
 		return;
 	redact(s, line);
-	io->emit(line, strlen(line), io->arg);
+	io->emit(io->loop, line, strlen(line));
 	free(line);
 }
 
-static void emit_log(worker_acp_t *s, const worker_acp_io_t *io, const char *level,
+static void emit_log(worker_acp_t *s, const worker_agent_io_t *io, const char *level,
                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static void emit_log(worker_acp_t *s, const worker_acp_io_t *io, const char *level,
+static void emit_log(worker_acp_t *s, const worker_agent_io_t *io, const char *level,
                      const char *fmt, ...)
 {
 	char msg[1024];
@@ -154,7 +154,7 @@ static void emit_log(worker_acp_t *s, const worker_acp_io_t *io, const char *lev
 }
 
 /* Writes one JSON-RPC message (consumed).  wipe: the text held the prompt. */
-static int send_obj(worker_acp_t *s, const worker_acp_io_t *io, json_t *msg, int wipe)
+static int send_obj(worker_acp_t *s, const worker_agent_io_t *io, json_t *msg, int wipe)
 {
 	(void)s;
 	if (!msg)
@@ -169,7 +169,7 @@ static int send_obj(worker_acp_t *s, const worker_acp_io_t *io, json_t *msg, int
 	if (line) {
 		memcpy(line, text, n);
 		line[n] = '\n';
-		rc = io->write(line, n + 1, io->arg);
+		rc = io->write(io->loop, line, n + 1);
 		if (wipe)
 			sodium_memzero(line, n + 1);
 		free(line);
@@ -180,19 +180,19 @@ static int send_obj(worker_acp_t *s, const worker_acp_io_t *io, json_t *msg, int
 	return rc;
 }
 
-static int send_request(worker_acp_t *s, const worker_acp_io_t *io, int id, const char *method,
+static int send_request(worker_acp_t *s, const worker_agent_io_t *io, int id, const char *method,
                         json_t *params, int wipe)
 {
 	return send_obj(s, io, json_pack("{s:s,s:i,s:s,s:o}", "jsonrpc", "2.0", "id", id,
 	                                 "method", method, "params", params), wipe);
 }
 
-static void send_result(worker_acp_t *s, const worker_acp_io_t *io, json_t *rpc_id, json_t *result)
+static void send_result(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, json_t *result)
 {
 	send_obj(s, io, json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", rpc_id, "result", result), 0);
 }
 
-static void send_error(worker_acp_t *s, const worker_acp_io_t *io, json_t *rpc_id, int code,
+static void send_error(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, int code,
                        const char *message)
 {
 	send_obj(s, io, json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", rpc_id,
@@ -320,7 +320,7 @@ static void step_merge(step_t *st, const json_t *u)
 	}
 }
 
-static void step_running(worker_acp_t *s, const worker_acp_io_t *io, step_t *st)
+static void step_running(worker_acp_t *s, const worker_agent_io_t *io, step_t *st)
 {
 	if (st->running || st->done)
 		return;
@@ -362,7 +362,7 @@ static json_t *step_result(const json_t *u)
 	return res ? res : json_null();
 }
 
-static void step_finish(worker_acp_t *s, const worker_acp_io_t *io, step_t *st, const json_t *u,
+static void step_finish(worker_acp_t *s, const worker_agent_io_t *io, step_t *st, const json_t *u,
                         int failed)
 {
 	if (st->done)
@@ -374,7 +374,7 @@ static void step_finish(worker_acp_t *s, const worker_acp_io_t *io, step_t *st, 
 	json_t *ec = json_object_get(json_object_get(u, "rawOutput"), "exit_code");
 	char why[256];
 	why[0] = '\0';
-	if (!failed && json_is_integer(ec) && json_integer_value(ec) != 0) {
+	if (json_is_integer(ec) && json_integer_value(ec) != 0) {
 		failed = 1;
 		snprintf(why, sizeof(why), "the command exited with status %lld",
 		         (long long)json_integer_value(ec));
@@ -398,7 +398,7 @@ static void step_finish(worker_acp_t *s, const worker_acp_io_t *io, step_t *st, 
 }
 
 /* Closes every open step as failed (the turn ended without their end). */
-static void steps_close(worker_acp_t *s, const worker_acp_io_t *io, const char *why)
+static void steps_close(worker_acp_t *s, const worker_agent_io_t *io, const char *why)
 {
 	for (size_t i = 0; i < s->nsteps; i++) {
 		step_t *st = &s->steps[i];
@@ -417,7 +417,7 @@ static void steps_close(worker_acp_t *s, const worker_acp_io_t *io, const char *
  * The turn's end
  * ------------------------------------------------------------------------ */
 
-static void flush_thought(worker_acp_t *s, const worker_acp_io_t *io)
+static void flush_thought(worker_acp_t *s, const worker_agent_io_t *io)
 {
 	if (!s->thought_len)
 		return;
@@ -426,7 +426,7 @@ static void flush_thought(worker_acp_t *s, const worker_acp_io_t *io)
 	s->thought[0] = '\0';
 }
 
-static void end_error(worker_acp_t *s, const worker_acp_io_t *io, const char *code, const char *message)
+static void end_error(worker_acp_t *s, const worker_agent_io_t *io, const char *code, const char *message)
 {
 	if (s->phase == PH_DONE)
 		return;
@@ -436,7 +436,7 @@ static void end_error(worker_acp_t *s, const worker_acp_io_t *io, const char *co
 	emit_obj(s, io, json_pack("{s:s,s:s,s:s}", "type", "error", "code", code, "message", message));
 }
 
-static void end_turn(worker_acp_t *s, const worker_acp_io_t *io, const json_t *result)
+static void end_turn(worker_acp_t *s, const worker_agent_io_t *io, const json_t *result)
 {
 	const char *stop = json_string_value(json_object_get(result, "stopReason"));
 	flush_thought(s, io);
@@ -513,7 +513,7 @@ static json_t *mcp_to_acp(const json_t *servers)
 	return out;
 }
 
-static int send_session_new(worker_acp_t *s, const worker_acp_io_t *io)
+static int send_session_new(worker_acp_t *s, const worker_agent_io_t *io)
 {
 	json_t *p = json_pack("{s:s,s:o}", "cwd", ACP_WORKSPACE, "mcpServers",
 	                      mcp_to_acp(s->o.mcp_servers));
@@ -554,7 +554,7 @@ static const char *preset_mode(const worker_acp_t *s)
 	return NULL;
 }
 
-static int send_prompt(worker_acp_t *s, const worker_acp_io_t *io)
+static int send_prompt(worker_acp_t *s, const worker_agent_io_t *io)
 {
 	json_t *blocks = json_array();
 	/* ACP has no field for earlier turns: they go first, as text. */
@@ -590,7 +590,7 @@ static int send_prompt(worker_acp_t *s, const worker_acp_io_t *io)
 }
 
 /* Next setup call after `after` (0 = none yet), or the prompt. */
-static int setup_next(worker_acp_t *s, const worker_acp_io_t *io, int after)
+static int setup_next(worker_acp_t *s, const worker_agent_io_t *io, int after)
 {
 	s->phase = PH_SETUP;
 	if (after < ID_SET_MODE) {
@@ -625,7 +625,7 @@ static const char *rpc_error_text(const json_t *err, char *buf, size_t size)
 	return buf;
 }
 
-static void on_response(worker_acp_t *s, const worker_acp_io_t *io, json_int_t id, const json_t *msg)
+static void on_response(worker_acp_t *s, const worker_agent_io_t *io, json_int_t id, const json_t *msg)
 {
 	const json_t *err = json_object_get(msg, "error");
 	const json_t *res = json_object_get(msg, "result");
@@ -734,7 +734,7 @@ static void append_thought(worker_acp_t *s, const char *t)
 	s->thought[s->thought_len] = '\0';
 }
 
-static void on_update(worker_acp_t *s, const worker_acp_io_t *io, const json_t *u)
+static void on_update(worker_acp_t *s, const worker_agent_io_t *io, const json_t *u)
 {
 	const char *kind = json_string_value(json_object_get(u, "sessionUpdate"));
 	if (!kind || s->phase == PH_DONE)
@@ -816,7 +816,7 @@ static const char *option_reject(const json_t *options)
 }
 
 /* Answers a permission request: optionId selected, or NULL = cancelled. */
-static void answer_permission(worker_acp_t *s, const worker_acp_io_t *io, json_t *rpc_id, const char *option_id)
+static void answer_permission(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, const char *option_id)
 {
 	json_t *outcome = option_id ?
 		json_pack("{s:{s:s,s:s}}", "outcome", "outcome", "selected", "optionId", option_id) :
@@ -824,7 +824,7 @@ static void answer_permission(worker_acp_t *s, const worker_acp_io_t *io, json_t
 	send_result(s, io, rpc_id, outcome);
 }
 
-static void on_permission(worker_acp_t *s, const worker_acp_io_t *io, json_t *rpc_id, const json_t *params)
+static void on_permission(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, const json_t *params)
 {
 	const json_t *tc = json_object_get(params, "toolCall");
 	const json_t *options = json_object_get(params, "options");
@@ -925,7 +925,7 @@ static int fs_open(const worker_acp_t *s, const char *path, int flags, char *err
 	return fd;
 }
 
-static void on_fs(worker_acp_t *s, const worker_acp_io_t *io, json_t *rpc_id, const char *method,
+static void on_fs(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, const char *method,
                   const json_t *params)
 {
 	char err[256];
@@ -1007,7 +1007,7 @@ static void on_fs(worker_acp_t *s, const worker_acp_io_t *io, json_t *rpc_id, co
 		send_result(s, io, rpc_id, json_null());
 }
 
-static void on_request(worker_acp_t *s, const worker_acp_io_t *io, json_t *rpc_id, const char *method,
+static void on_request(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, const char *method,
                        const json_t *params)
 {
 	if (!strcmp(method, "session/request_permission")) {
@@ -1019,7 +1019,7 @@ static void on_request(worker_acp_t *s, const worker_acp_io_t *io, json_t *rpc_i
 	}
 }
 
-void worker_acp_on_line(worker_acp_t *s, const char *line, size_t len, const worker_acp_io_t *io)
+void worker_acp_on_line(worker_acp_t *s, const char *line, size_t len, const worker_agent_io_t *io)
 {
 	while (len && (line[len - 1] == '\r' || line[len - 1] == ' '))
 		len--;
@@ -1059,6 +1059,7 @@ worker_acp_t *worker_acp_new(const worker_acp_opts_t *opts, char *errstr, size_t
 	}
 	s->o = *opts;
 	s->fs = opts->workspace_host != NULL;
+	/* workspace_host is borrowed like the rest (the adapter keeps it). */
 	const char *k;
 	json_t *v;
 	json_object_foreach((json_t *)opts->variables, k, v) {
@@ -1094,7 +1095,7 @@ void worker_acp_free(worker_acp_t *s)
 	free(s);
 }
 
-int worker_acp_start(worker_acp_t *s, const worker_acp_io_t *io)
+int worker_acp_start(worker_acp_t *s, const worker_agent_io_t *io)
 {
 	json_t *caps = json_pack("{s:{s:b,s:b},s:b}", "fs", "readTextFile", s->fs, "writeTextFile", s->fs,
 	                         "terminal", 0);
@@ -1123,7 +1124,7 @@ static void ask_drop(worker_acp_t *s, ask_t *a)
 }
 
 int worker_acp_on_reply(worker_acp_t *s, const char *ask_id, const char *option,
-                        const char *text, int reject, const worker_acp_io_t *io)
+                        const char *text, int reject, const worker_agent_io_t *io)
 {
 	ask_t *a = ask_id ? ask_find(s, ask_id) : NULL;
 	if (!a)
@@ -1154,7 +1155,7 @@ int worker_acp_on_reply(worker_acp_t *s, const char *ask_id, const char *option,
 	return 0;
 }
 
-void worker_acp_on_cancel(worker_acp_t *s, const worker_acp_io_t *io)
+void worker_acp_on_cancel(worker_acp_t *s, const worker_agent_io_t *io)
 {
 	if (s->cancelled)
 		return;
@@ -1168,7 +1169,7 @@ void worker_acp_on_cancel(worker_acp_t *s, const worker_acp_io_t *io)
 		                          "params", "sessionId", s->session_id), 0);
 }
 
-void worker_acp_on_eof(worker_acp_t *s, const worker_acp_io_t *io)
+void worker_acp_on_eof(worker_acp_t *s, const worker_agent_io_t *io)
 {
 	if (s->phase == PH_DONE)
 		return;
@@ -1181,3 +1182,226 @@ int worker_acp_done(const worker_acp_t *s)
 {
 	return s->phase == PH_DONE;
 }
+
+/* ------------------------------------------------------------------------
+ * The adapter: presets, launch and the seam's callbacks
+ * ------------------------------------------------------------------------ */
+
+typedef struct acp_run {
+	worker_acp_t *s;
+	char          ws_host[4096];
+} acp_run_t;
+
+/* Sets NAME=value unless the /env variables already set NAME (they win
+ * over a preset's defaults, since the launch env is applied after them). */
+static int env_default(worker_agent_launch_t *l, const worker_boot_t *boot, const char *name,
+                       const char *value)
+{
+	if (json_object_get(boot->variables, name))
+		return 0;
+	return worker_strv_setenv(&l->env, name, value);
+}
+
+/* A TOML basic string for codex's -c key=value (JSON escapes are TOML's). */
+static int codex_opt(worker_agent_launch_t *l, const char *key, const char *value)
+{
+	json_t *v = json_string(value);
+	char *q = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL;
+	json_decref(v);
+	if (!q)
+		return -1;
+	int rc = worker_strv_add(&l->argv, "-c") < 0 || worker_strv_addf(&l->argv, "%s=%s", key, q) < 0 ? -1 : 0;
+	free(q);
+	return rc;
+}
+
+static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, void **state,
+                       char *errstr, size_t errstr_size)
+{
+	const worker_config_t *cfg = ctx->cfg;
+	const worker_boot_t *boot = ctx->boot;
+	const char *preset_name = json_string_value(json_object_get(ctx->agent, "preset"));
+	const json_t *argv = json_object_get(ctx->agent, "argv");
+	worker_acp_opts_t o;
+	memset(&o, 0, sizeof(o));
+	int bwrap = cfg->driver == WORKER_SANDBOX_BWRAP;
+	const char *prefix = bwrap ? WORKER_ACP_PREFIX_IN_SANDBOX : cfg->acp_prefix;
+	const char *node = bwrap ? WORKER_ACP_NODE_IN_SANDBOX : cfg->node_path;
+
+	if ((preset_name != NULL) == (argv != NULL)) {
+		snprintf(errstr, errstr_size, "an acp agent needs exactly one of agent.preset (claude, codex) or agent.argv");
+		return -1;
+	}
+	if (preset_name && !strcmp(preset_name, "claude")) {
+		o.preset = WORKER_ACP_PRESET_CLAUDE;
+	} else if (preset_name && !strcmp(preset_name, "codex")) {
+		o.preset = WORKER_ACP_PRESET_CODEX;
+	} else if (preset_name) {
+		snprintf(errstr, errstr_size, "agent.preset \"%.32s\" is not known (claude, codex)", preset_name);
+		return -1;
+	}
+	if (o.preset != WORKER_ACP_PRESET_NONE && !(cfg->acp_prefix && *cfg->acp_prefix)) {
+		snprintf(errstr, errstr_size, "this worker has no ACP agents installed (set RUNNEL_ACP_PREFIX)");
+		return -1;
+	}
+	if (o.preset == WORKER_ACP_PRESET_CLAUDE && !cfg->node_path[0]) {
+		snprintf(errstr, errstr_size, "this worker has no Node.js runtime for the claude preset (set RUNNEL_NODE)");
+		return -1;
+	}
+	if (worker_acp_perm_parse(ctx->permission_mode, &o.perm) < 0) {
+		snprintf(errstr, errstr_size, "permission_mode \"%.16s\" is not bypass, ask or deny", ctx->permission_mode);
+		return -1;
+	}
+	/* The prefix and Node.js are bound for raw argv too, so an ACP agent
+	 * added to agents/package.json runs as [node, prefix/node_modules/...]. */
+	if (bwrap && cfg->acp_prefix && *cfg->acp_prefix &&
+	    worker_strv_addf(&l->ro_binds, "%s:%s", cfg->acp_prefix, WORKER_ACP_PREFIX_IN_SANDBOX) < 0)
+		goto oom;
+	if (bwrap && cfg->node_path[0] &&
+	    worker_strv_addf(&l->ro_binds, "%s:%s", cfg->node_path, WORKER_ACP_NODE_IN_SANDBOX) < 0)
+		goto oom;
+
+	switch (o.preset) {
+	case WORKER_ACP_PRESET_CLAUDE:
+		if (worker_strv_add(&l->argv, node) < 0 ||
+		    worker_strv_addf(&l->argv, "%s/node_modules/@zed-industries/claude-agent-acp/dist/index.js", prefix) < 0)
+			goto oom;
+		/* No telemetry, update checks or error reports; IS_SANDBOX lets
+		 * root use bypassPermissions (the sandbox is the boundary). */
+		if (env_default(l, boot, "DISABLE_AUTOUPDATER", "1") < 0 ||
+		    env_default(l, boot, "DISABLE_TELEMETRY", "1") < 0 ||
+		    env_default(l, boot, "DISABLE_ERROR_REPORTING", "1") < 0 ||
+		    env_default(l, boot, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1") < 0 ||
+		    env_default(l, boot, "IS_SANDBOX", "1") < 0 ||
+		    /* Retries are silent over ACP: a few, not ten minutes' worth. */
+		    env_default(l, boot, "CLAUDE_CODE_MAX_RETRIES", "2") < 0 ||
+		    env_default(l, boot, "TMPDIR", "/tmp") < 0)
+			goto oom;
+		break;
+	case WORKER_ACP_PRESET_CODEX: {
+		const char *arch = "x64";
+#if defined(__aarch64__)
+		arch = "arm64";
+#endif
+		if (worker_strv_addf(&l->argv, "%s/node_modules/@zed-industries/codex-acp-linux-%s/bin/codex-acp",
+		                     prefix, arch) < 0)
+			goto oom;
+		/* An OpenAI-compatible endpoint from /env becomes a provider of
+		 * its own (codex has no base-URL variable for its built-in one). */
+		const char *base = json_string_value(json_object_get(boot->variables, "OPENAI_BASE_URL"));
+		if (base && *base &&
+		    (codex_opt(l, "model_provider", "runnel") < 0 ||
+		     codex_opt(l, "model_providers.runnel.name", "runnel") < 0 ||
+		     codex_opt(l, "model_providers.runnel.base_url", base) < 0 ||
+		     codex_opt(l, "model_providers.runnel.env_key", "OPENAI_API_KEY") < 0 ||
+		     codex_opt(l, "model_providers.runnel.wire_api", "responses") < 0))
+			goto oom;
+		if (worker_strv_add(&l->argv, "-c") < 0 || worker_strv_add(&l->argv, "analytics.enabled=false") < 0 ||
+		    worker_strv_add(&l->argv, "-c") < 0 || worker_strv_add(&l->argv, "features.plugins=false") < 0)
+			goto oom;
+		if (boot->model && *boot->model && codex_opt(l, "model", boot->model) < 0)
+			goto oom;
+		if (boot->system_prompt && *boot->system_prompt &&
+		    codex_opt(l, "developer_instructions", boot->system_prompt) < 0)
+			goto oom;
+		if (env_default(l, boot, "RUST_LOG", "error") < 0 || env_default(l, boot, "NO_COLOR", "1") < 0 ||
+		    env_default(l, boot, "TMPDIR", "/tmp") < 0)
+			goto oom;
+		break;
+	}
+	case WORKER_ACP_PRESET_NONE: {
+		size_t i;
+		const json_t *v;
+		if (!json_is_array(argv) || json_array_size(argv) == 0 || json_array_size(argv) > 1024) {
+			snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
+			return -1;
+		}
+		json_array_foreach(argv, i, v) {
+			if (!json_is_string(v) || (i == 0 && !*json_string_value(v))) {
+				snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
+				return -1;
+			}
+			if (worker_strv_add(&l->argv, json_string_value(v)) < 0)
+				goto oom;
+		}
+		break;
+	}
+	}
+	/* Contract: acp agents call a model, so they share the host network
+	 * (until the egress policy replaces this); HOME is the run's own. */
+	l->share_net = 1;
+	l->private_home = 1;
+
+	acp_run_t *r = calloc(1, sizeof(*r));
+	if (!r)
+		goto oom;
+	o.run_id = ctx->run_id;
+	o.prompt = ctx->job ? ctx->job->prompt : NULL;
+	o.system_prompt = boot->system_prompt;
+	o.model = boot->model;
+	o.mcp_servers = boot->mcp_servers;
+	o.history = boot->history;
+	o.variables = boot->variables;
+	/* The host side of /root/workspace (worker/workspace.c's layout), for
+	 * the agent's fs requests. */
+	if (cfg->work_dir && (size_t)snprintf(r->ws_host, sizeof(r->ws_host), "%s/%s/workspace",
+	                                      cfg->work_dir, ctx->run_id) < sizeof(r->ws_host))
+		o.workspace_host = r->ws_host;
+	r->s = worker_acp_new(&o, errstr, errstr_size);
+	if (!r->s) {
+		free(r);
+		return -1;
+	}
+	*state = r;
+	return 0;
+oom:
+	snprintf(errstr, errstr_size, "out of memory");
+	return -1;
+}
+
+static int acp_start(void *state, const worker_agent_ctx_t *ctx, const worker_agent_io_t *io)
+{
+	(void)ctx;
+	return worker_acp_start(((acp_run_t *)state)->s, io);
+}
+
+static void acp_on_line(void *state, const char *line, size_t len, const worker_agent_io_t *io)
+{
+	worker_acp_on_line(((acp_run_t *)state)->s, line, len, io);
+}
+
+static void acp_on_reply(void *state, const worker_agent_reply_t *reply, const worker_agent_io_t *io)
+{
+	worker_acp_on_reply(((acp_run_t *)state)->s, reply->ask_id, reply->option, reply->text,
+	                    reply->reject || reply->expired, io);
+}
+
+static void acp_on_cancel(void *state, const worker_agent_io_t *io)
+{
+	worker_acp_on_cancel(((acp_run_t *)state)->s, io);
+}
+
+static void acp_on_eof(void *state, const worker_agent_io_t *io)
+{
+	worker_acp_on_eof(((acp_run_t *)state)->s, io);
+}
+
+static void acp_free(void *state)
+{
+	acp_run_t *r = state;
+	if (!r)
+		return;
+	worker_acp_free(r->s);
+	free(r);
+}
+
+const worker_agent_ops_t worker_agent_acp = {
+	.kind = "acp",
+	.prepare = acp_prepare,
+	.start = acp_start,
+	.on_line = acp_on_line,
+	.on_reply = acp_on_reply,
+	.on_cancel = acp_on_cancel,
+	.on_eof = acp_on_eof,
+	.free = acp_free,
+};

@@ -44,9 +44,11 @@
 
 #include <jansson.h>
 
+#include "worker/agent.h"
+
 /* Where the agents' prefix and Node.js appear inside the sandbox. */
-#define WORKER_ACP_PREFIX_IN_SANDBOX "/opt/runnel/agents"
-#define WORKER_ACP_NODE_IN_SANDBOX   "/run/runnel/node"
+#define WORKER_ACP_PREFIX_IN_SANDBOX WORKER_AGENT_BIN_DIR "/agents"
+#define WORKER_ACP_NODE_IN_SANDBOX   WORKER_AGENT_BIN_DIR "/node"
 
 #define WORKER_ACP_TEXT_MAX   (512 * 1024)  /* result text kept; the rest is cut */
 #define WORKER_ACP_RESULT_MAX (64 * 1024)   /* a step's result as published */
@@ -77,17 +79,6 @@ typedef struct worker_acp_opts {
 	const char   *workspace_host;  /* host dir of /root/workspace, or NULL (no fs) */
 } worker_acp_opts_t;
 
-/*
- * emit: one envelope line (no newline) for the normal validate+publish path;
- * write: bytes for the agent's stdin.  Both return 0, or -1 (the session
- * then stops talking).
- */
-typedef struct worker_acp_io {
-	int  (*emit)(const char *line, size_t len, void *arg);
-	int  (*write)(const char *data, size_t len, void *arg);
-	void  *arg;
-} worker_acp_io_t;
-
 typedef struct worker_acp worker_acp_t;
 
 /* NULL with errstr when the options are not usable (or out of memory). */
@@ -95,10 +86,10 @@ worker_acp_t *worker_acp_new(const worker_acp_opts_t *opts, char *errstr, size_t
 void worker_acp_free(worker_acp_t *s);
 
 /* Writes the initialize request.  0 or -1. */
-int worker_acp_start(worker_acp_t *s, const worker_acp_io_t *io);
+int worker_acp_start(worker_acp_t *s, const worker_agent_io_t *io);
 
 /* One line of the agent's stdout (without its newline). */
-void worker_acp_on_line(worker_acp_t *s, const char *line, size_t len, const worker_acp_io_t *io);
+void worker_acp_on_line(worker_acp_t *s, const char *line, size_t len, const worker_agent_io_t *io);
 
 /*
  * A reply to an ask this session emitted: option (an option id the ask
@@ -108,16 +99,16 @@ void worker_acp_on_line(worker_acp_t *s, const char *line, size_t len, const wor
  * 0, or -1 when the ask is not open here.
  */
 int worker_acp_on_reply(worker_acp_t *s, const char *ask_id, const char *option,
-                        const char *text, int reject, const worker_acp_io_t *io);
+                        const char *text, int reject, const worker_agent_io_t *io);
 
 /* A cancel: session/cancel, and every open permission request answered
  * "cancelled".  The turn's end is then not reported (the worker writes the
  * cancelled line). */
-void worker_acp_on_cancel(worker_acp_t *s, const worker_acp_io_t *io);
+void worker_acp_on_cancel(worker_acp_t *s, const worker_agent_io_t *io);
 
 /* stdout closed: open steps are closed failed; no terminal line (the worker
  * reports the exit as agent_exit). */
-void worker_acp_on_eof(worker_acp_t *s, const worker_acp_io_t *io);
+void worker_acp_on_eof(worker_acp_t *s, const worker_agent_io_t *io);
 
 /* 1 once the turn ended (result or error emitted, or cancelled). */
 int worker_acp_done(const worker_acp_t *s);

@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "proto/keys.h"
 
-#define OPTS_N 25
+#define OPTS_N 27
 
 void worker_config_wipe_env(const char *name)
 {
@@ -56,6 +56,9 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		{ "metrics-listen", 0, "RUNNEL_METRICS_LISTEN", RN_OPT_STR, &c->metrics_listen, "127.0.0.1:9464", "ADDR", "/healthz and /metrics address (port 0: any; \"off\": none)", 0, 0 },
 		{ "log-level", 0, "RUNNEL_LOG_LEVEL", RN_OPT_STR, &c->log_level, "info", "LEVEL", "debug, info, warn, error", 0, 0 },
 		{ "kafka-property", 'X', "RUNNEL_KAFKA_PROPERTIES", RN_OPT_KV, &c->kafka_props, NULL, "KEY=VALUE", "librdkafka property (repeatable; env \"k=v;k=v\")", 0, 0 },
+		/* acp agents */
+		{ "acp-prefix", 0, "RUNNEL_ACP_PREFIX", RN_OPT_STR, &c->acp_prefix, NULL, "DIR", "ACP agents installed by agents/install.sh (bound read-only into sandboxes)", 0, 0 },
+		{ "node", 0, "RUNNEL_NODE", RN_OPT_STR, &c->node, NULL, "PATH", "Node.js for ACP agents (default: node on PATH)", 0, 0 },
 		RN_OPT_END,
 	};
 	_Static_assert(sizeof(t) / sizeof(t[0]) == OPTS_N, "OPTS_N must match the table");
@@ -111,6 +114,50 @@ static int listen_parse(worker_config_t *c, char *errstr, size_t errstr_size)
 	memcpy(c->metrics_host, v, (size_t)(colon - v));
 	c->metrics_host[colon - v] = '\0';
 	c->metrics_port = (int)port;
+	return 0;
+}
+
+/* The acp agents' prefix and the Node.js binary, resolved to real paths
+ * (bwrap binds them read-only).  A missing default node is not an error:
+ * runs of the claude preset then fail with a clear message. */
+static int acp_paths(worker_config_t *c, char *errstr, size_t errstr_size)
+{
+	char buf[PATH_MAX], nm[PATH_MAX + 16];
+	if (c->acp_prefix && *c->acp_prefix) {
+		snprintf(nm, sizeof(nm), "%s/node_modules", c->acp_prefix);
+		if (c->acp_prefix[0] != '/' || !realpath(c->acp_prefix, buf) || access(nm, R_OK | X_OK) != 0) {
+			snprintf(errstr, errstr_size,
+			         "RUNNEL_ACP_PREFIX/--acp-prefix: %.200s is not an absolute directory with node_modules (run agents/install.sh)",
+			         c->acp_prefix);
+			return -1;
+		}
+		char *r = strdup(buf);
+		if (!r)
+			return -1;
+		free(c->acp_prefix);
+		c->acp_prefix = r;
+	}
+	if (c->node) {
+		if (!realpath(c->node, buf) || access(buf, X_OK) != 0) {
+			snprintf(errstr, errstr_size, "RUNNEL_NODE/--node: %.200s is not an executable file", c->node);
+			return -1;
+		}
+		snprintf(c->node_path, sizeof(c->node_path), "%s", buf);
+		return 0;
+	}
+	const char *path = getenv("PATH");
+	while (path && *path) {
+		const char *colon = strchr(path, ':');
+		size_t n = colon ? (size_t)(colon - path) : strlen(path);
+		if (n && n < sizeof(nm) - 6) {
+			snprintf(nm, sizeof(nm), "%.*s/node", (int)n, path);
+			if (access(nm, X_OK) == 0 && realpath(nm, buf)) {
+				snprintf(c->node_path, sizeof(c->node_path), "%s", buf);
+				return 0;
+			}
+		}
+		path = colon ? colon + 1 : NULL;
+	}
 	return 0;
 }
 
@@ -227,6 +274,9 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		}
 		c->mock_agent_path[0] = '\0'; /* mock runs will fail with a clear message */
 	}
+
+	if (acp_paths(c, errstr, errstr_size) < 0)
+		return -1;
 
 	/* The job key: environment only, removed once read. */
 	const char *hex = getenv("RUNNEL_JOB_KEY");

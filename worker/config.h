@@ -42,6 +42,9 @@ typedef struct worker_config {
 	char *bwrap_path;
 	char *mock_agent;
 	rn_kv_list_t kafka_props;
+	/* acp agents (worker/agent_acp.c) */
+	char *acp_prefix;                   /* agents/install.sh prefix, or NULL */
+	char *node;                         /* Node.js binary, or NULL = node on PATH */
 
 	/* Derived. */
 	rn_redis_url_t redis;               /* holds the password: never log */
@@ -54,6 +57,7 @@ typedef struct worker_config {
 	int      log_level_num;
 	char     metrics_host[256];         /* "" when metrics are off */
 	int      metrics_port;
+	char     node_path[4096];           /* resolved host path; "" when none */
 } worker_config_t;
 
 /*
