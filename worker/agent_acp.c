@@ -325,9 +325,9 @@ static void step_running(worker_acp_t *s, const worker_agent_io_t *io, step_t *s
 	if (st->running || st->done)
 		return;
 	st->running = 1;
-	emit_obj(s, io, json_pack("{s:s,s:s,s:s,s:s,s:O}", "type", "step", "id", st->id,
+	emit_obj(s, io, json_pack("{s:s,s:s,s:s,s:s,s:o}", "type", "step", "id", st->id,
 	                          "name", st->name ? st->name : "tool", "status", "running",
-	                          "args", st->args ? st->args : json_object()));
+	                          "args", st->args ? json_incref(st->args) : json_object()));
 }
 
 /* The step's result as published: rawOutput, else the content's text,
@@ -379,10 +379,10 @@ static void step_finish(worker_acp_t *s, const worker_agent_io_t *io, step_t *st
 		snprintf(why, sizeof(why), "the command exited with status %lld",
 		         (long long)json_integer_value(ec));
 	}
-	json_t *line = json_pack("{s:s,s:s,s:s,s:s,s:O,s:o,s:I}", "type", "step", "id", st->id,
+	json_t *line = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:I}", "type", "step", "id", st->id,
 	                         "name", st->name ? st->name : "tool",
 	                         "status", failed ? "failed" : "succeeded",
-	                         "args", st->args ? st->args : json_object(), "result", result,
+	                         "args", st->args ? json_incref(st->args) : json_object(), "result", result,
 	                         "durationMs", (json_int_t)(rn_mono_ms() - st->t0));
 	if (line && failed) {
 		if (!why[0]) {
