@@ -126,13 +126,18 @@ static int no_marker_process(void *arg)
 	return !at_process_with(arg);
 }
 
+static int marker_process(void *arg)
+{
+	return at_process_with(arg);
+}
+
 static void test_cancel_tool(void)
 {
 	fp_set(T.anthropic, &(fp_script_t){ .cmd = "sleep 29.25; echo late > assets/late.txt", .final = "Slept." });
 	dev_stub_otps_t o;
 	at_submit(&T, "run_acp_cancel", "{\"kind\":\"acp\",\"preset\":\"claude\"}", NULL, "sleep", &o);
 	TH_REQUIRE(at_wait_line(&T, "run_acp_cancel", "step", "running", 60000) >= 0, "the tool runs");
-	TH_REQUIRE(th_wait_until(no_marker_process, "sleep 29.25", 1) == 0, "the tool's process is there");
+	TH_REQUIRE(th_wait_until(marker_process, "sleep 29.25", 20000), "the tool's process is there");
 	dt_resp_t r;
 	TH_CHECK(dt_http(&r, "POST", th_strf("%s/v1/runs/run_acp_cancel/cancel", D.base), NULL, "{}", -1, 10000) == 0 &&
 	         r.status == 202, "cancel 202 (%ld)", r.status);
