@@ -367,12 +367,12 @@ static void test_claude_cancel(void)
 	sess_free(&t);
 }
 
-static void test_codex(const char *cmd, int fails)
+static void test_codex(const char *cmd, int fails, worker_acp_perm_t perm)
 {
 	const char *ws = th_tmpdir();
 	fp_set(openai, &(fp_script_t){ .cmd = cmd, .final = "Codex is done." });
 	sess_t t = { 0 };
-	TH_CHECK(run(&t, WORKER_ACP_PRESET_CODEX, WORKER_ACP_PERM_BYPASS, ws, "do it", 60000), "ended in time");
+	TH_CHECK(run(&t, WORKER_ACP_PRESET_CODEX, perm, ws, "do it", 60000), "ended in time");
 	long r = find(&t, 0, "step", "running");
 	long s = find(&t, 0, "step", fails ? "failed" : "succeeded");
 	TH_CHECK(r >= 0 && s > r, "codex step running (%ld) then %s (%ld)", r, fails ? "failed" : "succeeded", s);
@@ -417,9 +417,9 @@ int main(int argc, char **argv)
 	if (!only || strstr(only, "cancel"))
 		test_claude_cancel();
 	if (!only || strstr(only, "codex"))
-		test_codex("mkdir -p assets && echo codex > assets/out.txt", 0);
+		test_codex("mkdir -p assets && echo codex > assets/out.txt", 0, WORKER_ACP_PERM_BYPASS);
 	if (!only || strstr(only, "codexfail"))
-		test_codex("echo partial; exit 3", 1);
+		test_codex("echo partial; exit 3", 1, WORKER_ACP_PERM_BYPASS);
 	TH_CHECK(!fp_seen(anthropic, OAI_KEY) && !fp_seen(openai, API_KEY), "each key went to its own provider");
 	fp_stop(anthropic);
 	fp_stop(openai);
