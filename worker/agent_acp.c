@@ -126,6 +126,12 @@ static void redact(const worker_acp_t *s, char *text)
 	}
 }
 
+/* The workspace as the agent sees it. */
+static const char *ws_path(const worker_acp_t *s)
+{
+	return s->o.cwd ? s->o.cwd : ACP_WORKSPACE;
+}
+
 /* Emits an envelope object (consumed). */
 static void emit_obj(worker_acp_t *s, const worker_agent_io_t *io, json_t *obj)
 {
@@ -515,7 +521,7 @@ static json_t *mcp_to_acp(const json_t *servers)
 
 static int send_session_new(worker_acp_t *s, const worker_agent_io_t *io)
 {
-	json_t *p = json_pack("{s:s,s:o}", "cwd", ACP_WORKSPACE, "mcpServers",
+	json_t *p = json_pack("{s:s,s:o}", "cwd", ws_path(s), "mcpServers",
 	                      mcp_to_acp(s->o.mcp_servers));
 	/* Claude's adapter appends _meta.systemPrompt.append to its own preset;
 	 * Codex takes the system prompt on its command line (prepare). */
@@ -895,9 +901,10 @@ static void on_permission(worker_acp_t *s, const worker_agent_io_t *io, json_t *
  * planted by the agent leads out of it. */
 static int fs_open(const worker_acp_t *s, const char *path, int flags, char *err, size_t esz)
 {
-	size_t wl = strlen(ACP_WORKSPACE);
-	if (!path || strncmp(path, ACP_WORKSPACE, wl) || (path[wl] != '/' && path[wl] != '\0')) {
-		snprintf(err, esz, "only files under %s can be read or written", ACP_WORKSPACE);
+	const char *wsp = ws_path(s);
+	size_t wl = strlen(wsp);
+	if (!path || strncmp(path, wsp, wl) || (path[wl] != '/' && path[wl] != '\0')) {
+		snprintf(err, esz, "only files under %s can be read or written", wsp);
 		return -1;
 	}
 	const char *rel = path + wl;
@@ -1347,6 +1354,9 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 	if (cfg->work_dir && (size_t)snprintf(r->ws_host, sizeof(r->ws_host), "%s/%s/workspace",
 	                                      cfg->work_dir, ctx->run_id) < sizeof(r->ws_host))
 		o.workspace_host = r->ws_host;
+	/* Without bwrap the agent sees the host's paths. */
+	if (!bwrap && o.workspace_host)
+		o.cwd = o.workspace_host;
 	r->s = worker_acp_new(&o, errstr, errstr_size);
 	if (!r->s) {
 		free(r);

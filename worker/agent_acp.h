@@ -77,6 +77,7 @@ typedef struct worker_acp_opts {
 	const json_t *history;         /* [{role, content}] or NULL */
 	const json_t *variables;       /* /env variables, for redaction; or NULL */
 	const char   *workspace_host;  /* host dir of /root/workspace, or NULL (no fs) */
+	const char   *cwd;             /* the workspace as the agent sees it; NULL = /root/workspace */
 } worker_acp_opts_t;
 
 typedef struct worker_acp worker_acp_t;
