@@ -60,6 +60,8 @@ void at_submit(at_t *t, const char *run_id, const char *agent_json, const char *
 	if (permission_mode)
 		json_object_set_new(run.config, "permission_mode", json_string(permission_mode));
 	json_object_set_new(run.config, "system_prompt", json_string("You run inside runnel's tests."));
+	/* A model each agent knows (Codex warns in its answer about others). */
+	json_object_set_new(run.config, "model", json_string(strstr(agent_json, "codex") ? "gpt-5.5" : "haiku"));
 	run.env = json_pack("{s:{s:s,s:s,s:s,s:s,s:s},s:n}", "variables",
 	                    "ANTHROPIC_BASE_URL", fp_url(t->anthropic),
 	                    "ANTHROPIC_API_KEY", AT_ANTHROPIC_KEY,

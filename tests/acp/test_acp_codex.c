@@ -33,7 +33,7 @@ static void run_codex(const char *run_id, const char *cmd, int fails, dev_stub_o
 			TH_CHECK(th_streq(wt_field(l[s], "error"), "the command exited with status 3"), "error: %s",
 			         wt_field(l[s], "error"));
 	}
-	TH_CHECK(n && th_streq(wt_field(l[n - 1], "message"), "Codex is done."), "result text");
+	TH_CHECK(n && th_streq(wt_field(l[n - 1], "message"), "Codex is done."), "result text: %s", n ? l[n - 1] : "");
 	th_strv_free(l, n);
 	TH_CHECK(th_streq(wt_state(&T.w, run_id, "status"), "succeeded"), "state succeeded");
 }
