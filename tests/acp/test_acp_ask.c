@@ -29,6 +29,7 @@ static dt_disp_t D;
 #define ASK_TIMEOUT_SEC 4
 
 static const char *cli_env[4];
+static const char *const json_hdr[] = { "Content-Type: application/json", NULL };
 
 static void lines_of(const char *run_id, char ***l, size_t *n)
 {
@@ -83,11 +84,11 @@ static void test_allow_http(void)
 	TH_REQUIRE(a >= 0, "an ask line");
 	dt_resp_t r;
 	const char *url = th_strf("%s/v1/runs/run_ask_http/replies/ask_1", D.base);
-	TH_CHECK(dt_http(&r, "POST", url, NULL, "{\"option\":\"allow\"}", -1, 10000) == 0 && r.status == 202,
+	TH_CHECK(dt_http(&r, "POST", url, json_hdr, "{\"option\":\"allow\"}", -1, 10000) == 0 && r.status == 202,
 	         "reply 202 (got %ld %s)", r.status, r.body ? r.body : "");
 	dt_resp_free(&r);
 	TH_REQUIRE(wt_wait_terminal(&T.w, "run_ask_http", 60000), "the run ended");
-	TH_CHECK(dt_http(&r, "POST", url, NULL, "{\"option\":\"allow\"}", -1, 10000) == 0 && r.status == 409,
+	TH_CHECK(dt_http(&r, "POST", url, json_hdr, "{\"option\":\"allow\"}", -1, 10000) == 0 && r.status == 409,
 	         "a second reply 409 (got %ld)", r.status);
 	dt_resp_free(&r);
 	check_after_ask("run_ask_http", "answered", 1, &o);
@@ -139,7 +140,7 @@ static void test_cancel_tool(void)
 	TH_REQUIRE(at_wait_line(&T, "run_acp_cancel", "step", "running", 60000) >= 0, "the tool runs");
 	TH_REQUIRE(th_wait_until(marker_process, "sleep 29.25", 20000), "the tool's process is there");
 	dt_resp_t r;
-	TH_CHECK(dt_http(&r, "POST", th_strf("%s/v1/runs/run_acp_cancel/cancel", D.base), NULL, "{}", -1, 10000) == 0 &&
+	TH_CHECK(dt_http(&r, "POST", th_strf("%s/v1/runs/run_acp_cancel/cancel", D.base), json_hdr, "{}", -1, 10000) == 0 &&
 	         r.status == 202, "cancel 202 (%ld)", r.status);
 	dt_resp_free(&r);
 	TH_REQUIRE(wt_wait_terminal(&T.w, "run_acp_cancel", 30000), "the run ended");
