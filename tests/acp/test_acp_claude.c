@@ -78,7 +78,9 @@ static void test_secrets(void)
 	fp_set(T.anthropic, &(fp_script_t){
 		.cmd = "mkdir -p assets; env > assets/env.txt;"
 		       " for p in /proc/[0-9]*; do cat $p/environ; echo; cat $p/cmdline; echo; done > assets/all.txt 2>/dev/null;"
-		       " ls -a /root /tmp > assets/ls.txt",
+		       " ls -a /root /tmp > assets/ls.txt;"
+		       " (touch /run/runnel/agents/pwn || touch /run/runnel/node) 2>/dev/null && echo writable > assets/ro.txt || echo read-only > assets/ro.txt;"
+		       " ls /proc | grep -c '^[0-9]' > assets/nproc.txt",
 		.final = "Dumped." });
 	dev_stub_otps_t o;
 	at_submit(&T, "run_claude_secret", "{\"kind\":\"acp\",\"preset\":\"claude\"}", NULL, prompt, &o);
@@ -106,6 +108,16 @@ static void test_secrets(void)
 		}
 		free(data);
 	}
+	char *ro = NULL;
+	size_t rl = 0;
+	TH_CHECK(dev_stub_file_get(T.w.stub, o.session, "ro.txt", &ro, &rl) == 1 && th_streq(ro, "read-only\n"),
+	         "the agents' prefix and node are read-only in the sandbox (%s)", ro ? ro : "missing");
+	free(ro);
+	TH_CHECK(access(th_strf("%s/pwn", T.prefix), F_OK) != 0, "nothing written into the prefix");
+	char *np = NULL;
+	TH_CHECK(dev_stub_file_get(T.w.stub, o.session, "nproc.txt", &np, &rl) == 1 && np && atoi(np) < 40,
+	         "the sandbox sees only its own processes (%s)", np ? np : "missing");
+	free(np);
 	TH_CHECK(fp_seen(T.anthropic, AT_ANTHROPIC_KEY), "the provider got the key");
 	for (size_t i = 0; i < 3; i++) {
 		TH_CHECK(th_redis_scan_contains(T.w.rc, otps[i]) == 0, "OTP in Redis");
