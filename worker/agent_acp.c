@@ -72,6 +72,7 @@ struct worker_acp {
 	char     *text;           /* the agent's message, accumulated */
 	size_t    text_len;
 	int       text_cut;
+	int       text_break;     /* a tool ran since the last text: start a paragraph */
 	char     *thought;
 	size_t    thought_len;
 	json_t   *usage;          /* last usage_update or prompt usage (owned) */
@@ -711,6 +712,14 @@ static void on_response(worker_acp_t *s, const worker_agent_io_t *io, json_int_t
 
 static void append_text(worker_acp_t *s, const char *t)
 {
+	if (!*t)
+		return;
+	/* Text before and after a tool call are separate paragraphs. */
+	if (s->text_break && s->text_len) {
+		s->text_break = 0;
+		append_text(s, "\n\n");
+	}
+	s->text_break = 0;
 	size_t tl = strlen(t);
 	if (s->text_len + tl > WORKER_ACP_TEXT_MAX) {
 		s->text_cut = 1;
@@ -762,6 +771,7 @@ static void on_update(worker_acp_t *s, const worker_agent_io_t *io, const json_t
 		step_t *st = step_get(s, id);
 		if (!st || st->done)
 			return;
+		s->text_break = 1;
 		step_merge(st, u);
 		const char *status = json_string_value(json_object_get(u, "status"));
 		if (status && !strcmp(status, "completed"))

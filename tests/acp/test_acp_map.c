@@ -138,6 +138,7 @@ static void test_claude_flow(void)
 	         "a refused setup call is a warn log: %s", last_emitted(&r));
 	TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/prompt"), "then the prompt");
 	TH_CHECK(strstr(last_written(&r), "the prompt") != NULL, "prompt text sent");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"agent_message_chunk\",\"content\":{\"type\":\"text\",\"text\":\"Looking.\"}}}}");
 	size_t before = r.ne;
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"tool_call\",\"toolCallId\":\"t1\",\"status\":\"pending\",\"title\":\"Terminal\",\"kind\":\"execute\",\"rawInput\":{},\"_meta\":{\"claudeCode\":{\"toolName\":\"Bash\"}}}}}");
 	TH_CHECK(r.ne == before, "no running line before the input is known");
@@ -166,7 +167,7 @@ static void test_claude_flow(void)
 	         "unknown request: %s", last_written(&r));
 	TH_CHECK(!worker_acp_done(s), "not done before the prompt's answer");
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"stopReason\":\"end_turn\"}}");
-	TH_CHECK(th_streq(last_emitted(&r), "{\"type\":\"result\",\"message\":\"Key is [redacted], done.\"}"),
+	TH_CHECK(th_streq(last_emitted(&r), "{\"type\":\"result\",\"message\":\"Looking.\\n\\nKey is [redacted], done.\"}"),
 	         "result, key redacted: %s", last_emitted(&r));
 	TH_CHECK(worker_acp_done(s), "done");
 	size_t ne = r.ne;
