@@ -95,8 +95,9 @@ void worker_acp_on_line(worker_acp_t *s, const char *line, size_t len, const wor
 /*
  * A reply to an ask this session emitted: option (an option id the ask
  * offered, or a generic kind allow_once / allow_always / reject_once /
- * reject_always), or text (taken as an option id), or reject.  Anything
- * that picks no allow option is answered with the agent's reject option.
+ * reject_always, for callers other than the worker, which passes only the
+ * ask's own ids), or text (taken as an option id), or reject.  Anything
+ * that picks no option is answered with the agent's reject option.
  * 0, or -1 when the ask is not open here.
  */
 int worker_acp_on_reply(worker_acp_t *s, const char *ask_id, const char *option,
