@@ -7,8 +7,8 @@
  *
  *   test_acp_session PREFIX
  *
- * Cases: Claude bypass (tool step with duration, result, the file), Claude
- * with a provider 500 (one agent_error naming it, no API key), Claude ask
+ * Cases: Claude bypass (tool step with duration, result, the file), a slow
+ * provider, Claude with a provider 500 (one agent_error naming it, no API key), Claude ask
  * allow / reject, deny, cancel during a tool call; Codex bypass and a
  * failing command.
  */
@@ -290,6 +290,24 @@ static void test_claude_bypass(void)
 	sess_free(&t);
 }
 
+/* A slow provider: the session waits for it (no timeout of its own). */
+static void test_claude_slow(void)
+{
+	const char *ws = th_tmpdir();
+	fp_set(anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo slow > assets/out.txt",
+	                                  .final = "Slowly done.", .delay_ms = 1200 });
+	sess_t t = { 0 };
+	int calls = fp_calls(anthropic);
+	int64_t t0 = th_now_ms();
+	TH_CHECK(run(&t, WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_BYPASS, ws, "take your time", 60000), "ended in time");
+	TH_CHECK(th_now_ms() - t0 >= 2400, "two slow model calls were waited for (%lld ms)", (long long)(th_now_ms() - t0));
+	TH_CHECK(fp_calls(anthropic) - calls >= 2, "the provider answered the tool call and the text");
+	long res = find(&t, 0, "result", NULL);
+	TH_CHECK(res >= 0 && th_streq(field(&t, res, "message"), "Slowly done."), "result %s", field(&t, res, "message"));
+	TH_CHECK(file_is(th_strf("%s/assets/out.txt", ws), "slow\n"), "the tool ran");
+	sess_free(&t);
+}
+
 static void test_claude_500(void)
 {
 	const char *ws = th_tmpdir();
@@ -406,6 +424,8 @@ int main(int argc, char **argv)
 	const char *only = getenv("ACP_TEST_ONLY");
 	if (!only || strstr(only, "bypass"))
 		test_claude_bypass();
+	if (!only || strstr(only, "slow"))
+		test_claude_slow();
 	if (!only || strstr(only, "500"))
 		test_claude_500();
 	if (!only || strstr(only, "allow"))
