@@ -465,7 +465,7 @@ static void test_bootstrap_failures(void)
 
 	/* An unknown agent kind. */
 	l = run_agent("run_badkind", "{\"kind\":\"teleport\"}", NULL, 0, 0, &o, &n);
-	check_error(l, n, "bootstrap_failed", "The agent cannot be started: agent.kind \"teleport\" is not supported (command, mock)");
+	check_error(l, n, "bootstrap_failed", "The agent cannot be started: agent.kind \"teleport\" is not supported (command, mock, acp)");
 	th_strv_free(l, n);
 
 	/* A setup script that fails. */
