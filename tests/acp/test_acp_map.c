@@ -10,7 +10,8 @@
  *   - non-JSON lines, unknown requests (-32601), a second reply;
  *   - fs requests: served beneath the workspace, refused for "..", a
  *     symlink out, and paths outside /root/workspace;
- *   - an API key quoted by the agent is redacted.
+ *   - an API key quoted by the agent is redacted;
+ *   - mcp_servers in ACP's shape, history as the prompt's first block.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -284,6 +285,40 @@ static void test_ends(void)
 	TH_CHECK(worker_acp_perm_parse("sometimes", &(worker_acp_perm_t){ 0 }) == -1, "bad permission mode");
 }
 
+/* mcp_servers in ACP's shape; history first in the prompt. */
+static void test_mcp_history(void)
+{
+	rec_t r = { 0 };
+	worker_agent_io_t io = { emit_cb, write_cb, &r };
+	json_t *mcp = json_loads("[{\"name\":\"fs\",\"command\":\"/bin/fs\",\"args\":[\"-r\"],\"env\":{\"K\":\"V\"}},"
+	                         "{\"name\":\"docs\",\"url\":\"https://docs.example/mcp\",\"headers\":{\"H\":\"v\"}},"
+	                         "{\"name\":\"broken\"}]", 0, NULL);
+	json_t *hist = json_loads("[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"hello\"}]", 0, NULL);
+	worker_acp_opts_t o = { 0 };
+	char err[128];
+	o.prompt = "now this";
+	o.mcp_servers = mcp;
+	o.history = hist;
+	worker_acp_t *s = worker_acp_new(&o, err, sizeof(err));
+	TH_REQUIRE(s != NULL);
+	worker_acp_start(s, &io);
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1}}");
+	TH_CHECK(th_streq(str_at(last_written(&r), "params", "mcpServers"),
+	                  "[{\"name\":\"fs\",\"command\":\"/bin/fs\",\"args\":[\"-r\"],\"env\":[{\"name\":\"K\",\"value\":\"V\"}]},"
+	                  "{\"name\":\"docs\",\"type\":\"http\",\"url\":\"https://docs.example/mcp\",\"headers\":[{\"name\":\"H\",\"value\":\"v\"}]}]"),
+	         "mcpServers: %s", str_at(last_written(&r), "params", "mcpServers"));
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"sessionId\":\"S9\"}}");
+	TH_CHECK(th_streq(str_at(last_written(&r), "params", "prompt"),
+	                  "[{\"type\":\"text\",\"text\":\"Earlier turns of this conversation, oldest first (JSON):\\n"
+	                  "[{\\\"role\\\":\\\"user\\\",\\\"content\\\":\\\"hi\\\"},{\\\"role\\\":\\\"assistant\\\",\\\"content\\\":\\\"hello\\\"}]\"},"
+	                  "{\"type\":\"text\",\"text\":\"now this\"}]"),
+	         "prompt blocks: %s", str_at(last_written(&r), "params", "prompt"));
+	worker_acp_free(s);
+	json_decref(mcp);
+	json_decref(hist);
+	rec_free(&r);
+}
+
 static void test_fs(void)
 {
 	const char *ws = th_tmpdir();
@@ -337,6 +372,7 @@ int main(void)
 	test_claude_flow();
 	test_codex_permission();
 	test_ends();
+	test_mcp_history();
 	test_fs();
 	return th_done();
 }
