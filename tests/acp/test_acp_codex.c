@@ -58,6 +58,18 @@ int main(int argc, char **argv)
 	TH_CHECK(!wt_log_has(&T.w, "wc", AT_OPENAI_KEY), "API key in the worker log");
 	int st = th_stop(w, 10000);
 	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);
+
+	/* The process driver: host paths instead of binds, the host workspace
+	 * as the session's cwd. */
+	const char *proc_env[] = { "RUNNEL_SANDBOX=process", NULL };
+	w = at_worker(&T, "wp", proc_env);
+	run_codex("run_codex_process", "mkdir -p assets && echo process > assets/out.txt", 0, &o);
+	data = NULL;
+	TH_CHECK(dev_stub_file_get(T.w.stub, o.session, "out.txt", &data, &len) == 1 && th_streq(data, "process\n"),
+	         "process driver: assets/out.txt uploaded");
+	free(data);
+	st = th_stop(w, 10000);
+	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);
 	at_teardown(&T);
 	return th_done();
 }
