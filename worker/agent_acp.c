@@ -327,6 +327,28 @@ static void step_merge(step_t *st, const json_t *u)
 	}
 }
 
+/* v (consumed) as published: its JSON text when longer than
+ * WORKER_ACP_RESULT_MAX becomes a string of its first bytes (cut on a UTF-8
+ * boundary), so one large tool input or output never makes an envelope line
+ * over the line cap. */
+static json_t *capped(json_t *v)
+{
+	if (!v)
+		return json_null();
+	char *d = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (!d || strlen(d) <= WORKER_ACP_RESULT_MAX) {
+		free(d);
+		return v;
+	}
+	json_decref(v);
+	size_t n = WORKER_ACP_RESULT_MAX;
+	while (n && ((unsigned char)d[n] & 0xC0) == 0x80)
+		n--;   /* d[n] is now the first byte of the character that is cut off */
+	json_t *cut = json_stringn(d, n);
+	free(d);
+	return cut ? cut : json_string("(too large to show)");
+}
+
 static void step_running(worker_acp_t *s, const worker_agent_io_t *io, step_t *st)
 {
 	if (st->running || st->done)
@@ -334,39 +356,21 @@ static void step_running(worker_acp_t *s, const worker_agent_io_t *io, step_t *s
 	st->running = 1;
 	emit_obj(s, io, json_pack("{s:s,s:s,s:s,s:s,s:o}", "type", "step", "id", st->id,
 	                          "name", st->name ? st->name : "tool", "status", "running",
-	                          "args", st->args ? json_incref(st->args) : json_object()));
+	                          "args", st->args ? capped(json_incref(st->args)) : json_object()));
 }
 
 /* The step's result as published: rawOutput, else the content's text,
  * cut to WORKER_ACP_RESULT_MAX. */
+/* The step's result as published: rawOutput, else the content's text. */
 static json_t *step_result(const json_t *u)
 {
 	json_t *raw = json_object_get(u, "rawOutput");
-	json_t *res = NULL;
-	if (raw && !json_is_null(raw)) {
-		res = json_incref(raw);
-	} else {
-		char *t = content_text(json_object_get(u, "content"));
-		res = t ? json_string(t) : json_null();
-		free(t);
-	}
-	char *d = res ? json_dumps(res, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-	if (d && strlen(d) > WORKER_ACP_RESULT_MAX) {
-		json_decref(res);
-		char *cut = malloc(WORKER_ACP_RESULT_MAX + 1);
-		if (cut) {
-			memcpy(cut, d, WORKER_ACP_RESULT_MAX);
-			cut[WORKER_ACP_RESULT_MAX] = '\0';
-			res = json_string(cut);   /* NULL if the cut split a UTF-8 sequence */
-			if (!res)
-				res = json_string("(output too large)");
-			free(cut);
-		} else {
-			res = json_null();
-		}
-	}
-	free(d);
-	return res ? res : json_null();
+	if (raw && !json_is_null(raw))
+		return capped(json_incref(raw));
+	char *t = content_text(json_object_get(u, "content"));
+	json_t *res = t ? json_string(t) : json_null();
+	free(t);
+	return capped(res);
 }
 
 static void step_finish(worker_acp_t *s, const worker_agent_io_t *io, step_t *st, const json_t *u,
@@ -389,7 +393,7 @@ static void step_finish(worker_acp_t *s, const worker_agent_io_t *io, step_t *st
 	json_t *line = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:I}", "type", "step", "id", st->id,
 	                         "name", st->name ? st->name : "tool",
 	                         "status", failed ? "failed" : "succeeded",
-	                         "args", st->args ? json_incref(st->args) : json_object(), "result", result,
+	                         "args", st->args ? capped(json_incref(st->args)) : json_object(), "result", result,
 	                         "durationMs", (json_int_t)(rn_mono_ms() - st->t0));
 	if (line && failed) {
 		if (!why[0]) {
@@ -900,7 +904,7 @@ static void on_permission(worker_acp_t *s, const worker_agent_io_t *io, json_t *
 	                         "kind", "permission", "title", title ? title : tbuf,
 	                         "tool", tool ? tool : "tool", "options", opts, "status", "open");
 	if (line && st && st->args)
-		json_object_set(line, "args", st->args);
+		json_object_set_new(line, "args", capped(json_incref(st->args)));
 	if (line && st)
 		json_object_set_new(line, "step", json_string(st->id));
 	emit_obj(s, io, line);

@@ -177,6 +177,35 @@ static void test_claude_flow(void)
 	for (size_t i = 0; i < r.ne; i++)
 		TH_CHECK(!strstr(r.emitted[i], KEY), "key in an emitted line");
 	worker_acp_free(s);
+	rec_free(&r);
+
+	/* A 200 KiB tool input and output are cut to 64 KiB strings. */
+	s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_BYPASS, NULL, vars);
+	handshake(s, &io, &r, "[]");
+	size_t big = 200 * 1024;
+	char *blob = malloc(big + 1);
+	for (size_t i = 0; i < big; i += 2)
+		memcpy(blob + i, "\xc3\xa9", 2);   /* é: a cut may fall inside it */
+	blob[big] = '\0';
+	json_t *u = json_pack("{s:s,s:s,s:{s:s,s:{s:s,s:s,s:s,s:{s:s},s:s}}}", "jsonrpc", "2.0", "method", "session/update",
+	                      "params", "sessionId", "S1", "update", "sessionUpdate", "tool_call", "toolCallId", "big",
+	                      "status", "in_progress", "rawInput", "content", blob, "title", "Write");
+	char *text = json_dumps(u, JSON_COMPACT);
+	feed(s, &io, text);
+	free(text);
+	TH_CHECK(strlen(last_emitted(&r)) < WORKER_ACP_RESULT_MAX + 1024 &&
+	         th_streq(str_at(last_emitted(&r), "status", NULL), "running"), "big input cut (%zu bytes)", strlen(last_emitted(&r)));
+	json_object_set_new(json_object_get(json_object_get(u, "params"), "update"), "sessionUpdate", json_string("tool_call_update"));
+	json_object_set_new(json_object_get(json_object_get(u, "params"), "update"), "status", json_string("completed"));
+	json_object_set_new(json_object_get(json_object_get(u, "params"), "update"), "rawOutput", json_string(blob));
+	text = json_dumps(u, JSON_COMPACT);
+	feed(s, &io, text);
+	free(text);
+	json_decref(u);
+	free(blob);
+	TH_CHECK(strlen(last_emitted(&r)) < 2 * WORKER_ACP_RESULT_MAX + 1024 &&
+	         th_streq(str_at(last_emitted(&r), "status", NULL), "succeeded"), "big output cut (%zu bytes)", strlen(last_emitted(&r)));
+	worker_acp_free(s);
 	json_decref(vars);
 	rec_free(&r);
 }
