@@ -26,6 +26,13 @@ for tool in node npm flock sha256sum; do
 	fi
 done
 
+# Claude Code's SDK needs Node.js 18 or later (tested with 20).
+major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$major" -lt 18 ]; then
+	echo "agents/install.sh: Node.js $(node --version 2>/dev/null) is too old: the ACP agents need 18 or later" >&2
+	exit 2
+fi
+
 mkdir -p "$prefix"
 prefix=$(cd "$prefix" && pwd)
 exec 9>"$prefix/.lock"
