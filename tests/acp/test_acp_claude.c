@@ -5,6 +5,7 @@
  *   - a Bash tool call creates assets/out.txt: a step running, then
  *     succeeded with durationMs; the result text; the file uploaded by the
  *     writeback; state succeeded;
+ *   - the same adapter by raw argv; bad acp configs (exact bootstrap_failed);
  *   - the provider answers 500: one error line (agent_error) naming the
  *     provider failure; the API key never in Redis, its AOF or the log;
  *   - secrecy with an ACP agent in the sandbox: a tool call dumps the
@@ -47,6 +48,55 @@ static void test_happy(void)
 	         "assets/out.txt uploaded by the writeback");
 	free(data);
 	TH_CHECK(th_streq(wt_state(&T.w, "run_claude_ok", "status"), "succeeded"), "state succeeded");
+}
+
+/* A raw argv: the same adapter as any ACP agent (no preset, no mode call);
+ * its permission requests are allowed by permission_mode bypass. */
+static void test_raw_argv(void)
+{
+	fp_set(T.anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo raw > assets/out.txt", .final = "Raw done." });
+	dev_stub_otps_t o;
+	at_submit(&T, "run_claude_raw",
+	          "{\"kind\":\"acp\",\"argv\":[\"/run/runnel/node\","
+	          "\"/run/runnel/agents/node_modules/@zed-industries/claude-agent-acp/dist/index.js\"]}",
+	          NULL, "raw", &o);
+	TH_REQUIRE(wt_wait_terminal(&T.w, "run_claude_raw", 90000), "the run ended");
+	size_t n;
+	char **l = wt_lines(&T.w, "run_claude_raw", &n);
+	TH_CHECK(th_streq(wt_check_terminal(l, n), ""), "ended with a result: %s", n ? l[n - 1] : "");
+	TH_CHECK(at_find(l, n, 0, "step", "succeeded") >= 0, "the tool ran");
+	TH_CHECK(at_find(l, n, 0, "ask", NULL) < 0, "no ask");
+	TH_CHECK(n && th_streq(wt_field(l[n - 1], "message"), "Raw done."), "result text");
+	th_strv_free(l, n);
+	char *data = NULL;
+	size_t len = 0;
+	TH_CHECK(dev_stub_file_get(T.w.stub, o.session, "out.txt", &data, &len) == 1 && th_streq(data, "raw\n"),
+	         "assets/out.txt uploaded");
+	free(data);
+}
+
+/* Bad acp configs end bootstrap_failed with the reason. */
+static void test_bad_configs(void)
+{
+	static const char *const cases[][2] = {
+		{ "{\"kind\":\"acp\"}",
+		  "The agent cannot be started: an acp agent needs exactly one of agent.preset (claude, codex) or agent.argv" },
+		{ "{\"kind\":\"acp\",\"preset\":\"gemini\"}",
+		  "The agent cannot be started: agent.preset \"gemini\" is not known (claude, codex)" },
+		{ "{\"kind\":\"acp\",\"argv\":[]}",
+		  "The agent cannot be started: agent.argv must be a non-empty array of strings" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *id = th_strf("run_acp_bad%zu", i);
+		dev_stub_otps_t o;
+		at_submit(&T, id, cases[i][0], NULL, "bad", &o);
+		TH_REQUIRE(wt_wait_terminal(&T.w, id, 30000), "%s ended", id);
+		size_t n;
+		char **l = wt_lines(&T.w, id, &n);
+		TH_CHECK(th_streq(wt_check_terminal(l, n), "bootstrap_failed"), "%s: bootstrap_failed", id);
+		TH_CHECK(n && th_streq(wt_field(l[n - 1], "message"), cases[i][1]), "%s: %s", id, n ? l[n - 1] : "");
+		th_strv_free(l, n);
+	}
 }
 
 static void test_provider_500(void)
@@ -136,6 +186,8 @@ int main(int argc, char **argv)
 	pid_t w = at_worker(&T, "wa", NULL);
 	wt_warmup(&T.w);
 	test_happy();
+	test_raw_argv();
+	test_bad_configs();
 	test_provider_500();
 	test_secrets();
 	/* The API key: never in Redis (values and the AOF's history) or the log. */
