@@ -134,8 +134,10 @@ static int acp_paths(worker_config_t *c, char *errstr, size_t errstr_size)
 			return -1;
 		}
 		char *r = strdup(buf);
-		if (!r)
+		if (!r) {
+			snprintf(errstr, errstr_size, "out of memory");
 			return -1;
+		}
 		free(c->acp_prefix);
 		c->acp_prefix = r;
 	}

@@ -5,6 +5,7 @@
  *   - a Bash tool call creates assets/out.txt: a step running, then
  *     succeeded with durationMs; the result text; the file uploaded by the
  *     writeback; state succeeded;
+ *   - bad --acp-prefix / --node: the worker exits 2 saying why;
  *   - the same adapter by raw argv; bad acp configs (exact bootstrap_failed);
  *   - the provider answers 500: one error line (agent_error) naming the
  *     provider failure; the API key never in Redis, its AOF or the log;
@@ -183,6 +184,19 @@ int main(int argc, char **argv)
 	th_init("acp_claude");
 	if (at_setup(&T, argc, argv, "appendonly yes\nappendfsync always\n") == 77)
 		return 77;
+	/* Bad ACP settings stop the worker at start, exit 2, with the reason. */
+	static const char *const bad[][2] = {
+		{ "RUNNEL_ACP_PREFIX=agents", "RUNNEL_ACP_PREFIX/--acp-prefix: agents is not an absolute directory with node_modules (run agents/install.sh)" },
+		{ "RUNNEL_NODE=/nonexistent/node", "RUNNEL_NODE/--node: /nonexistent/node is not an executable file" },
+	};
+	for (size_t i = 0; i < 2; i++) {
+		const char *env[] = { bad[i][0], NULL };
+		char *name = th_strf("bad%zu", i);
+		pid_t p = wt_worker(&T.w, name, env);
+		int st = 0;
+		TH_CHECK(th_wait_exit(p, 10000, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s: exit 2", bad[i][0]);
+		TH_CHECK(wt_log_has(&T.w, name, bad[i][1]), "%s: the log says why", bad[i][0]);
+	}
 	pid_t w = at_worker(&T, "wa", NULL);
 	wt_warmup(&T.w);
 	test_happy();
