@@ -9,6 +9,12 @@
 # /bin, /lib* and /etc read-only as the agent's root: an agent program
 # ("agent": {"kind": "command"}) must exist in the image, so build agent
 # images FROM this one.
+#
+# ACP agents ("agent": {"kind": "acp", "preset": "claude" | "codex"}): the
+# pinned adapters of agents/package.json are installed by agents/install.sh
+# into /opt/runnel/agents, and Debian's Node.js runs the Claude one; the
+# worker binds both read-only into each sandbox (RUNNEL_ACP_PREFIX,
+# RUNNEL_NODE). They add about 310 MB to the image.
 
 ARG DEBIAN_IMAGE=debian:12-slim
 
@@ -33,13 +39,22 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang-14 
       /build/dispatcher/runnel-dispatcher \
       /build/cli/runnel
 
+# ---- agents: the ACP adapters, from the lock file -------------------------
+FROM ${DEBIAN_IMAGE} AS agents
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      nodejs npm ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY agents/ /src/agents/
+RUN /src/agents/install.sh /opt/runnel/agents && rm -rf /root/.npm
+
 # ---- runtime: the shared libraries, bubblewrap, CA certificates -----------
 FROM ${DEBIAN_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       librdkafka1 libhiredis0.14 libcurl4 libarchive13 libsodium23 \
       libjansson4 libevent-2.1-7 libevent-pthreads-2.1-7 \
-      bubblewrap ca-certificates \
+      bubblewrap ca-certificates nodejs \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 runnel \
  && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/runnel \
@@ -49,11 +64,13 @@ RUN apt-get update \
 # runnel-worker finds runnel-mock-agent and runnel-agent next to itself
 # (/proc/self/exe), so all three live in /usr/local/bin.
 COPY --from=build /out/ /
+COPY --from=agents /opt/runnel/agents /opt/runnel/agents
 
 # Listen on all interfaces inside the container (the programs' own defaults
 # are loopback); the work directory is writable by uid 10001. In a pod with
 # a read-only root filesystem, mount an emptyDir there (the chart does).
 ENV RUNNEL_WORK_DIR=/var/lib/runnel \
+    RUNNEL_ACP_PREFIX=/opt/runnel/agents \
     RUNNEL_LISTEN=0.0.0.0:8080 \
     RUNNEL_METRICS_LISTEN=0.0.0.0:9464
 

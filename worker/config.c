@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "proto/keys.h"
 
-#define OPTS_N 30
+#define OPTS_N 32
 
 void worker_config_wipe_env(const char *name)
 {
@@ -64,6 +64,9 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		{ "tenant-max-runs-for", 0, "RUNNEL_TENANT_MAX_RUNS_FOR", RN_OPT_STR, &c->tenant_max_runs_for, NULL, "LIST", "per-tenant caps overriding it, \"acme=20,bulk=2\" (0: no cap)", 0, 0 },
 		{ "queue-wait-replicas", 0, "RUNNEL_QUEUE_WAIT_REPLICAS", RN_OPT_INT, &c->queue_wait_replicas, "0", "N", "replicas that must have a queued job (Redis WAIT) before its Kafka offset is stored", 0, 16 },
 		{ "kafka-property", 'X', "RUNNEL_KAFKA_PROPERTIES", RN_OPT_KV, &c->kafka_props, NULL, "KEY=VALUE", "librdkafka property (repeatable; env \"k=v;k=v\")", 0, 0 },
+		/* acp agents */
+		{ "acp-prefix", 0, "RUNNEL_ACP_PREFIX", RN_OPT_STR, &c->acp_prefix, NULL, "DIR", "ACP agents installed by agents/install.sh (bound read-only into sandboxes)", 0, 0 },
+		{ "node", 0, "RUNNEL_NODE", RN_OPT_STR, &c->node, NULL, "PATH", "Node.js for ACP agents (default: node on PATH)", 0, 0 },
 		RN_OPT_END,
 	};
 	_Static_assert(sizeof(t) / sizeof(t[0]) == OPTS_N, "OPTS_N must match the table");
@@ -164,6 +167,52 @@ static int tenant_caps_parse(worker_config_t *c, char *errstr, size_t errstr_siz
 		c->tenant_caps[c->n_tenant_caps++] = n;
 	}
 	free(copy);
+	return 0;
+}
+
+/* The acp agents' prefix and the Node.js binary, resolved to real paths
+ * (bwrap binds them read-only).  A missing default node is not an error:
+ * runs of the claude preset then fail with a clear message. */
+static int acp_paths(worker_config_t *c, char *errstr, size_t errstr_size)
+{
+	char buf[PATH_MAX], nm[PATH_MAX + 16];
+	if (c->acp_prefix && *c->acp_prefix) {
+		snprintf(nm, sizeof(nm), "%s/node_modules", c->acp_prefix);
+		if (c->acp_prefix[0] != '/' || !realpath(c->acp_prefix, buf) || access(nm, R_OK | X_OK) != 0) {
+			snprintf(errstr, errstr_size,
+			         "RUNNEL_ACP_PREFIX/--acp-prefix: %.200s is not an absolute directory with node_modules (run agents/install.sh)",
+			         c->acp_prefix);
+			return -1;
+		}
+		char *r = strdup(buf);
+		if (!r) {
+			snprintf(errstr, errstr_size, "out of memory");
+			return -1;
+		}
+		free(c->acp_prefix);
+		c->acp_prefix = r;
+	}
+	if (c->node) {
+		if (!realpath(c->node, buf) || access(buf, X_OK) != 0) {
+			snprintf(errstr, errstr_size, "RUNNEL_NODE/--node: %.200s is not an executable file", c->node);
+			return -1;
+		}
+		snprintf(c->node_path, sizeof(c->node_path), "%s", buf);
+		return 0;
+	}
+	const char *path = getenv("PATH");
+	while (path && *path) {
+		const char *colon = strchr(path, ':');
+		size_t n = colon ? (size_t)(colon - path) : strlen(path);
+		if (n && n < sizeof(nm) - 6) {
+			snprintf(nm, sizeof(nm), "%.*s/node", (int)n, path);
+			if (access(nm, X_OK) == 0 && realpath(nm, buf)) {
+				snprintf(c->node_path, sizeof(c->node_path), "%s", buf);
+				return 0;
+			}
+		}
+		path = colon ? colon + 1 : NULL;
+	}
 	return 0;
 }
 
@@ -301,6 +350,8 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		}
 		c->builtin_agent_path[0] = '\0'; /* builtin runs will fail with a clear message */
 	}
+	if (acp_paths(c, errstr, errstr_size) < 0)
+		return -1;
 
 	/* The job key: environment only, removed once read. */
 	const char *hex = getenv("RUNNEL_JOB_KEY");

@@ -48,6 +48,9 @@ typedef struct worker_config {
 	long  tenant_max_runs;
 	char *tenant_max_runs_for;
 	long  queue_wait_replicas;
+	/* acp agents (worker/agent_acp.c) */
+	char *acp_prefix;                   /* agents/install.sh prefix, or NULL */
+	char *node;                         /* Node.js binary, or NULL = node on PATH */
 
 	/* Derived. */
 	rn_redis_url_t redis;               /* holds the password: never log */
@@ -66,6 +69,7 @@ typedef struct worker_config {
 	size_t   n_tenant_caps;
 	char     tenant_cap_names[WORKER_TENANT_CAPS_MAX][PROTO_TENANT_MAX + 1];
 	long     tenant_caps[WORKER_TENANT_CAPS_MAX];
+	char     node_path[4096];           /* resolved host path; "" when none */
 } worker_config_t;
 
 /*

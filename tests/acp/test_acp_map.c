@@ -1,0 +1,407 @@
+/*
+ * tests/acp/test_acp_map.c - the ACP session's mapping, fed scripted agent
+ * lines (no agent, no sandbox): what runnel writes back on stdin and which
+ * envelope lines it emits for each case the real agents showed, and for
+ * bad input.
+ *   - the handshake and setup calls, in order, per preset and mode;
+ *   - Claude's tool announced without input, enriched, completed;
+ *   - Codex's permission request before its tool call; a reject;
+ *   - stop reasons and JSON-RPC errors -> exact error codes and messages;
+ *   - non-JSON lines, unknown requests (-32601), a second reply;
+ *   - fs requests: served beneath the workspace, refused for "..", a
+ *     symlink out, and paths outside /root/workspace;
+ *   - an API key quoted by the agent is redacted;
+ *   - mcp_servers in ACP's shape, history as the prompt's first block.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "tests/support/harness.h"
+#include "worker/agent_acp.h"
+
+#define KEY "sk-ant-map-secret-key-123456"
+
+typedef struct rec {
+	char  **emitted;
+	size_t  ne;
+	char  **written;
+	size_t  nw;
+} rec_t;
+
+static void emit_cb(void *loop, const char *line, size_t len)
+{
+	rec_t *r = loop;
+	r->emitted = realloc(r->emitted, (r->ne + 1) * sizeof(char *));
+	r->emitted[r->ne++] = strndup(line, len);
+}
+
+static int write_cb(void *loop, const char *buf, size_t len)
+{
+	rec_t *r = loop;
+	TH_CHECK(len > 0 && buf[len - 1] == '\n', "stdin writes are whole lines");
+	r->written = realloc(r->written, (r->nw + 1) * sizeof(char *));
+	r->written[r->nw++] = strndup(buf, len - 1);
+	return 0;
+}
+
+static void rec_free(rec_t *r)
+{
+	th_strv_free(r->emitted, r->ne);
+	th_strv_free(r->written, r->nw);
+	memset(r, 0, sizeof(*r));
+}
+
+static const char *str_at(const char *line, const char *path1, const char *path2)
+{
+	static char buf[2048];
+	json_t *j = json_loads(line, 0, NULL);
+	json_t *v = json_object_get(j, path1);
+	if (path2)
+		v = json_object_get(v, path2);
+	buf[0] = '\0';
+	if (json_is_string(v))
+		snprintf(buf, sizeof(buf), "%s", json_string_value(v));
+	else if (v) {
+		char *d = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		snprintf(buf, sizeof(buf), "%s", d ? d : "");
+		free(d);
+	}
+	json_decref(j);
+	return buf;
+}
+
+static const char *last_written(rec_t *r)
+{
+	return r->nw ? r->written[r->nw - 1] : "";
+}
+
+static const char *last_emitted(rec_t *r)
+{
+	return r->ne ? r->emitted[r->ne - 1] : "";
+}
+
+static void feed(worker_acp_t *s, const worker_agent_io_t *io, const char *line)
+{
+	worker_acp_on_line(s, line, strlen(line), io);
+}
+
+static worker_acp_t *session(worker_acp_preset_t preset, worker_acp_perm_t perm, const char *ws, json_t *vars)
+{
+	worker_acp_opts_t o = { 0 };
+	char err[128];
+	o.preset = preset;
+	o.perm = perm;
+	o.run_id = "run_map";
+	o.prompt = "the prompt";
+	o.system_prompt = "sys";
+	o.model = "haiku";
+	o.variables = vars;
+	o.workspace_host = ws;
+	worker_acp_t *s = worker_acp_new(&o, err, sizeof(err));
+	TH_REQUIRE(s != NULL, "%s", err);
+	return s;
+}
+
+/* Drives initialize and session/new (modes offered: bypass + default). */
+static void handshake(worker_acp_t *s, const worker_agent_io_t *io, rec_t *r, const char *modes)
+{
+	TH_REQUIRE(worker_acp_start(s, io) == 0);
+	TH_CHECK(th_streq(str_at(last_written(r), "method", NULL), "initialize"), "initialize first");
+	feed(s, io, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1,\"agentInfo\":{\"name\":\"fake\",\"version\":\"9\"}}}");
+	TH_CHECK(th_streq(str_at(last_written(r), "method", NULL), "session/new"), "then session/new");
+	TH_CHECK(th_streq(str_at(last_written(r), "params", "cwd"), "/root/workspace"), "cwd");
+	char *resp = th_strf("{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"sessionId\":\"S1\",\"modes\":{\"currentModeId\":\"default\",\"availableModes\":%s}}}",
+	                     modes);
+	feed(s, io, resp);
+}
+
+static void test_claude_flow(void)
+{
+	rec_t r = { 0 };
+	worker_agent_io_t io = { emit_cb, write_cb, &r };
+	json_t *vars = json_pack("{s:s,s:s}", "ANTHROPIC_API_KEY", KEY, "SHORT_KEY", "abc");
+	worker_acp_t *s = session(WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_BYPASS, NULL, vars);
+	handshake(s, &io, &r, "[{\"id\":\"default\"},{\"id\":\"bypassPermissions\"}]");
+	TH_CHECK(strstr(r.written[1], "\"_meta\":{\"systemPrompt\":{\"append\":\"sys\"}}") != NULL,
+	         "system prompt appended: %s", r.written[1]);
+	TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/set_mode") &&
+	         th_streq(str_at(last_written(&r), "params", "modeId"), "bypassPermissions"), "bypass mode");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}");
+	TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/set_model") &&
+	         th_streq(str_at(last_written(&r), "params", "modelId"), "haiku"), "set_model");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{\"code\":-32602,\"message\":\"no such model\"}}");
+	TH_CHECK(strstr(last_emitted(&r), "the agent refused session/set_model: no such model") != NULL,
+	         "a refused setup call is a warn log: %s", last_emitted(&r));
+	TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/prompt"), "then the prompt");
+	TH_CHECK(strstr(last_written(&r), "the prompt") != NULL, "prompt text sent");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"agent_message_chunk\",\"content\":{\"type\":\"text\",\"text\":\"Looking.\"}}}}");
+	size_t before = r.ne;
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"tool_call\",\"toolCallId\":\"t1\",\"status\":\"pending\",\"title\":\"Terminal\",\"kind\":\"execute\",\"rawInput\":{},\"_meta\":{\"claudeCode\":{\"toolName\":\"Bash\"}}}}}");
+	TH_CHECK(r.ne == before, "no running line before the input is known");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"tool_call_update\",\"toolCallId\":\"t1\",\"title\":\"ls\",\"rawInput\":{\"command\":\"ls\"}}}}");
+	TH_CHECK(th_streq(last_emitted(&r), "{\"type\":\"step\",\"id\":\"t1\",\"name\":\"Bash\",\"status\":\"running\",\"args\":{\"command\":\"ls\"}}"),
+	         "running: %s", last_emitted(&r));
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"tool_call_update\",\"toolCallId\":\"t1\",\"status\":\"completed\",\"rawOutput\":\"file.txt\"}}}");
+	TH_CHECK(th_streq(str_at(last_emitted(&r), "status", NULL), "succeeded") &&
+	         th_streq(str_at(last_emitted(&r), "result", NULL), "file.txt") &&
+	         strstr(last_emitted(&r), "\"durationMs\":") != NULL, "succeeded: %s", last_emitted(&r));
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"tool_call_update\",\"toolCallId\":\"t1\",\"status\":\"failed\"}}}");
+	TH_CHECK(th_streq(str_at(last_emitted(&r), "status", NULL), "succeeded"), "a finished step is not finished twice");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"agent_thought_chunk\",\"content\":{\"type\":\"text\",\"text\":\"hmm\"}}}}");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"plan\",\"entries\":[{\"content\":\"look\",\"status\":\"pending\"}]}}}");
+	TH_CHECK(r.ne >= 2 && th_streq(r.emitted[r.ne - 2], "{\"type\":\"log\",\"level\":\"debug\",\"message\":\"thinking: hmm\"}"),
+	         "thought as debug log");
+	TH_CHECK(th_streq(last_emitted(&r), "{\"type\":\"log\",\"level\":\"debug\",\"message\":\"plan: [pending] look\"}"),
+	         "plan as debug log: %s", last_emitted(&r));
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"agent_message_chunk\",\"content\":{\"type\":\"text\",\"text\":\"Key is " KEY ", \"}}}}");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"agent_message_chunk\",\"content\":{\"type\":\"text\",\"text\":\"done.\"}}}}");
+	feed(s, &io, "not json at all");
+	TH_CHECK(th_streq(last_emitted(&r), "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"the agent printed a line that is not a JSON-RPC message (15 bytes)\"}"),
+	         "non-JSON line: %s", last_emitted(&r));
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"terminal/create\",\"params\":{}}");
+	TH_CHECK(th_streq(last_written(&r), "{\"jsonrpc\":\"2.0\",\"id\":7,\"error\":{\"code\":-32601,\"message\":\"Method not found\"}}"),
+	         "unknown request: %s", last_written(&r));
+	TH_CHECK(!worker_acp_done(s), "not done before the prompt's answer");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"stopReason\":\"end_turn\"}}");
+	TH_CHECK(th_streq(last_emitted(&r), "{\"type\":\"result\",\"message\":\"Looking.\\n\\nKey is [redacted], done.\"}"),
+	         "result, key redacted: %s", last_emitted(&r));
+	TH_CHECK(worker_acp_done(s), "done");
+	size_t ne = r.ne;
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"available_commands_update\"}}}");
+	TH_CHECK(r.ne == ne, "nothing after the end");
+	for (size_t i = 0; i < r.ne; i++)
+		TH_CHECK(!strstr(r.emitted[i], KEY), "key in an emitted line");
+	worker_acp_free(s);
+	rec_free(&r);
+
+	/* A 200 KiB tool input and output are cut to 64 KiB strings. */
+	s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_BYPASS, NULL, vars);
+	handshake(s, &io, &r, "[]");
+	size_t big = 200 * 1024;
+	char *blob = malloc(big + 1);
+	for (size_t i = 0; i < big; i += 2)
+		memcpy(blob + i, "\xc3\xa9", 2);   /* é: a cut may fall inside it */
+	blob[big] = '\0';
+	json_t *u = json_pack("{s:s,s:s,s:{s:s,s:{s:s,s:s,s:s,s:{s:s},s:s}}}", "jsonrpc", "2.0", "method", "session/update",
+	                      "params", "sessionId", "S1", "update", "sessionUpdate", "tool_call", "toolCallId", "big",
+	                      "status", "in_progress", "rawInput", "content", blob, "title", "Write");
+	char *text = json_dumps(u, JSON_COMPACT);
+	feed(s, &io, text);
+	free(text);
+	TH_CHECK(strlen(last_emitted(&r)) < WORKER_ACP_RESULT_MAX + 1024 &&
+	         th_streq(str_at(last_emitted(&r), "status", NULL), "running"), "big input cut (%zu bytes)", strlen(last_emitted(&r)));
+	json_object_set_new(json_object_get(json_object_get(u, "params"), "update"), "sessionUpdate", json_string("tool_call_update"));
+	json_object_set_new(json_object_get(json_object_get(u, "params"), "update"), "status", json_string("completed"));
+	json_object_set_new(json_object_get(json_object_get(u, "params"), "update"), "rawOutput", json_string(blob));
+	text = json_dumps(u, JSON_COMPACT);
+	feed(s, &io, text);
+	free(text);
+	json_decref(u);
+	free(blob);
+	TH_CHECK(strlen(last_emitted(&r)) < 2 * WORKER_ACP_RESULT_MAX + 1024 &&
+	         th_streq(str_at(last_emitted(&r), "status", NULL), "succeeded"), "big output cut (%zu bytes)", strlen(last_emitted(&r)));
+	worker_acp_free(s);
+	json_decref(vars);
+	rec_free(&r);
+}
+
+static void test_codex_permission(void)
+{
+	rec_t r = { 0 };
+	worker_agent_io_t io = { emit_cb, write_cb, &r };
+	worker_acp_t *s = session(WORKER_ACP_PRESET_CODEX, WORKER_ACP_PERM_ASK, NULL, NULL);
+	handshake(s, &io, &r, "[{\"id\":\"read-only\"},{\"id\":\"auto\"},{\"id\":\"full-access\"}]");
+	TH_CHECK(th_streq(str_at(last_written(&r), "params", "modeId"), "auto"), "codex ask -> auto");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}");
+	TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/prompt"), "codex: no set_model call");
+	/* Codex asks before it announces the tool. */
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":\"u-1\",\"method\":\"session/request_permission\",\"params\":{\"sessionId\":\"S1\",\"toolCall\":{\"toolCallId\":\"c1\",\"kind\":\"execute\",\"status\":\"pending\",\"title\":\"rm -rf x\",\"rawInput\":{\"command\":[\"bash\",\"-lc\",\"rm -rf x\"]}},\"options\":[{\"optionId\":\"approved\",\"name\":\"Yes\",\"kind\":\"allow_once\"},{\"optionId\":\"abort\",\"name\":\"No\",\"kind\":\"reject_once\"}]}}");
+	TH_CHECK(r.ne >= 2 && th_streq(str_at(r.emitted[r.ne - 2], "status", NULL), "running"), "the step opens with the ask");
+	const char *ask = last_emitted(&r);
+	TH_CHECK(th_streq(str_at(ask, "type", NULL), "ask") && th_streq(str_at(ask, "id", NULL), "ask_1") &&
+	         th_streq(str_at(ask, "status", NULL), "open") && th_streq(str_at(ask, "step", NULL), "c1") &&
+	         th_streq(str_at(ask, "options", NULL),
+	                  "[{\"id\":\"approved\",\"label\":\"Yes\",\"kind\":\"allow_once\"},{\"id\":\"abort\",\"label\":\"No\",\"kind\":\"reject_once\"}]"),
+	         "ask: %s", ask);
+	TH_CHECK(worker_acp_on_reply(s, "ask_9", "approved", NULL, 0, &io) == -1, "unknown ask");
+	TH_CHECK(worker_acp_on_reply(s, "ask_1", "reject_once", NULL, 0, &io) == 0, "reply by kind");
+	TH_CHECK(th_streq(last_written(&r), "{\"jsonrpc\":\"2.0\",\"id\":\"u-1\",\"result\":{\"outcome\":{\"outcome\":\"selected\",\"optionId\":\"abort\"}}}"),
+	         "string id echoed, reject option: %s", last_written(&r));
+	TH_CHECK(worker_acp_on_reply(s, "ask_1", "approved", NULL, 0, &io) == -1, "a second reply is refused");
+	/* A reject ends a Codex turn "cancelled", which runnel did not ask for. */
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"stopReason\":\"cancelled\"}}");
+	TH_CHECK(r.ne >= 2 && th_streq(str_at(r.emitted[r.ne - 2], "status", NULL), "failed"), "open step closed failed");
+	TH_CHECK(th_streq(last_emitted(&r), "{\"type\":\"error\",\"code\":\"agent_cancelled\",\"message\":\"The agent stopped its turn (cancelled).\"}"),
+	         "error: %s", last_emitted(&r));
+	worker_acp_free(s);
+	rec_free(&r);
+}
+
+static void test_ends(void)
+{
+	static const struct { const char *resp, *want; } cases[] = {
+		{ "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"stopReason\":\"max_tokens\"}}",
+		  "{\"type\":\"error\",\"code\":\"max_tokens\",\"message\":\"The agent stopped its turn (max_tokens).\"}" },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"stopReason\":\"refusal\"}}",
+		  "{\"type\":\"error\",\"code\":\"agent_refused\",\"message\":\"The agent stopped its turn (refusal).\"}" },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{}}",
+		  "{\"type\":\"error\",\"code\":\"agent_stopped\",\"message\":\"The agent stopped its turn (no stop reason).\"}" },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-32603,\"message\":\"Internal error: API Error: 500 {\\\"message\\\":\\\"boom\\\"}\"}}",
+		  "{\"type\":\"error\",\"code\":\"agent_error\",\"message\":\"The agent failed: Internal error: API Error: 500 {\\\"message\\\":\\\"boom\\\"}\"}" },
+		{ "{\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-32603,\"message\":\"Internal error\",\"data\":{\"message\":\"high demand\",\"codex_error_info\":\"internal_server_error\"}}}",
+		  "{\"type\":\"error\",\"code\":\"agent_error\",\"message\":\"The agent failed: Internal error: high demand\"}" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		rec_t r = { 0 };
+		worker_agent_io_t io = { emit_cb, write_cb, &r };
+		worker_acp_t *s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_BYPASS, NULL, NULL);
+		handshake(s, &io, &r, "[]");
+		TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/prompt"), "raw argv: straight to the prompt");
+		TH_CHECK(!strstr(r.written[1], "_meta"), "raw argv: no Claude _meta");
+		feed(s, &io, cases[i].resp);
+		TH_CHECK(th_streq(last_emitted(&r), cases[i].want), "case %zu: %s", i, last_emitted(&r));
+		TH_CHECK(worker_acp_done(s), "done");
+		worker_acp_free(s);
+		rec_free(&r);
+	}
+	/* Handshake failures. */
+	rec_t r = { 0 };
+	worker_agent_io_t io = { emit_cb, write_cb, &r };
+	worker_acp_t *s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_BYPASS, NULL, NULL);
+	worker_acp_start(s, &io);
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":2}}");
+	TH_CHECK(th_streq(last_emitted(&r), "{\"type\":\"error\",\"code\":\"agent_error\",\"message\":\"The agent speaks ACP version 2; runnel speaks version 1.\"}"),
+	         "version: %s", last_emitted(&r));
+	worker_acp_free(s);
+	rec_free(&r);
+	s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_BYPASS, NULL, NULL);
+	worker_acp_start(s, &io);
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1}}");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{\"code\":-32000,\"message\":\"Authentication required\"}}");
+	TH_CHECK(th_streq(last_emitted(&r), "{\"type\":\"error\",\"code\":\"agent_error\",\"message\":\"The agent could not start a session: Authentication required\"}"),
+	         "session/new: %s", last_emitted(&r));
+	worker_acp_free(s);
+	rec_free(&r);
+	/* Deny and bypass answer at once; a cancel answers open asks. */
+	s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_DENY, NULL, NULL);
+	handshake(s, &io, &r, "[]");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"session/request_permission\",\"params\":{\"toolCall\":{\"toolCallId\":\"x\"},\"options\":[{\"optionId\":\"a\",\"kind\":\"allow_always\"},{\"optionId\":\"r\",\"kind\":\"reject_always\"}]}}");
+	TH_CHECK(th_streq(last_written(&r), "{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{\"outcome\":{\"outcome\":\"selected\",\"optionId\":\"r\"}}}"),
+	         "deny: %s", last_written(&r));
+	worker_acp_free(s);
+	rec_free(&r);
+	s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_ASK, NULL, NULL);
+	handshake(s, &io, &r, "[]");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"session/request_permission\",\"params\":{\"toolCall\":{\"toolCallId\":\"x\",\"rawInput\":{\"a\":1}},\"options\":[{\"optionId\":\"a\",\"kind\":\"allow_once\"}]}}");
+	TH_CHECK(th_streq(str_at(last_emitted(&r), "type", NULL), "ask"), "ask");
+	worker_acp_on_cancel(s, &io);
+	TH_CHECK(r.nw >= 2 && th_streq(r.written[r.nw - 2], "{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{\"outcome\":{\"outcome\":\"cancelled\"}}}"),
+	         "open request answered cancelled");
+	TH_CHECK(th_streq(last_written(&r), "{\"jsonrpc\":\"2.0\",\"method\":\"session/cancel\",\"params\":{\"sessionId\":\"S1\"}}"),
+	         "session/cancel: %s", last_written(&r));
+	TH_CHECK(worker_acp_on_reply(s, "ask_1", "a", NULL, 0, &io) == -1, "the ask is closed");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"stopReason\":\"cancelled\"}}");
+	TH_CHECK(worker_acp_done(s) && th_streq(str_at(last_emitted(&r), "status", NULL), "failed") &&
+	         th_streq(str_at(last_emitted(&r), "error", NULL), "the run was cancelled"),
+	         "a cancel we asked for: the step closed, no terminal line: %s", last_emitted(&r));
+	worker_acp_free(s);
+	rec_free(&r);
+	TH_CHECK(worker_acp_perm_parse("sometimes", &(worker_acp_perm_t){ 0 }) == -1, "bad permission mode");
+}
+
+/* mcp_servers in ACP's shape; history first in the prompt. */
+static void test_mcp_history(void)
+{
+	rec_t r = { 0 };
+	worker_agent_io_t io = { emit_cb, write_cb, &r };
+	json_t *mcp = json_loads("[{\"name\":\"fs\",\"command\":\"/bin/fs\",\"args\":[\"-r\"],\"env\":{\"K\":\"V\"}},"
+	                         "{\"name\":\"docs\",\"url\":\"https://docs.example/mcp\",\"headers\":{\"H\":\"v\"}},"
+	                         "{\"name\":\"broken\"}]", 0, NULL);
+	json_t *hist = json_loads("[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"hello\"}]", 0, NULL);
+	worker_acp_opts_t o = { 0 };
+	char err[128];
+	o.prompt = "now this";
+	o.mcp_servers = mcp;
+	o.history = hist;
+	worker_acp_t *s = worker_acp_new(&o, err, sizeof(err));
+	TH_REQUIRE(s != NULL);
+	worker_acp_start(s, &io);
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1}}");
+	TH_CHECK(th_streq(str_at(last_written(&r), "params", "mcpServers"),
+	                  "[{\"name\":\"fs\",\"command\":\"/bin/fs\",\"args\":[\"-r\"],\"env\":[{\"name\":\"K\",\"value\":\"V\"}]},"
+	                  "{\"name\":\"docs\",\"type\":\"http\",\"url\":\"https://docs.example/mcp\",\"headers\":[{\"name\":\"H\",\"value\":\"v\"}]}]"),
+	         "mcpServers: %s", str_at(last_written(&r), "params", "mcpServers"));
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"sessionId\":\"S9\"}}");
+	TH_CHECK(th_streq(str_at(last_written(&r), "params", "prompt"),
+	                  "[{\"type\":\"text\",\"text\":\"Earlier turns of this conversation, oldest first (JSON):\\n"
+	                  "[{\\\"role\\\":\\\"user\\\",\\\"content\\\":\\\"hi\\\"},{\\\"role\\\":\\\"assistant\\\",\\\"content\\\":\\\"hello\\\"}]\"},"
+	                  "{\"type\":\"text\",\"text\":\"now this\"}]"),
+	         "prompt blocks: %s", str_at(last_written(&r), "params", "prompt"));
+	worker_acp_free(s);
+	json_decref(mcp);
+	json_decref(hist);
+	rec_free(&r);
+}
+
+static void test_fs(void)
+{
+	const char *ws = th_tmpdir();
+	const char *outside = th_tmpdir();
+	TH_REQUIRE(th_file_write(th_strf("%s/secret.txt", outside), "outside\n", 8) == 0);
+	TH_REQUIRE(th_file_write(th_strf("%s/in.txt", ws), "one\ntwo\nthree\n", 14) == 0);
+	TH_REQUIRE(symlink(th_strf("%s/secret.txt", outside), th_strf("%s/link.txt", ws)) == 0);
+	rec_t r = { 0 };
+	worker_agent_io_t io = { emit_cb, write_cb, &r };
+	worker_acp_t *s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_BYPASS, ws, NULL);
+	TH_REQUIRE(worker_acp_start(s, &io) == 0);
+	TH_CHECK(th_streq(str_at(last_written(&r), "params", "clientCapabilities"),
+	                  "{\"fs\":{\"readTextFile\":true,\"writeTextFile\":true},\"terminal\":false}"),
+	         "capabilities: %s", str_at(last_written(&r), "params", "clientCapabilities"));
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"fs/read_text_file\",\"params\":{\"sessionId\":\"S1\",\"path\":\"/root/workspace/in.txt\",\"line\":2,\"limit\":1}}");
+	TH_CHECK(th_streq(last_written(&r), "{\"jsonrpc\":\"2.0\",\"id\":10,\"result\":{\"content\":\"two\\n\"}}"),
+	         "read lines: %s", last_written(&r));
+	static const char *const bad[] = {
+		"/root/workspace/../../etc/passwd", "/etc/passwd", "/root/workspacex/in.txt", "/root/workspace/link.txt",
+	};
+	for (size_t i = 0; i < 4; i++) {
+		feed(s, &io, th_strf("{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"fs/read_text_file\",\"params\":{\"path\":\"%s\"}}", bad[i]));
+		TH_CHECK(strstr(last_written(&r), "\"error\"") && !strstr(last_written(&r), "outside"),
+		         "refused %s: %s", bad[i], last_written(&r));
+	}
+	TH_CHECK(strstr(last_written(&r), "Too many levels of symbolic links") != NULL, "symlink refused: %s", last_written(&r));
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"fs/write_text_file\",\"params\":{\"path\":\"/root/workspace/new.txt\",\"content\":\"hi\"}}");
+	TH_CHECK(th_streq(last_written(&r), "{\"jsonrpc\":\"2.0\",\"id\":12,\"result\":null}"), "write: %s", last_written(&r));
+	char *d = th_file_read(th_strf("%s/new.txt", ws), NULL);
+	TH_CHECK(th_streq(d, "hi"), "written beneath the workspace");
+	free(d);
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":13,\"method\":\"fs/write_text_file\",\"params\":{\"path\":\"/root/workspace/link.txt\",\"content\":\"pwned\"}}");
+	d = th_file_read(th_strf("%s/secret.txt", outside), NULL);
+	TH_CHECK(th_streq(d, "outside\n") && strstr(last_written(&r), "\"error\""), "no write through a symlink");
+	free(d);
+	worker_acp_free(s);
+	rec_free(&r);
+	/* Without a workspace no fs capability is declared and requests fail. */
+	s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_BYPASS, NULL, NULL);
+	worker_acp_start(s, &io);
+	TH_CHECK(strstr(last_written(&r), "\"readTextFile\":false") != NULL, "no fs capability");
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"fs/read_text_file\",\"params\":{\"path\":\"/root/workspace/in.txt\"}}");
+	TH_CHECK(strstr(last_written(&r), "-32601") != NULL, "fs refused: %s", last_written(&r));
+	worker_acp_free(s);
+	rec_free(&r);
+}
+
+int main(void)
+{
+	th_init("acp_map");
+	test_claude_flow();
+	test_codex_permission();
+	test_ends();
+	test_mcp_history();
+	test_fs();
+	return th_done();
+}
