@@ -87,4 +87,7 @@ int dispatcher_store_cancel(dispatcher_store_t *s, const char *run_id, const cha
 int dispatcher_store_unblock(dispatcher_store_t *s, long long client_id,
                              void (*cb)(int unblocked, void *arg), void *arg);
 
+/* The shared connection, for modules with keys of their own (recent.c). */
+dispatcher_rconn_t *dispatcher_store_conn(dispatcher_store_t *s);
+
 #endif
