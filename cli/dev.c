@@ -485,7 +485,8 @@ static int wait_ready(dev_stack_t *s)
 		if (cli_interrupted() || child_died(s))
 			return -1;
 		cli_http_resp_t resp;
-		if (cli_http_request("GET", url, NULL, NULL, &resp, err, sizeof(err)) == 0) {
+		/* With RUNNEL_API_TOKEN set, /readyz wants it too. */
+		if (cli_http_request("GET", url, getenv("RUNNEL_API_TOKEN"), NULL, &resp, err, sizeof(err)) == 0) {
 			long st = resp.status;
 			cli_http_resp_free(&resp);
 			if (st == 200)
