@@ -457,6 +457,92 @@ const cases = {
   },
 };
 
+/* ---------- the HTTP side, no browser ---------- */
+
+function runCapture(cmd, args, env) {
+  return new Promise((resolve) => {
+    const p = spawn(cmd, args, { env: Object.assign({}, process.env, env), stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.stderr.on('data', (d) => { out += d; });
+    p.on('exit', (code) => resolve({ code, out }));
+  });
+}
+
+async function expectError(url, status, message, opts) {
+  const r = await fetch(url, opts);
+  const body = await r.json().catch(() => null);
+  check(r.status === status && body && body.error && body.error.message === message,
+    `${url}: ${r.status} ${JSON.stringify(body)}, expected ${status} "${message}"`);
+}
+
+cases.http = async function http() {
+  const dev = await startDev();
+  const D = dev.base;
+  // Files, types and headers.
+  const idx = await fetch(`${D}/ui/`);
+  check(idx.status === 200, `/ui/ ${idx.status}`);
+  check(idx.headers.get('content-type') === 'text/html; charset=utf-8', `type ${idx.headers.get('content-type')}`);
+  const csp = idx.headers.get('content-security-policy') || '';
+  check(csp.includes("default-src 'none'") && csp.includes("script-src 'self'") && csp.includes("frame-ancestors 'none'") &&
+        csp.endsWith(`connect-src 'self' ${dev.stub}`), `csp: ${csp}`);
+  check(!/unsafe-inline|unsafe-eval/.test(csp), 'no unsafe- sources');
+  check(idx.headers.get('x-content-type-options') === 'nosniff', 'nosniff');
+  check(idx.headers.get('cache-control') === 'no-cache', `cache-control ${idx.headers.get('cache-control')}`);
+  const etag = idx.headers.get('etag');
+  check(/^"[0-9a-f]{32}"$/.test(etag || ''), `etag ${etag}`);
+  check((await fetch(`${D}/ui/`, { headers: { 'If-None-Match': etag } })).status === 304, '304 on If-None-Match');
+  const html = await idx.text();
+  check(!/<script>|\sstyle=|\son[a-z]+=/.test(html), 'index.html has no inline script, style or handler');
+  for (const [f, t] of [['app.js', 'text/javascript; charset=utf-8'], ['app.css', 'text/css; charset=utf-8']]) {
+    const r = await fetch(`${D}/ui/${f}`);
+    check(r.status === 200 && r.headers.get('content-type') === t, `${f}: ${r.status} ${r.headers.get('content-type')}`);
+    check((await r.text()).length > 1000, `${f} body`);
+  }
+  const head = await fetch(`${D}/ui/`, { method: 'HEAD' });
+  check(head.status === 200 && (await head.text()) === '', 'HEAD /ui/');
+  const redir = await fetch(`${D}/ui`, { redirect: 'manual' });
+  check(redir.status === 301 && redir.headers.get('location') === '/ui/', `/ui: ${redir.status}`);
+  const cfg = await (await fetch(`${D}/ui/config.json`)).json();
+  check(cfg.auth === false && cfg.dev_stub === dev.stub, `config ${JSON.stringify(cfg)}`);
+  await expectError(`${D}/ui/nope.js`, 404, 'ui: no such file');
+  await expectError(`${D}/ui/..%2fv1%2fruns`, 404, 'ui: no such file');
+  await expectError(`${D}/ui/`, 405, 'method: GET, HEAD, OPTIONS only', { method: 'POST' });
+  // Bad limits.
+  for (const l of ['0', 'abc', '501', '-1', '1x', '']) {
+    await expectError(`${D}/v1/runs?limit=${l}`, 400, 'limit: must be an integer 1..500');
+  }
+  // Bad dev stub URLs refuse to start.
+  for (const u of ['http://evil.example:80', 'http://127.0.0.1:8080/x', 'https://127.0.0.1:1', 'http://127.0.0.1:',
+                   "http://127.0.0.1:1 'unsafe-inline'", 'http://127.0.0.1:123456']) {
+    const r = await runCapture(process.env.RUNNEL_DISPATCHER_BIN, [], { RUNNEL_UI_DEV_STUB: u });
+    check(r.code === 2 && r.out.includes('runnel-dispatcher: --ui-dev-stub/RUNNEL_UI_DEV_STUB: expected http://127.0.0.1:PORT (a loopback host and a port, no path)'),
+      `RUNNEL_UI_DEV_STUB=${u}: ${r.code} ${r.out}`);
+  }
+  // The index keeps RUNNEL_RECENT_RUNS entries, newest first, and expires.
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  spawnLogged('dispatcher', process.env.RUNNEL_DISPATCHER_BIN, [], {
+    RUNNEL_LISTEN: `127.0.0.1:${port}`, RUNNEL_REDIS_URL: dev.redis, RUNNEL_KAFKA_BROKERS: dev.kafka,
+    RUNNEL_RECENT_RUNS: '2', RUNNEL_RETENTION_SEC: '600', RUNNEL_MAX_RUNTIME_SEC: '300' });
+  await waitFor('our dispatcher', async () => (await fetch(`${base}/readyz`)).status === 200, 30000);
+  const ids = [];
+  for (let i = 0; i < 3; i++) ids.push(await apiRun(base, dev.stub, 'steps'));
+  const list = await (await fetch(`${base}/v1/runs`)).json();
+  check(JSON.stringify(list.runs.map((r) => r.run_id)) === JSON.stringify([ids[2], ids[1]]), `list ${JSON.stringify(list)}`);
+  check(list.runs.every((r) => typeof r.status === 'string' && typeof r.enqueued_at === 'number'), 'state in the list');
+  await expectError(`${base}/v1/runs?limit=3`, 400, 'limit: must be an integer 1..2');
+  const card = await runCapture('redis-cli', ['-u', dev.redis, 'ZCARD', 'runnel:{runs}:recent']);
+  check(card.out.trim() === '2', `ZCARD ${card.out}`);
+  const ttl = await runCapture('redis-cli', ['-u', dev.redis, 'TTL', 'runnel:{runs}:recent']);
+  check(Number(ttl.out) > 800 && Number(ttl.out) <= 900, `TTL ${ttl.out}`);
+  // An entry whose state is gone leaves the index when read.
+  await runCapture('redis-cli', ['-u', dev.redis, 'DEL', `runnel:{${ids[2]}}:state`, `runnel:{${ids[2]}}:out`]);
+  const after = await (await fetch(`${base}/v1/runs`)).json();
+  check(JSON.stringify(after.runs.map((r) => r.run_id)) === JSON.stringify([ids[1]]), `after expiry ${JSON.stringify(after)}`);
+  await waitFor('the ZREM', async () => (await runCapture('redis-cli', ['-u', dev.redis, 'ZCARD', 'runnel:{runs}:recent'])).out.trim() === '1', 5000);
+};
+
 /* ---------- main ---------- */
 
 async function main() {
