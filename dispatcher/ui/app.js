@@ -430,7 +430,7 @@ function viewRun(runId) {
   const main = clear(document.getElementById('app'));
   const state = {};
   const steps = new Map();   // step id -> {row, line}
-  const asks = new Map();    // ask id -> card
+  const asks = new Map();    // ask id -> {card, line}
   let ended = false;
   let logCount = 0;
 
@@ -542,14 +542,17 @@ function viewRun(runId) {
     for (const row of logList.children) row.hidden = LEVELS.indexOf(row.dataset.level) < min;
   });
 
-  function onAsk(line) {
-    let card = asks.get(line.id);
-    if (!card) {
-      card = el('div', { class: 'card ask', 'data-ask': line.id });
-      asks.set(line.id, card);
-      askBox.append(card);
+  function onAsk(update) {
+    let a = asks.get(update.id);
+    if (!a) {
+      a = { card: el('div', { class: 'card ask', 'data-ask': update.id }), line: {} };
+      asks.set(update.id, a);
+      askBox.append(a.card);
     }
-    clear(card);
+    /* A settlement line may carry only id, status and the answer. */
+    const line = Object.assign({}, a.line, update);
+    a.line = line;
+    const card = clear(a.card);
     const open = line.status === 'open';
     card.classList.toggle('settled', !open);
     card.dataset.status = line.status || '';

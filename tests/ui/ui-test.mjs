@@ -457,6 +457,39 @@ const cases = {
   },
 };
 
+/* The ask card alone, from lines written straight into a run's stream
+ * (this works without a worker that knows asks). */
+cases.askcard = async function askcard() {
+  const dev = await startDev();
+  const run = `run_askcard_${Date.now()}`;
+  const redis = (...a) => runCapture('redis-cli', ['-u', dev.redis, ...a]);
+  const xadd = (line) => redis('XADD', `runnel:{${run}}:out`, '*', 'line', JSON.stringify(line));
+  await redis('HSET', `runnel:{${run}}:state`, 'status', 'running', 'worker', 'w-test', 'enqueued_at', String(Date.now()),
+              'started_at', String(Date.now()));
+  cleanups.push(async () => { await redis('DEL', `runnel:{${run}}:state`, `runnel:{${run}}:out`); });
+  await xadd({ type: 'ask', id: 'ask_q', kind: 'question', title: 'Which table?', question: 'Pick the <b>table</b> to use',
+               status: 'open', ts: Date.now() });
+  await xadd({ type: 'ask', id: 'ask_p', kind: 'permission', title: 'Run: rm -rf build', tool: 'Bash', args: { command: 'rm -rf build' },
+               options: [{ id: 'allow_once', label: 'Allow' }, { id: 'reject_once', label: 'Reject' }], status: 'open', ts: Date.now() });
+  const page = await browser();
+  await page.goto(`${dev.viewer}#/runs/${run}`);
+  await page.waitForSelector('#asks [data-ask="ask_p"] button[data-option="allow_once"]');
+  check((await page.$$eval('#asks [data-ask="ask_p"] button', (b) => b.map((x) => x.textContent))).join(',') === 'Allow,Reject', 'option buttons');
+  check(await page.$('#asks [data-ask="ask_q"] textarea') !== null, 'question text box');
+  check((await page.textContent('#asks [data-ask="ask_q"]')).includes('Pick the <b>table</b> to use'), 'question as text');
+  await xadd({ type: 'ask', id: 'ask_p', status: 'answered', option: 'allow_once', ts: Date.now() });
+  await waitFor('the settled card', async () => (await page.getAttribute('#asks [data-ask="ask_p"]', 'data-status')) === 'answered');
+  const settled = await page.textContent('#asks [data-ask="ask_p"]');
+  check(settled.includes('Run: rm -rf build') && settled.includes('allow_once'), `settled card: ${settled}`);
+  check(!(await page.$('#asks [data-ask="ask_p"] button')), 'no buttons once settled');
+  check((await page.$$('#asks [data-ask]')).length === 2, 'two cards');
+  await xadd({ type: 'ask', id: 'ask_q', status: 'expired', ts: Date.now() });
+  await xadd({ type: 'error', code: 'cancelled', message: 'The run was cancelled.', ts: Date.now() });
+  await page.waitForSelector('#error .banner');
+  await waitFor('the expired card', async () => (await page.getAttribute('#asks [data-ask="ask_q"]', 'data-status')) === 'expired');
+  check(!page.errors.length, `page errors: ${page.errors}`);
+};
+
 /* ---------- the HTTP side, no browser ---------- */
 
 function runCapture(cmd, args, env) {
