@@ -24,6 +24,10 @@ const CASE = process.argv[2];
 const ARTIFACTS = process.env.RUNNEL_UI_ARTIFACTS || path.join(os.tmpdir(), 'runnel-ui-artifacts');
 const SKIP = 77;
 const cleanups = [];
+// Sanitizer reports from the programs (an ASan build writes them to their
+// logs, which nothing else reads).
+const SANITIZER = /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:/;
+const findings = [];
 let lastPage = null;
 
 function log(...a) { console.log(`[ui_${CASE}]`, ...a); }
@@ -148,6 +152,7 @@ function spawnLogged(name, cmd, args, env) {
     await p.exited;
     clearTimeout(t);
   });
+  cleanups.push(async () => { if (SANITIZER.test(p.out)) findings.push(`${name}:\n${p.out}`); });
   log(`started ${name} pid ${p.pid}`);
   return p;
 }
@@ -158,6 +163,15 @@ async function startDev(env = {}) {
   const agents = path.join(dir, 'agents');
   fs.mkdirSync(agents);
   for (const [name, def] of Object.entries(AGENTS)) fs.writeFileSync(path.join(agents, `${name}.json`), JSON.stringify(def));
+  // Runs after the stack stopped (cleanups run last first), before the rm.
+  cleanups.push(async () => {
+    for (const logs of fs.readdirSync(dir).map((d) => path.join(dir, d, 'logs')).filter((d) => fs.existsSync(d))) {
+      for (const f of fs.readdirSync(logs)) {
+        const text = fs.readFileSync(path.join(logs, f), 'utf8');
+        if (SANITIZER.test(text)) findings.push(`${f}:\n${text.slice(-4000)}`);
+      }
+    }
+  });
   const p = spawnLogged('runnel dev', process.env.RUNNEL_CLI, ['dev', '--port', '0', '--sandbox', 'process', '--agents', agents, '--keep'],
     Object.assign({ TMPDIR: dir, RUNNEL_DRAIN_SEC: '1' }, env));
   const banner = await waitFor('the runnel dev banner', () => {
@@ -601,4 +615,9 @@ async function main() {
   }
 }
 
-process.exitCode = await main();
+let rc = await main();
+if (findings.length) {
+  log(`FAILED: sanitizer reports:\n${findings.join('\n')}`);
+  rc = 1;
+}
+process.exitCode = rc;
