@@ -479,7 +479,8 @@ cases.askcard = async function askcard() {
   const redis = (...a) => runCapture('redis-cli', ['-u', dev.redis, ...a]);
   const xadd = (line) => redis('XADD', `runnel:{${run}}:out`, '*', 'line', JSON.stringify(line));
   await redis('HSET', `runnel:{${run}}:state`, 'status', 'running', 'worker', 'w-test', 'enqueued_at', String(Date.now()),
-              'started_at', String(Date.now()));
+              'started_at', String(Date.now()), 'tenant', 'acme');
+  await redis('ZADD', 'runnel:{runs}:recent', String(Date.now()), run);
   cleanups.push(async () => { await redis('DEL', `runnel:{${run}}:state`, `runnel:{${run}}:out`); });
   await xadd({ type: 'ask', id: 'ask_q', kind: 'question', title: 'Which table?', question: 'Pick the <b>table</b> to use',
                status: 'open', ts: Date.now() });
@@ -501,6 +502,12 @@ cases.askcard = async function askcard() {
   await xadd({ type: 'error', code: 'cancelled', message: 'The run was cancelled.', ts: Date.now() });
   await page.waitForSelector('#error .banner');
   await waitFor('the expired card', async () => (await page.getAttribute('#asks [data-ask="ask_q"]', 'data-status')) === 'expired');
+  check((await page.textContent('#state')).includes('acme'), 'tenant in the header');
+  // The runs list shows a tenant column once a run has one.
+  await page.goto(`${dev.viewer}#/`);
+  await page.waitForSelector(`#runs tr[data-run="${run}"]`);
+  check((await page.$$eval('#runs th', (t) => t.map((x) => x.textContent))).includes('Tenant'), 'tenant column');
+  check((await page.textContent(`#runs tr[data-run="${run}"]`)).includes('acme'), 'tenant in the row');
   check(!page.errors.length, `page errors: ${page.errors}`);
 };
 
