@@ -818,6 +818,17 @@ static void stub_handle_mint(dev_stub_t *s, struct evhttp_request *req, stub_rep
 	evhttp_clear_headers(&q);
 }
 
+/* The configured origin, also when the page was opened as localhost
+ * instead of 127.0.0.1 (same port). */
+static int stub_origin_ok(const dev_stub_t *s, const char *origin)
+{
+	static const char lo[] = "http://127.0.0.1:";
+	if (strcmp(origin, s->cors_origin) == 0)
+		return 1;
+	return strncmp(s->cors_origin, lo, sizeof(lo) - 1) == 0 && strncmp(origin, "http://localhost:", 17) == 0 &&
+	       strcmp(origin + 17, s->cors_origin + sizeof(lo) - 1) == 0;
+}
+
 static int stub_cmp_names(const void *a, const void *b)
 {
 	return strcmp(json_string_value(*(json_t *const *)a), json_string_value(*(json_t *const *)b));
@@ -884,8 +895,9 @@ static void stub_request_cb(struct evhttp_request *req, void *arg)
 	/* The dev viewer (another origin: the dispatcher) mints runs here. */
 	if ((strcmp(path, "/mint") == 0 || strcmp(path, "/agents") == 0) && s->enable_mint &&
 	    s->cors_origin[0]) {
-		evhttp_add_header(evhttp_request_get_output_headers(req), "Access-Control-Allow-Origin",
-		                  s->cors_origin);
+		const char *origin = evhttp_find_header(evhttp_request_get_input_headers(req), "Origin");
+		if (origin && stub_origin_ok(s, origin))
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Access-Control-Allow-Origin", origin);
 		evhttp_add_header(evhttp_request_get_output_headers(req), "Vary", "Origin");
 	}
 	if (strcmp(path, "/agents") == 0 && s->enable_mint) {

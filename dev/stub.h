@@ -86,8 +86,8 @@ typedef struct dev_stub_opts {
 	                              it are counted but not kept in memory */
 	int         enable_mint;   /* 1: serve POST /mint (needs agents_dir) */
 	/* With enable_mint: a browser origin ("http://127.0.0.1:8080", the
-	 * dispatcher serving /ui/) allowed to call /mint and /agents (CORS).
-	 * NULL = none. */
+	 * dispatcher serving /ui/) allowed to call /mint and /agents (CORS;
+	 * "http://localhost:8080" too).  NULL = none. */
 	const char *cors_origin;
 } dev_stub_opts_t;
 

@@ -562,6 +562,15 @@ cases.http = async function http() {
   await expectError(`${D}/ui/nope.js`, 404, 'ui: no such file');
   await expectError(`${D}/ui/..%2fv1%2fruns`, 404, 'ui: no such file');
   await expectError(`${D}/ui/`, 405, 'method: GET, HEAD, OPTIONS only', { method: 'POST' });
+  // The stub lets only the dispatcher's page (127.0.0.1 or localhost) mint.
+  const origin = new URL(D).origin;
+  const port = new URL(D).port;
+  for (const [o, ok] of [[origin, true], [`http://localhost:${port}`, true], ['http://evil.example', false],
+                         [`http://127.0.0.1:${Number(port) + 1}`, false]]) {
+    const r = await fetch(`${dev.stub}/agents`, { headers: { Origin: o } });
+    const acao = r.headers.get('access-control-allow-origin');
+    check(ok ? acao === o : acao === null, `stub CORS for ${o}: ${acao}`);
+  }
   // Bad limits.
   for (const l of ['0', 'abc', '501', '-1', '1x', '']) {
     await expectError(`${D}/v1/runs?limit=${l}`, 400, 'limit: must be an integer 1..500');
@@ -574,10 +583,10 @@ cases.http = async function http() {
       `RUNNEL_UI_DEV_STUB=${u}: ${r.code} ${r.out}`);
   }
   // The index keeps RUNNEL_RECENT_RUNS entries, newest first, and expires.
-  const port = await freePort();
-  const base = `http://127.0.0.1:${port}`;
+  const port2 = await freePort();
+  const base = `http://127.0.0.1:${port2}`;
   spawnLogged('dispatcher', process.env.RUNNEL_DISPATCHER_BIN, [], {
-    RUNNEL_LISTEN: `127.0.0.1:${port}`, RUNNEL_REDIS_URL: dev.redis, RUNNEL_KAFKA_BROKERS: dev.kafka,
+    RUNNEL_LISTEN: `127.0.0.1:${port2}`, RUNNEL_REDIS_URL: dev.redis, RUNNEL_KAFKA_BROKERS: dev.kafka,
     RUNNEL_RECENT_RUNS: '2', RUNNEL_RETENTION_SEC: '600', RUNNEL_MAX_RUNTIME_SEC: '300' });
   await waitFor('our dispatcher', async () => (await fetch(`${base}/readyz`)).status === 200, 30000);
   const ids = [];
