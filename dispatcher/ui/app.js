@@ -14,6 +14,7 @@
 const TOKEN_KEY = 'runnel.token';
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'lost']);
 const LEVELS = ['debug', 'info', 'warn', 'error'];
+const MAX_LOG_ROWS = 5000;   // a chatty run keeps the page responsive
 
 const app = {
   config: { auth: false, dev_stub: null },
@@ -536,6 +537,10 @@ function viewRun(runId) {
       el('span', { class: `lvl ${lvl}`, text: lvl }), `${fmtTime(line.ts)}  `, String(line.message ?? ''));
     row.hidden = LEVELS.indexOf(lvl) < LEVELS.indexOf(levelSel.value);
     logList.append(row);
+    if (logList.children.length > MAX_LOG_ROWS) {
+      logList.firstElementChild.remove();
+      logSummary.textContent = `Logs (${logCount}, the last ${MAX_LOG_ROWS} shown)`;
+    }
   }
   levelSel.addEventListener('change', () => {
     const min = LEVELS.indexOf(levelSel.value);
