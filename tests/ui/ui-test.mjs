@@ -323,6 +323,8 @@ const cases = {
     await startFromForm(page, dev, 'ask');
     await page.waitForSelector('#asks [data-ask="ask_1"] button[data-option="allow_once"]', { timeout: 30000 });
     check((await page.textContent('#asks [data-ask="ask_1"] [data-option="allow_once"]')) === 'Allow', 'Allow label');
+    fs.mkdirSync(ARTIFACTS, { recursive: true });
+    await page.screenshot({ path: path.join(ARTIFACTS, 'ask-card.png') });
     await page.click('#asks [data-ask="ask_1"] button[data-option="allow_once"]');
     await waitStatus(page, 'succeeded');
     check((await page.textContent('#result')).includes('Allowed and done.'), 'result after allow');
