@@ -439,7 +439,8 @@ function viewRun(runId) {
   const head = el('div', { class: 'card', id: 'state' });
   const errBox = el('div', { id: 'error' });
   const askBox = el('div', { id: 'asks' });
-  const stepBody = el('tbody');
+  const noSteps = el('tr', { class: 'empty' }, el('td', { colspan: 3, class: 'muted', text: 'No steps yet.' }));
+  const stepBody = el('tbody', null, noSteps);
   const stepTable = el('table', { class: 'steps', id: 'steps' },
     el('thead', null, el('tr', null, el('th', { text: '' }), el('th', { text: 'Step' }), el('th', { text: 'Duration' }))),
     stepBody);
@@ -506,6 +507,7 @@ function viewRun(runId) {
       const name = el('td');
       const dur = el('td', { class: 'dur' });
       const row = el('tr', { class: 'step', 'data-step': line.id }, icon, name, dur);
+      noSteps.remove();
       stepBody.append(row);
       s = { row, icon, name, dur, line: {}, started: line.ts };
       steps.set(line.id, s);
@@ -612,7 +614,16 @@ function viewRun(runId) {
       el('b', { class: 'mono', text: line.code || 'error' }), ': ', String(line.message ?? '')));
   }
 
+  /* A line means the run moved (claimed, running): show it soon rather
+   * than at the next poll, at most twice a second. */
+  let refreshTimer = null;
+  function refreshSoon() {
+    if (refreshTimer || TERMINAL.has(state.status) || state.status === 'running') return;
+    refreshTimer = setTimeout(() => { refreshTimer = null; refresh(); }, 300);
+  }
+
   function onEvent(id, line) {
+    refreshSoon();
     switch (line && line.type) {
       case 'step': onStep(line); break;
       case 'log': onLog(line); break;
