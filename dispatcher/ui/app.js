@@ -393,6 +393,9 @@ function viewRuns() {
 function devForm() {
   const agent = el('select', { id: 'dev-agent', 'aria-label': 'Agent' });
   const prompt = el('input', { type: 'text', id: 'dev-prompt', value: 'Add an inference node', 'aria-label': 'Prompt' });
+  const perm = el('select', { id: 'dev-perm', 'aria-label': 'Permission mode', title: 'permission_mode of the job (the agent definition\'s own wins)' },
+    el('option', { value: '', text: 'permission: default' }),
+    ...['bypass', 'ask', 'deny'].map((m) => el('option', { value: m, text: `permission: ${m}` })));
   const msg = el('span', { class: 'muted', id: 'dev-msg' });
   const go = el('button', { class: 'primary', type: 'submit', id: 'dev-start', text: 'Start run' });
   const stub = app.config.dev_stub;
@@ -400,7 +403,7 @@ function devForm() {
     for (const name of (a && a.agents) || []) agent.append(el('option', { value: name, text: name }));
     if ([...agent.options].some((o) => o.value === 'demo')) agent.value = 'demo';
   }).catch(() => { msg.textContent = 'cannot list the stub\'s agents'; });
-  const form = el('form', { class: 'inline', id: 'dev-form' }, agent, prompt, go, msg);
+  const form = el('form', { class: 'inline', id: 'dev-form' }, agent, prompt, perm, go, msg);
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     go.disabled = true;
@@ -409,11 +412,13 @@ function devForm() {
       const r = await fetch(`${stub}/mint?agent=${encodeURIComponent(agent.value)}`, { method: 'POST', cache: 'no-store' });
       if (!r.ok) throw new Error(`the stub refused (${r.status})`);
       const o = await r.json();
+      const job = { agent_url: o.agent_url, otp_setup: o.otp_setup, otp_run: o.otp_run,
+                    otp_upload: o.otp_upload, prompt: prompt.value, caller: 'runnel-ui' };
+      if (perm.value) job.permission_mode = perm.value;
       const a = await api('/v1/runs', {
         method: 'POST',
         headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify({ agent_url: o.agent_url, otp_setup: o.otp_setup, otp_run: o.otp_run,
-                               otp_upload: o.otp_upload, prompt: prompt.value, caller: 'runnel-ui' }),
+        body: JSON.stringify(job),
       });
       location.hash = `#/runs/${encodeURIComponent(a.run_id)}`;
     } catch (err) {

@@ -118,6 +118,12 @@ while read -r line; do
   esac
 done
 `, { permission_mode: 'ask' }),
+  // The mock agent's ask script: asks only when the job says permission_mode ask.
+  mockask: {
+    env: { variables: {}, setup_script: null },
+    config: { system_prompt: 'ui test', model: 'mock', skills: [], mcp_servers: [],
+              agent: { kind: 'mock', script: 'ask' }, max_runtime_sec: 120 },
+  },
   // Hostile output: markup everywhere and links of every scheme.
   xss: commandAgent(`
 emit '{"type":"log","level":"info","message":"<script>window.__pwned=1</script>"}'
@@ -241,10 +247,11 @@ async function browser() {
   return page;
 }
 
-async function startFromForm(page, dev, agent) {
+async function startFromForm(page, dev, agent, perm) {
   await page.goto(dev.viewer);
   await page.waitForSelector(`#dev-agent option[value="${agent}"]`, { state: 'attached' });
   await page.selectOption('#dev-agent', agent);
+  if (perm) await page.selectOption('#dev-perm', perm);
   await page.click('#dev-start');
   await page.waitForURL(/#\/runs\/run_/);
   return decodeURIComponent(/#\/runs\/(.+)$/.exec(page.url())[1]);
@@ -339,6 +346,15 @@ const cases = {
     await page.waitForSelector('#error .banner');
     check((await page.textContent('#error')).includes('cancelled'), 'cancelled banner');
     await waitFor('the ask rejected', async () => (await page.getAttribute('#asks [data-ask="ask_1"]', 'data-status')) === 'rejected');
+    // The form's permission mode reaches the job: the mock asks, Reject
+    // fails its step and the run still ends with a result.
+    await startFromForm(page, dev, 'mockask', 'ask');
+    await page.waitForSelector('#asks [data-ask="ask_1"] button[data-option="reject_once"]');
+    await page.click('#asks [data-ask="ask_1"] button[data-option="reject_once"]');
+    await waitStatus(page, 'succeeded');
+    await page.waitForSelector('#steps tr.step[data-status="failed"] .bad');
+    check((await page.textContent('#result')).includes('Finished without running the tool'), 'result after reject');
+    await waitFor('the ask answered', async () => (await page.getAttribute('#asks [data-ask="ask_1"]', 'data-status')) !== 'open');
     check(!page.errors.length, `page errors: ${page.errors}`);
   },
 
