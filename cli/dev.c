@@ -554,14 +554,15 @@ static void print_banner(const dev_stack_t *s)
 	                   "-H \"Authorization: Bearer $RUNNEL_API_TOKEN\" " : "";
 
 	printf("runnel dev: the stack is up (Ctrl-C stops it)\n"
-	       "  viewer      %s/ui/  (open it in a browser: start runs, watch and steer them)\n"
-	       "  dispatcher  %s\n"
+	       "  viewer      %s/ui/  (open it in a browser: start runs, watch and steer them)\n",
+	       s->dispatcher_url);
+	printf("  dispatcher  %s\n"
 	       "  worker      pid %d, sandbox %s\n"
 	       "  redis       %s\n"
 	       "  kafka       %s (in-process mock; topics %s, %s.dlq)\n"
 	       "  workspace   %s (agents from %s)\n"
 	       "  scratch     %s (logs/dispatcher.log, logs/worker.log)\n\n",
-	       s->dispatcher_url, s->dispatcher_url, (int)s->worker.pid, s->sandbox, redis_shown, s->bootstrap,
+	       s->dispatcher_url, (int)s->worker.pid, s->sandbox, redis_shown, s->bootstrap,
 	       g_opt.jobs_topic, g_opt.jobs_topic, stub, s->agents, s->dir);
 	printf("Start a run and stream it (NDJSON):\n"
 	       "  curl -s -X POST '%s/mint?agent=%s' | sed 's/}$/,\"prompt\":\"%s\"}/' | "
