@@ -91,8 +91,11 @@ function pretty(v) {
 
 class AuthError extends Error {}
 
+/* Where sessionStorage is refused, the token lives in this page only. */
+let memToken = '';
+
 function token() {
-  try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; }
+  try { return sessionStorage.getItem(TOKEN_KEY) || memToken; } catch (e) { return memToken; }
 }
 
 function headers(extra) {
@@ -310,6 +313,7 @@ function follow(runId, onEvent, onEnd, onState) {
 /* ---------- token ---------- */
 
 function needToken(message) {
+  memToken = '';
   try { sessionStorage.removeItem(TOKEN_KEY); } catch (e) { /* private mode */ }
   if (app.view) { app.view(); app.view = null; }
   const main = clear(document.getElementById('app'));
@@ -322,7 +326,7 @@ function needToken(message) {
     e.preventDefault();
     const t = input.value.trim();
     if (!t) return;
-    try { sessionStorage.setItem(TOKEN_KEY, t); } catch (err) { /* kept for this page only */ }
+    try { sessionStorage.setItem(TOKEN_KEY, t); } catch (err) { memToken = t; }
     input.value = '';
     try {
       await api('/v1/runs?limit=1');
