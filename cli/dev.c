@@ -393,12 +393,15 @@ static int start_stub(dev_stack_t *s)
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%ld", g_opt.stub_port);
 	snprintf(results, sizeof(results), "%s/results", s->dir);
+	/* The /ui/ viewer (served by the dispatcher) mints runs from the stub. */
+	snprintf(s->dispatcher_url, sizeof(s->dispatcher_url), "http://127.0.0.1:%ld", g_opt.port);
 	mkdir(results, 0700);
 	dev_stub_opts_t o = {
 		.listen = listen,
 		.agents_dir = s->agents,
 		.results_dir = results,
 		.enable_mint = 1,
+		.cors_origin = s->dispatcher_url,
 	};
 	s->stub = dev_stub_start(&o, err, sizeof(err));
 	if (!s->stub) {
@@ -411,6 +414,7 @@ static int start_stub(dev_stack_t *s)
 static int start_children(dev_stack_t *s)
 {
 	char err[512], listen[64], log[PATH_MAX + 32], work[PATH_MAX + 16];
+	char e_ui_stub[160];
 	char e_listen[96], e_brokers[300], e_redis[340], e_prefix[120], e_topic[300], e_sandbox[64], e_work[PATH_MAX + 32];
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%ld", g_opt.port);
@@ -425,8 +429,9 @@ static int start_children(dev_stack_t *s)
 	snprintf(e_sandbox, sizeof(e_sandbox), "RUNNEL_SANDBOX=%s", s->sandbox);
 	snprintf(e_work, sizeof(e_work), "RUNNEL_WORK_DIR=%s", work);
 	const char *drain = getenv("RUNNEL_DRAIN_SEC");
+	snprintf(e_ui_stub, sizeof(e_ui_stub), "RUNNEL_UI_DEV_STUB=%s", dev_stub_url(s->stub));
 
-	const char *denv[] = { e_listen, e_brokers, e_redis, e_prefix, e_topic, NULL };
+	const char *denv[] = { e_listen, e_brokers, e_redis, e_prefix, e_topic, e_ui_stub, NULL };
 	char **env = cli_env_build(denv);
 	char *dargv[] = { s->dispatcher_bin, NULL };
 	snprintf(log, sizeof(log), "%s/logs/dispatcher.log", s->dir);
@@ -480,7 +485,8 @@ static int wait_ready(dev_stack_t *s)
 		if (cli_interrupted() || child_died(s))
 			return -1;
 		cli_http_resp_t resp;
-		if (cli_http_request("GET", url, NULL, NULL, &resp, err, sizeof(err)) == 0) {
+		/* With RUNNEL_API_TOKEN set, /readyz wants it too. */
+		if (cli_http_request("GET", url, getenv("RUNNEL_API_TOKEN"), NULL, &resp, err, sizeof(err)) == 0) {
 			long st = resp.status;
 			cli_http_resp_free(&resp);
 			if (st == 200)
@@ -548,7 +554,9 @@ static void print_banner(const dev_stack_t *s)
 	                   "-H \"Authorization: Bearer $RUNNEL_API_TOKEN\" " : "";
 
 	printf("runnel dev: the stack is up (Ctrl-C stops it)\n"
-	       "  dispatcher  %s\n"
+	       "  viewer      %s/ui/  (open it in a browser: start runs, watch and steer them)\n",
+	       s->dispatcher_url);
+	printf("  dispatcher  %s\n"
 	       "  worker      pid %d, sandbox %s\n"
 	       "  redis       %s\n"
 	       "  kafka       %s (in-process mock; topics %s, %s.dlq)\n"

@@ -6,6 +6,7 @@
 #include "dev/stub.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -94,6 +95,7 @@ struct dev_stub {
 	size_t              max_body;
 	size_t              max_store;
 	int                 enable_mint;
+	char                cors_origin[128];  /* "" = no CORS */
 	stub_run_t         *runs;
 	stub_blob_t        *blobs;
 	int                 unknown;
@@ -816,6 +818,66 @@ static void stub_handle_mint(dev_stub_t *s, struct evhttp_request *req, stub_rep
 	evhttp_clear_headers(&q);
 }
 
+/* The configured origin, also when the page was opened as localhost
+ * instead of 127.0.0.1 (same port). */
+static int stub_origin_ok(const dev_stub_t *s, const char *origin)
+{
+	static const char lo[] = "http://127.0.0.1:";
+	if (strcmp(origin, s->cors_origin) == 0)
+		return 1;
+	return strncmp(s->cors_origin, lo, sizeof(lo) - 1) == 0 && strncmp(origin, "http://localhost:", 17) == 0 &&
+	       strcmp(origin + 17, s->cors_origin + sizeof(lo) - 1) == 0;
+}
+
+static int stub_cmp_names(const void *a, const void *b)
+{
+	return strcmp(json_string_value(*(json_t *const *)a), json_string_value(*(json_t *const *)b));
+}
+
+/* GET /agents: the NAME of every agents_dir/NAME.json, sorted. */
+static void stub_handle_agents(dev_stub_t *s, stub_reply_t *rp)
+{
+	json_t *names = json_array();
+	DIR *dir = s->agents_dir ? opendir(s->agents_dir) : NULL;
+	struct dirent *de;
+
+	while (names && dir && (de = readdir(dir)) != NULL) {
+		size_t n = strlen(de->d_name);
+		char name[128];
+		if (n <= 5 || n - 5 >= sizeof name || strcmp(de->d_name + n - 5, ".json") != 0)
+			continue;
+		memcpy(name, de->d_name, n - 5);
+		name[n - 5] = '\0';
+		if (stub_name_ok(name, 0))
+			json_array_append_new(names, json_string(name));
+	}
+	if (dir)
+		closedir(dir);
+	if (names && json_array_size(names) > 1) {
+		/* jansson keeps its items in a plain array of json_t pointers. */
+		size_t n = json_array_size(names);
+		json_t **v = calloc(n, sizeof *v);
+		if (v) {
+			for (size_t i = 0; i < n; i++)
+				v[i] = json_incref(json_array_get(names, i));
+			qsort(v, n, sizeof *v, stub_cmp_names);
+			json_array_clear(names);
+			for (size_t i = 0; i < n; i++)
+				json_array_append_new(names, v[i]);
+			free(v);
+		}
+	}
+	json_t *o = names ? json_pack("{s:o}", "agents", names) : NULL;
+	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (text) {
+		stub_reply_set(rp, 200, "application/json", text);
+		free(text);
+	} else {
+		stub_reply_set(rp, 500, "application/json", "{\"error\":\"out of memory\"}");
+	}
+}
+
 static void stub_request_cb(struct evhttp_request *req, void *arg)
 {
 	dev_stub_t *s = arg;
@@ -830,6 +892,22 @@ static void stub_request_cb(struct evhttp_request *req, void *arg)
 		path = "/";
 	int delay = 0;
 
+	/* The dev viewer (another origin: the dispatcher) mints runs here. */
+	if ((strcmp(path, "/mint") == 0 || strcmp(path, "/agents") == 0) && s->enable_mint &&
+	    s->cors_origin[0]) {
+		const char *origin = evhttp_find_header(evhttp_request_get_input_headers(req), "Origin");
+		if (origin && stub_origin_ok(s, origin))
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Access-Control-Allow-Origin", origin);
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Vary", "Origin");
+	}
+	if (strcmp(path, "/agents") == 0 && s->enable_mint) {
+		if (evhttp_request_get_command(req) != EVHTTP_REQ_GET)
+			stub_reply_set(rp, 405, "application/json", "{\"error\":\"method not allowed\"}");
+		else
+			stub_handle_agents(s, rp);
+		stub_reply_dispatch(rp, 0);
+		return;
+	}
 	if (strcmp(path, "/mint") == 0 && s->enable_mint) {
 		if (evhttp_request_get_command(req) != EVHTTP_REQ_POST)
 			stub_reply_set(rp, 405, "application/json", "{\"error\":\"method not allowed\"}");
@@ -991,6 +1069,8 @@ dev_stub_t *dev_stub_start(const dev_stub_opts_t *opts, char *errstr, size_t err
 	s->max_body = opts->max_body ? opts->max_body : DEV_STUB_MAX_BODY_DEFAULT;
 	s->max_store = opts->max_store ? opts->max_store : DEV_STUB_MAX_STORE_DEFAULT;
 	s->enable_mint = opts->enable_mint;
+	if (opts->cors_origin)
+		snprintf(s->cors_origin, sizeof s->cors_origin, "%s", opts->cors_origin);
 	if ((opts->agents_dir && !(s->agents_dir = strdup(opts->agents_dir))) ||
 	    (opts->blobs_dir && !(s->blobs_dir = strdup(opts->blobs_dir))) ||
 	    (opts->results_dir && !(s->results_dir = strdup(opts->results_dir)))) {

@@ -19,6 +19,8 @@
  *                                    from agents_dir/NAME.json; answers
  *                                    {"agent_url","otp_setup","otp_run",
  *                                     "otp_upload","session"}
+ *   GET  BASE/agents                 (opts.enable_mint only) the names
+ *                                    of agents_dir: {"agents":[...]}
  *   GET  BASE/healthz                "ok"
  *
  * Auth: "Authorization: Bearer <otp>" must equal the endpoint's OTP, else
@@ -83,6 +85,10 @@ typedef struct dev_stub_opts {
 	size_t      max_store;     /* 0 = DEV_STUB_MAX_STORE_DEFAULT; files beyond
 	                              it are counted but not kept in memory */
 	int         enable_mint;   /* 1: serve POST /mint (needs agents_dir) */
+	/* With enable_mint: a browser origin ("http://127.0.0.1:8080", the
+	 * dispatcher serving /ui/) allowed to call /mint and /agents (CORS;
+	 * "http://localhost:8080" too).  NULL = none. */
+	const char *cors_origin;
 } dev_stub_opts_t;
 
 /*

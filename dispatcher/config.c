@@ -9,6 +9,7 @@
 #include <sodium.h>
 
 #include "common/log.h"
+#include "dispatcher/ui.h"
 #include "proto/keys.h"
 
 /* The table points into a config struct, so it is built per parse. */
@@ -55,12 +56,17 @@ static void table(dispatcher_config_t *c, rn_opt_t *o)
 		  "debug, info, warn or error", 0, 0 },
 		{ "kafka-property", 'X', "RUNNEL_KAFKA_PROPERTIES", RN_OPT_KV, &c->kafka_props, NULL, "KEY=VALUE",
 		  "librdkafka producer property (repeatable; env: \"k=v;k=v\")", 0, 0 },
+		/* The recent-runs index and the /ui/ viewer. */
+		{ "recent-runs", 0, "RUNNEL_RECENT_RUNS", RN_OPT_INT, &c->recent_runs, "500", "N",
+		  "runs kept in the recent-runs index (GET /v1/runs, the /ui/ runs list)", 1, 100000 },
+		{ "ui-dev-stub", 0, "RUNNEL_UI_DEV_STUB", RN_OPT_STR, &c->ui_dev_stub, NULL, "URL",
+		  "loopback workspace stub (http://127.0.0.1:PORT) the /ui/ viewer mints runs from (runnel dev)", 0, 0 },
 		RN_OPT_END,
 	};
 	memcpy(o, t, sizeof t);
 }
 
-#define NOPTS 22
+#define NOPTS 24
 
 int dispatcher_config_parse(dispatcher_config_t *cfg, int argc, char **argv, FILE *out,
                             char *errstr, size_t errstr_size)
@@ -68,7 +74,7 @@ int dispatcher_config_parse(dispatcher_config_t *cfg, int argc, char **argv, FIL
 	rn_opt_t opts[NOPTS];
 	int argi = 1, rc;
 
-	_Static_assert(NOPTS == 22, "table size");
+	_Static_assert(NOPTS == 24, "table size");
 	table(cfg, opts);
 	rc = rn_conf_parse(opts, argc, argv, &argi, errstr, errstr_size);
 	if (rc == 1) {
@@ -105,6 +111,15 @@ int dispatcher_config_parse(dispatcher_config_t *cfg, int argc, char **argv, FIL
 	if (cfg->api_token != NULL && cfg->api_token[0] == '\0') {
 		free(cfg->api_token);
 		cfg->api_token = NULL;
+	}
+	if (cfg->ui_dev_stub != NULL && cfg->ui_dev_stub[0] == '\0') {
+		free(cfg->ui_dev_stub);
+		cfg->ui_dev_stub = NULL;
+	}
+	if (cfg->ui_dev_stub != NULL && !dispatcher_ui_stub_url_ok(cfg->ui_dev_stub)) {
+		snprintf(errstr, errstr_size, "--ui-dev-stub/RUNNEL_UI_DEV_STUB: expected http://127.0.0.1:PORT "
+		         "(a loopback host and a port, no path)");
+		return -1;
 	}
 	if (strchr(cfg->listen, ':') == NULL) {
 		snprintf(errstr, errstr_size, "--listen/RUNNEL_LISTEN: expected host:port");

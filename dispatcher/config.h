@@ -33,6 +33,8 @@ typedef struct dispatcher_config {
 	long  sweep_ms;
 	long  http_timeout_sec;
 	rn_kv_list_t kafka_props; /* -X key=value */
+	long  recent_runs;       /* bound of the recent-runs index */
+	char *ui_dev_stub;       /* dev workspace stub the viewer mints runs from */
 
 	/* Derived by dispatcher_config_parse. */
 	int     sealed;

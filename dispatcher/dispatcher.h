@@ -8,6 +8,8 @@
  *   runs.c     the /v1/runs and /stream handlers (enqueue, get, cancel, events)
  *   feed.c     a streaming answer (NDJSON or SSE) fed by the tail pool
  *   janitor.c  background thread: lost-lease sweep, Kafka readiness probe
+ *   recent.c   the recent-runs index and GET /v1/runs
+ *   ui.c       the /ui/ viewer's embedded files
  *
  * @locality main (loop) thread unless a function says otherwise.
  */
@@ -38,6 +40,8 @@ typedef enum {
 	DISPATCHER_ROUTE_HEALTHZ,
 	DISPATCHER_ROUTE_READYZ,
 	DISPATCHER_ROUTE_METRICS,
+	DISPATCHER_ROUTE_RUNS_LIST, /* GET /v1/runs (recent.c) */
+	DISPATCHER_ROUTE_UI,        /* GET /ui/... (ui.c) */
 	DISPATCHER_ROUTE_OTHER,     /* unknown routes, preflights, 413 */
 	DISPATCHER_ROUTE_COUNT
 } dispatcher_route_t;
@@ -121,6 +125,20 @@ void dispatcher_runs_abort_all(dispatcher_t *d);
 void dispatcher_request_abandon(struct evhttp_request *req);
 /* The request body as a pointer into evhttp's buffer (NUL not guaranteed). */
 const char *dispatcher_body(struct evhttp_request *req, size_t *len);
+
+/* ---- recent runs (recent.c) and the viewer (ui.c) ---- */
+
+/*
+ * Adds run_id to the recent-runs index <prefix>:{runs}:recent (a sorted set
+ * scored by enqueue time, one key, so it is Redis Cluster safe): trimmed to
+ * cfg->recent_runs entries and to the runs' own lifetime (max runtime +
+ * retention), and it expires with them.  Fire and forget.
+ */
+void dispatcher_recent_add(dispatcher_t *d, const char *run_id, int64_t enqueued_at_ms);
+/* GET /v1/runs?limit=N: the newest runs of the index with their state. */
+void dispatcher_runs_list(dispatcher_t *d, struct evhttp_request *req);
+/* GET /ui, /ui/, /ui/<file>, /ui/config.json. */
+void dispatcher_ui_serve(dispatcher_t *d, struct evhttp_request *req, const char *path);
 
 /* ---- streaming answers (feed.c) ---- */
 

@@ -32,7 +32,7 @@ static const int statuses[DISPATCHER_NSTATUS] = {
 
 static const char *const route_names[DISPATCHER_ROUTE_COUNT] = {
 	"stream", "runs_create", "run_get", "run_events", "run_cancel", "run_reply",
-	"healthz", "readyz", "metrics", "other",
+	"healthz", "readyz", "metrics", "runs_list", "ui", "other",
 };
 
 void dispatcher_count(dispatcher_t *d, dispatcher_route_t route, int status)
@@ -237,8 +237,9 @@ static void match_path(const char *path, match_t *m)
 		return;
 	}
 	if (strcmp(path, "/v1/runs") == 0) {
+		/* POST enqueues; GET lists the recent runs (on_request picks). */
 		m->route = DISPATCHER_ROUTE_RUNS;
-		m->allow = "POST, OPTIONS";
+		m->allow = "GET, POST, OPTIONS";
 		m->method = EVHTTP_REQ_POST;
 		return;
 	}
@@ -246,6 +247,12 @@ static void match_path(const char *path, match_t *m)
 		m->route = path[1] == 'h' ? DISPATCHER_ROUTE_HEALTHZ :
 		           path[1] == 'r' ? DISPATCHER_ROUTE_READYZ : DISPATCHER_ROUTE_METRICS;
 		m->allow = "GET, OPTIONS";
+		m->method = EVHTTP_REQ_GET;
+		return;
+	}
+	if (strcmp(path, "/ui") == 0 || strncmp(path, "/ui/", 4) == 0) {
+		m->route = DISPATCHER_ROUTE_UI;
+		m->allow = "GET, HEAD, OPTIONS";
 		m->method = EVHTTP_REQ_GET;
 		return;
 	}
@@ -363,7 +370,10 @@ static void on_request(struct evhttp_request *req, void *arg)
 		preflight(d, req, &m);
 		return;
 	}
-	if (!(m.found && m.route == DISPATCHER_ROUTE_HEALTHZ) && !token_ok(d, req)) {
+	/* The viewer's static files are open too: the page asks for the token
+	 * and sends it to the API routes. */
+	if (!(m.found && (m.route == DISPATCHER_ROUTE_HEALTHZ || m.route == DISPATCHER_ROUTE_UI)) &&
+	    !token_ok(d, req)) {
 		evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
 		dispatcher_reply_error(d, req, m.route, 401, "unauthorized",
 		                       "authorization: a valid bearer token is required");
@@ -373,6 +383,12 @@ static void on_request(struct evhttp_request *req, void *arg)
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_OTHER, 404, "not_found", "route: no such route");
 		return;
 	}
+	if (m.route == DISPATCHER_ROUTE_RUNS && method == EVHTTP_REQ_GET) {
+		m.route = DISPATCHER_ROUTE_RUNS_LIST;
+		m.method = EVHTTP_REQ_GET;
+	}
+	if (m.route == DISPATCHER_ROUTE_UI && method == EVHTTP_REQ_HEAD)
+		m.method = EVHTTP_REQ_HEAD;
 	if (method != m.method) {
 		method_not_allowed(d, req, m.route, m.allow);
 		return;
@@ -417,6 +433,12 @@ static void on_request(struct evhttp_request *req, void *arg)
 			                       "ask_id: must be 1-%d characters of A-Z a-z 0-9 _ . : -", PROTO_CTL_ID_MAX);
 		else
 			dispatcher_runs_reply(d, req, m.run_id, m.ask_id);
+		break;
+	case DISPATCHER_ROUTE_RUNS_LIST:
+		dispatcher_runs_list(d, req);
+		break;
+	case DISPATCHER_ROUTE_UI:
+		dispatcher_ui_serve(d, req, evhttp_uri_get_path(uri));
 		break;
 	case DISPATCHER_ROUTE_READYZ:
 		handle_readyz(d, req);

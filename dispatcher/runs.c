@@ -118,6 +118,7 @@ static void on_delivery(void *arg, int ok, int maybe_persisted, const char *err)
 	}
 	rn_counter_add(d->c_enqueued, 1);
 	rn_log_info(e->run_id, "enqueued", "job delivered to Kafka");
+	dispatcher_recent_add(d, e->run_id, rn_now_ms());
 	if (e->route == DISPATCHER_ROUTE_STREAM) {
 		if (req != NULL) {
 			dispatcher_sid_t zero = { 0, 0 };

@@ -487,3 +487,8 @@ int dispatcher_store_unblock(dispatcher_store_t *s, long long client_id,
 	}
 	return 0;
 }
+
+dispatcher_rconn_t *dispatcher_store_conn(dispatcher_store_t *s)
+{
+	return s->rc;
+}

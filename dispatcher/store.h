@@ -102,4 +102,7 @@ int dispatcher_store_reply(dispatcher_store_t *s, const char *run_id, const char
 int dispatcher_store_unblock(dispatcher_store_t *s, long long client_id,
                              void (*cb)(int unblocked, void *arg), void *arg);
 
+/* The shared connection, for modules with keys of their own (recent.c). */
+dispatcher_rconn_t *dispatcher_store_conn(dispatcher_store_t *s);
+
 #endif

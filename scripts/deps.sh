@@ -9,7 +9,10 @@ pkgs=(
   librdkafka-dev libhiredis-dev libcurl4-openssl-dev libarchive-dev
   libsodium-dev libjansson-dev libevent-dev
   redis-server redis-tools bubblewrap kcat curl zip unzip procps
+  chromium
 )
+# chromium: the /ui/ viewer tests (label ui) drive it headless with
+# playwright-core, which never downloads a browser of its own.
 
 # The chart tests fetch helm and the schema validator from the npm registry.
 # Many machines carry their own Node.js; Debian's is used only when none is

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's first command: installs the Debian packages runnel needs,
 # builds a Release tree in build/ (gcc, no sanitizers) and starts the whole
-# stack locally with a live demo run (`runnel dev --demo`).  Ctrl-C stops
-# everything it started.
+# stack locally with a live demo run (`runnel dev --demo`); the banner names
+# the viewer's URL (http://127.0.0.1:8080/ui/).  Ctrl-C stops everything it
+# started.
 #
 #   scripts/dev.sh [runnel dev options]     e.g. scripts/dev.sh --port 0
 #
