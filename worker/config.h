@@ -14,6 +14,7 @@
 #include "common/conf.h"
 #include "common/util.h"
 #include "proto/job.h"
+#include "worker/limits.h"
 #include "worker/sandbox.h"
 
 typedef struct worker_config {
@@ -42,6 +43,16 @@ typedef struct worker_config {
 	char *bwrap_path;
 	char *mock_agent;
 	rn_kv_list_t kafka_props;
+	/* Per-run limits and egress (worker/limits.h). */
+	long  run_memory_mb;
+	long  run_pids;
+	char *run_cpus;
+	long  run_disk_mb;
+	long  run_tmp_mb;
+	char *cgroup;
+	char *egress;
+	char *egress_allow;
+	char *egress_bridge;
 
 	/* Derived. */
 	rn_redis_url_t redis;               /* holds the password: never log */
@@ -54,6 +65,9 @@ typedef struct worker_config {
 	int      log_level_num;
 	char     metrics_host[256];         /* "" when metrics are off */
 	int      metrics_port;
+	long     run_cpu_millis;
+	char     egress_bridge_path[4096];  /* resolved host path; "" when absent */
+	worker_limits_env_t limits;         /* filled by worker_config_limits */
 } worker_config_t;
 
 /*
@@ -64,6 +78,15 @@ typedef struct worker_config {
  */
 int worker_config_load(worker_config_t *cfg, int argc, char **argv,
                        char *errstr, size_t errstr_size);
+
+/*
+ * Probes cgroups and mount permission and fills cfg->limits (once, at
+ * start, after the work directory exists: in cgroup v2 mode this moves
+ * the worker into a leaf of its own cgroup).  0, or -1 with errstr.
+ * Warnings that do not stop the worker go to warn, one per line.
+ */
+int worker_config_limits(worker_config_t *cfg, char *warn, size_t warn_size,
+                         char *errstr, size_t errstr_size);
 
 void worker_config_free(worker_config_t *cfg);
 

@@ -535,6 +535,27 @@ int main(int argc, char **argv)
 		rn_log_error(NULL, "config", "RUNNEL_WORK_DIR %s: %s", w->cfg.work_dir, strerror(errno));
 		return 2;
 	}
+	/* Per-run limits and egress: probe cgroups and mounts once. */
+	{
+		char warn[2048];
+		if (worker_config_limits(&w->cfg, warn, sizeof(warn), err, sizeof(err)) < 0) {
+			rn_log_error(NULL, "config", "%s", err);
+			return 2;
+		}
+		for (char *line = warn, *nl; *line; line = nl + 1) {
+			if (!(nl = strchr(line, '\n')))
+				nl = line + strlen(line) - 1;
+			else
+				*nl = '\0';
+			rn_log_warn(NULL, "limits_degraded", "%s", line);
+		}
+		const worker_limits_env_t *le = &w->cfg.limits;
+		rn_log_info(NULL, "limits", "cgroup %s, disk %s; per run: memory %ld MiB, pids %ld, cpus %s, disk %ld MiB, /tmp %ld MiB; egress %s",
+		            worker_cgroup_mode_name(le->cgroup.mode),
+		            le->disk_mode == WORKER_DISK_TMPFS ? "tmpfs" : "watch",
+		            le->max.memory_mb, le->max.pids, w->cfg.run_cpus, le->max.disk_mb, le->max.tmp_mb,
+		            worker_egress_mode_name(le->egress));
+	}
 
 	if (worker_metrics_init(&w->m) < 0) {
 		rn_log_error(NULL, "startup", "out of memory");

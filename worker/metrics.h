@@ -15,7 +15,7 @@
 #define WORKER_OUTCOMES(X) \
 	X(succeeded) X(agent_error) X(cancelled) X(runtime_cap) X(worker_lost) \
 	X(worker_shutdown) X(bootstrap_failed) X(bag_rejected) X(agent_exit) \
-	X(writeback_failed) X(internal)
+	X(writeback_failed) X(internal) X(resource_limit)
 
 typedef struct worker_metrics {
 	rn_metrics_t *reg;
@@ -34,6 +34,8 @@ typedef struct worker_metrics {
 	rn_hist_t    *queue_wait;
 	rn_hist_t    *sandbox_start;
 	rn_hist_t    *first_line;
+	/* runnel_worker_limit_hits_total{limit=...}, by worker_limit_t. */
+	rn_counter_t *limit_hits[4];
 } worker_metrics_t;
 
 /* Registers every series.  0 or -1 (out of memory). */

@@ -30,6 +30,7 @@
 #include "proto/envelope.h"
 #include "proto/keys.h"
 #include "worker/bootstrap.h"
+#include "worker/limits.h"
 #include "worker/publish.h"
 #include "worker/sandbox.h"
 #include "worker/workspace.h"
@@ -66,6 +67,7 @@ typedef enum {
 	END_SHUTDOWN,
 	END_LOST,
 	END_INTERNAL,   /* the worker failed (Redis give-up, I/O error) */
+	END_LIMIT,      /* the run hit a resource limit (io->limit_hit) */
 } end_t;
 
 /* A line splitter with a cap: longer lines keep their first cap+1 bytes. */
@@ -92,6 +94,9 @@ typedef struct run_io {
 	uint64_t       stderr_bytes;
 	int            stderr_truncated;
 	int            publish_failed;
+	/* Limits and egress of the run (worker/limits.h). */
+	worker_guard_t *guard;
+	worker_limit_t  limit_hit;
 } run_io_t;
 
 worker_run_t *worker_run_new(worker_ctx_t *ctx, proto_job_t *job, const rn_claim_t *claim)
@@ -633,6 +638,68 @@ static char *build_turn(const worker_run_t *run, const worker_boot_t *boot, size
 }
 
 /* ------------------------------------------------------------------------
+ * Limits and egress (worker/limits.h): the guard's notes become `log`
+ * lines; a limit it reports ends the run resource_limit.
+ * ------------------------------------------------------------------------ */
+
+static void guard_note(const char *level, const char *message, void *arg)
+{
+	run_io_t *io = arg;
+	if (io->env && proto_env_terminated(io->env))
+		return;
+	size_t n = 0;
+	char *l = proto_env_make_log(level, message, rn_now_ms(), &n);
+	if (l) {
+		io_publish(io, l, n);
+		free(l);
+	}
+}
+
+/* Creates the run's guard (limits resolved, workspace mounted, cgroup,
+ * proxy).  0, or -1 with errstr. */
+static int guard_start(run_io_t *io, const worker_boot_t *boot, const worker_ws_t *ws,
+                       char *errstr, size_t errstr_size)
+{
+	worker_guard_args_t a = {
+		.run_id = io->run->run_id,
+		.kind = boot->agent ? json_string_value(json_object_get(boot->agent, "kind")) : NULL,
+		.config = boot->config,
+		.variables = boot->variables,
+		.ws_api_url = boot->ws_api_url,
+		.workspace_dir = ws->workspace,
+		.assets_dir = ws->assets,
+		.meta_dir = ws->meta,
+		.driver = io->cfg->driver,
+	};
+	io->guard = worker_guard_new(&io->cfg->limits, &a, guard_note, io, errstr, errstr_size);
+	return io->guard ? 0 : -1;
+}
+
+/* In the agent loop: 1 when a limit was hit; *next_ms lowered to when the
+ * guard wants to look again. */
+static int guard_check(run_io_t *io, int64_t now, int64_t *next_ms)
+{
+	if (!io->guard)
+		return 0;
+	int64_t at;
+	worker_limit_t l = worker_guard_tick(io->guard, now, &at);
+	if (at < *next_ms)
+		*next_ms = at;
+	if (l != WORKER_LIMIT_NONE)
+		io->limit_hit = l;
+	return l != WORKER_LIMIT_NONE;
+}
+
+static void guard_end(run_io_t *io)
+{
+	char msg[256];
+	worker_guard_message(io->guard, io->limit_hit, msg, sizeof(msg));
+	if (io->limit_hit > WORKER_LIMIT_NONE && io->limit_hit < WORKER_LIMIT_COUNT)
+		rn_counter_add(io->m->limit_hits[io->limit_hit], 1);
+	io_end_error(io, PROTO_ERR_RESOURCE_LIMIT, msg, "the run hit a resource limit");
+}
+
+/* ------------------------------------------------------------------------
  * The agent phase
  * ------------------------------------------------------------------------ */
 
@@ -672,6 +739,7 @@ static end_t agent_loop(run_io_t *io, worker_sandbox_t *sb, char *turn, size_t t
 	int64_t term_seen_at = -1;   /* agent printed its terminal line */
 	int64_t exited_at = -1;
 	int64_t last_io = rn_mono_ms();   /* last read from the pipes or Redis wait */
+	int64_t guard_next = INT64_MAX;   /* the limits guard looks again then */
 
 	if (!chunk)
 		return END_INTERNAL;
@@ -704,7 +772,13 @@ static end_t agent_loop(run_io_t *io, worker_sandbox_t *sb, char *turn, size_t t
 				end = END_CAP;
 			else if (io->publish_failed)
 				end = END_INTERNAL;
-			if (end != END_NONE && !exited) {
+			else if (guard_check(io, now, &guard_next))
+				end = END_LIMIT;
+			if (end == END_LIMIT && !exited) {
+				/* Over a limit: no grace (a fork bomb would use it). */
+				worker_sandbox_kill(sb, SIGKILL);
+				killed = 1;
+			} else if (end != END_NONE && !exited) {
 				worker_sandbox_kill(sb, SIGTERM);
 				kill_at = now + cfg->kill_grace_ms;
 			}
@@ -746,7 +820,7 @@ static end_t agent_loop(run_io_t *io, worker_sandbox_t *sb, char *turn, size_t t
 		if (exited && end != END_NONE && end != END_EXITED)
 			break;
 
-		struct pollfd pfd[6];
+		struct pollfd pfd[7];
 		int np = 0, i_out = -1, i_err = -1, i_in = -1, i_wake, i_pid = -1, i_red = -1;
 		/* While a stop is pending, output is no longer read into the stream:
 		 * drain it only so that the agent is not blocked writing. */
@@ -772,6 +846,8 @@ static end_t agent_loop(run_io_t *io, worker_sandbox_t *sb, char *turn, size_t t
 			i_red = np;
 			pfd[np++] = (struct pollfd){ worker_pub_wait_fd(&io->pub), POLLIN, 0 };
 		}
+		if (worker_guard_fd(io->guard) >= 0 && end == END_NONE)
+			pfd[np++] = (struct pollfd){ worker_guard_fd(io->guard), POLLIN, 0 };
 		int64_t timeout = 1000;
 		int64_t next = cap_deadline;
 		if (kill_at >= 0 && !killed && kill_at < next)
@@ -780,6 +856,8 @@ static end_t agent_loop(run_io_t *io, worker_sandbox_t *sb, char *turn, size_t t
 			next = term_seen_at + cfg->kill_grace_ms;
 		if (exited_at >= 0 && (last_io > exited_at ? last_io : exited_at) + cfg->kill_grace_ms < next)
 			next = (last_io > exited_at ? last_io : exited_at) + cfg->kill_grace_ms;
+		if (end == END_NONE && guard_next < next)
+			next = guard_next;
 		if (next - now < timeout)
 			timeout = next - now < 0 ? 0 : next - now;
 		if (pidfd < 0 && !exited && timeout > 20)
@@ -962,9 +1040,19 @@ static void run_pipeline(run_io_t *io)
 		goto out;
 	}
 	have_ws = 1;
+	if (guard_start(io, &boot, &ws, err, sizeof(err)) < 0) {
+		rn_log_error(run->run_id, "limits", "%s", err);
+		snprintf(msg, sizeof(msg), "The run's limits could not be set up: %s", err);
+		io_end_error(io, PROTO_ERR_INTERNAL, msg, "internal error");
+		goto out;
+	}
 	/* A stop (cancel, drain timeout, lost lease) ends a download or the
 	 * upload within about a second instead of waiting for its timeout. */
 	worker_bag_limits_t bag_lim = { .abort_flag = &run->abort_flag };
+	/* A bag larger than the workspace cap is refused before it fills it. */
+	uint64_t disk_cap = (uint64_t)worker_guard_limits(io->guard)->disk_mb * 1024 * 1024;
+	if (disk_cap > 0 && disk_cap < (1ULL << 30))
+		bag_lim.max_bytes = disk_cap;
 	if (boot.zip_url) {
 		int reject = 0;
 		if (worker_ws_fetch_zip(boot.zip_url, ws.workspace, &bag_lim, &reject, err, sizeof(err)) < 0) {
@@ -1057,6 +1145,7 @@ static void run_pipeline(run_io_t *io)
 	spec.ro_binds = binds.n ? binds.v : NULL;
 	spec.share_net = cfg->share_net;
 	spec.rlimit_nofile = 4096;
+	worker_guard_sandbox_spec(io->guard, &spec);
 	rn_log_debug(run->run_id, "run_phase", "workspace ready at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 	int64_t t0 = rn_mono_us();
 	if (worker_sandbox_spawn(&spec, &sb, err, sizeof(err)) < 0) {
@@ -1083,8 +1172,15 @@ static void run_pipeline(run_io_t *io)
 	io_flush(io);
 	rn_log_debug(run->run_id, "run_phase", "agent done at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 
-	/* 6: the terminal line. */
+	/* 6: the terminal line.  A limit seen only now (the agent itself was
+	 * OOM-killed) wins over how the agent ended. */
+	if ((end == END_EXITED || end == END_NONE) &&
+	    (io->limit_hit = worker_guard_final(io->guard)) != WORKER_LIMIT_NONE)
+		end = END_LIMIT;
 	switch (end) {
+	case END_LIMIT:
+		guard_end(io);
+		break;
 	case END_CANCEL:
 		worker_run_cancel_message(run->cancel_reason, msg, sizeof(msg));
 		io_end_error(io, PROTO_ERR_CANCELLED, msg, "the run was cancelled");
@@ -1160,6 +1256,8 @@ static void run_pipeline(run_io_t *io)
 out:
 	if (have_sb)
 		worker_sandbox_destroy(&sb);
+	worker_guard_free(io->guard);
+	io->guard = NULL;
 	strv_free(&envv);
 	strv_free(&argv);
 	strv_free(&binds);
