@@ -1,0 +1,211 @@
+/*
+ * tests/limits/test_limits_policy.c - the rules of worker/limits.c and
+ * worker/egress.c without a sandbox: host[:port] patterns, a run's config
+ * lowering (never raising) the worker's limits and egress, and the exact
+ * notes a refused value produces.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "tests/support/harness.h"
+#include "worker/egress.h"
+#include "worker/limits.h"
+
+typedef struct notes {
+	char text[16][512];
+	int  n;
+} notes_t;
+
+static void collect(const char *level, const char *message, void *arg)
+{
+	notes_t *n = arg;
+	(void)level;
+	if (n->n < 16)
+		snprintf(n->text[n->n++], sizeof(n->text[0]), "%s", message);
+}
+
+static int has_note(const notes_t *n, const char *want)
+{
+	for (int i = 0; i < n->n; i++)
+		if (!strcmp(n->text[i], want))
+			return 1;
+	return 0;
+}
+
+static void test_patterns(void)
+{
+	TH_CHECK(worker_egress_match("api.example.com", "api.example.com", 443));
+	TH_CHECK(worker_egress_match("api.example.com", "API.Example.com", 80));
+	TH_CHECK(!worker_egress_match("api.example.com", "api.example.com", 8443));
+	TH_CHECK(worker_egress_match("api.example.com:8443", "api.example.com", 8443));
+	TH_CHECK(!worker_egress_match("api.example.com:8443", "api.example.com", 443));
+	TH_CHECK(worker_egress_match("*.example.org", "a.b.example.org", 443));
+	TH_CHECK(!worker_egress_match("*.example.org", "example.org", 443));
+	TH_CHECK(!worker_egress_match("*.example.org", "evilexample.org", 443));
+	TH_CHECK(worker_egress_match("127.0.0.1:9000", "127.0.0.1", 9000));
+	TH_CHECK(worker_egress_match("[::1]:9000", "::1", 9000));
+	TH_CHECK(worker_egress_match("*", "anything.example", 22) == 0, "* keeps the default ports");
+	TH_CHECK(worker_egress_match("*:22", "anything.example", 22));
+	TH_CHECK(worker_egress_pattern_ok("::1") < 0, "bare IPv6 needs brackets");
+	TH_CHECK(worker_egress_pattern_ok("a b") < 0);
+	TH_CHECK(worker_egress_pattern_ok("host:0") < 0);
+	TH_CHECK(worker_egress_pattern_ok("host:70000") < 0);
+	TH_CHECK(worker_egress_pattern_ok("*.") < 0);
+	TH_CHECK(worker_egress_pattern_ok("") < 0);
+
+	TH_CHECK(worker_egress_covers("*.example.org", "a.example.org:443"));
+	TH_CHECK(worker_egress_covers("*.example.org", "*.a.example.org"));
+	TH_CHECK(!worker_egress_covers("a.example.org", "*.example.org"));
+	TH_CHECK(!worker_egress_covers("a.example.org:443", "a.example.org"), "80 is not covered by :443");
+	TH_CHECK(worker_egress_covers("a.example.org", "a.example.org:443"));
+	TH_CHECK(!worker_egress_covers("a.example.org", "a.example.org:8080"));
+	TH_CHECK(worker_egress_covers("*", "x.y"));
+}
+
+static worker_limits_env_t env_of(worker_egress_mode_t egress, const char *allow)
+{
+	worker_limits_env_t e;
+	char warn[512], err[256];
+	worker_limits_t max = { .memory_mb = 512, .pids = 256, .cpu_millis = 1000, .disk_mb = 0, .tmp_mb = 64 };
+	const char *names[] = { "none", "allowlist", "full" };
+	int rc = worker_limits_setup(&e, &max, "off", th_tmpdir(), names[egress], allow, "none",
+	                             warn, sizeof(warn), err, sizeof(err));
+	TH_REQUIRE(rc == 0, "setup: %s", err);
+	e.bridge_path = "/bin/true";
+	return e;
+}
+
+static worker_guard_t *guard(const worker_limits_env_t *env, const char *kind, const char *config_json,
+                             const char *variables_json, notes_t *notes)
+{
+	json_error_t je;
+	json_t *cfg = json_loads(config_json, 0, &je);
+	json_t *vars = json_loads(variables_json ? variables_json : "{}", 0, &je);
+	TH_REQUIRE(cfg && vars, "json");
+	char *meta = th_strf("%s/meta", th_tmpdir());
+	mkdir(meta, 0700);
+	worker_guard_args_t a = {
+		.run_id = "run_policy", .kind = kind, .config = cfg, .variables = vars,
+		.ws_api_url = "https://ws.example.com/api", .workspace_dir = th_tmpdir(),
+		.assets_dir = NULL, .meta_dir = meta, .driver = WORKER_SANDBOX_BWRAP,
+	};
+	char err[256];
+	memset(notes, 0, sizeof(*notes));
+	worker_guard_t *g = worker_guard_new(env, &a, collect, notes, err, sizeof(err));
+	TH_CHECK(g != NULL, "guard: %s", err);
+	json_decref(cfg);
+	json_decref(vars);
+
+	return g;
+}
+
+static void test_limits_lowered_not_raised(void)
+{
+	worker_limits_env_t env = env_of(WORKER_EGRESS_NONE, "");
+	notes_t n;
+	worker_guard_t *g = guard(&env, "command",
+		"{\"limits\":{\"memory_mb\":4096,\"pids\":64,\"cpus\":0.5,\"tmp_mb\":\"big\"}}", NULL, &n);
+	if (g) {
+		const worker_limits_t *l = worker_guard_limits(g);
+		TH_CHECK(l->memory_mb == 512, "memory %ld", l->memory_mb);
+		TH_CHECK(l->pids == 64, "pids %ld", l->pids);
+		TH_CHECK(l->cpu_millis == 500, "cpu %ld", l->cpu_millis);
+		TH_CHECK(l->tmp_mb == 64, "tmp %ld", l->tmp_mb);
+		TH_CHECK(has_note(&n, "limits.memory_mb 4096 is above this worker's limit of 512 MiB; using 512 MiB"),
+		         "note: %s", n.n ? n.text[0] : "(none)");
+		TH_CHECK(has_note(&n, "limits.tmp_mb must be a positive number; using this worker's limit of 64 MiB"),
+		         "notes %d", n.n);
+		TH_CHECK(n.n == 2, "%d notes", n.n);
+		char msg[128];
+		worker_guard_message(g, WORKER_LIMIT_MEMORY, msg, sizeof(msg));
+		TH_CHECK(th_streq(msg, "The run used more than 512 MiB of memory."), "%s", msg);
+		worker_guard_message(g, WORKER_LIMIT_PROCESSES, msg, sizeof(msg));
+		TH_CHECK(th_streq(msg, "The run tried to run more than 64 processes at once."), "%s", msg);
+		worker_guard_free(g);
+	}
+	g = guard(&env, "command", "{\"limits\":{\"cpus\":2}}", NULL, &n);
+	if (g) {
+		TH_CHECK(worker_guard_limits(g)->cpu_millis == 1000);
+		TH_CHECK(has_note(&n, "limits.cpus 2 is above this worker's limit of 1 CPUs; using 1 CPUs"),
+		         "%s", n.n ? n.text[0] : "(none)");
+		worker_guard_free(g);
+	}
+	g = guard(&env, "command", "{\"limits\":[1]}", NULL, &n);
+	if (g) {
+		TH_CHECK(has_note(&n, "limits must be an object; ignored"));
+		worker_guard_free(g);
+	}
+	worker_limits_env_free(&env);
+}
+
+static void test_egress_narrowing(void)
+{
+	/* A worker with the allowlist policy: "full" is refused, listed hosts
+	 * must be within the worker's list. */
+	worker_limits_env_t env = env_of(WORKER_EGRESS_ALLOWLIST, "*.example.com,@model");
+	notes_t n;
+	worker_guard_t *g = guard(&env, "command", "{\"network\":\"full\"}", NULL, &n);
+	if (g) {
+		TH_CHECK(worker_guard_egress(g) == WORKER_EGRESS_ALLOWLIST);
+		TH_CHECK(has_note(&n, "network \"full\" is above this worker's egress policy \"allowlist\"; using allowlist"),
+		         "%s", n.n ? n.text[0] : "(none)");
+		worker_guard_free(g);
+	}
+	g = guard(&env, "command",
+	          "{\"network\":\"allowlist\",\"allow_hosts\":[\"a.example.com\",\"evil.org:443\",7]}", NULL, &n);
+	if (g) {
+		TH_CHECK(has_note(&n, "allow_hosts entry \"evil.org:443\" is not allowed by this worker's egress allowlist; ignored"),
+		         "%s", n.n ? n.text[0] : "(none)");
+		TH_CHECK(has_note(&n, "allow_hosts entry 2 is not a host[:port] pattern; ignored"));
+		TH_CHECK(n.n == 2, "%d notes", n.n);
+		worker_guard_free(g);
+	}
+	/* Kind defaults: command without "network" stays offline; builtin and
+	 * acp get the allowlist (the model by name). */
+	g = guard(&env, "command", "{}", NULL, &n);
+	if (g) {
+		TH_CHECK(worker_guard_egress(g) == WORKER_EGRESS_NONE);
+		TH_CHECK(n.n == 0);
+		worker_guard_free(g);
+	}
+	g = guard(&env, "builtin", "{}", "{\"OPENAI_BASE_URL\":\"http://127.0.0.1:1/v1\"}", &n);
+	if (g) {
+		TH_CHECK(worker_guard_egress(g) == WORKER_EGRESS_ALLOWLIST);
+		worker_guard_free(g);
+	}
+	g = guard(&env, "acp", "{\"network\":\"none\"}", NULL, &n);
+	if (g) {
+		TH_CHECK(worker_guard_egress(g) == WORKER_EGRESS_NONE, "a run may narrow to none");
+		worker_guard_free(g);
+	}
+	worker_limits_env_free(&env);
+
+	char warn[256], err[256];
+	worker_limits_t max = { 0 };
+	TH_CHECK(worker_limits_setup(&env, &max, "off", th_tmpdir(), "open", "", "none", warn, sizeof(warn),
+	                             err, sizeof(err)) < 0);
+	TH_CHECK(th_streq(err, "RUNNEL_EGRESS/--egress: \"open\" is not none, allowlist or full"), "%s", err);
+	worker_limits_env_free(&env);
+	TH_CHECK(worker_limits_setup(&env, &max, "off", th_tmpdir(), "allowlist", "ok.com,bad host", "none",
+	                             warn, sizeof(warn), err, sizeof(err)) < 0);
+	TH_CHECK(th_streq(err, "RUNNEL_EGRESS_ALLOW/--egress-allow: \"bad host\" is not a host[:port] pattern, @model or @workspace_api"),
+	         "%s", err);
+	worker_limits_env_free(&env);
+	TH_CHECK(worker_limits_setup(&env, &max, "v3", th_tmpdir(), "none", "", "none", warn, sizeof(warn),
+	                             err, sizeof(err)) < 0);
+	TH_CHECK(th_streq(err, "RUNNEL_CGROUP/--cgroup: \"v3\" is not auto, v1, v2 or off"), "%s", err);
+	worker_limits_env_free(&env);
+}
+
+int main(void)
+{
+	th_init("limits_policy");
+	test_patterns();
+	test_limits_lowered_not_raised();
+	test_egress_narrowing();
+	return th_done();
+}
