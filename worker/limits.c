@@ -6,6 +6,8 @@
 #include "worker/limits.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <math.h>
@@ -136,6 +138,65 @@ static int probe_mount(const char *dir, char *why, size_t whysz)
 	return rc;
 }
 
+/* Number of threads of this process (1 when single-threaded), or -1. */
+static int thread_count(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	if (!f)
+		return -1;
+	char line[256];
+	int n = -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
+static int write_proc(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = write(fd, text, strlen(text));
+	close(fd);
+	return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/*
+ * A worker that may not mount (not root, no CAP_SYS_ADMIN: a Kubernetes
+ * pod) moves itself into a user and mount namespace of its own, with its
+ * uid and gid mapped onto themselves: there it may mount tmpfs, nowhere
+ * else, and gains nothing over the host (bwrap does the same for every
+ * sandbox).  Only while single-threaded (unshare refuses otherwise).
+ */
+static int own_mount_namespace(char *why, size_t whysz)
+{
+	if (thread_count() != 1) {
+		snprintf(why, whysz, "the worker is already multi-threaded");
+		return -1;
+	}
+	uid_t uid = geteuid();
+	gid_t gid = getegid();
+	if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
+		snprintf(why, whysz, "unshare(CLONE_NEWUSER|CLONE_NEWNS): %s", strerror(errno));
+		return -1;
+	}
+	char map[64];
+	snprintf(map, sizeof(map), "%lu %lu 1\n", (unsigned long)uid, (unsigned long)uid);
+	int rc = write_proc("/proc/self/uid_map", map);
+	if (rc == 0)
+		rc = write_proc("/proc/self/setgroups", "deny\n");
+	snprintf(map, sizeof(map), "%lu %lu 1\n", (unsigned long)gid, (unsigned long)gid);
+	if (rc == 0)
+		rc = write_proc("/proc/self/gid_map", map);
+	if (rc != 0) {
+		snprintf(why, whysz, "cannot map the worker's ids in its own user namespace: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 int worker_limits_setup(worker_limits_env_t *env, const worker_limits_t *max,
                         const char *cgroup, const char *work_dir,
                         const char *egress, const char *allow, const char *sandbox_net,
@@ -187,7 +248,12 @@ int worker_limits_setup(worker_limits_env_t *env, const worker_limits_t *max,
 		wl += n > 0 ? (size_t)n : 0;
 	}
 	env->disk_mode = WORKER_DISK_TMPFS;
-	if (max->disk_mb > 0 && probe_mount(work_dir, why, sizeof(why)) != 0) {
+	char why_ns[256] = "";
+	if (max->disk_mb > 0 && probe_mount(work_dir, why, sizeof(why)) != 0 &&
+	    (own_mount_namespace(why_ns, sizeof(why_ns)) != 0 ||
+	     (env->own_mount_ns = 1, probe_mount(work_dir, why, sizeof(why))) != 0)) {
+		if (why_ns[0] && strlen(why) + strlen(why_ns) + 3 < sizeof(why))
+			snprintf(why + strlen(why), sizeof(why) - strlen(why), "; %s", why_ns);
 		env->disk_mode = WORKER_DISK_WATCH;
 		if (wl < warn_size)
 			snprintf(warn + wl, warn_size - wl,

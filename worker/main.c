@@ -552,7 +552,8 @@ int main(int argc, char **argv)
 		const worker_limits_env_t *le = &w->cfg.limits;
 		rn_log_info(NULL, "limits", "cgroup %s, disk %s; per run: memory %ld MiB, pids %ld, cpus %s, disk %ld MiB, /tmp %ld MiB; egress %s",
 		            worker_cgroup_mode_name(le->cgroup.mode),
-		            le->disk_mode == WORKER_DISK_TMPFS ? "tmpfs" : "watch",
+		            le->disk_mode == WORKER_DISK_WATCH ? "watch" :
+		            le->own_mount_ns ? "tmpfs (own mount namespace)" : "tmpfs",
 		            le->max.memory_mb, le->max.pids, w->cfg.run_cpus, le->max.disk_mb, le->max.tmp_mb,
 		            worker_egress_mode_name(le->egress));
 	}
