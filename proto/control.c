@@ -3,6 +3,7 @@
  * on <prefix>:{RUN}:ctl (SPEC §3).
  */
 #include "proto/control.h"
+#include "proto/utf8.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,96 @@ static void copy_utf8_cut(char *dst, const char *s, size_t len, size_t max)
 	}
 	memcpy(dst, s, len);
 	dst[len] = '\0';
+}
+
+int proto_ctl_id_ok(const char *s)
+{
+	size_t n = 0;
+
+	if (s == NULL)
+		return 0;
+	for (; s[n] != '\0'; n++) {
+		char c = s[n];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == ':' || c == '-'))
+			return 0;
+		if (n >= PROTO_CTL_ID_MAX)
+			return 0;
+	}
+	return n > 0;
+}
+
+int proto_ctl_reply_set(proto_ctl_t *ctl, const char *id, const char *option,
+                        const char *text, int reject, char *errstr, size_t errstr_size)
+{
+	memset(ctl, 0, sizeof *ctl);
+	ctl->type = PROTO_CTL_REPLY;
+	if (!proto_ctl_id_ok(id)) {
+		snprintf(errstr, errstr_size, "id: must be 1-128 characters of A-Z a-z 0-9 _ . : -");
+		return -1;
+	}
+	if ((option != NULL) + (text != NULL) + (reject != 0) != 1) {
+		snprintf(errstr, errstr_size, "reply: give exactly one of option, text, reject");
+		return -1;
+	}
+	snprintf(ctl->id, sizeof ctl->id, "%s", id);
+	if (option != NULL) {
+		if (!proto_ctl_id_ok(option)) {
+			snprintf(errstr, errstr_size, "option: must be 1-128 characters of A-Z a-z 0-9 _ . : -");
+			return -1;
+		}
+		ctl->reply = PROTO_REPLY_OPTION;
+		snprintf(ctl->option, sizeof ctl->option, "%s", option);
+	} else if (text != NULL) {
+		if (strlen(text) > PROTO_CTL_TEXT_MAX) {
+			snprintf(errstr, errstr_size, "text: longer than %d bytes", PROTO_CTL_TEXT_MAX);
+			return -1;
+		}
+		if (!proto_utf8_valid(text, strlen(text))) {
+			snprintf(errstr, errstr_size, "text: not valid UTF-8");
+			return -1;
+		}
+		ctl->reply = PROTO_REPLY_TEXT;
+		snprintf(ctl->text, sizeof ctl->text, "%s", text);
+	} else {
+		ctl->reply = PROTO_REPLY_REJECT;
+	}
+	return 0;
+}
+
+/* The fields of a reply message: wrong types count as "given" so that
+ * {"option":5} is refused instead of read as no option. */
+static int parse_reply(json_t *root, proto_ctl_t *ctl, char *errstr, size_t errstr_size)
+{
+	json_t *id = json_object_get(root, "id");
+	json_t *option = json_object_get(root, "option");
+	json_t *text = json_object_get(root, "text");
+	json_t *reject = json_object_get(root, "reject");
+
+	if (!json_is_string(id)) {
+		snprintf(errstr, errstr_size, "id: missing or not a string");
+		return -1;
+	}
+	if (option != NULL && !json_is_string(option)) {
+		snprintf(errstr, errstr_size, "option: not a string");
+		return -1;
+	}
+	if (text != NULL && !json_is_string(text)) {
+		snprintf(errstr, errstr_size, "text: not a string");
+		return -1;
+	}
+	if (reject != NULL && !json_is_true(reject)) {
+		snprintf(errstr, errstr_size, "reject: must be true");
+		return -1;
+	}
+	if (text != NULL && memchr(json_string_value(text), '\0', json_string_length(text)) != NULL) {
+		snprintf(errstr, errstr_size, "text: contains a NUL character");
+		return -1;
+	}
+	return proto_ctl_reply_set(ctl, json_string_value(id),
+	                           option != NULL ? json_string_value(option) : NULL,
+	                           text != NULL ? json_string_value(text) : NULL,
+	                           reject != NULL, errstr, errstr_size);
 }
 
 int proto_ctl_parse(const char *buf, size_t len, proto_ctl_t *ctl,
@@ -52,6 +143,11 @@ int proto_ctl_parse(const char *buf, size_t len, proto_ctl_t *ctl,
 		return -1;
 	}
 	t = json_string_value(type);
+	if (strcmp(t, "reply") == 0) {
+		int rc = parse_reply(root, ctl, errstr, errstr_size);
+		json_decref(root);
+		return rc;
+	}
 	ctl->type = strcmp(t, "cancel") == 0 ? PROTO_CTL_CANCEL : PROTO_CTL_UNKNOWN;
 	reason = json_object_get(root, "reason");
 	if (json_is_string(reason))
@@ -66,16 +162,33 @@ int proto_ctl_serialize(const proto_ctl_t *ctl, char *buf, size_t size)
 	json_t *root;
 	size_t n;
 
-	if (ctl->type != PROTO_CTL_CANCEL)
+	if (ctl->type != PROTO_CTL_CANCEL && ctl->type != PROTO_CTL_REPLY)
 		return -1;
 	root = json_object();
 	if (root == NULL)
 		return -1;
-	if (json_object_set_new(root, "type", json_string("cancel")) != 0 ||
-	    (ctl->reason[0] != '\0' &&
-	     json_object_set_new(root, "reason", json_string(ctl->reason)) != 0)) {
-		json_decref(root);
-		return -1;
+	if (ctl->type == PROTO_CTL_CANCEL) {
+		if (json_object_set_new(root, "type", json_string("cancel")) != 0 ||
+		    (ctl->reason[0] != '\0' &&
+		     json_object_set_new(root, "reason", json_string(ctl->reason)) != 0)) {
+			json_decref(root);
+			return -1;
+		}
+	} else {
+		int bad = json_object_set_new(root, "type", json_string("reply")) != 0 ||
+		          json_object_set_new(root, "id", json_string(ctl->id)) != 0;
+		if (ctl->reply == PROTO_REPLY_OPTION)
+			bad |= json_object_set_new(root, "option", json_string(ctl->option)) != 0;
+		else if (ctl->reply == PROTO_REPLY_TEXT)
+			bad |= json_object_set_new(root, "text", json_string(ctl->text)) != 0;
+		else if (ctl->reply == PROTO_REPLY_REJECT)
+			bad |= json_object_set_new(root, "reject", json_true()) != 0;
+		else
+			bad = 1;
+		if (bad) {
+			json_decref(root);
+			return -1;
+		}
 	}
 	n = json_dumpb(root, buf, size, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(root);

@@ -9,6 +9,7 @@
  * the output buffer lives in proto_env_t across calls.
  */
 #include "proto/envelope.h"
+#include "proto/control.h"
 #include "proto/utf8.h"
 
 #include <stdarg.h>
@@ -33,7 +34,22 @@ typedef struct step {
 	char         data[];         /* id NUL name NUL */
 } step_t;
 
+/* One ask, from its opening line to its settlement (kept a while after, so
+ * a late reply is told "already settled" instead of "unknown"). */
+typedef struct ask {
+	struct ask *next;            /* opening order, oldest first */
+	int64_t     opened_ms;
+	int         open;
+	json_t     *options;         /* array of option id strings */
+	char       *kind;
+	char       *title;           /* NULL when absent */
+	char        id[];
+} ask_t;
+
 struct proto_env {
+	int       allow_asks;
+	ask_t    *asks, *asks_tail;
+	size_t    nasks, nopen_asks;
 	size_t    line_max;
 	int       terminated;
 	uint64_t  dropped;
@@ -80,10 +96,23 @@ static void step_unlink(proto_env_t *env, step_t *s)
 	free(s);
 }
 
+static void ask_free(ask_t *a)
+{
+	json_decref(a->options);
+	free(a->kind);
+	free(a->title);
+	free(a);
+}
+
 void proto_env_free(proto_env_t *env)
 {
 	if (env == NULL)
 		return;
+	while (env->asks != NULL) {
+		ask_t *a = env->asks;
+		env->asks = a->next;
+		ask_free(a);
+	}
 	while (env->oldest != NULL)
 		step_unlink(env, env->oldest);
 	free(env->buckets);
@@ -365,6 +394,108 @@ static int is_one_of(json_t *v, const char *const *set)
 }
 
 static const char *const levels[] = { "debug", "info", "warn", "error", NULL };
+static const char *const ask_kinds[] = { "permission", "question", NULL };
+
+static ask_t *ask_find(const proto_env_t *env, const char *id)
+{
+	ask_t *a;
+
+	for (a = env->asks; a != NULL; a = a->next)
+		if (strcmp(a->id, id) == 0)
+			return a;
+	return NULL;
+}
+
+/* The rules of an opening ask line (see proto_env_process()). */
+static int check_ask(proto_env_t *env, json_t *root, proto_env_line_t *out)
+{
+	json_t *id = NULL, *kind = NULL, *status = NULL, *v, *opt;
+	size_t i;
+
+	out->type = PROTO_ENV_ASK;
+	if (!env->allow_asks)
+		return reason(out, "ask: the run's permission_mode is not ask");
+	if (need_string(root, "ask", "id", &id, out) != 0 ||
+	    need_string(root, "ask", "kind", &kind, out) != 0 ||
+	    need_string(root, "ask", "status", &status, out) != 0)
+		return -1;
+	if (!proto_ctl_id_ok(json_string_value(id)))
+		return reason(out, "ask: bad id");
+	if (!is_one_of(kind, ask_kinds))
+		return reason(out, "ask: bad kind");
+	if (strcmp(json_string_value(status), "open") != 0)
+		return reason(out, "ask: status must be open");
+	v = json_object_get(root, "title");
+	if (v != NULL && !json_is_string(v))
+		return reason(out, "ask: title not a string");
+	v = json_object_get(root, "options");
+	if (v != NULL || strcmp(json_string_value(kind), "permission") == 0) {
+		if (!json_is_array(v) || json_array_size(v) == 0)
+			return reason(out, "ask: options must be a non-empty array");
+		json_array_foreach(v, i, opt) {
+			json_t *oid = json_object_get(opt, "id");
+			if (!json_is_string(oid) || !proto_ctl_id_ok(json_string_value(oid)) ||
+			    !json_is_string(json_object_get(opt, "label")))
+				return reason(out, "ask: an option needs an id and a label");
+		}
+	}
+	if (strcmp(json_string_value(kind), "question") == 0 &&
+	    !json_is_string(json_object_get(root, "question")))
+		return reason(out, "ask: question missing or not a string");
+	if (ask_find(env, json_string_value(id)) != NULL)
+		return reason(out, "ask: id already used");
+	if (env->nopen_asks >= PROTO_ENV_ASKS_MAX)
+		return reason(out, "ask: too many open asks");
+	return 0;
+}
+
+/* Records a valid opening ask line. */
+static void track_ask(proto_env_t *env, json_t *root, int64_t now_ms)
+{
+	const char *id = json_string_value(json_object_get(root, "id"));
+	const char *title = json_string_value(json_object_get(root, "title"));
+	json_t *opts = json_object_get(root, "options"), *opt;
+	size_t i, n = strlen(id);
+	ask_t *a = calloc(1, sizeof *a + n + 1), *old, **pp;
+
+	if (a == NULL)
+		return;
+	memcpy(a->id, id, n + 1);
+	a->open = 1;
+	a->opened_ms = now_ms;
+	a->kind = strdup(json_string_value(json_object_get(root, "kind")));
+	a->title = title != NULL ? strdup(title) : NULL;
+	a->options = json_array();
+	json_array_foreach(opts, i, opt)
+		json_array_append(a->options, json_object_get(opt, "id"));
+	if (a->kind == NULL || a->options == NULL || (title != NULL && a->title == NULL)) {
+		ask_free(a);
+		return;
+	}
+	/* Beyond the cap, forget the oldest settled asks. */
+	for (pp = &env->asks; env->nasks >= PROTO_ENV_ASKS_KEPT && *pp != NULL;) {
+		old = *pp;
+		if (old->open) {
+			pp = &old->next;
+			continue;
+		}
+		*pp = old->next;
+		if (env->asks_tail == old)
+			env->asks_tail = NULL;
+		ask_free(old);
+		env->nasks--;
+	}
+	if (env->asks_tail == NULL)
+		for (env->asks_tail = env->asks; env->asks_tail != NULL && env->asks_tail->next != NULL;)
+			env->asks_tail = env->asks_tail->next;
+	if (env->asks_tail != NULL)
+		env->asks_tail->next = a;
+	else
+		env->asks = a;
+	env->asks_tail = a;
+	env->nasks++;
+	env->nopen_asks++;
+}
 
 /* Checks the rules of one envelope type.  0 or -1 with out->reason. */
 static int check_fields(proto_env_t *env, json_t *root, proto_env_line_t *out)
@@ -406,6 +537,8 @@ static int check_fields(proto_env_t *env, json_t *root, proto_env_line_t *out)
 		out->type = PROTO_ENV_RESULT;
 		return need_string(root, "result", "message", &v, out);
 	}
+	if (strcmp(t, "ask") == 0)
+		return check_ask(env, root, out);
 	if (strcmp(t, "error") == 0) {
 		out->type = PROTO_ENV_ERROR;
 		if (need_string(root, "error", "code", &v, out) != 0)
@@ -543,6 +676,8 @@ void proto_env_process(proto_env_t *env, const char *line, size_t len,
 	out->valid = 1;
 	if (out->type == PROTO_ENV_STEP)
 		track_step(env, root);
+	else if (out->type == PROTO_ENV_ASK)
+		track_ask(env, root, now_ms);
 	else if (out->type == PROTO_ENV_RESULT || out->type == PROTO_ENV_ERROR) {
 		out->terminal = 1;
 		env->terminated = 1;
@@ -586,6 +721,106 @@ size_t proto_env_close_steps(proto_env_t *env, int64_t now_ms, const char *why,
 		if (stop != 0)
 			break;
 		step_unlink(env, s);
+		count++;
+	}
+	return count;
+}
+
+/* ---- asks ---- */
+
+void proto_env_allow_asks(proto_env_t *env, int allow) { env->allow_asks = allow != 0; }
+size_t proto_env_open_asks(const proto_env_t *env) { return env->nopen_asks; }
+
+const char *proto_env_oldest_ask(const proto_env_t *env, int64_t *opened_ms)
+{
+	ask_t *a;
+
+	for (a = env->asks; a != NULL; a = a->next) {
+		if (a->open) {
+			if (opened_ms != NULL)
+				*opened_ms = a->opened_ms;
+			return a->id;
+		}
+	}
+	return NULL;
+}
+
+static char *settle_line(const ask_t *a, const char *status, const char *option,
+                         const char *text, int64_t now_ms, size_t *lenp)
+{
+	json_t *o = json_object();
+
+	if (o == NULL ||
+	    json_object_set_new(o, "type", json_string_nocheck("ask")) != 0 ||
+	    json_object_set_new(o, "id", json_string(a->id)) != 0 ||
+	    json_object_set_new(o, "kind", json_string(a->kind)) != 0 ||
+	    (a->title != NULL && json_object_set_new(o, "title", json_string(a->title)) != 0) ||
+	    json_object_set_new(o, "status", json_string(status)) != 0 ||
+	    (option != NULL && json_object_set_new(o, "option", json_string(option)) != 0) ||
+	    (text != NULL && json_object_set_new(o, "text", json_string_sane(text, strlen(text))) != 0) ||
+	    json_object_set_new(o, "ts", json_integer(now_ms)) != 0) {
+		json_decref(o);
+		return NULL;
+	}
+	return dump_alloc(o, lenp);
+}
+
+static void ask_close(proto_env_t *env, ask_t *a)
+{
+	a->open = 0;
+	env->nopen_asks--;
+}
+
+proto_ask_rc_t proto_env_settle_ask(proto_env_t *env, const char *id, const char *status,
+                                    const char *option, const char *text, int64_t now_ms,
+                                    char **line, size_t *lenp)
+{
+	ask_t *a = ask_find(env, id);
+	size_t i;
+	json_t *v;
+	int found = 0;
+
+	*line = NULL;
+	if (a == NULL)
+		return PROTO_ASK_UNKNOWN;
+	if (!a->open)
+		return PROTO_ASK_CLOSED;
+	if (option != NULL) {
+		json_array_foreach(a->options, i, v)
+			if (strcmp(json_string_value(v), option) == 0)
+				found = 1;
+		if (!found)
+			return PROTO_ASK_BAD_OPTION;
+	}
+	*line = settle_line(a, status, option, text, now_ms, lenp);
+	if (*line == NULL)
+		return PROTO_ASK_NOMEM;
+	ask_close(env, a);
+	return PROTO_ASK_SETTLED;
+}
+
+size_t proto_env_close_asks(proto_env_t *env, int64_t now_ms, const char *status,
+                            int (*emit)(const char *line, size_t len, void *arg),
+                            void (*on_closed)(const char *id, void *arg), void *arg)
+{
+	size_t count = 0, len = 0;
+	ask_t *a;
+	char *line;
+	int stop;
+
+	for (a = env->asks; a != NULL; a = a->next) {
+		if (!a->open)
+			continue;
+		line = settle_line(a, status, NULL, NULL, now_ms, &len);
+		if (line == NULL)
+			break;
+		stop = emit(line, len, arg);
+		free(line);
+		if (stop != 0)
+			break;
+		ask_close(env, a);
+		if (on_closed != NULL)
+			on_closed(a->id, arg);
 		count++;
 	}
 	return count;

@@ -17,6 +17,8 @@
 #define PROTO_ENV_ECHO_MAX          64             /* bytes of bad input quoted back */
 #define PROTO_ENV_STEPS_MAX         4096           /* open steps tracked per run */
 #define PROTO_ENV_REASON_MAX        96
+#define PROTO_ENV_ASKS_MAX          256            /* open asks per run */
+#define PROTO_ENV_ASKS_KEPT         1024           /* asks remembered (open + settled) */
 
 /* Error codes the runner itself writes (SPEC §4). */
 #define PROTO_ERR_CANCELLED         "cancelled"
@@ -35,7 +37,17 @@ typedef enum {
 	PROTO_ENV_STEP,
 	PROTO_ENV_RESULT,
 	PROTO_ENV_ERROR,
+	PROTO_ENV_ASK,
 } proto_env_type_t;
+
+/* Outcome of proto_env_settle_ask(). */
+typedef enum {
+	PROTO_ASK_SETTLED = 0,   /* *line holds the settlement line */
+	PROTO_ASK_UNKNOWN,       /* no ask with that id was opened */
+	PROTO_ASK_CLOSED,        /* the ask is already settled */
+	PROTO_ASK_BAD_OPTION,    /* the option is not one of the ask's options */
+	PROTO_ASK_NOMEM,
+} proto_ask_rc_t;
 
 typedef enum {
 	PROTO_ENV_PUBLISH = 0,  /* publish out->text */
@@ -66,6 +78,13 @@ void proto_env_free(proto_env_t *env);
  *   {"type":"log","level":"warn","message":"invalid agent output: <reason>: <first bytes>","ts":now}
  * Step lines update the tracker; the first terminal line marks the run
  * terminated and every later line comes back as PROTO_ENV_DROP.
+ *
+ * An ask line (SPEC §4) is valid only after proto_env_allow_asks(env, 1)
+ * (the run's permission_mode is ask) and only as it opens: `id` (1-128 of
+ * [A-Za-z0-9_.:-], new in the run), `kind` permission | question,
+ * `status` "open", `options` (required for permission, else optional: an
+ * array of {"id","label"} strings), `question` (a string, for question),
+ * `title` (a string when present).  Valid asks are tracked until settled.
  */
 void proto_env_process(proto_env_t *env, const char *line, size_t len,
                        int64_t now_ms, proto_env_line_t *out);
@@ -102,5 +121,38 @@ char *proto_env_make_error(const char *code, const char *message, int64_t ts, si
 
 /* Mark a run terminated by a line the runner wrote (error or held result). */
 void proto_env_set_terminated(proto_env_t *env);
+
+/* 1: ask lines are accepted (permission_mode ask); 0 (the default): an ask
+ * line is invalid ("ask: the run's permission_mode is not ask"). */
+void proto_env_allow_asks(proto_env_t *env, int allow);
+
+/* Asks opened and not yet settled. */
+size_t proto_env_open_asks(const proto_env_t *env);
+
+/* The oldest open ask's id (valid until the next call that changes the
+ * asks) and the now_ms it was opened at; NULL when none is open. */
+const char *proto_env_oldest_ask(const proto_env_t *env, int64_t *opened_ms);
+
+/*
+ * Settles the open ask id: status "answered" (with option or text),
+ * "rejected" or "expired".  On PROTO_ASK_SETTLED *line is a malloc'd
+ *   {"type":"ask","id":..,"kind":..,"title":..,"status":..,"option"|"text":..,"ts":now}
+ * (title when the ask had one) and the ask is closed.  An option that is
+ * not one of the ask's options is PROTO_ASK_BAD_OPTION (nothing changes).
+ */
+proto_ask_rc_t proto_env_settle_ask(proto_env_t *env, const char *id, const char *status,
+                                    const char *option, const char *text, int64_t now_ms,
+                                    char **line, size_t *lenp);
+
+/*
+ * Settles every open ask as status ("rejected" when a run ends), oldest
+ * first, handing each line to emit (as proto_env_close_steps does: a
+ * non-zero return stops and leaves that ask open).  on_closed, when not
+ * NULL, is called with each closed ask's id after its line was emitted.
+ * Returns the number settled.
+ */
+size_t proto_env_close_asks(proto_env_t *env, int64_t now_ms, const char *status,
+                            int (*emit)(const char *line, size_t len, void *arg),
+                            void (*on_closed)(const char *id, void *arg), void *arg);
 
 #endif

@@ -268,7 +268,17 @@ int proto_job_validate(const proto_job_t *job, char *errstr, size_t errstr_size)
 		seterr(errstr, errstr_size, "meta: not an object");
 		return -1;
 	}
+	if (job->permission_mode[0] != '\0' && !proto_permission_mode_ok(job->permission_mode)) {
+		seterr(errstr, errstr_size, "permission_mode: must be bypass, ask or deny");
+		return -1;
+	}
 	return 0;
+}
+
+int proto_permission_mode_ok(const char *s)
+{
+	return s != NULL && (strcmp(s, "bypass") == 0 || strcmp(s, "ask") == 0 ||
+	                     strcmp(s, "deny") == 0);
 }
 
 /* ---- parsing ---- */
@@ -498,6 +508,15 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 	    take_int(root, "max_runtime_sec", 1, &job->max_runtime_sec, errstr, size) != 0)
 		return -1;
 
+	v = json_object_get(root, "permission_mode");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_string(v) || !proto_permission_mode_ok(json_string_value(v))) {
+			seterr(errstr, size, "permission_mode: must be bypass, ask or deny");
+			return -1;
+		}
+		snprintf(job->permission_mode, sizeof job->permission_mode, "%s", json_string_value(v));
+	}
+
 	v = json_object_get(root, "meta");
 	if (v != NULL && !json_is_null(v)) {
 		if (!json_is_object(v)) {
@@ -682,6 +701,8 @@ char *proto_job_serialize(const proto_job_t *job, const uint8_t *key,
 		                           json_integer(job->max_runtime_sec));
 	if (job->meta != NULL)
 		bad |= json_object_set(root, "meta", job->meta);
+	if (job->permission_mode[0] != '\0')
+		bad |= set_string(root, "permission_mode", job->permission_mode);
 	if (bad == 0)
 		out = dump_exact(root, &len);
 	wipe_secret_members(root);

@@ -47,7 +47,12 @@ typedef struct proto_job {
 	int64_t  enqueued_at;                    /* ms since epoch; 0 when absent */
 	int64_t  max_runtime_sec;                /* 0 when absent */
 	json_t  *meta;                           /* object or NULL; owned reference */
+	/* permission_mode (SPEC §5): "bypass", "ask", "deny"; "" when absent */
+	char     permission_mode[8];
 } proto_job_t;
+
+/* 1 when s is a permission mode: bypass, ask or deny. */
+int proto_permission_mode_ok(const char *s);
 
 /* Runs sodium_init() once per process (pthread_once).  0, or -1 when
  * libsodium cannot initialise.  Every proto function that needs libsodium

@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "proto/keys.h"
 
-#define OPTS_N 34
+#define OPTS_N 35
 
 void worker_config_wipe_env(const char *name)
 {
@@ -50,6 +50,8 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		{ "retention-sec", 0, "RUNNEL_RETENTION_SEC", RN_OPT_INT, &c->retention_sec, "86400", "SEC", "key expiry after the terminal line", 1, 365L * 86400 },
 		{ "line-max", 0, "RUNNEL_LINE_MAX", RN_OPT_INT, &c->line_max, "1048576", "BYTES", "longest agent stdout line; longer is invalid", 1024, 64L << 20 },
 		{ "stderr-max", 0, "RUNNEL_STDERR_MAX", RN_OPT_INT, &c->stderr_max, "1048576", "BYTES", "agent stderr published per run, then one truncation notice", 0, 1L << 30 },
+		/* asks (docs/protocol.md) */
+		{ "ask-timeout-sec", 0, "RUNNEL_ASK_TIMEOUT_SEC", RN_OPT_INT, &c->ask_timeout_sec, "600", "SEC", "an ask open this long expires (counts as rejected)", 1, 7 * 86400 },
 		{ "work-dir", 0, "RUNNEL_WORK_DIR", RN_OPT_STR, &c->work_dir, NULL, "DIR", "run directories (default $TMPDIR/runnel or /tmp/runnel)", 0, 0 },
 		{ "worker-id", 0, "RUNNEL_WORKER_ID", RN_OPT_STR, &c->worker_id, NULL, "ID", "name in the state hash (default hostname-pid)", 0, 0 },
 		{ "require-sealed", 0, "RUNNEL_REQUIRE_SEALED", RN_OPT_BOOL, &c->require_sealed, "false", NULL, "refuse jobs whose secrets are not sealed", 0, 0 },

@@ -38,6 +38,7 @@ typedef struct worker_config {
 	long  kill_grace_ms;
 	long  line_max;
 	long  stderr_max;
+	long  ask_timeout_sec;
 	char *sandbox_net;
 	char *rootfs;
 	char *bwrap_path;

@@ -5,6 +5,10 @@
  * the block at once (CLIENT UNBLOCK from a second connection), so the new
  * run is read from its first entry without delay and nothing is missed.
  *
+ * Every parsed message (cancel, reply, and types this worker does not know)
+ * reaches the callback; the worker routes cancel and reply to the run
+ * (worker_run_control) and ignores the rest.
+ *
  * @locality watch/unwatch from any thread; the callback runs on the
  * control thread.
  */

@@ -420,14 +420,17 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 static void on_control(const char *run_id, const proto_ctl_t *ctl, void *arg)
 {
 	worker_t *w = arg;
-	if (ctl->type != PROTO_CTL_CANCEL)
+	if (ctl->type != PROTO_CTL_CANCEL && ctl->type != PROTO_CTL_REPLY)
 		return;
 	pthread_mutex_lock(&w->mu);
 	for (long i = 0; i < w->cfg.slots; i++) {
 		worker_run_t *run = w->runs[i];
 		if (run && !strcmp(run->run_id, run_id)) {
-			rn_log_info(run_id, "run_cancel", "cancel requested (%s)", ctl->reason[0] ? ctl->reason : "no reason");
-			worker_run_stop(run, WORKER_STOP_CANCEL, ctl->reason);
+			if (ctl->type == PROTO_CTL_CANCEL)
+				rn_log_info(run_id, "run_cancel", "cancel requested (%s)", ctl->reason[0] ? ctl->reason : "no reason");
+			else
+				rn_log_info(run_id, "run_reply", "reply to ask %s received", ctl->id);
+			worker_run_control(run, ctl);
 		}
 	}
 	pthread_mutex_unlock(&w->mu);

@@ -7,7 +7,8 @@
  *
  * Usage: runnel-mock-agent SCRIPT [ARG]   (or the script as one string,
  * "sleep 5").  A later control line {"type":"cancel"} on stdin ends the
- * script quietly; EOF on stdin is not a cancel.
+ * script quietly; EOF on stdin is not a cancel.  The "ask" script follows
+ * the turn's permission_mode and waits for a {"type":"reply"} line.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -89,7 +90,10 @@ static void emit_raw(const char *line)
 	write_all(1, line, strlen(line));
 }
 
-/* Handles one control line; a cancel ends the agent. */
+/* The last reply line read from stdin (owned), for wait_reply(). */
+static json_t *last_reply;
+
+/* Handles one control line; a cancel ends the agent, a reply is kept. */
 static void control_line(const char *line)
 {
 	json_t *msg = json_loads(line, 0, NULL);
@@ -97,6 +101,11 @@ static void control_line(const char *line)
 		return;
 	const char *type = json_string_value(json_object_get(msg, "type"));
 	int cancel = type && strcmp(type, "cancel") == 0;
+	if (type && strcmp(type, "reply") == 0) {
+		json_decref(last_reply);
+		last_reply = msg;
+		return;
+	}
 	json_decref(msg);
 	if (cancel)
 		exit(0);
@@ -139,6 +148,27 @@ static void wait_ms(int64_t ms)
 				ctl_buf[ctl_len++] = tmp[i];
 			}
 		}
+	}
+}
+
+/*
+ * Waits for the reply to ask id on stdin (other replies are skipped).
+ * Returns it (owned), or NULL when stdin closed first.
+ */
+static json_t *wait_reply(const char *id)
+{
+	for (;;) {
+		if (last_reply) {
+			const char *rid = json_string_value(json_object_get(last_reply, "id"));
+			json_t *r = last_reply;
+			last_reply = NULL;
+			if (rid && strcmp(rid, id) == 0)
+				return r;
+			json_decref(r);
+		}
+		if (!stdin_open)
+			return NULL;
+		wait_ms(50);
 	}
 }
 
@@ -281,6 +311,65 @@ static void script_garbage(void)
 	emit_result("garbage done");
 }
 
+/*
+ * A tool that needs permission: a step, then (permission_mode ask) an ask
+ * line and its reply on stdin, or (deny) a refusal, or (bypass) nothing;
+ * the step succeeds or fails and the run ends with a result either way.
+ */
+static void script_ask(json_t *turn, const char *prompt)
+{
+	const char *mode = json_string_value(json_object_get(turn, "permission_mode"));
+	if (!mode)
+		mode = "bypass";
+	int64_t t0 = rn_mono_ms();
+	emit_log("info", "Planning");
+	emit(json_pack("{s:s,s:s,s:s,s:s,s:{s:s}}", "type", "step", "id", "step_1", "name", "Bash",
+	               "status", "running", "args", "command", "mkdir -p assets"));
+	const char *why = NULL;
+	char whybuf[160];
+	if (strcmp(mode, "ask") == 0) {
+		emit(json_pack("{s:s,s:s,s:s,s:s,s:s,s:{s:s},s:[{s:s,s:s},{s:s,s:s}],s:s}",
+		               "type", "ask", "id", "ask_1", "kind", "permission",
+		               "title", "Run: mkdir -p assets", "tool", "Bash",
+		               "args", "command", "mkdir -p assets",
+		               "options", "id", "allow_once", "label", "Allow", "id", "reject_once", "label", "Reject",
+		               "status", "open"));
+		json_t *r = wait_reply("ask_1");
+		const char *opt = r ? json_string_value(json_object_get(r, "option")) : NULL;
+		if (!r)
+			why = "no reply (stdin closed)";
+		else if (json_is_true(json_object_get(r, "expired")))
+			why = "the permission request expired";
+		else if (opt && strcmp(opt, "allow_once") == 0)
+			why = NULL;
+		else if (json_is_true(json_object_get(r, "reject")) || opt)
+			why = "the user rejected the tool call";
+		else {
+			snprintf(whybuf, sizeof(whybuf), "the user answered instead: %.100s",
+			         json_string_value(json_object_get(r, "text")) ? json_string_value(json_object_get(r, "text")) : "");
+			why = whybuf;
+		}
+		json_decref(r);
+	} else if (strcmp(mode, "deny") == 0) {
+		why = "permission_mode deny refuses tool calls";
+	}
+	if (why) {
+		emit(json_pack("{s:s,s:s,s:s,s:s,s:s,s:I}", "type", "step", "id", "step_1", "name", "Bash",
+		               "status", "failed", "error", why, "durationMs", (json_int_t)(rn_mono_ms() - t0)));
+		emit_result("Finished without running the tool");
+		return;
+	}
+	emit(json_pack("{s:s,s:s,s:s,s:s,s:{s:b},s:I}", "type", "step", "id", "step_1", "name", "Bash",
+	               "status", "succeeded", "result", "ok", 1, "durationMs", (json_int_t)(rn_mono_ms() - t0)));
+	size_t n = strlen(prompt) + 64;
+	char *msg = malloc(n);
+	if (!msg)
+		exit(2);
+	snprintf(msg, n, "Done: %s", prompt);
+	emit_result(msg);
+	free(msg);
+}
+
 static void usage_error(const char *script)
 {
 	char msg[256];
@@ -311,7 +400,7 @@ int main(int argc, char **argv)
 			sp++;
 		snprintf(arg, sizeof(arg), "%s", sp);
 	} else {
-		snprintf(name, sizeof(name), "%s", script);
+		snprintf(name, sizeof(name), "%.63s", script);
 	}
 
 	json_t *turn = read_turn();
@@ -381,6 +470,14 @@ int main(int argc, char **argv)
 		 * read stderr before the terminal line arrives on stdout. */
 		wait_ms(200);
 		emit_result("wrote to stderr");
+	} else if (strcmp(name, "stderr-race") == 0) {
+		/* stderr right before the result, no pause: both pipes are often
+		 * readable in the same poll round of the runner. */
+		const char msg[] = "to stderr\n";
+		write_all(2, msg, sizeof(msg) - 1);
+		emit_result("done");
+	} else if (strcmp(name, "ask") == 0) {
+		script_ask(turn, prompt);
 	} else if (strcmp(name, "open-step") == 0) {
 		emit(json_pack("{s:s,s:s,s:s,s:s}", "type", "step", "id", "step_open",
 		               "name", "recipes/never-finishes.sh", "status", "running"));
@@ -393,5 +490,6 @@ int main(int argc, char **argv)
 		usage_error(script);
 	}
 	json_decref(turn);
+	json_decref(last_reply);
 	return rc;
 }

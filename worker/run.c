@@ -29,6 +29,8 @@
 #include "common/util.h"
 #include "proto/envelope.h"
 #include "proto/keys.h"
+#include "worker/agent.h"
+#include "worker/agent_loop.h"
 #include "worker/bootstrap.h"
 #include "worker/limits.h"
 #include "worker/publish.h"
@@ -48,34 +50,8 @@
 #define RUN_STACK (256 * 1024)
 #endif
 
-#define RUN_READ_CHUNK     (16 * 1024)
-#define RUN_STDERR_LINE    (8 * 1024)
-#define RUN_READS_PER_FLUSH 8
-#define RUN_PIPE_SIZE      (1024 * 1024)
 #define RUN_ENV_MAX        4096
-/* Under /run (a tmpfs in the sandbox): the read-only host /usr has no
- * /usr/libexec/runnel to bind onto. */
-#define MOCK_AGENT_IN_SANDBOX "/run/runnel/runnel-mock-agent"
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-/* How the agent phase ended. */
-typedef enum {
-	END_NONE = 0,
-	END_EXITED,     /* the agent exited (with or without a terminal line) */
-	END_CANCEL,
-	END_CAP,
-	END_SHUTDOWN,
-	END_LOST,
-	END_INTERNAL,   /* the worker failed (Redis give-up, I/O error) */
-	END_LIMIT,      /* the run hit a resource limit (io->limit_hit) */
-} end_t;
-
-/* A line splitter with a cap: longer lines keep their first cap+1 bytes. */
-typedef struct splitter {
-	char  *buf;
-	size_t len, cap, limit;   /* limit = keep at most this many bytes */
-	int    overflow;
-} splitter_t;
 
 /* Everything the run's thread holds; lives on the thread's stack or heap. */
 typedef struct run_io {
@@ -109,6 +85,12 @@ worker_run_t *worker_run_new(worker_ctx_t *ctx, proto_job_t *job, const rn_claim
 		free(run);
 		return NULL;
 	}
+	run->inbox = worker_inbox_new(run->wake_fd);
+	if (!run->inbox) {
+		close(run->wake_fd);
+		free(run);
+		return NULL;
+	}
 	run->ctx = ctx;
 	run->job = *job;
 	memset(job, 0, sizeof(*job)); /* ownership moved */
@@ -133,6 +115,16 @@ void worker_run_stop(worker_run_t *run, worker_stop_t why, const char *reason)
 	uint64_t one = 1;
 	ssize_t w = write(run->wake_fd, &one, sizeof(one));
 	(void)w;
+}
+
+void worker_run_control(worker_run_t *run, const proto_ctl_t *ctl)
+{
+	if (ctl->type == PROTO_CTL_CANCEL)
+		worker_run_stop(run, WORKER_STOP_CANCEL, ctl->reason);
+	else if (ctl->type != PROTO_CTL_REPLY)
+		return;
+	if (worker_inbox_push(run->inbox, ctl) < 0 && ctl->type == PROTO_CTL_REPLY)
+		rn_log_warn(run->run_id, "reply_dropped", "the run's inbox is full; a reply to ask %s was dropped", ctl->id);
 }
 
 void worker_run_cancel_message(const char *reason, char *buf, size_t size)
@@ -221,12 +213,23 @@ static int io_finish(run_io_t *io, const char *line, size_t len, const char *sta
 	}
 }
 
-/* Closes open steps, then writes an error terminal line. */
+/* Before any terminal line: open asks are settled rejected, then open
+ * steps closed failed (SPEC §4). */
+static void io_close_open(run_io_t *io, const char *why)
+{
+	if (!io->env)
+		return;
+	size_t n = proto_env_close_asks(io->env, rn_now_ms(), "rejected", emit_cb, NULL, io);
+	if (n)
+		rn_log_info(io->run->run_id, "asks_rejected", "%zu open ask(s) settled rejected: %s", n, why);
+	proto_env_close_steps(io->env, rn_now_ms(), why, emit_cb, io);
+}
+
+/* Closes open asks and steps, then writes an error terminal line. */
 static void io_end_error(run_io_t *io, const char *code, const char *message, const char *why)
 {
 	const char *status = !strcmp(code, PROTO_ERR_CANCELLED) ? "cancelled" : "failed";
-	if (io->env)
-		proto_env_close_steps(io->env, rn_now_ms(), why, emit_cb, io);
+	io_close_open(io, why);
 	size_t len = 0;
 	char *line = proto_env_make_error(code, message, rn_now_ms(), &len);
 	if (!line) {
@@ -239,60 +242,6 @@ static void io_end_error(run_io_t *io, const char *code, const char *message, co
 	free(line);
 	snprintf(io->run->outcome, sizeof(io->run->outcome), "%s", code);
 	rn_log_info(io->run->run_id, "run_ended", "%s: %s", code, message);
-}
-
-/* ------------------------------------------------------------------------
- * Line splitting
- * ------------------------------------------------------------------------ */
-
-static void split_init(splitter_t *s, size_t limit)
-{
-	memset(s, 0, sizeof(*s));
-	s->limit = limit;
-}
-
-static void split_free(splitter_t *s)
-{
-	free(s->buf);
-	memset(s, 0, sizeof(*s));
-}
-
-/* Appends bytes to the current line, keeping at most limit of them. */
-static int split_append(splitter_t *s, const char *p, size_t n)
-{
-	if (s->len + n > s->limit) {
-		s->overflow = 1;
-		n = s->limit > s->len ? s->limit - s->len : 0;
-	}
-	if (n == 0)
-		return 0;
-	if (s->len + n > s->cap) {
-		size_t ncap = s->cap ? s->cap : 1024;
-		while (ncap < s->len + n)
-			ncap *= 2;
-		if (ncap > s->limit)
-			ncap = s->limit;
-		char *nb = realloc(s->buf, ncap);
-		if (!nb)
-			return -1;
-		s->buf = nb;
-		s->cap = ncap;
-	}
-	memcpy(s->buf + s->len, p, n);
-	s->len += n;
-	return 0;
-}
-
-/* After a line was handled: forget it, and give back a big buffer. */
-static void split_reset(splitter_t *s)
-{
-	s->len = 0;
-	s->overflow = 0;
-	if (s->cap > 64 * 1024) {
-		free(s->buf);
-		s->buf = NULL;
-		s->cap = 0;
-	}
 }
 
 /* ------------------------------------------------------------------------
@@ -332,10 +281,9 @@ static void handle_stdout_line(run_io_t *io, const char *line, size_t len)
 
 static void handle_stderr_line(run_io_t *io, const char *line, size_t len, int cut)
 {
-	if (proto_env_terminated(io->env)) {
-		rn_counter_add(io->m->lines_dropped, 1);
-		return;
-	}
+	/* Taken also after the terminal line: that line is held until the loop
+	 * ended, and stderr the agent wrote before it may be read after it
+	 * (two pipes, one poll round). */
 	if (io->stderr_truncated)
 		return;
 	if (io->stderr_bytes + len > (uint64_t)io->cfg->stderr_max) {
@@ -374,267 +322,74 @@ static void handle_stderr_line(run_io_t *io, const char *line, size_t len, int c
 	}
 }
 
-/*
- * Reads once from fd into the splitter and handles every complete line.
- * Returns 1 at EOF, 2 when nothing was there (EAGAIN), 0 otherwise.
- */
-static int read_lines(run_io_t *io, int fd, splitter_t *s, int is_stderr, char *chunk)
+
+/* ---- the line sink of the agent loop (agent_loop.h) ---- */
+
+static void sink_line(void *arg, const char *line, size_t len)
 {
-	ssize_t n = read(fd, chunk, RUN_READ_CHUNK);
-	if (n < 0)
-		return errno == EAGAIN ? 2 : errno == EINTR ? 0 : 1;
-	if (n == 0) {
-		/* A last line without newline still counts. */
-		if (s->len || s->overflow) {
-			if (is_stderr)
-				handle_stderr_line(io, s->buf, s->len, s->overflow);
-			else
-				handle_stdout_line(io, s->buf ? s->buf : "", s->len);
-			split_reset(s);
-		}
-		return 1;
-	}
-	const char *p = chunk, *end = chunk + n;
-	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		size_t take = nl ? (size_t)(nl - p) : (size_t)(end - p);
-		split_append(s, p, take);
-		if (!nl)
-			break;
-		if (is_stderr)
-			handle_stderr_line(io, s->buf, s->len, s->overflow);
-		else
-			handle_stdout_line(io, s->buf ? s->buf : "", s->len);
-		split_reset(s);
-		p = nl + 1;
-	}
-	return 0;
+	handle_stdout_line(arg, line, len);
 }
 
-/* ------------------------------------------------------------------------
- * Sandbox preparation
- * ------------------------------------------------------------------------ */
-
-typedef struct strv {
-	char **v;
-	size_t n, cap;
-} strv_t;
-
-static int strv_add(strv_t *s, char *owned)
+static void sink_stderr(void *arg, const char *line, size_t len, int cut)
 {
-	if (!owned)
-		return -1;
-	if (s->n + 2 > s->cap) {
-		size_t nc = s->cap ? s->cap * 2 : 16;
-		char **nv = realloc(s->v, nc * sizeof(*nv));
-		if (!nv) {
-			free(owned);
-			return -1;
-		}
-		s->v = nv;
-		s->cap = nc;
-	}
-	s->v[s->n++] = owned;
-	s->v[s->n] = NULL;
-	return 0;
+	handle_stderr_line(arg, line, len, cut);
 }
 
-static char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *strf(const char *fmt, ...)
+static int sink_terminated(void *arg)
 {
-	va_list ap;
-	char *s = NULL;
-	va_start(ap, fmt);
-	if (vasprintf(&s, fmt, ap) < 0)
-		s = NULL;
-	va_end(ap);
-	return s;
+	run_io_t *io = arg;
+	return proto_env_terminated(io->env);
 }
 
-/* Frees the strings (wiping them: they may hold /env secrets). */
-static void strv_free(strv_t *s)
+static int sink_settle(void *arg, const worker_agent_reply_t *r)
 {
-	for (size_t i = 0; i < s->n; i++) {
-		sodium_memzero(s->v[i], strlen(s->v[i]));
-		free(s->v[i]);
+	run_io_t *io = arg;
+	const char *status = r->expired ? "expired" : r->reject ? "rejected" : "answered";
+	char *line = NULL;
+	size_t len = 0;
+	proto_ask_rc_t rc = proto_env_settle_ask(io->env, r->ask_id, status, r->option, r->text,
+	                                         rn_now_ms(), &line, &len);
+	if (rc == PROTO_ASK_SETTLED) {
+		io_publish(io, line, len);
+		free(line);
 	}
-	free(s->v);
-	memset(s, 0, sizeof(*s));
+	return (int)rc;
 }
 
-/* Sets NAME=value, replacing an earlier NAME. */
-static int env_set(strv_t *e, const char *name, const char *value)
+static const char *sink_oldest_ask(void *arg, int64_t *opened_ms)
 {
-	size_t nl = strlen(name);
-	for (size_t i = 0; i < e->n; i++) {
-		if (!strncmp(e->v[i], name, nl) && e->v[i][nl] == '=') {
-			char *nv = strf("%s=%s", name, value);
-			if (!nv)
-				return -1;
-			sodium_memzero(e->v[i], strlen(e->v[i]));
-			free(e->v[i]);
-			e->v[i] = nv;
-			return 0;
-		}
-	}
-	return strv_add(e, strf("%s=%s", name, value));
+	run_io_t *io = arg;
+	return proto_env_oldest_ask(io->env, opened_ms);
 }
 
-static int env_name_ok(const char *k)
+static int sink_wait_fd(void *arg)
 {
-	if (!*k || strlen(k) > 256)
-		return 0;
-	for (const char *p = k; *p; p++)
-		if (*p == '=' || (unsigned char)*p < 0x21)
-			return 0;
-	return 1;
+	run_io_t *io = arg;
+	return worker_pub_wait_fd(&io->pub);
 }
 
-/* The sandbox's whole environment: /env variables, then what runnel sets. */
-static int build_env(const worker_run_t *run, const worker_boot_t *boot, strv_t *e,
-                     char *errstr, size_t errstr_size)
+static int sink_backlog(void *arg)
 {
-	if (env_set(e, "HOME", "/root") < 0 || env_set(e, "PATH", DEFAULT_PATH) < 0)
-		goto oom;
-	const char *k;
-	json_t *v;
-	size_t count = 0;
-	json_object_foreach(boot->variables, k, v) {
-		if (!json_is_string(v))
-			continue;
-		if (!env_name_ok(k)) {
-			snprintf(errstr, errstr_size, "the /env variable name \"%.64s\" is not usable", k);
-			return -1;
-		}
-		if (++count > RUN_ENV_MAX) {
-			snprintf(errstr, errstr_size, "/env has more than %d variables", RUN_ENV_MAX);
-			return -1;
-		}
-		if (env_set(e, k, json_string_value(v)) < 0)
-			goto oom;
-	}
-	if (env_set(e, "RUNNEL_RUN_ID", run->run_id) < 0)
-		goto oom;
-	if (boot->ws_api_url && boot->ws_api_token) {
-		if (env_set(e, "RUNNEL_WORKSPACE_API_URL", boot->ws_api_url) < 0 ||
-		    env_set(e, "RUNNEL_WORKSPACE_TOKEN", boot->ws_api_token) < 0)
-			goto oom;
-	}
-	return 0;
-oom:
-	snprintf(errstr, errstr_size, "out of memory");
-	return -1;
+	run_io_t *io = arg;
+	return worker_pub_pending(&io->pub) >= WORKER_PUB_BATCH_LINES / 2;
 }
 
-/* The agent's argv from config.agent.  ro_bind gets the mock's bind. */
-static int build_argv(const worker_config_t *cfg, const worker_boot_t *boot, strv_t *argv,
-                      strv_t *binds, char *errstr, size_t errstr_size)
+static void sink_pump(void *arg, int readable)
 {
-	const json_t *agent = boot->agent;
-	const char *kind = agent ? json_string_value(json_object_get(agent, "kind")) : NULL;
-	if (!kind) {
-		snprintf(errstr, errstr_size, "the workspace config has no agent.kind");
-		return -1;
-	}
-	if (!strcmp(kind, "command")) {
-		const json_t *a = json_object_get(agent, "argv");
-		size_t i;
-		const json_t *v;
-		if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > 1024) {
-			snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
-			return -1;
-		}
-		json_array_foreach(a, i, v) {
-			if (!json_is_string(v) || (i == 0 && !*json_string_value(v))) {
-				snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
-				return -1;
-			}
-			if (strv_add(argv, strdup(json_string_value(v))) < 0)
-				goto oom;
-		}
-		return 0;
-	}
-	if (!strcmp(kind, "mock")) {
-		const char *script = json_string_value(json_object_get(agent, "script"));
-		if (!script)
-			script = "demo";
-		if (!cfg->mock_agent_path[0]) {
-			snprintf(errstr, errstr_size, "this worker has no runnel-mock-agent (set RUNNEL_MOCK_AGENT)");
-			return -1;
-		}
-		if (cfg->driver == WORKER_SANDBOX_BWRAP) {
-			if (strv_add(argv, strdup(MOCK_AGENT_IN_SANDBOX)) < 0 ||
-			    strv_add(binds, strf("%s:%s", cfg->mock_agent_path, MOCK_AGENT_IN_SANDBOX)) < 0)
-				goto oom;
-		} else if (strv_add(argv, strdup(cfg->mock_agent_path)) < 0) {
-			goto oom;
-		}
-		if (strv_add(argv, strdup(script)) < 0)
-			goto oom;
-		return 0;
-	}
-	snprintf(errstr, errstr_size, "agent.kind \"%.32s\" is not supported (command, mock)", kind);
-	return -1;
-oom:
-	snprintf(errstr, errstr_size, "out of memory");
-	return -1;
+	run_io_t *io = arg;
+	if (worker_pub_pending(&io->pub) > io->pub.inflight || readable)
+		io_pump(io);
 }
 
-/* 1 when name is a safe single path component for a skill directory. */
-static int skill_name_ok(const char *name)
+static int sink_failed(void *arg)
 {
-	if (!name || !*name || strlen(name) > 128 || !strcmp(name, ".") || !strcmp(name, ".."))
-		return 0;
-	for (const char *p = name; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-		      *p == '_' || *p == '-' || *p == '.'))
-			return 0;
-	return 1;
+	run_io_t *io = arg;
+	return io->publish_failed;
 }
 
-/* The turn line; the caller wipes and frees it (it holds the prompt). */
-static char *build_turn(const worker_run_t *run, const worker_boot_t *boot, size_t *lenp)
+static worker_stop_t stop_of(void *arg)
 {
-	json_t *skills = json_array();
-	size_t i;
-	json_t *s;
-	json_array_foreach(boot->skills, i, s) {
-		/* The signed zip_url stays outside the sandbox. */
-		json_t *c = json_is_object(s) ? json_deep_copy(s) : NULL;
-		if (!c)
-			continue;
-		json_object_del(c, "zip_url");
-		const char *name = json_string_value(json_object_get(c, "name"));
-		if (name && skill_name_ok(name)) {
-			char path[256];
-			snprintf(path, sizeof(path), "/root/skills/%s", name);
-			json_object_set_new(c, "path", json_string(path));
-		}
-		json_array_append_new(skills, c);
-	}
-	json_t *t = json_object();
-	json_object_set_new(t, "run_id", json_string(run->run_id));
-	json_object_set_new(t, "prompt", run->job.prompt ? json_string(run->job.prompt) : json_string(""));
-	json_object_set_new(t, "system_prompt", boot->system_prompt ? json_string(boot->system_prompt) : json_null());
-	json_object_set_new(t, "model", boot->model ? json_string(boot->model) : json_null());
-	json_object_set_new(t, "skills", skills);
-	json_object_set_new(t, "mcp_servers", boot->mcp_servers ? json_incref(boot->mcp_servers) : json_array());
-	json_object_set_new(t, "history", boot->history ? json_incref(boot->history) : json_array());
-	char *text = json_dumps(t, JSON_COMPACT);
-	json_decref(t);
-	if (!text)
-		return NULL;
-	size_t n = strlen(text);
-	char *line = malloc(n + 2);
-	if (line) {
-		memcpy(line, text, n);
-		line[n] = '\n';
-		line[n + 1] = '\0';
-		*lenp = n + 1;
-	}
-	sodium_memzero(text, n);
-	free(text);
-	return line;
+	return (worker_stop_t)atomic_load(&((worker_run_t *)arg)->stop);
 }
 
 /* ------------------------------------------------------------------------
@@ -675,19 +430,19 @@ static int guard_start(run_io_t *io, const worker_boot_t *boot, const worker_ws_
 	return io->guard ? 0 : -1;
 }
 
-/* In the agent loop: 1 when a limit was hit; *next_ms lowered to when the
- * guard wants to look again. */
-static int guard_check(run_io_t *io, int64_t now, int64_t *next_ms)
+/* The agent loop's limit check (worker_stop_source_t.limit_check). */
+static int guard_check(void *arg, int64_t now, int64_t *next_ms)
 {
-	if (!io->guard)
-		return 0;
-	int64_t at;
-	worker_limit_t l = worker_guard_tick(io->guard, now, &at);
-	if (at < *next_ms)
-		*next_ms = at;
+	run_io_t *io = arg;
+	worker_limit_t l = worker_guard_tick(io->guard, now, next_ms);
 	if (l != WORKER_LIMIT_NONE)
 		io->limit_hit = l;
 	return l != WORKER_LIMIT_NONE;
+}
+
+static int guard_fd(void *arg)
+{
+	return worker_guard_fd(((run_io_t *)arg)->guard);
 }
 
 static void guard_end(run_io_t *io)
@@ -697,6 +452,85 @@ static void guard_end(run_io_t *io)
 	if (io->limit_hit > WORKER_LIMIT_NONE && io->limit_hit < WORKER_LIMIT_COUNT)
 		rn_counter_add(io->m->limit_hits[io->limit_hit], 1);
 	io_end_error(io, PROTO_ERR_RESOURCE_LIMIT, msg, "the run hit a resource limit");
+}
+
+/* ------------------------------------------------------------------------
+ * Sandbox preparation
+ * ------------------------------------------------------------------------ */
+
+static int env_set(worker_strv_t *e, const char *name, const char *value)
+{
+	return worker_strv_setenv(e, name, value);
+}
+
+static int env_name_ok(const char *k)
+{
+	if (!*k || strlen(k) > 256)
+		return 0;
+	for (const char *p = k; *p; p++)
+		if (*p == '=' || (unsigned char)*p < 0x21)
+			return 0;
+	return 1;
+}
+
+/* The sandbox's whole environment: /env variables, then what runnel sets. */
+static int build_env(const worker_run_t *run, const worker_boot_t *boot,
+                     const worker_agent_launch_t *launch, const char *meta_dir, worker_strv_t *e,
+                     char *errstr, size_t errstr_size)
+{
+	if (env_set(e, "HOME", "/root") < 0 || env_set(e, "PATH", DEFAULT_PATH) < 0)
+		goto oom;
+	const char *k;
+	json_t *v;
+	size_t count = 0;
+	json_object_foreach(boot->variables, k, v) {
+		if (!json_is_string(v))
+			continue;
+		if (!env_name_ok(k)) {
+			snprintf(errstr, errstr_size, "the /env variable name \"%.64s\" is not usable", k);
+			return -1;
+		}
+		if (++count > RUN_ENV_MAX) {
+			snprintf(errstr, errstr_size, "/env has more than %d variables", RUN_ENV_MAX);
+			return -1;
+		}
+		if (env_set(e, k, json_string_value(v)) < 0)
+			goto oom;
+	}
+	/* What the adapter sets (a preset's environment) wins over /env;
+	 * RUNNEL_* below stays runnel's. */
+	for (size_t i = 0; i < launch->env.n; i++) {
+		const char *kv = launch->env.v[i], *eq = strchr(kv, '=');
+		char name[257];
+		if (!eq || eq == kv || (size_t)(eq - kv) >= sizeof(name))
+			continue;
+		snprintf(name, sizeof(name), "%.*s", (int)(eq - kv), kv);
+		if (env_set(e, name, eq + 1) < 0)
+			goto oom;
+	}
+	if (launch->private_home && run->ctx->cfg->driver != WORKER_SANDBOX_BWRAP) {
+		/* Without bwrap HOME would be the host's /root: give the agent a
+		 * directory of the run instead (bwrap's /root is already a tmpfs). */
+		char home[WORKER_PATH_MAX + 16];
+		snprintf(home, sizeof(home), "%s/home", meta_dir);
+		if (mkdir(home, 0700) < 0 && errno != EEXIST) {
+			snprintf(errstr, errstr_size, "cannot create the agent's home directory");
+			return -1;
+		}
+		if (env_set(e, "HOME", home) < 0)
+			goto oom;
+	}
+	if (env_set(e, "RUNNEL_RUN_ID", run->run_id) < 0)
+		goto oom;
+	if (boot->ws_api_url && boot->ws_api_token) {
+		if (env_set(e, "RUNNEL_WORKSPACE_API_URL", boot->ws_api_url) < 0 ||
+		    env_set(e, "RUNNEL_WORKSPACE_TOKEN", boot->ws_api_token) < 0)
+			goto oom;
+	}
+	return 0;
+oom:
+	snprintf(errstr, errstr_size, "out of memory");
+	return -1;
 }
 
 /* ------------------------------------------------------------------------
@@ -718,217 +552,6 @@ static void describe_exit(int status, char *buf, size_t size)
 static worker_stop_t run_stop_of(worker_run_t *run)
 {
 	return (worker_stop_t)atomic_load(&run->stop);
-}
-
-/*
- * Runs the agent until it exited and both pipes closed, or until a stop
- * (cancel, cap, shutdown, lost) killed it.  Returns how it ended.
- */
-static end_t agent_loop(run_io_t *io, worker_sandbox_t *sb, char *turn, size_t turn_len,
-                        int64_t cap_deadline)
-{
-	worker_run_t *run = io->run;
-	const worker_config_t *cfg = io->cfg;
-	splitter_t so, se;
-	char *chunk = malloc(RUN_READ_CHUNK);
-	size_t turn_off = 0;
-	int out_open = 1, err_open = 1, exited = 0;
-	end_t end = END_NONE;
-	int64_t kill_at = -1;        /* SIGKILL deadline after SIGTERM */
-	int killed = 0;
-	int64_t term_seen_at = -1;   /* agent printed its terminal line */
-	int64_t exited_at = -1;
-	int64_t last_io = rn_mono_ms();   /* last read from the pipes or Redis wait */
-	int64_t guard_next = INT64_MAX;   /* the limits guard looks again then */
-
-	if (!chunk)
-		return END_INTERNAL;
-	split_init(&so, (size_t)cfg->line_max + 1);
-	split_init(&se, RUN_STDERR_LINE);
-	int pidfd = pidfd_open(sb->pid, 0);
-
-	/* A large stdout pipe lets the agent go on printing while a batch is
-	 * in flight to Redis (best effort: the kernel may refuse the size). */
-	fcntl(sb->stdout_fd, F_SETPIPE_SZ, RUN_PIPE_SIZE);
-
-	/* stdin: written without blocking; kept open afterwards. */
-	int fl = fcntl(sb->stdin_fd, F_GETFL);
-	if (fl >= 0)
-		fcntl(sb->stdin_fd, F_SETFL, fl | O_NONBLOCK);
-
-	for (;;) {
-		int64_t now = rn_mono_ms();
-
-		/* Decide to stop the agent. */
-		if (end == END_NONE) {
-			worker_stop_t st = run_stop_of(run);
-			if (st == WORKER_STOP_CANCEL)
-				end = END_CANCEL;
-			else if (st == WORKER_STOP_SHUTDOWN)
-				end = END_SHUTDOWN;
-			else if (st == WORKER_STOP_LOST)
-				end = END_LOST;
-			else if (now >= cap_deadline)
-				end = END_CAP;
-			else if (io->publish_failed)
-				end = END_INTERNAL;
-			else if (guard_check(io, now, &guard_next))
-				end = END_LIMIT;
-			if (end == END_LIMIT && !exited) {
-				/* Over a limit: no grace (a fork bomb would use it). */
-				worker_sandbox_kill(sb, SIGKILL);
-				killed = 1;
-			} else if (end != END_NONE && !exited) {
-				worker_sandbox_kill(sb, SIGTERM);
-				kill_at = now + cfg->kill_grace_ms;
-			}
-		}
-		if (end == END_NONE && proto_env_terminated(io->env) && term_seen_at < 0)
-			term_seen_at = now;
-		/* After its terminal line (or its exit) the agent gets a grace period
-		 * to finish; then it is stopped like any other. */
-		if (!exited && kill_at < 0 && term_seen_at >= 0 && now >= term_seen_at + cfg->kill_grace_ms) {
-			worker_sandbox_kill(sb, SIGTERM);
-			kill_at = now + cfg->kill_grace_ms;
-		}
-		/* After the exit, the pipes are read until EOF; only when they stay
-		 * silent for the grace period (a leftover process holds them) is
-		 * the rest given up.  Time spent waiting on Redis does not count. */
-		if (exited && (out_open || err_open) && exited_at >= 0 &&
-		    now >= (last_io > exited_at ? last_io : exited_at) + cfg->kill_grace_ms && !killed) {
-			/* Something in the sandbox still holds the pipes. */
-			worker_sandbox_kill(sb, SIGKILL);
-			killed = 1;
-			out_open = err_open = 0;
-		}
-		if (kill_at >= 0 && !killed && now >= kill_at) {
-			worker_sandbox_kill(sb, SIGKILL);
-			killed = 1;
-		}
-		if (!exited) {
-			int r = worker_sandbox_reap(sb);
-			if (r != 0) {
-				exited = 1;
-				exited_at = now;
-				if (killed || end != END_NONE) {
-					/* Killed by us: the pipes are not worth waiting for. */
-				}
-			}
-		}
-		if (exited && (!out_open && !err_open))
-			break;
-		if (exited && end != END_NONE && end != END_EXITED)
-			break;
-
-		struct pollfd pfd[7];
-		int np = 0, i_out = -1, i_err = -1, i_in = -1, i_wake, i_pid = -1, i_red = -1;
-		/* While a stop is pending, output is no longer read into the stream:
-		 * drain it only so that the agent is not blocked writing. */
-		if (out_open) {
-			i_out = np;
-			pfd[np++] = (struct pollfd){ sb->stdout_fd, POLLIN, 0 };
-		}
-		if (err_open) {
-			i_err = np;
-			pfd[np++] = (struct pollfd){ sb->stderr_fd, POLLIN, 0 };
-		}
-		if (turn && turn_off < turn_len && sb->stdin_fd >= 0) {
-			i_in = np;
-			pfd[np++] = (struct pollfd){ sb->stdin_fd, POLLOUT, 0 };
-		}
-		i_wake = np;
-		pfd[np++] = (struct pollfd){ run->wake_fd, POLLIN, 0 };
-		if (pidfd >= 0 && !exited) {
-			i_pid = np;
-			pfd[np++] = (struct pollfd){ pidfd, POLLIN, 0 };
-		}
-		if (worker_pub_wait_fd(&io->pub) >= 0) {
-			i_red = np;
-			pfd[np++] = (struct pollfd){ worker_pub_wait_fd(&io->pub), POLLIN, 0 };
-		}
-		if (worker_guard_fd(io->guard) >= 0 && end == END_NONE)
-			pfd[np++] = (struct pollfd){ worker_guard_fd(io->guard), POLLIN, 0 };
-		int64_t timeout = 1000;
-		int64_t next = cap_deadline;
-		if (kill_at >= 0 && !killed && kill_at < next)
-			next = kill_at;
-		if (term_seen_at >= 0 && kill_at < 0 && term_seen_at + cfg->kill_grace_ms < next)
-			next = term_seen_at + cfg->kill_grace_ms;
-		if (exited_at >= 0 && (last_io > exited_at ? last_io : exited_at) + cfg->kill_grace_ms < next)
-			next = (last_io > exited_at ? last_io : exited_at) + cfg->kill_grace_ms;
-		if (end == END_NONE && guard_next < next)
-			next = guard_next;
-		if (next - now < timeout)
-			timeout = next - now < 0 ? 0 : next - now;
-		if (pidfd < 0 && !exited && timeout > 20)
-			timeout = 20; /* no pidfd: notice the exit by polling */
-		int pr = poll(pfd, (nfds_t)np, (int)timeout);
-		if (pr < 0 && errno != EINTR)
-			break;
-		if (pr <= 0)
-			continue;
-		if (pfd[i_wake].revents) {
-			uint64_t v;
-			ssize_t rr = read(run->wake_fd, &v, sizeof(v));
-			(void)rr;
-		}
-		if (i_in >= 0 && pfd[i_in].revents) {
-			if (pfd[i_in].revents & (POLLERR | POLLHUP)) {
-				turn_off = turn_len; /* the agent closed stdin: fine */
-			} else {
-				ssize_t w = write(sb->stdin_fd, turn + turn_off, turn_len - turn_off);
-				if (w > 0)
-					turn_off += (size_t)w;
-				else if (w < 0 && errno != EAGAIN && errno != EINTR)
-					turn_off = turn_len;
-			}
-		}
-		int stopping = end != END_NONE && end != END_EXITED;
-		if (i_out >= 0 && pfd[i_out].revents) {
-			if (stopping) {
-				ssize_t rr = read(sb->stdout_fd, chunk, RUN_READ_CHUNK);
-				if (rr == 0 || (rr < 0 && errno != EAGAIN && errno != EINTR))
-					out_open = 0;
-			} else {
-				/* A burst is read in several chunks before one pipelined
-				 * flush, up to a batch; then Redis gets it. */
-				for (int k = 0; k < RUN_READS_PER_FLUSH; k++) {
-					int r = read_lines(io, sb->stdout_fd, &so, 0, chunk);
-					if (r == 1)
-						out_open = 0;
-					if (r != 0 || worker_pub_pending(&io->pub) >= WORKER_PUB_BATCH_LINES / 2)
-						break;
-				}
-			}
-		}
-		if (i_err >= 0 && pfd[i_err].revents) {
-			if (stopping) {
-				ssize_t rr = read(sb->stderr_fd, chunk, RUN_READ_CHUNK);
-				if (rr == 0 || (rr < 0 && errno != EAGAIN && errno != EINTR))
-					err_open = 0;
-			} else if (read_lines(io, sb->stderr_fd, &se, 1, chunk) == 1) {
-				err_open = 0;
-			}
-		}
-		(void)i_pid;
-		/* Send what this round produced; the replies are read while the
-		 * next round is parsed.  While Redis is away this blocks, the pipe
-		 * fills and the agent waits. */
-		if (!stopping && (worker_pub_pending(&io->pub) > io->pub.inflight ||
-		                  (i_red >= 0 && pfd[i_red].revents)))
-			io_pump(io);
-		last_io = rn_mono_ms();
-	}
-	if (end == END_NONE)
-		end = END_EXITED;
-	if (pidfd >= 0)
-		close(pidfd);
-	if (turn)
-		sodium_memzero(turn, turn_len);
-	split_free(&so);
-	split_free(&se);
-	free(chunk);
-	return end;
 }
 
 /* ------------------------------------------------------------------------
@@ -986,7 +609,11 @@ static void run_pipeline(run_io_t *io)
 	worker_boot_t boot;
 	worker_ws_t ws;
 	int have_ws = 0;
-	strv_t envv = { 0 }, argv = { 0 }, binds = { 0 };
+	worker_strv_t envv = { 0 };
+	worker_agent_launch_t launch;
+	const worker_agent_ops_t *ops = NULL;
+	void *astate = NULL;
+	memset(&launch, 0, sizeof(launch));
 	worker_sandbox_t sb;
 	int have_sb = 0;
 	memset(&boot, 0, sizeof(boot));
@@ -1075,7 +702,7 @@ static void run_pipeline(run_io_t *io)
 		const char *name = json_string_value(json_object_get(skill, "name"));
 		const char *url = json_string_value(json_object_get(skill, "zip_url"));
 		char dir[WORKER_PATH_MAX + 160]; /* skills dir + "/" + a name of <= 128 */
-		if (!skill_name_ok(name)) {
+		if (!worker_agent_skill_name_ok(name)) {
 			snprintf(msg, sizeof(msg), "Skill %zu has no usable name (letters, digits, . _ -).", si);
 			io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
 			goto out;
@@ -1116,20 +743,43 @@ static void run_pipeline(run_io_t *io)
 		}
 		close(fd);
 	}
-	if (build_argv(cfg, &boot, &argv, &binds, err, sizeof(err)) < 0) {
+	/* The agent: its kind's adapter fills the launch. */
+	worker_agent_ctx_t actx = { 0 };
+	actx.cfg = cfg;
+	actx.run_id = run->run_id;
+	actx.job = &run->job;
+	actx.boot = &boot;
+	actx.agent = boot.agent;
+	actx.ask_timeout_sec = cfg->ask_timeout_sec;
+	const char *kind = boot.agent ? json_string_value(json_object_get(boot.agent, "kind")) : NULL;
+	if (!kind) {
+		snprintf(msg, sizeof(msg), "The agent cannot be started: the workspace config has no agent.kind");
+		io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
+		goto out;
+	}
+	ops = worker_agent_find(kind);
+	if (!ops) {
+		snprintf(msg, sizeof(msg), "The agent cannot be started: agent.kind \"%.32s\" is not supported (%s)",
+		         kind, worker_agent_kinds());
+		io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
+		goto out;
+	}
+	actx.permission_mode = worker_agent_permission_mode(&boot, &run->job, err, sizeof(err));
+	if (!actx.permission_mode) {
 		snprintf(msg, sizeof(msg), "The agent cannot be started: %s", err);
 		io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
 		goto out;
 	}
-	if (build_env(run, &boot, &envv, err, sizeof(err)) < 0) {
-		snprintf(msg, sizeof(msg), "The agent's environment cannot be built: %s", err);
+	proto_env_allow_asks(io->env, !strcmp(actx.permission_mode, WORKER_PERM_ASK));
+	launch.share_net = cfg->share_net;
+	if (ops->prepare(&actx, &launch, &astate, err, sizeof(err)) < 0) {
+		snprintf(msg, sizeof(msg), "The agent cannot be started: %s", err);
 		io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
 		goto out;
 	}
-	size_t turn_len = 0;
-	char *turn = build_turn(run, &boot, &turn_len);
-	if (!turn) {
-		io_end_error(io, PROTO_ERR_INTERNAL, "The worker ran out of memory.", "internal error");
+	if (build_env(run, &boot, &launch, ws.meta, &envv, err, sizeof(err)) < 0) {
+		snprintf(msg, sizeof(msg), "The agent's environment cannot be built: %s", err);
+		io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
 		goto out;
 	}
 
@@ -1140,29 +790,40 @@ static void run_pipeline(run_io_t *io)
 	spec.workspace_dir = ws.workspace;
 	spec.skills_dir = have_skills ? ws.skills : NULL;
 	spec.setup_script = boot.setup_script ? setup_path : NULL;
-	spec.argv = argv.v;
+	spec.argv = launch.argv.v;
 	spec.envp = envv.v;
-	spec.ro_binds = binds.n ? binds.v : NULL;
-	spec.share_net = cfg->share_net;
+	spec.ro_binds = launch.ro_binds.n ? launch.ro_binds.v : NULL;
+	spec.share_net = launch.share_net;
 	spec.rlimit_nofile = 4096;
 	worker_guard_sandbox_spec(io->guard, &spec);
 	rn_log_debug(run->run_id, "run_phase", "workspace ready at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 	int64_t t0 = rn_mono_us();
 	if (worker_sandbox_spawn(&spec, &sb, err, sizeof(err)) < 0) {
-		sodium_memzero(turn, turn_len);
-		free(turn);
 		snprintf(msg, sizeof(msg), "The sandbox could not be started: %s", err);
 		io_end_error(io, PROTO_ERR_INTERNAL, msg, "internal error");
 		goto out;
 	}
 	have_sb = 1;
 	rn_hist_observe(io->m->sandbox_start, (double)(rn_mono_us() - t0) / 1e6);
-	strv_free(&envv);
+	worker_strv_free(&envv);
 	rn_log_info(run->run_id, "agent_started", "pid %ld, runtime cap %" PRId64 " s", (long)sb.pid, cap_sec);
 
 	/* 5: agent I/O until it ends. */
-	end_t end = agent_loop(io, &sb, turn, turn_len, run->claimed_mono_ms + cap_sec * 1000);
-	free(turn);
+	worker_line_sink_t sink = {
+		.arg = io, .line = sink_line, .stderr_line = sink_stderr, .terminated = sink_terminated,
+		.settle = sink_settle, .oldest_ask = sink_oldest_ask, .wait_fd = sink_wait_fd,
+		.backlog = sink_backlog, .pump = sink_pump, .failed = sink_failed,
+	};
+	worker_stop_source_t stop = { .arg = run, .wake_fd = run->wake_fd, .stop = stop_of,
+	                              .inbox = run->inbox,
+	                              .limit_check = guard_check, .limit_fd = guard_fd, .limit_arg = io };
+	worker_loop_params_t lp = {
+		.run_id = run->run_id, .ops = ops, .state = astate, .actx = &actx,
+		.cap_deadline = run->claimed_mono_ms + cap_sec * 1000,
+		.kill_grace_ms = cfg->kill_grace_ms, .line_max = (size_t)cfg->line_max,
+		.ask_timeout_ms = cfg->ask_timeout_sec * 1000,
+	};
+	worker_loop_end_t end = worker_agent_loop(&lp, &sb, &sink, &stop);
 	if (sb.stdin_fd >= 0) {
 		close(sb.stdin_fd);
 		sb.stdin_fd = -1;
@@ -1174,34 +835,34 @@ static void run_pipeline(run_io_t *io)
 
 	/* 6: the terminal line.  A limit seen only now (the agent itself was
 	 * OOM-killed) wins over how the agent ended. */
-	if ((end == END_EXITED || end == END_NONE) &&
+	if ((end == WORKER_LOOP_EXITED || end == WORKER_LOOP_NONE) &&
 	    (io->limit_hit = worker_guard_final(io->guard)) != WORKER_LIMIT_NONE)
-		end = END_LIMIT;
+		end = WORKER_LOOP_LIMIT;
 	switch (end) {
-	case END_LIMIT:
+	case WORKER_LOOP_LIMIT:
 		guard_end(io);
 		break;
-	case END_CANCEL:
+	case WORKER_LOOP_CANCEL:
 		worker_run_cancel_message(run->cancel_reason, msg, sizeof(msg));
 		io_end_error(io, PROTO_ERR_CANCELLED, msg, "the run was cancelled");
 		break;
-	case END_CAP:
+	case WORKER_LOOP_CAP:
 		snprintf(msg, sizeof(msg), "The run reached its runtime cap of %" PRId64 " seconds and was stopped.", cap_sec);
 		io_end_error(io, PROTO_ERR_RUNTIME_CAP, msg, "the run reached its runtime cap");
 		break;
-	case END_SHUTDOWN:
+	case WORKER_LOOP_SHUTDOWN:
 		io_end_error(io, PROTO_ERR_WORKER_SHUTDOWN, "The worker shut down before the run finished.",
 		             "the worker shut down");
 		break;
-	case END_LOST:
+	case WORKER_LOOP_LOST:
 		snprintf(run->outcome, sizeof(run->outcome), "worker_lost");
 		rn_log_warn(run->run_id, "run_lost", "the lease was lost; stopped without a terminal line");
 		break;
-	case END_INTERNAL:
+	case WORKER_LOOP_INTERNAL:
 		io_end_error(io, PROTO_ERR_INTERNAL, "The worker failed while running the run.", "internal error");
 		break;
-	case END_EXITED:
-	case END_NONE:
+	case WORKER_LOOP_EXITED:
+	case WORKER_LOOP_NONE:
 		if (io->held && io->held_is_result) {
 			size_t nfiles = 0, nskipped = 0;
 			worker_stop_t st = run_stop_of(run);
@@ -1227,13 +888,13 @@ static void run_pipeline(run_io_t *io)
 				if (nfiles)
 					rn_log_info(run->run_id, "writeback", "uploaded %zu file(s), skipped %zu", nfiles, nskipped);
 			}
-			proto_env_close_steps(io->env, rn_now_ms(), "the run ended", emit_cb, io);
+			io_close_open(io, "the run ended");
 			if (io_finish(io, io->held, io->held_len, "succeeded", "") >= 0) {
 				snprintf(run->outcome, sizeof(run->outcome), "succeeded");
 				rn_log_info(run->run_id, "run_ended", "succeeded");
 			}
 		} else if (io->held) {
-			proto_env_close_steps(io->env, rn_now_ms(), "the run ended with an error", emit_cb, io);
+			io_close_open(io, "the run ended with an error");
 			if (io_finish(io, io->held, io->held_len, "failed", io->held_code) >= 0) {
 				snprintf(run->outcome, sizeof(run->outcome), "agent_error");
 				rn_log_info(run->run_id, "run_ended", "agent error %s", io->held_code);
@@ -1258,9 +919,10 @@ out:
 		worker_sandbox_destroy(&sb);
 	worker_guard_free(io->guard);
 	io->guard = NULL;
-	strv_free(&envv);
-	strv_free(&argv);
-	strv_free(&binds);
+	worker_strv_free(&envv);
+	worker_agent_launch_free(&launch);
+	if (ops && ops->free)
+		ops->free(astate);
 	worker_boot_clear(&boot);
 	if (have_ws && worker_ws_remove(&ws) < 0)
 		rn_log_warn(run->run_id, "workspace_remove", "could not remove %s", ws.dir);
@@ -1332,6 +994,7 @@ void worker_run_free(worker_run_t *run)
 	if (!run)
 		return;
 	proto_job_clear(&run->job);
+	worker_inbox_free(run->inbox);
 	if (run->wake_fd >= 0)
 		close(run->wake_fd);
 	free(run);

@@ -55,6 +55,7 @@ struct worker_run {
 	int          started;
 	int          wake_fd;          /* eventfd */
 	atomic_int   stop;             /* worker_stop_t, first one wins */
+	struct worker_inbox *inbox;    /* control messages for the agent loop */
 	char         cancel_reason[PROTO_CTL_REASON_MAX + 1];
 	volatile int abort_flag;       /* mirrors stop for blocking stages */
 	char         outcome[32];      /* metric outcome, set at the end */
@@ -68,6 +69,11 @@ int worker_run_start(worker_run_t *run);
 
 /* Asks the run to stop (any thread).  reason is for CANCEL (may be NULL). */
 void worker_run_stop(worker_run_t *run, worker_stop_t why, const char *reason);
+
+/* A control message for the run (the control thread): a cancel stops it
+ * (worker_run_stop), a reply goes to its inbox for the agent loop; other
+ * types are ignored. */
+void worker_run_control(worker_run_t *run, const proto_ctl_t *ctl);
 
 void worker_run_join(worker_run_t *run);
 void worker_run_free(worker_run_t *run);

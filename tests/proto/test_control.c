@@ -27,6 +27,15 @@ static void parse_bad(const char *s, size_t len, const char *want)
 	CHECK_STR(s, err, want);
 }
 
+static void parse_reply_ok(const char *s, proto_reply_kind_t kind)
+{
+	proto_ctl_t ctl;
+	char err[128] = "";
+
+	CHECK(proto_ctl_parse(s, strlen(s), &ctl, err, sizeof err) == 0, "%s: %s", s, err);
+	CHECK(ctl.type == PROTO_CTL_REPLY && ctl.reply == kind, "%s: kind %d", s, (int)ctl.reply);
+}
+
 int main(void)
 {
 	proto_ctl_t ctl;
@@ -98,5 +107,55 @@ int main(void)
 	CHECK(proto_ctl_serialize(&ctl, buf, sizeof buf) == -1, "invalid UTF-8 reason");
 	ctl.type = PROTO_CTL_UNKNOWN;
 	CHECK(proto_ctl_serialize(&ctl, buf, sizeof buf) == -1, "unknown type");
+
+	/* Replies. */
+	CHECK(proto_ctl_parse("{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}", 51, &ctl,
+	                      err, sizeof err) == 0, "reply option: %s", err);
+	CHECK(ctl.type == PROTO_CTL_REPLY && ctl.reply == PROTO_REPLY_OPTION &&
+	      strcmp(ctl.id, "ask_1") == 0 && strcmp(ctl.option, "allow_once") == 0, "reply option fields");
+	parse_reply_ok("{\"type\":\"reply\",\"id\":\"a\",\"text\":\"use rm\"}", PROTO_REPLY_TEXT);
+	parse_reply_ok("{\"type\":\"reply\",\"id\":\"a\",\"reject\":true}", PROTO_REPLY_REJECT);
+	parse_reply_ok("{\"type\":\"reply\",\"id\":\"a\",\"reject\":true,\"expired\":true}", PROTO_REPLY_REJECT);
+	parse_bad("{\"type\":\"reply\",\"option\":\"x\"}", 33, "id: missing or not a string");
+	parse_bad("{\"type\":\"reply\",\"id\":\"\",\"option\":\"x\"}", 41,
+	          "id: must be 1-128 characters of A-Z a-z 0-9 _ . : -");
+	parse_bad("{\"type\":\"reply\",\"id\":\"a b\",\"reject\":true}", 44,
+	          "id: must be 1-128 characters of A-Z a-z 0-9 _ . : -");
+	parse_bad("{\"type\":\"reply\",\"id\":\"a\"}", 26, "reply: give exactly one of option, text, reject");
+	parse_bad("{\"type\":\"reply\",\"id\":\"a\",\"option\":\"x\",\"text\":\"t\"}", 49,
+	          "reply: give exactly one of option, text, reject");
+	parse_bad("{\"type\":\"reply\",\"id\":\"a\",\"option\":5}", 37, "option: not a string");
+	parse_bad("{\"type\":\"reply\",\"id\":\"a\",\"option\":\"no way\"}", 44,
+	          "option: must be 1-128 characters of A-Z a-z 0-9 _ . : -");
+	parse_bad("{\"type\":\"reply\",\"id\":\"a\",\"text\":[]}", 36, "text: not a string");
+	parse_bad("{\"type\":\"reply\",\"id\":\"a\",\"reject\":false}", 40, "reject: must be true");
+	{
+		char *t = malloc(PROTO_CTL_TEXT_MAX + 2);
+
+		memset(t, 'x', PROTO_CTL_TEXT_MAX + 1);
+		t[PROTO_CTL_TEXT_MAX + 1] = '\0';
+		CHECK(proto_ctl_reply_set(&ctl, "a", NULL, t, 0, err, sizeof err) == -1 &&
+		      strcmp(err, "text: longer than 3072 bytes") == 0, "long text: %s", err);
+		t[PROTO_CTL_TEXT_MAX] = '\0';
+		CHECK(proto_ctl_reply_set(&ctl, "a", NULL, t, 0, err, sizeof err) == 0, "text at cap");
+		free(t);
+	}
+	CHECK(proto_ctl_reply_set(&ctl, "a", NULL, "bad \xff", 0, err, sizeof err) == -1 &&
+	      strcmp(err, "text: not valid UTF-8") == 0, "bad UTF-8 text: %s", err);
+	CHECK(proto_ctl_reply_set(&ctl, "ask_1", "allow_once", NULL, 0, err, sizeof err) == 0, "set option");
+	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
+	CHECK_STR("reply option", buf, "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}");
+	CHECK(proto_ctl_reply_set(&ctl, "ask_1", NULL, "say \"hi\"", 0, err, sizeof err) == 0, "set text");
+	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
+	CHECK_STR("reply text", buf, "{\"type\":\"reply\",\"id\":\"ask_1\",\"text\":\"say \\\"hi\\\"\"}");
+	CHECK(proto_ctl_reply_set(&ctl, "ask_1", NULL, NULL, 1, err, sizeof err) == 0, "set reject");
+	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
+	CHECK_STR("reply reject", buf, "{\"type\":\"reply\",\"id\":\"ask_1\",\"reject\":true}");
+	{
+		proto_ctl_t back;
+
+		CHECK(proto_ctl_parse(buf, (size_t)n, &back, err, sizeof err) == 0 &&
+		      back.type == PROTO_CTL_REPLY && back.reply == PROTO_REPLY_REJECT, "reply round trip");
+	}
 	return check_done("test_control");
 }

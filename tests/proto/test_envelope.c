@@ -536,6 +536,103 @@ static void test_drop_after_terminal(void)
 	proto_env_free(env);
 }
 
+/* An ask line that must be refused with the reason given. */
+static void ask_bad(proto_env_t *env, const char *line, const char *want_reason)
+{
+	proto_env_line_t out;
+
+	feed(env, line, &out);
+	CHECK(!out.valid && strcmp(out.reason, want_reason) == 0, "%s: reason \"%s\", want \"%s\"",
+	      line, out.reason, want_reason);
+}
+
+#define ASK_OPTS "\"options\":[{\"id\":\"allow_once\",\"label\":\"Allow\"},{\"id\":\"reject_once\",\"label\":\"Reject\"}]"
+
+static void test_asks(void)
+{
+	proto_env_t *env = proto_env_new(0);
+	proto_env_line_t out;
+	collect_t c;
+	char *line = NULL;
+	size_t len = 0;
+	int64_t opened = 0;
+
+	/* Refused unless the run's permission_mode is ask. */
+	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"permission\",\"status\":\"open\"," ASK_OPTS "}",
+	        "ask: the run's permission_mode is not ask");
+	proto_env_allow_asks(env, 1);
+	ask_bad(env, "{\"type\":\"ask\",\"kind\":\"permission\",\"status\":\"open\"}", "ask: missing id");
+	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a 1\",\"kind\":\"permission\",\"status\":\"open\"}", "ask: bad id");
+	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"vote\",\"status\":\"open\"}", "ask: bad kind");
+	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"permission\",\"status\":\"answered\"," ASK_OPTS "}",
+	        "ask: status must be open");
+	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"permission\",\"status\":\"open\"}",
+	        "ask: options must be a non-empty array");
+	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"permission\",\"status\":\"open\",\"options\":[{\"id\":\"x\"}]}",
+	        "ask: an option needs an id and a label");
+	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"question\",\"status\":\"open\"}",
+	        "ask: question missing or not a string");
+	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"question\",\"question\":\"q\",\"title\":1,\"status\":\"open\"}",
+	        "ask: title not a string");
+	CHECK(proto_env_open_asks(env) == 0, "nothing tracked");
+
+	feed(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"permission\",\"title\":\"Run: ls\",\"status\":\"open\"," ASK_OPTS "}", &out);
+	CHECK(out.valid && out.type == PROTO_ENV_ASK && !out.terminal, "a1 valid: %s", out.reason);
+	feed(env, "{\"type\":\"ask\",\"id\":\"q1\",\"kind\":\"question\",\"question\":\"Which?\",\"status\":\"open\",\"ts\":7}", &out);
+	CHECK(out.valid, "q1 valid: %s", out.reason);
+	CHECK(proto_env_open_asks(env) == 2, "2 open");
+	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"question\",\"question\":\"q\",\"status\":\"open\"}",
+	        "ask: id already used");
+	CHECK(strcmp(proto_env_oldest_ask(env, &opened), "a1") == 0 && opened == NOW, "oldest a1");
+
+	CHECK(proto_env_settle_ask(env, "zz", "rejected", NULL, NULL, 9, &line, &len) == PROTO_ASK_UNKNOWN, "unknown");
+	CHECK(proto_env_settle_ask(env, "a1", "answered", "always", NULL, 9, &line, &len) == PROTO_ASK_BAD_OPTION,
+	      "foreign option");
+	CHECK(proto_env_settle_ask(env, "a1", "answered", "allow_once", NULL, 9, &line, &len) == PROTO_ASK_SETTLED,
+	      "settled");
+	CHECK_STR("settlement", line,
+	          "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"permission\",\"title\":\"Run: ls\",\"status\":\"answered\",\"option\":\"allow_once\",\"ts\":9}");
+	free(line);
+	CHECK(proto_env_settle_ask(env, "a1", "rejected", NULL, NULL, 9, &line, &len) == PROTO_ASK_CLOSED, "closed");
+	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"question\",\"question\":\"q\",\"status\":\"open\"}",
+	        "ask: id already used");
+	CHECK(strcmp(proto_env_oldest_ask(env, NULL), "q1") == 0, "oldest q1");
+	CHECK(proto_env_settle_ask(env, "q1", "answered", NULL, "the \"red\" one", 10, &line, &len) == PROTO_ASK_SETTLED,
+	      "text");
+	CHECK_STR("text settlement", line,
+	          "{\"type\":\"ask\",\"id\":\"q1\",\"kind\":\"question\",\"status\":\"answered\",\"text\":\"the \\\"red\\\" one\",\"ts\":10}");
+	free(line);
+	CHECK(proto_env_oldest_ask(env, NULL) == NULL && proto_env_open_asks(env) == 0, "none open");
+
+	/* The end of a run rejects what is open; a refusing emit keeps it open. */
+	feed(env, "{\"type\":\"ask\",\"id\":\"b1\",\"kind\":\"question\",\"question\":\"?\",\"status\":\"open\"}", &out);
+	feed(env, "{\"type\":\"ask\",\"id\":\"b2\",\"kind\":\"question\",\"question\":\"?\",\"status\":\"open\"}", &out);
+	feed(env, "{\"type\":\"result\",\"message\":\"done\"}", &out);
+	CHECK(out.terminal && proto_env_open_asks(env) == 2, "result keeps asks open");
+	memset(&c, 0, sizeof c);
+	c.stop_at = 2;
+	CHECK(proto_env_close_asks(env, 11, "rejected", collect_emit, NULL, &c) == 1, "one closed");
+	CHECK_STR("close ask", c.lines[0],
+	          "{\"type\":\"ask\",\"id\":\"b1\",\"kind\":\"question\",\"status\":\"rejected\",\"ts\":11}");
+	memset(&c, 0, sizeof c);
+	CHECK(proto_env_close_asks(env, 12, "rejected", collect_emit, NULL, &c) == 1 && proto_env_open_asks(env) == 0,
+	      "retry closes b2");
+	proto_env_free(env);
+
+	/* Open asks are capped. */
+	env = proto_env_new(0);
+	proto_env_allow_asks(env, 1);
+	for (int i = 0; i <= PROTO_ENV_ASKS_MAX; i++) {
+		char l[160];
+		snprintf(l, sizeof l, "{\"type\":\"ask\",\"id\":\"k%d\",\"kind\":\"question\",\"question\":\"?\",\"status\":\"open\"}", i);
+		feed(env, l, &out);
+		if (i == PROTO_ENV_ASKS_MAX)
+			CHECK(!out.valid && strcmp(out.reason, "ask: too many open asks") == 0, "cap: %s", out.reason);
+	}
+	CHECK(proto_env_open_asks(env) == PROTO_ENV_ASKS_MAX, "cap held");
+	proto_env_free(env);
+}
+
 static void test_builders(void)
 {
 	size_t len = 0;
@@ -595,6 +692,7 @@ int main(void)
 	test_deep_nesting();
 	test_steps();
 	test_drop_after_terminal();
+	test_asks();
 	test_builders();
 	test_reuse();
 	return check_done("test_envelope");

@@ -1,0 +1,230 @@
+/*
+ * worker/agent.c - the adapter registry and what adapters share: string
+ * vectors for the launch, the turn line and reply lines of envelope-native
+ * agents, the permission mode (see agent.h).
+ */
+#include "worker/agent.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+static const worker_agent_ops_t *const agents[] = {
+	&worker_agent_command,
+	&worker_agent_mock,
+#ifdef RUNNEL_HAVE_AGENT_ACP
+	&worker_agent_acp,
+#endif
+#ifdef RUNNEL_HAVE_AGENT_BUILTIN
+	&worker_agent_builtin,
+#endif
+};
+
+#define NAGENTS (sizeof(agents) / sizeof(agents[0]))
+
+const worker_agent_ops_t *worker_agent_find(const char *kind)
+{
+	if (!kind)
+		return NULL;
+	for (size_t i = 0; i < NAGENTS; i++)
+		if (!strcmp(agents[i]->kind, kind))
+			return agents[i];
+	return NULL;
+}
+
+const char *worker_agent_kinds(void)
+{
+	static char buf[128];
+	static int done;
+	/* Built once from a constant table: the same on every thread. */
+	if (!__atomic_load_n(&done, __ATOMIC_ACQUIRE)) {
+		char tmp[sizeof(buf)] = "";
+		size_t off = 0;
+		for (size_t i = 0; i < NAGENTS && off < sizeof(tmp); i++)
+			off += (size_t)snprintf(tmp + off, sizeof(tmp) - off, "%s%s", i ? ", " : "", agents[i]->kind);
+		memcpy(buf, tmp, sizeof(buf));
+		__atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+	}
+	return buf;
+}
+
+/* ------------------------------------------------------------------------
+ * String vectors
+ * ------------------------------------------------------------------------ */
+
+static int strv_take(worker_strv_t *s, char *owned)
+{
+	if (!owned)
+		return -1;
+	if (s->n + 2 > s->cap) {
+		size_t nc = s->cap ? s->cap * 2 : 16;
+		char **nv = realloc(s->v, nc * sizeof(*nv));
+		if (!nv) {
+			free(owned);
+			return -1;
+		}
+		s->v = nv;
+		s->cap = nc;
+	}
+	s->v[s->n++] = owned;
+	s->v[s->n] = NULL;
+	return 0;
+}
+
+int worker_strv_add(worker_strv_t *s, const char *str)
+{
+	return strv_take(s, strdup(str));
+}
+
+int worker_strv_addf(worker_strv_t *s, const char *fmt, ...)
+{
+	va_list ap;
+	char *p = NULL;
+	va_start(ap, fmt);
+	if (vasprintf(&p, fmt, ap) < 0)
+		p = NULL;
+	va_end(ap);
+	return strv_take(s, p);
+}
+
+int worker_strv_setenv(worker_strv_t *s, const char *name, const char *value)
+{
+	size_t nl = strlen(name);
+	for (size_t i = 0; i < s->n; i++) {
+		if (!strncmp(s->v[i], name, nl) && s->v[i][nl] == '=') {
+			char *nv = NULL;
+			if (asprintf(&nv, "%s=%s", name, value) < 0)
+				return -1;
+			sodium_memzero(s->v[i], strlen(s->v[i]));
+			free(s->v[i]);
+			s->v[i] = nv;
+			return 0;
+		}
+	}
+	return worker_strv_addf(s, "%s=%s", name, value);
+}
+
+void worker_strv_free(worker_strv_t *s)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		sodium_memzero(s->v[i], strlen(s->v[i]));
+		free(s->v[i]);
+	}
+	free(s->v);
+	memset(s, 0, sizeof(*s));
+}
+
+void worker_agent_launch_free(worker_agent_launch_t *l)
+{
+	worker_strv_free(&l->argv);
+	worker_strv_free(&l->ro_binds);
+	worker_strv_free(&l->env);
+}
+
+/* ------------------------------------------------------------------------
+ * Envelope-native agents: the turn and the control lines
+ * ------------------------------------------------------------------------ */
+
+int worker_agent_skill_name_ok(const char *name)
+{
+	if (!name || !*name || strlen(name) > 128 || !strcmp(name, ".") || !strcmp(name, ".."))
+		return 0;
+	for (const char *p = name; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+		      *p == '_' || *p == '-' || *p == '.'))
+			return 0;
+	return 1;
+}
+
+/* A compact JSON dump plus a newline; the dump is wiped (it may hold the
+ * prompt).  NULL out of memory. */
+static char *dump_line(json_t *t, size_t *lenp)
+{
+	char *text = json_dumps(t, JSON_COMPACT);
+	json_decref(t);
+	if (!text)
+		return NULL;
+	size_t n = strlen(text);
+	char *line = malloc(n + 2);
+	if (line) {
+		memcpy(line, text, n);
+		line[n] = '\n';
+		line[n + 1] = '\0';
+		*lenp = n + 1;
+	}
+	sodium_memzero(text, n);
+	free(text);
+	return line;
+}
+
+char *worker_agent_turn_line(const worker_agent_ctx_t *ctx, size_t *lenp)
+{
+	const worker_boot_t *boot = ctx->boot;
+	json_t *skills = json_array();
+	size_t i;
+	json_t *s;
+	json_array_foreach(boot->skills, i, s) {
+		/* The signed zip_url stays outside the sandbox. */
+		json_t *c = json_is_object(s) ? json_deep_copy(s) : NULL;
+		if (!c)
+			continue;
+		json_object_del(c, "zip_url");
+		const char *name = json_string_value(json_object_get(c, "name"));
+		if (name && worker_agent_skill_name_ok(name)) {
+			char path[256];
+			snprintf(path, sizeof(path), "/root/skills/%s", name);
+			json_object_set_new(c, "path", json_string(path));
+		}
+		json_array_append_new(skills, c);
+	}
+	json_t *t = json_object();
+	json_object_set_new(t, "run_id", json_string(ctx->run_id));
+	json_object_set_new(t, "prompt", ctx->job->prompt ? json_string(ctx->job->prompt) : json_string(""));
+	json_object_set_new(t, "system_prompt", boot->system_prompt ? json_string(boot->system_prompt) : json_null());
+	json_object_set_new(t, "model", boot->model ? json_string(boot->model) : json_null());
+	json_object_set_new(t, "skills", skills);
+	json_object_set_new(t, "mcp_servers", boot->mcp_servers ? json_incref(boot->mcp_servers) : json_array());
+	json_object_set_new(t, "history", boot->history ? json_incref(boot->history) : json_array());
+	json_object_set_new(t, "permission_mode", json_string(ctx->permission_mode));
+	json_object_set_new(t, "ask_timeout_sec", json_integer(ctx->ask_timeout_sec));
+	return dump_line(t, lenp);
+}
+
+char *worker_agent_reply_line(const worker_agent_reply_t *r, size_t *lenp)
+{
+	json_t *t = json_object();
+	json_object_set_new(t, "type", json_string("reply"));
+	json_object_set_new(t, "id", json_string(r->ask_id));
+	if (r->option)
+		json_object_set_new(t, "option", json_string(r->option));
+	else if (r->text)
+		json_object_set_new(t, "text", json_string(r->text));
+	else
+		json_object_set_new(t, "reject", json_true());
+	if (r->expired)
+		json_object_set_new(t, "expired", json_true());
+	return dump_line(t, lenp);
+}
+
+const char *worker_agent_permission_mode(const worker_boot_t *boot, const proto_job_t *job,
+                                         char *errstr, size_t errstr_size)
+{
+	const json_t *v = boot->config ? json_object_get(boot->config, "permission_mode") : NULL;
+	const char *mode = NULL;
+	if (v && !json_is_null(v)) {
+		mode = json_string_value(v);
+		if (!proto_permission_mode_ok(mode)) {
+			snprintf(errstr, errstr_size, "permission_mode must be bypass, ask or deny (got %s%.32s%s)",
+			         mode ? "\"" : "", mode ? mode : "a non-string", mode ? "\"" : "");
+			return NULL;
+		}
+	} else if (job->permission_mode[0]) {
+		mode = job->permission_mode;
+	}
+	if (!mode || !strcmp(mode, "bypass"))
+		return WORKER_PERM_BYPASS;
+	return !strcmp(mode, "ask") ? WORKER_PERM_ASK : WORKER_PERM_DENY;
+}

@@ -1,0 +1,168 @@
+/*
+ * worker/agent.h - the agent adapter seam: what runs in the sandbox for each
+ * `agent.kind` of the workspace config (SPEC §5), and how its stdout becomes
+ * envelope lines.
+ *
+ * An adapter is a table of callbacks found by kind with worker_agent_find().
+ * The run (worker/run.c) asks it to `prepare` the launch (argv, binds, env,
+ * network, HOME) from the config's `agent` object and the bootstrap result;
+ * the I/O loop (worker/agent_loop.c) then calls `start` once the sandbox runs,
+ * `on_line` for each stdout line, `on_reply` for a settled ask the adapter
+ * emitted, `on_cancel` before stopping the agent, `on_eof` when stdout closed
+ * or the agent exited, and `free` at the end.  Adapters never publish or
+ * write directly: they go through worker_agent_io_t, so every line they emit
+ * takes the normal validation path (proto/envelope) and every stdin write
+ * the loop's non-blocking output buffer.
+ *
+ * Asks are tracked by the worker, not by adapters: an emitted `ask` line is
+ * validated and recorded; a reply for an open ask is settled (its second
+ * line published) before on_reply is called.  stderr never reaches adapters.
+ *
+ * @locality all callbacks run on the run's own thread.
+ */
+#ifndef RUNNEL_WORKER_AGENT_H
+#define RUNNEL_WORKER_AGENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "proto/job.h"
+#include "worker/bootstrap.h"
+#include "worker/config.h"
+
+/* Where the worker binds its own helper binaries inside the sandbox (a tmpfs
+ * under /run: the read-only host /usr has no /usr/libexec/runnel). */
+#define WORKER_AGENT_BIN_DIR "/run/runnel"
+
+/* Permission modes (SPEC §5): what an agent does when a tool needs approval. */
+#define WORKER_PERM_BYPASS "bypass"   /* approve: the sandbox is the boundary */
+#define WORKER_PERM_ASK    "ask"      /* emit an ask line, wait for a reply */
+#define WORKER_PERM_DENY   "deny"     /* refuse */
+
+/* Option ids of the asks runnel's own agents emit (labels Allow, Reject). */
+#define WORKER_ASK_ALLOW_ONCE  "allow_once"
+#define WORKER_ASK_REJECT_ONCE "reject_once"
+
+/* A growable NULL-terminated string vector; its strings are wiped on free
+ * (an environment may hold /env secrets). */
+typedef struct worker_strv {
+	char **v;       /* NULL-terminated (NULL while empty) */
+	size_t n, cap;
+} worker_strv_t;
+
+/* Adds a copy of s.  0, or -1 out of memory. */
+int worker_strv_add(worker_strv_t *s, const char *str);
+/* Adds printf output.  0, or -1 out of memory. */
+int worker_strv_addf(worker_strv_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sets NAME=value, replacing an earlier NAME.  0, or -1 out of memory. */
+int worker_strv_setenv(worker_strv_t *s, const char *name, const char *value);
+void worker_strv_free(worker_strv_t *s);
+
+/* What prepare fills: how the sandbox starts the agent. */
+typedef struct worker_agent_launch {
+	worker_strv_t argv;      /* the agent's argv as seen inside the sandbox */
+	worker_strv_t ro_binds;  /* extra read-only binds "host:sandbox" */
+	worker_strv_t env;       /* extra NAME=value, applied after the /env variables
+	                          * (RUNNEL_RUN_ID and the workspace API stay runnel's) */
+	int share_net;           /* 1: the sandbox shares the host network; starts as
+	                          * the worker's --sandbox-net default */
+	int private_home;        /* 1: HOME is a private writable directory of the run
+	                          * (under bwrap the /root tmpfs already is) */
+} worker_agent_launch_t;
+
+void worker_agent_launch_free(worker_agent_launch_t *l);
+
+/* What an adapter sees of the run (borrowed; valid for the whole run). */
+typedef struct worker_agent_ctx {
+	const worker_config_t *cfg;
+	const char            *run_id;
+	const proto_job_t     *job;            /* prompt: secret, never log it */
+	const worker_boot_t   *boot;           /* /env and /config answers */
+	const json_t          *agent;          /* the config's `agent` object (may be NULL) */
+	const char            *permission_mode;/* resolved: WORKER_PERM_* */
+	int64_t                ask_timeout_sec;/* open asks expire after this */
+} worker_agent_ctx_t;
+
+/* The loop's side, handed to every callback after prepare. */
+typedef struct worker_agent_io {
+	/* One envelope line as the agent would print it (no newline): validated,
+	 * published (asks tracked, a terminal line held) like a stdout line. */
+	void (*emit)(void *loop, const char *line, size_t len);
+	/* Bytes for the agent's stdin, sent without blocking in order.
+	 * 0, or -1 (out of memory or stdin closed). */
+	int  (*write)(void *loop, const char *buf, size_t len);
+	void *loop;
+} worker_agent_io_t;
+
+/* A settled ask, as the adapter gets it (exactly one of option, text,
+ * reject is set; expired implies reject). */
+typedef struct worker_agent_reply {
+	const char *ask_id;
+	const char *option;   /* NULL unless an option was chosen */
+	const char *text;     /* NULL unless free text was given */
+	int         reject;
+	int         expired;  /* the ask timed out (also reject) */
+} worker_agent_reply_t;
+
+typedef struct worker_agent_ops {
+	const char *kind;
+	/* Fills the launch and creates per-run state (*state may stay NULL).
+	 * 0, or -1 with errstr in words for the bootstrap_failed message
+	 * (never a secret). */
+	int  (*prepare)(const worker_agent_ctx_t *ctx, worker_agent_launch_t *launch,
+	                void **state, char *errstr, size_t errstr_size);
+	/* The sandbox runs: write the first stdin bytes (the turn line for
+	 * envelope-native kinds).  0, or -1 (the run ends internal). */
+	int  (*start)(void *state, const worker_agent_ctx_t *ctx, const worker_agent_io_t *io);
+	/* One stdout line (no newline; may be cut at the line cap). */
+	void (*on_line)(void *state, const char *line, size_t len, const worker_agent_io_t *io);
+	/* A reply to an ask this adapter emitted; its settlement is published. */
+	void (*on_reply)(void *state, const worker_agent_reply_t *reply, const worker_agent_io_t *io);
+	/* A graceful stop request, before the loop's SIGTERM (may be NULL). */
+	void (*on_cancel)(void *state, const worker_agent_io_t *io);
+	/* stdout closed or the agent exited: flush held state (may be NULL). */
+	void (*on_eof)(void *state, const worker_agent_io_t *io);
+	void (*free)(void *state);
+} worker_agent_ops_t;
+
+/* The adapter for kind, or NULL when the kind is unknown. */
+const worker_agent_ops_t *worker_agent_find(const char *kind);
+
+/* "command, mock, ..." for error messages. */
+const char *worker_agent_kinds(void);
+
+/*
+ * The turn line of envelope-native agents (SPEC §6 plus permission_mode and
+ * ask_timeout_sec), newline included.  malloc'd; holds the prompt: the caller
+ * wipes and frees it.  NULL out of memory.
+ */
+char *worker_agent_turn_line(const worker_agent_ctx_t *ctx, size_t *lenp);
+
+/*
+ * The control line for a reply on an envelope-native agent's stdin
+ * (contract: {"type":"reply","id":..,"option"|"text"|"reject":true[,"expired":true]}),
+ * newline included.  malloc'd, NULL out of memory.
+ */
+char *worker_agent_reply_line(const worker_agent_reply_t *reply, size_t *lenp);
+
+/* 1 when name is a safe single path component for /root/skills/<name>. */
+int worker_agent_skill_name_ok(const char *name);
+
+/* Resolves the permission mode: the config's `permission_mode`, else the
+ * job's, else bypass.  Returns a WORKER_PERM_* constant, or NULL with
+ * errstr naming the field and the bad value. */
+const char *worker_agent_permission_mode(const worker_boot_t *boot, const proto_job_t *job,
+                                         char *errstr, size_t errstr_size);
+
+/* The adapters.  agent.c lists acp and builtin when their files exist:
+ * worker/core.cmake adds worker/agent_acp.c and worker/agent_builtin.c to
+ * the build with RUNNEL_HAVE_AGENT_ACP / RUNNEL_HAVE_AGENT_BUILTIN, so
+ * adding an adapter file needs no edit of agent.c or the CMake files. */
+extern const worker_agent_ops_t worker_agent_command;  /* worker/agent_command.c */
+extern const worker_agent_ops_t worker_agent_mock;     /* worker/agent_mock.c */
+extern const worker_agent_ops_t worker_agent_acp;      /* worker/agent_acp.c */
+extern const worker_agent_ops_t worker_agent_builtin;  /* worker/agent_builtin.c */
+
+#endif

@@ -1,0 +1,106 @@
+/*
+ * worker/agent_loop.h - the agent's I/O loop: one poll() over the agent's
+ * stdout, stderr and stdin, the run's wake eventfd, the agent's pidfd and
+ * the publisher's reply socket, until the agent exited and its pipes are
+ * drained, or a stop (cancel, runtime cap, shutdown, lost lease) ended it.
+ *
+ * The loop knows nothing of Redis or of the envelope's rules: stdout lines
+ * go through the adapter (worker/agent.h) into a line sink, stderr lines
+ * straight into the sink, and stop requests and control messages come from
+ * a stop source.  The run (worker/run.c) implements both; stage tests use
+ * in-memory ones.
+ *
+ * Ending rules: after the agent's terminal line (the sink says so) the
+ * agent gets kill_grace_ms to exit, then SIGTERM, then SIGKILL after
+ * another kill_grace_ms.  After its exit, stdout and stderr are read to EOF;
+ * both stay silent for kill_grace_ms only when a leftover process holds them.
+ * stderr is taken until then, also after the terminal line: the terminal
+ * line is held by the sink and published after the loop, so nothing the
+ * agent wrote before or around it is lost.
+ *
+ * Asks: a reply (from the inbox) or an ask past its timeout is settled by
+ * the sink (which publishes the settlement line); then the adapter's
+ * on_reply forwards it to the agent.
+ */
+#ifndef RUNNEL_WORKER_AGENT_LOOP_H
+#define RUNNEL_WORKER_AGENT_LOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/envelope.h"
+#include "worker/agent.h"
+#include "worker/inbox.h"
+#include "worker/run.h"
+#include "worker/sandbox.h"
+
+/* How the agent phase ended. */
+typedef enum {
+	WORKER_LOOP_NONE = 0,
+	WORKER_LOOP_EXITED,     /* the agent exited (with or without a terminal line) */
+	WORKER_LOOP_CANCEL,
+	WORKER_LOOP_CAP,
+	WORKER_LOOP_SHUTDOWN,
+	WORKER_LOOP_LOST,
+	WORKER_LOOP_INTERNAL,   /* the worker failed (publishing gave up, I/O error) */
+	WORKER_LOOP_LIMIT,      /* the run went over a resource limit (worker/limits.h) */
+} worker_loop_end_t;
+
+/* Where lines go (the run's publishing side). */
+typedef struct worker_line_sink {
+	void *arg;
+	/* One envelope line from the adapter: validate, publish, hold a terminal. */
+	void (*line)(void *arg, const char *line, size_t len);
+	/* One stderr line; cut: it was longer than the per-line cap. */
+	void (*stderr_line)(void *arg, const char *line, size_t len, int cut);
+	/* 1 once a terminal line was taken. */
+	int  (*terminated)(void *arg);
+	/* Settles an open ask (publishing its second line).  A proto_ask_rc_t. */
+	int  (*settle)(void *arg, const worker_agent_reply_t *reply);
+	/* The oldest open ask (id valid until the next settle) and when it opened
+	 * (wall ms); NULL when none. */
+	const char *(*oldest_ask)(void *arg, int64_t *opened_ms);
+	/* Flow control (all may be NULL): the fd to poll for publishing
+	 * progress (-1 none); 1 when enough is batched to stop reading stdout
+	 * this round; send what is batched (readable: the wait fd was ready). */
+	int  (*wait_fd)(void *arg);
+	int  (*backlog)(void *arg);
+	void (*pump)(void *arg, int readable);
+	/* 1 when publishing gave up (the run ends internal). */
+	int  (*failed)(void *arg);
+} worker_line_sink_t;
+
+/* Where stops and control messages come from. */
+typedef struct worker_stop_source {
+	void *arg;
+	int   wake_fd;                        /* readable when something changed */
+	worker_stop_t (*stop)(void *arg);     /* the current stop request */
+	worker_inbox_t *inbox;                /* control messages, may be NULL */
+	/* Per-run limits (worker/limits.h), all may be NULL.  limit_check runs
+	 * every round and sets *next_ms (monotonic) to when it wants to look
+	 * again; non-zero ends the loop WORKER_LOOP_LIMIT with SIGKILL at once
+	 * (no grace: a fork bomb would use it).  limit_fd is polled beside the
+	 * pipes (-1: none). */
+	int (*limit_check)(void *arg, int64_t now_ms, int64_t *next_ms);
+	int (*limit_fd)(void *arg);
+	void *limit_arg;
+} worker_stop_source_t;
+
+typedef struct worker_loop_params {
+	const char               *run_id;        /* for logs */
+	const worker_agent_ops_t *ops;
+	void                     *state;         /* the adapter's */
+	const worker_agent_ctx_t *actx;
+	int64_t                   cap_deadline;  /* monotonic ms: runtime cap */
+	long                      kill_grace_ms;
+	size_t                    line_max;      /* stdout lines keep line_max + 1 bytes */
+	size_t                    stderr_line_max; /* 0: 8 KiB */
+	int64_t                   ask_timeout_ms;  /* 0: asks never expire */
+} worker_loop_params_t;
+
+/* Runs the agent from `start` to its end.  sb's stdin is left open. */
+worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbox_t *sb,
+                                    const worker_line_sink_t *sink,
+                                    const worker_stop_source_t *stop);
+
+#endif

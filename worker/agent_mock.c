@@ -1,0 +1,47 @@
+/*
+ * worker/agent_mock.c - {"kind":"mock","script":"demo"} (SPEC §5): the
+ * worker's own runnel-mock-agent, bound read-only into the sandbox at
+ * /run/runnel/runnel-mock-agent, speaking the envelope like a command.
+ */
+#include "worker/agent.h"
+#include "worker/agent_native.h"
+
+#include <stdio.h>
+
+#define MOCK_AGENT_IN_SANDBOX WORKER_AGENT_BIN_DIR "/runnel-mock-agent"
+
+static int mock_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *launch,
+                        void **state, char *errstr, size_t errstr_size)
+{
+	const worker_config_t *cfg = ctx->cfg;
+	const char *script = json_string_value(json_object_get(ctx->agent, "script"));
+	*state = NULL;
+	if (!script)
+		script = "demo";
+	if (!cfg->mock_agent_path[0]) {
+		snprintf(errstr, errstr_size, "this worker has no runnel-mock-agent (set RUNNEL_MOCK_AGENT)");
+		return -1;
+	}
+	int bad;
+	if (cfg->driver == WORKER_SANDBOX_BWRAP)
+		bad = worker_strv_add(&launch->argv, MOCK_AGENT_IN_SANDBOX) < 0 ||
+		      worker_strv_addf(&launch->ro_binds, "%s:%s", cfg->mock_agent_path, MOCK_AGENT_IN_SANDBOX) < 0;
+	else
+		bad = worker_strv_add(&launch->argv, cfg->mock_agent_path) < 0;
+	if (bad || worker_strv_add(&launch->argv, script) < 0) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+const worker_agent_ops_t worker_agent_mock = {
+	.kind = "mock",
+	.prepare = mock_prepare,
+	.start = worker_agent_native_start,
+	.on_line = worker_agent_native_on_line,
+	.on_reply = worker_agent_native_on_reply,
+	.on_cancel = NULL,
+	.on_eof = NULL,
+	.free = worker_agent_native_free,
+};
