@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -201,11 +204,116 @@ static void test_egress_narrowing(void)
 	worker_limits_env_free(&env);
 }
 
+typedef struct got_notes {
+	char text[8][256];
+	int  n;
+} got_notes_t;
+
+static void take_note(const char *note, void *arg)
+{
+	got_notes_t *g = arg;
+	if (g->n < 8)
+		snprintf(g->text[g->n++], sizeof(g->text[0]), "%s", note);
+}
+
+/* Sends req to the proxy and returns its answer's status line. */
+static char *ask_proxy(const char *sock, const char *req, size_t len)
+{
+	static char line[128];
+	line[0] = '\0';
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return line;
+	}
+	ssize_t w = send(fd, req, len, MSG_NOSIGNAL);
+	(void)w;
+	char buf[512];
+	ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+	close(fd);
+	if (n > 0) {
+		buf[n] = '\0';
+		char *eol = strstr(buf, "\r\n");
+		if (eol)
+			*eol = '\0';
+		snprintf(line, sizeof(line), "%s", buf);
+	}
+	return line;
+}
+
+/* The proxy's answers to bad requests, and its caps. */
+static void test_proxy_requests(void)
+{
+	char *sock = th_strf("%s/p.sock", th_tmpdir());
+	char *allow[] = { "127.0.0.1:1" };
+	char err[256];
+	worker_egress_t *e = worker_egress_start(sock, allow, 1, "run_proxy", err, sizeof(err));
+	TH_REQUIRE(e != NULL, "proxy: %s", err);
+	const char *refused = "CONNECT evil.example.com:443 HTTP/1.1\r\nHost: evil.example.com:443\r\n\r\n";
+	TH_CHECK(th_streq(ask_proxy(sock, refused, strlen(refused)), "HTTP/1.1 403 Forbidden"));
+	const char *plain = "GET http://evil.example.com/x HTTP/1.1\r\nHost: evil.example.com\r\n\r\n";
+	TH_CHECK(th_streq(ask_proxy(sock, plain, strlen(plain)), "HTTP/1.1 403 Forbidden"));
+	const char *origin = "GET /x HTTP/1.1\r\nHost: a\r\n\r\n";
+	TH_CHECK(th_streq(ask_proxy(sock, origin, strlen(origin)), "HTTP/1.1 400 Bad Request"));
+	const char *noport = "CONNECT evil.example.com HTTP/1.1\r\n\r\n";
+	TH_CHECK(th_streq(ask_proxy(sock, noport, strlen(noport)), "HTTP/1.1 400 Bad Request"));
+	const char *userinfo = "GET http://u:p@127.0.0.1:1/ HTTP/1.1\r\n\r\n";
+	TH_CHECK(th_streq(ask_proxy(sock, userinfo, strlen(userinfo)), "HTTP/1.1 400 Bad Request"));
+	/* An allowed host that does not answer: 502 and a note. */
+	const char *dead = "CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n";
+	TH_CHECK(th_streq(ask_proxy(sock, dead, strlen(dead)), "HTTP/1.1 502 Bad Gateway"));
+	/* The head is capped at WORKER_EGRESS_HEAD_MAX bytes. */
+	size_t big = WORKER_EGRESS_HEAD_MAX + 100;
+	char *huge = malloc(big);
+	memcpy(huge, "CONNECT a:443 HTTP/1.1\r\nX: ", 27);
+	memset(huge + 27, 'x', big - 27);
+	TH_CHECK(th_streq(ask_proxy(sock, huge, big), "HTTP/1.1 431 Request Header Fields Too Large"));
+	free(huge);
+
+	got_notes_t g;
+	memset(&g, 0, sizeof(g));
+	worker_egress_drain(e, take_note, &g);
+	TH_CHECK(g.n == 3, "%d notes", g.n);
+	TH_CHECK(g.n > 0 && th_streq(g.text[0], "egress refused: evil.example.com:443 is not on the run's allowlist"),
+	         "%s", g.text[0]);
+	TH_CHECK(g.n > 1 && th_streq(g.text[1], "egress refused: evil.example.com:80 is not on the run's allowlist"),
+	         "%s", g.text[1]);
+	TH_CHECK(g.n > 2 && th_streq(g.text[2], "egress: could not reach 127.0.0.1:1 (Connection refused)"),
+	         "%s", g.text[2]);
+	worker_egress_stop(e);
+	TH_CHECK(access(sock, F_OK) != 0, "the socket is removed at stop");
+}
+
+/* A model base URL with credentials in it gives only host:port. */
+static void test_model_url_credentials(void)
+{
+	worker_limits_env_t env = env_of(WORKER_EGRESS_ALLOWLIST, "api.example.com");
+	notes_t n;
+	worker_guard_t *g = guard(&env, "builtin", "{\"allow_hosts\":[\"@model\"]}",
+	                          "{\"OPENAI_BASE_URL\":\"https://key:s3cr3t@llm.example.com:8443/v1?token=t0k\"}", &n);
+	if (g) {
+		TH_CHECK(n.n == 1, "%d notes", n.n);
+		TH_CHECK(has_note(&n, "allow_hosts entry \"llm.example.com:8443\" is not allowed by this worker's egress allowlist; ignored"),
+		         "%s", n.n ? n.text[0] : "(none)");
+		for (int i = 0; i < n.n; i++)
+			TH_CHECK(!strstr(n.text[i], "s3cr3t") && !strstr(n.text[i], "t0k"), "a secret in a note: %s", n.text[i]);
+		worker_guard_free(g);
+	}
+	worker_limits_env_free(&env);
+}
+
 int main(void)
 {
 	th_init("limits_policy");
 	test_patterns();
 	test_limits_lowered_not_raised();
 	test_egress_narrowing();
+	test_proxy_requests();
+	test_model_url_credentials();
 	return th_done();
 }
