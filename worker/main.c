@@ -496,6 +496,25 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
  * main
  * ------------------------------------------------------------------------ */
 
+/* The limits the worker found at start, and a warning per degraded one. */
+static void log_limits(const worker_config_t *cfg, char *warn)
+{
+	for (char *line = warn, *nl; *line; line = nl + 1) {
+		if (!(nl = strchr(line, '\n')))
+			nl = line + strlen(line) - 1;
+		else
+			*nl = '\0';
+		rn_log_warn(NULL, "limits_degraded", "%s", line);
+	}
+	const worker_limits_env_t *le = &cfg->limits;
+	rn_log_info(NULL, "limits", "cgroup %s, disk %s; per run: memory %ld MiB, pids %ld, cpus %s, disk %ld MiB, /tmp %ld MiB; egress %s",
+	            worker_cgroup_mode_name(le->cgroup.mode),
+	            le->disk_mode == WORKER_DISK_WATCH ? "watch" :
+	            le->own_mount_ns ? "tmpfs (own mount namespace)" : "tmpfs",
+	            le->max.memory_mb, le->max.pids, cfg->run_cpus, le->max.disk_mb, le->max.tmp_mb,
+	            worker_egress_mode_name(le->egress));
+}
+
 int main(int argc, char **argv)
 {
 	static worker_t W;
@@ -538,27 +557,12 @@ int main(int argc, char **argv)
 		rn_log_error(NULL, "config", "RUNNEL_WORK_DIR %s: %s", w->cfg.work_dir, strerror(errno));
 		return 2;
 	}
-	/* Per-run limits and egress: probe cgroups and mounts once. */
-	{
-		char warn[2048];
-		if (worker_config_limits(&w->cfg, warn, sizeof(warn), err, sizeof(err)) < 0) {
-			rn_log_error(NULL, "config", "%s", err);
-			return 2;
-		}
-		for (char *line = warn, *nl; *line; line = nl + 1) {
-			if (!(nl = strchr(line, '\n')))
-				nl = line + strlen(line) - 1;
-			else
-				*nl = '\0';
-			rn_log_warn(NULL, "limits_degraded", "%s", line);
-		}
-		const worker_limits_env_t *le = &w->cfg.limits;
-		rn_log_info(NULL, "limits", "cgroup %s, disk %s; per run: memory %ld MiB, pids %ld, cpus %s, disk %ld MiB, /tmp %ld MiB; egress %s",
-		            worker_cgroup_mode_name(le->cgroup.mode),
-		            le->disk_mode == WORKER_DISK_WATCH ? "watch" :
-		            le->own_mount_ns ? "tmpfs (own mount namespace)" : "tmpfs",
-		            le->max.memory_mb, le->max.pids, w->cfg.run_cpus, le->max.disk_mb, le->max.tmp_mb,
-		            worker_egress_mode_name(le->egress));
+	/* Per-run limits and egress: probe cgroups and mounts once, while
+	 * single-threaded (reported once the worker has started). */
+	static char limits_warn[2048];
+	if (worker_config_limits(&w->cfg, limits_warn, sizeof(limits_warn), err, sizeof(err)) < 0) {
+		rn_log_error(NULL, "config", "%s", err);
+		return 2;
 	}
 
 	if (worker_metrics_init(&w->m) < 0) {
@@ -627,6 +631,7 @@ int main(int argc, char **argv)
 	            "worker %s: topic %s, group %s, %ld slot(s), sandbox %s, lease %ld s, metrics %s:%d",
 	            w->cfg.worker_id, w->cfg.jobs_topic, w->cfg.group, w->cfg.slots, w->cfg.sandbox,
 	            w->cfg.lease_sec, w->cfg.metrics_host[0] ? w->cfg.metrics_host : "off", mport);
+	log_limits(&w->cfg, limits_warn);
 
 	event_base_dispatch(w->base);
 
