@@ -211,10 +211,30 @@ static int try_child(const char *dir, const char *file, const char *val)
 	return rc;
 }
 
-/* Moves every process of dir into dir/worker (v2 leaves no process in a
- * cgroup whose children get controllers). */
+/* Moves this process from dir into dir/worker (v2 leaves no process in a
+ * cgroup whose children get controllers).  Refused when other processes
+ * share dir: they are not ours to move (a login session, a service without
+ * Delegate=yes), and the cgroup is then not delegated to the worker. */
 static int v2_move_out(const char *dir, char *errstr, size_t errstr_size)
 {
+	char procs[8192];
+	if (read_file(dir, "cgroup.procs", procs, sizeof(procs)) < 0) {
+		snprintf(errstr, errstr_size, "cannot read %s/cgroup.procs: %s", dir, strerror(errno));
+		return -1;
+	}
+	for (char *p = procs; *p; ) {
+		char *nl = strchr(p, '\n');
+		if (nl)
+			*nl = '\0';
+		if (*p && strtol(p, NULL, 10) != (long)getpid()) {
+			snprintf(errstr, errstr_size, "cgroup v2 at %s holds other processes than the worker "
+			         "(give the worker a cgroup of its own, e.g. systemd Delegate=yes)", dir);
+			return -1;
+		}
+		if (!nl)
+			break;
+		p = nl + 1;
+	}
 	char leaf[WORKER_CGROUP_PATH_MAX + 16];
 	snprintf(leaf, sizeof(leaf), "%s/worker", dir);
 	if (mkdir(leaf, 0755) != 0 && errno != EEXIST) {

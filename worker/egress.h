@@ -22,7 +22,9 @@
  * allowlist") that the run publishes as a `log` line.
  *
  * One thread per run accepts; one thread per connection relays (at most
- * WORKER_EGRESS_CONN_MAX at once per run).
+ * WORKER_EGRESS_CONN_MAX at once per run).  Stopping shuts every socket
+ * down; a connection still resolving or connecting (10 s connect timeout)
+ * is waited for.
  *
  * @locality start/drain/stop: the run's thread.
  */

@@ -259,7 +259,7 @@ static int is_proxy_var(const char *e)
 {
 	static const char *const names[] = {
 		"HTTPS_PROXY=", "HTTP_PROXY=", "https_proxy=", "http_proxy=",
-		"ALL_PROXY=", "all_proxy=", "NO_PROXY=", "no_proxy=",
+		"ALL_PROXY=", "all_proxy=", "NO_PROXY=", "no_proxy=", "NODE_USE_ENV_PROXY=",
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!strncmp(e, names[i], strlen(names[i])))
@@ -283,6 +283,8 @@ static void build_egress_env(const worker_sandbox_spec_t *spec, char *const *env
 		snprintf(v, sizeof(v), "%s=%s", names[i], url);
 		strv_push(out, v);
 	}
+	/* Node.js reads the proxy variables only when told to (24 and later). */
+	strv_push(out, "NODE_USE_ENV_PROXY=1");
 	(void)spec;
 }
 
