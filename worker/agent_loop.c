@@ -120,7 +120,8 @@ static int io_write(void *arg, const char *buf, size_t len)
 	if (!nb)
 		return -1;
 	/* A fresh buffer each time: the old one is wiped, never realloc'd. */
-	memcpy(nb, l->in_buf + l->in_off, l->in_len - l->in_off);
+	if (l->in_len > l->in_off)   /* in_buf is NULL before the first write */
+		memcpy(nb, l->in_buf + l->in_off, l->in_len - l->in_off);
 	memcpy(nb + l->in_len - l->in_off, buf, len);
 	if (l->in_buf) {
 		sodium_memzero(l->in_buf, l->in_len);

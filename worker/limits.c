@@ -237,9 +237,9 @@ int worker_limits_setup(worker_limits_env_t *env, const worker_limits_t *max,
 	size_t wl = 0;
 	if (worker_cgroup_probe(&env->cgroup, cgroup, why, sizeof(why)) == WORKER_CGROUP_NONE) {
 		int n = snprintf(warn, warn_size,
-		                 "no writable cgroup hierarchy (%s): memory, process and CPU limits fall back to rlimits "
-		                 "(RLIMIT_AS, RLIMIT_NPROC; no CPU share), and a run cannot be told apart from "
-		                 "one that crashed; see docs/operations.md\n", why);
+		                 "no writable cgroup hierarchy (%s): runs get no memory or CPU limit of their own "
+		                 "(the pod's or the host's applies), processes only RLIMIT_NPROC, and a run over "
+		                 "those cannot be told apart from one that crashed; see docs/operations.md\n", why);
 		wl = n > 0 ? (size_t)n : 0;
 	} else if (!env->cgroup.have_cpu && max->cpu_millis > 0 && wl < warn_size) {
 		int n = snprintf(warn + wl, warn_size - wl,
@@ -599,11 +599,11 @@ void worker_guard_sandbox_spec(worker_guard_t *g, worker_sandbox_spec_t *spec)
 		spec->egress_socket = g->sock_path;
 	}
 	if (!g->have_cg) {
-		/* Fallbacks: address space for memory, the user's process count
-		 * for processes (neither is what a cgroup gives; see
-		 * docs/operations.md). */
-		if (g->lim.memory_mb > 0)
-			spec->rlimit_as_mb = g->lim.memory_mb;
+		/* The fallback for processes: the user's process count (all of
+		 * the user's processes, not the run's; see docs/operations.md).
+		 * None for memory: RLIMIT_AS counts address space, and V8, the
+		 * JVM, Go and sanitizers reserve far more than they use, so an
+		 * agent would fail to start long before it used its memory. */
 		if (g->lim.pids > 0)
 			spec->rlimit_nproc = g->lim.pids;
 	}
