@@ -19,6 +19,7 @@
 int cli_submit_main(int argc, char **argv);
 int cli_tail_main(int argc, char **argv);
 int cli_cancel_main(int argc, char **argv);
+int cli_reply_main(int argc, char **argv);
 int cli_status_main(int argc, char **argv);
 int cli_dev_main(int argc, char **argv);
 

@@ -61,6 +61,7 @@ struct cli_view {
 	int             footer;    /* footer drawn on line `lines` */
 	int             finished;
 	char            status[64];
+	int             open_asks;     /* asks shown open and not yet settled */
 	int64_t         start_mono;
 	unsigned        spin;
 	view_step_t    *steps;
@@ -575,6 +576,48 @@ static void on_log(cli_view_t *v, json_t *o)
 	put_rows(v, NULL, pre, "        ", msg);
 }
 
+/* An ask opens (with how to answer it) or is settled (SPEC §4). */
+static void on_ask(cli_view_t *v, json_t *o)
+{
+	const char *id = json_string_value(json_object_get(o, "id"));
+	const char *status = json_string_value(json_object_get(o, "status"));
+	const char *title = json_string_value(json_object_get(o, "title"));
+	const char *question = json_string_value(json_object_get(o, "question"));
+	json_t *opts = json_object_get(o, "options"), *opt;
+	char pre[200], text[1024];
+	size_t off = 0, i;
+	if (!id)
+		id = "?";
+	if (!status)
+		status = "open";
+	if (!strcmp(status, "open")) {
+		v->open_asks++;
+		off += (size_t)snprintf(text + off, sizeof(text) - off, "%.300s",
+		                        title ? title : question ? question : "the agent asks");
+		json_array_foreach(opts, i, opt) {
+			const char *oid = json_string_value(json_object_get(opt, "id"));
+			const char *label = json_string_value(json_object_get(opt, "label"));
+			if (oid && off < sizeof(text))
+				off += (size_t)snprintf(text + off, sizeof(text) - off, "%s %.64s (%.64s)",
+				                        i ? "," : " | options:", oid, label ? label : oid);
+		}
+		if (off < sizeof(text))
+			snprintf(text + off, sizeof(text) - off, " | answer: runnel reply %s %.128s %s", v->run_id, id,
+			         json_array_size(opts) ? "OPTION" : "--text TEXT");
+		snprintf(pre, sizeof(pre), v->mode == CLI_VIEW_LIVE ? "? ask %.128s: " : "ask     %.128s: ", id);
+		put_rows(v, SGR_YELLOW SGR_BOLD, pre, "  ", text);
+		return;
+	}
+	if (v->open_asks > 0)
+		v->open_asks--;
+	const char *option = json_string_value(json_object_get(o, "option"));
+	const char *answer = json_string_value(json_object_get(o, "text"));
+	snprintf(text, sizeof(text), "%s%s%.600s", status, option || answer ? ": " : "",
+	         option ? option : answer ? answer : "");
+	snprintf(pre, sizeof(pre), v->mode == CLI_VIEW_LIVE ? "  ask %.128s " : "ask     %.128s ", id);
+	put_rows(v, SGR_DIM, pre, "  ", text);
+}
+
 static void on_terminal(cli_view_t *v, json_t *o, int is_error)
 {
 	const char *msg = json_string_value(json_object_get(o, "message"));
@@ -627,6 +670,8 @@ int cli_view_line(cli_view_t *v, const char *line, size_t len)
 		on_step(v, o);
 	} else if (!strcmp(type, "log")) {
 		on_log(v, o);
+	} else if (!strcmp(type, "ask")) {
+		on_ask(v, o);
 	} else if (term) {
 		on_terminal(v, o, term == 2);
 	} else {
@@ -636,6 +681,9 @@ int cli_view_line(cli_view_t *v, const char *line, size_t len)
 		free(raw);
 	}
 	json_decref(o);
+	if (v->mode == CLI_VIEW_LIVE && !term && v->open_asks > 0)
+		snprintf(v->status, sizeof(v->status), "waiting for a reply (%d open ask%s)", v->open_asks,
+		         v->open_asks == 1 ? "" : "s");
 	if (v->mode == CLI_VIEW_LIVE && !term)
 		footer_draw(v);
 	flush_buf(v);

@@ -34,6 +34,7 @@ typedef enum {
 	DISPATCHER_ROUTE_RUN,       /* GET /v1/runs/{id} */
 	DISPATCHER_ROUTE_EVENTS,
 	DISPATCHER_ROUTE_CANCEL,
+	DISPATCHER_ROUTE_REPLY,     /* POST /v1/runs/{id}/replies/{ask_id} */
 	DISPATCHER_ROUTE_HEALTHZ,
 	DISPATCHER_ROUTE_READYZ,
 	DISPATCHER_ROUTE_METRICS,
@@ -107,6 +108,9 @@ void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatc
 void dispatcher_runs_get(dispatcher_t *d, struct evhttp_request *req, const char *run_id);
 void dispatcher_runs_events(dispatcher_t *d, struct evhttp_request *req, const char *run_id);
 void dispatcher_runs_cancel(dispatcher_t *d, struct evhttp_request *req, const char *run_id);
+/* POST /v1/runs/{id}/replies/{ask_id}: answers an open ask (SPEC §7). */
+void dispatcher_runs_reply(dispatcher_t *d, struct evhttp_request *req, const char *run_id,
+                           const char *ask_id);
 /* Forgets the enqueues in flight (their requests are answered 503). */
 void dispatcher_runs_abort_all(dispatcher_t *d);
 /*

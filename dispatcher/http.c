@@ -19,6 +19,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "proto/control.h"
 #include "proto/keys.h"
 
 /* How long the loop runs after the streams were ended at a stop, so that
@@ -30,7 +31,7 @@ static const int statuses[DISPATCHER_NSTATUS] = {
 };
 
 static const char *const route_names[DISPATCHER_ROUTE_COUNT] = {
-	"stream", "runs_create", "run_get", "run_events", "run_cancel",
+	"stream", "runs_create", "run_get", "run_events", "run_cancel", "run_reply",
 	"healthz", "readyz", "metrics", "other",
 };
 
@@ -212,6 +213,8 @@ typedef struct match {
 	const char        *allow;    /* Allow header */
 	enum evhttp_cmd_type method;
 	char               run_id[PROTO_RUN_ID_MAX + 1];
+	char               ask_id[PROTO_CTL_ID_MAX + 1];  /* the reply route */
+	int                bad_ask_id;
 	int                bad_id;
 	int                found;
 } match_t;
@@ -262,6 +265,14 @@ static void match_path(const char *path, match_t *m)
 			m->route = DISPATCHER_ROUTE_CANCEL;
 			m->allow = "POST, OPTIONS";
 			m->method = EVHTTP_REQ_POST;
+		} else if (strncmp(slash, "/replies/", 9) == 0 && strchr(slash + 9, '/') == NULL) {
+			m->route = DISPATCHER_ROUTE_REPLY;
+			m->allow = "POST, OPTIONS";
+			m->method = EVHTTP_REQ_POST;
+			if (strlen(slash + 9) > PROTO_CTL_ID_MAX || !proto_ctl_id_ok(slash + 9))
+				m->bad_ask_id = 1;
+			else
+				snprintf(m->ask_id, sizeof m->ask_id, "%s", slash + 9);
 		} else {
 			m->found = 0;
 			return;
@@ -399,6 +410,13 @@ static void on_request(struct evhttp_request *req, void *arg)
 		break;
 	case DISPATCHER_ROUTE_CANCEL:
 		dispatcher_runs_cancel(d, req, m.run_id);
+		break;
+	case DISPATCHER_ROUTE_REPLY:
+		if (m.bad_ask_id)
+			dispatcher_reply_error(d, req, m.route, 400, "bad_request",
+			                       "ask_id: must be 1-%d characters of A-Z a-z 0-9 _ . : -", PROTO_CTL_ID_MAX);
+		else
+			dispatcher_runs_reply(d, req, m.run_id, m.ask_id);
 		break;
 	case DISPATCHER_ROUTE_READYZ:
 		handle_readyz(d, req);

@@ -14,7 +14,9 @@
 
 static const char *const known[] = {
 	"agent_url", "otp_setup", "otp_run", "otp_upload", "prompt",
-	"run_id", "caller", "max_runtime_sec", "meta", NULL,
+	"run_id", "caller", "max_runtime_sec", "meta",
+	"permission_mode",   /* asks (docs/protocol.md) */
+	NULL,
 };
 
 static int is_known(const char *k)
@@ -158,6 +160,15 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 			goto out;
 		}
 		job->max_runtime_sec = json_integer_value(v);
+	}
+	/* permission_mode: bypass, ask or deny (SPEC §5). */
+	v = json_object_get(root, "permission_mode");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_string(v) || !proto_permission_mode_ok(json_string_value(v))) {
+			snprintf(errstr, errstr_size, "permission_mode: must be bypass, ask or deny");
+			goto out;
+		}
+		snprintf(job->permission_mode, sizeof job->permission_mode, "%s", json_string_value(v));
 	}
 	v = json_object_get(root, "meta");
 	if (v != NULL && !json_is_null(v)) {

@@ -504,3 +504,132 @@ void dispatcher_runs_cancel(dispatcher_t *d, struct evhttp_request *req, const c
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_CANCEL, 503, "redis_unavailable", "redis: not connected");
 	}
 }
+
+/* ---- POST /v1/runs/{id}/replies/{ask_id} ---- */
+
+typedef struct reply_op {
+	simple_op_t *op;
+	char         ask_id[PROTO_CTL_ID_MAX + 1];
+} reply_op_t;
+
+static void on_reply(int rc, const char *what, const char *options, void *arg)
+{
+	reply_op_t *ro = arg;
+	dispatcher_t *d = ro->op->d;
+	char run_id[PROTO_RUN_ID_MAX + 1], ask_id[PROTO_CTL_ID_MAX + 1];
+	struct evhttp_request *req;
+
+	snprintf(run_id, sizeof run_id, "%s", ro->op->run_id);
+	snprintf(ask_id, sizeof ask_id, "%s", ro->ask_id);
+	req = op_finish(ro->op);
+	free(ro);
+	if (rc == DISPATCHER_STORE_OK && strcmp(what, "written") == 0)
+		rn_log_info(run_id, "reply_requested", "reply to ask %s written to the control stream", ask_id);
+	if (req == NULL)
+		return;
+	if (rc == DISPATCHER_STORE_ABSENT)
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 404, "not_found", "run_id: no such run");
+	else if (rc != DISPATCHER_STORE_OK)
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 503, "redis_unavailable",
+		                       "redis: cannot write the reply");
+	else if (strcmp(what, "written") == 0)
+		dispatcher_reply_json(d, req, DISPATCHER_ROUTE_REPLY, 202,
+		                      json_pack("{s:s,s:s,s:s}", "run_id", run_id, "ask_id", ask_id,
+		                                "reply", "requested"));
+	else if (strcmp(what, "unknown") == 0)
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 404, "not_found", "ask_id: no such ask");
+	else if (strcmp(what, "settled") == 0)
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 409, "conflict",
+		                       "ask_id: the ask is already settled");
+	else
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 400, "bad_request",
+		                       "option: not one of the ask's options (%.200s)", options);
+}
+
+void dispatcher_runs_reply(dispatcher_t *d, struct evhttp_request *req, const char *run_id,
+                           const char *ask_id)
+{
+	size_t len;
+	const char *body = dispatcher_body(req, &len);
+	json_error_t jerr;
+	json_t *root, *v, *opt, *text, *rej;
+	const char *k;
+	proto_ctl_t *ctl;
+	char msg[PROTO_CTL_MAX_BYTES + 1], err[128];
+	reply_op_t *ro;
+
+	root = len > 0 ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+	if (root == NULL || !json_is_object(root)) {
+		json_decref(root);
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 400, "bad_request",
+		                       "body: must be a JSON object with option, text or reject");
+		return;
+	}
+	json_object_foreach(root, k, v) {
+		if (strcmp(k, "option") != 0 && strcmp(k, "text") != 0 && strcmp(k, "reject") != 0) {
+			json_decref(root);
+			dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 400, "bad_request",
+			                       "body: only \"option\", \"text\" or \"reject\" is accepted");
+			return;
+		}
+	}
+	opt = json_object_get(root, "option");
+	text = json_object_get(root, "text");
+	rej = json_object_get(root, "reject");
+	if ((opt != NULL && !json_is_string(opt)) || (text != NULL && !json_is_string(text)) ||
+	    (rej != NULL && !json_is_true(rej))) {
+		const char *field = opt != NULL && !json_is_string(opt) ? "option" :
+		                    text != NULL && !json_is_string(text) ? "text" : "reject";
+		json_decref(root);
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 400, "bad_request", "%s: %s", field,
+		                       strcmp(field, "reject") == 0 ? "must be true" : "not a string");
+		return;
+	}
+	if (text != NULL && memchr(json_string_value(text), '\0', json_string_length(text)) != NULL) {
+		json_decref(root);
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 400, "bad_request", "text: contains a NUL character");
+		return;
+	}
+	ctl = malloc(sizeof *ctl);
+	if (ctl == NULL) {
+		json_decref(root);
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 500, "internal", "out of memory");
+		return;
+	}
+	if (proto_ctl_reply_set(ctl, ask_id, opt != NULL ? json_string_value(opt) : NULL,
+	                        text != NULL ? json_string_value(text) : NULL, rej != NULL,
+	                        err, sizeof err) < 0) {
+		json_decref(root);
+		free(ctl);
+		/* "reply: ..." is about the body as a whole. */
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 400, "bad_request", "%s%s",
+		                       strncmp(err, "reply:", 6) == 0 ? "body:" : "",
+		                       strncmp(err, "reply:", 6) == 0 ? err + 6 : err);
+		return;
+	}
+	json_decref(root);
+	if (proto_ctl_serialize(ctl, msg, sizeof msg) < 0 || strlen(msg) > PROTO_CTL_MAX_BYTES) {
+		free(ctl);
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 400, "bad_request",
+		                       "text: too long once encoded (over %d bytes)", PROTO_CTL_MAX_BYTES);
+		return;
+	}
+	ro = calloc(1, sizeof *ro);
+	if (ro != NULL)
+		ro->op = op_new(d, req, DISPATCHER_ROUTE_REPLY, run_id);
+	if (ro == NULL || ro->op == NULL) {
+		free(ro);
+		free(ctl);
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 500, "internal", "out of memory");
+		return;
+	}
+	snprintf(ro->ask_id, sizeof ro->ask_id, "%s", ask_id);
+	if (dispatcher_store_reply(d->store, run_id, ask_id, msg,
+	                           ctl->reply == PROTO_REPLY_OPTION ? ctl->option : NULL,
+	                           state_ttl(d, 0), on_reply, ro) < 0) {
+		op_finish(ro->op);
+		free(ro);
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 503, "redis_unavailable", "redis: not connected");
+	}
+	free(ctl);
+}

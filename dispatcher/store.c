@@ -431,6 +431,34 @@ int dispatcher_store_cancel(dispatcher_store_t *s, const char *run_id, const cha
 	return 0;
 }
 
+static void on_reply(redisReply *r, void *arg)
+{
+	call_t *c = arg;
+	dispatcher_store_reply_cb cb = (dispatcher_store_reply_cb)c->fn;
+
+	if (reply_failed(r, "reply") || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+	    r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
+		cb(DISPATCHER_STORE_ERROR, "", "", c->arg);
+	else if (strcmp(r->element[0]->str, "absent") == 0)
+		cb(DISPATCHER_STORE_ABSENT, "", "", c->arg);
+	else
+		cb(DISPATCHER_STORE_OK, r->element[0]->str, r->element[1]->str, c->arg);
+	free(c);
+}
+
+int dispatcher_store_reply(dispatcher_store_t *s, const char *run_id, const char *ask_id,
+                           const char *msg, const char *option, int64_t ttl_sec,
+                           dispatcher_store_reply_cb cb, void *arg)
+{
+	static const proto_key_kind_t kinds[] = { PROTO_KEY_STATE, PROTO_KEY_OUT, PROTO_KEY_CTL };
+	char ttl[32];
+	const char *args[] = { ask_id, msg, ttl, option != NULL ? option : "" };
+
+	snprintf(ttl, sizeof ttl, "%" PRId64, ttl_sec);
+	return eval(s, proto_ctl_reply_lua, run_id, kinds, 3, args, 4, on_reply,
+	            call_new((void (*)(void))cb, arg));
+}
+
 static void on_unblock(redisReply *r, void *arg)
 {
 	call_t *c = arg;

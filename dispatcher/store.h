@@ -81,6 +81,21 @@ int dispatcher_store_cancel(dispatcher_store_t *s, const char *run_id, const cha
                             int must_exist, int64_t ttl_sec,
                             dispatcher_store_cancel_cb cb, void *arg);
 
+/*
+ * Writes a reply control message (msg, serialized by the caller) for ask
+ * ask_id of run_id, but only when the ask is open: the out stream is read
+ * for the ask's lines (the worker publishes an ask's settlement as its
+ * second line).  rc: DISPATCHER_STORE_OK (written), _ABSENT (no such run),
+ * or _ERROR; on OK, what is one of "written", "unknown" (no such ask),
+ * "settled" (already settled, or the run ended), "bad_option" (option is
+ * not one of the ask's; options then lists them, comma-separated).  The
+ * strings are valid during the callback only.  -1 when Redis is down.
+ */
+typedef void (*dispatcher_store_reply_cb)(int rc, const char *what, const char *options, void *arg);
+int dispatcher_store_reply(dispatcher_store_t *s, const char *run_id, const char *ask_id,
+                           const char *msg, const char *option, int64_t ttl_sec,
+                           dispatcher_store_reply_cb cb, void *arg);
+
 /* CLIENT UNBLOCK id (fire and forget).  -1 when down. */
 /* cb (may be NULL) gets 1 when a blocked client was unblocked, 0 when the
  * client was not blocked (yet); it is not called when the reply is lost. */

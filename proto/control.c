@@ -198,3 +198,56 @@ int proto_ctl_serialize(const proto_ctl_t *ctl, char *buf, size_t size)
 	buf[n] = '\0';
 	return (int)n;
 }
+
+/*
+ * KEYS: state out ctl.  ARGV: ask_id msg ttl_sec option ("" none).
+ * {what, options}: absent, unknown, settled, bad_option, written.  The
+ * out stream is read in pages; a line is decoded only when it mentions an
+ * ask.  A run that ended (or was lost) with the ask still open counts as
+ * settled: nobody would read the reply.
+ */
+const char proto_ctl_reply_lua[] =
+	"if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then\n"
+	"  return {'absent', ''}\n"
+	"end\n"
+	"local found, open, opts = false, false, {}\n"
+	"local start = '-'\n"
+	"while true do\n"
+	"  local page = redis.call('XRANGE', KEYS[2], start, '+', 'COUNT', 512)\n"
+	"  for _, e in ipairs(page) do\n"
+	"    local f = e[2]\n"
+	"    for i = 1, #f, 2 do\n"
+	"      local l = f[i + 1]\n"
+	"      if f[i] == 'line' and string.find(l, '\"ask\"', 1, true) then\n"
+	"        local ok, j = pcall(cjson.decode, l)\n"
+	"        if ok and type(j) == 'table' and j['type'] == 'ask' and j['id'] == ARGV[1] then\n"
+	"          found = true\n"
+	"          open = j['status'] == 'open'\n"
+	"          if open and type(j['options']) == 'table' then\n"
+	"            opts = {}\n"
+	"            for _, o in ipairs(j['options']) do\n"
+	"              if type(o) == 'table' and type(o['id']) == 'string' then opts[#opts + 1] = o['id'] end\n"
+	"            end\n"
+	"          end\n"
+	"        end\n"
+	"      end\n"
+	"    end\n"
+	"  end\n"
+	"  if #page < 512 then break end\n"
+	"  start = '(' .. page[#page][1]\n"
+	"end\n"
+	"if not found then return {'unknown', ''} end\n"
+	"local st = redis.call('HGET', KEYS[1], 'status')\n"
+	"if not open or st == 'succeeded' or st == 'failed' or st == 'cancelled' or st == 'lost' then\n"
+	"  return {'settled', ''}\n"
+	"end\n"
+	"if ARGV[4] ~= '' then\n"
+	"  local hit = false\n"
+	"  for _, o in ipairs(opts) do if o == ARGV[4] then hit = true end end\n"
+	"  if not hit then return {'bad_option', table.concat(opts, ', ')} end\n"
+	"end\n"
+	"redis.call('XADD', KEYS[3], '*', 'msg', ARGV[2])\n"
+	"local ttl = redis.call('PTTL', KEYS[1])\n"
+	"if ttl < 0 then ttl = redis.call('PTTL', KEYS[2]) end\n"
+	"if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) else redis.call('EXPIRE', KEYS[3], ARGV[3]) end\n"
+	"return {'written', ''}\n";

@@ -60,6 +60,17 @@ int proto_ctl_reply_set(proto_ctl_t *ctl, const char *id, const char *option,
 /* 1 when s is a usable ask or option id (1-128 of [A-Za-z0-9_.:-]). */
 int proto_ctl_id_ok(const char *s);
 
+/*
+ * The Redis script that writes a reply only for an open ask (the dispatcher
+ * and `runnel reply` run it).  KEYS: state out ctl; ARGV: ask_id, the
+ * serialized reply, a ttl in seconds for the control stream when the run's
+ * keys have none, the option ("" when none).  Returns {what, options}:
+ * "absent" (no such run), "unknown" (no such ask), "settled" (already
+ * settled, or the run ended), "bad_option" (options: the ask's option ids,
+ * comma-separated) or "written".
+ */
+extern const char proto_ctl_reply_lua[];
+
 /* Serializes into buf: {"type":"cancel","reason":"..."} or
  * {"type":"reply","id":"..","option":".."} (or "text", or "reject":true).
  * Returns the length or -1 when buf is too small or the type is UNKNOWN. */

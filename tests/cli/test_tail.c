@@ -149,6 +149,33 @@ static void test_plain(void)
 	clirun_free(&p);
 }
 
+/* Asks: an open ask says how to answer it; its settlement follows. */
+static void test_asks(void)
+{
+	clirun_t p;
+	xadd("runnel", "run_ask", "1700000000000-1",
+	     "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"title\":\"Run: mkdir -p assets\","
+	     "\"options\":[{\"id\":\"allow_once\",\"label\":\"Allow\"},{\"id\":\"reject_once\",\"label\":\"Reject\"}],"
+	     "\"status\":\"open\",\"ts\":1}");
+	xadd("runnel", "run_ask", "1700000000000-2",
+	     "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"status\":\"answered\",\"option\":\"allow_once\",\"ts\":2}");
+	xadd("runnel", "run_ask", "1700000000000-3",
+	     "{\"type\":\"ask\",\"id\":\"q_1\",\"kind\":\"question\",\"question\":\"Which table?\",\"status\":\"open\",\"ts\":3}");
+	xadd("runnel", "run_ask", "1700000000000-4",
+	     "{\"type\":\"ask\",\"id\":\"q_1\",\"kind\":\"question\",\"status\":\"expired\",\"ts\":4}");
+	xadd("runnel", "run_ask", "1700000000000-5", "{\"type\":\"result\",\"message\":\"ok\",\"ts\":5}");
+	TH_CHECK(run_tail(ARGS("run_ask"), NULL, &p) == 0, "exit %d: %s", p.exit_code, p.err);
+	const char *want =
+		"ask     ask_1: Run: mkdir -p assets | options: allow_once (Allow), reject_once (Reject)"
+		" | answer: runnel reply run_ask ask_1 OPTION\n"
+		"ask     ask_1 answered: allow_once\n"
+		"ask     q_1: Which table? | answer: runnel reply run_ask q_1 --text TEXT\n"
+		"ask     q_1 expired\n"
+		"result  ok\n";
+	TH_CHECK(th_streq(p.out, want), "got\n%s", p.out);
+	clirun_free(&p);
+}
+
 /* A run that is queued: tail blocks, prints lines as they come, ends on the result. */
 static void test_follow_live(void)
 {
@@ -451,6 +478,7 @@ int main(int argc, char **argv)
 
 	test_json_and_codes();
 	test_plain();
+	test_asks();
 	test_follow_live();
 	test_tty();
 	test_tty_narrow();

@@ -63,6 +63,20 @@ static void test_bad_bodies(void)
 	    "max_runtime_sec: over this dispatcher's cap of 28800");
 	bad("{" GOOD ",\"prompt\":\"p\",\"meta\":[1]}", DISPATCHER_REQ_STRICT, "meta: must be an object");
 	bad("{" GOOD ",\"prompt\":\"p\",\"caller\":{}}", DISPATCHER_REQ_STRICT, "caller: must be a string");
+	bad("{" GOOD ",\"prompt\":\"p\",\"permission_mode\":\"always\"}", DISPATCHER_REQ_STRICT,
+	    "permission_mode: must be bypass, ask or deny");
+	bad("{" GOOD ",\"prompt\":\"p\",\"permission_mode\":true}", DISPATCHER_REQ_LENIENT,
+	    "permission_mode: must be bypass, ask or deny");
+	{
+		proto_job_t job;
+		char err[256] = "";
+		const char *b = "{" GOOD ",\"prompt\":\"p\",\"permission_mode\":\"ask\"}";
+
+		TH_CHECK(dispatcher_request_parse(b, strlen(b), DISPATCHER_REQ_STRICT, 28800, 1000, &job, err,
+		                                  sizeof err) == 0, "%s", err);
+		TH_CHECK(strcmp(job.permission_mode, "ask") == 0 && job.meta == NULL, "permission_mode taken");
+		proto_job_clear(&job);
+	}
 
 	big = malloc(n + 200);
 	TH_REQUIRE(big != NULL);

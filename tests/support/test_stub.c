@@ -555,8 +555,8 @@ static void test_folder(void)
 	dev_stub_opts_t ex = { .agents_dir = EXAMPLES_AGENTS_DIR };
 	s = dev_stub_start(&ex, err, sizeof err);
 	TH_REQUIRE(s != NULL);
-	const char *names[] = { "demo", "echo", "command" };
-	for (size_t i = 0; i < 3; i++)
+	const char *names[] = { "demo", "echo", "command", "ask" };
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
 		TH_CHECK(dev_stub_add_run_from_agent(s, names[i], &o) == 0, "examples/agents/%s.json", names[i]);
 	dev_stub_stop(s);
 }

@@ -1,0 +1,143 @@
+/*
+ * tests/cli/test_reply.c - `runnel reply` against a real redis-server: the
+ * exact control message for an option, text and reject; exit 3 for an
+ * unknown run or ask, 1 for a settled ask or a foreign option, 2 for usage
+ * errors (exact messages); nothing written when refused.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "tests/cli/clirun.h"
+#include "tests/support/harness.h"
+
+static const char *g_bin;
+static redisContext *g_c;
+static char *g_env_url;
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+static int run(const char *const *args, clirun_t *p)
+{
+	const char *argv[16] = { g_bin, "reply" };
+	int n = 2;
+	for (int i = 0; args[i]; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	const char *e[] = { g_env_url, NULL };
+	return clirun(argv, e, 20000, p);
+}
+
+static void out_line(const char *run, const char *line)
+{
+	redisReply *r = redisCommand(g_c, "XADD runnel:{%s}:out * line %s", run, line);
+	TH_REQUIRE(r && r->type == REDIS_REPLY_STRING);
+	freeReplyObject(r);
+}
+
+/* The "msg" fields of a run's control stream, one per line. */
+static char *ctl_msgs(const char *run)
+{
+	redisReply *r = redisCommand(g_c, "XRANGE runnel:{%s}:ctl - +", run);
+	char *s = th_strf("%s", "");
+	for (size_t i = 0; r && i < r->elements; i++) {
+		redisReply *f = r->element[i]->element[1];
+		for (size_t k = 0; k + 1 < f->elements; k += 2)
+			s = th_strf("%s%s\n", s, f->element[k + 1]->str);
+	}
+	if (r)
+		freeReplyObject(r);
+	return s;
+}
+
+#define OPEN_ASK "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"title\":\"Run: ls\"," \
+	"\"options\":[{\"id\":\"allow_once\",\"label\":\"Allow\"},{\"id\":\"reject_once\",\"label\":\"Reject\"}],\"status\":\"open\",\"ts\":1}"
+
+int main(int argc, char **argv)
+{
+	th_redis_t red;
+	clirun_t p;
+
+	TH_REQUIRE(argc == 2, "usage: test_cli_reply RUNNEL_BINARY");
+	g_bin = argv[1];
+	TH_REQUIRE(th_redis_start(&red, NULL) == 0, "redis");
+	g_c = th_redis_connect(&red);
+	TH_REQUIRE(g_c != NULL);
+	g_env_url = th_strf("RUNNEL_REDIS_URL=%s", red.url);
+
+	redisReply *r = redisCommand(g_c, "HSET runnel:{run_a}:state status running");
+	freeReplyObject(r);
+	r = redisCommand(g_c, "EXPIRE runnel:{run_a}:state 1000");
+	freeReplyObject(r);
+	out_line("run_a", OPEN_ASK);
+	out_line("run_a", "{\"type\":\"ask\",\"id\":\"q_1\",\"kind\":\"question\",\"question\":\"?\",\"status\":\"open\",\"ts\":2}");
+
+	TH_CHECK(run(ARGS("run_a", "ask_1", "allow_once"), &p) == 0, "exit %d: %s", p.exit_code, p.err);
+	TH_CHECK(th_streq(p.out, "reply sent to ask ask_1 of run run_a\n"), "%s", p.out);
+	clirun_free(&p);
+	TH_CHECK(run(ARGS("run_a", "q_1", "--text", "the \"red\" one"), &p) == 0, "exit %d: %s", p.exit_code, p.err);
+	clirun_free(&p);
+	TH_CHECK(th_streq(ctl_msgs("run_a"),
+	                  "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}\n"
+	                  "{\"type\":\"reply\",\"id\":\"q_1\",\"text\":\"the \\\"red\\\" one\"}\n"), "%s", ctl_msgs("run_a"));
+	r = redisCommand(g_c, "PTTL runnel:{run_a}:ctl");
+	TH_CHECK(r && r->integer > 0 && r->integer <= 1000000, "ctl expiry follows the state's: %lld", r ? r->integer : -9);
+	freeReplyObject(r);
+
+	/* A foreign option: refused, nothing written. */
+	TH_CHECK(run(ARGS("run_a", "ask_1", "always"), &p) == 1, "exit %d", p.exit_code);
+	TH_CHECK(th_streq(p.err, "runnel reply: \"always\" is not an option of ask ask_1 (options: allow_once, reject_once)\n"),
+	         "%s", p.err);
+	clirun_free(&p);
+
+	/* Settled: exit 1. */
+	out_line("run_a", "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"status\":\"answered\",\"option\":\"allow_once\",\"ts\":3}");
+	TH_CHECK(run(ARGS("run_a", "ask_1", "--reject"), &p) == 1, "exit %d", p.exit_code);
+	TH_CHECK(th_streq(p.err, "runnel reply: ask ask_1 of run run_a is already settled\n"), "%s", p.err);
+	clirun_free(&p);
+	/* A run that ended with the ask open (lost worker): settled too. */
+	r = redisCommand(g_c, "HSET runnel:{run_a}:state status lost");
+	freeReplyObject(r);
+	TH_CHECK(run(ARGS("run_a", "q_1", "--reject"), &p) == 1, "exit %d", p.exit_code);
+	clirun_free(&p);
+
+	/* Unknown ask and unknown run: exit 3. */
+	TH_CHECK(run(ARGS("run_a", "ask_9", "--reject"), &p) == 3, "exit %d", p.exit_code);
+	TH_CHECK(th_streq(p.err, "runnel reply: run run_a has no ask ask_9\n"), "%s", p.err);
+	clirun_free(&p);
+	TH_CHECK(run(ARGS("run_none", "ask_1", "--reject"), &p) == 3, "exit %d", p.exit_code);
+	TH_CHECK(th_streq(p.err, "runnel reply: run run_none not found\n"), "%s", p.err);
+	clirun_free(&p);
+	TH_CHECK(th_streq(ctl_msgs("run_a"),
+	                  "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}\n"
+	                  "{\"type\":\"reply\",\"id\":\"q_1\",\"text\":\"the \\\"red\\\" one\"}\n"), "nothing more written");
+
+	/* Usage errors. */
+	const struct {
+		const char *const *args;
+		const char *err;
+	} bad[] = {
+		{ ARGS("run_a", "ask_1"), "runnel reply: give exactly one of OPTION, --text, --reject\n" },
+		{ ARGS("run_a", "ask_1", "allow_once", "--reject"), "runnel reply: give exactly one of OPTION, --text, --reject\n" },
+		{ ARGS("run_a", "ask 1", "allow_once"), "runnel reply: ASK: must be 1-128 characters of A-Z a-z 0-9 _ . : -\n" },
+		{ ARGS("run_a", "ask_1", "allow once"), "runnel reply: option: must be 1-128 characters of A-Z a-z 0-9 _ . : -\n" },
+		{ ARGS("run_a", "ask_1", "--text", "x", "--via", "kafka"), "runnel reply: --via: expected redis or dispatcher, got \"kafka\"\n" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		TH_CHECK(run(bad[i].args, &p) == 2, "case %zu: exit %d", i, p.exit_code);
+		TH_CHECK(!strncmp(p.err, bad[i].err, strlen(bad[i].err)), "case %zu: %s", i, p.err);
+		clirun_free(&p);
+	}
+	TH_CHECK(run(ARGS("--help"), &p) == 0 && strstr(p.out, "exit status: 0 reply sent"), "help");
+	clirun_free(&p);
+
+	/* Unreachable Redis: exit 4. */
+	{
+		const char *argv2[] = { g_bin, "reply", "run_a", "ask_1", "--reject", NULL };
+		const char *e[] = { th_strf("RUNNEL_REDIS_URL=redis://127.0.0.1:%d", th_free_port()), NULL };
+		TH_CHECK(clirun(argv2, e, 20000, &p) == 4, "exit %d: %s", p.exit_code, p.err);
+		clirun_free(&p);
+	}
+	redisFree(g_c);
+	th_redis_stop(&red);
+	return th_done();
+}
