@@ -164,6 +164,22 @@ static int write_proc(const char *path, const char *text)
 }
 
 /*
+ * A worker that may mount (root) takes a mount namespace of its own, a
+ * slave of the host's: the runs' tmpfs mounts never show on the host and
+ * vanish with the worker, even after a SIGKILL.  Only while
+ * single-threaded (unshare refuses otherwise).
+ */
+static int private_mount_namespace(void)
+{
+	if (thread_count() != 1 || unshare(CLONE_NEWNS) != 0)
+		return -1;
+	/* Mount events still come in from the host; none go out. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
+		return -1;
+	return 0;
+}
+
+/*
  * A worker that may not mount (not root, no CAP_SYS_ADMIN: a Kubernetes
  * pod) moves itself into a user and mount namespace of its own, with its
  * uid and gid mapped onto themselves: there it may mount tmpfs, nowhere
@@ -249,9 +265,21 @@ int worker_limits_setup(worker_limits_env_t *env, const worker_limits_t *max,
 	}
 	env->disk_mode = WORKER_DISK_TMPFS;
 	char why_ns[256] = "";
-	if (max->disk_mb > 0 && probe_mount(work_dir, why, sizeof(why)) != 0 &&
-	    (own_mount_namespace(why_ns, sizeof(why_ns)) != 0 ||
-	     (env->own_mount_ns = 1, probe_mount(work_dir, why, sizeof(why))) != 0)) {
+	int can_mount = 0;
+	why[0] = '\0';
+	if (max->disk_mb > 0 && private_mount_namespace() == 0) {
+		env->mount_ns = 1;
+		can_mount = probe_mount(work_dir, why, sizeof(why)) == 0;
+	}
+	if (max->disk_mb > 0 && !can_mount && own_mount_namespace(why_ns, sizeof(why_ns)) == 0) {
+		env->mount_ns = 2;
+		can_mount = probe_mount(work_dir, why, sizeof(why)) == 0;
+	} else if (max->disk_mb > 0 && !can_mount && !env->mount_ns) {
+		can_mount = probe_mount(work_dir, why, sizeof(why)) == 0;
+	}
+	if (max->disk_mb > 0 && !can_mount) {
+		if (!why[0])
+			snprintf(why, sizeof(why), "the worker may not mount a tmpfs");
 		if (why_ns[0] && strlen(why) + strlen(why_ns) + 3 < sizeof(why))
 			snprintf(why + strlen(why), sizeof(why) - strlen(why), "; %s", why_ns);
 		env->disk_mode = WORKER_DISK_WATCH;

@@ -64,7 +64,10 @@ typedef struct worker_limits_env {
 	worker_limits_t      max;
 	worker_cgroup_root_t cgroup;
 	worker_disk_mode_t   disk_mode;
-	int                  own_mount_ns;    /* the worker moved into its own user+mount namespace to mount */
+	/* Where the workspace tmpfs mounts live: 0 the host's mount namespace,
+	 * 1 a private one (a root worker: they vanish with it), 2 the worker's
+	 * own user and mount namespace (a worker that may not mount). */
+	int                  mount_ns;
 	worker_egress_mode_t egress;          /* the worker's policy: runs may narrow it */
 	char               **egress_allow;    /* the worker's host[:port] patterns (owned) */
 	size_t               egress_nallow;

@@ -510,7 +510,8 @@ static void log_limits(const worker_config_t *cfg, char *warn)
 	rn_log_info(NULL, "limits", "cgroup %s, disk %s; per run: memory %ld MiB, pids %ld, cpus %s, disk %ld MiB, /tmp %ld MiB; egress %s",
 	            worker_cgroup_mode_name(le->cgroup.mode),
 	            le->disk_mode == WORKER_DISK_WATCH ? "watch" :
-	            le->own_mount_ns ? "tmpfs (own mount namespace)" : "tmpfs",
+	            le->mount_ns == 2 ? "tmpfs (own user and mount namespace)" :
+	            le->mount_ns == 1 ? "tmpfs (private mount namespace)" : "tmpfs",
 	            le->max.memory_mb, le->max.pids, cfg->run_cpus, le->max.disk_mb, le->max.tmp_mb,
 	            worker_egress_mode_name(le->egress));
 }

@@ -109,7 +109,7 @@ int main(void)
 	const char *env[] = { "RUNNEL_RUN_DISK_MB=16", "RUNNEL_EGRESS=full", "RUNNEL_EGRESS_ALLOW=example.invalid", NULL };
 	pid_t w = worker_as_nobody("w1", env);
 	wt_warmup(&T);
-	TH_CHECK(wt_log_has(&T, "w1", "disk tmpfs (own mount namespace)"),
+	TH_CHECK(wt_log_has(&T, "w1", "disk tmpfs (own user and mount namespace)"),
 	         "the worker mounts workspaces in a namespace of its own");
 	TH_CHECK(wt_log_has(&T, "w1", "\"event\":\"limits_degraded\""), "no writable cgroup: a warning at start");
 
