@@ -330,6 +330,35 @@ static worker_cgroup_mode_t probe_v1(worker_cgroup_root_t *root, char *why, size
 	return WORKER_CGROUP_V1;
 }
 
+/*
+ * Removes the run cgroups a dead worker left in base ("runnel-<pid>-<run>"
+ * whose pid is gone): a worker killed with SIGKILL cannot remove its own.
+ * rmdir only succeeds on an empty cgroup, so nothing live is touched.
+ */
+static void sweep(const char *base)
+{
+	if (!base[0])
+		return;
+	DIR *d = opendir(base);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (strncmp(de->d_name, "runnel-", 7) != 0)
+			continue;
+		char *end;
+		long pid = strtol(de->d_name + 7, &end, 10);
+		if (pid <= 0 || *end != '-' || pid == (long)getpid())
+			continue;
+		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		char path[WORKER_CGROUP_PATH_MAX + 300];
+		snprintf(path, sizeof(path), "%s/%s", base, de->d_name);
+		rmdir(path);
+	}
+	closedir(d);
+}
+
 worker_cgroup_mode_t worker_cgroup_probe(worker_cgroup_root_t *root, const char *force,
                                          char *errstr, size_t errstr_size)
 {
@@ -343,11 +372,17 @@ worker_cgroup_mode_t worker_cgroup_probe(worker_cgroup_root_t *root, const char 
 	char why2[512] = "", why1[512] = "";
 	int want_v2 = !force || !strcmp(force, "auto") || !strcmp(force, "v2");
 	int want_v1 = !force || !strcmp(force, "auto") || !strcmp(force, "v1");
-	if (want_v2 && probe_v2(root, why2, sizeof(why2)) == WORKER_CGROUP_V2)
+	if (want_v2 && probe_v2(root, why2, sizeof(why2)) == WORKER_CGROUP_V2) {
+		sweep(root->v2_base);
 		return WORKER_CGROUP_V2;
+	}
 	memset(root, 0, sizeof(*root));
-	if (want_v1 && probe_v1(root, why1, sizeof(why1)) == WORKER_CGROUP_V1)
+	if (want_v1 && probe_v1(root, why1, sizeof(why1)) == WORKER_CGROUP_V1) {
+		sweep(root->v1_pids);
+		sweep(root->v1_mem);
+		sweep(root->v1_cpu);
 		return WORKER_CGROUP_V1;
+	}
 	memset(root, 0, sizeof(*root));
 	snprintf(errstr, errstr_size, "%s%s%s", why2, why2[0] && why1[0] ? "; " : "", why1);
 	return WORKER_CGROUP_NONE;
