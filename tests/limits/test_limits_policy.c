@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "tests/support/harness.h"
+#include "worker/cgroup.h"
 #include "worker/egress.h"
 #include "worker/limits.h"
 
@@ -307,6 +308,82 @@ static void test_model_url_credentials(void)
 	worker_limits_env_free(&env);
 }
 
+static char *slurp(const char *dir, const char *file)
+{
+	size_t len;
+	char *s = th_file_read(th_strf("%s/%s", dir, file), &len);
+	if (s && len && s[len - 1] == '\n')
+		s[len - 1] = '\0';
+	return s;
+}
+
+/*
+ * The cgroup v2 files a run's cgroup gets, and the counters read back,
+ * against a directory laid out like one (this machine may have no
+ * delegated v2 hierarchy to try it on).
+ */
+static void test_cgroup_v2_files(void)
+{
+	const char *base = th_tmpdir();
+	char *dir = th_strf("%s/runnel-%ld-run_v2", base, (long)getpid());
+	mkdir(dir, 0755);
+	static const char *const files[] = {
+		"cgroup.procs", "memory.max", "memory.swap.max", "memory.oom.group", "pids.max", "cpu.max",
+	};
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+		TH_REQUIRE(th_file_write(th_strf("%s/%s", dir, files[i]), "", 0) == 0, "fake %s", files[i]);
+	worker_cgroup_root_t root;
+	memset(&root, 0, sizeof(root));
+	root.mode = WORKER_CGROUP_V2;
+	root.have_cpu = 1;
+	snprintf(root.v2_base, sizeof(root.v2_base), "%s", base);
+	worker_cgroup_limits_t lim = { .memory_bytes = 512ULL << 20, .pids = 256, .cpu_millis = 1500 };
+	worker_cgroup_t cg;
+	char err[256];
+	TH_REQUIRE(worker_cgroup_create(&cg, &root, "run_v2", &lim, err, sizeof(err)) == 0, "create: %s", err);
+	TH_CHECK(cg.ndirs == 1 && cg.procs_fd[0] >= 0);
+	char *v;
+	TH_CHECK(th_streq(v = slurp(dir, "memory.max"), "536870912"), "memory.max %s", v);
+	free(v);
+	TH_CHECK(th_streq(v = slurp(dir, "memory.oom.group"), "1"), "memory.oom.group %s", v);
+	free(v);
+	TH_CHECK(th_streq(v = slurp(dir, "memory.swap.max"), "0"), "memory.swap.max %s", v);
+	free(v);
+	TH_CHECK(th_streq(v = slurp(dir, "pids.max"), "256"), "pids.max %s", v);
+	free(v);
+	TH_CHECK(th_streq(v = slurp(dir, "cpu.max"), "150000 100000"), "cpu.max %s", v);
+	free(v);
+
+	worker_cgroup_events_t ev;
+	static const char *const counters[][2] = {
+		{ "memory.events", "low 0\nhigh 0\nmax 7\noom 1\noom_kill 2\n" },
+		{ "pids.events", "max 3\n" },
+		{ "cpu.stat", "usage_usec 10\nthrottled_usec 4242\n" },
+	};
+	for (size_t i = 0; i < 3; i++)
+		th_file_write(th_strf("%s/%s", dir, counters[i][0]), counters[i][1], strlen(counters[i][1]));
+	TH_CHECK(worker_cgroup_events(&cg, &ev) == 0);
+	TH_CHECK(ev.oom_kills == 2 && ev.memory_max_hits == 7 && ev.pids_max_hits == 3 &&
+	         ev.cpu_throttled_us == 4242, "events %llu %llu %llu %llu",
+	         (unsigned long long)ev.oom_kills, (unsigned long long)ev.memory_max_hits,
+	         (unsigned long long)ev.pids_max_hits, (unsigned long long)ev.cpu_throttled_us);
+	worker_cgroup_destroy(&cg, 0);
+	TH_CHECK(cg.ndirs == 0 && cg.procs_fd[0] < 0, "destroy closes and forgets");
+
+	/* Without limits nothing is written. */
+	th_file_write(th_strf("%s/pids.max", dir), "", 0);
+	worker_cgroup_limits_t none = { 0 };
+	TH_REQUIRE(worker_cgroup_create(&cg, &root, "run_v2", &none, err, sizeof(err)) == 0, "create: %s", err);
+	TH_CHECK(th_streq(v = slurp(dir, "pids.max"), ""), "pids.max untouched: %s", v);
+	free(v);
+	worker_cgroup_destroy(&cg, 0);
+
+	/* A base that is not there: a clear error, nothing left open. */
+	snprintf(root.v2_base, sizeof(root.v2_base), "%s/missing/deeper", base);
+	TH_CHECK(worker_cgroup_create(&cg, &root, "run_v2", &lim, err, sizeof(err)) < 0);
+	TH_CHECK(strstr(err, "cannot create cgroup ") != NULL, "%s", err);
+}
+
 int main(void)
 {
 	th_init("limits_policy");
@@ -315,5 +392,6 @@ int main(void)
 	test_egress_narrowing();
 	test_proxy_requests();
 	test_model_url_credentials();
+	test_cgroup_v2_files();
 	return th_done();
 }
