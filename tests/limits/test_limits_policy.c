@@ -217,6 +217,12 @@ static void take_note(const char *note, void *arg)
 		snprintf(g->text[g->n++], sizeof(g->text[0]), "%s", note);
 }
 
+static void count_note(const char *note, void *arg)
+{
+	(void)note;
+	(*(int *)arg)++;
+}
+
 /* Sends req to the proxy and returns its answer's status line. */
 static char *ask_proxy(const char *sock, const char *req, size_t len)
 {
@@ -286,7 +292,41 @@ static void test_proxy_requests(void)
 	         "%s", g.text[1]);
 	TH_CHECK(g.n > 2 && th_streq(g.text[2], "egress: could not reach 127.0.0.1:1 (Connection refused)"),
 	         "%s", g.text[2]);
+
+	/* Notes are capped: the rest is counted in one last note. */
+	for (int i = 0; i < 105; i++)
+		ask_proxy(sock, refused, strlen(refused));
+	int total = 0;
+	worker_egress_drain(e, count_note, &total);
+	TH_CHECK(total == 101, "100 notes and a summary: %d", total);
+
+	/* At most WORKER_EGRESS_CONN_MAX connections at once: the next one is
+	 * turned away at once. */
+	int idle[WORKER_EGRESS_CONN_MAX];
+	for (int i = 0; i < WORKER_EGRESS_CONN_MAX; i++) {
+		idle[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct sockaddr_un sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.sun_family = AF_UNIX;
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+		TH_CHECK(connect(idle[i], (struct sockaddr *)&sa, sizeof(sa)) == 0, "idle %d", i);
+	}
+	/* Each idle connection is being served (its thread waits for a head). */
+	int64_t deadline = th_now_ms() + 5000;
+	const char *over = "";
+	while (th_now_ms() < deadline) {
+		over = ask_proxy(sock, refused, strlen(refused));
+		if (th_streq(over, "HTTP/1.1 503 Service Unavailable"))
+			break;
+	}
+	TH_CHECK(th_streq(over, "HTTP/1.1 503 Service Unavailable"), "connection %d: %s",
+	         WORKER_EGRESS_CONN_MAX + 1, over);
+	/* Stop ends the idle connections too. */
+	int64_t t0 = th_now_ms();
 	worker_egress_stop(e);
+	TH_CHECK(th_now_ms() - t0 < 3000, "stop waited %lld ms", (long long)(th_now_ms() - t0));
+	for (int i = 0; i < WORKER_EGRESS_CONN_MAX; i++)
+		close(idle[i]);
 	TH_CHECK(access(sock, F_OK) != 0, "the socket is removed at stop");
 }
 
