@@ -111,23 +111,21 @@ static int io_write(void *arg, const char *buf, size_t len)
 	loop_t *l = arg;
 	if (l->in_closed)
 		return -1;
-	if (l->in_off == l->in_len) {
-		l->in_off = l->in_len = 0;
-	}
-	if (l->in_len + len > LOOP_STDIN_MAX)
+	size_t keep = l->in_len - l->in_off;
+	if (keep + len > LOOP_STDIN_MAX)
 		return -1;
-	char *nb = malloc(l->in_len - l->in_off + len);
+	char *nb = malloc(keep + len);
 	if (!nb)
 		return -1;
 	/* A fresh buffer each time: the old one is wiped, never realloc'd. */
-	if (l->in_len > l->in_off)   /* in_buf is NULL before the first write */
-		memcpy(nb, l->in_buf + l->in_off, l->in_len - l->in_off);
-	memcpy(nb + l->in_len - l->in_off, buf, len);
+	if (keep)
+		memcpy(nb, l->in_buf + l->in_off, keep);
+	memcpy(nb + keep, buf, len);
 	if (l->in_buf) {
 		sodium_memzero(l->in_buf, l->in_len);
 		free(l->in_buf);
 	}
-	l->in_len = l->in_len - l->in_off + len;
+	l->in_len = keep + len;
 	l->in_off = 0;
 	l->in_buf = nb;
 	return 0;
@@ -273,6 +271,17 @@ static worker_loop_end_t end_of_stop(worker_stop_t st)
 	}
 }
 
+/* Forgets the stdin queue, wiping it (the turn holds the prompt). */
+static void drop_stdin(loop_t *l)
+{
+	if (l->in_buf) {
+		sodium_memzero(l->in_buf, l->in_len);
+		free(l->in_buf);
+	}
+	l->in_buf = NULL;
+	l->in_len = l->in_off = 0;
+}
+
 /* Writes what is queued for stdin without blocking. */
 static void flush_stdin(loop_t *l)
 {
@@ -288,6 +297,8 @@ static void flush_stdin(loop_t *l)
 			break;
 		}
 	}
+	if (l->in_off == l->in_len || l->in_closed)
+		drop_stdin(l);
 }
 
 worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbox_t *sb,
@@ -464,10 +475,12 @@ worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbo
 			drain_inbox(&L);
 		}
 		if (i_in >= 0 && pfd[i_in].revents) {
-			if (pfd[i_in].revents & (POLLERR | POLLHUP))
+			if (pfd[i_in].revents & (POLLERR | POLLHUP)) {
 				L.in_closed = 1; /* the agent closed stdin: fine */
-			else
+				drop_stdin(&L);
+			} else {
 				flush_stdin(&L);
+			}
 		}
 		int stopping = end != WORKER_LOOP_NONE && end != WORKER_LOOP_EXITED;
 		if (i_out >= 0 && pfd[i_out].revents) {
@@ -514,10 +527,7 @@ worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbo
 		call_eof(&L);
 	if (pidfd >= 0)
 		close(pidfd);
-	if (L.in_buf) {
-		sodium_memzero(L.in_buf, L.in_len);
-		free(L.in_buf);
-	}
+	drop_stdin(&L);
 	split_free(&so);
 	split_free(&se);
 	free(chunk);

@@ -27,6 +27,12 @@ static void parse_bad(const char *s, size_t len, const char *want)
 	CHECK_STR(s, err, want);
 }
 
+/* parse_bad on a whole C string. */
+static void reply_bad(const char *s, const char *want)
+{
+	parse_bad(s, strlen(s), want);
+}
+
 static void parse_reply_ok(const char *s, proto_reply_kind_t kind)
 {
 	proto_ctl_t ctl;
@@ -116,19 +122,19 @@ int main(void)
 	parse_reply_ok("{\"type\":\"reply\",\"id\":\"a\",\"text\":\"use rm\"}", PROTO_REPLY_TEXT);
 	parse_reply_ok("{\"type\":\"reply\",\"id\":\"a\",\"reject\":true}", PROTO_REPLY_REJECT);
 	parse_reply_ok("{\"type\":\"reply\",\"id\":\"a\",\"reject\":true,\"expired\":true}", PROTO_REPLY_REJECT);
-	parse_bad("{\"type\":\"reply\",\"option\":\"x\"}", 33, "id: missing or not a string");
-	parse_bad("{\"type\":\"reply\",\"id\":\"\",\"option\":\"x\"}", 41,
+	reply_bad("{\"type\":\"reply\",\"option\":\"x\"}", "id: missing or not a string");
+	reply_bad("{\"type\":\"reply\",\"id\":\"\",\"option\":\"x\"}",
 	          "id: must be 1-128 characters of A-Z a-z 0-9 _ . : -");
-	parse_bad("{\"type\":\"reply\",\"id\":\"a b\",\"reject\":true}", 44,
+	reply_bad("{\"type\":\"reply\",\"id\":\"a b\",\"reject\":true}",
 	          "id: must be 1-128 characters of A-Z a-z 0-9 _ . : -");
-	parse_bad("{\"type\":\"reply\",\"id\":\"a\"}", 26, "reply: give exactly one of option, text, reject");
-	parse_bad("{\"type\":\"reply\",\"id\":\"a\",\"option\":\"x\",\"text\":\"t\"}", 49,
+	reply_bad("{\"type\":\"reply\",\"id\":\"a\"}", "reply: give exactly one of option, text, reject");
+	reply_bad("{\"type\":\"reply\",\"id\":\"a\",\"option\":\"x\",\"text\":\"t\"}",
 	          "reply: give exactly one of option, text, reject");
-	parse_bad("{\"type\":\"reply\",\"id\":\"a\",\"option\":5}", 37, "option: not a string");
-	parse_bad("{\"type\":\"reply\",\"id\":\"a\",\"option\":\"no way\"}", 44,
+	reply_bad("{\"type\":\"reply\",\"id\":\"a\",\"option\":5}", "option: not a string");
+	reply_bad("{\"type\":\"reply\",\"id\":\"a\",\"option\":\"no way\"}",
 	          "option: must be 1-128 characters of A-Z a-z 0-9 _ . : -");
-	parse_bad("{\"type\":\"reply\",\"id\":\"a\",\"text\":[]}", 36, "text: not a string");
-	parse_bad("{\"type\":\"reply\",\"id\":\"a\",\"reject\":false}", 40, "reject: must be true");
+	reply_bad("{\"type\":\"reply\",\"id\":\"a\",\"text\":[]}", "text: not a string");
+	reply_bad("{\"type\":\"reply\",\"id\":\"a\",\"reject\":false}", "reject: must be true");
 	{
 		char *t = malloc(PROTO_CTL_TEXT_MAX + 2);
 
