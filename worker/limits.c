@@ -17,7 +17,9 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -512,19 +514,53 @@ static void resolve_egress(worker_guard_t *g, const worker_guard_args_t *a, list
 	list_free(&wl);
 }
 
-static int mount_workspace(worker_guard_t *g, const worker_guard_args_t *a,
-                           char *errstr, size_t errstr_size)
+/* 1 when dir is itself a tmpfs mount (not a directory inside one). */
+static int is_tmpfs_mount(const char *dir)
 {
-	unsigned long long bytes = (unsigned long long)g->lim.disk_mb * MIB;
+	struct statfs sf;
+	struct stat st, up;
+	char parent[4200];
+	snprintf(parent, sizeof(parent), "%s/..", dir);
+	return statfs(dir, &sf) == 0 && sf.f_type == TMPFS_MAGIC &&
+	       stat(dir, &st) == 0 && stat(parent, &up) == 0 && st.st_dev != up.st_dev;
+}
+
+/*
+ * Mounts a tmpfs of disk_mb on dir, or, when dir already is one (mounted
+ * for a sandbox started before its run), resizes it: a tmpfs remount
+ * changes the one superblock every bind of it shares, the sandbox's too.
+ */
+static int mount_tmpfs(const char *dir, long disk_mb, char *errstr, size_t errstr_size)
+{
+	unsigned long long bytes = (unsigned long long)disk_mb * MIB;
 	/* Inodes cost memory on a tmpfs: one per 4 KiB of the cap, enough for
 	 * any real tree and no way to fill memory with empty files. */
 	unsigned long long inodes = bytes / 4096 + 1024;
 	char opts[128];
 	snprintf(opts, sizeof(opts), "size=%llu,nr_inodes=%llu,mode=0755", bytes, inodes);
-	if (mount("tmpfs", a->workspace_dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0) {
-		snprintf(errstr, errstr_size, "cannot mount the workspace: %s", strerror(errno));
+	int remount = is_tmpfs_mount(dir);
+	unsigned long flags = MS_NOSUID | MS_NODEV | (remount ? MS_REMOUNT : 0);
+	if (mount("tmpfs", dir, "tmpfs", flags, opts) != 0) {
+		snprintf(errstr, errstr_size, "cannot %s the workspace: %s", remount ? "resize" : "mount",
+		         strerror(errno));
 		return -1;
 	}
+	return 0;
+}
+
+int worker_limits_mount_workspace(const worker_limits_env_t *env, const char *dir,
+                                  char *errstr, size_t errstr_size)
+{
+	if (env->max.disk_mb <= 0 || env->disk_mode != WORKER_DISK_TMPFS)
+		return 0;
+	return mount_tmpfs(dir, env->max.disk_mb, errstr, errstr_size);
+}
+
+static int mount_workspace(worker_guard_t *g, const worker_guard_args_t *a,
+                           char *errstr, size_t errstr_size)
+{
+	if (mount_tmpfs(a->workspace_dir, g->lim.disk_mb, errstr, errstr_size) < 0)
+		return -1;
 	g->mounted = 1;
 	snprintf(g->ws_dir, sizeof(g->ws_dir), "%s", a->workspace_dir);
 	if (a->assets_dir && mkdir(a->assets_dir, 0755) != 0 && errno != EEXIST) {

@@ -88,6 +88,18 @@ int worker_limits_setup(worker_limits_env_t *env, const worker_limits_t *max,
                         char *warn, size_t warn_size, char *errstr, size_t errstr_size);
 void worker_limits_env_free(worker_limits_env_t *env);
 
+/*
+ * For a sandbox started before its run is known (a warm sandbox): mounts
+ * the workspace tmpfs on dir with the worker's disk cap before the sandbox
+ * binds it.  The run's guard then resizes it to the run's cap (and removes
+ * it at the end).  0 (also when there is no cap or no mounting), or -1
+ * with errstr.  Such a sandbox must then be moved into the run's cgroup
+ * (worker_cgroup_attach_tree) and may only serve runs without the egress
+ * bridge (network none or full): the proxy socket is bound at start.
+ */
+int worker_limits_mount_workspace(const worker_limits_env_t *env, const char *dir,
+                                  char *errstr, size_t errstr_size);
+
 /* "none", "allowlist", "full"; -1 for anything else. */
 int worker_egress_mode_parse(const char *s);
 const char *worker_egress_mode_name(worker_egress_mode_t m);

@@ -7,7 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -424,6 +430,54 @@ static void test_cgroup_v2_files(void)
 	TH_CHECK(strstr(err, "cannot create cgroup ") != NULL, "%s", err);
 }
 
+static uint64_t fs_size(const char *dir)
+{
+	struct statvfs sv;
+	return statvfs(dir, &sv) == 0 ? (uint64_t)sv.f_blocks * sv.f_frsize : 0;
+}
+
+/*
+ * A workspace mounted ahead of its run (a warm sandbox's) is resized to
+ * the run's cap by the run's guard, and unmounted at its end.  Needs the
+ * right to mount: in a mount namespace of this test's own, as root.
+ */
+static void test_workspace_resize(void)
+{
+	if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0) {
+		fprintf(stderr, "# skipped the workspace resize: cannot take a mount namespace (%s)\n", strerror(errno));
+		return;
+	}
+	worker_limits_env_t env = env_of(WORKER_EGRESS_NONE, "");
+	env.max.disk_mb = 64;
+	env.disk_mode = WORKER_DISK_TMPFS;
+	const char *base = th_tmpdir();
+	char *ws = th_strf("%s/workspace", base), *assets = th_strf("%s/workspace/assets", base);
+	char *meta = th_strf("%s/meta", base);
+	mkdir(ws, 0755);
+	mkdir(meta, 0700);
+	char err[256];
+	TH_REQUIRE(worker_limits_mount_workspace(&env, ws, err, sizeof(err)) == 0, "mount: %s", err);
+	TH_CHECK(fs_size(ws) == 64ULL << 20, "warm workspace %llu bytes", (unsigned long long)fs_size(ws));
+	json_error_t je;
+	json_t *cfg = json_loads("{\"limits\":{\"disk_mb\":16}}", 0, &je);
+	worker_guard_args_t a = {
+		.run_id = "run_resize", .kind = "command", .config = cfg, .variables = NULL,
+		.workspace_dir = ws, .assets_dir = assets, .meta_dir = meta, .driver = WORKER_SANDBOX_BWRAP,
+	};
+	worker_guard_t *g = worker_guard_new(&env, &a, NULL, NULL, err, sizeof(err));
+	TH_CHECK(g != NULL, "guard: %s", err);
+	if (g) {
+		TH_CHECK(fs_size(ws) == 16ULL << 20, "the run's workspace %llu bytes", (unsigned long long)fs_size(ws));
+		struct stat st;
+		TH_CHECK(stat(assets, &st) == 0 && S_ISDIR(st.st_mode), "assets/ on the tmpfs");
+		worker_guard_free(g);
+		struct statfs sf;
+		TH_CHECK(statfs(ws, &sf) == 0 && sf.f_type != TMPFS_MAGIC, "unmounted at the end");
+	}
+	json_decref(cfg);
+	worker_limits_env_free(&env);
+}
+
 int main(void)
 {
 	th_init("limits_policy");
@@ -433,5 +487,6 @@ int main(void)
 	test_proxy_requests();
 	test_model_url_credentials();
 	test_cgroup_v2_files();
+	test_workspace_resize();
 	return th_done();
 }
