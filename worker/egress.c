@@ -9,9 +9,11 @@
  */
 #include "worker/egress.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <pthread.h>
@@ -352,7 +354,29 @@ static int split_target(const char *t, size_t len, char *host, size_t hsz, int *
 }
 
 /* Connects to host:port with a timeout.  fd or -1 with a reason. */
-static int dial(const char *host, int port, char *why, size_t whysz)
+/* 1 for a link-local address (169.254.0.0/16, fe80::/10): where clouds
+ * serve instance metadata and credentials. */
+static int link_local(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET) {
+		const unsigned char *b = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
+		return b[0] == 169 && b[1] == 254;
+	}
+	if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		if (IN6_IS_ADDR_V4MAPPED(a))
+			return a->s6_addr[12] == 169 && a->s6_addr[13] == 254;
+		return IN6_IS_ADDR_LINKLOCAL(a);
+	}
+	return 0;
+}
+
+/*
+ * Connects to host:port with a timeout.  Link-local addresses only when
+ * allow_link_local (the run listed that address itself): a name, or a
+ * wildcard, never leads to the metadata service.  fd, or -1 with a reason.
+ */
+static int dial(const char *host, int port, int allow_link_local, char *why, size_t whysz)
 {
 	char ps[8];
 	snprintf(ps, sizeof(ps), "%d", port);
@@ -368,6 +392,10 @@ static int dial(const char *host, int port, char *why, size_t whysz)
 	int fd = -1;
 	snprintf(why, whysz, "no address");
 	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		if (!allow_link_local && link_local(ai->ai_addr)) {
+			snprintf(why, whysz, "a link-local address, which only an address pattern allows");
+			continue;
+		}
 		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
 		if (fd < 0)
 			continue;
@@ -456,6 +484,21 @@ static int allowed(const worker_egress_t *e, const char *host, int port)
 	return 0;
 }
 
+/* 1 when a pattern names host itself (no wildcard) and it is an address. */
+static int listed_address(const worker_egress_t *e, const char *host, int port)
+{
+	unsigned char tmp[sizeof(struct in6_addr)];
+	if (inet_pton(AF_INET, host, tmp) != 1 && inet_pton(AF_INET6, host, tmp) != 1)
+		return 0;
+	for (size_t i = 0; i < e->nallow; i++) {
+		pat_t p;
+		if (pat_parse(e->allow[i], &p) == 0 && p.host[0] != '*' && port_ok(p.port, port) &&
+		    !strcasecmp(p.host, host))
+			return 1;
+	}
+	return 0;
+}
+
 /* Drops proxy-only headers from a head (in place); returns the new length. */
 static size_t strip_proxy_headers(char *h, size_t len)
 {
@@ -527,18 +570,20 @@ static void serve(conn_t *c)
 		path = slash ? slash : "/";
 		path_len = slash ? (size_t)(sp2 - slash) : 1;
 	}
+	/* host:port as a user would write it ([v6]:port). */
+	char shown[300];
+	int v6 = strchr(host, ':') != NULL;
+	snprintf(shown, sizeof(shown), "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
 	if (!allowed(e, host, port)) {
-		int v6 = strchr(host, ':') != NULL;
-		note(e, "egress refused: %s%s%s:%d is not on the run's allowlist",
-		     v6 ? "[" : "", host, v6 ? "]" : "", port);
+		note(e, "egress refused: %s is not on the run's allowlist", shown);
 		answer(c->cfd, "403 Forbidden", "this host is not on the run's egress allowlist\n");
 		free(buf);
 		return;
 	}
 	char why[128];
-	int ufd = dial(host, port, why, sizeof(why));
+	int ufd = dial(host, port, listed_address(e, host, port), why, sizeof(why));
 	if (ufd < 0) {
-		note(e, "egress: could not reach %s:%d (%s)", host, port, why);
+		note(e, "egress: could not reach %s (%s)", shown, why);
 		answer(c->cfd, "502 Bad Gateway", "could not reach the host\n");
 		free(buf);
 		return;

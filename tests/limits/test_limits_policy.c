@@ -263,13 +263,18 @@ static char *ask_proxy(const char *sock, const char *req, size_t len)
 static void test_proxy_requests(void)
 {
 	char *sock = th_strf("%s/p.sock", th_tmpdir());
-	char *allow[] = { "127.0.0.1:1" };
+	char *allow[] = { "127.0.0.1:1", "*:80" };
 	char err[256];
-	worker_egress_t *e = worker_egress_start(sock, allow, 1, "run_proxy", err, sizeof(err));
+	worker_egress_t *e = worker_egress_start(sock, allow, 2, "run_proxy", err, sizeof(err));
 	TH_REQUIRE(e != NULL, "proxy: %s", err);
 	const char *refused = "CONNECT evil.example.com:443 HTTP/1.1\r\nHost: evil.example.com:443\r\n\r\n";
+	/* The metadata address through a wildcard: never dialled. */
+	const char *meta = "CONNECT 169.254.169.254:80 HTTP/1.1\r\n\r\n";
+	TH_CHECK(th_streq(ask_proxy(sock, meta, strlen(meta)), "HTTP/1.1 502 Bad Gateway"));
+	const char *meta6 = "CONNECT [fe80::1]:80 HTTP/1.1\r\n\r\n";
+	TH_CHECK(th_streq(ask_proxy(sock, meta6, strlen(meta6)), "HTTP/1.1 502 Bad Gateway"));
 	TH_CHECK(th_streq(ask_proxy(sock, refused, strlen(refused)), "HTTP/1.1 403 Forbidden"));
-	const char *plain = "GET http://evil.example.com/x HTTP/1.1\r\nHost: evil.example.com\r\n\r\n";
+	const char *plain = "GET http://evil.example.com:8080/x HTTP/1.1\r\nHost: evil.example.com\r\n\r\n";
 	TH_CHECK(th_streq(ask_proxy(sock, plain, strlen(plain)), "HTTP/1.1 403 Forbidden"));
 	const char *origin = "GET /x HTTP/1.1\r\nHost: a\r\n\r\n";
 	TH_CHECK(th_streq(ask_proxy(sock, origin, strlen(origin)), "HTTP/1.1 400 Bad Request"));
@@ -291,13 +296,17 @@ static void test_proxy_requests(void)
 	got_notes_t g;
 	memset(&g, 0, sizeof(g));
 	worker_egress_drain(e, take_note, &g);
-	TH_CHECK(g.n == 3, "%d notes", g.n);
-	TH_CHECK(g.n > 0 && th_streq(g.text[0], "egress refused: evil.example.com:443 is not on the run's allowlist"),
+	TH_CHECK(g.n == 5, "%d notes", g.n);
+	TH_CHECK(g.n > 0 && th_streq(g.text[0], "egress: could not reach 169.254.169.254:80 (a link-local address, which only an address pattern allows)"),
 	         "%s", g.text[0]);
-	TH_CHECK(g.n > 1 && th_streq(g.text[1], "egress refused: evil.example.com:80 is not on the run's allowlist"),
+	TH_CHECK(g.n > 1 && th_streq(g.text[1], "egress: could not reach [fe80::1]:80 (a link-local address, which only an address pattern allows)"),
 	         "%s", g.text[1]);
-	TH_CHECK(g.n > 2 && th_streq(g.text[2], "egress: could not reach 127.0.0.1:1 (Connection refused)"),
+	TH_CHECK(g.n > 2 && th_streq(g.text[2], "egress refused: evil.example.com:443 is not on the run's allowlist"),
 	         "%s", g.text[2]);
+	TH_CHECK(g.n > 3 && th_streq(g.text[3], "egress refused: evil.example.com:8080 is not on the run's allowlist"),
+	         "%s", g.text[3]);
+	TH_CHECK(g.n > 4 && th_streq(g.text[4], "egress: could not reach 127.0.0.1:1 (Connection refused)"),
+	         "%s", g.text[4]);
 
 	/* Notes are capped: the rest is counted in one last note. */
 	for (int i = 0; i < 105; i++)
