@@ -487,6 +487,43 @@ static void test_workspace_resize(void)
 	worker_limits_env_free(&env);
 }
 
+/* Where the worker may not mount: the workspace is measured, single files
+ * are capped with RLIMIT_FSIZE, and a workspace over its cap is a hit. */
+static void test_disk_watch(void)
+{
+	worker_limits_env_t env = env_of(WORKER_EGRESS_NONE, "");
+	env.max.disk_mb = 1;
+	env.disk_mode = WORKER_DISK_WATCH;
+	const char *ws = th_tmpdir();
+	json_error_t je;
+	json_t *cfg = json_loads("{}", 0, &je);
+	worker_guard_args_t a = {
+		.run_id = "run_watch", .kind = "command", .config = cfg, .workspace_dir = ws,
+		.meta_dir = ws, .driver = WORKER_SANDBOX_BWRAP,
+	};
+	char err[256];
+	worker_guard_t *g = worker_guard_new(&env, &a, NULL, NULL, err, sizeof(err));
+	TH_REQUIRE(g != NULL, "guard: %s", err);
+	worker_sandbox_spec_t spec;
+	memset(&spec, 0, sizeof(spec));
+	worker_guard_sandbox_spec(g, &spec);
+	TH_CHECK(spec.rlimit_fsize_mb == 1, "RLIMIT_FSIZE %ld", spec.rlimit_fsize_mb);
+	TH_CHECK(spec.rlimit_nproc == 256, "RLIMIT_NPROC without a cgroup: %ld", spec.rlimit_nproc);
+	TH_CHECK(spec.rlimit_as_mb == 0, "no RLIMIT_AS");
+	TH_CHECK(worker_guard_final(g) == WORKER_LIMIT_NONE, "an empty workspace");
+	char *big = calloc(1, 768 * 1024);
+	TH_REQUIRE(big && th_file_write(th_strf("%s/a", ws), big, 768 * 1024) == 0 &&
+	           th_file_write(th_strf("%s/b", ws), big, 768 * 1024) == 0, "fill");
+	free(big);
+	TH_CHECK(worker_guard_final(g) == WORKER_LIMIT_DISK, "1.5 MiB in a 1 MiB workspace");
+	char msg[128];
+	worker_guard_message(g, WORKER_LIMIT_DISK, msg, sizeof(msg));
+	TH_CHECK(th_streq(msg, "The run wrote more than 1 MiB to its workspace."), "%s", msg);
+	worker_guard_free(g);
+	json_decref(cfg);
+	worker_limits_env_free(&env);
+}
+
 int main(void)
 {
 	th_init("limits_policy");
@@ -496,6 +533,7 @@ int main(void)
 	test_proxy_requests();
 	test_model_url_credentials();
 	test_cgroup_v2_files();
+	test_disk_watch();
 	test_workspace_resize();
 	return th_done();
 }
