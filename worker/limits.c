@@ -675,6 +675,13 @@ void worker_guard_sandbox_spec(worker_guard_t *g, worker_sandbox_spec_t *spec)
 		spec->rlimit_fsize_mb = g->lim.disk_mb;
 }
 
+int worker_guard_attach(worker_guard_t *g, pid_t pid, char *errstr, size_t errstr_size)
+{
+	if (!g || !g->have_cg)
+		return 0;
+	return worker_cgroup_attach_tree(&g->cg, pid, errstr, errstr_size);
+}
+
 int worker_guard_fd(const worker_guard_t *g)
 {
 	return g && g->proxy ? worker_egress_fd(g->proxy) : -1;

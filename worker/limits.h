@@ -94,7 +94,7 @@ void worker_limits_env_free(worker_limits_env_t *env);
  * binds it.  The run's guard then resizes it to the run's cap (and removes
  * it at the end).  0 (also when there is no cap or no mounting), or -1
  * with errstr.  Such a sandbox must then be moved into the run's cgroup
- * (worker_cgroup_attach_tree) and may only serve runs without the egress
+ * (worker_guard_attach) and may only serve runs without the egress
  * bridge (network none or full): the proxy socket is bound at start.
  */
 int worker_limits_mount_workspace(const worker_limits_env_t *env, const char *dir,
@@ -139,6 +139,11 @@ worker_egress_mode_t worker_guard_egress(const worker_guard_t *g);
 /* Fills the sandbox spec's limit and network fields (cgroup fds, tmpfs
  * size, rlimit fallbacks, network sharing, the egress bridge). */
 void worker_guard_sandbox_spec(worker_guard_t *g, worker_sandbox_spec_t *spec);
+
+/* Moves a sandbox started before its run (a warm one, its leader pid) and
+ * everything under it into the run's cgroup.  0 (also without a cgroup),
+ * or -1 with errstr. */
+int worker_guard_attach(worker_guard_t *g, pid_t pid, char *errstr, size_t errstr_size);
 
 /* An fd that becomes readable when the guard has something to say (an
  * egress refusal), or -1.  Poll it beside the agent's pipes. */

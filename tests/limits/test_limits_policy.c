@@ -16,6 +16,8 @@
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -524,6 +526,78 @@ static void test_disk_watch(void)
 	worker_limits_env_free(&env);
 }
 
+/* 1 when pid's pids-cgroup line names name. */
+static int in_cgroup(pid_t pid, const char *name)
+{
+	size_t len;
+	char *s = th_file_read(th_strf("/proc/%ld/cgroup", (long)pid), &len);
+	int r = s && strstr(s, name) != NULL;
+	free(s);
+	return r;
+}
+
+/*
+ * A process tree started before its run (a warm sandbox) moved into the
+ * run's cgroup, and killed with it at the end.  Needs a writable cgroup
+ * hierarchy (skipped without one).
+ */
+static void test_attach_tree(void)
+{
+	worker_limits_env_t env;
+	char warn[1024], err[256];
+	worker_limits_t max = { .memory_mb = 256, .pids = 64 };
+	TH_REQUIRE(worker_limits_setup(&env, &max, "auto", th_tmpdir(), "none", "", "none",
+	                               warn, sizeof(warn), err, sizeof(err)) == 0, "setup: %s", err);
+	if (env.cgroup.mode == WORKER_CGROUP_NONE) {
+		fprintf(stderr, "# skipped the tree attach: %s", warn);
+		worker_limits_env_free(&env);
+		return;
+	}
+	int ready[2];
+	TH_REQUIRE(pipe(ready) == 0, "pipe");
+	pid_t child = fork();
+	if (child == 0) {
+		/* A leader with a child of its own, both idle. */
+		if (fork() == 0) {
+			close(ready[0]);
+			ssize_t w = write(ready[1], "g", 1);
+			(void)w;
+			for (;;)
+				pause();
+		}
+		for (;;)
+			pause();
+	}
+	close(ready[1]);
+	char c;
+	TH_REQUIRE(read(ready[0], &c, 1) == 1, "grandchild started");
+	close(ready[0]);
+	json_error_t je;
+	json_t *cfg = json_loads("{}", 0, &je);
+	const char *ws = th_tmpdir();
+	worker_guard_args_t a = {
+		.run_id = "run_attach", .kind = "command", .config = cfg, .workspace_dir = ws,
+		.meta_dir = ws, .driver = WORKER_SANDBOX_BWRAP,
+	};
+	worker_guard_t *g = worker_guard_new(&env, &a, NULL, NULL, err, sizeof(err));
+	TH_REQUIRE(g != NULL, "guard: %s", err);
+	TH_CHECK(worker_guard_attach(g, child, err, sizeof(err)) == 0, "attach: %s", err);
+	char *name = th_strf("runnel-%ld-run_attach", (long)getpid());
+	TH_CHECK(in_cgroup(child, name), "the leader is in the run's cgroup");
+	/* The grandchild: the only other child of `child`. */
+	size_t len;
+	char *kids = th_file_read(th_strf("/proc/%ld/task/%ld/children", (long)child, (long)child), &len);
+	pid_t grand = kids ? (pid_t)strtol(kids, NULL, 10) : 0;
+	free(kids);
+	TH_CHECK(grand > 0 && in_cgroup(grand, name), "its child too");
+	worker_guard_free(g);   /* removes the cgroup, killing what is in it */
+	int st = 0;
+	TH_CHECK(waitpid(child, &st, 0) == child && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+	         "the tree died with the run's cgroup");
+	json_decref(cfg);
+	worker_limits_env_free(&env);
+}
+
 int main(void)
 {
 	th_init("limits_policy");
@@ -534,6 +608,7 @@ int main(void)
 	test_model_url_credentials();
 	test_cgroup_v2_files();
 	test_disk_watch();
+	test_attach_tree();
 	test_workspace_resize();
 	return th_done();
 }
