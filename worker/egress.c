@@ -499,14 +499,20 @@ static int listed_address(const worker_egress_t *e, const char *host, int port)
 	return 0;
 }
 
-/* Drops proxy-only headers from a head (in place); returns the new length. */
+/*
+ * Drops proxy-only and connection headers from a head (in place); returns
+ * the new length.  The request then goes out with "Connection: close": one
+ * request per connection, so a client reusing its proxy connection for
+ * another host never sends that request to this one.
+ */
 static size_t strip_proxy_headers(char *h, size_t len)
 {
 	size_t out = 0;
 	for (size_t i = 0; i < len; ) {
 		char *nl = memchr(h + i, '\n', len - i);
 		size_t ll = nl ? (size_t)(nl - (h + i)) + 1 : len - i;
-		if (strncasecmp(h + i, "Proxy-", 6) != 0) {
+		if (strncasecmp(h + i, "Proxy-", 6) != 0 && strncasecmp(h + i, "Connection:", 11) != 0 &&
+		    strncasecmp(h + i, "Keep-Alive:", 11) != 0) {
 			memmove(h + out, h + i, ll);
 			out += ll;
 		}
@@ -605,10 +611,13 @@ static void serve(conn_t *c)
 		char *method_end = sp1;
 		char *rest = eol;   /* "\r\n" + headers + "\r\n" */
 		size_t rest_len = strip_proxy_headers(rest, hl - (size_t)(rest - buf));
-		ok = write_all(ufd, buf, (size_t)(method_end - buf) + 1) == 0 &&
+		static const char close_hdr[] = "Connection: close\r\n\r\n";
+		ok = rest_len >= 4 &&   /* the request line's CRLF and the blank line */
+		     write_all(ufd, buf, (size_t)(method_end - buf) + 1) == 0 &&
 		     write_all(ufd, path, path_len) == 0 &&
 		     write_all(ufd, sp2, (size_t)(eol - sp2)) == 0 &&
-		     write_all(ufd, rest, rest_len) == 0 &&
+		     write_all(ufd, rest, rest_len - 2) == 0 &&
+		     write_all(ufd, close_hdr, sizeof(close_hdr) - 1) == 0 &&
 		     (got == hl || write_all(ufd, buf + hl, got - hl) == 0);
 	}
 	free(buf);

@@ -668,9 +668,9 @@ static void run_pipeline(run_io_t *io)
 	}
 	have_ws = 1;
 	if (guard_start(io, &boot, &ws, err, sizeof(err)) < 0) {
+		/* The details (host paths, cgroup files) are for the operator. */
 		rn_log_error(run->run_id, "limits", "%s", err);
-		snprintf(msg, sizeof(msg), "The run's limits could not be set up: %s", err);
-		io_end_error(io, PROTO_ERR_INTERNAL, msg, "internal error");
+		io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not set up the run's limits.", "internal error");
 		goto out;
 	}
 	/* A stop (cancel, drain timeout, lost lease) ends a download or the

@@ -67,10 +67,11 @@ static void *srv_main(void *arg)
 		if (got && (unsigned char)buf[0] == 0x16) {
 			snprintf(s->seen + l, sizeof(s->seen) - l, "TLS\n");
 		} else {
+			int closing = strstr(buf, "\r\nConnection: close\r\n") != NULL;
 			char *eol = strstr(buf, "\r\n");
 			if (eol)
 				*eol = '\0';
-			snprintf(s->seen + l, sizeof(s->seen) - l, "%s\n", buf);
+			snprintf(s->seen + l, sizeof(s->seen) - l, "%s%s\n", buf, closing ? " (close)" : "");
 		}
 		pthread_mutex_unlock(&s->mu);
 		if (got && (unsigned char)buf[0] != 0x16) {
@@ -167,7 +168,8 @@ static void test_allowlist(void)
 	char msg[256];
 	run_probe("run_allow", "allowlist", msg, sizeof(msg));
 	TH_CHECK(th_streq(msg, "a=200 b=403 raw=000"), "allowlist: %s", msg);
-	TH_CHECK(srv_saw(&A, "GET /a HTTP/1.1"), "A got the request in origin form through the proxy");
+	TH_CHECK(srv_saw(&A, "GET /a HTTP/1.1 (close)"),
+	         "A got the request in origin form through the proxy, one per connection");
 	TH_CHECK(srv_saw(&A, "TLS"), "curl https:// reached A through a CONNECT tunnel");
 	TH_CHECK(wt_log_has(&T, "w1", th_strf("CONNECT 127.0.0.1:%d", A.port)), "the proxy logged the CONNECT");
 	TH_CHECK(!srv_saw(&B, "/b") && !srv_saw(&B, "/raw"), "B was never reached");
