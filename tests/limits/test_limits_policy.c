@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -347,6 +348,26 @@ static void test_proxy_requests(void)
 	TH_CHECK(access(sock, F_OK) != 0, "the socket is removed at stop");
 }
 
+/* A run directory deeper than a unix socket path may be long. */
+static void test_proxy_long_path(void)
+{
+	char *dir = th_strf("%s/%0120d", th_tmpdir(), 7);
+	TH_REQUIRE(mkdir(dir, 0700) == 0, "mkdir");
+	char *sock = th_strf("%s/egress.sock", dir);
+	TH_CHECK(strlen(sock) > 108, "long path %zu", strlen(sock));
+	char *allow[] = { "127.0.0.1:1" };
+	char err[256];
+	worker_egress_t *e = worker_egress_start(sock, allow, 1, "run_long", err, sizeof(err));
+	TH_REQUIRE(e != NULL, "proxy on a long path: %s", err);
+	int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	char *short_path = th_strf("/proc/self/fd/%d/egress.sock", dfd);
+	const char *refused = "CONNECT evil.example.com:443 HTTP/1.1\r\n\r\n";
+	TH_CHECK(th_streq(ask_proxy(short_path, refused, strlen(refused)), "HTTP/1.1 403 Forbidden"));
+	close(dfd);
+	worker_egress_stop(e);
+	TH_CHECK(access(sock, F_OK) != 0, "removed at stop");
+}
+
 /* A model base URL with credentials in it gives only host:port. */
 static void test_model_url_credentials(void)
 {
@@ -605,6 +626,7 @@ int main(void)
 	test_limits_lowered_not_raised();
 	test_egress_narrowing();
 	test_proxy_requests();
+	test_proxy_long_path();
 	test_model_url_credentials();
 	test_cgroup_v2_files();
 	test_disk_watch();
