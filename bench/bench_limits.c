@@ -96,7 +96,7 @@ int main(int argc, char **argv)
 	char *slash = strrchr(self, '/');
 	if (slash)
 		*slash = '\0';
-	snprintf(bridge, sizeof(bridge), "%s/../worker/runnel-egress-bridge", self);
+	snprintf(bridge, sizeof(bridge), "%.3000s/../worker/runnel-egress-bridge", self);
 
 	int64_t *us = calloc((size_t)n, sizeof(*us));
 	char err[512];

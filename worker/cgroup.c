@@ -227,7 +227,7 @@ static int v2_move_out(const char *dir, char *errstr, size_t errstr_size)
 		if (nl)
 			*nl = '\0';
 		if (*p && strtol(p, NULL, 10) != (long)getpid()) {
-			snprintf(errstr, errstr_size, "cgroup v2 at %s holds other processes than the worker "
+			snprintf(errstr, errstr_size, "cgroup v2 at %.300s holds other processes than the worker "
 			         "(give the worker a cgroup of its own, e.g. systemd Delegate=yes)", dir);
 			return -1;
 		}
@@ -238,7 +238,7 @@ static int v2_move_out(const char *dir, char *errstr, size_t errstr_size)
 	char leaf[WORKER_CGROUP_PATH_MAX + 16];
 	snprintf(leaf, sizeof(leaf), "%s/worker", dir);
 	if (mkdir(leaf, 0755) != 0 && errno != EEXIST) {
-		snprintf(errstr, errstr_size, "cannot create %s: %s", leaf, strerror(errno));
+		snprintf(errstr, errstr_size, "cannot create %.300s: %s", leaf, strerror(errno));
 		return -1;
 	}
 	for (int round = 0; round < 5; round++) {
@@ -254,7 +254,7 @@ static int v2_move_out(const char *dir, char *errstr, size_t errstr_size)
 			if (nl)
 				*nl = '\0';
 			if (*p && write_file(leaf, "cgroup.procs", p) != 0 && errno != ESRCH) {
-				snprintf(errstr, errstr_size, "cannot move process %s into %s: %s", p, leaf,
+				snprintf(errstr, errstr_size, "cannot move process %.20s into %.300s: %s", p, leaf,
 				         strerror(errno));
 				return -1;
 			}
@@ -275,11 +275,11 @@ static worker_cgroup_mode_t probe_v2(worker_cgroup_root_t *root, char *why, size
 	}
 	if (read_file(dir, "cgroup.controllers", buf, sizeof(buf)) < 0 ||
 	    !has_word(buf, "memory", ' ') || !has_word(buf, "pids", ' ')) {
-		snprintf(why, whysz, "cgroup v2 at %s does not offer the memory and pids controllers", dir);
+		snprintf(why, whysz, "cgroup v2 at %.300s does not offer the memory and pids controllers", dir);
 		return WORKER_CGROUP_NONE;
 	}
 	if (access(dir, W_OK) != 0) {
-		snprintf(why, whysz, "cgroup v2 at %s is not writable (%s)", dir, strerror(errno));
+		snprintf(why, whysz, "cgroup v2 at %.300s is not writable (%s)", dir, strerror(errno));
 		return WORKER_CGROUP_NONE;
 	}
 	/* Already delegated as we want it (a restart in the same cgroup)? */
@@ -292,7 +292,7 @@ static worker_cgroup_mode_t probe_v2(worker_cgroup_root_t *root, char *why, size
 		int cpu = has_word(buf, "cpu", ' ');
 		if (write_file(dir, "cgroup.subtree_control", cpu ? "+memory +pids +cpu" : "+memory +pids") != 0 &&
 		    write_file(dir, "cgroup.subtree_control", "+memory +pids") != 0) {
-			snprintf(why, whysz, "cannot enable memory and pids in %s/cgroup.subtree_control: %s",
+			snprintf(why, whysz, "cannot enable memory and pids in %.300s/cgroup.subtree_control: %s",
 			         dir, strerror(errno));
 			return WORKER_CGROUP_NONE;
 		}
@@ -312,11 +312,11 @@ static worker_cgroup_mode_t probe_v1(worker_cgroup_root_t *root, char *why, size
 		return WORKER_CGROUP_NONE;
 	}
 	if (try_child(pids, "pids.max", "max") != 0) {
-		snprintf(why, whysz, "cgroup v1 pids at %s is not writable (%s)", pids, strerror(errno));
+		snprintf(why, whysz, "cgroup v1 pids at %.300s is not writable (%s)", pids, strerror(errno));
 		return WORKER_CGROUP_NONE;
 	}
 	if (try_child(mem, "memory.limit_in_bytes", "-1") != 0) {
-		snprintf(why, whysz, "cgroup v1 memory at %s is not writable (%s)", mem, strerror(errno));
+		snprintf(why, whysz, "cgroup v1 memory at %.300s is not writable (%s)", mem, strerror(errno));
 		return WORKER_CGROUP_NONE;
 	}
 	snprintf(root->v1_pids, sizeof(root->v1_pids), "%s", pids);
@@ -506,7 +506,7 @@ static void add_children(pid_t pid, pid_t *list, size_t *n, size_t cap)
 		if (de->d_name[0] < '0' || de->d_name[0] > '9')
 			continue;
 		char cpath[128], buf[4096];
-		snprintf(cpath, sizeof(cpath), "/proc/%ld/task/%s/children", (long)pid, de->d_name);
+		snprintf(cpath, sizeof(cpath), "/proc/%ld/task/%.20s/children", (long)pid, de->d_name);
 		if (read_file(cpath, NULL, buf, sizeof(buf)) <= 0)
 			continue;
 		char *save = NULL;

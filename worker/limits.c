@@ -121,13 +121,13 @@ static int name_ok(const char *p)
 static int probe_mount(const char *dir, char *why, size_t whysz)
 {
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-		snprintf(why, whysz, "cannot create %s: %s", dir, strerror(errno));
+		snprintf(why, whysz, "cannot create %.300s: %s", dir, strerror(errno));
 		return -1;
 	}
 	char p[4096];
 	snprintf(p, sizeof(p), "%s/.mount-probe-%ld", dir, (long)getpid());
 	if (mkdir(p, 0700) != 0 && errno != EEXIST) {
-		snprintf(why, whysz, "cannot create %s: %s", p, strerror(errno));
+		snprintf(why, whysz, "cannot create %.300s: %s", p, strerror(errno));
 		return -1;
 	}
 	int rc = mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0700");
