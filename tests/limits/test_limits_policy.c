@@ -257,7 +257,7 @@ static char *ask_proxy(const char *sock, const char *req, size_t len)
 		char *eol = strstr(buf, "\r\n");
 		if (eol)
 			*eol = '\0';
-		snprintf(line, sizeof(line), "%s", buf);
+		snprintf(line, sizeof(line), "%.120s", buf);
 	}
 	return line;
 }
