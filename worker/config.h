@@ -82,8 +82,11 @@ int worker_config_load(worker_config_t *cfg, int argc, char **argv,
 
 /*
  * Probes cgroups and mount permission and fills cfg->limits (once, at
- * start, after the work directory exists: in cgroup v2 mode this moves
- * the worker into a leaf of its own cgroup).  0, or -1 with errstr.
+ * start, while single-threaded, after the work directory exists).  It may
+ * change the process: in cgroup v2 mode it moves the worker into a leaf of
+ * its own cgroup, and with a disk cap it moves the worker into a mount
+ * namespace of its own (and a user namespace when it is not root).  0, or
+ * -1 with errstr.
  * Warnings that do not stop the worker go to warn, one per line.
  */
 int worker_config_limits(worker_config_t *cfg, char *warn, size_t warn_size,

@@ -77,7 +77,9 @@ typedef struct worker_limits_env {
 
 /*
  * Probes the cgroup hierarchy (cgroup: "auto", "v1", "v2", "off") and
- * whether a tmpfs can be mounted under work_dir; parses the egress settings
+ * whether a tmpfs can be mounted under work_dir, taking a mount namespace
+ * of the worker's own for that (a user namespace too when not root; only
+ * while single-threaded; see docs/sandbox.md); parses the egress settings
  * (egress: none|allowlist|full, allow: comma-separated patterns).  0, or -1
  * with errstr for a bad setting.  Warnings that do not stop the worker
  * (no cgroup, no mount) go to *warn (one line each, "" when none).
