@@ -1,8 +1,10 @@
 /*
  * fuzz/fuzz_envelope.c - libFuzzer target for the envelope: the input is
- * split into lines and fed to one proto_env_t, then the open steps are
- * closed.  Every published line, including each replacement for an invalid
- * line and each close line, must itself be a valid envelope line.
+ * split into lines and fed to one proto_env_t, then the open asks are
+ * settled and the open steps closed.  Every published line, including each
+ * replacement for an invalid line and each close line, must itself be a
+ * valid envelope line; an ask settlement (a runner-written second line,
+ * which an agent may not print) must be one JSON object of type ask.
  */
 #include "proto/envelope.h"
 
@@ -10,9 +12,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static proto_env_t *checker;
+
+/* A fresh checker that takes asks: an input's asks are new to it, in the
+ * order the fuzzed env saw them. */
+static void checker_reset(void)
+{
+	proto_env_free(checker);
+	checker = proto_env_new(0);
+	proto_env_allow_asks(checker, 1);
+}
 
 /* A line the runner publishes must pass validation unchanged. */
 static void must_be_valid(const char *line, size_t len)
@@ -28,10 +41,30 @@ static void must_be_valid(const char *line, size_t len)
 	if (memchr(line, '\n', len) != NULL)
 		__builtin_trap();
 	/* Keep the checker usable: terminal lines would make it drop. */
-	if (proto_env_terminated(checker)) {
-		proto_env_free(checker);
-		checker = proto_env_new(0);
-	}
+	if (proto_env_terminated(checker))
+		checker_reset();
+}
+
+/* A settlement line: one JSON object, type ask, a status other than open. */
+static void must_be_settlement(const char *line, size_t len)
+{
+	json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
+	const char *type = json_string_value(json_object_get(o, "type"));
+	const char *status = json_string_value(json_object_get(o, "status"));
+
+	if (o == NULL || type == NULL || strcmp(type, "ask") != 0 || status == NULL ||
+	    strcmp(status, "open") == 0 || memchr(line, '\n', len) != NULL)
+		__builtin_trap();
+	json_decref(o);
+}
+
+static int emit_settlement(const char *line, size_t len, void *arg)
+{
+	size_t *n = arg;
+
+	must_be_settlement(line, len);
+	(*n)++;
+	return 0;
 }
 
 static int emit(const char *line, size_t len, void *arg)
@@ -54,14 +87,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *built;
 	size_t blen;
 
-	if (checker == NULL)
-		checker = proto_env_new(0);
+	checker_reset();
 	/* The first byte picks a small line cap now and then. */
 	if (size > 0 && (data[0] & 0x80)) {
 		line_max = 16 + (data[0] & 0x7f);
 		p++;
 	}
 	env = proto_env_new(line_max);
+	/* Another bit lets ask lines in (permission_mode ask). */
+	if (size > 0 && (data[0] & 0x40))
+		proto_env_allow_asks(env, 1);
 	while (p < end) {
 		nl = memchr(p, '\n', (size_t)(end - p));
 		if (nl == NULL)
@@ -77,6 +112,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				__builtin_trap();
 		}
 		p = nl + 1;
+	}
+	open = proto_env_open_asks(env);
+	if (open > PROTO_ENV_ASKS_MAX)
+		__builtin_trap();
+	if (open > 0) {
+		/* The oldest is answered (an option it may not have), then settled
+		 * again (closed), then the rest are rejected. */
+		const char *oldest = proto_env_oldest_ask(env, NULL);
+		char id[256], *line = NULL;
+		size_t len = 0;
+		proto_ask_rc_t rc;
+
+		if (oldest == NULL || strlen(oldest) >= sizeof id)
+			__builtin_trap();
+		strcpy(id, oldest);
+		rc = proto_env_settle_ask(env, id, "answered", "allow_once", NULL, now, &line, &len);
+		if (rc == PROTO_ASK_BAD_OPTION)
+			rc = proto_env_settle_ask(env, id, "expired", NULL, NULL, now, &line, &len);
+		if (rc != PROTO_ASK_SETTLED || line == NULL)
+			__builtin_trap();
+		must_be_settlement(line, len);
+		free(line);
+		if (proto_env_settle_ask(env, id, "rejected", NULL, NULL, now, &line, &len) != PROTO_ASK_CLOSED)
+			__builtin_trap();
+		open--;
+		if (proto_env_close_asks(env, now, "rejected", emit_settlement, NULL, &emitted) != open ||
+		    emitted != open || proto_env_open_asks(env) != 0)
+			__builtin_trap();
+		emitted = 0;
 	}
 	open = proto_env_open_steps(env);
 	if (open > PROTO_ENV_STEPS_MAX)

@@ -5,6 +5,7 @@
  */
 #include "worker/agent.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,20 +36,22 @@ const worker_agent_ops_t *worker_agent_find(const char *kind)
 	return NULL;
 }
 
+static char kinds_buf[128];
+static pthread_once_t kinds_once = PTHREAD_ONCE_INIT;
+
+static void kinds_build(void)
+{
+	size_t off = 0;
+	for (size_t i = 0; i < NAGENTS && off < sizeof(kinds_buf); i++)
+		off += (size_t)snprintf(kinds_buf + off, sizeof(kinds_buf) - off, "%s%s", i ? ", " : "",
+		                        agents[i]->kind);
+}
+
 const char *worker_agent_kinds(void)
 {
-	static char buf[128];
-	static int done;
-	/* Built once from a constant table: the same on every thread. */
-	if (!__atomic_load_n(&done, __ATOMIC_ACQUIRE)) {
-		char tmp[sizeof(buf)] = "";
-		size_t off = 0;
-		for (size_t i = 0; i < NAGENTS && off < sizeof(tmp); i++)
-			off += (size_t)snprintf(tmp + off, sizeof(tmp) - off, "%s%s", i ? ", " : "", agents[i]->kind);
-		memcpy(buf, tmp, sizeof(buf));
-		__atomic_store_n(&done, 1, __ATOMIC_RELEASE);
-	}
-	return buf;
+	/* Built once from the constant table, whichever run thread asks first. */
+	pthread_once(&kinds_once, kinds_build);
+	return kinds_buf;
 }
 
 /* ------------------------------------------------------------------------

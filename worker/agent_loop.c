@@ -189,7 +189,8 @@ static int read_lines(loop_t *l, int fd, splitter_t *s, int is_stderr, char *chu
 
 /* ---- control messages and asks ---- */
 
-static void deliver(loop_t *l, const worker_agent_reply_t *r)
+/* Settles one ask and forwards it to the adapter.  Returns the sink's rc. */
+static int deliver(loop_t *l, const worker_agent_reply_t *r)
 {
 	int rc = l->sink->settle(l->sink->arg, r);
 	switch (rc) {
@@ -213,6 +214,7 @@ static void deliver(loop_t *l, const worker_agent_reply_t *r)
 		rn_log_error(l->p->run_id, "reply_failed", "out of memory settling ask %s", r->ask_id);
 		break;
 	}
+	return rc;
 }
 
 static void drain_inbox(loop_t *l)
@@ -255,7 +257,8 @@ static int64_t expire_asks(loop_t *l)
 		char copy[PROTO_CTL_ID_MAX + 1];
 		snprintf(copy, sizeof(copy), "%s", id);
 		worker_agent_reply_t r = { .ask_id = copy, .reject = 1, .expired = 1 };
-		deliver(l, &r);
+		if (deliver(l, &r) != PROTO_ASK_SETTLED)
+			return rn_now_ms() + 1000;   /* out of memory: try again later, never spin */
 	}
 }
 

@@ -176,6 +176,42 @@ static void test_asks(void)
 	clirun_free(&p);
 }
 
+/* The live view: an open ask shows how to answer and the footer waits for it. */
+static void test_tty_ask(void)
+{
+	const int cols = 160, rows = 30;
+	clirun_t p;
+	hset_status("run_tty_ask", "running");
+	const char *argv[] = { g_bin, "tail", "run_tty_ask", NULL };
+	const char *env[] = { g_env_url, "TERM=xterm", NULL };
+	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
+	clirun_pump(&p, 300);
+	xadd("runnel", "run_tty_ask", "1-1",
+	     "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"title\":\"Run: ls\","
+	     "\"options\":[{\"id\":\"allow_once\",\"label\":\"Allow\"}],\"status\":\"open\",\"ts\":1}");
+	int waiting = 0;
+	for (int i = 0; i < 100 && !waiting; i++) {
+		clirun_pump(&p, 50);
+		char *sc = vt_screen(p.out, p.out_len, cols);
+		waiting = strstr(sc, "waiting for a reply (1 open ask)") != NULL;
+		free(sc);
+	}
+	TH_CHECK(waiting, "no waiting footer:\n%s", p.out);
+	xadd("runnel", "run_tty_ask", "1-2",
+	     "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"status\":\"answered\",\"option\":\"allow_once\",\"ts\":2}");
+	xadd("runnel", "run_tty_ask", "1-3", "{\"type\":\"result\",\"message\":\"ok\",\"ts\":3}");
+	TH_CHECK(clirun_wait(&p, 10000) == 0, "exit %d", p.exit_code);
+	char *screen = vt_screen(p.out, p.out_len, cols);
+	const char *want =
+		"run run_tty_ask\n"
+		"? ask ask_1: Run: ls | options: allow_once (Allow) | answer: runnel reply run_tty_ask ask_1 OPTION\n"
+		"  ask ask_1 answered: allow_once\n"
+		"✓ ok\n";
+	TH_CHECK(th_streq(screen, want), "screen\n%s\nwant\n%s", screen, want);
+	free(screen);
+	clirun_free(&p);
+}
+
 /* A run that is queued: tail blocks, prints lines as they come, ends on the result. */
 static void test_follow_live(void)
 {
@@ -481,6 +517,7 @@ int main(int argc, char **argv)
 	test_asks();
 	test_follow_live();
 	test_tty();
+	test_tty_ask();
 	test_tty_narrow();
 	test_tty_scrolled();
 	test_tty_dumb();
