@@ -30,6 +30,7 @@
 #define PROTO_ERR_AGENT_EXIT        "agent_exit"
 #define PROTO_ERR_WRITEBACK_FAILED  "writeback_failed"
 #define PROTO_ERR_INTERNAL          "internal"
+#define PROTO_ERR_RESOURCE_LIMIT    "resource_limit"
 
 typedef enum {
 	PROTO_ENV_LOG = 1,

@@ -328,6 +328,7 @@ worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbo
 	int64_t exited_at = -1;
 	int64_t last_io = rn_mono_ms();   /* last read from the pipes or Redis wait */
 	long grace = p->kill_grace_ms;
+	int64_t limit_next = INT64_MAX;   /* the limits check wants to look again then */
 
 	if (!chunk)
 		return WORKER_LOOP_INTERNAL;
@@ -366,7 +367,16 @@ worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbo
 				end = WORKER_LOOP_CAP;
 			else if (end == WORKER_LOOP_NONE && sink->failed && sink->failed(sink->arg))
 				end = WORKER_LOOP_INTERNAL;
-			if (end != WORKER_LOOP_NONE) {
+			else if (end == WORKER_LOOP_NONE && stop->limit_check &&
+			         stop->limit_check(stop->limit_arg, now, &limit_next))
+				end = WORKER_LOOP_LIMIT;
+			if (end == WORKER_LOOP_LIMIT) {
+				L.stopping = 1;
+				if (!exited) {
+					worker_sandbox_kill(sb, SIGKILL);
+					killed = 1;
+				}
+			} else if (end != WORKER_LOOP_NONE) {
 				if (end == WORKER_LOOP_CANCEL && !exited && p->ops->on_cancel) {
 					/* A graceful request first (best effort, not waited for). */
 					p->ops->on_cancel(p->state, &L.io);
@@ -412,7 +422,7 @@ worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbo
 
 		int64_t ask_at = expire_asks(&L);
 
-		struct pollfd pfd[6];
+		struct pollfd pfd[7];
 		int np = 0, i_out = -1, i_err = -1, i_in = -1, i_wake, i_red = -1;
 		/* While a stop is pending, output is no longer read into the stream:
 		 * drain it only so that the agent is not blocked writing. */
@@ -437,8 +447,13 @@ worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbo
 			i_red = np;
 			pfd[np++] = (struct pollfd){ wfd, POLLIN, 0 };
 		}
+		int lfd = end == WORKER_LOOP_NONE && stop->limit_fd ? stop->limit_fd(stop->limit_arg) : -1;
+		if (lfd >= 0)
+			pfd[np++] = (struct pollfd){ lfd, POLLIN, 0 };
 		int64_t timeout = 1000;
 		int64_t next = p->cap_deadline;
+		if (end == WORKER_LOOP_NONE && limit_next < next)
+			next = limit_next;
 		if (kill_at >= 0 && !killed && kill_at < next)
 			next = kill_at;
 		if (term_seen_at >= 0 && kill_at < 0 && term_seen_at + grace < next)

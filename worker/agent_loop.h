@@ -43,6 +43,7 @@ typedef enum {
 	WORKER_LOOP_SHUTDOWN,
 	WORKER_LOOP_LOST,
 	WORKER_LOOP_INTERNAL,   /* the worker failed (publishing gave up, I/O error) */
+	WORKER_LOOP_LIMIT,      /* the run went over a resource limit (worker/limits.h) */
 } worker_loop_end_t;
 
 /* Where lines go (the run's publishing side). */
@@ -75,6 +76,14 @@ typedef struct worker_stop_source {
 	int   wake_fd;                        /* readable when something changed */
 	worker_stop_t (*stop)(void *arg);     /* the current stop request */
 	worker_inbox_t *inbox;                /* control messages, may be NULL */
+	/* Per-run limits (worker/limits.h), all may be NULL.  limit_check runs
+	 * every round and sets *next_ms (monotonic) to when it wants to look
+	 * again; non-zero ends the loop WORKER_LOOP_LIMIT with SIGKILL at once
+	 * (no grace: a fork bomb would use it).  limit_fd is polled beside the
+	 * pipes (-1: none). */
+	int (*limit_check)(void *arg, int64_t now_ms, int64_t *next_ms);
+	int (*limit_fd)(void *arg);
+	void *limit_arg;
 } worker_stop_source_t;
 
 typedef struct worker_loop_params {

@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "proto/keys.h"
 
-#define OPTS_N 32
+#define OPTS_N 41
 
 void worker_config_wipe_env(const char *name)
 {
@@ -67,6 +67,16 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		/* acp agents */
 		{ "acp-prefix", 0, "RUNNEL_ACP_PREFIX", RN_OPT_STR, &c->acp_prefix, NULL, "DIR", "ACP agents installed by agents/install.sh (bound read-only into sandboxes)", 0, 0 },
 		{ "node", 0, "RUNNEL_NODE", RN_OPT_STR, &c->node, NULL, "PATH", "Node.js for ACP agents (default: node on PATH)", 0, 0 },
+		/* Per-run limits and egress (worker/limits.h, docs/sandbox.md). */
+		{ "run-memory-mb", 0, "RUNNEL_RUN_MEMORY_MB", RN_OPT_INT, &c->run_memory_mb, "2048", "MIB", "memory per run (0: no limit); a run's config may lower it", 0, 1L << 30 },
+		{ "run-pids", 0, "RUNNEL_RUN_PIDS", RN_OPT_INT, &c->run_pids, "512", "N", "processes and threads per run at once (0: no limit)", 0, 1L << 22 },
+		{ "run-cpus", 0, "RUNNEL_RUN_CPUS", RN_OPT_STR, &c->run_cpus, "2", "CPUS", "CPU share per run, in CPUs (e.g. 0.5; 0: no limit)", 0, 0 },
+		{ "run-disk-mb", 0, "RUNNEL_RUN_DISK_MB", RN_OPT_INT, &c->run_disk_mb, "4096", "MIB", "workspace size per run: bag, assets/, anything written (0: no limit)", 0, 1L << 30 },
+		{ "run-tmp-mb", 0, "RUNNEL_RUN_TMP_MB", RN_OPT_INT, &c->run_tmp_mb, "256", "MIB", "size of the sandbox's /tmp (and /root, /run) (0: the kernel's default)", 0, 1L << 30 },
+		{ "cgroup", 0, "RUNNEL_CGROUP", RN_OPT_STR, &c->cgroup, "auto", "MODE", "per-run cgroups: auto, v2, v1 or off (rlimits only)", 0, 0 },
+		{ "egress", 0, "RUNNEL_EGRESS", RN_OPT_STR, &c->egress, NULL, "POLICY", "network the runs may have at most: none, allowlist or full (default allowlist; full with --sandbox-net host)", 0, 0 },
+		{ "egress-allow", 0, "RUNNEL_EGRESS_ALLOW", RN_OPT_STR, &c->egress_allow, "@model,@workspace_api", "LIST", "hosts allowlist runs may reach: host[:port], *.domain[:port], @model, @workspace_api", 0, 0 },
+		{ "egress-bridge", 0, "RUNNEL_EGRESS_BRIDGE", RN_OPT_STR, &c->egress_bridge, NULL, "PATH", "runnel-egress-bridge binary (default: next to runnel-worker)", 0, 0 },
 		RN_OPT_END,
 	};
 	_Static_assert(sizeof(t) / sizeof(t[0]) == OPTS_N, "OPTS_N must match the table");
@@ -213,6 +223,82 @@ static int acp_paths(worker_config_t *c, char *errstr, size_t errstr_size)
 		}
 		path = colon ? colon + 1 : NULL;
 	}
+/* "1", "0.5", "2.25": CPUs with at most three decimals, as millicpus. */
+static int cpus_parse(const char *s, long *millis)
+{
+	long whole = 0, frac = 0, scale = 1000;
+	const char *p = s;
+	if (!*p)
+		return -1;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		whole = whole * 10 + (*p - '0');
+		if (whole > 4096)
+			return -1;
+	}
+	if (*p == '.') {
+		p++;
+		for (; *p >= '0' && *p <= '9' && scale > 1; p++) {
+			scale /= 10;
+			frac += (*p - '0') * scale;
+		}
+	}
+	if (*p)
+		return -1;
+	*millis = whole * 1000 + frac;
+	return 0;
+}
+
+/* The limit and egress flags that need more than the table's checks. */
+static int limits_parse(worker_config_t *c, char *errstr, size_t errstr_size)
+{
+	if (cpus_parse(c->run_cpus, &c->run_cpu_millis) < 0 ||
+	    (c->run_cpu_millis > 0 && c->run_cpu_millis < 10)) {
+		snprintf(errstr, errstr_size, "RUNNEL_RUN_CPUS/--run-cpus: \"%.32s\" is not a number of CPUs (0, or 0.01 to 4096)", c->run_cpus);
+		return -1;
+	}
+	if (strcmp(c->cgroup, "auto") && strcmp(c->cgroup, "v1") && strcmp(c->cgroup, "v2") && strcmp(c->cgroup, "off")) {
+		snprintf(errstr, errstr_size, "RUNNEL_CGROUP/--cgroup: \"%.32s\" is not auto, v2, v1 or off", c->cgroup);
+		return -1;
+	}
+	if (!c->egress && !(c->egress = strdup(c->share_net ? "full" : "allowlist"))) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	if (worker_egress_mode_parse(c->egress) < 0) {
+		snprintf(errstr, errstr_size, "RUNNEL_EGRESS/--egress: \"%.32s\" is not none, allowlist or full", c->egress);
+		return -1;
+	}
+	if (c->egress_bridge) {
+		snprintf(c->egress_bridge_path, sizeof(c->egress_bridge_path), "%s", c->egress_bridge);
+		if (access(c->egress_bridge_path, X_OK) != 0) {
+			snprintf(errstr, errstr_size, "RUNNEL_EGRESS_BRIDGE/--egress-bridge: %.200s is not an executable file", c->egress_bridge);
+			return -1;
+		}
+	} else {
+		char dir[PATH_MAX];
+		if (self_dir(dir, sizeof(dir)) == 0) {
+			int n = snprintf(c->egress_bridge_path, sizeof(c->egress_bridge_path), "%s/runnel-egress-bridge", dir);
+			if (n < 0 || (size_t)n >= sizeof(c->egress_bridge_path) || access(c->egress_bridge_path, X_OK) != 0)
+				c->egress_bridge_path[0] = '\0'; /* allowlist runs fail with a clear message */
+		}
+	}
+	return 0;
+}
+
+int worker_config_limits(worker_config_t *c, char *warn, size_t warn_size,
+                         char *errstr, size_t errstr_size)
+{
+	worker_limits_t max = {
+		.memory_mb = c->run_memory_mb,
+		.pids = c->run_pids,
+		.cpu_millis = c->run_cpu_millis,
+		.disk_mb = c->run_disk_mb,
+		.tmp_mb = c->run_tmp_mb,
+	};
+	if (worker_limits_setup(&c->limits, &max, c->cgroup, c->work_dir, c->egress, c->egress_allow,
+	                        c->sandbox_net, warn, warn_size, errstr, errstr_size) < 0)
+		return -1;
+	c->limits.bridge_path = c->egress_bridge_path;
 	return 0;
 }
 
@@ -352,6 +438,8 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 	}
 	if (acp_paths(c, errstr, errstr_size) < 0)
 		return -1;
+	if (limits_parse(c, errstr, errstr_size) < 0)
+		return -1;
 
 	/* The job key: environment only, removed once read. */
 	const char *hex = getenv("RUNNEL_JOB_KEY");
@@ -380,6 +468,7 @@ void worker_config_free(worker_config_t *c)
 	rn_opt_t o[OPTS_N];
 	opts_fill(o, c);
 	rn_conf_free(o);
+	worker_limits_env_free(&c->limits);
 	sodium_memzero(c->job_key, sizeof(c->job_key));
 	sodium_memzero(&c->redis, sizeof(c->redis));
 }

@@ -14,6 +14,7 @@
 #include "common/conf.h"
 #include "common/util.h"
 #include "proto/job.h"
+#include "worker/limits.h"
 #include "worker/sandbox.h"
 
 typedef struct worker_config {
@@ -51,6 +52,16 @@ typedef struct worker_config {
 	/* acp agents (worker/agent_acp.c) */
 	char *acp_prefix;                   /* agents/install.sh prefix, or NULL */
 	char *node;                         /* Node.js binary, or NULL = node on PATH */
+	/* Per-run limits and egress (worker/limits.h). */
+	long  run_memory_mb;
+	long  run_pids;
+	char *run_cpus;
+	long  run_disk_mb;
+	long  run_tmp_mb;
+	char *cgroup;
+	char *egress;
+	char *egress_allow;
+	char *egress_bridge;
 
 	/* Derived. */
 	rn_redis_url_t redis;               /* holds the password: never log */
@@ -70,6 +81,9 @@ typedef struct worker_config {
 	char     tenant_cap_names[WORKER_TENANT_CAPS_MAX][PROTO_TENANT_MAX + 1];
 	long     tenant_caps[WORKER_TENANT_CAPS_MAX];
 	char     node_path[4096];           /* resolved host path; "" when none */
+	long     run_cpu_millis;
+	char     egress_bridge_path[4096];  /* resolved host path; "" when absent */
+	worker_limits_env_t limits;         /* filled by worker_config_limits */
 } worker_config_t;
 
 /*
@@ -80,6 +94,18 @@ typedef struct worker_config {
  */
 int worker_config_load(worker_config_t *cfg, int argc, char **argv,
                        char *errstr, size_t errstr_size);
+
+/*
+ * Probes cgroups and mount permission and fills cfg->limits (once, at
+ * start, while single-threaded, after the work directory exists).  It may
+ * change the process: in cgroup v2 mode it moves the worker into a leaf of
+ * its own cgroup, and with a disk cap it moves the worker into a mount
+ * namespace of its own (and a user namespace when it is not root).  0, or
+ * -1 with errstr.
+ * Warnings that do not stop the worker go to warn, one per line.
+ */
+int worker_config_limits(worker_config_t *cfg, char *warn, size_t warn_size,
+                         char *errstr, size_t errstr_size);
 
 void worker_config_free(worker_config_t *cfg);
 

@@ -23,6 +23,9 @@ endif()
 if(TARGET runnel-agent)
   add_dependencies(runnel-worker runnel-agent)
 endif()
+if(TARGET runnel-egress-bridge)
+  add_dependencies(runnel-worker runnel-egress-bridge)
+endif()
 
 # Agent adapters (worker/agent.h): the seam, the I/O loop and the kinds.
 # acp and builtin join the registry as soon as their files exist.

@@ -627,6 +627,26 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
  * main
  * ------------------------------------------------------------------------ */
 
+/* The limits the worker found at start, and a warning per degraded one. */
+static void log_limits(const worker_config_t *cfg, char *warn)
+{
+	for (char *line = warn, *nl; *line; line = nl + 1) {
+		if (!(nl = strchr(line, '\n')))
+			nl = line + strlen(line) - 1;
+		else
+			*nl = '\0';
+		rn_log_warn(NULL, "limits_degraded", "%s", line);
+	}
+	const worker_limits_env_t *le = &cfg->limits;
+	rn_log_info(NULL, "limits", "cgroup %s, disk %s; per run: memory %ld MiB, pids %ld, cpus %s, disk %ld MiB, /tmp %ld MiB; egress %s",
+	            worker_cgroup_mode_name(le->cgroup.mode),
+	            le->disk_mode == WORKER_DISK_WATCH ? "watch" :
+	            le->mount_ns == 2 ? "tmpfs (own user and mount namespace)" :
+	            le->mount_ns == 1 ? "tmpfs (private mount namespace)" : "tmpfs",
+	            le->max.memory_mb, le->max.pids, cfg->run_cpus, le->max.disk_mb, le->max.tmp_mb,
+	            worker_egress_mode_name(le->egress));
+}
+
 int main(int argc, char **argv)
 {
 	static worker_t W;
@@ -667,6 +687,13 @@ int main(int argc, char **argv)
 	evthread_use_pthreads();
 	if (mkdir(w->cfg.work_dir, 0700) < 0 && errno != EEXIST) {
 		rn_log_error(NULL, "config", "RUNNEL_WORK_DIR %s: %s", w->cfg.work_dir, strerror(errno));
+		return 2;
+	}
+	/* Per-run limits and egress: probe cgroups and mounts once, while
+	 * single-threaded (reported once the worker has started). */
+	static char limits_warn[2048];
+	if (worker_config_limits(&w->cfg, limits_warn, sizeof(limits_warn), err, sizeof(err)) < 0) {
+		rn_log_error(NULL, "config", "%s", err);
 		return 2;
 	}
 
@@ -748,6 +775,7 @@ int main(int argc, char **argv)
 	            "worker %s: topic %s, group %s, %ld slot(s), sandbox %s, lease %ld s, metrics %s:%d",
 	            w->cfg.worker_id, w->cfg.jobs_topic, w->cfg.group, w->cfg.slots, w->cfg.sandbox,
 	            w->cfg.lease_sec, w->cfg.metrics_host[0] ? w->cfg.metrics_host : "off", mport);
+	log_limits(&w->cfg, limits_warn);
 
 	event_base_dispatch(w->base);
 

@@ -61,6 +61,16 @@ int worker_metrics_init(worker_metrics_t *m)
 	m->queue_tenants = rn_metrics_gauge(m->reg, "runnel_queue_tenants",
 	                                    "Tenants with queued runs (fleet-wide)", NULL);
 	pthread_mutex_init(&m->tenant_mu, NULL);
+	/* Indexed by worker_limit_t; [0] (no limit) is never counted. */
+	static const char *const limit_names[4] = { "none", "memory", "processes", "disk" };
+	for (int i = 1; i < 4; i++) {
+		char labels[64];
+		snprintf(labels, sizeof(labels), "limit=\"%s\"", limit_names[i]);
+		m->limit_hits[i] = rn_metrics_counter(m->reg, "runnel_worker_limit_hits_total",
+		                                      "Runs ended resource_limit, by the limit they hit", labels);
+		if (!m->limit_hits[i])
+			return -1;
+	}
 	if (!m->slots_busy || !m->first_line || !m->runs_internal || !m->queue_tenants)
 		return -1;
 	return 0;

@@ -17,7 +17,7 @@
 #define WORKER_OUTCOMES(X) \
 	X(succeeded) X(agent_error) X(cancelled) X(runtime_cap) X(worker_lost) \
 	X(worker_shutdown) X(bootstrap_failed) X(bag_rejected) X(agent_exit) \
-	X(writeback_failed) X(internal)
+	X(writeback_failed) X(internal) X(resource_limit)
 
 typedef struct worker_metrics {
 	rn_metrics_t *reg;
@@ -44,6 +44,8 @@ typedef struct worker_metrics {
 	rn_gauge_t   *queue_tenants;    /* tenants with queued runs */
 	pthread_mutex_t tenant_mu;
 	char         *tenant_text;      /* per-tenant series, rendered by the poll */
+	/* runnel_worker_limit_hits_total{limit=...}, by worker_limit_t. */
+	rn_counter_t *limit_hits[4];
 } worker_metrics_t;
 
 /* Per-tenant series shown at most (the deepest first; the rest are summed

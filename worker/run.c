@@ -32,6 +32,7 @@
 #include "worker/agent.h"
 #include "worker/agent_loop.h"
 #include "worker/bootstrap.h"
+#include "worker/limits.h"
 #include "worker/publish.h"
 #include "worker/sandbox.h"
 #include "worker/workspace.h"
@@ -69,6 +70,9 @@ typedef struct run_io {
 	uint64_t       stderr_bytes;
 	int            stderr_truncated;
 	int            publish_failed;
+	/* Limits and egress of the run (worker/limits.h). */
+	worker_guard_t *guard;
+	worker_limit_t  limit_hit;
 } run_io_t;
 
 worker_run_t *worker_run_new(worker_ctx_t *ctx, proto_job_t *job, const rn_claim_t *claim)
@@ -389,6 +393,68 @@ static worker_stop_t stop_of(void *arg)
 }
 
 /* ------------------------------------------------------------------------
+ * Limits and egress (worker/limits.h): the guard's notes become `log`
+ * lines; a limit it reports ends the run resource_limit.
+ * ------------------------------------------------------------------------ */
+
+static void guard_note(const char *level, const char *message, void *arg)
+{
+	run_io_t *io = arg;
+	if (io->env && proto_env_terminated(io->env))
+		return;
+	size_t n = 0;
+	char *l = proto_env_make_log(level, message, rn_now_ms(), &n);
+	if (l) {
+		io_publish(io, l, n);
+		free(l);
+	}
+}
+
+/* Creates the run's guard (limits resolved, workspace mounted, cgroup,
+ * proxy).  0, or -1 with errstr. */
+static int guard_start(run_io_t *io, const worker_boot_t *boot, const worker_ws_t *ws,
+                       char *errstr, size_t errstr_size)
+{
+	worker_guard_args_t a = {
+		.run_id = io->run->run_id,
+		.kind = boot->agent ? json_string_value(json_object_get(boot->agent, "kind")) : NULL,
+		.config = boot->config,
+		.variables = boot->variables,
+		.ws_api_url = boot->ws_api_url,
+		.workspace_dir = ws->workspace,
+		.assets_dir = ws->assets,
+		.meta_dir = ws->meta,
+		.driver = io->cfg->driver,
+	};
+	io->guard = worker_guard_new(&io->cfg->limits, &a, guard_note, io, errstr, errstr_size);
+	return io->guard ? 0 : -1;
+}
+
+/* The agent loop's limit check (worker_stop_source_t.limit_check). */
+static int guard_check(void *arg, int64_t now, int64_t *next_ms)
+{
+	run_io_t *io = arg;
+	worker_limit_t l = worker_guard_tick(io->guard, now, next_ms);
+	if (l != WORKER_LIMIT_NONE)
+		io->limit_hit = l;
+	return l != WORKER_LIMIT_NONE;
+}
+
+static int guard_fd(void *arg)
+{
+	return worker_guard_fd(((run_io_t *)arg)->guard);
+}
+
+static void guard_end(run_io_t *io)
+{
+	char msg[256];
+	worker_guard_message(io->guard, io->limit_hit, msg, sizeof(msg));
+	if (io->limit_hit > WORKER_LIMIT_NONE && io->limit_hit < WORKER_LIMIT_COUNT)
+		rn_counter_add(io->m->limit_hits[io->limit_hit], 1);
+	io_end_error(io, PROTO_ERR_RESOURCE_LIMIT, msg, "the run hit a resource limit");
+}
+
+/* ------------------------------------------------------------------------
  * Sandbox preparation
  * ------------------------------------------------------------------------ */
 
@@ -601,9 +667,19 @@ static void run_pipeline(run_io_t *io)
 		goto out;
 	}
 	have_ws = 1;
+	if (guard_start(io, &boot, &ws, err, sizeof(err)) < 0) {
+		/* The details (host paths, cgroup files) are for the operator. */
+		rn_log_error(run->run_id, "limits", "%s", err);
+		io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not set up the run's limits.", "internal error");
+		goto out;
+	}
 	/* A stop (cancel, drain timeout, lost lease) ends a download or the
 	 * upload within about a second instead of waiting for its timeout. */
 	worker_bag_limits_t bag_lim = { .abort_flag = &run->abort_flag };
+	/* A bag larger than the workspace cap is refused before it fills it. */
+	uint64_t disk_cap = (uint64_t)worker_guard_limits(io->guard)->disk_mb * 1024 * 1024;
+	if (disk_cap > 0 && disk_cap < (1ULL << 30))
+		bag_lim.max_bytes = disk_cap;
 	if (boot.zip_url) {
 		int reject = 0;
 		if (worker_ws_fetch_zip(boot.zip_url, ws.workspace, &bag_lim, &reject, err, sizeof(err)) < 0) {
@@ -722,6 +798,7 @@ static void run_pipeline(run_io_t *io)
 	spec.ro_binds = launch.ro_binds.n ? launch.ro_binds.v : NULL;
 	spec.share_net = launch.share_net;
 	spec.rlimit_nofile = 4096;
+	worker_guard_sandbox_spec(io->guard, &spec);
 	rn_log_debug(run->run_id, "run_phase", "workspace ready at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 	int64_t t0 = rn_mono_us();
 	if (worker_sandbox_spawn(&spec, &sb, err, sizeof(err)) < 0) {
@@ -741,7 +818,8 @@ static void run_pipeline(run_io_t *io)
 		.backlog = sink_backlog, .pump = sink_pump, .failed = sink_failed,
 	};
 	worker_stop_source_t stop = { .arg = run, .wake_fd = run->wake_fd, .stop = stop_of,
-	                              .inbox = run->inbox };
+	                              .inbox = run->inbox,
+	                              .limit_check = guard_check, .limit_fd = guard_fd, .limit_arg = io };
 	worker_loop_params_t lp = {
 		.run_id = run->run_id, .ops = ops, .state = astate, .actx = &actx,
 		.cap_deadline = run->claimed_mono_ms + cap_sec * 1000,
@@ -758,8 +836,15 @@ static void run_pipeline(run_io_t *io)
 	io_flush(io);
 	rn_log_debug(run->run_id, "run_phase", "agent done at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 
-	/* 6: the terminal line. */
+	/* 6: the terminal line.  A limit seen only now (the agent itself was
+	 * OOM-killed) wins over how the agent ended. */
+	if ((end == WORKER_LOOP_EXITED || end == WORKER_LOOP_NONE) &&
+	    (io->limit_hit = worker_guard_final(io->guard)) != WORKER_LIMIT_NONE)
+		end = WORKER_LOOP_LIMIT;
 	switch (end) {
+	case WORKER_LOOP_LIMIT:
+		guard_end(io);
+		break;
 	case WORKER_LOOP_CANCEL:
 		worker_run_cancel_message(run->cancel_reason, msg, sizeof(msg));
 		io_end_error(io, PROTO_ERR_CANCELLED, msg, "the run was cancelled");
@@ -835,6 +920,8 @@ static void run_pipeline(run_io_t *io)
 out:
 	if (have_sb)
 		worker_sandbox_destroy(&sb);
+	worker_guard_free(io->guard);
+	io->guard = NULL;
 	worker_strv_free(&envv);
 	worker_agent_launch_free(&launch);
 	if (ops && ops->free)

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "worker/egress.h"
 
 #define ARGV_MAX        4096                /* entries in bwrap's argv */
 #define SANDBOX_HOME    "/root"
@@ -79,6 +80,7 @@ enum child_stage {
 	STAGE_RLIMIT,
 	STAGE_CHDIR,
 	STAGE_EXEC,
+	STAGE_CGROUP,
 };
 
 struct child_report {
@@ -214,6 +216,86 @@ static void add_host_root(strv_t *a)
 	}
 }
 
+/* ------------------------------------------------------------------------
+ * Limits and egress (see worker/limits.h): tmpfs sizes, the egress bridge
+ * and its environment.  Kept apart from the rest of the command line.
+ * ------------------------------------------------------------------------ */
+
+/* A tmpfs with the run's size, when it has one.  Its pages are charged to
+ * the memory of the process that writes them: the run's cgroup. */
+static void add_sized_tmpfs(const worker_sandbox_spec_t *spec, strv_t *a, const char *path)
+{
+	if (spec->tmp_mb > 0) {
+		char size[32];
+		snprintf(size, sizeof(size), "%lld", (long long)spec->tmp_mb * 1024LL * 1024LL);
+		strv_push3(a, "--size", size, NULL);
+	}
+	strv_push3(a, "--tmpfs", path, NULL);
+}
+
+/* The bridge binary and the proxy socket, read-only (connecting to a unix
+ * socket needs no write access to its mount). */
+static void add_egress_binds(const worker_sandbox_spec_t *spec, strv_t *a)
+{
+	if (!spec->egress_bridge || !spec->egress_socket)
+		return;
+	strv_push3(a, "--ro-bind", spec->egress_bridge, WORKER_EGRESS_BRIDGE_IN_SANDBOX);
+	strv_push3(a, "--ro-bind", spec->egress_socket, WORKER_EGRESS_SOCK_IN_SANDBOX);
+}
+
+/* The bridge runs first and executes the rest of the command line. */
+static void add_egress_argv(const worker_sandbox_spec_t *spec, strv_t *a)
+{
+	if (!spec->egress_bridge || !spec->egress_socket)
+		return;
+	char port[16];
+	snprintf(port, sizeof(port), "%d", WORKER_EGRESS_PORT);
+	strv_push(a, WORKER_EGRESS_BRIDGE_IN_SANDBOX);
+	strv_push(a, port);
+	strv_push(a, WORKER_EGRESS_SOCK_IN_SANDBOX);
+}
+
+static int is_proxy_var(const char *e)
+{
+	static const char *const names[] = {
+		"HTTPS_PROXY=", "HTTP_PROXY=", "https_proxy=", "http_proxy=",
+		"ALL_PROXY=", "all_proxy=", "NO_PROXY=", "no_proxy=", "NODE_USE_ENV_PROXY=",
+	};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strncmp(e, names[i], strlen(names[i])))
+			return 1;
+	return 0;
+}
+
+/* envp plus the proxy variables (the run's own proxy settings dropped: the
+ * bridge is the only way out, and NO_PROXY would only send a client to a
+ * dead end). */
+static void build_egress_env(const worker_sandbox_spec_t *spec, char *const *envp, strv_t *out)
+{
+	for (size_t i = 0; envp && envp[i]; i++)
+		if (!is_proxy_var(envp[i]))
+			strv_push(out, envp[i]);
+	char url[64];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", WORKER_EGRESS_PORT);
+	static const char *const names[] = { "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy" };
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char v[96];
+		snprintf(v, sizeof(v), "%s=%s", names[i], url);
+		strv_push(out, v);
+	}
+	/* Node.js reads the proxy variables only when told to (24 and later). */
+	strv_push(out, "NODE_USE_ENV_PROXY=1");
+	(void)spec;
+}
+
+/* Wipes (the environment holds /env secrets) and frees. */
+static void strv_wipe_free(strv_t *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		explicit_bzero(s->v[i], strlen(s->v[i]));
+	strv_free(s);
+}
+
 static int build_bwrap_argv(const worker_sandbox_spec_t *spec, const char *bwrap,
                             strv_t *a, char *errstr, size_t errstr_size)
 {
@@ -244,9 +326,9 @@ static int build_bwrap_argv(const worker_sandbox_spec_t *spec, const char *bwrap
 
 	strv_push3(a, "--proc", "/proc", NULL);
 	strv_push3(a, "--dev", "/dev", NULL);
-	strv_push3(a, "--tmpfs", "/tmp", NULL);
-	strv_push3(a, "--tmpfs", "/run", NULL);
-	strv_push3(a, "--tmpfs", SANDBOX_HOME, NULL);
+	add_sized_tmpfs(spec, a, "/tmp");
+	add_sized_tmpfs(spec, a, "/run");
+	add_sized_tmpfs(spec, a, SANDBOX_HOME);
 	strv_push3(a, "--bind", spec->workspace_dir, SANDBOX_WS);
 	if (spec->skills_dir)
 		strv_push3(a, "--ro-bind", spec->skills_dir, SANDBOX_SKILLS);
@@ -268,6 +350,7 @@ static int build_bwrap_argv(const worker_sandbox_spec_t *spec, const char *bwrap
 		host[colon - b] = '\0';
 		strv_push3(a, "--ro-bind", host, colon + 1);
 	}
+	add_egress_binds(spec, a);
 	strv_push3(a, "--chdir", SANDBOX_WS, NULL);
 	strv_push(a, "--");
 	return 0;
@@ -298,6 +381,8 @@ struct child_plan {
 	long          max_fd;        /* fallback when close_range() is missing */
 	struct { int res; rlim_t val; } rl[4];
 	int           nrl;
+	const int    *cg_fds;        /* cgroup.procs files to enter first */
+	int           ncg;
 };
 
 static void child_fail(int rep_fd, int stage) __attribute__((noreturn));
@@ -315,6 +400,15 @@ static void child_fail(int rep_fd, int stage)
 static void child_exec(const struct child_plan *p) __attribute__((noreturn));
 static void child_exec(const struct child_plan *p)
 {
+	/*
+	 * Enter the run's cgroup before anything else: everything this child
+	 * becomes (bwrap, its init, the agent and all it starts) is born
+	 * inside, so no fork can escape the limits.
+	 */
+	for (int i = 0; i < p->ncg; i++)
+		if (write(p->cg_fds[i], "0", 1) != 1)
+			child_fail(p->rep_w, STAGE_CGROUP);
+
 	/* Move our four fds out of the way of 0..3 before dup2 over them. */
 	int in_r = fcntl(p->in_r, F_DUPFD_CLOEXEC, 10);
 	int out_w = fcntl(p->out_w, F_DUPFD_CLOEXEC, 10);
@@ -420,6 +514,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	char *const *envp = spec->envp ? spec->envp : empty_env;
 	char exec_path[PATH_MAX];
 	strv_t args = { 0 };
+	strv_t egress_env = { 0 };
 	struct child_plan plan;
 	memset(&plan, 0, sizeof(plan));
 
@@ -433,7 +528,18 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 			strv_free(&args);
 			return -1;
 		}
+		add_egress_argv(spec, &args);
 		add_agent_argv(spec, spec->setup_script ? SANDBOX_SETUP : NULL, &args);
+		if (spec->egress_bridge && spec->egress_socket) {
+			build_egress_env(spec, envp, &egress_env);
+			if (egress_env.oom) {
+				strv_free(&args);
+				strv_wipe_free(&egress_env);
+				snprintf(errstr, errstr_size, "sandbox: out of memory building the environment");
+				return -1;
+			}
+			envp = egress_env.v;
+		}
 		/*
 		 * The agent's environment is bwrap's own environment, which bwrap
 		 * passes through: values never appear on a command line that
@@ -455,6 +561,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	}
 	if (args.oom || !args.v) {
 		strv_free(&args);
+		strv_wipe_free(&egress_env);
 		snprintf(errstr, errstr_size, "sandbox: out of memory building the command line");
 		return -1;
 	}
@@ -484,6 +591,8 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	plan.out_w = out[1];
 	plan.err_w = err[1];
 	plan.rep_w = rep[1];
+	plan.cg_fds = spec->cgroup_fds;
+	plan.ncg = spec->cgroup_fds ? spec->ncgroup_fds : 0;
 
 	pid_t pid = fork();
 	if (pid < 0) {
@@ -524,6 +633,9 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 		case STAGE_RLIMIT:
 			snprintf(errstr, errstr_size, "cannot set resource limits: %s", strerror(r.err));
 			break;
+		case STAGE_CGROUP:
+			snprintf(errstr, errstr_size, "cannot enter the run's cgroup: %s", strerror(r.err));
+			break;
 		default:
 			snprintf(errstr, errstr_size, "cannot start the sandbox: %s", strerror(r.err));
 			break;
@@ -532,6 +644,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	}
 
 	strv_free(&args);
+	strv_wipe_free(&egress_env);
 	/* Reads never block the run's loop; the write end of stdin does. */
 	fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
 	fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK);
@@ -544,6 +657,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 
 fail:
 	strv_free(&args);
+	strv_wipe_free(&egress_env);
 	close_fd(&in[0]);
 	close_fd(&in[1]);
 	close_fd(&out[0]);

@@ -52,6 +52,12 @@ typedef struct worker_sandbox_spec {
 	long         rlimit_nproc;    /* 0 = leave */
 	long         rlimit_as_mb;    /* 0 = leave */
 	long         rlimit_fsize_mb; /* 0 = leave */
+	/* Limits and egress (worker/limits.h fills these). */
+	const int   *cgroup_fds;      /* cgroup.procs files the child enters before exec, or NULL */
+	int          ncgroup_fds;
+	long         tmp_mb;          /* size of /tmp, /root and /run tmpfs; 0 = the kernel's default */
+	const char  *egress_bridge;   /* host path of runnel-egress-bridge: run the agent behind it, or NULL */
+	const char  *egress_socket;   /* host path of the run's egress proxy socket (with egress_bridge) */
 } worker_sandbox_spec_t;
 
 typedef struct worker_sandbox {

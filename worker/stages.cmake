@@ -5,10 +5,17 @@ add_library(runnel_worker_stages STATIC
   ${CMAKE_CURRENT_LIST_DIR}/workspace.c
   ${CMAKE_CURRENT_LIST_DIR}/sandbox.c
   ${CMAKE_CURRENT_LIST_DIR}/writeback.c
-  ${CMAKE_CURRENT_LIST_DIR}/httpc.c)
+  ${CMAKE_CURRENT_LIST_DIR}/httpc.c
+  # Per-run limits and egress: cgroups, the guard, the proxy.
+  ${CMAKE_CURRENT_LIST_DIR}/cgroup.c
+  ${CMAKE_CURRENT_LIST_DIR}/limits.c
+  ${CMAKE_CURRENT_LIST_DIR}/egress.c)
 target_include_directories(runnel_worker_stages PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(runnel_worker_stages PUBLIC runnel_proto runnel_common
-  PkgConfig::CURL PkgConfig::ARCHIVE PkgConfig::JANSSON)
+  PkgConfig::CURL PkgConfig::ARCHIVE PkgConfig::JANSSON Threads::Threads m)
+
+# The sandbox's end of the allowlist egress proxy; found next to runnel-worker.
+add_executable(runnel-egress-bridge ${CMAKE_CURRENT_LIST_DIR}/egress_bridge.c)
 
 add_executable(runnel-mock-agent ${CMAKE_CURRENT_LIST_DIR}/mock_agent.c)
 target_link_libraries(runnel-mock-agent PRIVATE runnel_proto runnel_common)

@@ -95,6 +95,7 @@ const SCENARIOS = {
   networkpolicy: { autoscaler: "hpa", secrets: [] },
   servicemonitor: { autoscaler: "hpa", secrets: [] },
   "process-ack": { autoscaler: "hpa", secrets: [], sandbox: "process" },
+  limits: { autoscaler: "hpa", secrets: [], delegate: true },
   // Helm's longest release name (53 characters), everything optional on.
   "long-names": { autoscaler: "keda", secrets: [], release: "r".repeat(20) + "-long-release-name-for-truncation" },
   "more-workers-than-partitions": { autoscaler: "keda", secrets: [] },
@@ -110,6 +111,7 @@ const REFUSALS = {
   "netpol-no-workspace": "networkPolicy.enabled needs networkPolicy.workspace.cidrs",
   "props-beside-secret-list": "secret.kafkaPropertiesFromSecret takes the whole librdkafka list from the Secret",
   "semicolon-property": "kafka.properties.ssl.cipher.suites: values must not contain \";\"",
+  "delegate-hostusers": "worker.limits.delegateCgroup needs worker.sandbox.hostUsers=false",
 };
 
 const SECRET_NAME_RE = /JOB_KEY|API_TOKEN|PASSWORD|SASL|SECRET|TOKEN/i;
@@ -209,7 +211,10 @@ async function render(name) {
     for (const cm of cms) {
       for (const [k, val] of Object.entries(cm.data || {})) {
         assert(!SECRET_NAME_RE.test(k), `ConfigMap ${cm.metadata.name} holds ${k}`);
-        assert(!/password|sasl\.username|@/i.test(val) || k === "RUNNEL_KAFKA_BROKERS",
+        // The egress allowlist names hosts by "@name": an "@" that opens an
+        // item is not a URL's user part.
+        const v = k === "RUNNEL_EGRESS_ALLOW" ? val.split(",").map((x) => x.trim().replace(/^@[a-z_]+$/, "")).join(",") : val;
+        assert(!/password|sasl\.username|@/i.test(v) || k === "RUNNEL_KAFKA_BROKERS",
           `ConfigMap ${cm.metadata.name} ${k} looks like it carries a credential: ${val}`);
         for (const s of sc.secrets) assert(!val.includes(s), `ConfigMap ${cm.metadata.name} ${k} contains a secret`);
       }
@@ -281,6 +286,14 @@ async function render(name) {
       eq(c.securityContext.readOnlyRootFilesystem, true, `${dep.metadata.name} readOnlyRootFilesystem`);
       assert(c.securityContext.privileged !== true, `${dep.metadata.name} privileged`);
       eq(c.securityContext.capabilities.drop, ["ALL"], `${dep.metadata.name} capabilities.drop`);
+      // Only a delegated cgroup makes the worker root, and then only of the
+      // pod's own user namespace.
+      if (dep === work && sc.delegate) {
+        eq(c.securityContext.runAsUser, 0, "worker runAsUser with a delegated cgroup");
+        eq(ps.hostUsers, false, "hostUsers with a delegated cgroup");
+      } else {
+        assert(c.securityContext.runAsUser === undefined, `${dep.metadata.name} container runAsUser`);
+      }
       assert(!c.securityContext.capabilities.add, `${dep.metadata.name} adds capabilities`);
     }
     const wsc = container(work).securityContext;
@@ -506,6 +519,18 @@ async function render(name) {
           assert(svc, `ServiceMonitor ${sm.metadata.name} selects no Service`);
           assert(svc.spec.ports.some((p) => p.name === sm.spec.endpoints[0].port), `${sm.metadata.name} port`);
         }
+      });
+    },
+    limits() {
+      check("limits: the worker's limits, cgroup and egress in its ConfigMap", () => {
+        const d = workerCm.data;
+        eq([d.RUNNEL_RUN_MEMORY_MB, d.RUNNEL_RUN_PIDS, d.RUNNEL_RUN_CPUS, d.RUNNEL_RUN_DISK_MB, d.RUNNEL_RUN_TMP_MB],
+          ["1024", "256", "0.5", "2048", "128"], "limits");
+        eq(d.RUNNEL_CGROUP, "v2", "RUNNEL_CGROUP");
+        eq(d.RUNNEL_EGRESS, "allowlist", "RUNNEL_EGRESS");
+        eq(d.RUNNEL_EGRESS_ALLOW, "@model,@workspace_api,*.pypi.org", "RUNNEL_EGRESS_ALLOW");
+        eq(work.spec.template.metadata.annotations["io.kubernetes.cri-o.cgroup2-mount-hierarchy-rw"], "true",
+          "CRI-O writable cgroup annotation");
       });
     },
     "process-ack"() {

@@ -1,0 +1,268 @@
+/*
+ * tests/limits/test_limits_resources.c - per-run limits end to end on one
+ * real runnel-worker with real bwrap and this machine's cgroups: a fork
+ * bomb, a memory hog and a disk filler each end resource_limit naming the
+ * limit while a normal run beside them succeeds and the worker lives on; a
+ * CPU spinner is throttled (a concurrent run's first-line latency is
+ * printed, never asserted); a config asking for more than the worker's
+ * limit gets a log line and the worker's value.
+ */
+#include "tests/worker/wtest.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+static wt_t T;
+static pid_t W;
+
+/* A command agent: /bin/sh -c SCRIPT, optional extra config members. */
+static void submit_sh(const char *run_id, const char *script, const char *extra_json, long max_runtime)
+{
+	json_t *argv = json_pack("[s,s,s]", "/bin/sh", "-c", script);
+	json_t *agent = json_pack("{s:s,s:o}", "kind", "command", "argv", argv);
+	json_t *cfg = json_object();
+	json_object_set_new(cfg, "agent", agent);
+	if (extra_json) {
+		json_error_t e;
+		json_t *x = json_loads(extra_json, 0, &e);
+		TH_REQUIRE(x != NULL, "extra json: %s", e.text);
+		json_object_update(cfg, x);
+		json_decref(x);
+	}
+	dev_stub_run_t run = { 0 };
+	run.config = cfg;
+	dev_stub_otps_t o;
+	wt_submit(&T, run_id, &run, "p", 0, max_runtime, &o);
+	json_decref(cfg);
+}
+
+static void submit_normal(const char *run_id)
+{
+	dev_stub_run_t run = { 0 };
+	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"demo\"}");
+	dev_stub_otps_t o;
+	wt_submit(&T, run_id, &run, "normal", 0, 0, &o);
+	json_decref(run.config);
+}
+
+/* The run's terminal code and message (static buffers). */
+static const char *ended(const char *run_id, int timeout_ms, char *msg, size_t msgsz)
+{
+	static char code[64];
+	code[0] = '\0';
+	msg[0] = '\0';
+	if (!wt_wait_terminal(&T, run_id, timeout_ms))
+		return "(no terminal line)";
+	size_t n;
+	char **l = wt_lines(&T, run_id, &n);
+	snprintf(code, sizeof(code), "%s", wt_check_terminal(l, n));
+	if (n)
+		snprintf(msg, msgsz, "%s", wt_field(l[n - 1], "message"));
+	th_strv_free(l, n);
+	return code;
+}
+
+static int stream_has(const char *run_id, const char *needle)
+{
+	size_t n;
+	char **l = wt_lines(&T, run_id, &n);
+	int found = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strstr(l[i], needle))
+			found = 1;
+	th_strv_free(l, n);
+	return found;
+}
+
+static void check_normal(const char *run_id)
+{
+	char msg[256];
+	const char *code = ended(run_id, 60000, msg, sizeof(msg));
+	TH_CHECK(th_streq(code, ""), "%s beside a limited run: code \"%s\" (%s)", run_id, code, msg);
+	TH_CHECK(th_streq(wt_state(&T, run_id, "status"), "succeeded"), "%s status", run_id);
+}
+
+static void test_fork_bomb(void)
+{
+	int64_t t0 = th_now_ms();
+	submit_sh("run_bomb", "read t; b() { b | b & }; b; wait", NULL, 0);
+	submit_normal("run_bomb_ok");
+	char msg[256];
+	const char *code = ended("run_bomb", 30000, msg, sizeof(msg));
+	fprintf(stderr, "# fork bomb ended %s after %lld ms: %s\n", code, (long long)(th_now_ms() - t0), msg);
+	TH_CHECK(th_streq(code, "resource_limit"), "fork bomb: %s", code);
+	TH_CHECK(th_streq(msg, "The run tried to run more than 64 processes at once."), "%s", msg);
+	TH_CHECK(th_streq(wt_state(&T, "run_bomb", "code"), "resource_limit"));
+	check_normal("run_bomb_ok");
+	TH_CHECK(th_alive(W), "the worker survived the fork bomb");
+}
+
+static void test_memory_hog(void)
+{
+	int64_t t0 = th_now_ms();
+	/* An open step first: it must be closed before the terminal line. */
+	submit_sh("run_hog",
+	          "read t; echo '{\"type\":\"step\",\"id\":\"s1\",\"name\":\"eat\",\"status\":\"running\"}'; "
+	          "tail /dev/zero", NULL, 0);
+	submit_normal("run_hog_ok");
+	char msg[256];
+	const char *code = ended("run_hog", 30000, msg, sizeof(msg));
+	fprintf(stderr, "# memory hog ended %s after %lld ms: %s\n", code, (long long)(th_now_ms() - t0), msg);
+	TH_CHECK(th_streq(code, "resource_limit"), "memory hog: %s", code);
+	TH_CHECK(th_streq(msg, "The run used more than 64 MiB of memory."), "%s", msg);
+	TH_CHECK(stream_has("run_hog", "\"status\":\"failed\""), "the open step was closed");
+	check_normal("run_hog_ok");
+	TH_CHECK(th_alive(W), "the worker was not OOM-killed");
+}
+
+static uint64_t free_bytes(const char *dir)
+{
+	struct statvfs sv;
+	if (statvfs(dir, &sv) != 0)
+		return 0;
+	return (uint64_t)sv.f_bavail * sv.f_frsize;
+}
+
+static void test_disk_filler(void)
+{
+	uint64_t before = free_bytes(T.dir);
+	submit_sh("run_fill", "read t; head -c 1073741824 /dev/zero > /root/workspace/big; sleep 60", NULL, 0);
+	submit_normal("run_fill_ok");
+	char msg[256];
+	const char *code = ended("run_fill", 30000, msg, sizeof(msg));
+	uint64_t after = free_bytes(T.dir);
+	long long used = (long long)before - (long long)after;
+	fprintf(stderr, "# disk filler ended %s: %s; host free space changed by %lld KiB (cap 16 MiB, tried 1 GiB)\n",
+	        code, msg, used / 1024);
+	TH_CHECK(th_streq(code, "resource_limit"), "disk filler: %s", code);
+	TH_CHECK(th_streq(msg, "The run wrote more than 16 MiB to its workspace."), "%s", msg);
+	/* Other programs share this disk: allow them some, but never the GiB. */
+	TH_CHECK(used < 256LL * 1024 * 1024, "host free space dropped by %lld bytes", used);
+	check_normal("run_fill_ok");
+	/* A /tmp over its size fails inside the sandbox (ENOSPC), without
+	 * ending the run. */
+	submit_sh("run_tmp",
+	          "read t; if head -c 67108864 /dev/zero > /tmp/big 2>/dev/null; then r=wrote; else r=refused; fi; "
+	          "echo \"{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"tmp $r\\\"}\"", NULL, 0);
+	code = ended("run_tmp", 30000, msg, sizeof(msg));
+	TH_CHECK(th_streq(code, ""), "tmp run: %s %s", code, msg);
+	TH_CHECK(th_streq(msg, "tmp refused"), "a 64 MiB file in a 16 MiB /tmp: %s", msg);
+	TH_CHECK(th_alive(W));
+}
+
+/* Milliseconds from submit to the first line of a normal run. */
+static long first_line_ms(const char *run_id)
+{
+	int64_t t0 = th_now_ms();
+	submit_normal(run_id);
+	if (!wt_wait_started(&T, run_id, 60000))
+		return -1;
+	long ms = (long)(th_now_ms() - t0);
+	check_normal(run_id);
+	return ms;
+}
+
+static void print_throttle(const char *run_id)
+{
+	const char *paths[] = {
+		th_strf("/sys/fs/cgroup/cpu/runnel-%ld-%s/cpu.stat", (long)W, run_id),
+		th_strf("/sys/fs/cgroup/runnel-%ld-%s/cpu.stat", (long)W, run_id),
+	};
+	for (size_t i = 0; i < 2; i++) {
+		size_t len;
+		char *s = th_file_read(paths[i], &len);
+		if (!s)
+			continue;
+		for (char *p = s; *p; p++)
+			if (*p == '\n')
+				*p = ' ';
+		fprintf(stderr, "# spinner cpu.stat: %s\n", s);
+		free(s);
+		return;
+	}
+}
+
+static void test_cpu_spinner(void)
+{
+	long before = first_line_ms("run_cpu_before");
+	/* Three spinners on a two-core machine, limited to 0.2 CPU. */
+	submit_sh("run_spin", "read t; for i in 1 2 3; do (while :; do :; done) & done; wait",
+	          "{\"limits\":{\"cpus\":0.2}}", 6);
+	/* The spinners run once the worker has started the sandbox. */
+	int64_t deadline = th_now_ms() + 20000;
+	while (th_now_ms() < deadline &&
+	       !wt_log_has(&T, "w1", "\"event\":\"agent_started\",\"run_id\":\"run_spin\""))
+		usleep(20000);
+	long during = first_line_ms("run_cpu_during");
+	print_throttle("run_spin");
+	fprintf(stderr, "# first-line latency of a normal run: %ld ms alone, %ld ms beside a CPU spinner limited to 0.2 CPU\n",
+	        before, during);
+	char msg[256];
+	const char *code = ended("run_spin", 30000, msg, sizeof(msg));
+	TH_CHECK(th_streq(code, "runtime_cap"), "spinner: %s %s", code, msg);
+	TH_CHECK(wt_log_has(&T, "w1", "cpus 0.200"), "the spinner ran with 0.2 CPU");
+}
+
+static void test_raise_refused(void)
+{
+	submit_sh("run_raise",
+	          "read t; echo '{\"type\":\"result\",\"message\":\"ok\"}'",
+	          "{\"limits\":{\"memory_mb\":4096,\"pids\":32}}", 0);
+	char msg[256];
+	const char *code = ended("run_raise", 30000, msg, sizeof(msg));
+	TH_CHECK(th_streq(code, ""), "raise: %s %s", code, msg);
+	TH_CHECK(stream_has("run_raise",
+	                    "limits.memory_mb 4096 is above this worker's limit of 64 MiB; using 64 MiB"),
+	         "a log line refuses the raise");
+	TH_CHECK(wt_log_has(&T, "w1", "memory 64 MiB, pids 32,"), "the worker's memory limit and the lowered pids were used");
+}
+
+static void test_metrics(void)
+{
+	int port = wt_metrics_port(&T, "w1");
+	TH_REQUIRE(port > 0, "metrics port");
+	long status = 0;
+	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/metrics", port), &status);
+	TH_REQUIRE(body && status == 200, "GET /metrics: %ld", status);
+	TH_CHECK(strstr(body, "runnel_worker_limit_hits_total{limit=\"processes\"} 1"), "processes hit counted");
+	TH_CHECK(strstr(body, "runnel_worker_limit_hits_total{limit=\"memory\"} 1"), "memory hit counted");
+	TH_CHECK(strstr(body, "runnel_worker_limit_hits_total{limit=\"disk\"} 1"), "disk hit counted");
+	TH_CHECK(strstr(body, "runnel_worker_runs_total{outcome=\"resource_limit\"} 3"), "outcome counted");
+	free(body);
+}
+
+int main(void)
+{
+	th_init("limits_resources");
+	wt_setup(&T, NULL, 4);
+	const char *env[] = {
+		"RUNNEL_RUN_MEMORY_MB=64", "RUNNEL_RUN_PIDS=64", "RUNNEL_RUN_DISK_MB=16",
+		"RUNNEL_RUN_TMP_MB=16", "RUNNEL_RUN_CPUS=1", NULL,
+	};
+	W = wt_worker(&T, "w1", env);
+	wt_warmup(&T);
+	TH_CHECK(wt_log_has(&T, "w1", "\"event\":\"limits\""), "the worker logs its limits at start");
+	/* Without a cgroup nothing would stop a fork bomb or a memory hog but
+	 * the machine itself: those cases need one. */
+	int have_cgroup = wt_log_has(&T, "w1", "cgroup v1") || wt_log_has(&T, "w1", "cgroup v2");
+	if (have_cgroup) {
+		test_fork_bomb();
+		test_memory_hog();
+	} else {
+		fprintf(stderr, "# skipped the fork bomb and the memory hog: no writable cgroup on this machine\n");
+	}
+	test_disk_filler();
+	test_raise_refused();
+	if (have_cgroup) {
+		test_cpu_spinner();
+		test_metrics();
+	}
+
+	th_stop(W, 20000);
+	wt_teardown(&T);
+	return th_done();
+}

@@ -1,0 +1,622 @@
+/*
+ * worker/cgroup.c - finds a writable cgroup hierarchy at start, then makes,
+ * fills, reads back and removes one cgroup per run (see cgroup.h).
+ *
+ * Paths come from /proc/self/cgroup and /proc/self/mountinfo: the worker's
+ * runs go below the worker's own cgroup, never beside it, so whatever bounds
+ * the worker (the pod, a systemd slice) also bounds its runs.
+ */
+#include "worker/cgroup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/util.h"
+
+#define CPU_PERIOD_US 100000
+
+const char *worker_cgroup_mode_name(worker_cgroup_mode_t mode)
+{
+	switch (mode) {
+	case WORKER_CGROUP_V2:
+		return "v2";
+	case WORKER_CGROUP_V1:
+		return "v1";
+	default:
+		return "none";
+	}
+}
+
+/* Writes a short string to dir/file.  0 or -1 (errno set). */
+static int write_file(const char *dir, const char *file, const char *val)
+{
+	char path[WORKER_CGROUP_PATH_MAX + 64];
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t n = strlen(val);
+	ssize_t w = write(fd, val, n);
+	int e = errno;
+	close(fd);
+	if (w != (ssize_t)n) {
+		errno = w < 0 ? e : EIO;
+		return -1;
+	}
+	return 0;
+}
+
+/* Reads dir/file into buf (NUL-terminated).  Bytes read, or -1. */
+static ssize_t read_file(const char *dir, const char *file, char *buf, size_t size)
+{
+	char path[WORKER_CGROUP_PATH_MAX + 64];
+	if (file)
+		snprintf(path, sizeof(path), "%s/%s", dir, file);
+	else
+		snprintf(path, sizeof(path), "%s", dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t got = 0;
+	while (got + 1 < size) {
+		ssize_t n = read(fd, buf + got, size - 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	buf[got] = '\0';
+	return (ssize_t)got;
+}
+
+/* The value of "key N" in a flat keyed file; 0 when absent. */
+static uint64_t keyed_value(const char *dir, const char *file, const char *key)
+{
+	char buf[4096];
+	if (read_file(dir, file, buf, sizeof(buf)) <= 0)
+		return 0;
+	size_t kl = strlen(key);
+	for (char *line = buf; line && *line; ) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		if (!strncmp(line, key, kl) && line[kl] == ' ')
+			return strtoull(line + kl + 1, NULL, 10);
+		line = nl ? nl + 1 : NULL;
+	}
+	return 0;
+}
+
+/* 1 when word is one of the comma- or space-separated words of list. */
+static int has_word(const char *list, const char *word, char sep)
+{
+	size_t wl = strlen(word);
+	for (const char *p = list; p && *p; ) {
+		const char *e = strchr(p, sep);
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+		while (l && (p[l - 1] == '\n' || p[l - 1] == ' '))
+			l--;
+		if (l == wl && !strncmp(p, word, wl))
+			return 1;
+		p = e ? e + 1 : NULL;
+	}
+	return 0;
+}
+
+/*
+ * The mount point of a hierarchy from /proc/self/mountinfo: fstype
+ * "cgroup2" (ctrl NULL) or "cgroup" whose super options name ctrl.  The
+ * mount's root (the cgroup seen as its top) goes to mroot.
+ */
+static int find_mount(const char *ctrl, char *mnt, size_t mntsz, char *mroot, size_t mrootsz)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return -1;
+	char line[2048];
+	int found = -1;
+	while (fgets(line, sizeof(line), f)) {
+		/* id parent maj:min root mountpoint opts [optional...] - fstype source superopts */
+		char root[1024], point[1024];
+		if (sscanf(line, "%*s %*s %*s %1023s %1023s", root, point) != 2)
+			continue;
+		char *dash = strstr(line, " - ");
+		if (!dash)
+			continue;
+		char fstype[64], src[256], sopts[1024];
+		if (sscanf(dash + 3, "%63s %255s %1023s", fstype, src, sopts) != 3)
+			continue;
+		if (ctrl ? (strcmp(fstype, "cgroup") || !has_word(sopts, ctrl, ','))
+		         : strcmp(fstype, "cgroup2"))
+			continue;
+		snprintf(mnt, mntsz, "%s", point);
+		snprintf(mroot, mrootsz, "%s", root);
+		found = 0;
+		break;
+	}
+	fclose(f);
+	return found;
+}
+
+/* This process's cgroup path in a hierarchy (ctrl NULL: the v2 "0::" line). */
+static int own_path(const char *ctrl, char *out, size_t size)
+{
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	if (!f)
+		return -1;
+	char line[2048];
+	int found = -1;
+	while (fgets(line, sizeof(line), f)) {
+		char *c1 = strchr(line, ':');
+		char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c2 = '\0';
+		char *path = c2 + 1;
+		path[strcspn(path, "\n")] = '\0';
+		int match = ctrl ? has_word(c1 + 1, ctrl, ',') : (!strncmp(line, "0", 1) && !c1[1]);
+		if (!match)
+			continue;
+		snprintf(out, size, "%s", path);
+		found = 0;
+		break;
+	}
+	fclose(f);
+	return found;
+}
+
+/* The directory of this process's cgroup in a hierarchy, or -1. */
+static int own_dir(const char *ctrl, char *out, size_t size)
+{
+	char mnt[1024], mroot[1024], path[1024];
+	if (find_mount(ctrl, mnt, sizeof(mnt), mroot, sizeof(mroot)) < 0 ||
+	    own_path(ctrl, path, sizeof(path)) < 0)
+		return -1;
+	/* Inside a cgroup namespace or a bind of a sub-tree the mount's root
+	 * is a prefix of our path. */
+	const char *rel = path;
+	size_t rl = strlen(mroot);
+	if (strcmp(mroot, "/") && !strncmp(path, mroot, rl))
+		rel = path + rl;
+	while (*rel == '/')
+		rel++;
+	int n = snprintf(out, size, "%s%s%s", mnt, *rel ? "/" : "", rel);
+	if (n < 0 || (size_t)n >= size - 80)   /* room for a run's name */
+		return -1;
+	return 0;
+}
+
+/* 0 when a child cgroup can be made in dir and limited with file=val. */
+static int try_child(const char *dir, const char *file, const char *val)
+{
+	char probe[WORKER_CGROUP_PATH_MAX + 64];
+	snprintf(probe, sizeof(probe), "%s/runnel-probe-%ld", dir, (long)getpid());
+	if (mkdir(probe, 0755) != 0 && errno != EEXIST)
+		return -1;
+	int rc = write_file(probe, file, val);
+	int e = errno;
+	rmdir(probe);
+	errno = e;
+	return rc;
+}
+
+/* Moves this process from dir into dir/worker (v2 leaves no process in a
+ * cgroup whose children get controllers).  Refused when other processes
+ * share dir: they are not ours to move (a login session, a service without
+ * Delegate=yes), and the cgroup is then not delegated to the worker. */
+static int v2_move_out(const char *dir, char *errstr, size_t errstr_size)
+{
+	char procs[8192];
+	if (read_file(dir, "cgroup.procs", procs, sizeof(procs)) < 0) {
+		snprintf(errstr, errstr_size, "cannot read %s/cgroup.procs: %s", dir, strerror(errno));
+		return -1;
+	}
+	for (char *p = procs; *p; ) {
+		char *nl = strchr(p, '\n');
+		if (nl)
+			*nl = '\0';
+		if (*p && strtol(p, NULL, 10) != (long)getpid()) {
+			snprintf(errstr, errstr_size, "cgroup v2 at %.300s holds other processes than the worker "
+			         "(give the worker a cgroup of its own, e.g. systemd Delegate=yes)", dir);
+			return -1;
+		}
+		if (!nl)
+			break;
+		p = nl + 1;
+	}
+	char leaf[WORKER_CGROUP_PATH_MAX + 16];
+	snprintf(leaf, sizeof(leaf), "%s/worker", dir);
+	if (mkdir(leaf, 0755) != 0 && errno != EEXIST) {
+		snprintf(errstr, errstr_size, "cannot create %.300s: %s", leaf, strerror(errno));
+		return -1;
+	}
+	for (int round = 0; round < 5; round++) {
+		char buf[8192];
+		if (read_file(dir, "cgroup.procs", buf, sizeof(buf)) < 0) {
+			snprintf(errstr, errstr_size, "cannot read %s/cgroup.procs: %s", dir, strerror(errno));
+			return -1;
+		}
+		if (!buf[0])
+			return 0;
+		for (char *p = buf; *p; ) {
+			char *nl = strchr(p, '\n');
+			if (nl)
+				*nl = '\0';
+			if (*p && write_file(leaf, "cgroup.procs", p) != 0 && errno != ESRCH) {
+				snprintf(errstr, errstr_size, "cannot move process %.20s into %.300s: %s", p, leaf,
+				         strerror(errno));
+				return -1;
+			}
+			if (!nl)
+				break;
+			p = nl + 1;
+		}
+	}
+	return 0;
+}
+
+static worker_cgroup_mode_t probe_v2(worker_cgroup_root_t *root, char *why, size_t whysz)
+{
+	char dir[WORKER_CGROUP_PATH_MAX], buf[512];
+	if (own_dir(NULL, dir, sizeof(dir)) < 0) {
+		snprintf(why, whysz, "no cgroup v2 hierarchy");
+		return WORKER_CGROUP_NONE;
+	}
+	if (read_file(dir, "cgroup.controllers", buf, sizeof(buf)) < 0 ||
+	    !has_word(buf, "memory", ' ') || !has_word(buf, "pids", ' ')) {
+		snprintf(why, whysz, "cgroup v2 at %.300s does not offer the memory and pids controllers", dir);
+		return WORKER_CGROUP_NONE;
+	}
+	if (access(dir, W_OK) != 0) {
+		snprintf(why, whysz, "cgroup v2 at %.300s is not writable (%s)", dir, strerror(errno));
+		return WORKER_CGROUP_NONE;
+	}
+	/* Already delegated as we want it (a restart in the same cgroup)? */
+	char sub[512];
+	int ready = read_file(dir, "cgroup.subtree_control", sub, sizeof(sub)) >= 0 &&
+	            has_word(sub, "memory", ' ') && has_word(sub, "pids", ' ');
+	if (!ready) {
+		if (v2_move_out(dir, why, whysz) < 0)
+			return WORKER_CGROUP_NONE;
+		int cpu = has_word(buf, "cpu", ' ');
+		if (write_file(dir, "cgroup.subtree_control", cpu ? "+memory +pids +cpu" : "+memory +pids") != 0 &&
+		    write_file(dir, "cgroup.subtree_control", "+memory +pids") != 0) {
+			snprintf(why, whysz, "cannot enable memory and pids in %.300s/cgroup.subtree_control: %s",
+			         dir, strerror(errno));
+			return WORKER_CGROUP_NONE;
+		}
+		read_file(dir, "cgroup.subtree_control", sub, sizeof(sub));
+	}
+	snprintf(root->v2_base, sizeof(root->v2_base), "%s", dir);
+	root->have_cpu = has_word(sub, "cpu", ' ');
+	root->mode = WORKER_CGROUP_V2;
+	return WORKER_CGROUP_V2;
+}
+
+static worker_cgroup_mode_t probe_v1(worker_cgroup_root_t *root, char *why, size_t whysz)
+{
+	char pids[WORKER_CGROUP_PATH_MAX], mem[WORKER_CGROUP_PATH_MAX], cpu[WORKER_CGROUP_PATH_MAX];
+	if (own_dir("pids", pids, sizeof(pids)) < 0 || own_dir("memory", mem, sizeof(mem)) < 0) {
+		snprintf(why, whysz, "no cgroup v1 pids and memory hierarchies");
+		return WORKER_CGROUP_NONE;
+	}
+	if (try_child(pids, "pids.max", "max") != 0) {
+		snprintf(why, whysz, "cgroup v1 pids at %.300s is not writable (%s)", pids, strerror(errno));
+		return WORKER_CGROUP_NONE;
+	}
+	if (try_child(mem, "memory.limit_in_bytes", "-1") != 0) {
+		snprintf(why, whysz, "cgroup v1 memory at %.300s is not writable (%s)", mem, strerror(errno));
+		return WORKER_CGROUP_NONE;
+	}
+	snprintf(root->v1_pids, sizeof(root->v1_pids), "%s", pids);
+	snprintf(root->v1_mem, sizeof(root->v1_mem), "%s", mem);
+	root->v1_cpu[0] = '\0';
+	if (own_dir("cpu", cpu, sizeof(cpu)) == 0 && try_child(cpu, "cpu.cfs_quota_us", "-1") == 0) {
+		snprintf(root->v1_cpu, sizeof(root->v1_cpu), "%s", cpu);
+		root->have_cpu = 1;
+	}
+	root->mode = WORKER_CGROUP_V1;
+	return WORKER_CGROUP_V1;
+}
+
+/*
+ * Removes the run cgroups a dead worker left in base ("runnel-<pid>-<run>"
+ * whose pid is gone): a worker killed with SIGKILL cannot remove its own.
+ * rmdir only succeeds on an empty cgroup, so nothing live is touched.
+ */
+static void sweep(const char *base)
+{
+	if (!base[0])
+		return;
+	DIR *d = opendir(base);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (strncmp(de->d_name, "runnel-", 7) != 0)
+			continue;
+		char *end;
+		long pid = strtol(de->d_name + 7, &end, 10);
+		if (pid <= 0 || *end != '-' || pid == (long)getpid())
+			continue;
+		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		char path[WORKER_CGROUP_PATH_MAX + 300];
+		snprintf(path, sizeof(path), "%s/%s", base, de->d_name);
+		rmdir(path);
+	}
+	closedir(d);
+}
+
+worker_cgroup_mode_t worker_cgroup_probe(worker_cgroup_root_t *root, const char *force,
+                                         char *errstr, size_t errstr_size)
+{
+	memset(root, 0, sizeof(*root));
+	if (errstr_size)
+		errstr[0] = '\0';
+	if (force && !strcmp(force, "off")) {
+		snprintf(errstr, errstr_size, "cgroups are turned off (--cgroup off)");
+		return WORKER_CGROUP_NONE;
+	}
+	char why2[512] = "", why1[512] = "";
+	int want_v2 = !force || !strcmp(force, "auto") || !strcmp(force, "v2");
+	int want_v1 = !force || !strcmp(force, "auto") || !strcmp(force, "v1");
+	if (want_v2 && probe_v2(root, why2, sizeof(why2)) == WORKER_CGROUP_V2) {
+		sweep(root->v2_base);
+		return WORKER_CGROUP_V2;
+	}
+	memset(root, 0, sizeof(*root));
+	if (want_v1 && probe_v1(root, why1, sizeof(why1)) == WORKER_CGROUP_V1) {
+		sweep(root->v1_pids);
+		sweep(root->v1_mem);
+		sweep(root->v1_cpu);
+		return WORKER_CGROUP_V1;
+	}
+	memset(root, 0, sizeof(*root));
+	snprintf(errstr, errstr_size, "%s%s%s", why2, why2[0] && why1[0] ? "; " : "", why1);
+	return WORKER_CGROUP_NONE;
+}
+
+static int add_dir(worker_cgroup_t *cg, const char *base, const char *run_id,
+                   char *errstr, size_t errstr_size)
+{
+	char *d = cg->dirs[cg->ndirs];
+	int n = snprintf(d, WORKER_CGROUP_PATH_MAX, "%s/runnel-%ld-%s", base, (long)getpid(), run_id);
+	if (n < 0 || n >= WORKER_CGROUP_PATH_MAX) {
+		snprintf(errstr, errstr_size, "cgroup path too long");
+		return -1;
+	}
+	if (mkdir(d, 0755) != 0 && errno != EEXIST) {
+		snprintf(errstr, errstr_size, "cannot create cgroup %s: %s", d, strerror(errno));
+		return -1;
+	}
+	char procs[WORKER_CGROUP_PATH_MAX + 16];
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", d);
+	cg->procs_fd[cg->ndirs] = open(procs, O_WRONLY | O_CLOEXEC);
+	cg->ndirs++;
+	if (cg->procs_fd[cg->ndirs - 1] < 0) {
+		snprintf(errstr, errstr_size, "cannot open %s: %s", procs, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Writes file=val in dir, or fails with a message naming the file. */
+static int set_limit(const char *dir, const char *file, const char *val,
+                     char *errstr, size_t errstr_size)
+{
+	if (write_file(dir, file, val) == 0)
+		return 0;
+	snprintf(errstr, errstr_size, "cannot write %s to %s/%s: %s", val, dir, file, strerror(errno));
+	return -1;
+}
+
+int worker_cgroup_create(worker_cgroup_t *cg, const worker_cgroup_root_t *root,
+                         const char *run_id, const worker_cgroup_limits_t *lim,
+                         char *errstr, size_t errstr_size)
+{
+	memset(cg, 0, sizeof(*cg));
+	for (int i = 0; i < WORKER_CGROUP_FDS; i++)
+		cg->procs_fd[i] = -1;
+	cg->root = root;
+	char v[64];
+	if (root->mode == WORKER_CGROUP_V2) {
+		if (add_dir(cg, root->v2_base, run_id, errstr, errstr_size) < 0)
+			goto fail;
+		const char *d = cg->dirs[0];
+		if (lim->memory_bytes) {
+			snprintf(v, sizeof(v), "%" PRIu64, lim->memory_bytes);
+			if (set_limit(d, "memory.max", v, errstr, errstr_size) < 0)
+				goto fail;
+			/* No swap: a run at its limit is stopped, not slowed to a crawl. */
+			write_file(d, "memory.swap.max", "0");
+			/* The OOM killer takes the whole run, not one of its processes. */
+			write_file(d, "memory.oom.group", "1");
+		}
+		if (lim->pids > 0) {
+			snprintf(v, sizeof(v), "%ld", lim->pids);
+			if (set_limit(d, "pids.max", v, errstr, errstr_size) < 0)
+				goto fail;
+		}
+		if (lim->cpu_millis > 0 && root->have_cpu) {
+			snprintf(v, sizeof(v), "%ld %d", lim->cpu_millis * (CPU_PERIOD_US / 1000), CPU_PERIOD_US);
+			if (set_limit(d, "cpu.max", v, errstr, errstr_size) < 0)
+				goto fail;
+		}
+		return 0;
+	}
+	if (root->mode != WORKER_CGROUP_V1) {
+		snprintf(errstr, errstr_size, "no cgroup hierarchy");
+		return -1;
+	}
+	if (add_dir(cg, root->v1_pids, run_id, errstr, errstr_size) < 0)
+		goto fail;
+	if (lim->pids > 0) {
+		snprintf(v, sizeof(v), "%ld", lim->pids);
+		if (set_limit(cg->dirs[0], "pids.max", v, errstr, errstr_size) < 0)
+			goto fail;
+	}
+	if (add_dir(cg, root->v1_mem, run_id, errstr, errstr_size) < 0)
+		goto fail;
+	if (lim->memory_bytes) {
+		snprintf(v, sizeof(v), "%" PRIu64, lim->memory_bytes);
+		if (set_limit(cg->dirs[1], "memory.limit_in_bytes", v, errstr, errstr_size) < 0)
+			goto fail;
+		/* Memory plus swap, where swap accounting is on. */
+		write_file(cg->dirs[1], "memory.memsw.limit_in_bytes", v);
+		write_file(cg->dirs[1], "memory.swappiness", "0");
+	}
+	if (root->v1_cpu[0] && lim->cpu_millis > 0) {
+		if (add_dir(cg, root->v1_cpu, run_id, errstr, errstr_size) < 0)
+			goto fail;
+		snprintf(v, sizeof(v), "%d", CPU_PERIOD_US);
+		if (set_limit(cg->dirs[2], "cpu.cfs_period_us", v, errstr, errstr_size) < 0)
+			goto fail;
+		snprintf(v, sizeof(v), "%ld", lim->cpu_millis * (CPU_PERIOD_US / 1000));
+		if (set_limit(cg->dirs[2], "cpu.cfs_quota_us", v, errstr, errstr_size) < 0)
+			goto fail;
+	}
+	return 0;
+fail:
+	worker_cgroup_destroy(cg, 0);
+	return -1;
+}
+
+/* Appends the children of pid (every thread's) to list. */
+static void add_children(pid_t pid, pid_t *list, size_t *n, size_t cap)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%ld/task", (long)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		char cpath[128], buf[4096];
+		snprintf(cpath, sizeof(cpath), "/proc/%ld/task/%.20s/children", (long)pid, de->d_name);
+		if (read_file(cpath, NULL, buf, sizeof(buf)) <= 0)
+			continue;
+		char *save = NULL;
+		for (char *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
+			long c = strtol(t, NULL, 10);
+			if (c > 0 && *n < cap)
+				list[(*n)++] = (pid_t)c;
+		}
+	}
+	closedir(d);
+}
+
+int worker_cgroup_attach_tree(worker_cgroup_t *cg, pid_t pid, char *errstr, size_t errstr_size)
+{
+	enum { CAP = 4096 };
+	pid_t *list = malloc(CAP * sizeof(*list));
+	if (!list) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	size_t n = 0;
+	list[n++] = pid;
+	/* Breadth first: each process is moved before its children are listed,
+	 * so a child forked meanwhile is born inside the cgroup. */
+	for (size_t i = 0; i < n; i++) {
+		char v[32];
+		int len = snprintf(v, sizeof(v), "%ld", (long)list[i]);
+		for (int k = 0; k < cg->ndirs; k++) {
+			if (cg->procs_fd[k] < 0)
+				continue;
+			if (write(cg->procs_fd[k], v, (size_t)len) != len && errno != ESRCH) {
+				snprintf(errstr, errstr_size, "cannot move process %ld into %s: %s",
+				         (long)list[i], cg->dirs[k], strerror(errno));
+				free(list);
+				return -1;
+			}
+		}
+		add_children(list[i], list, &n, CAP);
+	}
+	free(list);
+	return 0;
+}
+
+int worker_cgroup_events(const worker_cgroup_t *cg, worker_cgroup_events_t *ev)
+{
+	memset(ev, 0, sizeof(*ev));
+	if (!cg->root || !cg->ndirs)
+		return -1;
+	if (cg->root->mode == WORKER_CGROUP_V2) {
+		const char *d = cg->dirs[0];
+		ev->oom_kills = keyed_value(d, "memory.events", "oom_kill");
+		ev->memory_max_hits = keyed_value(d, "memory.events", "max");
+		ev->pids_max_hits = keyed_value(d, "pids.events", "max");
+		ev->cpu_throttled_us = keyed_value(d, "cpu.stat", "throttled_usec");
+		return 0;
+	}
+	ev->pids_max_hits = keyed_value(cg->dirs[0], "pids.events", "max");
+	if (cg->ndirs > 1) {
+		ev->oom_kills = keyed_value(cg->dirs[1], "memory.oom_control", "oom_kill");
+		char buf[32];
+		if (read_file(cg->dirs[1], "memory.failcnt", buf, sizeof(buf)) > 0)
+			ev->memory_max_hits = strtoull(buf, NULL, 10);
+	}
+	if (cg->ndirs > 2)
+		ev->cpu_throttled_us = keyed_value(cg->dirs[2], "cpu.stat", "throttled_time") / 1000;
+	return 0;
+}
+
+/* SIGKILLs every process listed in dir/cgroup.procs; 1 when it was empty. */
+static int kill_all(const char *dir)
+{
+	char buf[16384];
+	if (read_file(dir, "cgroup.procs", buf, sizeof(buf)) < 0)
+		return 1;
+	if (!buf[0])
+		return 1;
+	char *save = NULL;
+	for (char *t = strtok_r(buf, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) {
+		long p = strtol(t, NULL, 10);
+		/* Only processes still inside the run's cgroup are listed; the
+		 * sandbox's pid namespace is gone with its init, so these are
+		 * leftovers being torn down. */
+		if (p > 1)
+			kill((pid_t)p, SIGKILL);
+	}
+	return 0;
+}
+
+void worker_cgroup_destroy(worker_cgroup_t *cg, int timeout_ms)
+{
+	for (int i = 0; i < WORKER_CGROUP_FDS; i++) {
+		if (cg->procs_fd[i] >= 0)
+			close(cg->procs_fd[i]);
+		cg->procs_fd[i] = -1;
+	}
+	if (cg->root && cg->root->mode == WORKER_CGROUP_V2 && cg->ndirs)
+		write_file(cg->dirs[0], "cgroup.kill", "1");
+	int64_t deadline = rn_mono_ms() + timeout_ms;
+	for (int i = 0; i < cg->ndirs; i++) {
+		for (;;) {
+			int empty = kill_all(cg->dirs[i]);
+			if (empty && rmdir(cg->dirs[i]) == 0)
+				break;
+			if (empty && errno == ENOENT)
+				break;
+			if (rn_mono_ms() >= deadline)
+				break;
+			struct timespec ts = { 0, 5 * 1000 * 1000 };
+			nanosleep(&ts, NULL);
+		}
+	}
+	cg->ndirs = 0;
+}

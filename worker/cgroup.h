@@ -1,0 +1,108 @@
+/*
+ * worker/cgroup.h - one control group per run's sandbox, so that memory,
+ * processes and CPU are bounded per run and a run that hits a bound can be
+ * told apart from one that crashed (SPEC §6; docs/sandbox.md "Limits").
+ *
+ * Three modes, probed once at worker start (worker_cgroup_probe):
+ *   v2   a delegated cgroup v2 subtree (what a Kubernetes pod with a
+ *        writable /sys/fs/cgroup has): the worker moves itself into a
+ *        "worker" leaf of its own cgroup, enables memory, pids (and cpu)
+ *        for the children, and makes "run-<id>" siblings with memory.max,
+ *        memory.oom.group, pids.max and cpu.max;
+ *   v1   writable cgroup v1 hierarchies (pids and memory required, cpu
+ *        optional): "<own>/runnel-<pid>/run-<id>" in each, with pids.max,
+ *        memory.limit_in_bytes and cpu.cfs_quota_us;
+ *   none neither is writable: the caller warns once and falls back to
+ *        rlimits.
+ * A run's cgroup is entered by the sandbox's first process before it
+ * executes bwrap (worker_cgroup_attach_fds: the child writes "0" to
+ * pre-opened cgroup.procs files), so nothing the agent starts is ever
+ * outside it.  worker_cgroup_attach_tree moves an already running tree
+ * (a warm sandbox assigned to a run).
+ *
+ * @locality worker_cgroup_probe: main thread, before any run; the rest:
+ * the run's thread, one worker_cgroup_t per run.
+ */
+#ifndef RUNNEL_WORKER_CGROUP_H
+#define RUNNEL_WORKER_CGROUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef enum {
+	WORKER_CGROUP_NONE = 0,
+	WORKER_CGROUP_V1,
+	WORKER_CGROUP_V2,
+} worker_cgroup_mode_t;
+
+#define WORKER_CGROUP_PATH_MAX 512
+#define WORKER_CGROUP_FDS 3
+
+/* What the probe found; lives as long as the worker (one, static). */
+typedef struct worker_cgroup_root {
+	worker_cgroup_mode_t mode;
+	int  have_cpu;                          /* cpu bandwidth control available */
+	/* v2: the directory whose children are runs.  v1: one per controller
+	 * (pids, memory, cpu; "" when absent). */
+	char v2_base[WORKER_CGROUP_PATH_MAX];
+	char v1_pids[WORKER_CGROUP_PATH_MAX];
+	char v1_mem[WORKER_CGROUP_PATH_MAX];
+	char v1_cpu[WORKER_CGROUP_PATH_MAX];
+} worker_cgroup_root_t;
+
+/* Limits of one run; 0 = not limited. */
+typedef struct worker_cgroup_limits {
+	uint64_t memory_bytes;
+	long     pids;
+	long     cpu_millis;      /* 1000 = one CPU */
+} worker_cgroup_limits_t;
+
+/* Counters read back from a run's cgroup. */
+typedef struct worker_cgroup_events {
+	uint64_t oom_kills;       /* processes the kernel killed at the memory limit */
+	uint64_t memory_max_hits; /* times the memory limit was reached */
+	uint64_t pids_max_hits;   /* forks refused at the process limit */
+	uint64_t cpu_throttled_us;/* time spent throttled by the CPU limit */
+} worker_cgroup_events_t;
+
+typedef struct worker_cgroup {
+	const worker_cgroup_root_t *root;
+	int  ndirs;
+	char dirs[WORKER_CGROUP_FDS][WORKER_CGROUP_PATH_MAX];  /* created dirs */
+	int  procs_fd[WORKER_CGROUP_FDS];  /* O_WRONLY|O_CLOEXEC cgroup.procs, -1 unused */
+} worker_cgroup_t;
+
+/*
+ * Finds a writable hierarchy and prepares it (v2: moves this process into
+ * "<own>/worker" and enables the controllers for its siblings).  Always
+ * fills root; returns the mode, with a one-line explanation in errstr when
+ * the mode is NONE ("cgroup v2 at /sys/fs/cgroup is not writable (...);
+ * cgroup v1 has no writable pids hierarchy").  force: "auto", "v1", "v2"
+ * or "off".
+ */
+worker_cgroup_mode_t worker_cgroup_probe(worker_cgroup_root_t *root, const char *force,
+                                         char *errstr, size_t errstr_size);
+
+/* "v2", "v1" or "none". */
+const char *worker_cgroup_mode_name(worker_cgroup_mode_t mode);
+
+/* Creates the run's cgroup and writes the limits.  0, or -1 with errstr
+ * (nothing left behind). */
+int worker_cgroup_create(worker_cgroup_t *cg, const worker_cgroup_root_t *root,
+                         const char *run_id, const worker_cgroup_limits_t *lim,
+                         char *errstr, size_t errstr_size);
+
+/* Moves pid and every descendant into the run's cgroup.  0, or -1 with
+ * errstr.  For a tree that is idle (a warm sandbox): a process forking
+ * while it is moved may leave a child behind. */
+int worker_cgroup_attach_tree(worker_cgroup_t *cg, pid_t pid, char *errstr, size_t errstr_size);
+
+/* Reads the counters.  0, or -1 when nothing could be read. */
+int worker_cgroup_events(const worker_cgroup_t *cg, worker_cgroup_events_t *ev);
+
+/* Kills every process in the cgroup (SIGKILL), waits for it to empty (at
+ * most timeout_ms) and removes it.  Safe on a zeroed or failed cgroup. */
+void worker_cgroup_destroy(worker_cgroup_t *cg, int timeout_ms);
+
+#endif

@@ -1,0 +1,171 @@
+/*
+ * worker/limits.h - what bounds one run (SPEC §6): memory, processes, CPU,
+ * workspace disk, /tmp, and where its sandbox may connect to.
+ *
+ * The worker's flags give the maxima; a run's config ("limits", "network",
+ * "allow_hosts") may lower them, never raise them: a value above the
+ * worker's is ignored, the worker's value is used, and the run gets a
+ * `log` line saying so ("limits.memory_mb 4096 is above this worker's
+ * limit of 512; using 512").
+ *
+ * A run's guard (worker_guard_t) owns the run's cgroup (worker/cgroup.h),
+ * its size-limited workspace (a tmpfs mounted on the workspace directory,
+ * or a periodic walk where the worker may not mount), and its egress proxy
+ * (worker/egress.h).  The run's loop asks it, between reads, whether a
+ * limit was hit (worker_guard_tick); a hit ends the run `resource_limit`
+ * with worker_guard_message: "The run used more than 512 MiB of memory.",
+ * "The run started more than 256 processes.", "The run wrote more than
+ * 1024 MiB to its workspace.".
+ *
+ * @locality worker_limits_setup: main thread, once.  A guard: its run's
+ * thread.
+ */
+#ifndef RUNNEL_WORKER_LIMITS_H
+#define RUNNEL_WORKER_LIMITS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/cgroup.h"
+#include "worker/sandbox.h"
+
+typedef enum {
+	WORKER_EGRESS_NONE = 0,     /* own network namespace, nothing reachable */
+	WORKER_EGRESS_ALLOWLIST,    /* own namespace, only the proxy, only listed hosts */
+	WORKER_EGRESS_FULL,         /* the host's network */
+} worker_egress_mode_t;
+
+typedef enum {
+	WORKER_LIMIT_NONE = 0,
+	WORKER_LIMIT_MEMORY,
+	WORKER_LIMIT_PROCESSES,
+	WORKER_LIMIT_DISK,
+	WORKER_LIMIT_COUNT,
+} worker_limit_t;
+
+/* How the workspace cap is enforced. */
+typedef enum {
+	WORKER_DISK_TMPFS = 0,  /* a size-limited tmpfs on the workspace: the kernel refuses the excess */
+	WORKER_DISK_WATCH,      /* no mount permission: a walk every second, then a kill */
+} worker_disk_mode_t;
+
+/* Resource limits; 0 = unlimited.  The worker's and, resolved, a run's. */
+typedef struct worker_limits {
+	long memory_mb;
+	long pids;
+	long cpu_millis;      /* 1000 = one CPU */
+	long disk_mb;
+	long tmp_mb;
+} worker_limits_t;
+
+/* Everything the worker decided at start; lives as long as the worker. */
+typedef struct worker_limits_env {
+	worker_limits_t      max;
+	worker_cgroup_root_t cgroup;
+	worker_disk_mode_t   disk_mode;
+	/* Where the workspace tmpfs mounts live: 0 the host's mount namespace,
+	 * 1 a private one (a root worker: they vanish with it), 2 the worker's
+	 * own user and mount namespace (a worker that may not mount). */
+	int                  mount_ns;
+	worker_egress_mode_t egress;          /* the worker's policy: runs may narrow it */
+	char               **egress_allow;    /* the worker's host[:port] patterns (owned) */
+	size_t               egress_nallow;
+	worker_egress_mode_t default_command; /* command and mock kinds without "network" */
+	const char          *bridge_path;     /* runnel-egress-bridge on the host, "" if absent */
+} worker_limits_env_t;
+
+/*
+ * Probes the cgroup hierarchy (cgroup: "auto", "v1", "v2", "off") and
+ * whether a tmpfs can be mounted under work_dir, taking a mount namespace
+ * of the worker's own for that (a user namespace too when not root; only
+ * while single-threaded; see docs/sandbox.md); parses the egress settings
+ * (egress: none|allowlist|full, allow: comma-separated patterns).  0, or -1
+ * with errstr for a bad setting.  Warnings that do not stop the worker
+ * (no cgroup, no mount) go to *warn (one line each, "" when none).
+ */
+int worker_limits_setup(worker_limits_env_t *env, const worker_limits_t *max,
+                        const char *cgroup, const char *work_dir,
+                        const char *egress, const char *allow, const char *sandbox_net,
+                        char *warn, size_t warn_size, char *errstr, size_t errstr_size);
+void worker_limits_env_free(worker_limits_env_t *env);
+
+/*
+ * For a sandbox started before its run is known (a warm sandbox): mounts
+ * the workspace tmpfs on dir with the worker's disk cap before the sandbox
+ * binds it.  The run's guard then resizes it to the run's cap (and removes
+ * it at the end).  0 (also when there is no cap or no mounting), or -1
+ * with errstr.  Such a sandbox must then be moved into the run's cgroup
+ * (worker_guard_attach) and may only serve runs without the egress
+ * bridge (network none or full): the proxy socket is bound at start.
+ */
+int worker_limits_mount_workspace(const worker_limits_env_t *env, const char *dir,
+                                  char *errstr, size_t errstr_size);
+
+/* "none", "allowlist", "full"; -1 for anything else. */
+int worker_egress_mode_parse(const char *s);
+const char *worker_egress_mode_name(worker_egress_mode_t m);
+const char *worker_limit_name(worker_limit_t l);   /* "memory", "processes", "disk" */
+
+/* Called with each note for the run's stream (a `log` line) and log. */
+typedef void (*worker_guard_note_fn)(const char *level, const char *message, void *arg);
+
+typedef struct worker_guard worker_guard_t;
+
+/* What a guard needs from the run. */
+typedef struct worker_guard_args {
+	const char   *run_id;
+	const char   *kind;             /* agent.kind */
+	const json_t *config;           /* the /config answer (limits, network, allow_hosts) */
+	const json_t *variables;        /* the /env variables (model base URLs) */
+	const char   *ws_api_url;       /* workspace_api.url or NULL */
+	const char   *workspace_dir;    /* host dir bound at /root/workspace (exists) */
+	const char   *assets_dir;       /* its assets/ (re-created on the tmpfs) */
+	const char   *meta_dir;         /* worker-private dir for the proxy socket */
+	worker_sandbox_driver_t driver;
+} worker_guard_args_t;
+
+/*
+ * Resolves the run's limits and egress against the worker's (notes for
+ * each refused value), mounts the workspace, creates the cgroup and starts
+ * the proxy.  NULL with errstr on failure (nothing left behind).
+ */
+worker_guard_t *worker_guard_new(const worker_limits_env_t *env, const worker_guard_args_t *a,
+                                 worker_guard_note_fn note, void *arg,
+                                 char *errstr, size_t errstr_size);
+
+/* The run's resolved limits. */
+const worker_limits_t *worker_guard_limits(const worker_guard_t *g);
+worker_egress_mode_t worker_guard_egress(const worker_guard_t *g);
+
+/* Fills the sandbox spec's limit and network fields (cgroup fds, tmpfs
+ * size, rlimit fallbacks, network sharing, the egress bridge). */
+void worker_guard_sandbox_spec(worker_guard_t *g, worker_sandbox_spec_t *spec);
+
+/* Moves a sandbox started before its run (a warm one, its leader pid) and
+ * everything under it into the run's cgroup.  0 (also without a cgroup),
+ * or -1 with errstr. */
+int worker_guard_attach(worker_guard_t *g, pid_t pid, char *errstr, size_t errstr_size);
+
+/* An fd that becomes readable when the guard has something to say (an
+ * egress refusal), or -1.  Poll it beside the agent's pipes. */
+int worker_guard_fd(const worker_guard_t *g);
+
+/*
+ * Between reads: passes pending egress notes to note() and checks the
+ * limits (at most every 100 ms; the rest return the last answer).  The
+ * limit hit, or WORKER_LIMIT_NONE.  *next_ms: when to call again.
+ */
+worker_limit_t worker_guard_tick(worker_guard_t *g, int64_t now_ms, int64_t *next_ms);
+
+/* After the sandbox ended: one last look (an OOM kill of the agent itself). */
+worker_limit_t worker_guard_final(worker_guard_t *g);
+
+/* "The run used more than 512 MiB of memory." */
+void worker_guard_message(const worker_guard_t *g, worker_limit_t l, char *buf, size_t size);
+
+/* Stops the proxy, removes the cgroup (killing what is left) and unmounts
+ * the workspace.  Call after writeback, before removing the run directory. */
+void worker_guard_free(worker_guard_t *g);
+
+#endif
