@@ -223,6 +223,9 @@ static int acp_paths(worker_config_t *c, char *errstr, size_t errstr_size)
 		}
 		path = colon ? colon + 1 : NULL;
 	}
+	return 0;
+}
+
 /* "1", "0.5", "2.25": CPUs with at most three decimals, as millicpus. */
 static int cpus_parse(const char *s, long *millis)
 {

@@ -227,7 +227,10 @@ int main(int argc, char **argv)
 	fakechat_t f;
 	TH_REQUIRE(fakechat_start(&f, base_script, 6) == 0);
 
-	pid_t w = wt_worker(&T, "w1", NULL);
+	/* The HTTP MCP server is neither the model nor the workspace API: under
+	 * the allowlist egress policy the operator lists it. */
+	const char *wenv[] = { th_strf("RUNNEL_EGRESS_ALLOW=@model,@workspace_api,127.0.0.1:%d", port), NULL };
+	pid_t w = wt_worker(&T, "w1", wenv);
 	wt_warmup(&T);
 
 	char *szip = th_strf("%s/tables.zip", T.dir);
