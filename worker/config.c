@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "proto/keys.h"
 
-#define OPTS_N 25
+#define OPTS_N 27
 
 void worker_config_wipe_env(const char *name)
 {
@@ -56,6 +56,9 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		{ "metrics-listen", 0, "RUNNEL_METRICS_LISTEN", RN_OPT_STR, &c->metrics_listen, "127.0.0.1:9464", "ADDR", "/healthz and /metrics address (port 0: any; \"off\": none)", 0, 0 },
 		{ "log-level", 0, "RUNNEL_LOG_LEVEL", RN_OPT_STR, &c->log_level, "info", "LEVEL", "debug, info, warn, error", 0, 0 },
 		{ "kafka-property", 'X', "RUNNEL_KAFKA_PROPERTIES", RN_OPT_KV, &c->kafka_props, NULL, "KEY=VALUE", "librdkafka property (repeatable; env \"k=v;k=v\")", 0, 0 },
+		/* Warm sandboxes (worker/warm.h). */
+		{ "warm", 0, "RUNNEL_WARM", RN_OPT_INT, &c->warm, "-1", "N", "warm sandboxes kept ready (-1: a quarter of the slots, at least 1; 0: off)", -1, 256 },
+		{ "warm-init", 0, "RUNNEL_WARM_INIT", RN_OPT_STR, &c->warm_init, NULL, "PATH", "runnel-warm-init binary (default: next to runnel-worker)", 0, 0 },
 		RN_OPT_END,
 	};
 	_Static_assert(sizeof(t) / sizeof(t[0]) == OPTS_N, "OPTS_N must match the table");
@@ -226,6 +229,29 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 			return -1;
 		}
 		c->mock_agent_path[0] = '\0'; /* mock runs will fail with a clear message */
+	}
+
+	/* Warm sandboxes: bwrap only, and only with runnel-warm-init at hand. */
+	if (c->warm < 0)
+		c->warm = (c->slots + 3) / 4;
+	if (c->driver != WORKER_SANDBOX_BWRAP)
+		c->warm = 0;
+	if (c->warm_init) {
+		snprintf(c->warm_init_path, sizeof(c->warm_init_path), "%s", c->warm_init);
+	} else {
+		char dir[PATH_MAX];
+		if (self_dir(dir, sizeof(dir)) == 0) {
+			int n = snprintf(c->warm_init_path, sizeof(c->warm_init_path), "%s/runnel-warm-init", dir);
+			if (n < 0 || (size_t)n >= sizeof(c->warm_init_path))
+				c->warm_init_path[0] = '\0';
+		}
+	}
+	if (c->warm > 0 && (!c->warm_init_path[0] || access(c->warm_init_path, X_OK) != 0)) {
+		if (c->warm_init) {
+			snprintf(errstr, errstr_size, "RUNNEL_WARM_INIT/--warm-init: %.200s is not an executable file", c->warm_init);
+			return -1;
+		}
+		c->warm = 0; /* no init next to us: every run starts cold */
 	}
 
 	/* The job key: environment only, removed once read. */

@@ -42,6 +42,8 @@ typedef struct worker_config {
 	char *bwrap_path;
 	char *mock_agent;
 	rn_kv_list_t kafka_props;
+	long  warm;                         /* warm sandboxes; -1 until derived */
+	char *warm_init;
 
 	/* Derived. */
 	rn_redis_url_t redis;               /* holds the password: never log */
@@ -54,6 +56,7 @@ typedef struct worker_config {
 	int      log_level_num;
 	char     metrics_host[256];         /* "" when metrics are off */
 	int      metrics_port;
+	char     warm_init_path[4096];      /* resolved runnel-warm-init; "" when absent */
 } worker_config_t;
 
 /*

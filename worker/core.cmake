@@ -18,3 +18,7 @@ target_link_libraries(runnel-worker PRIVATE runnel_worker_core)
 if(TARGET runnel-mock-agent)
   add_dependencies(runnel-worker runnel-mock-agent)
 endif()
+# So is the warm sandboxes' init.
+if(TARGET runnel-warm-init)
+  add_dependencies(runnel-worker runnel-warm-init)
+endif()

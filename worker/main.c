@@ -33,6 +33,7 @@
 #include "worker/metrics.h"
 #include "worker/publish.h"
 #include "worker/run.h"
+#include "worker/warm.h"
 #include "worker/sandbox.h"
 
 #define PENDING_MAX      16
@@ -473,6 +474,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 		return;
 	}
 	w->draining = 1;
+	worker_warm_pool_drain(w->ctx.warm);   /* warm: shrink to zero */
 	worker_http_set_draining(w->http);
 	rn_log_info(NULL, "drain_start", "signal %d: taking no more jobs; %zu run(s) active, %ld s to finish",
 	            (int)sig, w->busy, w->cfg.drain_sec);
@@ -552,6 +554,25 @@ int main(int argc, char **argv)
 	if (!w->runs || !w->done || !w->base) {
 		rn_log_error(NULL, "startup", "out of memory");
 		return 1;
+	}
+
+	/* warm: sandboxes started ahead of need (worker/warm.h). */
+	if (w->cfg.warm > 0) {
+		char *mock_bind = NULL;
+		if (w->cfg.mock_agent_path[0] &&
+		    asprintf(&mock_bind, "%s:%s", w->cfg.mock_agent_path, WORKER_MOCK_AGENT_IN_SANDBOX) < 0)
+			mock_bind = NULL;
+		char *binds[] = { mock_bind, NULL };
+		worker_warm_pool_opts_t wo = {
+			.size = (size_t)w->cfg.warm, .init_path = w->cfg.warm_init_path,
+			.work_dir = w->cfg.work_dir, .bwrap_path = w->cfg.bwrap_path,
+			.rootfs = w->cfg.rootfs, .ro_binds = binds, .share_net = w->cfg.share_net,
+			.rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE,
+		};
+		w->ctx.warm = worker_warm_pool_new(&wo, err, sizeof(err));
+		free(mock_bind);
+		if (!w->ctx.warm)
+			rn_log_warn(NULL, "warm_start", "no warm sandboxes: %s", err);
 	}
 
 	int mport = 0;
@@ -634,6 +655,14 @@ int main(int argc, char **argv)
 	event_free(w->ev_drain);
 	event_free(w->ev_hard);
 	event_base_free(w->base);
+	if (w->ctx.warm) {
+		unsigned long taken, missed, started;
+		worker_warm_pool_stats(w->ctx.warm, &taken, &missed, &started);
+		rn_log_info(NULL, "warm_stats", "warm sandboxes: %lu started, %lu taken, %lu runs found none ready",
+		            started, taken, missed);
+		worker_warm_pool_free(w->ctx.warm);   /* after every run ended */
+		w->ctx.warm = NULL;
+	}
 	if (w->rc)
 		redisFree(w->rc);
 	free(w->runs);

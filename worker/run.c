@@ -32,6 +32,7 @@
 #include "worker/bootstrap.h"
 #include "worker/publish.h"
 #include "worker/sandbox.h"
+#include "worker/warm.h"
 #include "worker/workspace.h"
 #include "worker/writeback.h"
 
@@ -54,7 +55,7 @@
 #define RUN_ENV_MAX        4096
 /* Under /run (a tmpfs in the sandbox): the read-only host /usr has no
  * /usr/libexec/runnel to bind onto. */
-#define MOCK_AGENT_IN_SANDBOX "/run/runnel/runnel-mock-agent"
+#define MOCK_AGENT_IN_SANDBOX WORKER_MOCK_AGENT_IN_SANDBOX
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 /* How the agent phase ended. */
@@ -911,6 +912,7 @@ static void run_pipeline(run_io_t *io)
 	strv_t envv = { 0 }, argv = { 0 }, binds = { 0 };
 	worker_sandbox_t sb;
 	int have_sb = 0;
+	worker_warm_sb_t *warm = NULL;   /* a warm sandbox this run took (it brings ws) */
 	memset(&boot, 0, sizeof(boot));
 	memset(&sb, 0, sizeof(sb));
 
@@ -956,7 +958,13 @@ static void run_pipeline(run_io_t *io)
 		io_end_error(io, PROTO_ERR_INTERNAL, msg, "internal error");
 		goto out;
 	}
-	if (worker_ws_create(&ws, cfg->work_dir, run->run_id, err, sizeof(err)) < 0) {
+	/* warm: a sandbox started ahead of need brings its run directory
+	 * (worker/warm.h); one with skills starts cold (no /root/skills bind). */
+	if (!json_array_size(boot.skills))
+		warm = worker_warm_pool_take(run->ctx->warm, cfg->share_net);
+	if (warm) {
+		ws = warm->ws;
+	} else if (worker_ws_create(&ws, cfg->work_dir, run->run_id, err, sizeof(err)) < 0) {
 		rn_log_error(run->run_id, "workspace", "%s", err);
 		io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not create the run's workspace.", "internal error");
 		goto out;
@@ -1056,10 +1064,26 @@ static void run_pipeline(run_io_t *io)
 	spec.envp = envv.v;
 	spec.ro_binds = binds.n ? binds.v : NULL;
 	spec.share_net = cfg->share_net;
-	spec.rlimit_nofile = 4096;
+	spec.rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE;
 	rn_log_debug(run->run_id, "run_phase", "workspace ready at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 	int64_t t0 = rn_mono_us();
-	if (worker_sandbox_spawn(&spec, &sb, err, sizeof(err)) < 0) {
+	/* warm: what the warm sandbox cannot match starts cold (same ws). */
+	if (warm && !worker_warm_fits(warm, &spec))
+		worker_warm_discard(warm, 1);
+	if (warm && warm->sb.pid > 0) {
+		/*
+		 * limits: the run's cgroup and limits are applied HERE for a warm
+		 * sandbox, before it gets the run's argv and environment (nothing
+		 * of the run runs yet).  Its processes (bwrap, bwrap's pid 1, the
+		 * waiting init: process group warm->sb.pid) already exist, so they
+		 * are moved into the run's cgroup (or the sandbox was started in
+		 * a cgroup of its own whose limits are written now).
+		 */
+		rc = worker_warm_launch(warm, &spec, &sb, err, sizeof(err));
+	} else {
+		rc = worker_sandbox_spawn(&spec, &sb, err, sizeof(err));
+	}
+	if (rc < 0) {
 		sodium_memzero(turn, turn_len);
 		free(turn);
 		snprintf(msg, sizeof(msg), "The sandbox could not be started: %s", err);
@@ -1160,6 +1184,7 @@ static void run_pipeline(run_io_t *io)
 out:
 	if (have_sb)
 		worker_sandbox_destroy(&sb);
+	worker_warm_free(warm, 1);   /* its run directory is ws, removed below */
 	strv_free(&envv);
 	strv_free(&argv);
 	strv_free(&binds);

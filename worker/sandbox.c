@@ -36,18 +36,11 @@
 #define SANDBOX_HOME    "/root"
 #define SANDBOX_WS      "/root/workspace"
 #define SANDBOX_SKILLS  "/root/skills"
-#define SANDBOX_SETUP   "/run/runnel/setup.sh"
+#define SANDBOX_SETUP   WORKER_SANDBOX_SETUP_PATH
 #define DEFAULT_PATH    "/usr/local/bin:/usr/bin:/bin"
 #define PROBE_TIMEOUT_MS 10000
 
-/*
- * The setup script runs before the agent in the same sandbox.  Its stdin is
- * /dev/null (so it cannot eat the agent's turn) and its stdout goes to
- * stderr (so it cannot forge envelope lines).  $0 is the script, "$@" the
- * agent.
- */
-#define SETUP_WRAPPER \
-	"/bin/sh \"$0\" </dev/null 1>&2 || exit 97; exec \"$@\""
+#define SETUP_WRAPPER   WORKER_SANDBOX_SETUP_WRAPPER   /* see sandbox.h */
 
 /* Host paths bound read-only when no rootfs is given.  Symlinks (merged
  * /usr) are recreated as symlinks. */

@@ -4,11 +4,16 @@ add_library(runnel_worker_stages STATIC
   ${CMAKE_CURRENT_LIST_DIR}/bootstrap.c
   ${CMAKE_CURRENT_LIST_DIR}/workspace.c
   ${CMAKE_CURRENT_LIST_DIR}/sandbox.c
+  ${CMAKE_CURRENT_LIST_DIR}/warm.c
   ${CMAKE_CURRENT_LIST_DIR}/writeback.c
   ${CMAKE_CURRENT_LIST_DIR}/httpc.c)
 target_include_directories(runnel_worker_stages PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(runnel_worker_stages PUBLIC runnel_proto runnel_common
-  PkgConfig::CURL PkgConfig::ARCHIVE PkgConfig::JANSSON)
+  PkgConfig::CURL PkgConfig::ARCHIVE PkgConfig::JANSSON Threads::Threads)
 
 add_executable(runnel-mock-agent ${CMAKE_CURRENT_LIST_DIR}/mock_agent.c)
 target_link_libraries(runnel-mock-agent PRIVATE runnel_proto runnel_common)
+
+# The first program of a warm sandbox (worker/warm.h): waits on stdin for
+# the run's argv and environment, then becomes the agent.  libc only.
+add_executable(runnel-warm-init ${CMAKE_CURRENT_LIST_DIR}/warm_init.c)
