@@ -1001,7 +1001,8 @@ static void run_pipeline(run_io_t *io)
 			goto out;
 		}
 		snprintf(dir, sizeof(dir), "%s/%s", ws.skills, name);
-		if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		/* skills/ is made on first need (worker_ws_create leaves it out). */
+		if ((mkdir(ws.skills, 0755) < 0 && errno != EEXIST) || (mkdir(dir, 0700) < 0 && errno != EEXIST)) {
 			io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not create a skill directory.", "internal error");
 			goto out;
 		}
@@ -1026,6 +1027,10 @@ static void run_pipeline(run_io_t *io)
 	char setup_path[WORKER_PATH_MAX + 16];
 	if (boot.setup_script) {
 		snprintf(setup_path, sizeof(setup_path), "%s/setup.sh", ws.meta);
+		if (mkdir(ws.meta, 0700) < 0 && errno != EEXIST) {
+			io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not write the setup script.", "internal error");
+			goto out;
+		}
 		int fd = open(setup_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0500);
 		size_t sl = strlen(boot.setup_script);
 		if (fd < 0 || write(fd, boot.setup_script, sl) != (ssize_t)sl) {
