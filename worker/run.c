@@ -1073,9 +1073,11 @@ static void run_pipeline(run_io_t *io)
 	rn_log_debug(run->run_id, "run_phase", "workspace ready at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 	int64_t t0 = rn_mono_us();
 	/* warm: what the warm sandbox cannot match starts cold (same ws). */
-	if (warm && !worker_warm_fits(warm, &spec))
-		worker_warm_discard(warm, 1);
-	if (warm && warm->sb.pid > 0) {
+	if (warm && !worker_warm_fits(warm, &spec)) {
+		worker_warm_free(warm, 1);
+		warm = NULL;
+	}
+	if (warm) {
 		/*
 		 * limits: the run's cgroup and limits are applied HERE for a warm
 		 * sandbox, before it gets the run's argv and environment (nothing
@@ -1085,9 +1087,15 @@ static void run_pipeline(run_io_t *io)
 		 * a cgroup of its own whose limits are written now).
 		 */
 		rc = worker_warm_launch(warm, &spec, &sb, err, sizeof(err));
-	} else {
-		rc = worker_sandbox_spawn(&spec, &sb, err, sizeof(err));
+		if (rc < 0) {
+			/* It died before the run got in: nothing of the run ran. */
+			rn_log_warn(run->run_id, "warm_launch", "%s; starting cold", err);
+			worker_warm_free(warm, 1);
+			warm = NULL;
+		}
 	}
+	if (!warm)
+		rc = worker_sandbox_spawn(&spec, &sb, err, sizeof(err));
 	if (rc < 0) {
 		sodium_memzero(turn, turn_len);
 		free(turn);
@@ -1098,7 +1106,8 @@ static void run_pipeline(run_io_t *io)
 	have_sb = 1;
 	rn_hist_observe(io->m->sandbox_start, (double)(rn_mono_us() - t0) / 1e6);
 	strv_free(&envv);
-	rn_log_info(run->run_id, "agent_started", "pid %ld, runtime cap %" PRId64 " s", (long)sb.pid, cap_sec);
+	rn_log_info(run->run_id, "agent_started", "pid %ld, %s start, runtime cap %" PRId64 " s", (long)sb.pid,
+	            warm ? "warm" : "cold", cap_sec);
 
 	/* 5: agent I/O until it ends. */
 	end_t end = agent_loop(io, &sb, turn, turn_len, run->claimed_mono_ms + cap_sec * 1000);
