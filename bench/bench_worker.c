@@ -528,7 +528,7 @@ static void verdict(const char *what, double v, double target, int at_most)
 
 static const char *usage =
 	"usage: bench_worker [--brokers HOSTS | --mock] [--runs N] [--latency N] [--flood N]\n"
-	"                    [--warm N] [-X kafka.property=value]...\n"
+	"                    [--warm N] [--worker PATH] [-X kafka.property=value]...\n"
 	"Real broker: --brokers, else $RUNNEL_TEST_KAFKA_BROKERS, else the suite's broker.addr\n"
 	"(" BROKER_ADDR_FILE ").  --mock: librdkafka's mock cluster.\n";
 
@@ -537,6 +537,7 @@ int main(int argc, char **argv)
 	int lat_runs = 200, tp_runs = 1000;
 	long flood = 1000000;
 	const char *warm = NULL;
+	const char *worker_bin = WORKER_BIN;
 	char xprops[1024] = "";
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -553,6 +554,9 @@ int main(int argc, char **argv)
 			i++;
 		} else if (!strcmp(a, "--flood") && v) {
 			flood = strtol(v, NULL, 10);
+			i++;
+		} else if (!strcmp(a, "--worker") && v) {
+			worker_bin = v;   /* another build of runnel-worker (before/after) */
 			i++;
 		} else if (!strcmp(a, "--warm") && v) {
 			warm = v;
@@ -581,8 +585,8 @@ int main(int argc, char **argv)
 
 	th_init("bench_worker");
 	char *la = loadavg();
-	printf("bench_worker: kafka %s, sandbox bwrap, warm %s, worker -X \"%s\", load average %s\n",
-	       use_mock ? "mock cluster" : brokers, warm ? warm : "default", xprops, la);
+	printf("bench_worker: kafka %s, sandbox bwrap, warm %s, worker %s -X \"%s\", load average %s\n",
+	       use_mock ? "mock cluster" : brokers, warm ? warm : "default", worker_bin, xprops, la);
 	free(la);
 	workdir = th_tmpdir();
 	if (th_redis_start(&R, NULL) < 0)
@@ -636,7 +640,7 @@ int main(int argc, char **argv)
 		warm ? th_strf("RUNNEL_WARM=%s", warm) : "X_UNUSED=1",
 		NULL,
 	};
-	char *wargv[] = { WORKER_BIN, NULL };
+	char *wargv[] = { (char *)worker_bin, NULL };
 	la = loadavg();
 	int64_t t0 = now_us();
 	pid_t w = th_spawn(wargv, env, getenv("BENCH_WORKER_LOG") ? getenv("BENCH_WORKER_LOG") : th_strf("%s/worker.log", workdir));
