@@ -56,6 +56,7 @@ static dev_stub_t *S;
 static redisContext *C;
 static rd_kafka_t *P;
 static const char *workdir;
+static char *broker_state;   /* set when the bench started the broker itself */
 
 /* Figures for the summary. */
 static double floor_rps, floor_cpu, floor_p50, floor_p99;
@@ -409,10 +410,24 @@ static int wait_first_line(const char *run_id, int timeout_ms)
  * (b)-(d) runnel
  * ------------------------------------------------------------------------ */
 
+/* When the run was marked running (Redis's clock, ms: the host's). */
+static int run_started(const char *id, long long *started)
+{
+	redisReply *a = redisCommand(C, "HGET runnel:{%s}:state started_at", id);
+	int ok = a && a->type == REDIS_REPLY_STRING;
+	if (ok)
+		*started = strtoll(a->str, NULL, 10);
+	if (a)
+		freeReplyObject(a);
+	return ok;
+}
+
 static void bench_latency(int runs)
 {
 	int64_t *lat = calloc((size_t)runs, sizeof(*lat));
-	int got = 0;
+	int64_t *intake = calloc((size_t)runs, sizeof(*intake));
+	int64_t *inrun = calloc((size_t)runs, sizeof(*inrun));
+	int got = 0, split = 0;
 	char *la = loadavg();
 	for (int i = 0; i < runs; i++) {
 		dev_stub_otps_t o;
@@ -420,11 +435,34 @@ static void bench_latency(int runs)
 		snprintf(id, sizeof(id), "run_lat_%d", i);
 		add_run(AGENT_JSON, &o);
 		char *js = job_json(id, &o, "hi");
+		/* The caller is already blocked in XREAD when the job is sent (as
+		 * a client tailing the run would be); the producer's delivery
+		 * report is not waited for before the clock stops. */
+		redisAppendCommand(C, "XREAD COUNT 1 BLOCK 10000 STREAMS runnel:{%s}:out 0-0", id);
+		int wdone = 0;
+		while (!wdone)
+			if (redisBufferWrite(C, &wdone) != REDIS_OK)
+				break;
+		sleep_ms(2);  /* Redis has it blocked */
 		int64_t t0 = now_us();
+		long long wall0 = (long long)rn_now_ms();
 		produce_async(id, js);
+		redisReply *xr = NULL;
+		int ok = redisGetReply(C, (void **)&xr) == REDIS_OK && xr && xr->type == REDIS_REPLY_ARRAY;
+		int64_t t1 = now_us();
+		long long wall1 = (long long)rn_now_ms();
+		if (xr)
+			freeReplyObject(xr);
 		rd_kafka_flush(P, 5000);
-		if (wait_first_line(id, 10000))
-			lat[got++] = now_us() - t0;
+		if (ok)
+			lat[got++] = t1 - t0;
+		long long started;
+		if (ok && run_started(id, &started) && getenv("BENCH_VERBOSE"))
+			printf("    %s: enqueued %lld, running %lld, first line read %lld (wall ms)\n", id, wall0, started, wall1);
+		if (ok && run_started(id, &started)) {
+			intake[split] = (started - wall0) * 1000;
+			inrun[split++] = (wall1 - started) * 1000;
+		}
 		free(js);
 		/* One at a time: the run ends, and the pool has refilled, before the next. */
 		th_wait_stream_terminal(C, th_strf("runnel:{%s}:out", id), 10000);
@@ -434,8 +472,16 @@ static void bench_latency(int runs)
 	printf("(c) runnel: enqueue -> first line readable by XREAD BLOCK, %d runs one at a time: "
 	       "p50 %.1f ms  p99 %.1f ms  max %.1f ms [load %s]\n", got, rn_p50, rn_p99,
 	       got ? lat[got - 1] / 1000.0 : -1, la);
+	double i50, i99, r50, r99;
+	pct(intake, split, &i50, &i99);
+	pct(inrun, split, &r50, &r99);
+	printf("    split (1 ms resolution): enqueue -> run marked running (intake: Kafka, claim, thread) p50 %.0f  "
+	       "p99 %.0f ms; running -> first line read (bootstrap, sandbox, agent, publish) p50 %.0f  p99 %.0f ms\n",
+	       i50, i99, r50, r99);
 	free(la);
 	free(lat);
+	free(intake);
+	free(inrun);
 }
 
 static double redis_benchmark_xadd(long n, int clients)
@@ -530,7 +576,8 @@ static const char *usage =
 	"usage: bench_worker [--brokers HOSTS | --mock] [--runs N] [--latency N] [--flood N]\n"
 	"                    [--warm N] [--worker PATH] [-X kafka.property=value]...\n"
 	"Real broker: --brokers, else $RUNNEL_TEST_KAFKA_BROKERS, else the suite's broker.addr\n"
-	"(" BROKER_ADDR_FILE ").  --mock: librdkafka's mock cluster.\n";
+	"(" BROKER_ADDR_FILE "), else one started with tests/kafka/broker.sh.\n"
+	"--mock: librdkafka's mock cluster.\n";
 
 int main(int argc, char **argv)
 {
@@ -570,20 +617,33 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	th_init("bench_worker");
 	if (!use_mock && !brokers[0]) {
 		const char *e = getenv("RUNNEL_TEST_KAFKA_BROKERS");
 		char *f = e && *e ? NULL : th_file_read(BROKER_ADDR_FILE, NULL);
 		snprintf(brokers, sizeof(brokers), "%s", e && *e ? e : f ? f : "");
 		free(f);
 		brokers[strcspn(brokers, "\r\n")] = '\0';
-		if (!brokers[0]) {
-			fprintf(stderr, "bench_worker: no Kafka broker: start the suite's broker (its start script), "
-			                "pass --brokers HOST:PORT, or use --mock\n%s", usage);
-			return 2;
-		}
+	}
+	if (!use_mock && !brokers[0] && access(BROKER_SH, R_OK) == 0) {
+		/* The suite's own broker, started here and stopped at the end. */
+		broker_state = th_strf("%s/kafka", th_tmpdir());
+		mkdir(broker_state, 0700);
+		char *cmd = th_strf("RUNNEL_KAFKA_WATCH_PID=%ld bash %s start %s >%s/start.log 2>&1", (long)getpid(),
+		                    BROKER_SH, broker_state, broker_state);
+		char *f = system(cmd) == 0 ? th_file_read(th_strf("%s/broker.addr", broker_state), NULL) : NULL;
+		snprintf(brokers, sizeof(brokers), "%s", f ? f : "");
+		free(f);
+		brokers[strcspn(brokers, "\r\n")] = '\0';
+		if (!brokers[0])
+			fprintf(stderr, "bench_worker: %s start failed (see %s/start.log)\n", BROKER_SH, broker_state);
+	}
+	if (!use_mock && !brokers[0]) {
+		fprintf(stderr, "bench_worker: no Kafka broker: pass --brokers HOST:PORT, start the suite's broker "
+		                "(tests/kafka/broker.sh), or use --mock\n%s", usage);
+		return 2;
 	}
 
-	th_init("bench_worker");
 	char *la = loadavg();
 	printf("bench_worker: kafka %s, sandbox bwrap, warm %s, worker %s -X \"%s\", load average %s\n",
 	       use_mock ? "mock cluster" : brokers, warm ? warm : "default", worker_bin, xprops, la);
@@ -693,6 +753,8 @@ int main(int argc, char **argv)
 	redisFree(C);
 	if (use_mock)
 		th_kafka_stop(&K);
+	if (broker_state && system(th_strf("bash %s stop %s >/dev/null 2>&1", BROKER_SH, broker_state)) != 0)
+		fprintf(stderr, "bench_worker: stopping the broker failed\n");
 	th_redis_stop(&R);
 	return 0;
 }

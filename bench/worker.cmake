@@ -12,6 +12,7 @@ if(TARGET runnel-worker AND TARGET runnel_devstub)
   target_link_libraries(bench_worker PRIVATE runnel_testsupport runnel_devstub runnel_worker_stages PkgConfig::HIREDIS
                         PkgConfig::JANSSON PkgConfig::RDKAFKA Threads::Threads)
   target_compile_definitions(bench_worker PRIVATE WORKER_BIN="$<TARGET_FILE:runnel-worker>"
-                             BROKER_ADDR_FILE="${CMAKE_BINARY_DIR}/tests/kafka/broker.addr")
+                             BROKER_ADDR_FILE="${CMAKE_BINARY_DIR}/tests/kafka/broker.addr"
+                             BROKER_SH="${PROJECT_SOURCE_DIR}/tests/kafka/broker.sh")
   add_dependencies(bench_worker runnel-worker runnel-mock-agent runnel-warm-init)
 endif()
