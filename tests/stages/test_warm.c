@@ -107,12 +107,39 @@ static void test_isolation(void)
 
 	char *env_a[] = { "PATH=/usr/bin:/bin", "HOME=/root", "RUN_A_SECRET=warm-secret-a", NULL };
 	char *env_b[] = { "PATH=/usr/bin:/bin", "HOME=/root", NULL };
+	/* Waiting, the sandbox holds nothing of any run: bwrap and the init
+	 * have empty environments. */
+	pid_t bw = a->sb.pid;
+	size_t elen = 99;
+	char *environ_bw = th_file_read(th_strf("/proc/%ld/environ", (long)bw), &elen);
+	TH_CHECK(environ_bw && elen == 0, "bwrap's environment is not empty (%zu bytes)", elen);
+	free(environ_bw);
+
 	sbx_out_t o;
-	/* Run a leaves traces everywhere it can, and a process behind. */
+	/* Run a leaves traces everywhere it can, and a process behind.  Its
+	 * secret never reaches bwrap's command line or environment. */
 	TH_REQUIRE(run_in(a, "echo a > /tmp/trace-a; echo a > /root/workspace/trace-a; "
 	                     "(sleep 30 &) ; env", env_a, &o) == 0);
 	TH_CHECK(strstr(o.out, "RUN_A_SECRET=warm-secret-a\n") != NULL, "env: %s", o.out);
 	sbx_out_free(&o);
+	TH_CHECK(!th_file_contains(th_strf("/proc/%ld/cmdline", (long)b->sb.pid), "warm-secret-a"));
+
+	/* While a run's agent waits, its secret is in neither bwrap's command
+	 * line nor its environment (only in the agent's own). */
+	worker_warm_sb_t *c = take(p, 4);
+	char *argv_c[] = { "/bin/sh", "-c", "read x; echo done", NULL };
+	worker_sandbox_spec_t sc;
+	spec_init(&sc, c, argv_c, env_a);
+	worker_sandbox_t sbc;
+	char errc[256] = "";
+	TH_REQUIRE(worker_warm_launch(c, &sc, &sbc, errc, sizeof(errc)) == 0, "%s", errc);
+	TH_CHECK(!th_file_contains(th_strf("/proc/%ld/cmdline", (long)sbc.pid), "warm-secret-a"));
+	TH_CHECK(!th_file_contains(th_strf("/proc/%ld/environ", (long)sbc.pid), "warm-secret-a"));
+	TH_CHECK(sbx_collect(&sbc, "go\n", 1, 10000, &o) == 0);
+	TH_CHECK(th_streq(o.out, "done\n"), "out: %s", o.out);
+	sbx_out_free(&o);
+	worker_sandbox_destroy(&sbc);
+	worker_warm_free(c, 0);
 
 	TH_REQUIRE(run_in(b, "ls -A /tmp /root/workspace; env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; "
 	                     "ls /proc | grep -c '^[0-9]'", env_b, &o) == 0);
