@@ -719,6 +719,14 @@ int main(int argc, char **argv)
 	free(la);
 	free(ids);
 	sleep_ms(1500);  /* the pool refills; the worker settles */
+	{
+		/* What the worker burns doing nothing (librdkafka's threads, timers). */
+		double i0 = proc_cpu_ms(w);
+		sleep_ms(3000);
+		double idle_ms_s = (proc_cpu_ms(w) - i0) / 3.0;
+		printf("    idle worker CPU: %.1f ms per second (%.2f ms per run at the rate above)\n", idle_ms_s,
+		       rn_rps > 0 ? idle_ms_s / rn_rps : 0);
+	}
 
 	if (lat_runs > 0) {
 		bench_rss(w);

@@ -164,6 +164,11 @@ static void test_isolation(void)
 	TH_CHECK(count_warm_dirs() == 0, "%d warm run directories left", count_warm_dirs());
 }
 
+static int group_gone(void *arg)
+{
+	return sbx_group_count(*(pid_t *)arg) == 0;
+}
+
 /* What does not match the sandbox is refused (the run starts cold). */
 static void test_fits(void)
 {
@@ -198,7 +203,7 @@ static void test_fits(void)
 	/* Discarded unused: its init ends quietly, the tree goes. */
 	pid_t pgid = w->sb.pid;
 	worker_warm_free(w, 0);
-	TH_CHECK(sbx_group_count(pgid) == 0, "%d processes left", sbx_group_count(pgid));
+	TH_CHECK(th_wait_until(group_gone, &pgid, 2000), "%d processes left", sbx_group_count(pgid));
 	worker_warm_pool_free(p);
 }
 
