@@ -541,9 +541,24 @@ static void bench_flood(long lines)
 	free(la);
 }
 
+/* One field of /proc/PID/smaps_rollup, in KB. */
+static long rollup_kb(pid_t pid, const char *field)
+{
+	char *s = th_file_read(th_strf("/proc/%ld/smaps_rollup", (long)pid), NULL);
+	char *key = th_strf("\n%s:", field);
+	const char *p = s ? strstr(s, key) : NULL;
+	long kb = p ? strtol(p + strlen(key), NULL, 10) : -1;
+	free(s);
+	return kb;
+}
+
 static void bench_rss(pid_t w)
 {
 	rss_idle = rss_kb(w);
+	printf("    idle worker memory: Rss %ld KB = shared file pages (libraries) %ld + private clean %ld + "
+	       "private dirty %ld + anon shared %ld KB; Pss %ld KB\n", rollup_kb(w, "Rss"), rollup_kb(w, "Shared_Clean"),
+	       rollup_kb(w, "Private_Clean"), rollup_kb(w, "Private_Dirty"), rollup_kb(w, "Shared_Dirty"),
+	       rollup_kb(w, "Pss"));
 	rss_idle_tree = tree_rss_kb(w);
 	dev_stub_otps_t o;
 	char ids[SLOTS][32];
