@@ -246,13 +246,12 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 				c->warm_init_path[0] = '\0';
 		}
 	}
-	if (c->warm > 0 && (!c->warm_init_path[0] || access(c->warm_init_path, X_OK) != 0)) {
-		if (c->warm_init) {
-			snprintf(errstr, errstr_size, "RUNNEL_WARM_INIT/--warm-init: %.200s is not an executable file", c->warm_init);
-			return -1;
-		}
-		c->warm = 0; /* no init next to us: every run starts cold */
+	if (c->warm_init && access(c->warm_init_path, X_OK) != 0) {
+		snprintf(errstr, errstr_size, "RUNNEL_WARM_INIT/--warm-init: %.200s is not an executable file", c->warm_init);
+		return -1;
 	}
+	if (c->warm > 0 && (!c->warm_init_path[0] || access(c->warm_init_path, X_OK) != 0))
+		c->warm = 0; /* no init next to us: every run starts cold */
 
 	/* The job key: environment only, removed once read. */
 	const char *hex = getenv("RUNNEL_JOB_KEY");
