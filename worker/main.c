@@ -556,25 +556,6 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	/* warm: sandboxes started ahead of need (worker/warm.h). */
-	if (w->cfg.warm > 0) {
-		char *mock_bind = NULL;
-		if (w->cfg.mock_agent_path[0] &&
-		    asprintf(&mock_bind, "%s:%s", w->cfg.mock_agent_path, WORKER_MOCK_AGENT_IN_SANDBOX) < 0)
-			mock_bind = NULL;
-		char *binds[] = { mock_bind, NULL };
-		worker_warm_pool_opts_t wo = {
-			.size = (size_t)w->cfg.warm, .init_path = w->cfg.warm_init_path,
-			.work_dir = w->cfg.work_dir, .bwrap_path = w->cfg.bwrap_path,
-			.rootfs = w->cfg.rootfs, .ro_binds = binds, .share_net = w->cfg.share_net,
-			.rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE,
-		};
-		w->ctx.warm = worker_warm_pool_new(&wo, err, sizeof(err));
-		free(mock_bind);
-		if (!w->ctx.warm)
-			rn_log_warn(NULL, "warm_start", "no warm sandboxes: %s", err);
-	}
-
 	int mport = 0;
 	if (w->cfg.metrics_host[0]) {
 		w->http = worker_http_start(w->base, &w->m, w->cfg.metrics_host, w->cfg.metrics_port,
@@ -618,6 +599,25 @@ int main(int argc, char **argv)
 	event_add(w->ev_sweep, &sw);
 	event_add(w->ev_term, NULL);
 	event_add(w->ev_int, NULL);
+
+	/* warm: sandboxes started ahead of need (worker/warm.h). */
+	if (w->cfg.warm > 0) {
+		char *mock_bind = NULL;
+		if (w->cfg.mock_agent_path[0] &&
+		    asprintf(&mock_bind, "%s:%s", w->cfg.mock_agent_path, WORKER_MOCK_AGENT_IN_SANDBOX) < 0)
+			mock_bind = NULL;
+		char *binds[] = { mock_bind, NULL };
+		worker_warm_pool_opts_t wo = {
+			.size = (size_t)w->cfg.warm, .init_path = w->cfg.warm_init_path,
+			.work_dir = w->cfg.work_dir, .bwrap_path = w->cfg.bwrap_path,
+			.rootfs = w->cfg.rootfs, .ro_binds = binds, .share_net = w->cfg.share_net,
+			.rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE,
+		};
+		w->ctx.warm = worker_warm_pool_new(&wo, err, sizeof(err));
+		free(mock_bind);
+		if (!w->ctx.warm)
+			rn_log_warn(NULL, "warm_start", "no warm sandboxes: %s", err);
+	}
 
 	rn_log_info(NULL, "worker_started",
 	            "worker %s: topic %s, group %s, %ld slot(s), sandbox %s, lease %ld s, metrics %s:%d",
