@@ -31,12 +31,13 @@ COPY . .
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang-14 \
       -DRUNNEL_SANITIZE=OFF -DRUNNEL_FUZZ=OFF \
  && cmake --build /build -j"$(nproc)" \
-      --target runnel-worker runnel-dispatcher runnel runnel-mock-agent runnel-agent runnel-egress-bridge \
+      --target runnel-worker runnel-dispatcher runnel runnel-mock-agent runnel-agent runnel-egress-bridge runnel-warm-init \
  && install -D -m 0755 -t /out/usr/local/bin \
       /build/worker/runnel-worker \
       /build/worker/runnel-mock-agent \
       /build/worker/runnel-agent \
       /build/worker/runnel-egress-bridge \
+      /build/worker/runnel-warm-init \
       /build/dispatcher/runnel-dispatcher \
       /build/cli/runnel
 
@@ -62,8 +63,8 @@ RUN apt-get update \
       --no-create-home --shell /usr/sbin/nologin runnel \
  && install -d -o 10001 -g 10001 -m 0750 /var/lib/runnel
 
-# runnel-worker finds runnel-mock-agent, runnel-agent and runnel-egress-bridge
-# next to itself (/proc/self/exe), so they all live in /usr/local/bin.
+# runnel-worker finds runnel-mock-agent, runnel-agent, runnel-egress-bridge and
+# runnel-warm-init next to itself (/proc/self/exe), so they all live in /usr/local/bin.
 COPY --from=build /out/ /
 COPY --from=agents /opt/runnel/agents /opt/runnel/agents
 

@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "proto/keys.h"
 
-#define OPTS_N 41
+#define OPTS_N 43
 
 void worker_config_wipe_env(const char *name)
 {
@@ -77,6 +77,9 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		{ "egress", 0, "RUNNEL_EGRESS", RN_OPT_STR, &c->egress, NULL, "POLICY", "network the runs may have at most: none, allowlist or full (default allowlist; full with --sandbox-net host)", 0, 0 },
 		{ "egress-allow", 0, "RUNNEL_EGRESS_ALLOW", RN_OPT_STR, &c->egress_allow, "@model,@workspace_api", "LIST", "hosts allowlist runs may reach: host[:port], *.domain[:port], @model, @workspace_api", 0, 0 },
 		{ "egress-bridge", 0, "RUNNEL_EGRESS_BRIDGE", RN_OPT_STR, &c->egress_bridge, NULL, "PATH", "runnel-egress-bridge binary (default: next to runnel-worker)", 0, 0 },
+		/* Warm sandboxes (worker/warm.h). */
+		{ "warm", 0, "RUNNEL_WARM", RN_OPT_INT, &c->warm, "-1", "N", "warm sandboxes kept ready (-1: a quarter of the slots, at least 1; 0: off)", -1, 256 },
+		{ "warm-init", 0, "RUNNEL_WARM_INIT", RN_OPT_STR, &c->warm_init, NULL, "PATH", "runnel-warm-init binary (default: next to runnel-worker)", 0, 0 },
 		RN_OPT_END,
 	};
 	_Static_assert(sizeof(t) / sizeof(t[0]) == OPTS_N, "OPTS_N must match the table");
@@ -443,6 +446,27 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		return -1;
 	if (limits_parse(c, errstr, errstr_size) < 0)
 		return -1;
+	/* Warm sandboxes: bwrap only, and only with runnel-warm-init at hand. */
+	if (c->warm < 0)
+		c->warm = (c->slots + 3) / 4;
+	if (c->driver != WORKER_SANDBOX_BWRAP)
+		c->warm = 0;
+	if (c->warm_init) {
+		snprintf(c->warm_init_path, sizeof(c->warm_init_path), "%s", c->warm_init);
+	} else {
+		char dir[PATH_MAX];
+		if (self_dir(dir, sizeof(dir)) == 0) {
+			int n = snprintf(c->warm_init_path, sizeof(c->warm_init_path), "%s/runnel-warm-init", dir);
+			if (n < 0 || (size_t)n >= sizeof(c->warm_init_path))
+				c->warm_init_path[0] = '\0';
+		}
+	}
+	if (c->warm_init && access(c->warm_init_path, X_OK) != 0) {
+		snprintf(errstr, errstr_size, "RUNNEL_WARM_INIT/--warm-init: %.200s is not an executable file", c->warm_init);
+		return -1;
+	}
+	if (c->warm > 0 && (!c->warm_init_path[0] || access(c->warm_init_path, X_OK) != 0))
+		c->warm = 0; /* no init next to us: every run starts cold */
 
 	/* The job key: environment only, removed once read. */
 	const char *hex = getenv("RUNNEL_JOB_KEY");

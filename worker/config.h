@@ -62,6 +62,8 @@ typedef struct worker_config {
 	char *egress;
 	char *egress_allow;
 	char *egress_bridge;
+	long  warm;                         /* warm sandboxes; -1 until derived */
+	char *warm_init;
 
 	/* Derived. */
 	rn_redis_url_t redis;               /* holds the password: never log */
@@ -84,6 +86,7 @@ typedef struct worker_config {
 	long     run_cpu_millis;
 	char     egress_bridge_path[4096];  /* resolved host path; "" when absent */
 	worker_limits_env_t limits;         /* filled by worker_config_limits */
+	char     warm_init_path[4096];      /* resolved runnel-warm-init; "" when absent */
 } worker_config_t;
 
 /*

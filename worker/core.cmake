@@ -27,6 +27,11 @@ if(TARGET runnel-egress-bridge)
   add_dependencies(runnel-worker runnel-egress-bridge)
 endif()
 
+# So is the warm sandboxes' init.
+if(TARGET runnel-warm-init)
+  add_dependencies(runnel-worker runnel-warm-init)
+endif()
+
 # Agent adapters (worker/agent.h): the seam, the I/O loop and the kinds.
 # acp and builtin join the registry as soon as their files exist.
 target_sources(runnel_worker_core PRIVATE

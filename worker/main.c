@@ -38,6 +38,7 @@
 #include "worker/metrics.h"
 #include "worker/publish.h"
 #include "worker/run.h"
+#include "worker/warm.h"
 #include "worker/sandbox.h"
 
 #define PENDING_MAX      64
@@ -598,6 +599,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 		return;
 	}
 	w->draining = 1;
+	worker_warm_pool_drain(w->ctx.warm);   /* warm: shrink to zero */
 	worker_http_set_draining(w->http);
 	rn_log_info(NULL, "drain_start", "signal %d: taking no more runs; %zu run(s) active, %ld s to finish",
 	            (int)sig, w->busy, w->cfg.drain_sec);
@@ -771,6 +773,26 @@ int main(int argc, char **argv)
 	event_add(w->ev_term, NULL);
 	event_add(w->ev_int, NULL);
 
+	/* warm: sandboxes started ahead of need (worker/warm.h). */
+	if (w->cfg.warm > 0) {
+		char *mock_bind = NULL;
+		if (w->cfg.mock_agent_path[0] &&
+		    asprintf(&mock_bind, "%s:%s", w->cfg.mock_agent_path, WORKER_MOCK_AGENT_IN_SANDBOX) < 0)
+			mock_bind = NULL;
+		char *binds[] = { mock_bind, NULL };
+		worker_warm_pool_opts_t wo = {
+			.size = (size_t)w->cfg.warm, .init_path = w->cfg.warm_init_path,
+			.work_dir = w->cfg.work_dir, .bwrap_path = w->cfg.bwrap_path,
+			.rootfs = w->cfg.rootfs, .ro_binds = binds, .share_net = w->cfg.share_net,
+			.rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE,
+			.tmp_mb = w->cfg.run_tmp_mb, .limits = &w->cfg.limits,
+		};
+		w->ctx.warm = worker_warm_pool_new(&wo, err, sizeof(err));
+		free(mock_bind);
+		if (!w->ctx.warm)
+			rn_log_warn(NULL, "warm_start", "no warm sandboxes: %s", err);
+	}
+
 	rn_log_info(NULL, "worker_started",
 	            "worker %s: topic %s, group %s, %ld slot(s), sandbox %s, lease %ld s, metrics %s:%d",
 	            w->cfg.worker_id, w->cfg.jobs_topic, w->cfg.group, w->cfg.slots, w->cfg.sandbox,
@@ -833,6 +855,14 @@ int main(int argc, char **argv)
 	event_free(w->ev_drain);
 	event_free(w->ev_hard);
 	event_base_free(w->base);
+	if (w->ctx.warm) {
+		unsigned long taken, missed, started;
+		worker_warm_pool_stats(w->ctx.warm, &taken, &missed, &started);
+		rn_log_info(NULL, "warm_stats", "warm sandboxes: %lu started, %lu taken, %lu runs found none ready",
+		            started, taken, missed);
+		worker_warm_pool_free(w->ctx.warm);   /* after every run ended */
+		w->ctx.warm = NULL;
+	}
 	if (w->rc)
 		redisFree(w->rc);
 	free(w->runs);

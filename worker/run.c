@@ -35,6 +35,7 @@
 #include "worker/limits.h"
 #include "worker/publish.h"
 #include "worker/sandbox.h"
+#include "worker/warm.h"
 #include "worker/workspace.h"
 #include "worker/writeback.h"
 
@@ -616,6 +617,7 @@ static void run_pipeline(run_io_t *io)
 	memset(&launch, 0, sizeof(launch));
 	worker_sandbox_t sb;
 	int have_sb = 0;
+	worker_warm_sb_t *warm = NULL;   /* a warm sandbox this run took (it brings ws) */
 	memset(&boot, 0, sizeof(boot));
 	memset(&sb, 0, sizeof(sb));
 
@@ -661,7 +663,13 @@ static void run_pipeline(run_io_t *io)
 		io_end_error(io, PROTO_ERR_INTERNAL, msg, "internal error");
 		goto out;
 	}
-	if (worker_ws_create(&ws, cfg->work_dir, run->run_id, err, sizeof(err)) < 0) {
+	/* warm: a sandbox started ahead of need brings its run directory
+	 * (worker/warm.h); one with skills starts cold (no /root/skills bind). */
+	if (!json_array_size(boot.skills))
+		warm = worker_warm_pool_take(run->ctx->warm, cfg->share_net);
+	if (warm) {
+		ws = warm->ws;
+	} else if (worker_ws_create(&ws, cfg->work_dir, run->run_id, err, sizeof(err)) < 0) {
 		rn_log_error(run->run_id, "workspace", "%s", err);
 		io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not create the run's workspace.", "internal error");
 		goto out;
@@ -708,7 +716,8 @@ static void run_pipeline(run_io_t *io)
 			goto out;
 		}
 		snprintf(dir, sizeof(dir), "%s/%s", ws.skills, name);
-		if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		/* skills/ is made on first need (worker_ws_create leaves it out). */
+		if ((mkdir(ws.skills, 0755) < 0 && errno != EEXIST) || (mkdir(dir, 0700) < 0 && errno != EEXIST)) {
 			io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not create a skill directory.", "internal error");
 			goto out;
 		}
@@ -733,6 +742,10 @@ static void run_pipeline(run_io_t *io)
 	char setup_path[WORKER_PATH_MAX + 16];
 	if (boot.setup_script) {
 		snprintf(setup_path, sizeof(setup_path), "%s/setup.sh", ws.meta);
+		if (mkdir(ws.meta, 0700) < 0 && errno != EEXIST) {
+			io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not write the setup script.", "internal error");
+			goto out;
+		}
 		int fd = open(setup_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0500);
 		size_t sl = strlen(boot.setup_script);
 		if (fd < 0 || write(fd, boot.setup_script, sl) != (ssize_t)sl) {
@@ -797,11 +810,37 @@ static void run_pipeline(run_io_t *io)
 	spec.envp = envv.v;
 	spec.ro_binds = launch.ro_binds.n ? launch.ro_binds.v : NULL;
 	spec.share_net = launch.share_net;
-	spec.rlimit_nofile = 4096;
+	spec.rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE;
 	worker_guard_sandbox_spec(io->guard, &spec);
 	rn_log_debug(run->run_id, "run_phase", "workspace ready at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 	int64_t t0 = rn_mono_us();
-	if (worker_sandbox_spawn(&spec, &sb, err, sizeof(err)) < 0) {
+	/* warm: what the warm sandbox cannot match starts cold (same ws). */
+	if (warm && !worker_warm_fits(warm, &spec)) {
+		worker_warm_free(warm, 1);
+		warm = NULL;
+	}
+	if (warm) {
+		/*
+		 * The run's cgroup takes the warm sandbox's processes (bwrap, its
+		 * pid 1 and the waiting init: process group warm->sb.pid) before
+		 * the run's argv and environment reach the init, so nothing of the
+		 * run ever runs outside its limits.  Its workspace tmpfs was
+		 * mounted before bwrap bound it and the guard resized it to the
+		 * run's cap (worker_limits_mount_workspace).
+		 */
+		rc = worker_guard_attach(io->guard, warm->sb.pid, err, sizeof(err));
+		if (rc == 0)
+			rc = worker_warm_launch(warm, &spec, &sb, err, sizeof(err));
+		if (rc < 0) {
+			/* Nothing of the run ran in it: start cold instead. */
+			rn_log_warn(run->run_id, "warm_launch", "%s; starting cold", err);
+			worker_warm_free(warm, 1);
+			warm = NULL;
+		}
+	}
+	if (!warm)
+		rc = worker_sandbox_spawn(&spec, &sb, err, sizeof(err));
+	if (rc < 0) {
 		snprintf(msg, sizeof(msg), "The sandbox could not be started: %s", err);
 		io_end_error(io, PROTO_ERR_INTERNAL, msg, "internal error");
 		goto out;
@@ -809,7 +848,8 @@ static void run_pipeline(run_io_t *io)
 	have_sb = 1;
 	rn_hist_observe(io->m->sandbox_start, (double)(rn_mono_us() - t0) / 1e6);
 	worker_strv_free(&envv);
-	rn_log_info(run->run_id, "agent_started", "pid %ld, runtime cap %" PRId64 " s", (long)sb.pid, cap_sec);
+	rn_log_info(run->run_id, "agent_started", "pid %ld, %s start, runtime cap %" PRId64 " s", (long)sb.pid,
+	            warm ? "warm" : "cold", cap_sec);
 
 	/* 5: agent I/O until it ends. */
 	worker_line_sink_t sink = {
@@ -920,6 +960,7 @@ static void run_pipeline(run_io_t *io)
 out:
 	if (have_sb)
 		worker_sandbox_destroy(&sb);
+	worker_warm_free(warm, 1);   /* its run directory is ws, removed below */
 	worker_guard_free(io->guard);
 	io->guard = NULL;
 	worker_strv_free(&envv);

@@ -27,6 +27,11 @@
 
 typedef struct worker_run worker_run_t;
 
+/* The mock agent's path in the sandbox and the runs' open-files limit
+ * (shared with the warm pool, whose sandboxes must match them). */
+#define WORKER_MOCK_AGENT_IN_SANDBOX "/run/runnel/runnel-mock-agent"
+#define WORKER_RUN_RLIMIT_NOFILE     4096
+
 /* What a run shares with the whole worker (outlives every run). */
 typedef struct worker_ctx {
 	const worker_config_t *cfg;
@@ -36,6 +41,8 @@ typedef struct worker_ctx {
 	void *arg;
 	/* Non-zero: stop retrying Redis and abandon (hard stop after the drain). */
 	volatile int give_up;
+	/* Warm sandboxes started ahead of need, or NULL (worker/warm.h). */
+	struct worker_warm_pool *warm;
 } worker_ctx_t;
 
 typedef enum {

@@ -32,6 +32,16 @@
 
 #define WORKER_SANDBOX_SETUP_FAILED 97   /* exit status when setup fails */
 
+/*
+ * The setup script runs before the agent in the same sandbox.  Its stdin is
+ * /dev/null (so it cannot eat the agent's turn) and its stdout goes to
+ * stderr (so it cannot forge envelope lines).  $0 is the script, "$@" the
+ * agent.  Shared by the cold start and the warm one (worker/warm.c).
+ */
+#define WORKER_SANDBOX_SETUP_PATH    "/run/runnel/setup.sh"
+#define WORKER_SANDBOX_SETUP_WRAPPER \
+	"/bin/sh \"$0\" </dev/null 1>&2 || exit 97; exec \"$@\""
+
 typedef enum {
 	WORKER_SANDBOX_BWRAP = 0,
 	WORKER_SANDBOX_PROCESS,

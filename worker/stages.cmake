@@ -4,6 +4,7 @@ add_library(runnel_worker_stages STATIC
   ${CMAKE_CURRENT_LIST_DIR}/bootstrap.c
   ${CMAKE_CURRENT_LIST_DIR}/workspace.c
   ${CMAKE_CURRENT_LIST_DIR}/sandbox.c
+  ${CMAKE_CURRENT_LIST_DIR}/warm.c
   ${CMAKE_CURRENT_LIST_DIR}/writeback.c
   ${CMAKE_CURRENT_LIST_DIR}/httpc.c
   # Per-run limits and egress: cgroups, the guard, the proxy.
@@ -19,3 +20,12 @@ add_executable(runnel-egress-bridge ${CMAKE_CURRENT_LIST_DIR}/egress_bridge.c)
 
 add_executable(runnel-mock-agent ${CMAKE_CURRENT_LIST_DIR}/mock_agent.c)
 target_link_libraries(runnel-mock-agent PRIVATE runnel_proto runnel_common)
+
+# The first program of a warm sandbox (worker/warm.h): waits on stdin for
+# the run's argv and environment, then becomes the agent.  libc only.
+add_executable(runnel-warm-init ${CMAKE_CURRENT_LIST_DIR}/warm_init.c)
+# Static (outside sanitizer builds): a warm start execs it and then the
+# agent, and a static program skips the dynamic loader's work on every run.
+if(NOT RUNNEL_SANITIZE)
+  target_link_options(runnel-warm-init PRIVATE -static)
+endif()

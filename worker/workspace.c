@@ -117,9 +117,13 @@ int worker_ws_create(worker_ws_t *ws, const char *root, const char *run_id,
 		memset(ws, 0, sizeof(*ws));
 		return -1;
 	}
-	/* The top is 0700; what the sandbox sees below is the agent's. */
-	if (mkdir(ws->workspace, 0755) != 0 || mkdir(ws->assets, 0755) != 0 ||
-	    mkdir(ws->skills, 0755) != 0 || mkdir(ws->meta, 0700) != 0) {
+	/*
+	 * The top is 0700; what the sandbox sees below is the agent's.  skills/
+	 * and meta/ are made by the run when it has skills or a setup script:
+	 * on a busy disk every directory made and removed per run costs CPU
+	 * (ext4 skips recently freed inodes), see docs/worker.md.
+	 */
+	if (mkdir(ws->workspace, 0755) != 0 || mkdir(ws->assets, 0755) != 0) {
 		snprintf(errstr, errstr_size, "workspace: cannot create the tree in %s: %s", ws->dir,
 		         strerror(errno));
 		worker_ws_remove(ws);

@@ -8,6 +8,8 @@
  *   skills/<name>/      -> /root/skills/<name> (read-only)
  *   meta/               worker-private (setup script); never bound into
  *                       the sandbox except the files it names explicitly
+ * worker_ws_create makes the top, workspace/ and assets/; the run makes
+ * skills/ (0755) and meta/ (0700) only when it has skills or a setup script.
  *
  * Extraction refuses absolute paths, "..", links whose target leaves the
  * tree, hard links, devices and fifos, more than max_entries entries, and

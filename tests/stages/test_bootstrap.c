@@ -216,6 +216,26 @@ static void test_shapes(void)
 	}
 }
 
+/* /env and /config are independent: both are in flight at once. */
+static void test_concurrent(void)
+{
+	dev_stub_run_t run;
+	memset(&run, 0, sizeof(run));
+	run.faults[DEV_STUB_EP_ENV].delay_ms = 600;
+	run.faults[DEV_STUB_EP_CONFIG].delay_ms = 600;
+	dev_stub_otps_t o;
+	add_run(&run, &o);
+	worker_boot_t boot;
+	char err[512] = "";
+	int64_t t0 = th_now_ms();
+	int rc = worker_bootstrap_fetch(o.agent_url, o.otp_setup, o.otp_run, NULL, &boot, err, sizeof(err));
+	int64_t took = th_now_ms() - t0;
+	TH_CHECK(rc == 0, "%s", err);
+	/* One after the other would take 1200 ms. */
+	TH_CHECK(took >= 600 && took < 1100, "took %lld ms", (long long)took);
+	worker_boot_clear(&boot);
+}
+
 int main(void)
 {
 	th_init("stages_bootstrap");
@@ -228,6 +248,7 @@ int main(void)
 	test_http_failures();
 	test_unreachable();
 	test_shapes();
+	test_concurrent();
 
 	dev_stub_stop(stub);
 	curl_global_cleanup();

@@ -1,7 +1,10 @@
 /*
  * tests/stages/test_sandbox.c - the bwrap and process drivers against the
  * real bubblewrap: what the agent can see and write, the setup script,
- * exec failures, signals and killing the whole tree.
+ * exec failures, signals and killing the whole tree.  Given the path of
+ * runnel-warm-init as a second argument, every bwrap sandbox starts warm
+ * (worker/warm.h: started first, the run's argv and environment sent
+ * later) and must behave the same.
  */
 #include <errno.h>
 #include <signal.h>
@@ -15,9 +18,33 @@
 #include "tests/stages/stages_support.h"
 #include "tests/support/harness.h"
 #include "worker/sandbox.h"
+#include "worker/warm.h"
 
 static const char *ws_dir;
 static const char *mock_agent;
+static const char *warm_init;   /* set: bwrap sandboxes start warm */
+
+/* worker_sandbox_spawn, or a warm start then the launch (same contract). */
+static int sbx_spawn(const worker_sandbox_spec_t *s, worker_sandbox_t *sb, char *err, size_t errsz)
+{
+	if (!warm_init || s->driver != WORKER_SANDBOX_BWRAP)
+		return worker_sandbox_spawn(s, sb, err, errsz);
+	worker_warm_sb_t w;
+	memset(&w, 0, sizeof(w));
+	if (worker_warm_start(s, warm_init, &w, err, errsz) != 0) {
+		memset(sb, 0, sizeof(*sb));
+		sb->pid = -1;
+		sb->stdin_fd = sb->stdout_fd = sb->stderr_fd = -1;
+		return -1;
+	}
+	/* Started ahead of need: the init waits for its run. */
+	TH_CHECK(worker_sandbox_reap(&w.sb) == 0, "the warm sandbox did not wait");
+	TH_CHECK(worker_warm_fits(&w, s), "a spec does not fit the sandbox made from it");
+	int rc = worker_warm_launch(&w, s, sb, err, errsz);
+	TH_CHECK(w.sb.pid == -1 && w.sb.stdin_fd == -1, "the warm sandbox kept its process");
+	worker_warm_discard(&w, 1);
+	return rc;
+}
 
 static char *env_base[] = {
 	"PATH=/usr/local/bin:/usr/bin:/bin",
@@ -47,7 +74,7 @@ static int run_sh(worker_sandbox_driver_t driver, const char *script, const char
 	s.setup_script = setup;
 	worker_sandbox_t sb;
 	char err[256] = "";
-	if (worker_sandbox_spawn(&s, &sb, err, sizeof(err)) != 0) {
+	if (sbx_spawn(&s, &sb, err, sizeof(err)) != 0) {
 		TH_NOTE("spawn failed: %s", err);
 		memset(o, 0, sizeof(*o));
 		return -1;
@@ -78,7 +105,7 @@ static void test_env(void)
 	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_BWRAP, argv);
 	worker_sandbox_t sb;
 	char err[256];
-	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	TH_REQUIRE(sbx_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)sb.pid);
 	size_t len = 0;
@@ -157,7 +184,7 @@ static void test_setup_script(void)
 	s.setup_script = setup;
 	worker_sandbox_t sb;
 	char err[256];
-	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	TH_REQUIRE(sbx_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
 	sbx_out_t o;
 	TH_CHECK(sbx_collect(&sb, "the-turn\n", 1, 10000, &o) == 0);
 	worker_sandbox_destroy(&sb);
@@ -191,7 +218,7 @@ static void test_exec_failure(void)
 	s.bwrap_path = "/nonexistent/bwrap";
 	worker_sandbox_t sb;
 	char err[256] = "";
-	TH_CHECK(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == -1);
+	TH_CHECK(sbx_spawn(&s, &sb, err, sizeof(err)) == -1);
 	TH_CHECK(th_streq(err, "cannot exec bwrap: No such file or directory"), "err: %s", err);
 	TH_CHECK(sb.stdin_fd == -1 && sb.stdout_fd == -1 && sb.stderr_fd == -1);
 
@@ -200,23 +227,23 @@ static void test_exec_failure(void)
 	char *noexec = th_strf("%s/not-executable", tmp);
 	TH_REQUIRE(th_file_write(noexec, "x", 1) == 0);
 	s.bwrap_path = noexec;
-	TH_CHECK(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == -1);
+	TH_CHECK(sbx_spawn(&s, &sb, err, sizeof(err)) == -1);
 	TH_CHECK(th_streq(err, "cannot exec bwrap: Permission denied"), "err: %s", err);
 
 	char *argv2[] = { "/nonexistent/agent", NULL };
 	s = spec_for(WORKER_SANDBOX_PROCESS, argv2);
-	TH_CHECK(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == -1);
+	TH_CHECK(sbx_spawn(&s, &sb, err, sizeof(err)) == -1);
 	TH_CHECK(th_streq(err, "cannot exec /nonexistent/agent: No such file or directory"), "err: %s", err);
 
 	char *argv3[] = { "no-such-agent-program", NULL };
 	s = spec_for(WORKER_SANDBOX_PROCESS, argv3);
-	TH_CHECK(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == -1);
+	TH_CHECK(sbx_spawn(&s, &sb, err, sizeof(err)) == -1);
 	TH_CHECK(th_streq(err, "cannot exec no-such-agent-program: No such file or directory"), "err: %s", err);
 
 	/* Inside bwrap, a missing agent is bwrap's exit, not a spawn error. */
 	char *argv4[] = { "/nonexistent/agent", NULL };
 	s = spec_for(WORKER_SANDBOX_BWRAP, argv4);
-	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	TH_REQUIRE(sbx_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
 	sbx_out_t o;
 	TH_CHECK(sbx_collect(&sb, NULL, 1, 10000, &o) == 0);
 	worker_sandbox_destroy(&sb);
@@ -242,7 +269,7 @@ static void test_kill_tree(worker_sandbox_driver_t driver)
 	worker_sandbox_spec_t s = spec_for(driver, argv);
 	worker_sandbox_t sb;
 	char err[256];
-	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	TH_REQUIRE(sbx_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
 	/* bwrap: bwrap, its init, sh, two sleeps.  process: sh + two sleeps. */
 	struct group_arg a = { sb.pid, driver == WORKER_SANDBOX_BWRAP ? 5 : 3 };
 	TH_CHECK(th_wait_until(group_cond, &a, 5000), "only %d processes", sbx_group_count(sb.pid));
@@ -266,7 +293,7 @@ static void test_kill_tree(worker_sandbox_driver_t driver)
 static void start_mock(const worker_sandbox_spec_t *s, worker_sandbox_t *sb, const char *want)
 {
 	char err[256];
-	TH_REQUIRE(worker_sandbox_spawn(s, sb, err, sizeof(err)) == 0, "%s", err);
+	TH_REQUIRE(sbx_spawn(s, sb, err, sizeof(err)) == 0, "%s", err);
 	const char *turn = "{\"run_id\":\"run_sbx\",\"prompt\":\"p\"}\n";
 	TH_CHECK(write(sb->stdin_fd, turn, strlen(turn)) == (ssize_t)strlen(turn));
 	char buf[4096];
@@ -337,7 +364,7 @@ static void test_process_driver(void)
 	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_PROCESS, argv);
 	worker_sandbox_t sb;
 	char err[256];
-	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	TH_REQUIRE(sbx_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
 	pid_t pgid = sb.pid;
 	/* stdout stays open in the sleep, so wait for the exit, not EOF. */
 	int r = 0;
@@ -353,7 +380,7 @@ static void test_process_driver(void)
 	s = spec_for(WORKER_SANDBOX_BWRAP, argv2);
 	s.rlimit_nofile = 77;
 	s.rlimit_fsize_mb = 1;
-	TH_REQUIRE(worker_sandbox_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	TH_REQUIRE(sbx_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
 	TH_CHECK(sbx_collect(&sb, NULL, 1, 10000, &o) == 0);
 	worker_sandbox_destroy(&sb);
 	TH_CHECK(th_streq(o.out, "77\n2048\n"), "ulimits: %s", o.out);
@@ -372,8 +399,9 @@ static void test_probe(void)
 int main(int argc, char **argv)
 {
 	th_init("stages_sandbox");
-	TH_REQUIRE(argc == 2, "usage: test_sandbox MOCK_AGENT");
+	TH_REQUIRE(argc == 2 || argc == 3, "usage: test_sandbox MOCK_AGENT [WARM_INIT]");
 	mock_agent = argv[1];
+	warm_init = argc == 3 ? argv[2] : NULL;
 	/* The worker's own environment must never reach the agent. */
 	setenv("RUNNEL_REDIS_URL", "redis://:sandbox-test-secret@127.0.0.1:1", 1);
 	ws_dir = th_tmpdir();

@@ -184,6 +184,8 @@ static void test_bad_config(void)
 		{ "RUNNEL_REDIS_URL=http://x", "RUNNEL_REDIS_URL/--redis-url: redis url: must start with redis://" },
 		{ "RUNNEL_KAFKA_PROPERTIES=no.such.property=1", "-X no.such.property: No such configuration property: \\\"no.such.property\\\"" },
 		{ "RUNNEL_METRICS_LISTEN=nowhere", "RUNNEL_METRICS_LISTEN/--metrics-listen: \\\"nowhere\\\" is not host:port" },
+		{ "RUNNEL_WARM=-2", "RUNNEL_WARM: -2 is out of range -1..256" },
+		{ "RUNNEL_WARM_INIT=/nonexistent/init", "RUNNEL_WARM_INIT/--warm-init: /nonexistent/init is not an executable file" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char *name = th_strf("bad%zu", i);

@@ -63,6 +63,9 @@ pid_t wt_worker(wt_t *t, const char *name, const char *const *extra_env)
 	env[n++] = "RUNNEL_LOG_LEVEL=debug";
 	/* Faster group joins and fetches against the mock cluster. */
 	env[n++] = "RUNNEL_KAFKA_PROPERTIES=topic.metadata.refresh.interval.ms=1000;session.timeout.ms=6000;heartbeat.interval.ms=500";
+	/* Warm sandboxes on (the worker's default) or off: ctest runs both. */
+	if (getenv("RUNNEL_WARM"))
+		env[n++] = th_strf("RUNNEL_WARM=%s", getenv("RUNNEL_WARM"));
 	for (size_t i = 0; extra_env && extra_env[i] && n < 62; i++)
 		env[n++] = extra_env[i];
 	env[n] = NULL;

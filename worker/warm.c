@@ -1,0 +1,607 @@
+/*
+ * worker/warm.c - warm sandboxes and their pool (see warm.h): starting a
+ * bwrap sandbox whose agent is runnel-warm-init, checking that a run's
+ * sandbox spec matches it, sending the launch message, and the refill
+ * thread that keeps a few of them waiting.
+ */
+#include "worker/warm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+#define WARM_SETUP_MAX   (8u << 20)   /* matches runnel-warm-init's string cap */
+#define WARM_RETRY_MS    1000         /* after a failed start */
+
+/* ------------------------------------------------------------------------
+ * One warm sandbox
+ * ------------------------------------------------------------------------ */
+
+static int str_eq(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+static char **strv_dup(char *const *v)
+{
+	size_t n = 0;
+	while (v && v[n])
+		n++;
+	char **d = calloc(n + 1, sizeof(*d));
+	if (!d)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		d[i] = strdup(v[i]);
+		if (!d[i]) {
+			for (size_t j = 0; j < i; j++)
+				free(d[j]);
+			free(d);
+			return NULL;
+		}
+	}
+	return d;
+}
+
+static void strv_free0(char **v)
+{
+	for (size_t i = 0; v && v[i]; i++)
+		free(v[i]);
+	free(v);
+}
+
+static void sb_blank(worker_sandbox_t *sb)
+{
+	memset(sb, 0, sizeof(*sb));
+	sb->pid = -1;
+	sb->stdin_fd = sb->stdout_fd = sb->stderr_fd = -1;
+}
+
+int worker_warm_start(const worker_sandbox_spec_t *tmpl, const char *init_path,
+                      worker_warm_sb_t *w, char *errstr, size_t errstr_size)
+{
+	worker_ws_t keep = w->ws;
+	int keep_have = w->have_ws;
+	memset(w, 0, sizeof(*w));
+	w->ws = keep;
+	w->have_ws = keep_have;
+	sb_blank(&w->sb);
+	if (tmpl->driver != WORKER_SANDBOX_BWRAP || tmpl->skills_dir || !init_path ||
+	    !tmpl->workspace_dir) {
+		snprintf(errstr, errstr_size, "warm: only bwrap sandboxes without skills start warm");
+		return -1;
+	}
+	size_t nb = 0;
+	while (tmpl->ro_binds && tmpl->ro_binds[nb])
+		nb++;
+	char **binds = calloc(nb + 2, sizeof(*binds));
+	char *init_bind = NULL;
+	if (!binds || asprintf(&init_bind, "%s:%s", init_path, WORKER_WARM_INIT_IN_SANDBOX) < 0) {
+		free(binds);
+		snprintf(errstr, errstr_size, "warm: out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < nb; i++)
+		binds[i] = tmpl->ro_binds[i];
+	binds[nb] = init_bind;
+
+	char *argv[] = { WORKER_WARM_INIT_IN_SANDBOX, NULL };
+	static char *const no_env[] = { NULL };
+	worker_sandbox_spec_t s = *tmpl;
+	s.argv = argv;
+	s.envp = no_env;       /* the run's environment comes over the pipe */
+	s.setup_script = NULL;
+	s.ro_binds = binds;
+	int rc = worker_sandbox_spawn(&s, &w->sb, errstr, errstr_size);
+	free(binds);
+	free(init_bind);
+	if (rc != 0) {
+		sb_blank(&w->sb);
+		return -1;
+	}
+	w->bwrap_path = tmpl->bwrap_path ? strdup(tmpl->bwrap_path) : NULL;
+	w->rootfs = tmpl->rootfs ? strdup(tmpl->rootfs) : NULL;
+	w->workspace_dir = strdup(tmpl->workspace_dir);
+	w->ro_binds = strv_dup(tmpl->ro_binds);
+	w->share_net = tmpl->share_net;
+	w->rlimit_nofile = tmpl->rlimit_nofile;
+	w->rlimit_nproc = tmpl->rlimit_nproc;
+	w->rlimit_as_mb = tmpl->rlimit_as_mb;
+	w->rlimit_fsize_mb = tmpl->rlimit_fsize_mb;
+	w->tmp_mb = tmpl->tmp_mb;
+	if ((tmpl->bwrap_path && !w->bwrap_path) || (tmpl->rootfs && !w->rootfs) ||
+	    !w->workspace_dir || !w->ro_binds) {
+		worker_warm_discard(w, 1);
+		snprintf(errstr, errstr_size, "warm: out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+static int bind_listed(char *const *list, const char *b)
+{
+	for (size_t i = 0; list && list[i]; i++)
+		if (!strcmp(list[i], b))
+			return 1;
+	return 0;
+}
+
+int worker_warm_fits(const worker_warm_sb_t *w, const worker_sandbox_spec_t *spec)
+{
+	if (!w || w->sb.pid <= 0 || spec->driver != WORKER_SANDBOX_BWRAP)
+		return 0;
+	if (!str_eq(w->bwrap_path, spec->bwrap_path) || !str_eq(w->rootfs, spec->rootfs) ||
+	    !str_eq(w->workspace_dir, spec->workspace_dir) || spec->skills_dir ||
+	    w->share_net != spec->share_net || w->rlimit_nofile != spec->rlimit_nofile ||
+	    w->rlimit_nproc != spec->rlimit_nproc || w->rlimit_as_mb != spec->rlimit_as_mb ||
+	    w->rlimit_fsize_mb != spec->rlimit_fsize_mb || w->tmp_mb != spec->tmp_mb || spec->egress_bridge)
+		return 0;
+	for (size_t i = 0; spec->ro_binds && spec->ro_binds[i]; i++)
+		if (!bind_listed(w->ro_binds, spec->ro_binds[i]))
+			return 0;
+	return 1;
+}
+
+/* A growable message buffer with a cap. */
+typedef struct msg {
+	unsigned char *p;
+	size_t len, cap;
+	int bad;
+} msg_t;
+
+static void msg_put(msg_t *m, const void *data, size_t n)
+{
+	if (m->bad)
+		return;
+	if (m->len + n > m->cap) {
+		size_t nc = m->cap ? m->cap : 4096;
+		while (nc < m->len + n)
+			nc *= 2;
+		unsigned char *np = malloc(nc);
+		if (!np) {
+			m->bad = 1;
+			return;
+		}
+		if (m->p) {
+			memcpy(np, m->p, m->len);
+			explicit_bzero(m->p, m->cap);
+			free(m->p);
+		}
+		m->p = np;
+		m->cap = nc;
+	}
+	memcpy(m->p + m->len, data, n);
+	m->len += n;
+}
+
+static void msg_u32(msg_t *m, size_t v)
+{
+	if (v > UINT32_MAX) {
+		m->bad = 1;
+		return;
+	}
+	unsigned char b[4] = { (unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+	                       (unsigned char)(v >> 24) };
+	msg_put(m, b, 4);
+}
+
+static void msg_str(msg_t *m, const char *s, size_t n)
+{
+	msg_u32(m, n);
+	msg_put(m, s, n);
+}
+
+/* Reads the host's setup script (small: /env's answer is capped). */
+static char *read_setup(const char *path, size_t *len, char *errstr, size_t errstr_size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		snprintf(errstr, errstr_size, "cannot read the setup script: %s", strerror(errno));
+		return NULL;
+	}
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap);
+	while (buf) {
+		if (n == cap) {
+			if (cap >= WARM_SETUP_MAX) {
+				snprintf(errstr, errstr_size, "the setup script is larger than %u bytes", WARM_SETUP_MAX);
+				free(buf);
+				close(fd);
+				return NULL;
+			}
+			char *nb = realloc(buf, cap * 2);
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		ssize_t r = read(fd, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			snprintf(errstr, errstr_size, "cannot read the setup script: %s", strerror(errno));
+			free(buf);
+			close(fd);
+			return NULL;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	if (!buf) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	*len = n;
+	return buf;
+}
+
+int worker_warm_launch(worker_warm_sb_t *w, const worker_sandbox_spec_t *spec,
+                       worker_sandbox_t *sb, char *errstr, size_t errstr_size)
+{
+	sb_blank(sb);
+	if (!worker_warm_fits(w, spec) || !spec->argv || !spec->argv[0]) {
+		snprintf(errstr, errstr_size, "warm: the run does not fit this sandbox");
+		worker_warm_discard(w, 1);
+		return -1;
+	}
+	char *setup = NULL;
+	size_t setup_len = 0;
+	if (spec->setup_script) {
+		setup = read_setup(spec->setup_script, &setup_len, errstr, errstr_size);
+		if (!setup) {
+			worker_warm_discard(w, 1);
+			return -1;
+		}
+	}
+	msg_t m = { 0 };
+	msg_put(&m, "RNW1", 4);
+	size_t argc = 0;
+	while (spec->argv[argc])
+		argc++;
+	/* The setup wrapper, as the cold start builds it (sandbox.c). */
+	msg_u32(&m, argc + (setup ? 4 : 0));
+	if (setup) {
+		msg_str(&m, "/bin/sh", 7);
+		msg_str(&m, "-c", 2);
+		msg_str(&m, WORKER_SANDBOX_SETUP_WRAPPER, strlen(WORKER_SANDBOX_SETUP_WRAPPER));
+		msg_str(&m, WORKER_SANDBOX_SETUP_PATH, strlen(WORKER_SANDBOX_SETUP_PATH));
+	}
+	for (size_t i = 0; i < argc; i++)
+		msg_str(&m, spec->argv[i], strlen(spec->argv[i]));
+	size_t envc = 0;
+	while (spec->envp && spec->envp[envc])
+		envc++;
+	msg_u32(&m, envc);
+	for (size_t i = 0; i < envc; i++)
+		msg_str(&m, spec->envp[i], strlen(spec->envp[i]));
+	msg_str(&m, setup ? setup : "", setup_len);
+	if (setup) {
+		explicit_bzero(setup, setup_len);
+		free(setup);
+	}
+	int rc = -1;
+	if (m.bad) {
+		snprintf(errstr, errstr_size, "warm: out of memory building the launch message");
+	} else {
+		/* Blocking write: the init reads it all before anything else. */
+		size_t off = 0;
+		while (off < m.len) {
+			ssize_t n = write(w->sb.stdin_fd, m.p + off, m.len - off);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break;
+			off += (size_t)n;
+		}
+		if (off == m.len)
+			rc = 0;
+		else
+			snprintf(errstr, errstr_size, "the warm sandbox is gone");
+	}
+	if (m.p) {
+		explicit_bzero(m.p, m.cap);
+		free(m.p);
+	}
+	if (rc == 0) {
+		*sb = w->sb;
+		sb_blank(&w->sb);
+	} else {
+		worker_warm_discard(w, 1);
+	}
+	return rc;
+}
+
+void worker_warm_discard(worker_warm_sb_t *w, int keep_ws)
+{
+	if (w->sb.pid > 0)
+		worker_sandbox_destroy(&w->sb);
+	sb_blank(&w->sb);
+	free(w->bwrap_path);
+	free(w->rootfs);
+	free(w->workspace_dir);
+	strv_free0(w->ro_binds);
+	w->bwrap_path = w->rootfs = w->workspace_dir = NULL;
+	w->ro_binds = NULL;
+	if (!keep_ws && w->have_ws) {
+		/* The workspace tmpfs (worker_limits_mount_workspace), if any. */
+		if (umount2(w->ws.workspace, MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT)
+			rn_log_warn(NULL, "warm_remove", "could not unmount %s: %s", w->ws.workspace, strerror(errno));
+		if (worker_ws_remove(&w->ws) < 0)
+			rn_log_warn(NULL, "warm_remove", "could not remove %s", w->ws.dir);
+		w->have_ws = 0;
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * The pool
+ * ------------------------------------------------------------------------ */
+
+struct worker_warm_pool {
+	size_t            size;
+	char             *init_path, *work_dir, *bwrap_path, *rootfs;
+	char            **ro_binds;
+	int               share_net;
+	long              rlimit_nofile;
+	long              tmp_mb;
+	const worker_limits_env_t *limits;
+
+	pthread_mutex_t   mu;
+	pthread_cond_t    cv;
+	worker_warm_sb_t **idle;
+	size_t            nidle;
+	int               draining, stopping;
+	unsigned long     taken, missed, started, seq;
+	pthread_t         thread;
+	int               have_thread;
+};
+
+/* One new warm sandbox with its own run directory, or NULL. */
+static worker_warm_sb_t *pool_start_one(worker_warm_pool_t *p, unsigned long seq,
+                                        char *errstr, size_t errstr_size)
+{
+	worker_warm_sb_t *w = calloc(1, sizeof(*w));
+	if (!w) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	char name[64];
+	snprintf(name, sizeof(name), "warm-%ld-%lu", (long)getpid(), seq);
+	if (worker_ws_create(&w->ws, p->work_dir, name, errstr, errstr_size) != 0) {
+		free(w);
+		return NULL;
+	}
+	w->have_ws = 1;
+	if (p->limits && worker_limits_mount_workspace(p->limits, w->ws.workspace, errstr, errstr_size) < 0) {
+		worker_warm_discard(w, 0);
+		free(w);
+		return NULL;
+	}
+	worker_sandbox_spec_t t;
+	memset(&t, 0, sizeof(t));
+	t.driver = WORKER_SANDBOX_BWRAP;
+	t.bwrap_path = p->bwrap_path;
+	t.rootfs = p->rootfs;
+	t.workspace_dir = w->ws.workspace;
+	t.ro_binds = p->ro_binds;
+	t.share_net = p->share_net;
+	t.rlimit_nofile = p->rlimit_nofile;
+	t.tmp_mb = p->tmp_mb;
+	if (worker_warm_start(&t, p->init_path, w, errstr, errstr_size) != 0) {
+		worker_warm_discard(w, 0);
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+static void timed_wait(worker_warm_pool_t *p, long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+}
+
+/*
+ * The refill thread.  It forks every warm sandbox, so it must outlive
+ * them all (PR_SET_PDEATHSIG follows the forking thread): it returns only
+ * from worker_warm_pool_free().
+ */
+static void *pool_main(void *arg)
+{
+	worker_warm_pool_t *p = arg;
+	int failing = 0;
+	pthread_mutex_lock(&p->mu);
+	while (!p->stopping) {
+		if (p->draining || p->nidle >= p->size) {
+			pthread_cond_wait(&p->cv, &p->mu);
+			continue;
+		}
+		unsigned long seq = ++p->seq;
+		pthread_mutex_unlock(&p->mu);
+		char err[512];
+		worker_warm_sb_t *w = pool_start_one(p, seq, err, sizeof(err));
+		pthread_mutex_lock(&p->mu);
+		if (!w) {
+			if (!failing)
+				rn_log_warn(NULL, "warm_start", "a warm sandbox could not be started (%s); "
+				            "runs start cold meanwhile", err);
+			failing = 1;
+			if (!p->stopping)
+				timed_wait(p, WARM_RETRY_MS);
+			continue;
+		}
+		failing = 0;
+		p->started++;
+		if (p->draining || p->stopping) {
+			pthread_mutex_unlock(&p->mu);
+			worker_warm_free(w, 0);
+			pthread_mutex_lock(&p->mu);
+			continue;
+		}
+		p->idle[p->nidle++] = w;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+worker_warm_pool_t *worker_warm_pool_new(const worker_warm_pool_opts_t *o,
+                                         char *errstr, size_t errstr_size)
+{
+	if (o->size == 0 || !o->init_path || !o->work_dir) {
+		snprintf(errstr, errstr_size, "warm: no pool size, init or work directory");
+		return NULL;
+	}
+	worker_warm_pool_t *p = calloc(1, sizeof(*p));
+	if (!p) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	p->size = o->size;
+	p->init_path = strdup(o->init_path);
+	p->work_dir = strdup(o->work_dir);
+	p->bwrap_path = o->bwrap_path ? strdup(o->bwrap_path) : NULL;
+	p->rootfs = o->rootfs ? strdup(o->rootfs) : NULL;
+	p->ro_binds = strv_dup(o->ro_binds);
+	p->share_net = o->share_net;
+	p->rlimit_nofile = o->rlimit_nofile;
+	p->tmp_mb = o->tmp_mb;
+	p->limits = o->limits;
+	p->idle = calloc(o->size, sizeof(*p->idle));
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cv, NULL);
+	if (!p->init_path || !p->work_dir || (o->bwrap_path && !p->bwrap_path) ||
+	    (o->rootfs && !p->rootfs) || !p->ro_binds || !p->idle) {
+		worker_warm_pool_free(p);
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	int e = pthread_create(&p->thread, NULL, pool_main, p);
+	if (e) {
+		worker_warm_pool_free(p);
+		snprintf(errstr, errstr_size, "warm: cannot start the refill thread: %s", strerror(e));
+		return NULL;
+	}
+	p->have_thread = 1;
+	return p;
+}
+
+worker_warm_sb_t *worker_warm_pool_take(worker_warm_pool_t *p, int share_net)
+{
+	if (!p)
+		return NULL;
+	for (;;) {
+		worker_warm_sb_t *w = NULL;
+		pthread_mutex_lock(&p->mu);
+		if (share_net != p->share_net || p->draining) {
+			pthread_mutex_unlock(&p->mu);
+			return NULL;
+		}
+		if (p->nidle > 0) {
+			/* Oldest first: every sandbox waits about as long. */
+			w = p->idle[0];
+			memmove(p->idle, p->idle + 1, (p->nidle - 1) * sizeof(*p->idle));
+			p->nidle--;
+			pthread_cond_signal(&p->cv);
+		} else {
+			p->missed++;
+		}
+		pthread_mutex_unlock(&p->mu);
+		if (!w)
+			return NULL;
+		/* One that died while waiting is thrown away, not handed out. */
+		if (worker_sandbox_reap(&w->sb) == 0) {
+			pthread_mutex_lock(&p->mu);
+			p->taken++;
+			pthread_mutex_unlock(&p->mu);
+			return w;
+		}
+		rn_log_warn(NULL, "warm_dead", "a warm sandbox ended while waiting (status %d)", w->sb.status);
+		worker_warm_free(w, 0);
+	}
+}
+
+void worker_warm_free(worker_warm_sb_t *w, int keep_ws)
+{
+	if (!w)
+		return;
+	worker_warm_discard(w, keep_ws);
+	free(w);
+}
+
+void worker_warm_pool_drain(worker_warm_pool_t *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->draining = 1;
+	pthread_cond_broadcast(&p->cv);
+	for (;;) {
+		if (p->nidle == 0)
+			break;
+		worker_warm_sb_t *w = p->idle[--p->nidle];
+		pthread_mutex_unlock(&p->mu);
+		worker_warm_free(w, 0);
+		pthread_mutex_lock(&p->mu);
+	}
+	pthread_mutex_unlock(&p->mu);
+}
+
+void worker_warm_pool_stats(worker_warm_pool_t *p, unsigned long *taken,
+                            unsigned long *missed, unsigned long *started)
+{
+	if (!p) {
+		*taken = *missed = *started = 0;
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	*taken = p->taken;
+	*missed = p->missed;
+	*started = p->started;
+	pthread_mutex_unlock(&p->mu);
+}
+
+void worker_warm_pool_free(worker_warm_pool_t *p)
+{
+	if (!p)
+		return;
+	if (p->have_thread) {
+		pthread_mutex_lock(&p->mu);
+		p->stopping = 1;
+		pthread_cond_broadcast(&p->cv);
+		pthread_mutex_unlock(&p->mu);
+		/* Drain before the join: idle sandboxes die with their forking thread. */
+		worker_warm_pool_drain(p);
+		pthread_join(p->thread, NULL);
+		worker_warm_pool_drain(p); /* one the thread finished meanwhile */
+	}
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->cv);
+	free(p->idle);
+	free(p->init_path);
+	free(p->work_dir);
+	free(p->bwrap_path);
+	free(p->rootfs);
+	strv_free0(p->ro_binds);
+	free(p);
+}
