@@ -626,6 +626,11 @@ worker_guard_t *worker_guard_new(const worker_limits_env_t *env, const worker_gu
 			snprintf(errstr, errstr_size, "this worker has no runnel-egress-bridge (set RUNNEL_EGRESS_BRIDGE)");
 			goto fail;
 		}
+		/* meta/ is made only when a run needs it (worker/workspace.h). */
+		if (mkdir(a->meta_dir, 0700) != 0 && errno != EEXIST) {
+			snprintf(errstr, errstr_size, "cannot create %s: %s", a->meta_dir, strerror(errno));
+			goto fail;
+		}
 		snprintf(g->sock_path, sizeof(g->sock_path), "%s/egress.sock", a->meta_dir);
 		g->proxy = worker_egress_start(g->sock_path, allow.v, allow.n, a->run_id, errstr, errstr_size);
 		if (!g->proxy)

@@ -514,7 +514,8 @@ static int build_env(const worker_run_t *run, const worker_boot_t *boot,
 		 * directory of the run instead (bwrap's /root is already a tmpfs). */
 		char home[WORKER_PATH_MAX + 16];
 		snprintf(home, sizeof(home), "%s/home", meta_dir);
-		if (mkdir(home, 0700) < 0 && errno != EEXIST) {
+		/* meta/ is made only when a run needs it (worker/workspace.h). */
+		if ((mkdir(meta_dir, 0700) < 0 && errno != EEXIST) || (mkdir(home, 0700) < 0 && errno != EEXIST)) {
 			snprintf(errstr, errstr_size, "cannot create the agent's home directory");
 			return -1;
 		}
