@@ -1,6 +1,7 @@
 /*
  * cli/status.c - `runnel status RUN`: the run's state hash from Redis, as
- * a table for people or as JSON for scripts.
+ * a table for people or as JSON for scripts.  `runnel status` without a
+ * run: the run-time queue by tenant (common/runqueue.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <jansson.h>
 
 #include "args.h"
+#include "common/runqueue.h"
 #include "cli.h"
 #include "proto/keys.h"
 #include "rconn.h"
@@ -33,12 +35,13 @@ static const rn_opt_t status_opts[] = {
 
 static const cli_verb_t status_verb = {
 	.name = "status",
-	.synopsis = "[options] RUN",
-	.summary = "Show a run's state (status, worker, times, error code) from Redis.",
+	.synopsis = "[options] [RUN]",
+	.summary = "Show a run's state (status, tenant, worker, times, error code) from Redis;\n"
+	           "without RUN, the run-time queue by tenant.",
 	.epilog = "exit status: 0 found, 2 usage, 3 unknown run, 4 Redis unreachable\n",
 	.pos_name = "RUN",
 	.opts = status_opts,
-	.pos_min = 1,
+	.pos_min = 0,
 	.pos_max = 1,
 };
 
@@ -115,7 +118,7 @@ static void print_json(const char *run_id, const redisReply *h, long long lines)
 
 static void print_table(const char *run_id, const redisReply *h, long long lines)
 {
-	static const char *const order[] = { "status", "code", "worker", "enqueued_at", "started_at",
+	static const char *const order[] = { "status", "code", "tenant", "worker", "enqueued_at", "started_at",
 	                                     "ended_at", "lease_until", NULL };
 	char tbuf[64], dur[32];
 	long long a, b;
@@ -153,6 +156,51 @@ static void print_table(const char *run_id, const redisReply *h, long long lines
 	printf("%-12s %lld\n", "lines", lines);
 }
 
+/* Seconds with one decimal: "0.0s", "12.3s". */
+static const char *secs(char *buf, size_t size, long long ms)
+{
+	snprintf(buf, size, "%lld.%llds", ms / 1000, (ms % 1000) / 100);
+	return buf;
+}
+
+/* The queue by tenant (deepest first).  Returns a CLI exit code. */
+static int print_queue(redisContext *c)
+{
+	char err[256], b1[32];
+	rn_queue_stats_t st;
+	if (rn_runqueue_stats(c, g_opt.prefix, (size_t)-1, &st, err, sizeof(err)) < 0) {
+		fprintf(stderr, "runnel status: %s\n", err);
+		return CLI_EXIT_UNREACHABLE;
+	}
+	if (g_opt.json) {
+		json_t *o = json_pack("{s:I,s:I,s:I,s:[]}", "queued", (json_int_t)st.depth,
+		                      "taken", (json_int_t)st.inflight, "oldest_ms", (json_int_t)st.oldest_ms,
+		                      "tenants");
+		json_t *arr = json_object_get(o, "tenants");
+		for (size_t i = 0; i < st.nlisted; i++)
+			json_array_append_new(arr, json_pack("{s:s,s:I,s:I,s:I}", "tenant", st.tenants[i].name,
+			                                     "queued", (json_int_t)st.tenants[i].queued,
+			                                     "running", (json_int_t)st.tenants[i].running,
+			                                     "oldest_ms", (json_int_t)st.tenants[i].oldest_ms));
+		char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		if (s)
+			printf("%s\n", s);
+		free(s);
+		json_decref(o);
+	} else if (st.depth == 0 && st.nlisted == 0) {
+		printf("queue empty (%lld run(s) being taken)\n", (long long)st.inflight);
+	} else {
+		printf("%lld run(s) queued, oldest %s, %lld being taken\n", (long long)st.depth,
+		       secs(b1, sizeof(b1), st.oldest_ms), (long long)st.inflight);
+		printf("%-32s %8s %8s %8s\n", "TENANT", "QUEUED", "RUNNING", "OLDEST");
+		for (size_t i = 0; i < st.nlisted; i++)
+			printf("%-32s %8lld %8lld %8s\n", st.tenants[i].name, (long long)st.tenants[i].queued,
+			       (long long)st.tenants[i].running, secs(b1, sizeof(b1), st.tenants[i].oldest_ms));
+	}
+	rn_queue_stats_clear(&st);
+	return CLI_EXIT_OK;
+}
+
 int cli_status_main(int argc, char **argv)
 {
 	char err[320], kstate[PROTO_KEY_MAX], kout[PROTO_KEY_MAX];
@@ -165,7 +213,7 @@ int cli_status_main(int argc, char **argv)
 		rn_conf_free(status_opts);
 		return rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
 	}
-	if (cli_args_check_run_id(&status_verb, a.pos[0]) < 0) {
+	if (a.npos > 0 && cli_args_check_run_id(&status_verb, a.pos[0]) < 0) {
 		rc = CLI_EXIT_USAGE;
 		goto out;
 	}
@@ -177,15 +225,18 @@ int cli_status_main(int argc, char **argv)
 		rc = cli_args_usage_error(&status_verb, "--key-prefix: invalid prefix \"%.70s\"", g_opt.prefix);
 		goto out;
 	}
-	proto_key(kstate, sizeof(kstate), g_opt.prefix, a.pos[0], PROTO_KEY_STATE);
-	proto_key(kout, sizeof(kout), g_opt.prefix, a.pos[0], PROTO_KEY_OUT);
-
 	c = cli_rconn_open(g_opt.redis_url, err, sizeof(err));
 	if (!c) {
 		fprintf(stderr, "runnel status: %s\n", err);
 		rc = CLI_EXIT_UNREACHABLE;
 		goto out;
 	}
+	if (a.npos == 0) {
+		rc = print_queue(c);
+		goto out;
+	}
+	proto_key(kstate, sizeof(kstate), g_opt.prefix, a.pos[0], PROTO_KEY_STATE);
+	proto_key(kout, sizeof(kout), g_opt.prefix, a.pos[0], PROTO_KEY_OUT);
 	h = redisCommand(c, "HGETALL %s", kstate);
 	x = redisCommand(c, "XLEN %s", kout);
 	if (!h || h->type != REDIS_REPLY_ARRAY || !x || x->type != REDIS_REPLY_INTEGER) {

@@ -37,6 +37,7 @@ static struct {
 	char        *prompt;
 	char        *run_id;
 	char        *caller;
+	char        *tenant;
 	long         max_runtime_sec;
 	char        *via;
 	int          no_tail;
@@ -69,6 +70,8 @@ static const rn_opt_t submit_opts[] = {
 	  "run id (default: minted, 128 random bits)", 0, 0 },
 	{ "caller", 0, "RUNNEL_CALLER", RN_OPT_STR, &g_opt.caller, "cli", "NAME",
 	  "who enqueued the run (the job's caller field)", 0, 0 },
+	{ "tenant", 0, "RUNNEL_TENANT", RN_OPT_STR, &g_opt.tenant, NULL, "NAME",
+	  "whose run it is, for fair shares and caps ([A-Za-z0-9_.-]{1,64}; default: default)", 0, 0 },
 	{ "max-runtime-sec", 0, "RUNNEL_JOB_MAX_RUNTIME_SEC", RN_OPT_INT, &g_opt.max_runtime_sec, "0", "SEC",
 	  "the job's runtime cap (0: the worker's)", 0, 7L * 86400 },
 	{ "via", 0, "RUNNEL_SUBMIT_VIA", RN_OPT_STR, &g_opt.via, "dispatcher", "dispatcher|kafka",
@@ -214,6 +217,8 @@ static int submit_dispatcher(char *run_id_out, size_t run_id_size, json_t **answ
 		json_object_set_new(b, "run_id", json_string(g_opt.run_id));
 	if (g_opt.caller && *g_opt.caller)
 		json_object_set_new(b, "caller", json_string(g_opt.caller));
+	if (g_opt.tenant)
+		json_object_set_new(b, "tenant", json_string(g_opt.tenant));
 	if (g_opt.max_runtime_sec > 0)
 		json_object_set_new(b, "max_runtime_sec", json_integer(g_opt.max_runtime_sec));
 	char *body = json_dumps(b, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -318,6 +323,13 @@ static int submit_kafka(const char *run_id)
 	job.caller = g_opt.caller && *g_opt.caller ? strdup(g_opt.caller) : NULL;
 	job.enqueued_at = rn_now_ms();
 	job.max_runtime_sec = g_opt.max_runtime_sec;
+	if (g_opt.tenant && strlen(g_opt.tenant) > PROTO_TENANT_MAX) {
+		proto_job_clear(&job);
+		sodium_memzero(key, sizeof(key));
+		return cli_args_usage_error(&submit_verb, "tenant: longer than %d characters", PROTO_TENANT_MAX);
+	}
+	if (g_opt.tenant)
+		snprintf(job.tenant, sizeof(job.tenant), "%s", g_opt.tenant);
 	if (proto_job_validate(&job, err, sizeof(err)) < 0) {
 		proto_job_clear(&job);
 		sodium_memzero(key, sizeof(key));

@@ -14,7 +14,7 @@
 
 static const char *const known[] = {
 	"agent_url", "otp_setup", "otp_run", "otp_upload", "prompt",
-	"run_id", "caller", "max_runtime_sec", "meta", NULL,
+	"run_id", "caller", "max_runtime_sec", "meta", "tenant", NULL,
 };
 
 static int is_known(const char *k)
@@ -86,7 +86,7 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 	json_error_t jerr;
 	json_t *root, *v;
 	const char *k;
-	char *run_id = NULL;
+	char *run_id = NULL, *tenant = NULL;
 	int rc = -1;
 
 	memset(job, 0, sizeof *job);
@@ -130,8 +130,21 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 	    get_string(root, "otp_upload", 0, 1, &job->otp_upload, errstr, errstr_size) < 0 ||
 	    get_string(root, "prompt", 1, 0, &job->prompt, errstr, errstr_size) < 0 ||
 	    get_string(root, "caller", 0, 0, &job->caller, errstr, errstr_size) < 0 ||
-	    get_string(root, "run_id", 0, 0, &run_id, errstr, errstr_size) < 0)
+	    get_string(root, "run_id", 0, 0, &run_id, errstr, errstr_size) < 0 ||
+	    get_string(root, "tenant", 0, 1, &tenant, errstr, errstr_size) < 0)
 		goto out;
+	if (tenant != NULL) {
+		/* Characters: proto_job_validate's words; here only what fits. */
+		if (tenant[0] == '\0') {
+			snprintf(errstr, errstr_size, "tenant: empty");
+			goto out;
+		}
+		if (strlen(tenant) > PROTO_TENANT_MAX) {
+			snprintf(errstr, errstr_size, "tenant: longer than %d characters", PROTO_TENANT_MAX);
+			goto out;
+		}
+		snprintf(job->tenant, sizeof job->tenant, "%s", tenant);
+	}
 	if (run_id != NULL) {
 		/* The characters are proto_job_validate's to judge (same words
 		 * as everywhere else); only the length must fit the struct. */
@@ -184,6 +197,7 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 	rc = 0;
 out:
 	free(run_id);
+	free(tenant);
 	json_decref(root);
 	return rc;
 }

@@ -136,6 +136,42 @@ static int check_run_id(const char *run_id, char *errstr, size_t size)
 	return 0;
 }
 
+int proto_tenant_valid(const char *s)
+{
+	size_t n = 0;
+	if (s == NULL)
+		return 0;
+	for (; s[n]; n++) {
+		char c = s[n];
+		if (n >= PROTO_TENANT_MAX)
+			return 0;
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == '-'))
+			return 0;
+	}
+	return n > 0;
+}
+
+const char *proto_job_tenant(const proto_job_t *job)
+{
+	return job->tenant[0] ? job->tenant : PROTO_TENANT_DEFAULT;
+}
+
+static int check_tenant(const char *t, char *errstr, size_t size)
+{
+	if (t[0] == '\0')
+		return 0; /* absent: the default tenant */
+	if (strnlen(t, PROTO_TENANT_MAX + 1) > PROTO_TENANT_MAX) {
+		seterr(errstr, size, "tenant: longer than %d characters", PROTO_TENANT_MAX);
+		return -1;
+	}
+	if (!proto_tenant_valid(t)) {
+		seterr(errstr, size, "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)");
+		return -1;
+	}
+	return 0;
+}
+
 static int check_url(const char *url, char *errstr, size_t size)
 {
 	size_t n, i, skip;
@@ -256,6 +292,8 @@ int proto_job_validate(const proto_job_t *job, char *errstr, size_t errstr_size)
 			return -1;
 		}
 	}
+	if (check_tenant(job->tenant, errstr, errstr_size) != 0)
+		return -1;
 	if (job->enqueued_at < 0) {
 		seterr(errstr, errstr_size, "enqueued_at: must not be negative");
 		return -1;
@@ -498,6 +536,28 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 	    take_int(root, "max_runtime_sec", 1, &job->max_runtime_sec, errstr, size) != 0)
 		return -1;
 
+	v = json_object_get(root, "tenant");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_string(v)) {
+			seterr(errstr, size, "tenant: not a string");
+			return -1;
+		}
+		s = json_string_value(v);
+		if (json_string_length(v) == 0) {
+			seterr(errstr, size, "tenant: empty");
+			return -1;
+		}
+		if (strlen(s) != json_string_length(v) || json_string_length(v) > PROTO_TENANT_MAX) {
+			seterr(errstr, size, json_string_length(v) > PROTO_TENANT_MAX
+			       ? "tenant: longer than 64 characters"
+			       : "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)");
+			return -1;
+		}
+		if (check_tenant(s, errstr, size) != 0)
+			return -1;
+		memcpy(job->tenant, s, strlen(s) + 1);
+	}
+
 	v = json_object_get(root, "meta");
 	if (v != NULL && !json_is_null(v)) {
 		if (!json_is_object(v)) {
@@ -675,6 +735,8 @@ char *proto_job_serialize(const proto_job_t *job, const uint8_t *key,
 	}
 	if (job->caller != NULL)
 		bad |= set_string(root, "caller", job->caller);
+	if (job->tenant[0])
+		bad |= set_string(root, "tenant", job->tenant);
 	if (job->enqueued_at > 0)
 		bad |= json_object_set_new(root, "enqueued_at", json_integer(job->enqueued_at));
 	if (job->max_runtime_sec > 0)

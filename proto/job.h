@@ -34,6 +34,8 @@
 #define PROTO_JOB_URL_MAX        2048
 #define PROTO_JOB_OTP_MAX        1024
 #define PROTO_JOB_CALLER_MAX     128
+#define PROTO_TENANT_MAX         64          /* [A-Za-z0-9_.-]{1,64} */
+#define PROTO_TENANT_DEFAULT     "default"
 
 typedef struct proto_job {
 	int      v;                              /* always PROTO_JOB_VERSION */
@@ -44,6 +46,7 @@ typedef struct proto_job {
 	char    *otp_upload;                     /* secret; NULL = no writeback */
 	char    *prompt;                         /* secret-ish: never logged */
 	char    *caller;                         /* NULL when absent */
+	char     tenant[PROTO_TENANT_MAX + 1];   /* whose run (fair shares); "" = default */
 	int64_t  enqueued_at;                    /* ms since epoch; 0 when absent */
 	int64_t  max_runtime_sec;                /* 0 when absent */
 	json_t  *meta;                           /* object or NULL; owned reference */
@@ -67,6 +70,12 @@ int proto_job_key_parse(const char *hex, uint8_t key[PROTO_JOB_KEY_BYTES],
 int proto_job_parse(const char *buf, size_t len,
                     const uint8_t *key, int require_sealed,
                     proto_job_t *job, char *errstr, size_t errstr_size);
+
+/* 1 when s is a valid tenant name ([A-Za-z0-9_.-]{1,64}), else 0. */
+int proto_tenant_valid(const char *s);
+
+/* The job's tenant: job->tenant, or PROTO_TENANT_DEFAULT when empty. */
+const char *proto_job_tenant(const proto_job_t *job);
 
 /* Validates a job built in memory (the dispatcher's path).  0 or -1. */
 int proto_job_validate(const proto_job_t *job, char *errstr, size_t errstr_size);

@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "proto/keys.h"
 
-#define OPTS_N 25
+#define OPTS_N 28
 
 void worker_config_wipe_env(const char *name)
 {
@@ -55,6 +55,10 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		{ "require-sealed", 0, "RUNNEL_REQUIRE_SEALED", RN_OPT_BOOL, &c->require_sealed, "false", NULL, "refuse jobs whose secrets are not sealed", 0, 0 },
 		{ "metrics-listen", 0, "RUNNEL_METRICS_LISTEN", RN_OPT_STR, &c->metrics_listen, "127.0.0.1:9464", "ADDR", "/healthz and /metrics address (port 0: any; \"off\": none)", 0, 0 },
 		{ "log-level", 0, "RUNNEL_LOG_LEVEL", RN_OPT_STR, &c->log_level, "info", "LEVEL", "debug, info, warn, error", 0, 0 },
+		/* queue: fair shares between tenants */
+		{ "tenant-max-runs", 0, "RUNNEL_TENANT_MAX_RUNS", RN_OPT_INT, &c->tenant_max_runs, "0", "N", "runs one tenant may have claimed or running in the fleet (0: no cap)", 0, 1000000 },
+		{ "tenant-max-runs-for", 0, "RUNNEL_TENANT_MAX_RUNS_FOR", RN_OPT_STR, &c->tenant_max_runs_for, NULL, "LIST", "per-tenant caps overriding it, \"acme=20,bulk=2\" (0: no cap)", 0, 0 },
+		{ "queue-wait-replicas", 0, "RUNNEL_QUEUE_WAIT_REPLICAS", RN_OPT_INT, &c->queue_wait_replicas, "0", "N", "replicas that must have a queued job (Redis WAIT) before its Kafka offset is stored", 0, 16 },
 		{ "kafka-property", 'X', "RUNNEL_KAFKA_PROPERTIES", RN_OPT_KV, &c->kafka_props, NULL, "KEY=VALUE", "librdkafka property (repeatable; env \"k=v;k=v\")", 0, 0 },
 		RN_OPT_END,
 	};
@@ -111,6 +115,51 @@ static int listen_parse(worker_config_t *c, char *errstr, size_t errstr_size)
 	memcpy(c->metrics_host, v, (size_t)(colon - v));
 	c->metrics_host[colon - v] = '\0';
 	c->metrics_port = (int)port;
+	return 0;
+}
+
+/* "acme=20,bulk=2" into tenant_cap_names/tenant_caps. */
+static int tenant_caps_parse(worker_config_t *c, char *errstr, size_t errstr_size)
+{
+	const char *v = c->tenant_max_runs_for;
+	if (!v || !*v)
+		return 0;
+	char *copy = strdup(v);
+	if (!copy) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	char *save = NULL;
+	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		while (*tok == ' ')
+			tok++;
+		char *eq = strchr(tok, '=');
+		char *end = NULL;
+		long n = eq ? strtol(eq + 1, &end, 10) : -1;
+		int name_ok = 0;
+		if (eq) {
+			*eq = '\0';
+			name_ok = proto_tenant_valid(tok);
+			*eq = '=';
+		}
+		if (!name_ok || !end || end == eq + 1 || *end || n < 0 || n > 1000000) {
+			snprintf(errstr, errstr_size,
+			         "RUNNEL_TENANT_MAX_RUNS_FOR/--tenant-max-runs-for: \"%.64s\" is not tenant=N "
+			         "(tenant [A-Za-z0-9_.-]{1,64}, N 0..1000000)", tok);
+			free(copy);
+			return -1;
+		}
+		if (c->n_tenant_caps >= WORKER_TENANT_CAPS_MAX) {
+			snprintf(errstr, errstr_size, "RUNNEL_TENANT_MAX_RUNS_FOR/--tenant-max-runs-for: more than %d tenants",
+			         WORKER_TENANT_CAPS_MAX);
+			free(copy);
+			return -1;
+		}
+		*eq = '\0';
+		snprintf(c->tenant_cap_names[c->n_tenant_caps], sizeof(c->tenant_cap_names[0]), "%s", tok);
+		c->tenant_caps[c->n_tenant_caps++] = n;
+	}
+	free(copy);
 	return 0;
 }
 
@@ -227,6 +276,9 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		}
 		c->mock_agent_path[0] = '\0'; /* mock runs will fail with a clear message */
 	}
+
+	if (tenant_caps_parse(c, errstr, errstr_size) < 0)
+		return -1;
 
 	/* The job key: environment only, removed once read. */
 	const char *hex = getenv("RUNNEL_JOB_KEY");

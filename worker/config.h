@@ -42,6 +42,10 @@ typedef struct worker_config {
 	char *bwrap_path;
 	char *mock_agent;
 	rn_kv_list_t kafka_props;
+	/* queue: per-tenant caps */
+	long  tenant_max_runs;
+	char *tenant_max_runs_for;
+	long  queue_wait_replicas;
 
 	/* Derived. */
 	rn_redis_url_t redis;               /* holds the password: never log */
@@ -54,6 +58,11 @@ typedef struct worker_config {
 	int      log_level_num;
 	char     metrics_host[256];         /* "" when metrics are off */
 	int      metrics_port;
+	/* queue: parsed RUNNEL_TENANT_MAX_RUNS_FOR */
+#define WORKER_TENANT_CAPS_MAX 256
+	size_t   n_tenant_caps;
+	char     tenant_cap_names[WORKER_TENANT_CAPS_MAX][PROTO_TENANT_MAX + 1];
+	long     tenant_caps[WORKER_TENANT_CAPS_MAX];
 } worker_config_t;
 
 /*

@@ -1,10 +1,10 @@
 /*
- * worker/consumer.c - the job topic consumer (see consumer.h).
+ * worker/consumer.c - the job topic consumer, the record reader used on
+ * claim in reference mode, and the DLQ producer (see consumer.h).
  *
- * Prefetch is kept tiny so that a worker with full slots never sits on jobs
- * another worker could run: a paused partition's fetched messages are
- * purged by librdkafka and fetched again from the next unconsumed offset on
- * resume.
+ * The consumer never pauses: every record goes into the run-time queue in
+ * Redis as soon as it arrives, whatever the slots are doing, so a record
+ * never waits on a busy worker's partition.
  */
 #include "worker/consumer.h"
 
@@ -22,7 +22,6 @@ struct worker_consumer {
 	rd_kafka_queue_t *q;
 	rd_kafka_t       *dlq;        /* created on first use */
 	int               pipefd[2];
-	int               paused;
 	int               assigned;
 	const worker_config_t *cfg;   /* borrowed, outlives us */
 	rd_kafka_resp_err_t dr_err;
@@ -40,17 +39,6 @@ static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char 
 static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
 	rn_log_warn(NULL, "kafka_error", "%s: %s", rd_kafka_err2name(err), reason);
-}
-
-static void pause_list(worker_consumer_t *wc, rd_kafka_topic_partition_list_t *l, int pause)
-{
-	if (!l || l->cnt == 0)
-		return;
-	rd_kafka_resp_err_t err = pause ? rd_kafka_pause_partitions(wc->rk, l)
-	                                : rd_kafka_resume_partitions(wc->rk, l);
-	if (err)
-		rn_log_warn(NULL, "kafka_pause", "%s partitions: %s",
-		            pause ? "pause" : "resume", rd_kafka_err2str(err));
 }
 
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -71,11 +59,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 			rd_kafka_assign(rk, parts);
 			wc->assigned = parts->cnt;
 		}
-		/* Full slots survive a rebalance: new partitions start paused. */
-		if (wc->paused)
-			pause_list(wc, parts, 1);
-		rn_log_info(NULL, "kafka_assigned", "%d partition(s) assigned%s",
-		            parts->cnt, wc->paused ? " (paused: slots full)" : "");
+		rn_log_info(NULL, "kafka_assigned", "%d partition(s) assigned", parts->cnt);
 	} else {
 		if (coop) {
 			rd_kafka_error_t *e = rd_kafka_incremental_unassign(rk, parts);
@@ -143,15 +127,12 @@ worker_consumer_t *worker_consumer_new(const worker_config_t *cfg,
 		"auto.commit.interval.ms", "1000",
 		"auto.offset.reset", "earliest",
 		/*
-		 * Never hoard: the pause when the slots are full purges whatever
-		 * was prefetched, and the prefetch itself is capped in bytes.
-		 * queued.min.messages stays at librdkafka's default on purpose: a
-		 * small value stops fetching a partition once that many messages
-		 * are queued, and after a resume the fetcher then only looks again
-		 * on its next wake-up (about 1 s per slot freed).
+		 * Records go straight into the Redis queue, so the prefetch only
+		 * needs to cover intake while Redis answers; it stays bounded so
+		 * that a Redis outage does not buffer much in this process.
 		 */
-		"queued.max.messages.kbytes", "64",
-		"max.partition.fetch.bytes", "65536",
+		"queued.max.messages.kbytes", "1024",
+		"max.partition.fetch.bytes", "1048576",
 		"fetch.wait.max.ms", "100",
 		"fetch.error.backoff.ms", "100",
 		"reconnect.backoff.ms", "50",
@@ -233,31 +214,6 @@ rd_kafka_message_t *worker_consumer_poll(worker_consumer_t *wc)
 	}
 }
 
-void worker_consumer_set_paused(worker_consumer_t *wc, int paused)
-{
-	if (wc->paused == paused)
-		return;
-	wc->paused = paused;
-	rd_kafka_topic_partition_list_t *parts = NULL;
-	if (rd_kafka_assignment(wc->rk, &parts) == RD_KAFKA_RESP_ERR_NO_ERROR && parts) {
-		pause_list(wc, parts, paused);
-		/*
-		 * librdkafka (2.0) applies a resume on its main thread; a broker
-		 * thread whose partitions were all paused has no fetch in flight
-		 * and only notices about a second later.  Any request to that
-		 * broker wakes it, so ask the leader of the first partition for its
-		 * watermarks (one round trip, bounded).  Partitions led by other
-		 * brokers still resume within that second.
-		 */
-		if (!paused && parts->cnt > 0) {
-			int64_t lo, hi;
-			rd_kafka_query_watermark_offsets(wc->rk, parts->elems[0].topic,
-			                                 parts->elems[0].partition, &lo, &hi, 100);
-		}
-		rd_kafka_topic_partition_list_destroy(parts);
-	}
-}
-
 void worker_consumer_store(worker_consumer_t *wc, const rd_kafka_message_t *m)
 {
 	rd_kafka_resp_err_t e = rd_kafka_offset_store(m->rkt, m->partition, m->offset);
@@ -334,6 +290,122 @@ int worker_consumer_dlq(worker_consumer_t *wc, const rd_kafka_message_t *m,
 		return -1;
 	}
 	return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * The record reader (reference mode)
+ * ------------------------------------------------------------------------ */
+
+struct worker_fetcher {
+	rd_kafka_t *rk;
+	const worker_config_t *cfg;
+};
+
+worker_fetcher_t *worker_fetcher_new(const worker_config_t *cfg, char *errstr, size_t errstr_size)
+{
+	static const char *const defaults[] = {
+		"enable.auto.commit", "false",
+		"enable.auto.offset.store", "false",
+		"fetch.wait.max.ms", "50",
+		"fetch.error.backoff.ms", "100",
+		"queued.max.messages.kbytes", "1024",
+		"reconnect.backoff.ms", "50",
+		"reconnect.backoff.max.ms", "1000",
+		NULL,
+	};
+	worker_fetcher_t *f = calloc(1, sizeof(*f));
+	if (!f) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	f->cfg = cfg;
+	rd_kafka_conf_t *conf = conf_build(cfg, defaults, 0, errstr, errstr_size);
+	if (!conf) {
+		free(f);
+		return NULL;
+	}
+	/* librdkafka wants a group.id for assign(); the reader never joins
+	 * (no subscribe) and commits nothing. */
+	char gid[300];
+	snprintf(gid, sizeof(gid), "%s.reader", cfg->group);
+	if (conf_set(conf, "group.id", gid, errstr, errstr_size) < 0) {
+		rd_kafka_conf_destroy(conf);
+		free(f);
+		return NULL;
+	}
+	char err[512];
+	f->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+	if (!f->rk) {
+		rd_kafka_conf_destroy(conf);
+		snprintf(errstr, errstr_size, "kafka reader: %s", err);
+		free(f);
+		return NULL;
+	}
+	rd_kafka_poll_set_consumer(f->rk);
+	return f;
+}
+
+int worker_fetcher_get(worker_fetcher_t *f, const char *topic, int32_t partition, int64_t offset,
+                       int timeout_ms, char **buf, size_t *len, char *errstr, size_t errstr_size)
+{
+	*buf = NULL;
+	*len = 0;
+	rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(l, topic, partition)->offset = offset;
+	rd_kafka_resp_err_t e = rd_kafka_assign(f->rk, l);
+	rd_kafka_topic_partition_list_destroy(l);
+	if (e) {
+		snprintf(errstr, errstr_size, "kafka reader: assign: %s", rd_kafka_err2str(e));
+		return -1;
+	}
+	int ret = -1;
+	snprintf(errstr, errstr_size, "kafka reader: partition %d offset %lld not read within %d ms",
+	         (int)partition, (long long)offset, timeout_ms);
+	int64_t deadline = rn_mono_ms() + timeout_ms;
+	while (rn_mono_ms() < deadline) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(f->rk, 100);
+		if (!m)
+			continue;
+		if (m->err) {
+			if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+				rn_log_debug(NULL, "kafka_reader", "%s", rd_kafka_message_errstr(m));
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		if (m->partition != partition || m->offset < offset) {
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		if (m->offset > offset) {
+			snprintf(errstr, errstr_size, "kafka reader: partition %d offset %lld is gone",
+			         (int)partition, (long long)offset);
+			rd_kafka_message_destroy(m);
+			break;
+		}
+		*buf = malloc(m->len + 1);
+		if (!*buf) {
+			snprintf(errstr, errstr_size, "out of memory");
+		} else {
+			if (m->len)
+				memcpy(*buf, m->payload, m->len);
+			(*buf)[m->len] = '\0';
+			*len = m->len;
+			ret = 0;
+		}
+		rd_kafka_message_destroy(m);
+		break;
+	}
+	rd_kafka_assign(f->rk, NULL);
+	return ret;
+}
+
+void worker_fetcher_free(worker_fetcher_t *f)
+{
+	if (!f)
+		return;
+	rd_kafka_consumer_close(f->rk);
+	rd_kafka_destroy(f->rk);
+	free(f);
 }
 
 int worker_consumer_assigned(worker_consumer_t *wc)

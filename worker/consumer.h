@@ -1,11 +1,13 @@
 /*
  * worker/consumer.h - the Kafka side of runnel-worker: a high-level
- * consumer of the job topic that takes a job only when a slot is free
- * (pausing every assigned partition while the slots are full, also across
- * rebalances), manual offset stores after the claim, and the dead-letter
+ * consumer of the job topic that never pauses (every record moves into the
+ * run-time queue in Redis at once; the offset is stored only after that
+ * write), a reader that fetches one record by partition and offset (for
+ * queue entries that reference their record), and the dead-letter
  * producer for jobs that cannot be decoded.
  *
- * @locality main thread (every function).
+ * @locality consumer and DLQ: main thread; a fetcher: the thread that
+ * created it.
  */
 #ifndef RUNNEL_WORKER_CONSUMER_H
 #define RUNNEL_WORKER_CONSUMER_H
@@ -36,11 +38,7 @@ rd_kafka_message_t *worker_consumer_poll(worker_consumer_t *wc);
 /* Drains the wake-up pipe (call when worker_consumer_fd was readable). */
 void worker_consumer_ack_fd(worker_consumer_t *wc);
 
-/* Pauses (1) or resumes (0) every assigned partition; remembered, so that
- * partitions assigned later by a rebalance start paused too. */
-void worker_consumer_set_paused(worker_consumer_t *wc, int paused);
-
-/* Stores offset+1 of m for the next commit (after the claim is in Redis). */
+/* Stores offset+1 of m for the next commit (after the run is queued in Redis). */
 void worker_consumer_store(worker_consumer_t *wc, const rd_kafka_message_t *m);
 
 /*
@@ -59,5 +57,18 @@ void worker_consumer_close(worker_consumer_t *wc);
 
 /* Partitions currently assigned (for logs and tests). */
 int worker_consumer_assigned(worker_consumer_t *wc);
+
+/* A group-less reader of single records. */
+typedef struct worker_fetcher worker_fetcher_t;
+
+worker_fetcher_t *worker_fetcher_new(const worker_config_t *cfg, char *errstr, size_t errstr_size);
+
+/* Reads the record at topic/partition/offset: 0 with *buf (malloc'd,
+ * NUL-terminated, the caller wipes and frees it) and *len, or -1 with
+ * errstr (timeout, record deleted by retention). */
+int worker_fetcher_get(worker_fetcher_t *f, const char *topic, int32_t partition, int64_t offset,
+                       int timeout_ms, char **buf, size_t *len, char *errstr, size_t errstr_size);
+
+void worker_fetcher_free(worker_fetcher_t *f);
 
 #endif

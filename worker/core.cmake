@@ -1,6 +1,7 @@
 # runnel-worker's core: consumer, claim, run orchestration, publishing,
 # control, drain and observability, linked with the stages library.
 add_library(runnel_worker_core STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/claim.c
   ${CMAKE_CURRENT_LIST_DIR}/config.c
   ${CMAKE_CURRENT_LIST_DIR}/consumer.c
   ${CMAKE_CURRENT_LIST_DIR}/control.c

@@ -1,12 +1,14 @@
 /*
  * worker/main.c - runnel-worker: the main thread's event loop.  It polls the
- * Kafka consumer, claims jobs in Redis, hands each claimed run to its own
- * thread (run.c), renews leases, sweeps the leases of dead workers, serves
+ * Kafka consumer and moves every job into the run-time queue in Redis
+ * (intake: never waiting for a slot), starts each run the claimer thread
+ * (claim.c) took from the queue on its own thread (run.c), renews leases,
+ * sweeps the leases of dead workers, publishes the queue's gauges, serves
  * /healthz and /metrics, and drains on SIGTERM.
  *
  * The main thread owns the slot table; run threads only report "done"
- * through a libevent user event, and the control thread only signals runs
- * under the table's mutex.
+ * and the claimer only reports "claimed" through libevent user events, and
+ * the control thread only signals runs under the table's mutex.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -19,14 +21,17 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <sodium.h>
 #include <event2/event.h>
 #include <event2/thread.h>
 
 #include "common/log.h"
+#include "common/runqueue.h"
 #include "common/runstate.h"
 #include "common/util.h"
 #include "proto/envelope.h"
 #include "proto/job.h"
+#include "worker/claim.h"
 #include "worker/config.h"
 #include "worker/consumer.h"
 #include "worker/control.h"
@@ -35,8 +40,9 @@
 #include "worker/run.h"
 #include "worker/sandbox.h"
 
-#define PENDING_MAX      16
+#define PENDING_MAX      64
 #define KAFKA_TICK_MS    100
+#define STATS_MS         2000   /* queue gauges */
 
 typedef struct worker {
 	worker_config_t    cfg;
@@ -45,6 +51,7 @@ typedef struct worker {
 	struct event_base *base;
 	worker_consumer_t *consumer;
 	worker_control_t  *control;
+	worker_claimer_t  *claimer;
 	worker_http_t     *http;
 	redisContext      *rc;            /* main thread's Redis: claim, heartbeat, sweep */
 	int64_t            rc_retry_at;   /* mono ms: do not reconnect before */
@@ -52,14 +59,17 @@ typedef struct worker {
 
 	pthread_mutex_t    mu;            /* guards runs[] for the control thread, done[] */
 	worker_run_t     **runs;          /* cfg.slots entries, NULL = free */
+	char             (*tenants)[PROTO_TENANT_MAX + 1]; /* the tenant of runs[i] */
 	size_t             busy;
 	worker_run_t     **done;          /* runs whose thread finished */
 	size_t             ndone;
+	worker_claimed_t **claimed;       /* runs the claimer took, not started yet */
+	size_t             nclaimed;
 
 	rd_kafka_message_t *pending[PENDING_MAX];
 	size_t             npending;
 
-	struct event *ev_kafka, *ev_tick, *ev_done, *ev_hb, *ev_sweep;
+	struct event *ev_kafka, *ev_tick, *ev_done, *ev_hb, *ev_sweep, *ev_claimed, *ev_stats;
 	struct event *ev_term, *ev_int, *ev_drain, *ev_hard;
 	int                draining;
 	int                drain_expired;
@@ -113,25 +123,20 @@ static void main_redis_failed(worker_t *w, const char *what, const char *err)
  * Slots
  * ------------------------------------------------------------------------ */
 
-/*
- * Pauses every assigned partition while the slots are full (or draining)
- * and resumes when one frees: a job stays in Kafka, where another worker can
- * take it, until this worker has a slot for it.
- */
-static void update_pause(worker_t *w)
+static void update_busy(worker_t *w)
 {
-	int full = w->draining || w->busy >= (size_t)w->cfg.slots;
-	if (w->consumer)
-		worker_consumer_set_paused(w->consumer, full);
 	rn_gauge_set(w->m.slots_busy, (int64_t)w->busy);
 }
 
-static int run_active(worker_t *w, const char *run_id)
+/* A run ended: its tenant's running set and the claimer get the slot back. */
+static void release_slot(worker_t *w, const char *run_id, const char *tenant)
 {
-	for (long i = 0; i < w->cfg.slots; i++)
-		if (w->runs[i] && !strcmp(w->runs[i]->run_id, run_id))
-			return 1;
-	return 0;
+	char err[256];
+	redisContext *c = main_redis(w);
+	/* Unreachable Redis: the running-set lease lapses by itself. */
+	if (c && rn_runqueue_release(c, w->cfg.key_prefix, run_id, tenant, err, sizeof(err)) < 0)
+		main_redis_failed(w, "queue release", err);
+	worker_claimer_done(w->claimer);
 }
 
 static void on_run_done(worker_run_t *run, void *arg)
@@ -147,31 +152,34 @@ static void done_cb(evutil_socket_t fd, short what, void *arg)
 {
 	worker_t *w = arg;
 	worker_run_t *list[256];
+	char tenant[256][PROTO_TENANT_MAX + 1];
 	size_t n;
 
 	pthread_mutex_lock(&w->mu);
 	n = w->ndone;
 	memcpy(list, w->done, n * sizeof(*list));
 	w->ndone = 0;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		snprintf(tenant[i], sizeof(tenant[i]), "%s", PROTO_TENANT_DEFAULT);
 		for (long s = 0; s < w->cfg.slots; s++)
-			if (w->runs[s] == list[i])
+			if (w->runs[s] == list[i]) {
 				w->runs[s] = NULL;
+				memcpy(tenant[i], w->tenants[s], sizeof(tenant[i]));
+			}
+	}
 	pthread_mutex_unlock(&w->mu);
 
 	for (size_t i = 0; i < n; i++) {
 		worker_run_t *run = list[i];
 		worker_run_join(run);
 		worker_control_unwatch(w->control, run->run_id);
+		release_slot(w, run->run_id, tenant[i]);
 		worker_run_free(run);
 		w->busy--;
 	}
-	update_pause(w);
-	if (w->draining && w->busy == 0) {
+	update_busy(w);
+	if (w->draining && w->busy == 0)
 		event_base_loopbreak(w->base);
-		return;
-	}
-	pump(w);
 }
 
 /* ------------------------------------------------------------------------
@@ -201,10 +209,12 @@ static void dlq(worker_t *w, const rd_kafka_message_t *m, const char *reason)
 }
 
 /*
- * Handles the first pending message.  Returns 1 when it was consumed, 0 when
- * it must wait (Redis unreachable).
+ * Moves the first pending record into the run-time queue: the run's state
+ * hash says "queued" (with its tenant), the entry is queued, and only then
+ * is the offset stored.  Returns 1 when the record is done with, 0 when it
+ * must wait (Redis unreachable).
  */
-static int handle_message(worker_t *w, rd_kafka_message_t *m)
+static int intake(worker_t *w, rd_kafka_message_t *m)
 {
 	proto_job_t job;
 	char err[256];
@@ -220,127 +230,158 @@ static int handle_message(worker_t *w, rd_kafka_message_t *m)
 		worker_consumer_store(w->consumer, m);
 		return 1;
 	}
-	if (run_active(w, job.run_id)) {
-		rn_log_info(job.run_id, "job_skipped", "redelivered while this worker runs it");
-		rn_counter_add(w->m.jobs_skipped, 1);
-		worker_consumer_store(w->consumer, m);
-		proto_job_clear(&job);
-		return 1;
-	}
 	redisContext *c = main_redis(w);
 	if (!c) {
 		proto_job_clear(&job);
 		return 0;
 	}
-	int64_t ttl = w->cfg.max_runtime_sec + w->cfg.retention_sec;
-	rn_claim_t cl;
-	if (rn_runstate_claim(c, w->cfg.key_prefix, job.run_id, w->cfg.worker_id,
-	                      w->cfg.lease_sec * 1000, job.enqueued_at, ttl, &cl,
-	                      err, sizeof(err)) < 0) {
-		main_redis_failed(w, "claim", err);
+	size_t len = 0;
+	char *entry = worker_queue_entry(&w->cfg, &job, m, &len, err, sizeof(err));
+	if (!entry) {
+		/* Parsed, so it serializes; only memory can fail here. */
+		rn_log_error(job.run_id, "queue_entry", "%s", err);
 		proto_job_clear(&job);
 		return 0;
 	}
-	if (job.enqueued_at > 0 && cl.now_ms >= job.enqueued_at)
-		rn_hist_observe(w->m.queue_wait, (double)(cl.now_ms - job.enqueued_at) / 1000.0);
-
-	switch (cl.status) {
-	case RN_CLAIM_DONE:
-		rn_log_info(job.run_id, "job_skipped", "the run already ended (%s)", cl.detail);
-		rn_counter_add(w->m.jobs_skipped, 1);
-		break;
-	case RN_CLAIM_HELD:
-		rn_log_info(job.run_id, "job_skipped", "held by live worker %s", cl.detail);
-		rn_counter_add(w->m.jobs_skipped, 1);
-		break;
-	case RN_CLAIM_LOST:
-		rn_log_warn(job.run_id, "run_lost", "redelivered after its worker died mid-run: ended worker_lost");
-		rn_counter_add(w->m.runs_swept, 1);
-		break;
-	case RN_CLAIM_OK:
-	case RN_CLAIM_CANCEL: {
-		worker_run_t *run = worker_run_new(&w->ctx, &job, &cl);
-		if (!run) {
-			rn_log_error(job.run_id, "run_internal", "out of memory");
+	const char *tenant = proto_job_tenant(&job);
+	int64_t ttl = w->cfg.max_runtime_sec + w->cfg.retention_sec;
+	int pushed = -1;
+	if (rn_runqueue_mark(c, w->cfg.key_prefix, job.run_id, tenant, job.enqueued_at, ttl,
+	                     err, sizeof(err)) == 0)
+		pushed = rn_runqueue_push(c, w->cfg.key_prefix, job.run_id, tenant, entry, len,
+		                          err, sizeof(err));
+	sodium_memzero(entry, len);
+	free(entry);
+	if (pushed < 0) {
+		main_redis_failed(w, "queue push", err);
+		proto_job_clear(&job);
+		return 0;
+	}
+	if (w->cfg.queue_wait_replicas > 0) {
+		/* Durable means on that many replicas too before the offset moves;
+		 * short of it, the record is pushed again later (a no-op push). */
+		redisReply *r = redisCommand(c, "WAIT %ld %d", w->cfg.queue_wait_replicas, 1000);
+		long long got = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+		if (r)
+			freeReplyObject(r);
+		if (got < w->cfg.queue_wait_replicas) {
+			if (got < 0)
+				main_redis_failed(w, "queue wait", "no answer to WAIT");
+			else
+				rn_log_warn(job.run_id, "queue_wait", "%lld of %ld replica(s) have the queued job; retrying",
+				            got, w->cfg.queue_wait_replicas);
 			proto_job_clear(&job);
 			return 0;
 		}
-		if (cl.status == RN_CLAIM_CANCEL)
-			worker_run_stop(run, WORKER_STOP_CANCEL, cl.detail);
-		long slot = -1;
-		for (long i = 0; i < w->cfg.slots; i++)
-			if (!w->runs[i]) {
-				slot = i;
-				break;
-			}
-		pthread_mutex_lock(&w->mu);
-		w->runs[slot] = run;
-		pthread_mutex_unlock(&w->mu);
-		w->busy++;
-		worker_control_watch(w->control, run->run_id);
-		rn_log_info(run->run_id, "run_claimed", "slot %ld, partition %d offset %lld%s", slot,
-		            (int)m->partition, (long long)m->offset,
-		            cl.status == RN_CLAIM_CANCEL ? " (cancelled before start)" : "");
-		if (worker_run_start(run) < 0) {
-			/* No thread: end it now with an internal error from here. */
-			pthread_mutex_lock(&w->mu);
-			w->runs[slot] = NULL;
-			pthread_mutex_unlock(&w->mu);
-			w->busy--;
-			worker_control_unwatch(w->control, run->run_id);
-			size_t len = 0;
-			char *line = proto_env_make_error(PROTO_ERR_INTERNAL, "The worker could not start the run.",
-			                                  rn_now_ms(), &len);
-			if (line) {
-				rn_runstate_finish(c, w->cfg.key_prefix, run->run_id, line, len, "failed",
-				                   PROTO_ERR_INTERNAL, w->cfg.retention_sec, err, sizeof(err));
-				free(line);
-			}
-			worker_run_free(run);
-		}
-		update_pause(w);
-		break;
 	}
-	}
+	rn_log_info(job.run_id, "run_queued", "tenant %s, partition %d offset %lld%s", tenant,
+	            (int)m->partition, (long long)m->offset, pushed ? "" : " (already queued)");
+	rn_counter_add(w->m.jobs_queued, 1);
 	worker_consumer_store(w->consumer, m);
 	proto_job_clear(&job);
 	return 1;
 }
 
+/* Starts a run the claimer took (main thread). */
+static void start_claimed(worker_t *w, worker_claimed_t *wc)
+{
+	char err[256];
+	rn_claim_t cl = wc->claim;
+	char tenant[PROTO_TENANT_MAX + 1];
+	snprintf(tenant, sizeof(tenant), "%s", proto_job_tenant(&wc->job));
+	worker_run_t *run = worker_run_new(&w->ctx, &wc->job, &cl);
+	if (!run) {
+		rn_log_error(wc->job.run_id, "run_internal", "out of memory");
+		proto_job_clear(&wc->job);
+		worker_claimer_done(w->claimer);
+		return;
+	}
+	if (cl.status == RN_CLAIM_CANCEL)
+		worker_run_stop(run, WORKER_STOP_CANCEL, cl.detail);
+	long slot = -1;
+	for (long i = 0; i < w->cfg.slots; i++)
+		if (!w->runs[i]) {
+			slot = i;
+			break;
+		}
+	pthread_mutex_lock(&w->mu);
+	w->runs[slot] = run;
+	memcpy(w->tenants[slot], tenant, sizeof(tenant));
+	pthread_mutex_unlock(&w->mu);
+	w->busy++;
+	worker_control_watch(w->control, run->run_id);
+	rn_log_info(run->run_id, "run_claimed", "slot %ld, tenant %s%s", slot, tenant,
+	            cl.status == RN_CLAIM_CANCEL ? " (cancelled before start)" : "");
+	if (worker_run_start(run) < 0) {
+		/* No thread: end it now with an internal error from here. */
+		pthread_mutex_lock(&w->mu);
+		w->runs[slot] = NULL;
+		pthread_mutex_unlock(&w->mu);
+		w->busy--;
+		worker_control_unwatch(w->control, run->run_id);
+		redisContext *c = main_redis(w);
+		size_t len = 0;
+		char *line = proto_env_make_error(PROTO_ERR_INTERNAL, "The worker could not start the run.",
+		                                  rn_now_ms(), &len);
+		if (line && c)
+			rn_runstate_finish(c, w->cfg.key_prefix, run->run_id, line, len, "failed",
+			                   PROTO_ERR_INTERNAL, w->cfg.retention_sec, err, sizeof(err));
+		free(line);
+		release_slot(w, run->run_id, tenant);
+		worker_run_free(run);
+	}
+	update_busy(w);
+}
+
+/* Claimer thread: hand the run over to the loop. */
+static void on_claimed(worker_claimed_t *wc, void *arg)
+{
+	worker_t *w = arg;
+	pthread_mutex_lock(&w->mu);
+	w->claimed[w->nclaimed++] = wc;
+	pthread_mutex_unlock(&w->mu);
+	event_active(w->ev_claimed, EV_READ, 0);
+}
+
+static void claimed_cb(evutil_socket_t fd, short what, void *arg)
+{
+	worker_t *w = arg;
+	worker_claimed_t *list[256];
+	pthread_mutex_lock(&w->mu);
+	size_t n = w->nclaimed;
+	memcpy(list, w->claimed, n * sizeof(*list));
+	w->nclaimed = 0;
+	pthread_mutex_unlock(&w->mu);
+	for (size_t i = 0; i < n; i++) {
+		start_claimed(w, list[i]);
+		free(list[i]);
+	}
+}
+
 /*
- * Takes messages while slots are free.  While full it keeps polling (that
- * serves rebalances and keeps max.poll.interval.ms satisfied through long
- * runs): the partitions are paused then, so polling returns events, not
- * jobs (a job fetched before the pause took effect waits here, in order).
+ * Moves records into the queue as fast as they come; slots play no part.
+ * Only an unreachable Redis holds records back (in order, offsets not
+ * stored), and then polling stops at PENDING_MAX records.
  */
 static void pump(worker_t *w)
 {
-	if (!w->consumer)
+	if (!w->consumer || w->draining)
 		return;
 	for (;;) {
-		while (w->npending > 0 && !w->draining && w->busy < (size_t)w->cfg.slots) {
-			if (!handle_message(w, w->pending[0]))
+		while (w->npending > 0) {
+			if (!intake(w, w->pending[0]))
 				break;
 			rd_kafka_message_destroy(w->pending[0]);
 			memmove(w->pending, w->pending + 1, (w->npending - 1) * sizeof(w->pending[0]));
 			w->npending--;
 		}
-		update_pause(w);
-		if (w->npending > 0 && !w->draining && w->busy < (size_t)w->cfg.slots)
-			break; /* waiting for Redis */
 		if (w->npending >= PENDING_MAX)
-			break; /* cannot happen while paused; never drop a job */
+			break; /* waiting for Redis; never drop a job */
 		rd_kafka_message_t *m = worker_consumer_poll(w->consumer);
 		if (!m)
 			break;
-		if (w->draining) {
-			/* Not stored: it goes back to the group when we leave. */
-			rd_kafka_message_destroy(m);
-			continue;
-		}
 		w->pending[w->npending++] = m;
 	}
-	update_pause(w);
 }
 
 static void kafka_cb(evutil_socket_t fd, short what, void *arg)
@@ -362,7 +403,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 {
 	worker_t *w = arg;
-	const char *ids[256];
+	const char *ids[256], *tenants[256];
 	worker_run_t *runs[256];
 	int owned[256];
 	size_t n = 0;
@@ -371,6 +412,7 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 	for (long i = 0; i < w->cfg.slots && n < 256; i++)
 		if (w->runs[i]) {
 			runs[n] = w->runs[i];
+			tenants[n] = w->tenants[i];
 			ids[n++] = w->runs[i]->run_id;
 		}
 	if (n == 0)
@@ -382,6 +424,12 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 	if (rn_runstate_heartbeat(c, w->cfg.key_prefix, ids, n, w->cfg.worker_id,
 	                          w->cfg.lease_sec * 1000, owned, err, sizeof(err)) < 0) {
 		main_redis_failed(w, "heartbeat", err);
+		return;
+	}
+	/* The tenant caps count live members of the running sets. */
+	if (rn_runqueue_touch(c, w->cfg.key_prefix, ids, tenants, n, w->cfg.lease_sec * 1000,
+	                      err, sizeof(err)) < 0) {
+		main_redis_failed(w, "queue touch", err);
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
@@ -411,6 +459,65 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 	if (rn_runstate_sweep(c, w->cfg.key_prefix, w->cfg.retention_sec, 100, on_swept, w,
 	                      err, sizeof(err)) < 0)
 		main_redis_failed(w, "sweep", err);
+}
+
+/*
+ * The queue's gauges: depth, oldest age, tenants, and per-tenant series for
+ * the deepest WORKER_METRICS_TENANTS_MAX tenants (the rest summed as
+ * tenant="_other", so a burst of new tenant names cannot blow up the
+ * series count).  Tenant names are [A-Za-z0-9_.-], safe in a label.
+ */
+static void stats_cb(evutil_socket_t fd, short what, void *arg)
+{
+	worker_t *w = arg;
+	redisContext *c = main_redis(w);
+	if (!c)
+		return;
+	char err[256];
+	rn_queue_stats_t st;
+	if (rn_runqueue_stats(c, w->cfg.key_prefix, WORKER_METRICS_TENANTS_MAX, &st, err, sizeof(err)) < 0) {
+		main_redis_failed(w, "queue stats", err);
+		return;
+	}
+	rn_gauge_set(w->m.queue_depth, st.depth);
+	rn_gauge_set(w->m.queue_oldest_ms, st.oldest_ms);
+	rn_gauge_set(w->m.queue_tenants, (int64_t)st.ntenants);
+	size_t cap = 512 + (st.nlisted + 1) * 3 * 160;
+	char *text = malloc(cap);
+	if (text) {
+		size_t o = 0;
+		int64_t other_q = 0, other_r = 0;
+		for (size_t i = st.nlisted; i < st.ntenants; i++) {
+			other_q += st.tenants[i].queued;
+			other_r += st.tenants[i].running;
+		}
+		o += (size_t)snprintf(text + o, cap - o,
+		                      "# HELP runnel_queue_tenant_queued Queued runs per tenant (the %d deepest; the rest as _other)\n"
+		                      "# TYPE runnel_queue_tenant_queued gauge\n", WORKER_METRICS_TENANTS_MAX);
+		for (size_t i = 0; i < st.nlisted; i++)
+			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_queued{tenant=\"%s\"} %lld\n",
+			                      st.tenants[i].name, (long long)st.tenants[i].queued);
+		if (st.ntenants > st.nlisted)
+			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_queued{tenant=\"_other\"} %lld\n",
+			                      (long long)other_q);
+		o += (size_t)snprintf(text + o, cap - o,
+		                      "# HELP runnel_queue_tenant_running Claimed or running runs per queued tenant\n"
+		                      "# TYPE runnel_queue_tenant_running gauge\n");
+		for (size_t i = 0; i < st.nlisted; i++)
+			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_running{tenant=\"%s\"} %lld\n",
+			                      st.tenants[i].name, (long long)st.tenants[i].running);
+		if (st.ntenants > st.nlisted)
+			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_running{tenant=\"_other\"} %lld\n",
+			                      (long long)other_r);
+		o += (size_t)snprintf(text + o, cap - o,
+		                      "# HELP runnel_queue_tenant_oldest_age_ms Age of the tenant's oldest queued run\n"
+		                      "# TYPE runnel_queue_tenant_oldest_age_ms gauge\n");
+		for (size_t i = 0; i < st.nlisted && o < cap; i++)
+			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_oldest_age_ms{tenant=\"%s\"} %lld\n",
+			                      st.tenants[i].name, (long long)st.tenants[i].oldest_ms);
+		worker_metrics_set_tenant_text(&w->m, text);
+	}
+	rn_queue_stats_clear(&st);
 }
 
 /* ------------------------------------------------------------------------
@@ -474,13 +581,22 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 	}
 	w->draining = 1;
 	worker_http_set_draining(w->http);
-	rn_log_info(NULL, "drain_start", "signal %d: taking no more jobs; %zu run(s) active, %ld s to finish",
+	rn_log_info(NULL, "drain_start", "signal %d: taking no more runs; %zu run(s) active, %ld s to finish",
 	            (int)sig, w->busy, w->cfg.drain_sec);
-	/* Jobs fetched but not claimed go back to Kafka (their offsets are not stored). */
+	/* Queued runs stay in the queue for the other workers. */
+	worker_claimer_pause(w->claimer);
+	/* Records fetched but not queued go back to Kafka (their offsets are not
+	 * stored), and leaving the group now hands our partitions to the others
+	 * instead of holding them through the drain. */
 	for (size_t i = 0; i < w->npending; i++)
 		rd_kafka_message_destroy(w->pending[i]);
 	w->npending = 0;
-	update_pause(w);
+	if (w->consumer) {
+		event_del(w->ev_kafka);
+		worker_consumer_close(w->consumer);
+		w->consumer = NULL;
+		rn_log_info(NULL, "drain_left_group", "left the consumer group");
+	}
 	if (w->busy == 0) {
 		event_base_loopbreak(w->base);
 		return;
@@ -544,12 +660,14 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&w->mu, NULL);
 	w->runs = calloc((size_t)w->cfg.slots, sizeof(*w->runs));
 	w->done = calloc((size_t)w->cfg.slots, sizeof(*w->done));
+	w->claimed = calloc((size_t)w->cfg.slots, sizeof(*w->claimed));
+	w->tenants = calloc((size_t)w->cfg.slots, sizeof(*w->tenants));
 	w->ctx.cfg = &w->cfg;
 	w->ctx.m = &w->m;
 	w->ctx.on_done = on_run_done;
 	w->ctx.arg = w;
 	w->base = event_base_new();
-	if (!w->runs || !w->done || !w->base) {
+	if (!w->runs || !w->done || !w->claimed || !w->tenants || !w->base) {
 		rn_log_error(NULL, "startup", "out of memory");
 		return 1;
 	}
@@ -575,6 +693,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
+	w->ev_claimed = event_new(w->base, -1, EV_PERSIST, claimed_cb, w);
+	w->ev_stats = event_new(w->base, -1, EV_PERSIST, stats_cb, w);
+	w->claimer = worker_claimer_start(&w->cfg, &w->m, w->cfg.slots, on_claimed, w, err, sizeof(err));
+	if (!w->claimer) {
+		rn_log_error(NULL, "startup", "%s", err);
+		return 1;
+	}
 	w->ev_kafka = event_new(w->base, worker_consumer_fd(w->consumer), EV_READ | EV_PERSIST, kafka_cb, w);
 	w->ev_tick = event_new(w->base, -1, EV_PERSIST, tick_cb, w);
 	w->ev_done = event_new(w->base, -1, EV_PERSIST, done_cb, w);
@@ -595,6 +720,9 @@ int main(int argc, char **argv)
 	event_add(w->ev_done, NULL);
 	event_add(w->ev_hb, &hb);
 	event_add(w->ev_sweep, &sw);
+	event_add(w->ev_claimed, NULL);
+	struct timeval stv = { STATS_MS / 1000, (STATS_MS % 1000) * 1000 };
+	event_add(w->ev_stats, &stv);
 	event_add(w->ev_term, NULL);
 	event_add(w->ev_int, NULL);
 
@@ -605,6 +733,24 @@ int main(int argc, char **argv)
 
 	event_base_dispatch(w->base);
 
+	/* Take nothing more.  A claim that was in flight when the drain began
+	 * and arrived after the loop ended is claimed in Redis under our name:
+	 * end it worker_shutdown rather than leave it to the lost sweep. */
+	worker_claimer_stop(w->claimer);
+	w->claimer = NULL;
+	for (size_t i = 0; i < w->nclaimed; i++) {
+		redisContext *c = main_redis(w);
+		size_t len = 0;
+		char *line = proto_env_make_error(PROTO_ERR_WORKER_SHUTDOWN,
+		                                  "The worker shut down before the run could start.",
+		                                  rn_now_ms(), &len);
+		if (line && c &&
+		    rn_runstate_finish(c, w->cfg.key_prefix, w->claimed[i]->job.run_id, line, len, "failed",
+		                       PROTO_ERR_WORKER_SHUTDOWN, w->cfg.retention_sec, err, sizeof(err)) >= 0)
+			rn_runqueue_release(c, w->cfg.key_prefix, w->claimed[i]->job.run_id,
+			                    proto_job_tenant(&w->claimed[i]->job), err, sizeof(err));
+		free(line);
+	}
 	/* Drained (or gave up): leave the group, committing stored offsets. */
 	if (w->ctx.give_up) {
 		/* Runs still stuck on Redis: they stop retrying now; wait for them. */
@@ -620,9 +766,16 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < w->npending; i++)
 		rd_kafka_message_destroy(w->pending[i]);
 	w->npending = 0;
+	for (size_t i = 0; i < w->nclaimed; i++) {
+		proto_job_clear(&w->claimed[i]->job);
+		free(w->claimed[i]);
+	}
+	w->nclaimed = 0;
 	event_free(w->ev_kafka);
 	worker_consumer_close(w->consumer);
 	w->consumer = NULL;
+	event_free(w->ev_claimed);
+	event_free(w->ev_stats);
 	worker_control_stop(w->control);
 	worker_http_stop(w->http);
 	event_free(w->ev_tick);
@@ -638,6 +791,8 @@ int main(int argc, char **argv)
 		redisFree(w->rc);
 	free(w->runs);
 	free(w->done);
+	free(w->claimed);
+	free(w->tenants);
 	worker_metrics_free(&w->m);
 	curl_global_cleanup();
 	rn_log_info(NULL, "worker_stopped", "drained; exiting");

@@ -50,13 +50,35 @@ int worker_metrics_init(worker_metrics_t *m)
 	m->first_line = rn_metrics_histogram(m->reg, "runnel_worker_first_line_seconds",
 	                                     "From the claim to the first line in the stream", NULL,
 	                                     rn_metrics_latency_bounds, rn_metrics_latency_nbounds);
-	if (!m->slots_busy || !m->first_line || !m->runs_internal)
+	m->jobs_queued = rn_metrics_counter(m->reg, "runnel_worker_jobs_queued_total",
+	                                    "Kafka records this worker moved into the run-time queue", NULL);
+	m->queue_claims = rn_metrics_counter(m->reg, "runnel_worker_queue_claims_total",
+	                                     "Runs this worker took from the run-time queue", NULL);
+	m->queue_depth = rn_metrics_gauge(m->reg, "runnel_queue_depth",
+	                                  "Runs waiting in the run-time queue (fleet-wide)", NULL);
+	m->queue_oldest_ms = rn_metrics_gauge(m->reg, "runnel_queue_oldest_age_ms",
+	                                      "Age of the oldest queued run in ms (fleet-wide)", NULL);
+	m->queue_tenants = rn_metrics_gauge(m->reg, "runnel_queue_tenants",
+	                                    "Tenants with queued runs (fleet-wide)", NULL);
+	pthread_mutex_init(&m->tenant_mu, NULL);
+	if (!m->slots_busy || !m->first_line || !m->runs_internal || !m->queue_tenants)
 		return -1;
 	return 0;
 }
 
+void worker_metrics_set_tenant_text(worker_metrics_t *m, char *text)
+{
+	pthread_mutex_lock(&m->tenant_mu);
+	free(m->tenant_text);
+	m->tenant_text = text;
+	pthread_mutex_unlock(&m->tenant_mu);
+}
+
 void worker_metrics_free(worker_metrics_t *m)
 {
+	if (m->reg)
+		pthread_mutex_destroy(&m->tenant_mu);
+	free(m->tenant_text);
 	rn_metrics_free(m->reg);
 	memset(m, 0, sizeof(*m));
 }
@@ -107,6 +129,10 @@ static void http_cb(struct evhttp_request *req, void *arg)
 			evhttp_add_header(hdr, "Content-Type", "text/plain; version=0.0.4");
 			evbuffer_add(out, text, len);
 			free(text);
+			pthread_mutex_lock(&h->m->tenant_mu);
+			if (h->m->tenant_text)
+				evbuffer_add(out, h->m->tenant_text, strlen(h->m->tenant_text));
+			pthread_mutex_unlock(&h->m->tenant_mu);
 			evhttp_send_reply(req, 200, "OK", out);
 		}
 	} else {

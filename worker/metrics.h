@@ -7,6 +7,8 @@
 #ifndef RUNNEL_WORKER_METRICS_H
 #define RUNNEL_WORKER_METRICS_H
 
+#include <pthread.h>
+
 #include <event2/event.h>
 
 #include "common/metrics.h"
@@ -34,7 +36,22 @@ typedef struct worker_metrics {
 	rn_hist_t    *queue_wait;
 	rn_hist_t    *sandbox_start;
 	rn_hist_t    *first_line;
+	/* queue */
+	rn_counter_t *jobs_queued;      /* Kafka records moved into the run-time queue */
+	rn_counter_t *queue_claims;     /* runs this worker took from the queue */
+	rn_gauge_t   *queue_depth;      /* queued runs, fleet-wide (last poll) */
+	rn_gauge_t   *queue_oldest_ms;  /* age of the oldest queued run */
+	rn_gauge_t   *queue_tenants;    /* tenants with queued runs */
+	pthread_mutex_t tenant_mu;
+	char         *tenant_text;      /* per-tenant series, rendered by the poll */
 } worker_metrics_t;
+
+/* Per-tenant series shown at most (the deepest first; the rest are summed
+ * under tenant="_other"), so the label's cardinality stays bounded. */
+#define WORKER_METRICS_TENANTS_MAX 20
+
+/* Replaces the per-tenant text appended to /metrics (takes ownership). */
+void worker_metrics_set_tenant_text(worker_metrics_t *m, char *text);
 
 /* Registers every series.  0 or -1 (out of memory). */
 int worker_metrics_init(worker_metrics_t *m);

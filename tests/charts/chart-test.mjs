@@ -74,7 +74,7 @@ function valuesArgs(name) {
 // (plain strings) that must never appear outside a Secret.
 const SCENARIOS = {
   defaults: { autoscaler: "hpa", secrets: [] },
-  keda: { autoscaler: "keda", secrets: ["s3cr3t-kafka-pw"] },
+  keda: { autoscaler: "keda", secrets: ["s3cr3t-kafka-pw", "k3da-p@ss:w/rd"] },
   hpa: { autoscaler: "hpa", secrets: [] },
   fixed: { autoscaler: "none", secrets: [] },
   secrets: {
@@ -97,13 +97,13 @@ const SCENARIOS = {
   "process-ack": { autoscaler: "hpa", secrets: [], sandbox: "process" },
   // Helm's longest release name (53 characters), everything optional on.
   "long-names": { autoscaler: "keda", secrets: [], release: "r".repeat(20) + "-long-release-name-for-truncation" },
+  "more-workers-than-partitions": { autoscaler: "keda", secrets: [] },
 };
 
 // Each of these must fail to render, with this message.
 const REFUSALS = {
   "process-noack": "acknowledge it with worker.sandbox.iUnderstandProcessModeIsolatesNothing=true",
   "grace-too-short": "worker.terminationGracePeriodSeconds (60) must be greater than worker.drainSec (60)",
-  "too-many-replicas": "worker.autoscaling.maxReplicas (10) exceeds kafka.topicPartitions (6)",
   "unmasked-hostusers": "worker.sandbox.procMount=Unmasked needs worker.sandbox.hostUsers=false",
   "bad-sandbox-network": "at '/worker/sandbox/network': value must be one of 'none', 'host'",
   "hpa-scale-to-zero": "worker.autoscaling.minReplicas must be >= 1 for the HPA",
@@ -340,11 +340,30 @@ async function render(name) {
       assert(!("replicas" in work.spec), "worker Deployment sets replicas while KEDA scales it");
       const sasl = workerCm.data.RUNNEL_KAFKA_PUBLIC_PROPERTIES !== undefined ||
         (container(work).env || []).some((e) => e.name === "RUNNEL_KAFKA_SASL_PASSWORD");
+      const tas = byKind(docs, "TriggerAuthentication");
       if (sasl) {
-        const ta = byKind(docs, "TriggerAuthentication");
-        eq(ta.length, 1, "TriggerAuthentications");
-        eq(t.authenticationRef.name, ta[0].metadata.name, "authenticationRef");
+        const ta = tas.filter((x) => x.metadata.name === t.authenticationRef.name);
+        eq(ta.length, 1, "Kafka TriggerAuthentications");
         eq(ta[0].spec.secretTargetRef.map((r) => r.parameter).sort(), ["password", "username"], "auth parameters");
+      }
+      // The run-time queue's depth (KEDA's Redis scaler on a list length).
+      const redis = s.triggers.filter((x) => x.type === "redis");
+      eq(redis.length, 1, "redis (queue depth) triggers");
+      const rt = redis[0].metadata;
+      eq(rt.listName, `${workerCm.data.RUNNEL_KEY_PREFIX}:{q}:depth`, "queue depth list");
+      assert(/^[^:/]+:[0-9]+$/.test(rt.address), `redis address ${rt.address}`);
+      assert(/^[1-9][0-9]*$/.test(rt.listLength), `listLength ${rt.listLength}`);
+      const redisAuth = (container(work).env || []).some((e) => e.name === "RUNNEL_REDIS_URL" || e.name === "RUNNEL_REDIS_PASSWORD");
+      if (redisAuth) {
+        const ta = tas.filter((x) => redis[0].authenticationRef && x.metadata.name === redis[0].authenticationRef.name);
+        eq(ta.length, 1, "Redis TriggerAuthentication");
+        eq(ta[0].spec.secretTargetRef.map((r) => r.parameter), ["password"], "redis auth parameters");
+        if (secrets.length) {
+          const k = ta[0].spec.secretTargetRef[0].key;
+          assert(k in secrets[0].data, `the Secret lacks ${k} for KEDA`);
+        }
+      } else {
+        assert(!redis[0].authenticationRef, "redis trigger auth without a Redis password");
       }
     } else if (sc.autoscaler === "hpa") {
       eq(so.length, 0, "ScaledObjects");
@@ -371,9 +390,14 @@ async function render(name) {
         assert(!("RUNNEL_KAFKA_PROPERTIES" in workerCm.data) && !("RUNNEL_KAFKA_PUBLIC_PROPERTIES" in workerCm.data), "properties left in the ConfigMap");
         const triggers = byKind(docs, "ScaledObject")[0].spec.triggers;
         eq(triggers[0].metadata.tls, "enable", "trigger tls");
-        eq(triggers.map((x) => x.type), ["kafka", "prometheus"], "trigger types");
-        eq(triggers[1].metadata.threshold, "8.00", "busy-slots threshold = slots x targetUtilization");
-        eq(triggers[1].metadata.query, `sum(runnel_worker_slots_busy{namespace="runnel",pod=~"${work.metadata.name}-.*"})`, "busy-slots query");
+        eq(triggers.map((x) => x.type), ["kafka", "redis", "prometheus"], "trigger types");
+        eq(triggers[1].metadata.listLength, "4", "queue depth per worker");
+        eq(triggers[1].metadata.listName, "runnel:{q}:depth", "queue depth key");
+        eq(triggers[1].metadata.address, "redis.data.svc:6379", "queue depth address");
+        eq(Buffer.from(secrets[0].data.RUNNEL_REDIS_PASSWORD, "base64").toString(), "k3da-p@ss:w/rd",
+          "bare Redis password for KEDA, taken from the URL");
+        eq(triggers[2].metadata.threshold, "8.00", "busy-slots threshold = slots x targetUtilization");
+        eq(triggers[2].metadata.query, `sum(runnel_worker_slots_busy{namespace="runnel",pod=~"${work.metadata.name}-.*"})`, "busy-slots query");
       });
     },
     hpa() {

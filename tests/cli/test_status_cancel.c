@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "common/runqueue.h"
 #include "tests/cli/clirun.h"
 #include "tests/support/harness.h"
 
@@ -163,6 +164,34 @@ static void test_cancel(void)
 	TH_CHECK(th_streq(ctl_msgs("acme:{run_a}:ctl"), "msg={\"type\":\"cancel\",\"reason\":\"cli\"}\n"));
 }
 
+/* `runnel status` without a run: the queue by tenant. */
+static void test_queue(void)
+{
+	clirun_t p;
+	char err[128];
+	TH_CHECK(run(ARGS("status"), NULL, &p) == 0, "%s", p.err);
+	TH_CHECK(th_streq(p.out, "queue empty (0 run(s) being taken)\n"), "%s", p.out);
+	clirun_free(&p);
+	const char *runs[][2] = { { "run_q1", "acme" }, { "run_q2", "acme" }, { "run_q3", "beta" } };
+	for (int i = 0; i < 3; i++)
+		TH_CHECK(rn_runqueue_push(g_c, "runnel", runs[i][0], runs[i][1], "{\"ref\":{}}", 10,
+		                          err, sizeof(err)) == 1, "%s", err);
+	TH_CHECK(run(ARGS("status"), NULL, &p) == 0, "%s", p.err);
+	TH_CHECK(strncmp(p.out, "3 run(s) queued, oldest ", 24) == 0, "%s", p.out);
+	TH_CHECK(strstr(p.out, "TENANT                             QUEUED  RUNNING   OLDEST\n"
+	                       "acme                                    2        0") != NULL, "%s", p.out);
+	TH_CHECK(strstr(p.out, "\nbeta                                    1        0") != NULL, "%s", p.out);
+	clirun_free(&p);
+	TH_CHECK(run(ARGS("status", "--json"), NULL, &p) == 0, "%s", p.err);
+	json_t *o = json_loads(p.out, 0, NULL);
+	TH_CHECK(o && json_integer_value(json_object_get(o, "queued")) == 3, "%s", p.out);
+	json_t *t0 = json_array_get(json_object_get(o, "tenants"), 0);
+	TH_CHECK(th_streq(json_string_value(json_object_get(t0, "tenant")), "acme") &&
+	         json_integer_value(json_object_get(t0, "queued")) == 2, "%s", p.out);
+	json_decref(o);
+	clirun_free(&p);
+}
+
 int main(int argc, char **argv)
 {
 	th_redis_t r;
@@ -174,6 +203,7 @@ int main(int argc, char **argv)
 	g_env_url = th_strf("RUNNEL_REDIS_URL=%s", r.url);
 	test_status();
 	test_cancel();
+	test_queue();
 	redisFree(g_c);
 	return th_done();
 }

@@ -121,8 +121,8 @@ int main(int argc, char **argv)
 	       "usage: runnel tail [options] RUN (see runnel tail --help)\n");
 
 	/* status, cancel */
-	expect(ARGS("status"), NULL, 2,
-	       "runnel status: missing RUN\nusage: runnel status [options] RUN (see runnel status --help)\n");
+	expect(ARGS("status", "run_a", "run_b"), NULL, 2,
+	       "runnel status: unexpected argument \"run_b\"\nusage: runnel status [options] [RUN] (see runnel status --help)\n");
 	expect(ARGS("cancel"), NULL, 2,
 	       "runnel cancel: missing RUN\nusage: runnel cancel [options] RUN (see runnel cancel --help)\n");
 	expect(ARGS("cancel", "run_a", "--via", "pigeon"), NULL, 2,

@@ -62,6 +62,9 @@ static void test_bad_requests(void)
 	         "run_id: invalid character (allowed: A-Z a-z 0-9 _ -)");
 	bad_body("{\"agent_url\":\"http://x/y\",\"otp_setup\":\"a\",\"otp_run\":\"b\\nX-Evil: 1\",\"prompt\":\"p\"}", -1,
 	         "otp_run: only visible ASCII characters (0x21-0x7e) are allowed");
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"tenant\":\"acme corp\"}", good), -1,
+	         "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)");
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"tenant\":\"\"}", good), -1, "tenant: empty");
 	bad_body(th_strf("{%s,\"prompt\":\"p\",\"prompt\":\"q\"}", good), -1, "prompt: duplicate key");
 	bad_body(th_strf("{%s,\"prompt\":\"p\",\"colour\":1}", good), -1, "colour: unknown field");
 	bad_body(th_strf("{%s,\"prompt\":\"p\",\"otp_upload\":[]}", good), -1, "otp_upload: must be a string or null");

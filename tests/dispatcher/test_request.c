@@ -46,6 +46,14 @@ static void test_bad_bodies(void)
 	bad("{" GOOD ",\"prompt\":\"p\",\"run_id\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
 	    DISPATCHER_REQ_STRICT, "run_id: longer than 64 characters");
 	bad("{" GOOD ",\"prompt\":\"p\",\"run_id\":5}", DISPATCHER_REQ_STRICT, "run_id: must be a string");
+	bad("{" GOOD ",\"prompt\":\"p\",\"tenant\":\"acme corp\"}", DISPATCHER_REQ_STRICT,
+	    "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)");
+	bad("{" GOOD ",\"prompt\":\"p\",\"tenant\":\"a/b\"}", DISPATCHER_REQ_LENIENT,
+	    "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)");
+	bad("{" GOOD ",\"prompt\":\"p\",\"tenant\":\"\"}", DISPATCHER_REQ_STRICT, "tenant: empty");
+	bad("{" GOOD ",\"prompt\":\"p\",\"tenant\":7}", DISPATCHER_REQ_STRICT, "tenant: must be a string or null");
+	bad("{" GOOD ",\"prompt\":\"p\",\"tenant\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
+	    DISPATCHER_REQ_STRICT, "tenant: longer than 64 characters");
 	bad("{\"agent_url\":\"https://x/y\",\"otp_setup\":\"a\\nb\",\"otp_run\":\"b\",\"prompt\":\"p\"}",
 	    DISPATCHER_REQ_STRICT, "otp_setup: only visible ASCII characters (0x21-0x7e) are allowed");
 	bad("{\"agent_url\":\"https://x/y\",\"otp_setup\":\"\",\"otp_run\":\"b\",\"prompt\":\"p\"}",
@@ -81,7 +89,7 @@ static void test_good(void)
 	proto_job_t job;
 	char err[256] = "";
 	const char *b1 = "{" GOOD ",\"prompt\":\"hello\",\"otp_upload\":null,\"run_id\":\"run_a-1\","
-	                 "\"caller\":\"assistant\",\"max_runtime_sec\":60,\"meta\":{\"k\":1}}";
+	                 "\"caller\":\"assistant\",\"max_runtime_sec\":60,\"meta\":{\"k\":1},\"tenant\":\"acme.eu\"}";
 	const char *b2 = "{" GOOD ",\"prompt\":\"hello\",\"otp_upload\":\"u1\",\"history\":[1],\"session\":\"s\"}";
 
 	TH_CHECK(dispatcher_request_parse(b1, strlen(b1), DISPATCHER_REQ_STRICT, 28800, 1234, &job,
@@ -92,6 +100,7 @@ static void test_good(void)
 	TH_CHECK(th_streq(job.prompt, "hello") && th_streq(job.caller, "assistant"));
 	TH_CHECK(job.max_runtime_sec == 60 && job.enqueued_at == 1234);
 	TH_CHECK(json_integer_value(json_object_get(job.meta, "k")) == 1);
+	TH_CHECK(th_streq(job.tenant, "acme.eu") && th_streq(proto_job_tenant(&job), "acme.eu"), "tenant");
 	proto_job_clear(&job);
 
 	/* /stream: unknown fields travel in meta; a run id is minted. */

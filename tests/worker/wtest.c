@@ -85,6 +85,13 @@ json_t *wt_agent_config(const char *agent_json)
 void wt_submit(wt_t *t, const char *run_id, const dev_stub_run_t *run, const char *prompt,
                int upload, long max_runtime, dev_stub_otps_t *o)
 {
+	wt_submit_to(t, run_id, run, prompt, -1, NULL, upload, max_runtime, o);
+}
+
+void wt_submit_to(wt_t *t, const char *run_id, const dev_stub_run_t *run, const char *prompt,
+                  int partition, const char *tenant, int upload, long max_runtime,
+                  dev_stub_otps_t *o)
+{
 	TH_REQUIRE(dev_stub_add_run(t->stub, run, o) == 0, "stub add run");
 	json_t *j = json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:I}",
 	                      "v", 1, "run_id", run_id, "agent_url", o->agent_url,
@@ -95,9 +102,11 @@ void wt_submit(wt_t *t, const char *run_id, const dev_stub_run_t *run, const cha
 		json_object_set_new(j, "otp_upload", json_string(o->otp_upload));
 	if (max_runtime > 0)
 		json_object_set_new(j, "max_runtime_sec", json_integer(max_runtime));
+	if (tenant)
+		json_object_set_new(j, "tenant", json_string(tenant));
 	char *s = json_dumps(j, JSON_COMPACT);
 	json_decref(j);
-	TH_REQUIRE(th_kafka_produce(&t->kafka, t->topic, -1, run_id, s, strlen(s), NULL) == 0, "produce");
+	TH_REQUIRE(th_kafka_produce(&t->kafka, t->topic, partition, run_id, s, strlen(s), NULL) == 0, "produce");
 	free(s);
 }
 

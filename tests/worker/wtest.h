@@ -38,6 +38,12 @@ const char *wt_log_path(wt_t *t, const char *name);
 void wt_submit(wt_t *t, const char *run_id, const dev_stub_run_t *run, const char *prompt,
                int upload, long max_runtime, dev_stub_otps_t *o);
 
+/* The same, to a given partition (-1: by key) and with a tenant (NULL:
+ * none, the default tenant). */
+void wt_submit_to(wt_t *t, const char *run_id, const dev_stub_run_t *run, const char *prompt,
+                  int partition, const char *tenant, int upload, long max_runtime,
+                  dev_stub_otps_t *o);
+
 /* A stub run whose config.agent is the given JSON text (e.g.
  * {"kind":"mock","script":"demo"}); caller frees with json_decref. */
 json_t *wt_agent_config(const char *agent_json);

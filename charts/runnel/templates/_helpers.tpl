@@ -196,10 +196,6 @@ combination fails the render with a message naming the value to fix.
 {{- if and (not .Values.keda.enabled) .Values.hpa.enabled (lt $min 1) -}}
 {{- fail "worker.autoscaling.minReplicas must be >= 1 for the HPA; scaling to zero needs keda.enabled=true" -}}
 {{- end -}}
-{{- $parts := int .Values.kafka.topicPartitions -}}
-{{- if and (gt $parts 0) (gt $max $parts) (or .Values.keda.enabled .Values.hpa.enabled) -}}
-{{- fail (printf "worker.autoscaling.maxReplicas (%d) exceeds kafka.topicPartitions (%d): a consumer group gives each partition to one worker, so the extra workers would sit idle" $max $parts) -}}
-{{- end -}}
 {{- if and .Values.sealing.enabled (not .Values.secret.existingSecret) -}}
 {{- if not (regexMatch "^[0-9a-fA-F]{64}$" (toString .Values.sealing.key)) -}}
 {{- fail "sealing.key must be 64 hex characters (32 bytes), e.g. from `openssl rand -hex 32`, or use secret.existingSecret" -}}

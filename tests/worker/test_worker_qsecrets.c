@@ -1,0 +1,136 @@
+/*
+ * tests/worker/test_worker_qsecrets.c - no OTP or prompt reaches Redis
+ * through the run-time queue, in either entry mode, checked while the runs
+ * wait in the queue and afterwards in every key and in the AOF (which
+ * keeps every write ever made):
+ *   - sealed mode (RUNNEL_JOB_KEY set): an unsealed record is sealed by the
+ *     worker before it is queued; a sealed record stays sealed;
+ *   - reference mode (no key): the entry only points at the Kafka record,
+ *     which the claiming worker reads back.
+ * Both runs still start and finish normally.
+ */
+#include "tests/worker/wtest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "proto/job.h"
+
+#define KEY_HEX "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+static wt_t T;
+static const char *secrets[32];
+static size_t nsecrets;
+
+static void remember(const char *s)
+{
+	secrets[nsecrets++] = th_strf("%s", s);
+}
+
+/* Produces a job for a fresh stub run; sealed with key when key != NULL. */
+static void submit(const char *id, const char *script, const char *prompt, const uint8_t *key)
+{
+	dev_stub_otps_t o;
+	dev_stub_run_t run = { 0 };
+	run.config = wt_agent_config(th_strf("{\"kind\":\"mock\",\"script\":\"%s\"}", script));
+	TH_REQUIRE(dev_stub_add_run(T.stub, &run, &o) == 0);
+	json_decref(run.config);
+	proto_job_t j;
+	memset(&j, 0, sizeof(j));
+	j.v = 1;
+	snprintf(j.run_id, sizeof(j.run_id), "%s", id);
+	j.agent_url = o.agent_url;
+	j.otp_setup = o.otp_setup;
+	j.otp_run = o.otp_run;
+	j.otp_upload = o.otp_upload;
+	j.prompt = (char *)prompt;
+	j.enqueued_at = rn_now_ms();
+	snprintf(j.tenant, sizeof(j.tenant), "sec");
+	char err[256];
+	size_t len = 0;
+	char *s = proto_job_serialize(&j, key, &len, err, sizeof(err));
+	TH_REQUIRE(s != NULL, "serialize: %s", err);
+	wt_produce_raw(&T, id, s, len);
+	free(s);
+	remember(o.otp_setup);
+	remember(o.otp_run);
+	remember(o.otp_upload);
+	remember(prompt);
+}
+
+static const char *entry_of(const char *id)
+{
+	static char buf[4096];
+	buf[0] = '\0';
+	redisReply *r = redisCommand(T.rc, "HGET runnel:{q}:jobs %s", id);
+	if (r && r->type == REDIS_REPLY_STRING)
+		snprintf(buf, sizeof(buf), "%s", r->str);
+	if (r)
+		freeReplyObject(r);
+	return buf;
+}
+
+static const char *waiting_id;
+static int is_queued(void *arg)
+{
+	return entry_of(waiting_id)[0] != '\0';
+}
+
+static void scan_all(const char *when)
+{
+	for (size_t i = 0; i < nsecrets; i++) {
+		TH_CHECK(th_redis_scan_contains(T.rc, secrets[i]) == 0, "%s: secret %zu in a Redis key", when, i);
+		TH_CHECK(!th_dir_contains(T.redis.dir, secrets[i], strlen(secrets[i])),
+		         "%s: secret %zu in Redis's files", when, i);
+	}
+}
+
+static void mode(const char *name, const char *const *env, const uint8_t *key)
+{
+	pid_t w = wt_worker(&T, name, env);
+	wt_warmup(&T);
+	char *busy = th_strf("run_%s_busy", name), *q1 = th_strf("run_%s_q1", name), *q2 = th_strf("run_%s_q2", name);
+	submit(busy, "sleep 2", th_strf("prompt-busy-%s-%ld", name, (long)getpid()), NULL);
+	TH_REQUIRE(wt_wait_started(&T, busy, 20000), "slot filled");
+	submit(q1, "sleep 1", th_strf("prompt-q1-%s-%ld", name, (long)getpid()), NULL);
+	if (key)
+		submit(q2, "sleep 1", th_strf("prompt-q2-%s-%ld", name, (long)getpid()), key);
+	waiting_id = key ? q2 : q1;
+	TH_REQUIRE(th_wait_until(is_queued, NULL, 10000), "%s: runs wait in the queue", name);
+	const char *e = entry_of(q1);
+	if (key)
+		TH_CHECK(strstr(e, "\"sealed\":") != NULL, "%s: the unsealed record was sealed for the queue: %.80s", name, e);
+	else
+		TH_CHECK(!strncmp(e, "{\"ref\":", 7), "%s: the entry is a reference: %.80s", name, e);
+	scan_all(th_strf("%s, queued", name));
+	TH_CHECK(wt_wait_terminal(&T, q1, 30000), "%s: q1 ran", name);
+	size_t n;
+	char **l = wt_lines(&T, q1, &n);
+	TH_CHECK(th_streq(wt_check_terminal(l, n), ""), "%s: q1 succeeded", name);
+	th_strv_free(l, n);
+	if (key)
+		TH_CHECK(wt_wait_terminal(&T, q2, 30000) && th_streq(wt_state(&T, q2, "status"), "succeeded"),
+		         "%s: q2 ran", name);
+	int s = th_stop(w, 20000);
+	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "%s exit %d", name, s);
+}
+
+int main(void)
+{
+	th_init("worker_qsecrets");
+	wt_setup(&T, "appendonly yes\nappendfsync always\n", 2);
+	uint8_t key[PROTO_JOB_KEY_BYTES];
+	char err[128];
+	TH_REQUIRE(proto_job_key_parse(KEY_HEX, key, err, sizeof(err)) == 0);
+	const char *env_k[] = { "RUNNEL_SLOTS=1", "RUNNEL_JOB_KEY=" KEY_HEX, NULL };
+	mode("sk", env_k, key);
+	const char *env_n[] = { "RUNNEL_SLOTS=1", NULL };
+	mode("sn", env_n, NULL);
+	scan_all("after both");
+	wt_teardown(&T);
+	return th_done();
+}

@@ -1,0 +1,345 @@
+/*
+ * worker/claim.c - queue entries and the claimer thread (see claim.h).
+ */
+#include "worker/claim.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+#include <sodium.h>
+
+#include "common/log.h"
+#include "common/runqueue.h"
+#include "common/util.h"
+#include "proto/envelope.h"
+#include "worker/consumer.h"
+#include "worker/publish.h"
+
+#define WAIT_MS       1000    /* one BLPOP on the wake list */
+#define FETCH_MS      10000   /* reading a referenced record back */
+
+char *worker_queue_entry(const worker_config_t *cfg, const proto_job_t *job,
+                         const rd_kafka_message_t *m, size_t *len,
+                         char *errstr, size_t errstr_size)
+{
+	if (cfg->have_job_key)
+		return proto_job_serialize(job, cfg->job_key, len, errstr, errstr_size);
+	/* The topic too: workers of other topics may share the Redis prefix. */
+	json_t *j = json_pack("{s:{s:s,s:i,s:I}}", "ref", "t", rd_kafka_topic_name(m->rkt),
+	                      "p", (int)m->partition, "o", (json_int_t)m->offset);
+	char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(j);
+	if (!s) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	*len = strlen(s);
+	return s;
+}
+
+struct worker_claimer {
+	const worker_config_t *cfg;
+	worker_metrics_t *m;
+	long             slots;
+	worker_claim_cb  cb;
+	void            *arg;
+	pthread_t        thread;
+	pthread_mutex_t  mu;
+	pthread_cond_t   cond;
+	long             outstanding;  /* handed out, not done */
+	int              paused;
+	int              stop;
+	redisContext    *rc;
+	unsigned         attempt;
+	worker_fetcher_t *fetcher;     /* reference mode, created on first use */
+	rn_tenant_caps_t caps;
+	const char     **cap_names;
+};
+
+/* Sleeps up to ms unless stopped. */
+static void nap(worker_claimer_t *cl, long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&cl->mu);
+	if (!cl->stop)
+		pthread_cond_timedwait(&cl->cond, &cl->mu, &ts);
+	pthread_mutex_unlock(&cl->mu);
+}
+
+static redisContext *conn(worker_claimer_t *cl)
+{
+	if (cl->rc)
+		return cl->rc;
+	char err[256];
+	cl->rc = worker_redis_connect(&cl->cfg->redis, 1000, err, sizeof(err));
+	if (!cl->rc) {
+		if (cl->attempt++ % 20 == 0)
+			rn_log_warn(NULL, "redis_unreachable", "claimer: %s; retrying", err);
+		nap(cl, 200);
+		return NULL;
+	}
+	/* Longer than one BLPOP. */
+	struct timeval tv = { 5, 0 };
+	redisSetTimeout(cl->rc, tv);
+	cl->attempt = 0;
+	return cl->rc;
+}
+
+static void failed(worker_claimer_t *cl, const char *what, const char *err)
+{
+	rn_log_warn(NULL, "redis_error", "claimer %s: %s", what, err);
+	if (cl->rc) {
+		redisFree(cl->rc);
+		cl->rc = NULL;
+	}
+	nap(cl, 100);
+}
+
+/* Opens a queue entry into *job.  0, or -1 with errstr. */
+static int open_entry(worker_claimer_t *cl, const rn_queue_item_t *it, proto_job_t *job,
+                      char *errstr, size_t errstr_size)
+{
+	const worker_config_t *cfg = cl->cfg;
+	const uint8_t *key = cfg->have_job_key ? cfg->job_key : NULL;
+	json_error_t je;
+	json_t *root = json_loadb(it->entry, it->len, 0, &je);
+	json_t *ref = root ? json_object_get(root, "ref") : NULL;
+	if (!ref) {
+		json_decref(root);
+		return proto_job_parse(it->entry, it->len, key, cfg->require_sealed, job, errstr, errstr_size);
+	}
+	json_int_t p = json_integer_value(json_object_get(ref, "p"));
+	json_int_t o = json_integer_value(json_object_get(ref, "o"));
+	char topic[256];
+	const char *t = json_string_value(json_object_get(ref, "t"));
+	snprintf(topic, sizeof(topic), "%s", t ? t : cfg->jobs_topic);
+	json_decref(root);
+	if (!cl->fetcher) {
+		cl->fetcher = worker_fetcher_new(cfg, errstr, errstr_size);
+		if (!cl->fetcher)
+			return -1;
+	}
+	char *buf = NULL;
+	size_t len = 0;
+	if (worker_fetcher_get(cl->fetcher, topic, (int32_t)p, (int64_t)o, FETCH_MS,
+	                       &buf, &len, errstr, errstr_size) < 0)
+		return -1;
+	int rc = proto_job_parse(buf, len, key, cfg->require_sealed, job, errstr, errstr_size);
+	sodium_memzero(buf, len);
+	free(buf);
+	if (rc == 0 && strcmp(job->run_id, it->run_id) != 0) {
+		proto_job_clear(job);
+		snprintf(errstr, errstr_size, "the referenced record holds another run");
+		return -1;
+	}
+	return rc;
+}
+
+/* A run whose entry cannot be opened can never start: end it. */
+static void end_unopenable(worker_claimer_t *cl, redisContext *c, const rn_queue_item_t *it,
+                           const char *why)
+{
+	char err[256];
+	rn_log_error(it->run_id, "queue_entry_bad", "cannot open the queued job: %s", why);
+	size_t len = 0;
+	char *line = proto_env_make_error(PROTO_ERR_INTERNAL, "The worker could not read the queued job.",
+	                                  rn_now_ms(), &len);
+	if (line) {
+		if (rn_runstate_finish(c, cl->cfg->key_prefix, it->run_id, line, len, "failed",
+		                       PROTO_ERR_INTERNAL, cl->cfg->retention_sec, err, sizeof(err)) < 0)
+			rn_log_warn(it->run_id, "redis_error", "%s", err);
+		free(line);
+	}
+	if (rn_runqueue_ack(c, cl->cfg->key_prefix, it->run_id, it->tenant, 0, err, sizeof(err)) < 0)
+		rn_log_warn(it->run_id, "redis_error", "%s", err);
+}
+
+/* One take.  1 when something was taken (try again at once), 0 when the
+ * queue had nothing for us, -1 on a Redis error (already handled). */
+static int take_one(worker_claimer_t *cl, redisContext *c)
+{
+	const worker_config_t *cfg = cl->cfg;
+	char err[256];
+	rn_queue_item_t it;
+	int64_t lease_ms = cfg->lease_sec * 1000;
+	int r = rn_runqueue_take(c, cfg->key_prefix, &cl->caps, lease_ms, lease_ms, &it, err, sizeof(err));
+	if (r < 0) {
+		failed(cl, "take", err);
+		return -1;
+	}
+	if (r == 0)
+		return 0;
+	rn_counter_add(cl->m->queue_claims, 1);
+
+	proto_job_t job;
+	if (open_entry(cl, &it, &job, err, sizeof(err)) < 0) {
+		end_unopenable(cl, c, &it, err);
+		rn_queue_item_clear(&it);
+		return 1;
+	}
+	rn_claim_t st;
+	int64_t ttl = cfg->max_runtime_sec + cfg->retention_sec;
+	if (rn_runstate_claim(c, cfg->key_prefix, job.run_id, cfg->worker_id, lease_ms,
+	                      job.enqueued_at, ttl, &st, err, sizeof(err)) < 0) {
+		/* Still inflight: it goes back to the queue when its deadline passes. */
+		proto_job_clear(&job);
+		rn_queue_item_clear(&it);
+		failed(cl, "claim", err);
+		return -1;
+	}
+	int running = st.status == RN_CLAIM_OK || st.status == RN_CLAIM_CANCEL;
+	if (rn_runqueue_ack(c, cfg->key_prefix, it.run_id, it.tenant, running, err, sizeof(err)) < 0)
+		rn_log_warn(it.run_id, "redis_error", "queue ack: %s (the entry returns and is skipped)", err);
+	if (job.enqueued_at > 0 && st.now_ms >= job.enqueued_at)
+		rn_hist_observe(cl->m->queue_wait, (double)(st.now_ms - job.enqueued_at) / 1000.0);
+
+	switch (st.status) {
+	case RN_CLAIM_DONE:
+		rn_log_info(job.run_id, "job_skipped", "the run already ended (%s)", st.detail);
+		rn_counter_add(cl->m->jobs_skipped, 1);
+		break;
+	case RN_CLAIM_HELD:
+		rn_log_info(job.run_id, "job_skipped", "held by live worker %s", st.detail);
+		rn_counter_add(cl->m->jobs_skipped, 1);
+		break;
+	case RN_CLAIM_LOST:
+		rn_log_warn(job.run_id, "run_lost", "queued again after its worker died mid-run: ended worker_lost");
+		rn_counter_add(cl->m->runs_swept, 1);
+		break;
+	case RN_CLAIM_OK:
+	case RN_CLAIM_CANCEL: {
+		worker_claimed_t *wc = calloc(1, sizeof(*wc));
+		if (!wc) {
+			/* Claimed but cannot run: the lease lapses and the sweep ends it. */
+			rn_log_error(job.run_id, "run_internal", "out of memory");
+			break;
+		}
+		wc->job = job;
+		memset(&job, 0, sizeof(job));
+		wc->claim = st;
+		wc->queued_ms = it.queued_ms;
+		pthread_mutex_lock(&cl->mu);
+		cl->outstanding++;
+		pthread_mutex_unlock(&cl->mu);
+		rn_log_debug(wc->job.run_id, "run_taken", "tenant %s, %lld ms in the queue", it.tenant,
+		             (long long)(it.queued_ms > 0 ? it.now_ms - it.queued_ms : 0));
+		cl->cb(wc, cl->arg);
+		break;
+	}
+	}
+	proto_job_clear(&job);
+	rn_queue_item_clear(&it);
+	return 1;
+}
+
+static void *claimer_main(void *arg)
+{
+	worker_claimer_t *cl = arg;
+	char err[256];
+	for (;;) {
+		pthread_mutex_lock(&cl->mu);
+		while (!cl->stop && (cl->paused || cl->outstanding >= cl->slots))
+			pthread_cond_wait(&cl->cond, &cl->mu);
+		int stop = cl->stop;
+		pthread_mutex_unlock(&cl->mu);
+		if (stop)
+			break;
+		redisContext *c = conn(cl);
+		if (!c)
+			continue;
+		int r = take_one(cl, c);
+		if (r != 0)
+			continue;
+		int w = rn_runqueue_wait(c, cl->cfg->key_prefix, WAIT_MS, err, sizeof(err));
+		if (w < 0)
+			failed(cl, "wait", err);
+	}
+	return NULL;
+}
+
+worker_claimer_t *worker_claimer_start(const worker_config_t *cfg, worker_metrics_t *m,
+                                       long slots, worker_claim_cb cb, void *arg,
+                                       char *errstr, size_t errstr_size)
+{
+	worker_claimer_t *cl = calloc(1, sizeof(*cl));
+	if (!cl) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	cl->cfg = cfg;
+	cl->m = m;
+	cl->slots = slots;
+	cl->cb = cb;
+	cl->arg = arg;
+	cl->caps.def = cfg->tenant_max_runs;
+	cl->caps.n = cfg->n_tenant_caps;
+	cl->cap_names = calloc(cfg->n_tenant_caps + 1, sizeof(*cl->cap_names));
+	if (!cl->cap_names) {
+		free(cl);
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	for (size_t i = 0; i < cfg->n_tenant_caps; i++)
+		cl->cap_names[i] = cfg->tenant_cap_names[i];
+	cl->caps.names = cl->cap_names;
+	cl->caps.caps = cfg->tenant_caps;
+	pthread_mutex_init(&cl->mu, NULL);
+	pthread_cond_init(&cl->cond, NULL);
+	int e = pthread_create(&cl->thread, NULL, claimer_main, cl);
+	if (e) {
+		snprintf(errstr, errstr_size, "claimer thread: %s", strerror(e));
+		pthread_mutex_destroy(&cl->mu);
+		pthread_cond_destroy(&cl->cond);
+		free(cl->cap_names);
+		free(cl);
+		return NULL;
+	}
+	return cl;
+}
+
+void worker_claimer_done(worker_claimer_t *cl)
+{
+	pthread_mutex_lock(&cl->mu);
+	if (cl->outstanding > 0)
+		cl->outstanding--;
+	pthread_cond_broadcast(&cl->cond);
+	pthread_mutex_unlock(&cl->mu);
+}
+
+void worker_claimer_pause(worker_claimer_t *cl)
+{
+	pthread_mutex_lock(&cl->mu);
+	cl->paused = 1;
+	pthread_cond_broadcast(&cl->cond);
+	pthread_mutex_unlock(&cl->mu);
+}
+
+void worker_claimer_stop(worker_claimer_t *cl)
+{
+	if (!cl)
+		return;
+	pthread_mutex_lock(&cl->mu);
+	cl->stop = 1;
+	pthread_cond_broadcast(&cl->cond);
+	pthread_mutex_unlock(&cl->mu);
+	pthread_join(cl->thread, NULL);
+	if (cl->rc)
+		redisFree(cl->rc);
+	worker_fetcher_free(cl->fetcher);
+	pthread_mutex_destroy(&cl->mu);
+	pthread_cond_destroy(&cl->cond);
+	free(cl->cap_names);
+	free(cl);
+}

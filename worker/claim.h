@@ -1,0 +1,70 @@
+/*
+ * worker/claim.h - the worker's side of the run-time queue (common/
+ * runqueue.h): what a Kafka record becomes in the queue (the entry), and
+ * the claimer thread that fills free slots from the queue.
+ *
+ * The entry never holds an OTP or a prompt in plaintext (SPEC §2):
+ *   - with a job key (RUNNEL_JOB_KEY): the job serialized *sealed* with that
+ *     key (a sealed Kafka record stays sealed; an unsealed one is sealed
+ *     here), so any worker of the fleet can open it on claim;
+ *   - without a key: a reference {"ref":{"t":TOPIC,"p":PARTITION,"o":OFFSET}}
+ *     to the record in the job topic, which the claiming worker reads back from
+ *     Kafka (its secrets then only ever sit in Kafka, as before).
+ *
+ * The claimer thread, while this worker has fewer runs than slots and is
+ * not draining, takes the next run fairly (rn_runqueue_take), opens its
+ * entry, claims it in its state hash (rn_runstate_claim: exactly-once
+ * start, cancel before start, lost runs), acknowledges the entry, and
+ * hands the run to the main thread through the callback.  With nothing
+ * to take it blocks on the queue's wake list (BLPOP, 1 s at most).
+ *
+ * @locality worker_queue_entry: main thread; the claimer's callback runs on
+ * the claimer thread; the other functions from the main thread.
+ */
+#ifndef RUNNEL_WORKER_CLAIM_H
+#define RUNNEL_WORKER_CLAIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "common/runstate.h"
+#include "proto/job.h"
+#include "worker/config.h"
+#include "worker/metrics.h"
+
+/* The queue entry for job, which arrived as record m.  malloc'd (the
+ * caller frees it), length in *len; NULL with errstr. */
+char *worker_queue_entry(const worker_config_t *cfg, const proto_job_t *job,
+                         const rd_kafka_message_t *m, size_t *len,
+                         char *errstr, size_t errstr_size);
+
+/* A run the claimer claimed (status OK or CANCEL). */
+typedef struct worker_claimed {
+	proto_job_t job;          /* owned */
+	rn_claim_t  claim;
+	int64_t     queued_ms;    /* when it entered the queue (server clock) */
+} worker_claimed_t;
+
+/* Takes ownership of c (free the struct with free() after moving the job). */
+typedef void (*worker_claim_cb)(worker_claimed_t *c, void *arg);
+
+typedef struct worker_claimer worker_claimer_t;
+
+/* Starts the thread.  slots bounds the runs handed out and not yet
+ * reported done.  NULL with errstr. */
+worker_claimer_t *worker_claimer_start(const worker_config_t *cfg, worker_metrics_t *m,
+                                       long slots, worker_claim_cb cb, void *arg,
+                                       char *errstr, size_t errstr_size);
+
+/* A handed-out run ended (its slot is free). */
+void worker_claimer_done(worker_claimer_t *cl);
+
+/* Drain: take nothing more (queued runs stay for other workers). */
+void worker_claimer_pause(worker_claimer_t *cl);
+
+/* Stops and joins the thread (within about a second), frees it (NULL ok). */
+void worker_claimer_stop(worker_claimer_t *cl);
+
+#endif
