@@ -107,7 +107,8 @@ static void failed(worker_claimer_t *cl, const char *what, const char *err)
 	nap(cl, 100);
 }
 
-/* Opens a queue entry into *job.  0, or -1 with errstr. */
+/* Opens a queue entry into *job.  0, or -1 with errstr, or -2 with errstr
+ * when the referenced Kafka record could not be read now (try later). */
 static int open_entry(worker_claimer_t *cl, const rn_queue_item_t *it, proto_job_t *job,
                       char *errstr, size_t errstr_size)
 {
@@ -133,9 +134,10 @@ static int open_entry(worker_claimer_t *cl, const rn_queue_item_t *it, proto_job
 	}
 	char *buf = NULL;
 	size_t len = 0;
-	if (worker_fetcher_get(cl->fetcher, topic, (int32_t)p, (int64_t)o, FETCH_MS,
-	                       &buf, &len, errstr, errstr_size) < 0)
-		return -1;
+	int got = worker_fetcher_get(cl->fetcher, topic, (int32_t)p, (int64_t)o, FETCH_MS,
+	                             &buf, &len, errstr, errstr_size);
+	if (got < 0)
+		return got;
 	int rc = proto_job_parse(buf, len, key, cfg->require_sealed, job, errstr, errstr_size);
 	sodium_memzero(buf, len);
 	free(buf);
@@ -184,7 +186,16 @@ static int take_one(worker_claimer_t *cl, redisContext *c)
 	rn_counter_add(cl->m->queue_claims, 1);
 
 	proto_job_t job;
-	if (open_entry(cl, &it, &job, err, sizeof(err)) < 0) {
+	int opened = open_entry(cl, &it, &job, err, sizeof(err));
+	if (opened == -2) {
+		/* Kafka is away (a broker restart): the run is not broken.  The
+		 * entry stays inflight and returns to the queue at its deadline. */
+		rn_log_warn(it.run_id, "queue_entry_retry", "cannot read the queued job now: %s", err);
+		rn_queue_item_clear(&it);
+		nap(cl, 1000);
+		return 0;
+	}
+	if (opened < 0) {
 		end_unopenable(cl, c, &it, err);
 		rn_queue_item_clear(&it);
 		return 1;

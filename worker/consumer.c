@@ -356,9 +356,10 @@ int worker_fetcher_get(worker_fetcher_t *f, const char *topic, int32_t partition
 	rd_kafka_topic_partition_list_destroy(l);
 	if (e) {
 		snprintf(errstr, errstr_size, "kafka reader: assign: %s", rd_kafka_err2str(e));
-		return -1;
+		return -2;
 	}
-	int ret = -1;
+	/* Until a record answers, the failure is a transient one (-2). */
+	int ret = -2;
 	snprintf(errstr, errstr_size, "kafka reader: partition %d offset %lld not read within %d ms",
 	         (int)partition, (long long)offset, timeout_ms);
 	int64_t deadline = rn_mono_ms() + timeout_ms;
@@ -379,12 +380,14 @@ int worker_fetcher_get(worker_fetcher_t *f, const char *topic, int32_t partition
 		if (m->offset > offset) {
 			snprintf(errstr, errstr_size, "kafka reader: partition %d offset %lld is gone",
 			         (int)partition, (long long)offset);
+			ret = -1;
 			rd_kafka_message_destroy(m);
 			break;
 		}
 		*buf = malloc(m->len + 1);
 		if (!*buf) {
 			snprintf(errstr, errstr_size, "out of memory");
+			ret = -1;
 		} else {
 			if (m->len)
 				memcpy(*buf, m->payload, m->len);

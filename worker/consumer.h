@@ -64,8 +64,9 @@ typedef struct worker_fetcher worker_fetcher_t;
 worker_fetcher_t *worker_fetcher_new(const worker_config_t *cfg, char *errstr, size_t errstr_size);
 
 /* Reads the record at topic/partition/offset: 0 with *buf (malloc'd,
- * NUL-terminated, the caller wipes and frees it) and *len, or -1 with
- * errstr (timeout, record deleted by retention). */
+ * NUL-terminated, the caller wipes and frees it) and *len; -1 with errstr
+ * when it can never be read (deleted by retention); -2 with errstr when it
+ * could not be read now (timeout: e.g. the broker is down or restarting). */
 int worker_fetcher_get(worker_fetcher_t *f, const char *topic, int32_t partition, int64_t offset,
                        int timeout_ms, char **buf, size_t *len, char *errstr, size_t errstr_size);
 
