@@ -13,6 +13,10 @@
  *          none is lost; the drained worker exits 0.
  *   redis  Redis (AOF, appendfsync always) restarted twice while runs flow:
  *          every run succeeds exactly once.
+ *   restart  the broker itself (a private one: RUNNEL_TEST_KAFKA=private)
+ *          stopped for a few seconds and started again while runs are
+ *          running and queued, then more runs: every run succeeds exactly
+ *          once, none is lost.
  */
 #include "tests/kafka/fleet.h"
 
@@ -123,6 +127,39 @@ static void scenario_redis(void)
 	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "fw1 exit %d", s);
 }
 
+static void scenario_restart(void)
+{
+	TH_REQUIRE(T.kafka.real == 0, "fresh fixture");
+	wt_setup(&T, NULL, 6);
+	TH_REQUIRE(T.kafka.real == 2, "restart needs RUNNEL_TEST_KAFKA=private");
+	const char *env[] = { "RUNNEL_SLOTS=2", NULL };
+	pid_t w0 = wt_worker(&T, "fw0", env);
+	pid_t w1 = wt_worker(&T, "fw1", env);
+	wt_warmup(&T);
+	int n = 0;
+	/* Enough work that runs are running and queued when the broker goes. */
+	for (int i = 0; i < 16; i++)
+		fleet_submit(&T, &R[n++], "run_restart", i, i % 2 ? "sleep 1" : "sleep 2", 0);
+	TH_REQUIRE(wt_wait_started(&T, R[0].id, 30000), "first run started");
+	int64_t t0 = th_now_ms();
+	TH_REQUIRE(th_kafka_broker_down(&T.kafka, 1) == 0, "broker stopped");
+	fleet_pause_ms(3000);
+	TH_REQUIRE(th_kafka_broker_up(&T.kafka, 1) == 0, "broker started again");
+	TH_NOTE("broker away for %lld ms", (long long)(th_now_ms() - t0));
+	for (int i = 16; i < 24; i++) {
+		fleet_submit(&T, &R[n++], "run_restart", i, "sleep 1", 0);
+		fleet_pause_ms(200);
+	}
+	int ended = fleet_collect(&T, R, n, 150000);
+	TH_CHECK(ended == n, "%d of %d runs ended", ended, n);
+	fleet_check(R, n, 0);
+	report("restart", n);
+	int s = th_stop(w0, 20000);
+	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "fw0 exit %d", s);
+	s = th_stop(w1, 20000);
+	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "fw1 exit %d", s);
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "";
@@ -133,8 +170,10 @@ int main(int argc, char **argv)
 		scenario_churn();
 	else if (!strcmp(what, "redis"))
 		scenario_redis();
+	else if (!strcmp(what, "restart"))
+		scenario_restart();
 	else
-		TH_REQUIRE(0, "usage: test_kafka_fleet wait|churn|redis");
+		TH_REQUIRE(0, "usage: test_kafka_fleet wait|churn|redis|restart");
 	wt_teardown(&T);
 	return th_done();
 }
