@@ -196,6 +196,8 @@ static int print_queue(redisContext *c)
 		for (size_t i = 0; i < st.nlisted; i++)
 			printf("%-32s %8lld %8lld %8s\n", st.tenants[i].name, (long long)st.tenants[i].queued,
 			       (long long)st.tenants[i].running, secs(b1, sizeof(b1), st.tenants[i].oldest_ms));
+		if (st.ntenants > st.nscanned)
+			printf("(%zu more tenant(s) with queued runs not shown)\n", st.ntenants - st.nscanned);
 	}
 	rn_queue_stats_clear(&st);
 	return CLI_EXIT_OK;

@@ -144,15 +144,17 @@ static const char lua_touch[] =
 
 /*
  * KEYS: ring age inflight depth.  ARGV: qprefix.
- * Returns {depth, inflight, oldest_age, now, t1, queued1, running1, oldest1, ...}.
+ * Returns {depth, inflight, oldest_age, now, ntenants, t1, queued1,
+ * running1, oldest1, ...}: at most the first 1000 tenants of the ring are
+ * looked at, so a call stays cheap however many tenants queue.
  */
 static const char lua_stats[] =
 	LUA_NOW
 	"local q = ARGV[1]\n"
-	"local out = {redis.call('LLEN', KEYS[4]), redis.call('ZCARD', KEYS[3]), 0, now}\n"
+	"local out = {redis.call('LLEN', KEYS[4]), redis.call('ZCARD', KEYS[3]), 0, now, redis.call('LLEN', KEYS[1])}\n"
 	"local o = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')\n"
 	"if o[2] then out[3] = now - tonumber(o[2]) end\n"
-	"local ts = redis.call('LRANGE', KEYS[1], 0, 9999)\n"
+	"local ts = redis.call('LRANGE', KEYS[1], 0, 999)\n"
 	"for _, t in ipairs(ts) do\n"
 	"  local tk = q .. 't:' .. t\n"
 	"  local rk = q .. 'run:' .. t\n"
@@ -296,7 +298,7 @@ int rn_runqueue_take(redisContext *c, const char *prefix, const rn_tenant_caps_t
 	if (qkeys_make(&k, prefix, errstr, errstr_size) < 0)
 		return -1;
 	size_t ncaps = caps ? caps->n : 0;
-	size_t argc = 12 + 2 * ncaps;
+	size_t argc = 13 + 2 * ncaps; /* EVAL, script, numkeys, 6 keys, 4 args, cap pairs */
 	const char **argv = calloc(argc, sizeof(*argv));
 	char (*nums)[24] = calloc(3 + ncaps, sizeof(*nums));
 	if (!argv || !nums) {
@@ -461,7 +463,7 @@ int rn_runqueue_stats(redisContext *c, const char *prefix, size_t max_tenants,
 	redisReply *r = redisCommandArgv(c, 8, argv, NULL);
 	if (check(c, r, "queue stats", errstr, errstr_size) < 0)
 		return -1;
-	if (r->type != REDIS_REPLY_ARRAY || r->elements < 4 || (r->elements - 4) % 4) {
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 5 || (r->elements - 5) % 4) {
 		freeReplyObject(r);
 		snprintf(errstr, errstr_size, "redis queue stats: unexpected reply");
 		return -1;
@@ -469,7 +471,8 @@ int rn_runqueue_stats(redisContext *c, const char *prefix, size_t max_tenants,
 	st->depth = ll_of(r->element[0]);
 	st->inflight = ll_of(r->element[1]);
 	st->oldest_ms = ll_of(r->element[2]);
-	size_t n = (r->elements - 4) / 4;
+	int64_t ring = ll_of(r->element[4]);
+	size_t n = (r->elements - 5) / 4;
 	rn_queue_tenant_t *all = n ? calloc(n, sizeof(*all)) : NULL;
 	if (n && !all) {
 		freeReplyObject(r);
@@ -478,19 +481,20 @@ int rn_runqueue_stats(redisContext *c, const char *prefix, size_t max_tenants,
 	}
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++) {
-		const redisReply *nm = r->element[4 + 4 * i];
+		const redisReply *nm = r->element[5 + 4 * i];
 		if (nm->type != REDIS_REPLY_STRING)
 			continue;
 		snprintf(all[m].name, sizeof(all[m].name), "%s", nm->str);
-		all[m].queued = ll_of(r->element[5 + 4 * i]);
-		all[m].running = ll_of(r->element[6 + 4 * i]);
-		all[m].oldest_ms = ll_of(r->element[7 + 4 * i]);
+		all[m].queued = ll_of(r->element[6 + 4 * i]);
+		all[m].running = ll_of(r->element[7 + 4 * i]);
+		all[m].oldest_ms = ll_of(r->element[8 + 4 * i]);
 		m++;
 	}
 	freeReplyObject(r);
 	if (m)
 		qsort(all, m, sizeof(*all), cmp_depth);
-	st->ntenants = m;
+	st->nscanned = m;
+	st->ntenants = ring > (int64_t)m ? (size_t)ring : m;
 	st->nlisted = m < max_tenants ? m : max_tenants;
 	st->tenants = all;
 	return 0;

@@ -136,12 +136,14 @@ typedef struct rn_queue_stats {
 	int64_t inflight;
 	int64_t oldest_ms;        /* age of the oldest queued run, 0 when empty */
 	size_t  ntenants;         /* tenants with queued runs (all of them) */
-	rn_queue_tenant_t *tenants; /* the first max_tenants by depth, malloc'd */
-	size_t  nlisted;
+	size_t  nscanned;         /* tenants looked at (the ring's first 1000) */
+	rn_queue_tenant_t *tenants; /* the scanned ones, deepest first, malloc'd */
+	size_t  nlisted;          /* min(nscanned, max_tenants) */
 } rn_queue_stats_t;
 
-/* Reads the queue's depth and its tenants (at most max_tenants listed, the
- * deepest first).  0 or -1.  Free with rn_queue_stats_clear. */
+/* Reads the queue's depth and its tenants (the ring's first 1000 looked
+ * at; at most max_tenants listed, the deepest first).  0 or -1.  Free with
+ * rn_queue_stats_clear. */
 int rn_runqueue_stats(redisContext *c, const char *prefix, size_t max_tenants,
                       rn_queue_stats_t *st, char *errstr, size_t errstr_size);
 void rn_queue_stats_clear(rn_queue_stats_t *st);

@@ -27,8 +27,13 @@ char *worker_queue_entry(const worker_config_t *cfg, const proto_job_t *job,
                          const rd_kafka_message_t *m, size_t *len,
                          char *errstr, size_t errstr_size)
 {
-	if (cfg->have_job_key)
-		return proto_job_serialize(job, cfg->job_key, len, errstr, errstr_size);
+	if (cfg->have_job_key) {
+		char *sealed = proto_job_serialize(job, cfg->job_key, len, errstr, errstr_size);
+		if (sealed)
+			return sealed;
+		/* Sealing grows a job (base64); one that no longer fits the job
+		 * size cap is queued by reference instead of being stuck. */
+	}
 	/* The topic too: workers of other topics may share the Redis prefix. */
 	json_t *j = json_pack("{s:{s:s,s:i,s:I}}", "ref", "t", rd_kafka_topic_name(m->rkt),
 	                      "p", (int)m->partition, "o", (json_int_t)m->offset);

@@ -7,8 +7,9 @@
  *   - with a job key (RUNNEL_JOB_KEY): the job serialized *sealed* with that
  *     key (a sealed Kafka record stays sealed; an unsealed one is sealed
  *     here), so any worker of the fleet can open it on claim;
- *   - without a key: a reference {"ref":{"t":TOPIC,"p":PARTITION,"o":OFFSET}}
- *     to the record in the job topic, which the claiming worker reads back from
+ *   - without a key (or when the sealed job would exceed the job size cap):
+ *     a reference {"ref":{"t":TOPIC,"p":PARTITION,"o":OFFSET}} to the record
+ *     in the job topic, which the claiming worker reads back from
  *     Kafka (its secrets then only ever sit in Kafka, as before).
  *
  * The claimer thread, while this worker has fewer runs than slots and is

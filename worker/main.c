@@ -74,6 +74,7 @@ typedef struct worker {
 	int                draining;
 	int                drain_expired;
 	int64_t            hb_next_ms;    /* mono ms the next heartbeat is due */
+	int64_t            intake_retry_at; /* mono ms: replicas were short, wait */
 } worker_t;
 
 static void pump(worker_t *w);
@@ -238,7 +239,7 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 	size_t len = 0;
 	char *entry = worker_queue_entry(&w->cfg, &job, m, &len, err, sizeof(err));
 	if (!entry) {
-		/* Parsed, so it serializes; only memory can fail here. */
+		/* A reference is the fallback: only memory can fail here. */
 		rn_log_error(job.run_id, "queue_entry", "%s", err);
 		proto_job_clear(&job);
 		return 0;
@@ -270,6 +271,8 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 			else
 				rn_log_warn(job.run_id, "queue_wait", "%lld of %ld replica(s) have the queued job; retrying",
 				            got, w->cfg.queue_wait_replicas);
+			/* WAIT blocked the loop for its timeout: give it a second. */
+			w->intake_retry_at = rn_mono_ms() + 1000;
 			proto_job_clear(&job);
 			return 0;
 		}
@@ -304,6 +307,14 @@ static void start_claimed(worker_t *w, worker_claimed_t *wc)
 			slot = i;
 			break;
 		}
+	if (slot < 0) {
+		/* The claimer never hands out more runs than slots; if it ever did,
+		 * the run's lease lapses and the sweep ends it worker_lost. */
+		rn_log_error(run->run_id, "run_internal", "claimed with no free slot");
+		worker_run_free(run);
+		worker_claimer_done(w->claimer);
+		return;
+	}
 	pthread_mutex_lock(&w->mu);
 	w->runs[slot] = run;
 	memcpy(w->tenants[slot], tenant, sizeof(tenant));
@@ -365,7 +376,7 @@ static void claimed_cb(evutil_socket_t fd, short what, void *arg)
  */
 static void pump(worker_t *w)
 {
-	if (!w->consumer || w->draining)
+	if (!w->consumer || w->draining || rn_mono_ms() < w->intake_retry_at)
 		return;
 	for (;;) {
 		while (w->npending > 0) {
@@ -486,11 +497,15 @@ static void stats_cb(evutil_socket_t fd, short what, void *arg)
 	char *text = malloc(cap);
 	if (text) {
 		size_t o = 0;
-		int64_t other_q = 0, other_r = 0;
-		for (size_t i = st.nlisted; i < st.ntenants; i++) {
-			other_q += st.tenants[i].queued;
+		/* _other: every queued run not listed (also of tenants past the
+		 * scan); running only of the scanned ones. */
+		int64_t other_q = st.depth, other_r = 0;
+		for (size_t i = 0; i < st.nlisted; i++)
+			other_q -= st.tenants[i].queued;
+		for (size_t i = st.nlisted; i < st.nscanned; i++)
 			other_r += st.tenants[i].running;
-		}
+		if (other_q < 0)
+			other_q = 0;
 		o += (size_t)snprintf(text + o, cap - o,
 		                      "# HELP runnel_queue_tenant_queued Queued runs per tenant (the %d deepest; the rest as _other)\n"
 		                      "# TYPE runnel_queue_tenant_queued gauge\n", WORKER_METRICS_TENANTS_MAX);

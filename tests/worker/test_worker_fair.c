@@ -1,6 +1,7 @@
 /*
  * tests/worker/test_worker_fair.c - fair shares between tenants: 1 worker
- * x 2 slots; tenant A enqueues 200 short runs, then tenant B one run.  B's
+ * x 2 slots; tenant A enqueues 200 runs of 0.2 s (a command agent that
+ * sleeps 0.2 s; the average run time is printed), then tenant B one run.  B's
  * run starts within 1.5 s while A's runs keep flowing (A runs start after
  * B's), and after a drain every A run is either ended (one terminal line)
  * or still queued: none lost, none doubled.  Timings are printed.
@@ -15,6 +16,8 @@
 #include "common/util.h"
 
 #define BURST 200
+#define RUN_02S "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\"," \
+	"\"read turn; sleep 0.2; echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"done\\\"}'\"]}"
 
 static wt_t T;
 static long long b_started;
@@ -52,13 +55,13 @@ int main(void)
 	for (int i = 0; i < BURST; i++) {
 		char id[32];
 		snprintf(id, sizeof(id), "run_a%d", i);
-		run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"echo\"}");
+		run.config = wt_agent_config(RUN_02S);
 		wt_submit_to(&T, id, &run, "a", i % 2, "tenant_a", 0, 0, &o);
 		json_decref(run.config);
 	}
 	int64_t t0 = rn_now_ms();
 	TH_NOTE("200 runs of tenant_a produced in %lld ms", (long long)(t0 - t_burst));
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"echo\"}");
+	run.config = wt_agent_config(RUN_02S);
 	wt_submit_to(&T, "run_b", &run, "b", 0, "tenant_b", 0, 0, &o);
 	json_decref(run.config);
 	TH_REQUIRE(wt_wait_terminal(&T, "run_b", 30000), "B's run ran");
@@ -83,6 +86,7 @@ int main(void)
 	int s = th_stop(w, 30000);
 	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "exit %d", s);
 	int ended = 0, queued = 0;
+	long long dur = 0;
 	for (int i = 0; i < BURST; i++) {
 		char id[32];
 		snprintf(id, sizeof(id), "run_a%d", i);
@@ -92,6 +96,7 @@ int main(void)
 			char **l = wt_lines(&T, id, &n);
 			TH_CHECK(th_streq(wt_check_terminal(l, n), ""), "%s one result", id);
 			th_strv_free(l, n);
+			dur += ms_of(id, "ended_at") - ms_of(id, "started_at");
 			ended++;
 		} else if (th_streq(st, "queued")) {
 			queued++;
@@ -99,7 +104,8 @@ int main(void)
 			TH_CHECK(0, "%s is %s", id, st);
 		}
 	}
-	TH_NOTE("after the drain: %d of tenant_a's runs ended, %d still queued", ended, queued);
+	TH_NOTE("after the drain: %d of tenant_a's runs ended (%lld ms each on average), %d still queued",
+	        ended, ended ? dur / ended : 0, queued);
 	TH_CHECK(ended + queued == BURST);
 	wt_teardown(&T);
 	return th_done();

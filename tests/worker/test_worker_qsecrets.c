@@ -6,7 +6,9 @@
  *   - sealed mode (RUNNEL_JOB_KEY set): an unsealed record is sealed by the
  *     worker before it is queued; a sealed record stays sealed;
  *   - reference mode (no key): the entry only points at the Kafka record,
- *     which the claiming worker reads back.
+ *     which the claiming worker reads back;
+ *   - with a key, a job that sealing would push over the job size cap (a
+ *     512 KiB prompt and a large meta) is queued by reference instead.
  * Both runs still start and finish normally.
  */
 #include "tests/worker/wtest.h"
@@ -32,7 +34,8 @@ static void remember(const char *s)
 }
 
 /* Produces a job for a fresh stub run; sealed with key when key != NULL. */
-static void submit(const char *id, const char *script, const char *prompt, const uint8_t *key)
+static void submit_meta(const char *id, const char *script, const char *prompt, const uint8_t *key,
+                        json_t *meta)
 {
 	dev_stub_otps_t o;
 	dev_stub_run_t run = { 0 };
@@ -50,6 +53,7 @@ static void submit(const char *id, const char *script, const char *prompt, const
 	j.prompt = (char *)prompt;
 	j.enqueued_at = rn_now_ms();
 	snprintf(j.tenant, sizeof(j.tenant), "sec");
+	j.meta = meta;
 	char err[256];
 	size_t len = 0;
 	char *s = proto_job_serialize(&j, key, &len, err, sizeof(err));
@@ -59,7 +63,12 @@ static void submit(const char *id, const char *script, const char *prompt, const
 	remember(o.otp_setup);
 	remember(o.otp_run);
 	remember(o.otp_upload);
-	remember(prompt);
+	remember(strlen(prompt) > 64 ? th_strf("%.64s", prompt) : prompt);
+}
+
+static void submit(const char *id, const char *script, const char *prompt, const uint8_t *key)
+{
+	submit_meta(id, script, prompt, key, NULL);
 }
 
 static const char *entry_of(const char *id)
@@ -97,10 +106,30 @@ static void mode(const char *name, const char *const *env, const uint8_t *key)
 	submit(busy, "sleep 2", th_strf("prompt-busy-%s-%ld", name, (long)getpid()), NULL);
 	TH_REQUIRE(wt_wait_started(&T, busy, 20000), "slot filled");
 	submit(q1, "sleep 1", th_strf("prompt-q1-%s-%ld", name, (long)getpid()), NULL);
-	if (key)
+	char *q3 = th_strf("run_%s_q3", name);
+	if (key) {
 		submit(q2, "sleep 1", th_strf("prompt-q2-%s-%ld", name, (long)getpid()), key);
-	waiting_id = key ? q2 : q1;
+		/* 500 KiB of prompt (starting with a unique marker) and 380 KiB of
+		 * meta: fine in plaintext, over the cap once sealed. */
+		size_t pn = 500 * 1024, mn = 380 * 1024;
+		char *big = malloc(pn + 1), *pad = malloc(mn + 1);
+		TH_REQUIRE(big && pad);
+		int k = snprintf(big, pn + 1, "prompt-q3-%s-%ld-", name, (long)getpid());
+		memset(big + k, 'p', pn - (size_t)k);
+		big[pn] = '\0';
+		memset(pad, 'm', mn);
+		pad[mn] = '\0';
+		json_t *meta = json_pack("{s:s}", "pad", pad);
+		submit_meta(q3, "sleep 1", big, NULL, meta);
+		json_decref(meta);
+		free(big);
+		free(pad);
+	}
+	waiting_id = key ? q3 : q1;
 	TH_REQUIRE(th_wait_until(is_queued, NULL, 10000), "%s: runs wait in the queue", name);
+	if (key)
+		TH_CHECK(!strncmp(entry_of(q3), "{\"ref\":", 7), "%s: too big to seal: queued by reference: %.80s",
+		         name, entry_of(q3));
 	const char *e = entry_of(q1);
 	if (key)
 		TH_CHECK(strstr(e, "\"sealed\":") != NULL, "%s: the unsealed record was sealed for the queue: %.80s", name, e);
@@ -112,9 +141,12 @@ static void mode(const char *name, const char *const *env, const uint8_t *key)
 	char **l = wt_lines(&T, q1, &n);
 	TH_CHECK(th_streq(wt_check_terminal(l, n), ""), "%s: q1 succeeded", name);
 	th_strv_free(l, n);
-	if (key)
+	if (key) {
 		TH_CHECK(wt_wait_terminal(&T, q2, 30000) && th_streq(wt_state(&T, q2, "status"), "succeeded"),
 		         "%s: q2 ran", name);
+		TH_CHECK(wt_wait_terminal(&T, q3, 30000) && th_streq(wt_state(&T, q3, "status"), "succeeded"),
+		         "%s: q3 (by reference) ran", name);
+	}
 	int s = th_stop(w, 20000);
 	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "%s exit %d", name, s);
 }
