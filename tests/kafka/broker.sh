@@ -61,9 +61,13 @@ fetch() {
 # A loopback port nobody listens on a moment ago (the bind may still race:
 # start retries with new ports when the broker cannot bind).
 free_port() {
-	local used p
-	used=$(awk 'NR > 1 && $4 == "0A" { split($2, a, ":"); print strtonum("0x" a[2]) }' \
-		/proc/net/tcp /proc/net/tcp6 2>/dev/null | sort -u)
+	local used="" p local_addr st
+	# /proc/net/tcp*: local address "IP:PORT" (hex) in field 2, state in
+	# field 4 (0A = LISTEN).  Hex through bash: Debian's awk is mawk.
+	while read -r _ local_addr _ st _; do
+		[ "$st" = "0A" ] || continue
+		used+="$((16#${local_addr##*:}))"$'\n'
+	done < <(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -v '^ *sl')
 	for _ in $(seq 1 200); do
 		p=$((20000 + RANDOM % 40000))
 		if ! grep -qx "$p" <<<"$used"; then
