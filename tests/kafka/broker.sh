@@ -24,7 +24,8 @@
 # broker), RUNNEL_KAFKA_HOME (jar cache, default
 # ${XDG_CACHE_HOME:-$HOME/.cache}/runnel/kafka-VERSION), RUNNEL_KAFKA_JAVA_OPTS
 # (replaces the small-heap JVM flags), RUNNEL_KAFKA_START_SEC (readiness
-# deadline, default 120), TMPDIR.
+# deadline, default 120), RUNNEL_KAFKA_DATA_PARENT (where the scratch data
+# dir goes, default $TMPDIR or /tmp).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -186,7 +187,7 @@ cmd_start() {
 	fetch
 	command -v java >/dev/null || { say "java not found (scripts/deps.sh installs openjdk-17-jre-headless)"; return 1; }
 	local data
-	data=$(mktemp -d "${TMPDIR:-/tmp}/runnel-kafka-XXXXXX")
+	data=$(mktemp -d "${RUNNEL_KAFKA_DATA_PARENT:-${TMPDIR:-/tmp}}/runnel-kafka-XXXXXX")
 	echo "$data" >"$state/broker.data"
 	: >"$state/broker.log"
 	start_watchdog "$state" "$data" "${RUNNEL_KAFKA_WATCH_PID:-$PPID}"

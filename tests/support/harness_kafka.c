@@ -50,13 +50,17 @@ static int th_kafka_script(th_kafka_t *k, const char *cmd)
 {
 	const char *home = getenv("RUNNEL_KAFKA_HOME");
 	const char *opts = getenv("RUNNEL_KAFKA_JAVA_OPTS");
+	/* The data dir goes inside the state dir, a th_tmpdir: a test that
+	 * ends early (TH_REQUIRE) kills the broker and the watchdog with its
+	 * other children, and the harness removes the data with the dir. */
 	const char *env[] = {
 		th_strf("RUNNEL_KAFKA_WATCH_PID=%ld", (long)getpid()),
+		th_strf("RUNNEL_KAFKA_DATA_PARENT=%s", k->state_dir),
 		home ? th_strf("RUNNEL_KAFKA_HOME=%s", home) : NULL,
 		NULL, NULL,
 	};
 	if (opts)
-		env[home ? 2 : 1] = th_strf("RUNNEL_KAFKA_JAVA_OPTS=%s", opts);
+		env[home ? 3 : 2] = th_strf("RUNNEL_KAFKA_JAVA_OPTS=%s", opts);
 	char *argv[] = { "bash", TH_KAFKA_BROKER_SCRIPT, (char *)cmd, k->state_dir, NULL };
 	pid_t pid = th_spawn(argv, env, NULL);
 	if (pid < 0)
