@@ -11,6 +11,7 @@
  *
  *   bench_fleet [shorts=60] [gap_ms=200] [long_sec=30]
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -21,16 +22,27 @@
 static wt_t T;
 static fleet_run_t R[CAP];
 
+/* A whole decimal number in [0, 1000000], else -1. */
+static int arg_int(const char *s)
+{
+	char *end = NULL;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < 0 || v > 1000000)
+		return -1;
+	return (int)v;
+}
+
 int main(int argc, char **argv)
 {
 	fleet_wait_opts_t o = { .workers = 3, .slots = 2, .partitions = 12, .longs = 2,
 	                        .long_sec = 30, .shorts = 60, .gap_ms = 200 };
 	if (argc > 1)
-		o.shorts = atoi(argv[1]);
+		o.shorts = arg_int(argv[1]);
 	if (argc > 2)
-		o.gap_ms = atoi(argv[2]);
+		o.gap_ms = arg_int(argv[2]);
 	if (argc > 3)
-		o.long_sec = atoi(argv[3]);
+		o.long_sec = arg_int(argv[3]);
 	if (o.shorts < 1 || o.shorts + o.longs > CAP || o.gap_ms < 0 || o.long_sec < 1) {
 		fprintf(stderr, "usage: bench_fleet [shorts 1..%d] [gap_ms] [long_sec]\n", CAP - o.longs);
 		return 2;
