@@ -1,7 +1,8 @@
 /*
  * cli/dev.c - `runnel dev`: the whole stack on one machine with nothing to
  * configure.  In this process: librdkafka's mock cluster (the jobs topic and
- * its DLQ) and the workspace stub serving examples/agents.  As children:
+ * its DLQ; --kafka uses an external broker instead and creates the topics
+ * there when missing) and the workspace stub serving examples/agents.  As children:
  * a private redis-server (unless RUNNEL_REDIS_URL is set), the real
  * runnel-dispatcher and runnel-worker.  --demo submits the mock demo agent
  * and shows it live; Ctrl-C stops everything that was started and removes
@@ -65,6 +66,7 @@ static struct {
 	char *prefix;
 	char *jobs_topic;
 	int   keep;
+	char *kafka;   /* external bootstrap servers, NULL = the mock cluster */
 } g_opt;
 
 static const rn_opt_t dev_opts[] = {
@@ -98,14 +100,17 @@ static const rn_opt_t dev_opts[] = {
 	  "job topic (the DLQ is <topic>.dlq)", 0, 0 },
 	{ "keep", 0, "RUNNEL_DEV_KEEP", RN_OPT_BOOL, &g_opt.keep, "false", NULL,
 	  "keep the scratch directory (logs, redis, run dirs) on exit", 0, 0 },
+	{ "kafka", 0, "RUNNEL_DEV_KAFKA", RN_OPT_STR, &g_opt.kafka, NULL, "HOST:PORT",
+	  "use this Kafka broker (bootstrap list) instead of the in-process mock cluster", 0, 0 },
 	RN_OPT_END,
 };
 
 static const cli_verb_t dev_verb = {
 	.name = "dev",
 	.synopsis = "[options]",
-	.summary = "Run the whole stack locally: in-process Kafka (librdkafka mock cluster), a private\n"
-	           "redis-server, runnel-dispatcher, runnel-worker and the workspace stub.",
+	.summary = "Run the whole stack locally: in-process Kafka (librdkafka mock cluster, or an\n"
+	           "external broker with --kafka), a private redis-server, runnel-dispatcher,\n"
+	           "runnel-worker and the workspace stub.",
 	.epilog = "Ctrl-C (or SIGTERM) stops everything it started and removes its scratch directory.\n"
 	          "exit status: 0 stopped by Ctrl-C; with --demo --once the demo's status (0 result,\n"
 	          "1 error); 1 a component failed to start or died; 2 usage\n",
@@ -282,8 +287,92 @@ static void mock_log(const rd_kafka_t *rk, int level, const char *fac, const cha
 	(void)buf;
 }
 
+/* CreateTopics for --kafka; an existing topic is fine.  0 or -1 (said). */
+static int create_topics(rd_kafka_t *rk, rd_kafka_NewTopic_t **nt, const char *b)
+{
+	char err[512];
+	int rc = -1;
+	rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+	rd_kafka_AdminOptions_t *o = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+	rd_kafka_AdminOptions_set_request_timeout(o, 10000, err, sizeof(err));
+	rd_kafka_AdminOptions_set_operation_timeout(o, 10000, err, sizeof(err));
+	rd_kafka_CreateTopics(rk, nt, 2, o, q);
+	rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 15000);
+	if (!ev) {
+		say("--kafka %s: no answer from the broker", b);
+	} else if (rd_kafka_event_error(ev)) {
+		say("--kafka %s: %s", b, rd_kafka_event_error_string(ev));
+	} else {
+		size_t n = 0;
+		const rd_kafka_topic_result_t **res =
+			rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+		rc = 0;
+		for (size_t i = 0; i < n; i++) {
+			rd_kafka_resp_err_t e = rd_kafka_topic_result_error(res[i]);
+			if (e && e != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
+				say("--kafka %s: topic %s: %s", b, rd_kafka_topic_result_name(res[i]),
+				    rd_kafka_topic_result_error_string(res[i]));
+				rc = -1;
+			}
+		}
+	}
+	if (ev)
+		rd_kafka_event_destroy(ev);
+	rd_kafka_AdminOptions_destroy(o);
+	rd_kafka_queue_destroy(q);
+	return rc;
+}
+
+/*
+ * --kafka: an external broker.  The topics are created when missing (the
+ * job topic with DEV_PARTITIONS partitions, the DLQ with one), which also
+ * proves the broker answers before anything else starts.
+ */
+static int start_kafka_external(dev_stack_t *s)
+{
+	const char *b = g_opt.kafka;
+	if (!*b || strcspn(b, " \t\r\n;") != strlen(b) || strlen(b) >= sizeof(s->bootstrap)) {
+		say("--kafka: expected HOST:PORT[,HOST:PORT...], got \"%s\"", b);
+		return -1;
+	}
+	snprintf(s->bootstrap, sizeof(s->bootstrap), "%s", b);
+	char err[512];
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_conf_set_log_cb(conf, mock_log);
+	if (rd_kafka_conf_set(conf, "bootstrap.servers", b, err, sizeof(err)) != RD_KAFKA_CONF_OK ||
+	    rd_kafka_conf_set(conf, "client.id", "runnel-dev", err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+		rd_kafka_conf_destroy(conf);
+		say("--kafka %s: %s", b, err);
+		return -1;
+	}
+	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+	if (!rk) {
+		rd_kafka_conf_destroy(conf);
+		say("--kafka %s: %s", b, err);
+		return -1;
+	}
+	char dlq[300];
+	snprintf(dlq, sizeof(dlq), "%s.dlq", g_opt.jobs_topic);
+	rd_kafka_NewTopic_t *nt[2] = {
+		rd_kafka_NewTopic_new(g_opt.jobs_topic, DEV_PARTITIONS, 1, err, sizeof(err)),
+		rd_kafka_NewTopic_new(dlq, 1, 1, err, sizeof(err)),
+	};
+	int rc = -1;
+	if (!nt[0] || !nt[1])
+		say("--kafka %s: topic %s: %s", b, g_opt.jobs_topic, err);
+	else
+		rc = create_topics(rk, nt, b);
+	for (int i = 0; i < 2; i++)
+		if (nt[i])
+			rd_kafka_NewTopic_destroy(nt[i]);
+	rd_kafka_destroy(rk);
+	return rc;
+}
+
 static int start_kafka(dev_stack_t *s)
 {
+	if (g_opt.kafka)
+		return start_kafka_external(s);
 	char err[512];
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	rd_kafka_conf_set_log_cb(conf, mock_log);
@@ -559,11 +648,11 @@ static void print_banner(const dev_stack_t *s)
 	printf("  dispatcher  %s\n"
 	       "  worker      pid %d, sandbox %s\n"
 	       "  redis       %s\n"
-	       "  kafka       %s (in-process mock; topics %s, %s.dlq)\n"
+	       "  kafka       %s (%s; topics %s, %s.dlq)\n"
 	       "  workspace   %s (agents from %s)\n"
 	       "  scratch     %s (logs/dispatcher.log, logs/worker.log)\n\n",
 	       s->dispatcher_url, (int)s->worker.pid, s->sandbox, redis_shown, s->bootstrap,
-	       g_opt.jobs_topic, g_opt.jobs_topic, stub, s->agents, s->dir);
+	       g_opt.kafka ? "external broker" : "in-process mock", g_opt.jobs_topic, g_opt.jobs_topic, stub, s->agents, s->dir);
 	printf("Start a run and stream it (NDJSON):\n"
 	       "  curl -s -X POST '%s/mint?agent=%s' | sed 's/}$/,\"prompt\":\"%s\"}/' | "
 	       "curl -sN -H 'Content-Type: application/json' %s--data-binary @- %s/stream\n"

@@ -14,6 +14,11 @@ pkgs=(
 # chromium: the /ui/ viewer tests (label ui) drive it headless with
 # playwright-core, which never downloads a browser of its own.
 
+# kafka: the kafka-labelled tests run a real Apache Kafka broker (KRaft, one
+# node) from Maven Central jars on Java 17; tests/kafka/broker.sh fetches
+# the jars pinned by tests/kafka/pom.xml into a cache (idempotent).
+pkgs+=(openjdk-17-jre-headless maven)
+
 # The chart tests fetch helm and the schema validator from the npm registry.
 # Many machines carry their own Node.js; Debian's is used only when none is
 # on PATH.
@@ -25,16 +30,19 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -ne 0 ]; then
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
+  fi
+  echo "deps: installing ${missing[*]}" >&2
+  # One apt at a time on a shared machine (the lock is advisory).
+  $sudo flock /tmp/runnel-apt.lock apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo flock /tmp/runnel-apt.lock \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The packaged redis-server starts a system instance on 6379; runnel's tests
+  # start their own servers on free ports and never need it.
 fi
 
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  sudo="sudo"
-fi
-echo "deps: installing ${missing[*]}" >&2
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# The packaged redis-server starts a system instance on 6379; runnel's tests
-# start their own servers on free ports and never need it.
+# kafka: the broker's jars (cached; a no-op once fetched).
+"$(dirname "$0")/../tests/kafka/broker.sh" fetch

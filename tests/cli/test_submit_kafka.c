@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -24,6 +25,7 @@
 static const char *g_bin;
 static th_kafka_t g_k;
 static char *g_env_brokers;
+static char *g_env_topic;
 
 #define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
@@ -40,6 +42,7 @@ static int run(const char *const *args, const char *const *env, clirun_t *p)
 	for (int i = 0; env && env[i]; i++)
 		e[m++] = env[i];
 	e[m++] = g_env_brokers;
+	e[m++] = g_env_topic;
 	e[m] = NULL;
 	return clirun(argv, e, 30000, p);
 }
@@ -76,9 +79,13 @@ int main(int argc, char **argv)
 	TH_REQUIRE(argc == 2, "usage: test_cli_submit_kafka RUNNEL_BINARY");
 	g_bin = argv[1];
 	TH_REQUIRE(th_kafka_start(&g_k, 1) == 0);
-	TH_REQUIRE(th_kafka_create_topic(&g_k, "runnel.jobs", 1) == 0);
+	/* A topic of its own: on a shared real broker (label kafka) other
+	 * tests produce to runnel.jobs too. */
+	const char *topic = th_strf("runnel.jobs.%ld", (long)getpid());
+	TH_REQUIRE(th_kafka_create_topic(&g_k, topic, 1) == 0);
 	g_env_brokers = th_strf("RUNNEL_KAFKA_BROKERS=%s", g_k.bootstrap);
-	th_kafka_consumer_t *c = th_kafka_consumer_new(&g_k, "runnel.jobs", NULL);
+	g_env_topic = th_strf("RUNNEL_JOBS_TOPIC=%s", topic);
+	th_kafka_consumer_t *c = th_kafka_consumer_new(&g_k, topic, NULL);
 	TH_REQUIRE(c != NULL);
 	TH_REQUIRE(proto_job_key_parse(KEY_HEX, key, err, sizeof(err)) == 0);
 

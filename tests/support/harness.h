@@ -307,6 +307,10 @@ typedef struct th_kafka {
 	rd_kafka_t              *producer;  /* private: created on first produce */
 	int                      brokers;
 	char                     bootstrap[512]; /* "127.0.0.1:p1,127.0.0.1:p2" */
+	/* Real broker mode (see th_kafka_start); mcluster is NULL then. */
+	int                      real;      /* 1 shared broker, 2 private one */
+	rd_kafka_t              *admin;     /* private: topic creation */
+	char                     state_dir[PATH_MAX]; /* private broker's */
 } th_kafka_t;
 
 /*
@@ -315,11 +319,28 @@ typedef struct th_kafka {
  * k->bootstrap for RUNNEL_KAFKA_BROKERS.  0 or -1.
  * Note: a consumer group's first join takes about 3 s on the mock cluster;
  * th_kafka_consume_one avoids groups (it assigns partitions directly).
+ *
+ * Real Apache Kafka instead of the mock, chosen by the environment (the
+ * kafka-labelled tests set it through CTest, so the same test program runs
+ * against both):
+ *   RUNNEL_TEST_KAFKA=real     the broker the kafka_broker fixture started
+ *                              (tests/kafka/broker.sh): its address comes
+ *                              from RUNNEL_TEST_KAFKA_BROKERS, else from the
+ *                              file RUNNEL_TEST_KAFKA_ADDR_FILE, else from
+ *                              <build>/tests/kafka/broker.addr.  Shared by
+ *                              every test: use topics and groups of your own.
+ *   RUNNEL_TEST_KAFKA=private  a broker of this test's own (its start costs
+ *                              a few seconds), so th_kafka_broker_down/up
+ *                              can stop it and start it again on the same
+ *                              port and data (a real broker restart).
+ * `brokers` must be 1 in both modes.
  */
 int th_kafka_start(th_kafka_t *k, int brokers);
 
-/* Creates topic with partitions partitions (replication factor 1).
- * Topics are also auto-created on first produce or fetch.  0 or -1. */
+/* Creates topic with partitions partitions (replication factor 1) and, on
+ * a real broker, waits until every partition has a leader.  An existing
+ * topic is fine.  Topics are also auto-created on first produce or fetch
+ * (with one partition on the real broker).  0 or -1. */
 int th_kafka_create_topic(th_kafka_t *k, const char *topic, int partitions);
 
 /*
@@ -381,7 +402,10 @@ void th_kafka_consumer_free(th_kafka_consumer_t *c);
 int th_kafka_consume_one(th_kafka_t *k, const char *topic, int timeout_ms,
                          th_kafka_msg_t *out);
 
-/* Takes broker broker_id (1..brokers) down or brings it back up. 0 or -1. */
+/* Takes broker broker_id (1..brokers) down or brings it back up. 0 or -1.
+ * With a private real broker: stops the broker process (SIGTERM) / starts
+ * it again on the same port with the same data; up returns once it answers
+ * metadata.  The shared real broker refuses (-1). */
 int th_kafka_broker_down(th_kafka_t *k, int broker_id);
 int th_kafka_broker_up(th_kafka_t *k, int broker_id);
 

@@ -1,6 +1,8 @@
 /*
  * tests/support/harness_kafka.c - librdkafka's mock cluster inside the test
- * process, a synchronous producer and a small consumer for assertions.
+ * process, or a real Apache Kafka broker (tests/kafka/broker.sh) chosen by
+ * RUNNEL_TEST_KAFKA; a synchronous producer and a small consumer for
+ * assertions.
  */
 #include "tests/support/harness.h"
 
@@ -8,7 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#ifndef TH_KAFKA_BROKER_SCRIPT
+#define TH_KAFKA_BROKER_SCRIPT "tests/kafka/broker.sh"
+#endif
+#ifndef TH_KAFKA_ADDR_FILE
+#define TH_KAFKA_ADDR_FILE "tests/kafka/broker.addr"
+#endif
 
 struct th_kafka_consumer {
 	rd_kafka_t *rk;
@@ -35,10 +45,102 @@ static rd_kafka_conf_t *th_kafka_conf(const th_kafka_t *k)
 	return conf;
 }
 
+/* Runs tests/kafka/broker.sh CMD on k's private state dir; 0 or -1. */
+static int th_kafka_script(th_kafka_t *k, const char *cmd)
+{
+	const char *home = getenv("RUNNEL_KAFKA_HOME");
+	const char *opts = getenv("RUNNEL_KAFKA_JAVA_OPTS");
+	/* The data dir goes inside the state dir, a th_tmpdir: a test that
+	 * ends early (TH_REQUIRE) kills the broker and the watchdog with its
+	 * other children, and the harness removes the data with the dir. */
+	const char *env[] = {
+		th_strf("RUNNEL_KAFKA_WATCH_PID=%ld", (long)getpid()),
+		th_strf("RUNNEL_KAFKA_DATA_PARENT=%s", k->state_dir),
+		home ? th_strf("RUNNEL_KAFKA_HOME=%s", home) : NULL,
+		NULL, NULL,
+	};
+	if (opts)
+		env[home ? 3 : 2] = th_strf("RUNNEL_KAFKA_JAVA_OPTS=%s", opts);
+	char *argv[] = { "bash", TH_KAFKA_BROKER_SCRIPT, (char *)cmd, k->state_dir, NULL };
+	pid_t pid = th_spawn(argv, env, NULL);
+	if (pid < 0)
+		return -1;
+	int st = 0;
+	if (th_wait_exit(pid, 180000, &st) < 0) {
+		th_kill(pid);
+		fprintf(stderr, "# kafka: broker.sh %s did not finish\n", cmd);
+		return -1;
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		fprintf(stderr, "# kafka: broker.sh %s failed (status %d)\n", cmd, st);
+		return -1;
+	}
+	return 0;
+}
+
+/* Fills k->bootstrap from the shared broker's address file. */
+static int th_kafka_real_addr(th_kafka_t *k)
+{
+	const char *env = getenv("RUNNEL_TEST_KAFKA_BROKERS");
+	if (env && *env) {
+		snprintf(k->bootstrap, sizeof k->bootstrap, "%s", env);
+		return 0;
+	}
+	const char *path = getenv("RUNNEL_TEST_KAFKA_ADDR_FILE");
+	if (!path || !*path)
+		path = TH_KAFKA_ADDR_FILE;
+	char *addr = th_file_read(path, NULL);
+	if (!addr || !*addr) {
+		free(addr);
+		fprintf(stderr, "# kafka: no broker address in %s (the kafka_broker fixture starts the broker: "
+		        "ctest -L kafka, or set RUNNEL_TEST_KAFKA_BROKERS)\n", path);
+		return -1;
+	}
+	addr[strcspn(addr, "\r\n")] = '\0';
+	snprintf(k->bootstrap, sizeof k->bootstrap, "%s", addr);
+	free(addr);
+	return 0;
+}
+
+static int th_kafka_start_real(th_kafka_t *k, const char *mode)
+{
+	if (!strcmp(mode, "private")) {
+		const char *dir = th_tmpdir();
+		if (!dir)
+			return -1;
+		snprintf(k->state_dir, sizeof k->state_dir, "%s", dir);
+		if (th_kafka_script(k, "start") < 0) {
+			k->state_dir[0] = '\0';
+			return -1;
+		}
+		k->real = 2;
+		char *addr = th_file_read(th_strf("%s/broker.addr", k->state_dir), NULL);
+		if (!addr)
+			return -1;
+		addr[strcspn(addr, "\r\n")] = '\0';
+		snprintf(k->bootstrap, sizeof k->bootstrap, "%s", addr);
+		free(addr);
+	} else {
+		if (th_kafka_real_addr(k) < 0)
+			return -1;
+		k->real = 1;
+	}
+	k->brokers = 1;
+	return 0;
+}
+
 int th_kafka_start(th_kafka_t *k, int brokers)
 {
 	memset(k, 0, sizeof *k);
 	char errstr[512];
+	const char *mode = getenv("RUNNEL_TEST_KAFKA");
+	if (mode && (!strcmp(mode, "real") || !strcmp(mode, "private"))) {
+		if (brokers != 1) {
+			fprintf(stderr, "# kafka: a real broker has one node, not %d\n", brokers);
+			return -1;
+		}
+		return th_kafka_start_real(k, mode);
+	}
 	rd_kafka_conf_t *conf = th_kafka_conf(NULL);
 	k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
 	if (!k->rk) {
@@ -58,8 +160,70 @@ int th_kafka_start(th_kafka_t *k, int brokers)
 	return 0;
 }
 
+static int th_kafka_partitions(rd_kafka_t *rk, const char *topic);
+
+/* CreateTopics through the admin API, then wait for the partitions. */
+static int th_kafka_create_topic_real(th_kafka_t *k, const char *topic, int partitions)
+{
+	char errstr[512];
+	if (!k->admin) {
+		rd_kafka_conf_t *conf = th_kafka_conf(k);
+		k->admin = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+		if (!k->admin) {
+			rd_kafka_conf_destroy(conf);
+			fprintf(stderr, "# kafka: admin: %s\n", errstr);
+			return -1;
+		}
+	}
+	rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, partitions, 1, errstr, sizeof errstr);
+	if (!nt) {
+		fprintf(stderr, "# kafka: new topic %s: %s\n", topic, errstr);
+		return -1;
+	}
+	rd_kafka_queue_t *q = rd_kafka_queue_new(k->admin);
+	rd_kafka_AdminOptions_t *o = rd_kafka_AdminOptions_new(k->admin, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+	rd_kafka_AdminOptions_set_operation_timeout(o, 30000, errstr, sizeof errstr);
+	rd_kafka_AdminOptions_set_request_timeout(o, 60000, errstr, sizeof errstr);
+	rd_kafka_CreateTopics(k->admin, &nt, 1, o, q);
+	rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 70000);
+	int rc = -1;
+	if (!ev) {
+		fprintf(stderr, "# kafka: create topic %s: no answer\n", topic);
+	} else if (rd_kafka_event_error(ev)) {
+		fprintf(stderr, "# kafka: create topic %s: %s\n", topic, rd_kafka_event_error_string(ev));
+	} else {
+		size_t n = 0;
+		const rd_kafka_topic_result_t **res =
+			rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+		rd_kafka_resp_err_t e = n == 1 ? rd_kafka_topic_result_error(res[0]) : RD_KAFKA_RESP_ERR__FAIL;
+		if (e == RD_KAFKA_RESP_ERR_NO_ERROR || e == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
+			rc = 0;
+		else
+			fprintf(stderr, "# kafka: create topic %s: %s\n", topic,
+			        n == 1 ? rd_kafka_topic_result_error_string(res[0]) : "no result");
+	}
+	if (ev)
+		rd_kafka_event_destroy(ev);
+	rd_kafka_AdminOptions_destroy(o);
+	rd_kafka_queue_destroy(q);
+	rd_kafka_NewTopic_destroy(nt);
+	/* Producers and consumers started right after must find every
+	 * partition with a leader, not a topic that is still being made. */
+	int64_t deadline = th_now_ms() + 30000;
+	while (rc == 0 && th_kafka_partitions(k->admin, topic) < partitions) {
+		if (th_now_ms() > deadline) {
+			fprintf(stderr, "# kafka: topic %s has no %d partitions after 30 s\n", topic, partitions);
+			return -1;
+		}
+		usleep(20000);
+	}
+	return rc;
+}
+
 int th_kafka_create_topic(th_kafka_t *k, const char *topic, int partitions)
 {
+	if (k->real)
+		return th_kafka_create_topic_real(k, topic, partitions);
 	rd_kafka_resp_err_t err = rd_kafka_mock_topic_create(k->mcluster, topic, partitions, 1);
 	if (err) {
 		fprintf(stderr, "# kafka: create topic %s: %s\n", topic, rd_kafka_err2str(err));
@@ -337,11 +501,23 @@ int th_kafka_consume_one(th_kafka_t *k, const char *topic, int timeout_ms, th_ka
 
 int th_kafka_broker_down(th_kafka_t *k, int broker_id)
 {
+	if (k->real) {
+		if (k->real != 2 || broker_id != 1) {
+			fprintf(stderr, "# kafka: only a private real broker can be taken down\n");
+			return -1;
+		}
+		return th_kafka_script(k, "down");
+	}
 	return rd_kafka_mock_broker_set_down(k->mcluster, broker_id) ? -1 : 0;
 }
 
 int th_kafka_broker_up(th_kafka_t *k, int broker_id)
 {
+	if (k->real) {
+		if (k->real != 2 || broker_id != 1)
+			return -1;
+		return th_kafka_script(k, "up");
+	}
 	return rd_kafka_mock_broker_set_up(k->mcluster, broker_id) ? -1 : 0;
 }
 
@@ -352,6 +528,15 @@ void th_kafka_stop(th_kafka_t *k)
 		rd_kafka_destroy(k->producer);
 		k->producer = NULL;
 	}
+	if (k->admin) {
+		rd_kafka_destroy(k->admin);
+		k->admin = NULL;
+	}
+	if (k->real == 2 && k->state_dir[0]) {
+		th_kafka_script(k, "stop");
+		k->state_dir[0] = '\0';
+	}
+	k->real = 0;
 	if (k->mcluster) {
 		rd_kafka_mock_cluster_destroy(k->mcluster);
 		k->mcluster = NULL;
