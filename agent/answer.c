@@ -155,7 +155,8 @@ int agent_answer_chunk(agent_answer_t *a, const char *data, size_t len, char *er
 		const char *m = json_string_value(json_object_get(err, "message"));
 		if (!m)
 			m = json_string_value(err);
-		snprintf(errstr, errstr_size, "%.300s", m ? m : "the model provider reported an error");
+		/* An empty message says nothing: the caller still gets a reason. */
+		snprintf(errstr, errstr_size, "%.300s", m && *m ? m : "the model provider reported an error");
 		rc = -1;
 		goto out;
 	}
