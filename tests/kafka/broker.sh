@@ -69,8 +69,14 @@ free_port() {
 		[ "$st" = "0A" ] || continue
 		used+="$((16#${local_addr##*:}))"$'\n'
 	done < <(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -v '^ *sl')
+	# Below the kernel's ephemeral range: a stopped broker comes back on the
+	# same ports, and an outgoing connection of any process on this machine
+	# could otherwise take one of them meanwhile.
+	local lo hi
+	read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
+	[ "${lo:-0}" -gt 12000 ] 2>/dev/null || lo=32768
 	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((10000 + RANDOM % (lo - 10000)))
 		if ! grep -qx "$p" <<<"$used"; then
 			echo "$p"
 			return 0
