@@ -70,6 +70,9 @@ typedef struct worker_agent_launch {
 	                          * the worker's --sandbox-net default */
 	int private_home;        /* 1: HOME is a private writable directory of the run
 	                          * (under bwrap the /root tmpfs already is) */
+	int stop_after_turn;     /* 1: the agent does not exit after its terminal line
+	                          * (an ACP agent waits for the next prompt): stop it
+	                          * at once instead of after the grace period */
 } worker_agent_launch_t;
 
 void worker_agent_launch_free(worker_agent_launch_t *l);

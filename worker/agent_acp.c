@@ -1352,6 +1352,8 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 	 * (until the egress policy replaces this); HOME is the run's own. */
 	l->share_net = 1;
 	l->private_home = 1;
+	/* An ACP agent waits for the next prompt after end_turn. */
+	l->stop_after_turn = 1;
 
 	acp_run_t *r = calloc(1, sizeof(*r));
 	if (!r)

@@ -328,6 +328,8 @@ worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbo
 	int64_t exited_at = -1;
 	int64_t last_io = rn_mono_ms();   /* last read from the pipes or Redis wait */
 	long grace = p->kill_grace_ms;
+	/* How long an agent may run on after its terminal line before SIGTERM. */
+	long turn_grace = p->stop_after_turn ? 0 : grace;
 	int64_t limit_next = INT64_MAX;   /* the limits check wants to look again then */
 
 	if (!chunk)
@@ -393,7 +395,7 @@ worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbo
 			term_seen_at = now;
 		/* After its terminal line (or its exit) the agent gets a grace period
 		 * to finish; then it is stopped like any other. */
-		if (!exited && kill_at < 0 && term_seen_at >= 0 && now >= term_seen_at + grace) {
+		if (!exited && kill_at < 0 && term_seen_at >= 0 && now >= term_seen_at + turn_grace) {
 			worker_sandbox_kill(sb, SIGTERM);
 			kill_at = now + grace;
 		}
@@ -456,8 +458,8 @@ worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbo
 			next = limit_next;
 		if (kill_at >= 0 && !killed && kill_at < next)
 			next = kill_at;
-		if (term_seen_at >= 0 && kill_at < 0 && term_seen_at + grace < next)
-			next = term_seen_at + grace;
+		if (term_seen_at >= 0 && kill_at < 0 && term_seen_at + turn_grace < next)
+			next = term_seen_at + turn_grace;
 		if (exited_at >= 0 && (last_io > exited_at ? last_io : exited_at) + grace < next)
 			next = (last_io > exited_at ? last_io : exited_at) + grace;
 		if (ask_at >= 0 && now + (ask_at - rn_now_ms()) < next)

@@ -93,6 +93,7 @@ typedef struct worker_loop_params {
 	const worker_agent_ctx_t *actx;
 	int64_t                   cap_deadline;  /* monotonic ms: runtime cap */
 	long                      kill_grace_ms;
+	int                       stop_after_turn;  /* SIGTERM as soon as the terminal line is in */
 	size_t                    line_max;      /* stdout lines keep line_max + 1 bytes */
 	size_t                    stderr_line_max; /* 0: 8 KiB */
 	int64_t                   ask_timeout_ms;  /* 0: asks never expire */

@@ -865,6 +865,7 @@ static void run_pipeline(run_io_t *io)
 		.run_id = run->run_id, .ops = ops, .state = astate, .actx = &actx,
 		.cap_deadline = run->claimed_mono_ms + cap_sec * 1000,
 		.kill_grace_ms = cfg->kill_grace_ms, .line_max = (size_t)cfg->line_max,
+		.stop_after_turn = launch.stop_after_turn,
 		.ask_timeout_ms = cfg->ask_timeout_sec * 1000,
 	};
 	worker_loop_end_t end = worker_agent_loop(&lp, &sb, &sink, &stop);
