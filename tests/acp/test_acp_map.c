@@ -33,11 +33,23 @@ typedef struct rec {
 	size_t  nw;
 } rec_t;
 
+/* A NUL-terminated copy of exactly n bytes (the loop's buffers are not
+ * terminated, and strndup may look past n for the terminator). */
+static char *dup_bytes(const char *p, size_t n)
+{
+	char *s = malloc(n + 1);
+	if (s) {
+		memcpy(s, p, n);
+		s[n] = '\0';
+	}
+	return s;
+}
+
 static void emit_cb(void *loop, const char *line, size_t len)
 {
 	rec_t *r = loop;
 	r->emitted = realloc(r->emitted, (r->ne + 1) * sizeof(char *));
-	r->emitted[r->ne++] = strndup(line, len);
+	r->emitted[r->ne++] = dup_bytes(line, len);
 }
 
 static int write_cb(void *loop, const char *buf, size_t len)
@@ -45,7 +57,7 @@ static int write_cb(void *loop, const char *buf, size_t len)
 	rec_t *r = loop;
 	TH_CHECK(len > 0 && buf[len - 1] == '\n', "stdin writes are whole lines");
 	r->written = realloc(r->written, (r->nw + 1) * sizeof(char *));
-	r->written[r->nw++] = strndup(buf, len - 1);
+	r->written[r->nw++] = dup_bytes(buf, len - 1);
 	return 0;
 }
 
