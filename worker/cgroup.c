@@ -40,7 +40,11 @@ const char *worker_cgroup_mode_name(worker_cgroup_mode_t mode)
 static int write_file(const char *dir, const char *file, const char *val)
 {
 	char path[WORKER_CGROUP_PATH_MAX + 64];
-	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	int pn = snprintf(path, sizeof(path), "%s/%s", dir, file);
+	if (pn < 0 || (size_t)pn >= sizeof(path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
 	int fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;

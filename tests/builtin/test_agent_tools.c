@@ -219,8 +219,8 @@ static void test_skills_prompt(void)
 	json_t *req = json_loads(e.f.bodies[0], 0, NULL);
 	const char *sys = json_string_value(json_object_get(json_array_get(json_object_get(req, "messages"), 0), "content"));
 	TH_CHECK(sys && !strncmp(sys, "Base prompt.\n\nSkills are installed under ", 41), "%s", sys ? sys : "-");
-	TH_CHECK(sys && strstr(sys, th_strf("- notes: no description (%s/notes/SKILL.md)\n", e.skills)), "%s", sys);
-	TH_CHECK(sys && strstr(sys, th_strf("- tables: Edit tables (%s/tables/SKILL.md)\n", e.skills)), "%s", sys);
+	TH_CHECK(sys && strstr(sys, th_strf("- notes: no description (%s/notes/SKILL.md)\n", e.skills)), "%s", sys ? sys : "-");
+	TH_CHECK(sys && strstr(sys, th_strf("- tables: Edit tables (%s/tables/SKILL.md)\n", e.skills)), "%s", sys ? sys : "-");
 	json_decref(req);
 	ap_free(&a);
 	fakechat_stop(&e.f);

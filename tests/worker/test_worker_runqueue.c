@@ -40,7 +40,7 @@ static const char *take(const rn_tenant_caps_t *caps, int64_t inflight_ms, int64
 	TH_CHECK(r >= 0, "take: %s", err);
 	id[0] = '\0';
 	if (r == 1) {
-		char want[64];
+		char want[16 + sizeof(it.run_id)];
 		snprintf(want, sizeof(want), "entry-of-%s", it.run_id);
 		TH_CHECK(it.len == strlen(want) && !memcmp(it.entry, want, it.len), "entry of %s", it.run_id);
 		TH_CHECK(it.queued_ms > 0 && it.now_ms >= it.queued_ms, "queued_ms");
