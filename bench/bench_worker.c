@@ -713,6 +713,9 @@ int main(int argc, char **argv)
 		th_strf("RUNNEL_KAFKA_PROPERTIES=%s%sauto.offset.reset=earliest", xprops, xprops[0] ? ";" : ""),
 		getenv("BENCH_LOG_LEVEL") ? th_strf("RUNNEL_LOG_LEVEL=%s", getenv("BENCH_LOG_LEVEL")) : "RUNNEL_LOG_LEVEL=warn",
 		warm ? th_strf("RUNNEL_WARM=%s", warm) : "X_UNUSED=1",
+		/* A job key: queue entries hold the sealed job instead of a
+		 * reference that the claim reads back from Kafka. */
+		getenv("RUNNEL_JOB_KEY") ? th_strf("RUNNEL_JOB_KEY=%s", getenv("RUNNEL_JOB_KEY")) : "X_UNUSED2=1",
 		NULL,
 	};
 	char *wargv[] = { (char *)worker_bin, NULL };
