@@ -74,6 +74,7 @@ typedef struct worker {
 	struct event *ev_term, *ev_int, *ev_drain, *ev_hard;
 	int                draining;
 	int                drain_expired;
+	int                gave_up;       /* the drain's hard deadline passed */
 	int64_t            hb_next_ms;    /* mono ms the next heartbeat is due */
 	int64_t            intake_retry_at; /* mono ms: replicas were short, wait */
 } worker_t;
@@ -445,7 +446,7 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
-		if (!owned[i] && atomic_load(&runs[i]->stop) != WORKER_STOP_LOST) {
+		if (!owned[i] && worker_stopword_reason(&runs[i]->stop) != WORKER_STOP_LOST) {
 			rn_log_debug(runs[i]->run_id, "lease_not_ours", "the run is not ours any more");
 			worker_run_stop(runs[i], WORKER_STOP_LOST, NULL);
 		}
@@ -563,7 +564,12 @@ static void hard_cb(evutil_socket_t fd, short what, void *arg)
 {
 	worker_t *w = arg;
 	rn_log_error(NULL, "drain_abandon", "%zu run(s) could not finish; leaving them to the lost sweep", w->busy);
-	w->ctx.give_up = 1;
+	w->gave_up = 1;
+	pthread_mutex_lock(&w->mu);
+	for (long i = 0; i < w->cfg.slots; i++)
+		if (w->runs[i])
+			worker_run_give_up(w->runs[i]);
+	pthread_mutex_unlock(&w->mu);
 	event_base_loopbreak(w->base);
 }
 
@@ -820,7 +826,7 @@ int main(int argc, char **argv)
 		free(line);
 	}
 	/* Drained (or gave up): leave the group, committing stored offsets. */
-	if (w->ctx.give_up) {
+	if (w->gave_up) {
 		/* Runs still stuck on Redis: they stop retrying now; wait for them. */
 		for (long i = 0; i < w->cfg.slots; i++)
 			if (w->runs[i])
