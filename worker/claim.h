@@ -16,11 +16,17 @@
  * not draining, takes the next run fairly (rn_runqueue_take), opens its
  * entry, claims it in its state hash (rn_runstate_claim: exactly-once
  * start, cancel before start, lost runs), acknowledges the entry, and
- * hands the run to the main thread through the callback.  With nothing
- * to take it blocks on the queue's wake list (BLPOP, 1 s at most).
+ * hands the run over to the main thread: it appends it to a list sized by
+ * the slots (under the claimer's mutex) and activates a libevent user
+ * event, whose callback starts the runs on the main thread's loop.  With
+ * nothing to take it blocks on the queue's wake list (BLPOP, 1 s at most).
+ * Runs handed over but not started when the claimer stops (after the loop
+ * ended) are ended worker_shutdown by worker_claimer_stop.
  *
- * @locality worker_queue_entry: main thread; the claimer's callback runs on
- * the claimer thread; the other functions from the main thread.
+ * @locality worker_queue_entry: main thread.  worker_claimer_*: main
+ * thread; the start callback runs on the main thread (inside the loop).
+ * Take, claim and ack run on the claimer thread, which shares only the
+ * hand-over list and its counters (under its mutex) with the main thread.
  */
 #ifndef RUNNEL_WORKER_CLAIM_H
 #define RUNNEL_WORKER_CLAIM_H
@@ -28,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <event2/event.h>
 #include <librdkafka/rdkafka.h>
 
 #include "common/runstate.h"
@@ -48,16 +55,17 @@ typedef struct worker_claimed {
 	int64_t     queued_ms;    /* when it entered the queue (server clock) */
 } worker_claimed_t;
 
-/* Takes ownership of c (free the struct with free() after moving the job). */
+/* Main thread, inside the loop: start the run.  The callback owns c->job
+ * (moves or clears it); the struct itself is freed after it returns. */
 typedef void (*worker_claim_cb)(worker_claimed_t *c, void *arg);
 
 typedef struct worker_claimer worker_claimer_t;
 
-/* Starts the thread.  slots bounds the runs handed out and not yet
- * reported done.  NULL with errstr. */
-worker_claimer_t *worker_claimer_start(const worker_config_t *cfg, worker_metrics_t *m,
-                                       long slots, worker_claim_cb cb, void *arg,
-                                       char *errstr, size_t errstr_size);
+/* Starts the thread; claimed runs reach cb on base's loop.  slots bounds
+ * the runs handed out and not yet reported done.  NULL with errstr. */
+worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_config_t *cfg,
+                                       worker_metrics_t *m, long slots, worker_claim_cb cb,
+                                       void *arg, char *errstr, size_t errstr_size);
 
 /* A handed-out run ended (its slot is free). */
 void worker_claimer_done(worker_claimer_t *cl);
@@ -65,7 +73,9 @@ void worker_claimer_done(worker_claimer_t *cl);
 /* Drain: take nothing more (queued runs stay for other workers). */
 void worker_claimer_pause(worker_claimer_t *cl);
 
-/* Stops and joins the thread (within about a second), frees it (NULL ok). */
+/* Stops and joins the thread (within about a second), ends the runs
+ * handed over but never started worker_shutdown, frees it (NULL ok).  Call
+ * after the loop stopped dispatching. */
 void worker_claimer_stop(worker_claimer_t *cl);
 
 #endif

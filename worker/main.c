@@ -7,8 +7,9 @@
  * /healthz and /metrics, and drains on SIGTERM.
  *
  * The main thread owns the slot table; run threads only report "done"
- * and the claimer only reports "claimed" through libevent user events, and
- * the control thread only signals runs under the table's mutex.
+ * and the claimer only hands runs over (claim.c) through libevent user
+ * events, and the control thread only signals runs under the table's
+ * mutex.  docs/architecture.md "Threads" has the whole contract.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -64,13 +65,20 @@ typedef struct worker {
 	size_t             busy;
 	worker_run_t     **done;          /* runs whose thread finished */
 	size_t             ndone;
-	worker_claimed_t **claimed;       /* runs the claimer took, not started yet */
-	size_t             nclaimed;
+
+	/* Main thread's scratch, cfg.slots entries each: the done batch and
+	 * the heartbeat's lists (no fixed cap on the slot count; the two
+	 * callbacks never nest). */
+	worker_run_t     **s_runs;
+	char             (*s_tenants)[PROTO_TENANT_MAX + 1];
+	const char       **s_ids;
+	const char       **s_tenant_ptrs;
+	int               *s_owned;
 
 	rd_kafka_message_t *pending[PENDING_MAX];
 	size_t             npending;
 
-	struct event *ev_kafka, *ev_tick, *ev_done, *ev_hb, *ev_sweep, *ev_claimed, *ev_stats;
+	struct event *ev_kafka, *ev_tick, *ev_done, *ev_hb, *ev_sweep, *ev_stats;
 	struct event *ev_term, *ev_int, *ev_drain, *ev_hard;
 	int                draining;
 	int                drain_expired;
@@ -154,8 +162,8 @@ static void on_run_done(worker_run_t *run, void *arg)
 static void done_cb(evutil_socket_t fd, short what, void *arg)
 {
 	worker_t *w = arg;
-	worker_run_t *list[256];
-	char tenant[256][PROTO_TENANT_MAX + 1];
+	worker_run_t **list = w->s_runs;
+	char (*tenant)[PROTO_TENANT_MAX + 1] = w->s_tenants;
 	size_t n;
 
 	pthread_mutex_lock(&w->mu);
@@ -287,9 +295,11 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 	return 1;
 }
 
-/* Starts a run the claimer took (main thread). */
-static void start_claimed(worker_t *w, worker_claimed_t *wc)
+/* Starts a run the claimer took (main thread, from the claimer's
+ * hand-over event). */
+static void start_claimed(worker_claimed_t *wc, void *arg)
 {
+	worker_t *w = arg;
 	char err[256];
 	rn_claim_t cl = wc->claim;
 	char tenant[PROTO_TENANT_MAX + 1];
@@ -346,31 +356,6 @@ static void start_claimed(worker_t *w, worker_claimed_t *wc)
 	update_busy(w);
 }
 
-/* Claimer thread: hand the run over to the loop. */
-static void on_claimed(worker_claimed_t *wc, void *arg)
-{
-	worker_t *w = arg;
-	pthread_mutex_lock(&w->mu);
-	w->claimed[w->nclaimed++] = wc;
-	pthread_mutex_unlock(&w->mu);
-	event_active(w->ev_claimed, EV_READ, 0);
-}
-
-static void claimed_cb(evutil_socket_t fd, short what, void *arg)
-{
-	worker_t *w = arg;
-	worker_claimed_t *list[256];
-	pthread_mutex_lock(&w->mu);
-	size_t n = w->nclaimed;
-	memcpy(list, w->claimed, n * sizeof(*list));
-	w->nclaimed = 0;
-	pthread_mutex_unlock(&w->mu);
-	for (size_t i = 0; i < n; i++) {
-		start_claimed(w, list[i]);
-		free(list[i]);
-	}
-}
-
 /*
  * Moves records into the queue as fast as they come; slots play no part.
  * Only an unreachable Redis holds records back (in order, offsets not
@@ -416,13 +401,13 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 {
 	worker_t *w = arg;
-	const char *ids[256], *tenants[256];
-	worker_run_t *runs[256];
-	int owned[256];
+	const char **ids = w->s_ids, **tenants = w->s_tenant_ptrs;
+	worker_run_t **runs = w->s_runs;
+	int *owned = w->s_owned;
 	size_t n = 0;
 
 	w->hb_next_ms = rn_mono_ms() + w->cfg.lease_sec * 1000 / 3;
-	for (long i = 0; i < w->cfg.slots && n < 256; i++)
+	for (long i = 0; i < w->cfg.slots; i++)
 		if (w->runs[i]) {
 			runs[n] = w->runs[i];
 			tenants[n] = w->tenants[i];
@@ -713,14 +698,19 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&w->mu, NULL);
 	w->runs = calloc((size_t)w->cfg.slots, sizeof(*w->runs));
 	w->done = calloc((size_t)w->cfg.slots, sizeof(*w->done));
-	w->claimed = calloc((size_t)w->cfg.slots, sizeof(*w->claimed));
 	w->tenants = calloc((size_t)w->cfg.slots, sizeof(*w->tenants));
+	w->s_runs = calloc((size_t)w->cfg.slots, sizeof(*w->s_runs));
+	w->s_tenants = calloc((size_t)w->cfg.slots, sizeof(*w->s_tenants));
+	w->s_ids = calloc((size_t)w->cfg.slots, sizeof(*w->s_ids));
+	w->s_tenant_ptrs = calloc((size_t)w->cfg.slots, sizeof(*w->s_tenant_ptrs));
+	w->s_owned = calloc((size_t)w->cfg.slots, sizeof(*w->s_owned));
 	w->ctx.cfg = &w->cfg;
 	w->ctx.m = &w->m;
 	w->ctx.on_done = on_run_done;
 	w->ctx.arg = w;
 	w->base = event_base_new();
-	if (!w->runs || !w->done || !w->claimed || !w->tenants || !w->base) {
+	if (!w->runs || !w->done || !w->tenants || !w->s_runs || !w->s_tenants || !w->s_ids ||
+	    !w->s_tenant_ptrs || !w->s_owned || !w->base) {
 		rn_log_error(NULL, "startup", "out of memory");
 		return 1;
 	}
@@ -746,9 +736,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	w->ev_claimed = event_new(w->base, -1, EV_PERSIST, claimed_cb, w);
 	w->ev_stats = event_new(w->base, -1, EV_PERSIST, stats_cb, w);
-	w->claimer = worker_claimer_start(&w->cfg, &w->m, w->cfg.slots, on_claimed, w, err, sizeof(err));
+	w->claimer = worker_claimer_start(w->base, &w->cfg, &w->m, w->cfg.slots, start_claimed, w,
+	                                  err, sizeof(err));
 	if (!w->claimer) {
 		rn_log_error(NULL, "startup", "%s", err);
 		return 1;
@@ -773,7 +763,6 @@ int main(int argc, char **argv)
 	event_add(w->ev_done, NULL);
 	event_add(w->ev_hb, &hb);
 	event_add(w->ev_sweep, &sw);
-	event_add(w->ev_claimed, NULL);
 	struct timeval stv = { STATS_MS / 1000, (STATS_MS % 1000) * 1000 };
 	event_add(w->ev_stats, &stv);
 	event_add(w->ev_term, NULL);
@@ -807,24 +796,10 @@ int main(int argc, char **argv)
 
 	event_base_dispatch(w->base);
 
-	/* Take nothing more.  A claim that was in flight when the drain began
-	 * and arrived after the loop ended is claimed in Redis under our name:
-	 * end it worker_shutdown rather than leave it to the lost sweep. */
+	/* Take nothing more; a claim that arrived after the loop ended is
+	 * ended worker_shutdown there (claim.h). */
 	worker_claimer_stop(w->claimer);
 	w->claimer = NULL;
-	for (size_t i = 0; i < w->nclaimed; i++) {
-		redisContext *c = main_redis(w);
-		size_t len = 0;
-		char *line = proto_env_make_error(PROTO_ERR_WORKER_SHUTDOWN,
-		                                  "The worker shut down before the run could start.",
-		                                  rn_now_ms(), &len);
-		if (line && c &&
-		    rn_runstate_finish(c, w->cfg.key_prefix, w->claimed[i]->job.run_id, line, len, "failed",
-		                       PROTO_ERR_WORKER_SHUTDOWN, w->cfg.retention_sec, err, sizeof(err)) >= 0)
-			rn_runqueue_release(c, w->cfg.key_prefix, w->claimed[i]->job.run_id,
-			                    proto_job_tenant(&w->claimed[i]->job), err, sizeof(err));
-		free(line);
-	}
 	/* Drained (or gave up): leave the group, committing stored offsets. */
 	if (w->gave_up) {
 		/* Runs still stuck on Redis: they stop retrying now; wait for them. */
@@ -840,15 +815,9 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < w->npending; i++)
 		rd_kafka_message_destroy(w->pending[i]);
 	w->npending = 0;
-	for (size_t i = 0; i < w->nclaimed; i++) {
-		proto_job_clear(&w->claimed[i]->job);
-		free(w->claimed[i]);
-	}
-	w->nclaimed = 0;
 	event_free(w->ev_kafka);
 	worker_consumer_close(w->consumer);
 	w->consumer = NULL;
-	event_free(w->ev_claimed);
 	event_free(w->ev_stats);
 	worker_control_stop(w->control);
 	worker_http_stop(w->http);
@@ -873,7 +842,11 @@ int main(int argc, char **argv)
 		redisFree(w->rc);
 	free(w->runs);
 	free(w->done);
-	free(w->claimed);
+	free(w->s_runs);
+	free(w->s_tenants);
+	free(w->s_ids);
+	free(w->s_tenant_ptrs);
+	free(w->s_owned);
 	free(w->tenants);
 	worker_metrics_free(&w->m);
 	curl_global_cleanup();
