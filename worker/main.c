@@ -45,6 +45,7 @@
 #define PENDING_MAX      64
 #define KAFKA_TICK_MS    100
 #define STATS_MS         2000   /* queue gauges */
+#define DLQ_WAIT_MS      10000  /* a DLQ delivery report, at most */
 
 typedef struct worker {
 	worker_config_t    cfg;
@@ -85,6 +86,7 @@ typedef struct worker {
 	int                gave_up;       /* the drain's hard deadline passed */
 	int64_t            hb_next_ms;    /* mono ms the next heartbeat is due */
 	int64_t            intake_retry_at; /* mono ms: replicas were short, wait */
+	int                dlq_inflight;  /* pending[0]'s DLQ delivery is awaited */
 } worker_t;
 
 static void pump(worker_t *w);
@@ -197,26 +199,42 @@ static void done_cb(evutil_socket_t fd, short what, void *arg)
  * Jobs: decode, claim, start
  * ------------------------------------------------------------------------ */
 
-static void heartbeat_cb(evutil_socket_t fd, short what, void *arg);
-
-/* While the main thread waits on something slow, leases are still renewed. */
-static void heartbeat_if_due(void *arg)
+/*
+ * The DLQ delivery of pending[0], awaited on the loop: the loop goes on
+ * renewing leases, starting claimed runs and serving control meanwhile,
+ * and comes back here when the report wakes the consumer's fd (or on the
+ * tick).  The offset is stored once the report came or the wait timed out,
+ * never before (offsets are stored in order).  1 when done with the
+ * record, 0 while waiting.
+ */
+static int dlq_wait(worker_t *w, const rd_kafka_message_t *m)
 {
-	worker_t *w = arg;
-	if (rn_mono_ms() >= w->hb_next_ms)
-		heartbeat_cb(-1, 0, w);
+	char err[256];
+	int r = worker_consumer_dlq_result(w->consumer, err, sizeof(err));
+	if (r == 0)
+		return 0;
+	w->dlq_inflight = 0;
+	if (r < 0)
+		rn_log_error(NULL, "dlq_failed", "%s", err);
+	else
+		rn_counter_add(w->m.jobs_dlq, 1);
+	worker_consumer_store(w->consumer, m);
+	return 1;
 }
 
-static void dlq(worker_t *w, const rd_kafka_message_t *m, const char *reason)
+/* A record that can never become a run goes to the DLQ. */
+static int dlq(worker_t *w, const rd_kafka_message_t *m, const char *reason)
 {
 	char err[256];
 	rn_log_warn(NULL, "job_rejected", "partition %d offset %lld: %s",
 	            (int)m->partition, (long long)m->offset, reason);
-	if (worker_consumer_dlq(w->consumer, m, reason, 10000, heartbeat_if_due, w,
-	                        err, sizeof(err)) < 0)
+	if (worker_consumer_dlq_send(w->consumer, m, reason, DLQ_WAIT_MS, err, sizeof(err)) < 0) {
 		rn_log_error(NULL, "dlq_failed", "%s", err);
-	else
-		rn_counter_add(w->m.jobs_dlq, 1);
+		worker_consumer_store(w->consumer, m);
+		return 1;
+	}
+	w->dlq_inflight = 1;
+	return dlq_wait(w, m);
 }
 
 /*
@@ -230,17 +248,13 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 	proto_job_t job;
 	char err[256];
 
-	if (!m->payload || m->len == 0) {
-		dlq(w, m, "empty message");
-		worker_consumer_store(w->consumer, m);
-		return 1;
-	}
+	if (w->dlq_inflight)
+		return dlq_wait(w, m);
+	if (!m->payload || m->len == 0)
+		return dlq(w, m, "empty message");
 	if (proto_job_parse(m->payload, m->len, w->cfg.have_job_key ? w->cfg.job_key : NULL,
-	                    w->cfg.require_sealed, &job, err, sizeof(err)) < 0) {
-		dlq(w, m, err);
-		worker_consumer_store(w->consumer, m);
-		return 1;
-	}
+	                    w->cfg.require_sealed, &job, err, sizeof(err)) < 0)
+		return dlq(w, m, err);
 	redisContext *c = main_redis(w);
 	if (!c) {
 		proto_job_clear(&job);
@@ -596,6 +610,22 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 	            (int)sig, w->busy, w->cfg.drain_sec);
 	/* Queued runs stay in the queue for the other workers. */
 	worker_claimer_pause(w->claimer);
+	/* A record whose DLQ delivery is still awaited is done with as if the
+	 * wait had timed out: its offset is stored, and the message itself
+	 * goes out with the producer's flush when the consumer closes. */
+	if (w->dlq_inflight && w->npending > 0) {
+		char err[256];
+		int r = worker_consumer_dlq_result(w->consumer, err, sizeof(err));
+		if (r > 0)
+			rn_counter_add(w->m.jobs_dlq, 1);
+		else if (r < 0)
+			rn_log_error(NULL, "dlq_failed", "%s", err);
+		else
+			rn_log_warn(NULL, "dlq_pending", "partition %d offset %lld: DLQ delivery not confirmed yet; flushed at close",
+			            (int)w->pending[0]->partition, (long long)w->pending[0]->offset);
+		worker_consumer_store(w->consumer, w->pending[0]);
+		w->dlq_inflight = 0;
+	}
 	/* Records fetched but not queued go back to Kafka (their offsets are not
 	 * stored), and leaving the group now hands our partitions to the others
 	 * instead of holding them through the drain. */
