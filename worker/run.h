@@ -11,6 +11,13 @@
  * Ownership: worker_run_new() takes the parsed job (the caller's struct is
  * cleared); the main thread owns the worker_run_t and frees it with
  * worker_run_free() after the done callback fired and worker_run_join().
+ *
+ * @locality new/start/join/free: the main thread.  worker_run_stop,
+ * worker_run_give_up and worker_run_control: any thread (the main thread's
+ * heartbeat and drain, the control thread's callback, under the slot
+ * table's mutex); they only touch the stop word, the inbox and the wake
+ * eventfd.  Everything else in the struct belongs to the run's thread
+ * between start and the done callback.
  */
 #ifndef RUNNEL_WORKER_RUN_H
 #define RUNNEL_WORKER_RUN_H
