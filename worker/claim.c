@@ -49,6 +49,45 @@ char *worker_queue_entry(const worker_config_t *cfg, const proto_job_t *job,
 	return s;
 }
 
+worker_queue_push_t worker_queue_push(redisContext *c, const worker_config_t *cfg,
+                                      const proto_job_t *job, const rd_kafka_message_t *m,
+                                      int *already, char *errstr, size_t errstr_size)
+{
+	size_t len = 0;
+	*already = 0;
+	char *entry = worker_queue_entry(cfg, job, m, &len, errstr, errstr_size);
+	if (!entry)
+		return WORKER_QUEUE_NO_ENTRY; /* a reference is the fallback: only memory fails */
+	const char *tenant = proto_job_tenant(job);
+	int64_t ttl = cfg->max_runtime_sec + cfg->retention_sec;
+	int pushed = -1;
+	if (rn_runqueue_mark(c, cfg->key_prefix, job->run_id, tenant, job->enqueued_at, ttl,
+	                     errstr, errstr_size) == 0)
+		pushed = rn_runqueue_push(c, cfg->key_prefix, job->run_id, tenant, entry, len,
+		                          errstr, errstr_size);
+	sodium_memzero(entry, len);
+	free(entry);
+	if (pushed < 0)
+		return WORKER_QUEUE_REDIS;
+	*already = pushed == 0;
+	if (cfg->queue_wait_replicas > 0) {
+		redisReply *r = redisCommand(c, "WAIT %ld %d", cfg->queue_wait_replicas, 1000);
+		long long got = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+		if (r)
+			freeReplyObject(r);
+		if (got < 0) {
+			snprintf(errstr, errstr_size, "no answer to WAIT");
+			return WORKER_QUEUE_WAIT_FAILED;
+		}
+		if (got < cfg->queue_wait_replicas) {
+			snprintf(errstr, errstr_size, "%lld of %ld replica(s) have the queued job", got,
+			         cfg->queue_wait_replicas);
+			return WORKER_QUEUE_REPLICAS_SHORT;
+		}
+	}
+	return WORKER_QUEUE_PUSHED;
+}
+
 struct worker_claimer {
 	const worker_config_t *cfg;
 	worker_metrics_t *m;

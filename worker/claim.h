@@ -1,7 +1,9 @@
 /*
  * worker/claim.h - the worker's side of the run-time queue (common/
- * runqueue.h): what a Kafka record becomes in the queue (the entry), and
- * the claimer thread that fills free slots from the queue.
+ * runqueue.h): what a Kafka record becomes in the queue (the entry) and
+ * how it is pushed there (intake), the claimer thread that fills free
+ * slots from the queue, and the hand-over of claimed runs to the loop.
+ * The main thread keeps only the slot table and the Kafka side.
  *
  * The entry never holds an OTP or a prompt in plaintext (SPEC §2):
  *   - with a job key (RUNNEL_JOB_KEY): the job serialized *sealed* with that
@@ -47,6 +49,28 @@
 char *worker_queue_entry(const worker_config_t *cfg, const proto_job_t *job,
                          const rd_kafka_message_t *m, size_t *len,
                          char *errstr, size_t errstr_size);
+
+typedef enum {
+	WORKER_QUEUE_PUSHED = 0,        /* queued (or had been: *already) */
+	WORKER_QUEUE_NO_ENTRY,          /* the entry could not be made (memory) */
+	WORKER_QUEUE_REDIS,             /* mark or push failed: drop the connection */
+	WORKER_QUEUE_WAIT_FAILED,       /* WAIT gave no answer: drop the connection */
+	WORKER_QUEUE_REPLICAS_SHORT,    /* fewer replicas than queue_wait_replicas */
+} worker_queue_push_t;
+
+/*
+ * Intake: puts job, which arrived as record m, into the run-time queue: its
+ * state hash says "queued" (with its tenant), then the entry is pushed;
+ * with cfg->queue_wait_replicas, WAIT (1 s at most) for that many replicas
+ * too, since durable means there as well before the offset moves.  Short
+ * of it, the caller pushes again later (a no-op push).  *already: the run
+ * had been queued before.  Anything but WORKER_QUEUE_PUSHED comes with
+ * errstr.  The entry's plaintext is wiped before returning.
+ * @locality main thread (c is the main thread's connection).
+ */
+worker_queue_push_t worker_queue_push(redisContext *c, const worker_config_t *cfg,
+                                      const proto_job_t *job, const rd_kafka_message_t *m,
+                                      int *already, char *errstr, size_t errstr_size);
 
 /* A run the claimer claimed (status OK or CANCEL). */
 typedef struct worker_claimed {

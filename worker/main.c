@@ -238,9 +238,9 @@ static int dlq(worker_t *w, const rd_kafka_message_t *m, const char *reason)
 }
 
 /*
- * Moves the first pending record into the run-time queue: the run's state
- * hash says "queued" (with its tenant), the entry is queued, and only then
- * is the offset stored.  Returns 1 when the record is done with, 0 when it
+ * Moves the first pending record into the run-time queue
+ * (worker_queue_push: the run's state hash says "queued" with its tenant,
+ * the entry is queued), and only then is the offset stored.  Returns 1 when the record is done with, 0 when it
  * must wait (Redis unreachable).
  */
 static int intake(worker_t *w, rd_kafka_message_t *m)
@@ -260,49 +260,25 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 		proto_job_clear(&job);
 		return 0;
 	}
-	size_t len = 0;
-	char *entry = worker_queue_entry(&w->cfg, &job, m, &len, err, sizeof(err));
-	if (!entry) {
-		/* A reference is the fallback: only memory can fail here. */
-		rn_log_error(job.run_id, "queue_entry", "%s", err);
-		proto_job_clear(&job);
-		return 0;
-	}
-	const char *tenant = proto_job_tenant(&job);
-	int64_t ttl = w->cfg.max_runtime_sec + w->cfg.retention_sec;
-	int pushed = -1;
-	if (rn_runqueue_mark(c, w->cfg.key_prefix, job.run_id, tenant, job.enqueued_at, ttl,
-	                     err, sizeof(err)) == 0)
-		pushed = rn_runqueue_push(c, w->cfg.key_prefix, job.run_id, tenant, entry, len,
-		                          err, sizeof(err));
-	sodium_memzero(entry, len);
-	free(entry);
-	if (pushed < 0) {
-		main_redis_failed(w, "queue push", err);
-		proto_job_clear(&job);
-		return 0;
-	}
-	if (w->cfg.queue_wait_replicas > 0) {
-		/* Durable means on that many replicas too before the offset moves;
-		 * short of it, the record is pushed again later (a no-op push). */
-		redisReply *r = redisCommand(c, "WAIT %ld %d", w->cfg.queue_wait_replicas, 1000);
-		long long got = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-		if (r)
-			freeReplyObject(r);
-		if (got < w->cfg.queue_wait_replicas) {
-			if (got < 0)
-				main_redis_failed(w, "queue wait", "no answer to WAIT");
-			else
-				rn_log_warn(job.run_id, "queue_wait", "%lld of %ld replica(s) have the queued job; retrying",
-				            got, w->cfg.queue_wait_replicas);
-			/* WAIT blocked the loop for its timeout: give it a second. */
+	int already = 0;
+	int q = worker_queue_push(c, &w->cfg, &job, m, &already, err, sizeof(err));
+	if (q != WORKER_QUEUE_PUSHED) {
+		if (q == WORKER_QUEUE_NO_ENTRY)
+			rn_log_error(job.run_id, "queue_entry", "%s", err);
+		else if (q == WORKER_QUEUE_REDIS)
+			main_redis_failed(w, "queue push", err);
+		else if (q == WORKER_QUEUE_WAIT_FAILED)
+			main_redis_failed(w, "queue wait", err);
+		else
+			rn_log_warn(job.run_id, "queue_wait", "%s; retrying", err);
+		/* WAIT blocked the loop for its timeout: give it a second. */
+		if (q == WORKER_QUEUE_WAIT_FAILED || q == WORKER_QUEUE_REPLICAS_SHORT)
 			w->intake_retry_at = rn_mono_ms() + 1000;
-			proto_job_clear(&job);
-			return 0;
-		}
+		proto_job_clear(&job);
+		return 0;
 	}
-	rn_log_info(job.run_id, "run_queued", "tenant %s, partition %d offset %lld%s", tenant,
-	            (int)m->partition, (long long)m->offset, pushed ? "" : " (already queued)");
+	rn_log_info(job.run_id, "run_queued", "tenant %s, partition %d offset %lld%s", proto_job_tenant(&job),
+	            (int)m->partition, (long long)m->offset, already ? " (already queued)" : "");
 	rn_counter_add(w->m.jobs_queued, 1);
 	worker_consumer_store(w->consumer, m);
 	proto_job_clear(&job);
