@@ -3,7 +3,7 @@
  * runqueue.h): what a Kafka record becomes in the queue (the entry) and
  * how it is pushed there (intake), the claimer thread that fills free
  * slots from the queue, and the hand-over of claimed runs to the loop.
- * The main thread keeps only the slot table and the Kafka side.
+ * main.c keeps the slot table, the leases and the Kafka side.
  *
  * The entry never holds an OTP or a prompt in plaintext (SPEC §2):
  *   - with a job key (RUNNEL_JOB_KEY): the job serialized *sealed* with that

@@ -449,6 +449,28 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 		main_redis_failed(w, "sweep", err);
 }
 
+/* One per-tenant gauge into text at o: HELP, TYPE, a line per listed
+ * tenant (field 0 queued, 1 running, 2 oldest age), and tenant="_other"
+ * with other when some were not listed (other < 0: no such line).
+ * Returns the new offset (never past cap). */
+static size_t tenant_series(char *text, size_t cap, size_t o, const rn_queue_stats_t *st, int field,
+                            const char *name, const char *help, int64_t other)
+{
+	int n = snprintf(text + o, cap - o, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+	o += n > 0 ? (size_t)n : 0;
+	for (size_t i = 0; i < st->nlisted && o < cap; i++) {
+		const rn_queue_tenant_t *t = &st->tenants[i];
+		int64_t v = field == 0 ? t->queued : field == 1 ? t->running : t->oldest_ms;
+		n = snprintf(text + o, cap - o, "%s{tenant=\"%s\"} %lld\n", name, t->name, (long long)v);
+		o += n > 0 ? (size_t)n : 0;
+	}
+	if (other >= 0 && st->ntenants > st->nlisted && o < cap) {
+		n = snprintf(text + o, cap - o, "%s{tenant=\"_other\"} %lld\n", name, (long long)other);
+		o += n > 0 ? (size_t)n : 0;
+	}
+	return o < cap ? o : cap - 1;
+}
+
 /*
  * The queue's gauges: depth, oldest age, tenants, and per-tenant series for
  * the deepest WORKER_METRICS_TENANTS_MAX tenants (the rest summed as
@@ -473,6 +495,9 @@ static void stats_cb(evutil_socket_t fd, short what, void *arg)
 	size_t cap = 512 + (st.nlisted + 1) * 3 * 160;
 	char *text = malloc(cap);
 	if (text) {
+		char help_queued[96];
+		snprintf(help_queued, sizeof(help_queued), "Queued runs per tenant (the %d deepest; the rest as _other)",
+		         WORKER_METRICS_TENANTS_MAX);
 		size_t o = 0;
 		/* _other: every queued run not listed (also of tenants past the
 		 * scan); running only of the scanned ones. */
@@ -483,30 +508,11 @@ static void stats_cb(evutil_socket_t fd, short what, void *arg)
 			other_r += st.tenants[i].running;
 		if (other_q < 0)
 			other_q = 0;
-		o += (size_t)snprintf(text + o, cap - o,
-		                      "# HELP runnel_queue_tenant_queued Queued runs per tenant (the %d deepest; the rest as _other)\n"
-		                      "# TYPE runnel_queue_tenant_queued gauge\n", WORKER_METRICS_TENANTS_MAX);
-		for (size_t i = 0; i < st.nlisted; i++)
-			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_queued{tenant=\"%s\"} %lld\n",
-			                      st.tenants[i].name, (long long)st.tenants[i].queued);
-		if (st.ntenants > st.nlisted)
-			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_queued{tenant=\"_other\"} %lld\n",
-			                      (long long)other_q);
-		o += (size_t)snprintf(text + o, cap - o,
-		                      "# HELP runnel_queue_tenant_running Claimed or running runs per queued tenant\n"
-		                      "# TYPE runnel_queue_tenant_running gauge\n");
-		for (size_t i = 0; i < st.nlisted; i++)
-			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_running{tenant=\"%s\"} %lld\n",
-			                      st.tenants[i].name, (long long)st.tenants[i].running);
-		if (st.ntenants > st.nlisted)
-			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_running{tenant=\"_other\"} %lld\n",
-			                      (long long)other_r);
-		o += (size_t)snprintf(text + o, cap - o,
-		                      "# HELP runnel_queue_tenant_oldest_age_ms Age of the tenant's oldest queued run\n"
-		                      "# TYPE runnel_queue_tenant_oldest_age_ms gauge\n");
-		for (size_t i = 0; i < st.nlisted && o < cap; i++)
-			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_oldest_age_ms{tenant=\"%s\"} %lld\n",
-			                      st.tenants[i].name, (long long)st.tenants[i].oldest_ms);
+		o = tenant_series(text, cap, o, &st, 0, "runnel_queue_tenant_queued", help_queued, other_q);
+		o = tenant_series(text, cap, o, &st, 1, "runnel_queue_tenant_running",
+		                  "Claimed or running runs per queued tenant", other_r);
+		tenant_series(text, cap, o, &st, 2, "runnel_queue_tenant_oldest_age_ms",
+		              "Age of the tenant's oldest queued run", -1);
 		worker_metrics_set_tenant_text(&w->m, text);
 	}
 	rn_queue_stats_clear(&st);
