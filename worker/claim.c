@@ -409,6 +409,10 @@ worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_con
 
 void worker_claimer_done(worker_claimer_t *cl)
 {
+	/* After worker_claimer_stop (runs that end after the loop, when the
+	 * drain gave up) there is nobody to tell. */
+	if (!cl)
+		return;
 	pthread_mutex_lock(&cl->mu);
 	if (cl->outstanding > 0)
 		cl->outstanding--;

@@ -91,7 +91,7 @@ worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_con
                                        worker_metrics_t *m, long slots, worker_claim_cb cb,
                                        void *arg, char *errstr, size_t errstr_size);
 
-/* A handed-out run ended (its slot is free). */
+/* A handed-out run ended (its slot is free).  NULL: nothing. */
 void worker_claimer_done(worker_claimer_t *cl);
 
 /* Drain: take nothing more (queued runs stay for other workers). */
