@@ -240,8 +240,9 @@ static int dlq(worker_t *w, const rd_kafka_message_t *m, const char *reason)
 /*
  * Moves the first pending record into the run-time queue
  * (worker_queue_push: the run's state hash says "queued" with its tenant,
- * the entry is queued), and only then is the offset stored.  Returns 1 when the record is done with, 0 when it
- * must wait (Redis unreachable).
+ * the entry is queued), and only then is the offset stored.  Returns 1
+ * when the record is done with, 0 when it must wait (Redis unreachable,
+ * replicas short, or its DLQ delivery still awaited).
  */
 static int intake(worker_t *w, rd_kafka_message_t *m)
 {
