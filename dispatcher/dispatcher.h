@@ -79,6 +79,8 @@ typedef struct dispatcher {
 	char                        bound[80]; /* "host:port" actually listened on */
 } dispatcher_t;
 
+/* ---- start, drain, stop (lifecycle.c) ---- */
+
 /* Sets up everything on base.  0 or -1 with errstr. */
 int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_config_t *cfg,
                     char *errstr, size_t errstr_size);
@@ -94,6 +96,13 @@ void dispatcher_drain(dispatcher_t *d, int flush_ms);
 void dispatcher_fini(dispatcher_t *d, int flush_ms);
 
 /* ---- answering (http.c) ---- */
+
+/* Registers the request, stream, enqueue and sweep metrics on d->metrics. */
+void dispatcher_http_metrics(dispatcher_t *d);
+/* Creates the HTTP server on d->base and binds host:port (d->bound says
+ * the port actually bound).  0 or -1 with errstr. */
+int dispatcher_http_listen(dispatcher_t *d, const char *host, unsigned short port,
+                           char *errstr, size_t errstr_size);
 
 /* Counts one answer for /metrics. */
 void dispatcher_count(dispatcher_t *d, dispatcher_route_t route, int status);

@@ -21,6 +21,9 @@
  * Asks: a reply (from the inbox) or an ask past its timeout is settled by
  * the sink (which publishes the settlement line); then the adapter's
  * on_reply forwards it to the agent.
+ *
+ * @locality the run's thread (the stop source's stop() and inbox are the
+ * only things other threads reach, through the run's stop word and inbox).
  */
 #ifndef RUNNEL_WORKER_AGENT_LOOP_H
 #define RUNNEL_WORKER_AGENT_LOOP_H

@@ -3,6 +3,8 @@
  * (command, mock, builtin) share: the turn line on start, stdout lines as
  * they are, replies and cancel as control lines on stdin (contract in
  * docs/protocol.md).
+ *
+ * @locality the run's thread (they are adapter callbacks, worker/agent.h).
  */
 #ifndef RUNNEL_WORKER_AGENT_NATIVE_H
 #define RUNNEL_WORKER_AGENT_NATIVE_H

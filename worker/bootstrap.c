@@ -21,7 +21,7 @@
 #define DEF_CONNECT_MS   5000L
 #define DEF_TIMEOUT_MS   30000L
 #define DEF_MAX_BODY     (4u << 20)
-#define POLL_SLICE_MS    50      /* how quickly abort_flag is noticed */
+#define POLL_SLICE_MS    50      /* how quickly a stop is noticed */
 #define NAME_QUOTE_MAX   64
 
 typedef struct req {
@@ -316,7 +316,7 @@ int worker_bootstrap_fetch(const char *agent_url, const char *otp_setup,
 
 	int running = 1;
 	while (running) {
-		if (o.abort_flag && *o.abort_flag) {
+		if (o.stop && worker_stopword_any(o.stop)) {
 			snprintf(errstr, errstr_size, "cancelled");
 			goto out;
 		}

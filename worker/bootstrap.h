@@ -25,12 +25,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "worker/stop.h"
+
 typedef struct worker_boot_opts {
 	long   connect_timeout_ms;  /* default 5000 */
 	long   timeout_ms;          /* whole request; default 30000 */
 	size_t max_body;            /* bytes per answer; default 4 MiB */
-	/* Checked while waiting: non-zero aborts with errstr "cancelled". */
-	const volatile int *abort_flag;
+	/* Checked while waiting: any stop aborts with errstr "cancelled"
+	 * (NULL = never). */
+	const worker_stopword_t *stop;
 } worker_boot_opts_t;
 
 typedef struct worker_boot {

@@ -1,5 +1,6 @@
 /*
- * worker/claim.c - queue entries and the claimer thread (see claim.h).
+ * worker/claim.c - queue entries, the claimer thread, and the hand-over of
+ * claimed runs to the main thread's loop (see claim.h).
  */
 #include "worker/claim.h"
 
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <event2/event.h>
 #include <jansson.h>
 #include <sodium.h>
 
@@ -47,6 +49,45 @@ char *worker_queue_entry(const worker_config_t *cfg, const proto_job_t *job,
 	return s;
 }
 
+worker_queue_push_t worker_queue_push(redisContext *c, const worker_config_t *cfg,
+                                      const proto_job_t *job, const rd_kafka_message_t *m,
+                                      int *already, char *errstr, size_t errstr_size)
+{
+	size_t len = 0;
+	*already = 0;
+	char *entry = worker_queue_entry(cfg, job, m, &len, errstr, errstr_size);
+	if (!entry)
+		return WORKER_QUEUE_NO_ENTRY; /* a reference is the fallback: only memory fails */
+	const char *tenant = proto_job_tenant(job);
+	int64_t ttl = cfg->max_runtime_sec + cfg->retention_sec;
+	int pushed = -1;
+	if (rn_runqueue_mark(c, cfg->key_prefix, job->run_id, tenant, job->enqueued_at, ttl,
+	                     errstr, errstr_size) == 0)
+		pushed = rn_runqueue_push(c, cfg->key_prefix, job->run_id, tenant, entry, len,
+		                          errstr, errstr_size);
+	sodium_memzero(entry, len);
+	free(entry);
+	if (pushed < 0)
+		return WORKER_QUEUE_REDIS;
+	*already = pushed == 0;
+	if (cfg->queue_wait_replicas > 0) {
+		redisReply *r = redisCommand(c, "WAIT %ld %d", cfg->queue_wait_replicas, 1000);
+		long long got = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+		if (r)
+			freeReplyObject(r);
+		if (got < 0) {
+			snprintf(errstr, errstr_size, "no answer to WAIT");
+			return WORKER_QUEUE_WAIT_FAILED;
+		}
+		if (got < cfg->queue_wait_replicas) {
+			snprintf(errstr, errstr_size, "%lld of %ld replica(s) have the queued job", got,
+			         cfg->queue_wait_replicas);
+			return WORKER_QUEUE_REPLICAS_SHORT;
+		}
+	}
+	return WORKER_QUEUE_PUSHED;
+}
+
 struct worker_claimer {
 	const worker_config_t *cfg;
 	worker_metrics_t *m;
@@ -62,6 +103,12 @@ struct worker_claimer {
 	redisContext    *rc;
 	unsigned         attempt;
 	worker_fetcher_t *fetcher;     /* reference mode, created on first use */
+	/* The hand-over: the claimer thread appends under mu, the loop's
+	 * ev_ready takes them.  At most slots entries (outstanding bounds them). */
+	struct event    *ev_ready;
+	worker_claimed_t **ready;
+	size_t           nready;
+	worker_claimed_t **batch;      /* main thread's copy of ready */
 	rn_tenant_caps_t caps;
 	const char     **cap_names;
 };
@@ -246,12 +293,13 @@ static int take_one(worker_claimer_t *cl, redisContext *c)
 		memset(&job, 0, sizeof(job));
 		wc->claim = st;
 		wc->queued_ms = it.queued_ms;
-		pthread_mutex_lock(&cl->mu);
-		cl->outstanding++;
-		pthread_mutex_unlock(&cl->mu);
 		rn_log_debug(wc->job.run_id, "run_taken", "tenant %s, %lld ms in the queue", it.tenant,
 		             (long long)(it.queued_ms > 0 ? it.now_ms - it.queued_ms : 0));
-		cl->cb(wc, cl->arg);
+		pthread_mutex_lock(&cl->mu);
+		cl->outstanding++;
+		cl->ready[cl->nready++] = wc;
+		pthread_mutex_unlock(&cl->mu);
+		event_active(cl->ev_ready, EV_READ, 0);
 		break;
 	}
 	}
@@ -285,12 +333,47 @@ static void *claimer_main(void *arg)
 	return NULL;
 }
 
-worker_claimer_t *worker_claimer_start(const worker_config_t *cfg, worker_metrics_t *m,
-                                       long slots, worker_claim_cb cb, void *arg,
-                                       char *errstr, size_t errstr_size)
+/* Main thread: starts the runs the claimer handed over. */
+static void ready_cb(evutil_socket_t fd, short what, void *arg)
+{
+	worker_claimer_t *cl = arg;
+	(void)fd;
+	(void)what;
+	pthread_mutex_lock(&cl->mu);
+	size_t n = cl->nready;
+	memcpy(cl->batch, cl->ready, n * sizeof(*cl->batch));
+	cl->nready = 0;
+	pthread_mutex_unlock(&cl->mu);
+	for (size_t i = 0; i < n; i++) {
+		cl->cb(cl->batch[i], cl->arg);
+		free(cl->batch[i]);
+	}
+}
+
+static void claimer_free(worker_claimer_t *cl)
+{
+	if (cl->ev_ready)
+		event_free(cl->ev_ready);
+	free(cl->ready);
+	free(cl->batch);
+	free(cl->cap_names);
+	free(cl);
+}
+
+worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_config_t *cfg,
+                                       worker_metrics_t *m, long slots, worker_claim_cb cb,
+                                       void *arg, char *errstr, size_t errstr_size)
 {
 	worker_claimer_t *cl = calloc(1, sizeof(*cl));
 	if (!cl) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return NULL;
+	}
+	cl->ready = calloc((size_t)slots, sizeof(*cl->ready));
+	cl->batch = calloc((size_t)slots, sizeof(*cl->batch));
+	cl->ev_ready = event_new(base, -1, EV_PERSIST, ready_cb, cl);
+	if (!cl->ready || !cl->batch || !cl->ev_ready || event_add(cl->ev_ready, NULL) < 0) {
+		claimer_free(cl);
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
@@ -303,7 +386,7 @@ worker_claimer_t *worker_claimer_start(const worker_config_t *cfg, worker_metric
 	cl->caps.n = cfg->n_tenant_caps;
 	cl->cap_names = calloc(cfg->n_tenant_caps + 1, sizeof(*cl->cap_names));
 	if (!cl->cap_names) {
-		free(cl);
+		claimer_free(cl);
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
@@ -318,8 +401,7 @@ worker_claimer_t *worker_claimer_start(const worker_config_t *cfg, worker_metric
 		snprintf(errstr, errstr_size, "claimer thread: %s", strerror(e));
 		pthread_mutex_destroy(&cl->mu);
 		pthread_cond_destroy(&cl->cond);
-		free(cl->cap_names);
-		free(cl);
+		claimer_free(cl);
 		return NULL;
 	}
 	return cl;
@@ -327,6 +409,10 @@ worker_claimer_t *worker_claimer_start(const worker_config_t *cfg, worker_metric
 
 void worker_claimer_done(worker_claimer_t *cl)
 {
+	/* After worker_claimer_stop (runs that end after the loop, when the
+	 * drain gave up) there is nobody to tell. */
+	if (!cl)
+		return;
 	pthread_mutex_lock(&cl->mu);
 	if (cl->outstanding > 0)
 		cl->outstanding--;
@@ -351,11 +437,31 @@ void worker_claimer_stop(worker_claimer_t *cl)
 	pthread_cond_broadcast(&cl->cond);
 	pthread_mutex_unlock(&cl->mu);
 	pthread_join(cl->thread, NULL);
+	/* A claim that was in flight when the drain began and arrived after
+	 * the loop ended is claimed in Redis under our name: end it
+	 * worker_shutdown rather than leave it to the lost sweep. */
+	for (size_t i = 0; i < cl->nready; i++) {
+		worker_claimed_t *wc = cl->ready[i];
+		char err[256];
+		redisContext *c = conn(cl);
+		size_t len = 0;
+		char *line = proto_env_make_error(PROTO_ERR_WORKER_SHUTDOWN,
+		                                  "The worker shut down before the run could start.",
+		                                  rn_now_ms(), &len);
+		if (line && c &&
+		    rn_runstate_finish(c, cl->cfg->key_prefix, wc->job.run_id, line, len, "failed",
+		                       PROTO_ERR_WORKER_SHUTDOWN, cl->cfg->retention_sec, err, sizeof(err)) >= 0)
+			rn_runqueue_release(c, cl->cfg->key_prefix, wc->job.run_id,
+			                    proto_job_tenant(&wc->job), err, sizeof(err));
+		free(line);
+		proto_job_clear(&wc->job);
+		free(wc);
+	}
+	cl->nready = 0;
 	if (cl->rc)
 		redisFree(cl->rc);
 	worker_fetcher_free(cl->fetcher);
 	pthread_mutex_destroy(&cl->mu);
 	pthread_cond_destroy(&cl->cond);
-	free(cl->cap_names);
-	free(cl);
+	claimer_free(cl);
 }

@@ -1,7 +1,9 @@
 /*
  * worker/claim.h - the worker's side of the run-time queue (common/
- * runqueue.h): what a Kafka record becomes in the queue (the entry), and
- * the claimer thread that fills free slots from the queue.
+ * runqueue.h): what a Kafka record becomes in the queue (the entry) and
+ * how it is pushed there (intake), the claimer thread that fills free
+ * slots from the queue, and the hand-over of claimed runs to the loop.
+ * main.c keeps the slot table, the leases and the Kafka side.
  *
  * The entry never holds an OTP or a prompt in plaintext (SPEC §2):
  *   - with a job key (RUNNEL_JOB_KEY): the job serialized *sealed* with that
@@ -16,11 +18,17 @@
  * not draining, takes the next run fairly (rn_runqueue_take), opens its
  * entry, claims it in its state hash (rn_runstate_claim: exactly-once
  * start, cancel before start, lost runs), acknowledges the entry, and
- * hands the run to the main thread through the callback.  With nothing
- * to take it blocks on the queue's wake list (BLPOP, 1 s at most).
+ * hands the run over to the main thread: it appends it to a list sized by
+ * the slots (under the claimer's mutex) and activates a libevent user
+ * event, whose callback starts the runs on the main thread's loop.  With
+ * nothing to take it blocks on the queue's wake list (BLPOP, 1 s at most).
+ * Runs handed over but not started when the claimer stops (after the loop
+ * ended) are ended worker_shutdown by worker_claimer_stop.
  *
- * @locality worker_queue_entry: main thread; the claimer's callback runs on
- * the claimer thread; the other functions from the main thread.
+ * @locality worker_queue_entry: main thread.  worker_claimer_*: main
+ * thread; the start callback runs on the main thread (inside the loop).
+ * Take, claim and ack run on the claimer thread, which shares only the
+ * hand-over list and its counters (under its mutex) with the main thread.
  */
 #ifndef RUNNEL_WORKER_CLAIM_H
 #define RUNNEL_WORKER_CLAIM_H
@@ -28,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <event2/event.h>
 #include <librdkafka/rdkafka.h>
 
 #include "common/runstate.h"
@@ -41,6 +50,28 @@ char *worker_queue_entry(const worker_config_t *cfg, const proto_job_t *job,
                          const rd_kafka_message_t *m, size_t *len,
                          char *errstr, size_t errstr_size);
 
+typedef enum {
+	WORKER_QUEUE_PUSHED = 0,        /* queued (or had been: *already) */
+	WORKER_QUEUE_NO_ENTRY,          /* the entry could not be made (memory) */
+	WORKER_QUEUE_REDIS,             /* mark or push failed: drop the connection */
+	WORKER_QUEUE_WAIT_FAILED,       /* WAIT gave no answer: drop the connection */
+	WORKER_QUEUE_REPLICAS_SHORT,    /* fewer replicas than queue_wait_replicas */
+} worker_queue_push_t;
+
+/*
+ * Intake: puts job, which arrived as record m, into the run-time queue: its
+ * state hash says "queued" (with its tenant), then the entry is pushed;
+ * with cfg->queue_wait_replicas, WAIT (1 s at most) for that many replicas
+ * too, since durable means there as well before the offset moves.  Short
+ * of it, the caller pushes again later (a no-op push).  *already: the run
+ * had been queued before.  Anything but WORKER_QUEUE_PUSHED comes with
+ * errstr.  The entry's plaintext is wiped before returning.
+ * @locality main thread (c is the main thread's connection).
+ */
+worker_queue_push_t worker_queue_push(redisContext *c, const worker_config_t *cfg,
+                                      const proto_job_t *job, const rd_kafka_message_t *m,
+                                      int *already, char *errstr, size_t errstr_size);
+
 /* A run the claimer claimed (status OK or CANCEL). */
 typedef struct worker_claimed {
 	proto_job_t job;          /* owned */
@@ -48,24 +79,27 @@ typedef struct worker_claimed {
 	int64_t     queued_ms;    /* when it entered the queue (server clock) */
 } worker_claimed_t;
 
-/* Takes ownership of c (free the struct with free() after moving the job). */
+/* Main thread, inside the loop: start the run.  The callback owns c->job
+ * (moves or clears it); the struct itself is freed after it returns. */
 typedef void (*worker_claim_cb)(worker_claimed_t *c, void *arg);
 
 typedef struct worker_claimer worker_claimer_t;
 
-/* Starts the thread.  slots bounds the runs handed out and not yet
- * reported done.  NULL with errstr. */
-worker_claimer_t *worker_claimer_start(const worker_config_t *cfg, worker_metrics_t *m,
-                                       long slots, worker_claim_cb cb, void *arg,
-                                       char *errstr, size_t errstr_size);
+/* Starts the thread; claimed runs reach cb on base's loop.  slots bounds
+ * the runs handed out and not yet reported done.  NULL with errstr. */
+worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_config_t *cfg,
+                                       worker_metrics_t *m, long slots, worker_claim_cb cb,
+                                       void *arg, char *errstr, size_t errstr_size);
 
-/* A handed-out run ended (its slot is free). */
+/* A handed-out run ended (its slot is free).  NULL: nothing. */
 void worker_claimer_done(worker_claimer_t *cl);
 
 /* Drain: take nothing more (queued runs stay for other workers). */
 void worker_claimer_pause(worker_claimer_t *cl);
 
-/* Stops and joins the thread (within about a second), frees it (NULL ok). */
+/* Stops and joins the thread (within about a second), ends the runs
+ * handed over but never started worker_shutdown, frees it (NULL ok).  Call
+ * after the loop stopped dispatching. */
 void worker_claimer_stop(worker_claimer_t *cl);
 
 #endif

@@ -4,6 +4,10 @@
  *
  * The job key is read from the environment only (RUNNEL_JOB_KEY), never
  * from argv, so it does not show in `ps`; it is never echoed.
+ *
+ * @locality load, limits and free: the main thread, before any other thread
+ * starts / after every thread was joined; in between the struct is
+ * read-only and every thread reads it.
  */
 #ifndef RUNNEL_WORKER_CONFIG_H
 #define RUNNEL_WORKER_CONFIG_H

@@ -29,6 +29,8 @@ struct worker_consumer {
 	rd_kafka_resp_err_t dr_err;
 	int               dr_done;
 	uintptr_t         dr_seq;     /* the DLQ message waited for */
+	int64_t           dr_deadline; /* mono ms: stop waiting for its report */
+	int               dr_timeout_ms;
 };
 
 static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
@@ -234,10 +236,9 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	wc->dr_done = 1;
 }
 
-int worker_consumer_dlq(worker_consumer_t *wc, const rd_kafka_message_t *m,
-                        const char *reason, int timeout_ms,
-                        void (*idle)(void *), void *idle_arg,
-                        char *errstr, size_t errstr_size)
+int worker_consumer_dlq_send(worker_consumer_t *wc, const rd_kafka_message_t *m,
+                             const char *reason, int timeout_ms,
+                             char *errstr, size_t errstr_size)
 {
 	if (!wc->dlq) {
 		static const char *const defaults[] = {
@@ -258,6 +259,10 @@ int worker_consumer_dlq(worker_consumer_t *wc, const rd_kafka_message_t *m,
 			snprintf(errstr, errstr_size, "kafka producer: %s", err);
 			return -1;
 		}
+		/* Delivery reports wake the loop through the consumer's pipe. */
+		rd_kafka_queue_t *q = rd_kafka_queue_get_main(wc->dlq);
+		rd_kafka_queue_io_event_enable(q, wc->pipefd[1], "1", 1);
+		rd_kafka_queue_destroy(q);
 	}
 	wc->dr_done = 0;
 	wc->dr_err = 0;
@@ -276,22 +281,28 @@ int worker_consumer_dlq(worker_consumer_t *wc, const rd_kafka_message_t *m,
 		snprintf(errstr, errstr_size, "produce to %s: %s", wc->cfg->dlq_topic, rd_kafka_err2str(e));
 		return -1;
 	}
-	/* Waited for in slices: the caller's main thread also renews leases. */
-	int64_t deadline = rn_mono_ms() + timeout_ms;
-	while (!wc->dr_done && rn_mono_ms() < deadline) {
-		rd_kafka_poll(wc->dlq, 100);
-		if (idle)
-			idle(idle_arg);
-	}
+	wc->dr_deadline = rn_mono_ms() + timeout_ms;
+	wc->dr_timeout_ms = timeout_ms;
+	return 0;
+}
+
+int worker_consumer_dlq_result(worker_consumer_t *wc, char *errstr, size_t errstr_size)
+{
+	/* Serves the delivery report callback, without waiting. */
+	rd_kafka_poll(wc->dlq, 0);
 	if (!wc->dr_done) {
-		snprintf(errstr, errstr_size, "produce to %s: no delivery within %d ms", wc->cfg->dlq_topic, timeout_ms);
+		if (rn_mono_ms() < wc->dr_deadline)
+			return 0;
+		/* A late report is told apart by its sequence and ignored. */
+		snprintf(errstr, errstr_size, "produce to %s: no delivery within %d ms", wc->cfg->dlq_topic,
+		         wc->dr_timeout_ms);
 		return -1;
 	}
 	if (wc->dr_err) {
 		snprintf(errstr, errstr_size, "produce to %s: %s", wc->cfg->dlq_topic, rd_kafka_err2str(wc->dr_err));
 		return -1;
 	}
-	return 0;
+	return 1;
 }
 
 /* ------------------------------------------------------------------------

@@ -6,8 +6,9 @@
  * queue entries that reference their record), and the dead-letter
  * producer for jobs that cannot be decoded.
  *
- * @locality consumer and DLQ: main thread; a fetcher: the thread that
- * created it.
+ * @locality consumer and DLQ: main thread (the DLQ producer's delivery
+ * report callback runs there too, inside worker_consumer_dlq_result);
+ * a fetcher: the thread that created it (the claimer).
  */
 #ifndef RUNNEL_WORKER_CONSUMER_H
 #define RUNNEL_WORKER_CONSUMER_H
@@ -42,15 +43,24 @@ void worker_consumer_ack_fd(worker_consumer_t *wc);
 void worker_consumer_store(worker_consumer_t *wc, const rd_kafka_message_t *m);
 
 /*
- * Produces m's key and value to <topic>.dlq with headers "reason" and
- * "worker", and waits for the delivery (at most timeout_ms).  While it
- * waits it calls idle(idle_arg) (may be NULL) about every 100 ms, so the
- * caller can keep its leases alive.  0, or -1 with errstr.
+ * Starts producing m's key and value to <topic>.dlq with headers "reason"
+ * and "worker", and returns at once: the delivery is awaited on the
+ * caller's event loop, through worker_consumer_dlq_result.  Its report
+ * makes worker_consumer_fd readable.  One DLQ message at a time.  0, or -1
+ * with errstr (nothing in flight then).
  */
-int worker_consumer_dlq(worker_consumer_t *wc, const rd_kafka_message_t *m,
-                        const char *reason, int timeout_ms,
-                        void (*idle)(void *), void *idle_arg,
-                        char *errstr, size_t errstr_size);
+int worker_consumer_dlq_send(worker_consumer_t *wc, const rd_kafka_message_t *m,
+                             const char *reason, int timeout_ms,
+                             char *errstr, size_t errstr_size);
+
+/*
+ * Serves the DLQ producer's delivery report without waiting: 0 while the
+ * message sent last is in flight, 1 once it was delivered, -1 with errstr
+ * when it was refused or timeout_ms passed with no report (a late report
+ * is then ignored; the message may still be delivered, e.g. by the flush
+ * at close).
+ */
+int worker_consumer_dlq_result(worker_consumer_t *wc, char *errstr, size_t errstr_size);
 
 /* Leaves the group (committing stored offsets) and frees everything. */
 void worker_consumer_close(worker_consumer_t *wc);

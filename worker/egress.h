@@ -26,7 +26,9 @@
  * down; a connection still resolving or connecting (10 s connect timeout)
  * is waited for.
  *
- * @locality start/drain/stop: the run's thread.
+ * @locality start/drain/stop: the run's thread.  The proxy has its own
+ * acceptor thread and one thread per connection; they share only the
+ * proxy's state under its mutex, and stop joins or waits for them all.
  */
 #ifndef RUNNEL_WORKER_EGRESS_H
 #define RUNNEL_WORKER_EGRESS_H

@@ -57,16 +57,15 @@ void worker_httpc_setup(CURL *h, long connect_timeout_ms, long timeout_ms)
 static int abort_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                     curl_off_t ulnow)
 {
-	const volatile int *flag = arg;
-	return *flag ? 1 : 0;
+	return worker_stopword_any(arg) ? 1 : 0;
 }
 
-void worker_httpc_abort_on(CURL *h, const volatile int *flag)
+void worker_httpc_abort_on(CURL *h, const worker_stopword_t *stop)
 {
-	if (!flag)
+	if (!stop)
 		return;
 	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, abort_cb);
-	curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)flag);
+	curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)stop);
 	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
 }
 

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <curl/curl.h>
 
+#include "worker/stop.h"
+
 /* An answer body kept in memory, at most max bytes. */
 typedef struct worker_httpc_body {
 	char   *data;     /* NUL-terminated (malloc'd, owned) */
@@ -35,10 +37,10 @@ void worker_httpc_setup(CURL *h, long connect_timeout_ms, long timeout_ms);
 
 /*
  * Makes a transfer on h stop with CURLE_ABORTED_BY_CALLBACK soon (within
- * about a second, libcurl's progress tick) after *flag becomes non-zero.
- * flag NULL: nothing.  The flag must outlive the transfer.
+ * about a second, libcurl's progress tick) after any stop was asked for
+ * on stop.  stop NULL: nothing.  The word must outlive the transfer.
  */
-void worker_httpc_abort_on(CURL *h, const volatile int *flag);
+void worker_httpc_abort_on(CURL *h, const worker_stopword_t *stop);
 
 /*
  * For a request that carries an OTP: a fresh connection that is closed

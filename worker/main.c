@@ -7,8 +7,9 @@
  * /healthz and /metrics, and drains on SIGTERM.
  *
  * The main thread owns the slot table; run threads only report "done"
- * and the claimer only reports "claimed" through libevent user events, and
- * the control thread only signals runs under the table's mutex.
+ * and the claimer only hands runs over (claim.c) through libevent user
+ * events, and the control thread only signals runs under the table's
+ * mutex.  docs/architecture.md "Threads" has the whole contract.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -44,6 +45,7 @@
 #define PENDING_MAX      64
 #define KAFKA_TICK_MS    100
 #define STATS_MS         2000   /* queue gauges */
+#define DLQ_WAIT_MS      10000  /* a DLQ delivery report, at most */
 
 typedef struct worker {
 	worker_config_t    cfg;
@@ -64,18 +66,27 @@ typedef struct worker {
 	size_t             busy;
 	worker_run_t     **done;          /* runs whose thread finished */
 	size_t             ndone;
-	worker_claimed_t **claimed;       /* runs the claimer took, not started yet */
-	size_t             nclaimed;
+
+	/* Main thread's scratch, cfg.slots entries each: the done batch and
+	 * the heartbeat's lists (no fixed cap on the slot count; the two
+	 * callbacks never nest). */
+	worker_run_t     **s_runs;
+	char             (*s_tenants)[PROTO_TENANT_MAX + 1];
+	const char       **s_ids;
+	const char       **s_tenant_ptrs;
+	int               *s_owned;
 
 	rd_kafka_message_t *pending[PENDING_MAX];
 	size_t             npending;
 
-	struct event *ev_kafka, *ev_tick, *ev_done, *ev_hb, *ev_sweep, *ev_claimed, *ev_stats;
+	struct event *ev_kafka, *ev_tick, *ev_done, *ev_hb, *ev_sweep, *ev_stats;
 	struct event *ev_term, *ev_int, *ev_drain, *ev_hard;
 	int                draining;
 	int                drain_expired;
+	int                gave_up;       /* the drain's hard deadline passed */
 	int64_t            hb_next_ms;    /* mono ms the next heartbeat is due */
 	int64_t            intake_retry_at; /* mono ms: replicas were short, wait */
+	int                dlq_inflight;  /* pending[0]'s DLQ delivery is awaited */
 } worker_t;
 
 static void pump(worker_t *w);
@@ -153,8 +164,8 @@ static void on_run_done(worker_run_t *run, void *arg)
 static void done_cb(evutil_socket_t fd, short what, void *arg)
 {
 	worker_t *w = arg;
-	worker_run_t *list[256];
-	char tenant[256][PROTO_TENANT_MAX + 1];
+	worker_run_t **list = w->s_runs;
+	char (*tenant)[PROTO_TENANT_MAX + 1] = w->s_tenants;
 	size_t n;
 
 	pthread_mutex_lock(&w->mu);
@@ -188,107 +199,98 @@ static void done_cb(evutil_socket_t fd, short what, void *arg)
  * Jobs: decode, claim, start
  * ------------------------------------------------------------------------ */
 
-static void heartbeat_cb(evutil_socket_t fd, short what, void *arg);
-
-/* While the main thread waits on something slow, leases are still renewed. */
-static void heartbeat_if_due(void *arg)
+/*
+ * The DLQ delivery of pending[0], awaited on the loop: the loop goes on
+ * renewing leases, starting claimed runs and serving control meanwhile,
+ * and comes back here when the report wakes the consumer's fd (or on the
+ * tick).  The offset is stored once the report came or the wait timed out,
+ * never before (offsets are stored in order).  1 when done with the
+ * record, 0 while waiting.
+ */
+static int dlq_wait(worker_t *w, const rd_kafka_message_t *m)
 {
-	worker_t *w = arg;
-	if (rn_mono_ms() >= w->hb_next_ms)
-		heartbeat_cb(-1, 0, w);
+	char err[256];
+	int r = worker_consumer_dlq_result(w->consumer, err, sizeof(err));
+	if (r == 0)
+		return 0;
+	w->dlq_inflight = 0;
+	if (r < 0)
+		rn_log_error(NULL, "dlq_failed", "%s", err);
+	else
+		rn_counter_add(w->m.jobs_dlq, 1);
+	worker_consumer_store(w->consumer, m);
+	return 1;
 }
 
-static void dlq(worker_t *w, const rd_kafka_message_t *m, const char *reason)
+/* A record that can never become a run goes to the DLQ. */
+static int dlq(worker_t *w, const rd_kafka_message_t *m, const char *reason)
 {
 	char err[256];
 	rn_log_warn(NULL, "job_rejected", "partition %d offset %lld: %s",
 	            (int)m->partition, (long long)m->offset, reason);
-	if (worker_consumer_dlq(w->consumer, m, reason, 10000, heartbeat_if_due, w,
-	                        err, sizeof(err)) < 0)
+	if (worker_consumer_dlq_send(w->consumer, m, reason, DLQ_WAIT_MS, err, sizeof(err)) < 0) {
 		rn_log_error(NULL, "dlq_failed", "%s", err);
-	else
-		rn_counter_add(w->m.jobs_dlq, 1);
+		worker_consumer_store(w->consumer, m);
+		return 1;
+	}
+	w->dlq_inflight = 1;
+	return dlq_wait(w, m);
 }
 
 /*
- * Moves the first pending record into the run-time queue: the run's state
- * hash says "queued" (with its tenant), the entry is queued, and only then
- * is the offset stored.  Returns 1 when the record is done with, 0 when it
- * must wait (Redis unreachable).
+ * Moves the first pending record into the run-time queue
+ * (worker_queue_push: the run's state hash says "queued" with its tenant,
+ * the entry is queued), and only then is the offset stored.  Returns 1
+ * when the record is done with, 0 when it must wait (Redis unreachable,
+ * replicas short, or its DLQ delivery still awaited).
  */
 static int intake(worker_t *w, rd_kafka_message_t *m)
 {
 	proto_job_t job;
 	char err[256];
 
-	if (!m->payload || m->len == 0) {
-		dlq(w, m, "empty message");
-		worker_consumer_store(w->consumer, m);
-		return 1;
-	}
+	if (w->dlq_inflight)
+		return dlq_wait(w, m);
+	if (!m->payload || m->len == 0)
+		return dlq(w, m, "empty message");
 	if (proto_job_parse(m->payload, m->len, w->cfg.have_job_key ? w->cfg.job_key : NULL,
-	                    w->cfg.require_sealed, &job, err, sizeof(err)) < 0) {
-		dlq(w, m, err);
-		worker_consumer_store(w->consumer, m);
-		return 1;
-	}
+	                    w->cfg.require_sealed, &job, err, sizeof(err)) < 0)
+		return dlq(w, m, err);
 	redisContext *c = main_redis(w);
 	if (!c) {
 		proto_job_clear(&job);
 		return 0;
 	}
-	size_t len = 0;
-	char *entry = worker_queue_entry(&w->cfg, &job, m, &len, err, sizeof(err));
-	if (!entry) {
-		/* A reference is the fallback: only memory can fail here. */
-		rn_log_error(job.run_id, "queue_entry", "%s", err);
-		proto_job_clear(&job);
-		return 0;
-	}
-	const char *tenant = proto_job_tenant(&job);
-	int64_t ttl = w->cfg.max_runtime_sec + w->cfg.retention_sec;
-	int pushed = -1;
-	if (rn_runqueue_mark(c, w->cfg.key_prefix, job.run_id, tenant, job.enqueued_at, ttl,
-	                     err, sizeof(err)) == 0)
-		pushed = rn_runqueue_push(c, w->cfg.key_prefix, job.run_id, tenant, entry, len,
-		                          err, sizeof(err));
-	sodium_memzero(entry, len);
-	free(entry);
-	if (pushed < 0) {
-		main_redis_failed(w, "queue push", err);
-		proto_job_clear(&job);
-		return 0;
-	}
-	if (w->cfg.queue_wait_replicas > 0) {
-		/* Durable means on that many replicas too before the offset moves;
-		 * short of it, the record is pushed again later (a no-op push). */
-		redisReply *r = redisCommand(c, "WAIT %ld %d", w->cfg.queue_wait_replicas, 1000);
-		long long got = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-		if (r)
-			freeReplyObject(r);
-		if (got < w->cfg.queue_wait_replicas) {
-			if (got < 0)
-				main_redis_failed(w, "queue wait", "no answer to WAIT");
-			else
-				rn_log_warn(job.run_id, "queue_wait", "%lld of %ld replica(s) have the queued job; retrying",
-				            got, w->cfg.queue_wait_replicas);
-			/* WAIT blocked the loop for its timeout: give it a second. */
+	int already = 0;
+	int q = worker_queue_push(c, &w->cfg, &job, m, &already, err, sizeof(err));
+	if (q != WORKER_QUEUE_PUSHED) {
+		if (q == WORKER_QUEUE_NO_ENTRY)
+			rn_log_error(job.run_id, "queue_entry", "%s", err);
+		else if (q == WORKER_QUEUE_REDIS)
+			main_redis_failed(w, "queue push", err);
+		else if (q == WORKER_QUEUE_WAIT_FAILED)
+			main_redis_failed(w, "queue wait", err);
+		else
+			rn_log_warn(job.run_id, "queue_wait", "%s; retrying", err);
+		/* WAIT blocked the loop for its timeout: give it a second. */
+		if (q == WORKER_QUEUE_WAIT_FAILED || q == WORKER_QUEUE_REPLICAS_SHORT)
 			w->intake_retry_at = rn_mono_ms() + 1000;
-			proto_job_clear(&job);
-			return 0;
-		}
+		proto_job_clear(&job);
+		return 0;
 	}
-	rn_log_info(job.run_id, "run_queued", "tenant %s, partition %d offset %lld%s", tenant,
-	            (int)m->partition, (long long)m->offset, pushed ? "" : " (already queued)");
+	rn_log_info(job.run_id, "run_queued", "tenant %s, partition %d offset %lld%s", proto_job_tenant(&job),
+	            (int)m->partition, (long long)m->offset, already ? " (already queued)" : "");
 	rn_counter_add(w->m.jobs_queued, 1);
 	worker_consumer_store(w->consumer, m);
 	proto_job_clear(&job);
 	return 1;
 }
 
-/* Starts a run the claimer took (main thread). */
-static void start_claimed(worker_t *w, worker_claimed_t *wc)
+/* Starts a run the claimer took (main thread, from the claimer's
+ * hand-over event). */
+static void start_claimed(worker_claimed_t *wc, void *arg)
 {
+	worker_t *w = arg;
 	char err[256];
 	rn_claim_t cl = wc->claim;
 	char tenant[PROTO_TENANT_MAX + 1];
@@ -345,31 +347,6 @@ static void start_claimed(worker_t *w, worker_claimed_t *wc)
 	update_busy(w);
 }
 
-/* Claimer thread: hand the run over to the loop. */
-static void on_claimed(worker_claimed_t *wc, void *arg)
-{
-	worker_t *w = arg;
-	pthread_mutex_lock(&w->mu);
-	w->claimed[w->nclaimed++] = wc;
-	pthread_mutex_unlock(&w->mu);
-	event_active(w->ev_claimed, EV_READ, 0);
-}
-
-static void claimed_cb(evutil_socket_t fd, short what, void *arg)
-{
-	worker_t *w = arg;
-	worker_claimed_t *list[256];
-	pthread_mutex_lock(&w->mu);
-	size_t n = w->nclaimed;
-	memcpy(list, w->claimed, n * sizeof(*list));
-	w->nclaimed = 0;
-	pthread_mutex_unlock(&w->mu);
-	for (size_t i = 0; i < n; i++) {
-		start_claimed(w, list[i]);
-		free(list[i]);
-	}
-}
-
 /*
  * Moves records into the queue as fast as they come; slots play no part.
  * Only an unreachable Redis holds records back (in order, offsets not
@@ -415,13 +392,13 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 {
 	worker_t *w = arg;
-	const char *ids[256], *tenants[256];
-	worker_run_t *runs[256];
-	int owned[256];
+	const char **ids = w->s_ids, **tenants = w->s_tenant_ptrs;
+	worker_run_t **runs = w->s_runs;
+	int *owned = w->s_owned;
 	size_t n = 0;
 
 	w->hb_next_ms = rn_mono_ms() + w->cfg.lease_sec * 1000 / 3;
-	for (long i = 0; i < w->cfg.slots && n < 256; i++)
+	for (long i = 0; i < w->cfg.slots; i++)
 		if (w->runs[i]) {
 			runs[n] = w->runs[i];
 			tenants[n] = w->tenants[i];
@@ -445,7 +422,7 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
-		if (!owned[i] && atomic_load(&runs[i]->stop) != WORKER_STOP_LOST) {
+		if (!owned[i] && worker_stopword_reason(&runs[i]->stop) != WORKER_STOP_LOST) {
 			rn_log_debug(runs[i]->run_id, "lease_not_ours", "the run is not ours any more");
 			worker_run_stop(runs[i], WORKER_STOP_LOST, NULL);
 		}
@@ -473,6 +450,28 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 		main_redis_failed(w, "sweep", err);
 }
 
+/* One per-tenant gauge into text at o: HELP, TYPE, a line per listed
+ * tenant (field 0 queued, 1 running, 2 oldest age), and tenant="_other"
+ * with other when some were not listed (other < 0: no such line).
+ * Returns the new offset (never past cap). */
+static size_t tenant_series(char *text, size_t cap, size_t o, const rn_queue_stats_t *st, int field,
+                            const char *name, const char *help, int64_t other)
+{
+	int n = snprintf(text + o, cap - o, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+	o += n > 0 ? (size_t)n : 0;
+	for (size_t i = 0; i < st->nlisted && o < cap; i++) {
+		const rn_queue_tenant_t *t = &st->tenants[i];
+		int64_t v = field == 0 ? t->queued : field == 1 ? t->running : t->oldest_ms;
+		n = snprintf(text + o, cap - o, "%s{tenant=\"%s\"} %lld\n", name, t->name, (long long)v);
+		o += n > 0 ? (size_t)n : 0;
+	}
+	if (other >= 0 && st->ntenants > st->nlisted && o < cap) {
+		n = snprintf(text + o, cap - o, "%s{tenant=\"_other\"} %lld\n", name, (long long)other);
+		o += n > 0 ? (size_t)n : 0;
+	}
+	return o < cap ? o : cap - 1;
+}
+
 /*
  * The queue's gauges: depth, oldest age, tenants, and per-tenant series for
  * the deepest WORKER_METRICS_TENANTS_MAX tenants (the rest summed as
@@ -497,6 +496,9 @@ static void stats_cb(evutil_socket_t fd, short what, void *arg)
 	size_t cap = 512 + (st.nlisted + 1) * 3 * 160;
 	char *text = malloc(cap);
 	if (text) {
+		char help_queued[96];
+		snprintf(help_queued, sizeof(help_queued), "Queued runs per tenant (the %d deepest; the rest as _other)",
+		         WORKER_METRICS_TENANTS_MAX);
 		size_t o = 0;
 		/* _other: every queued run not listed (also of tenants past the
 		 * scan); running only of the scanned ones. */
@@ -507,30 +509,11 @@ static void stats_cb(evutil_socket_t fd, short what, void *arg)
 			other_r += st.tenants[i].running;
 		if (other_q < 0)
 			other_q = 0;
-		o += (size_t)snprintf(text + o, cap - o,
-		                      "# HELP runnel_queue_tenant_queued Queued runs per tenant (the %d deepest; the rest as _other)\n"
-		                      "# TYPE runnel_queue_tenant_queued gauge\n", WORKER_METRICS_TENANTS_MAX);
-		for (size_t i = 0; i < st.nlisted; i++)
-			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_queued{tenant=\"%s\"} %lld\n",
-			                      st.tenants[i].name, (long long)st.tenants[i].queued);
-		if (st.ntenants > st.nlisted)
-			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_queued{tenant=\"_other\"} %lld\n",
-			                      (long long)other_q);
-		o += (size_t)snprintf(text + o, cap - o,
-		                      "# HELP runnel_queue_tenant_running Claimed or running runs per queued tenant\n"
-		                      "# TYPE runnel_queue_tenant_running gauge\n");
-		for (size_t i = 0; i < st.nlisted; i++)
-			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_running{tenant=\"%s\"} %lld\n",
-			                      st.tenants[i].name, (long long)st.tenants[i].running);
-		if (st.ntenants > st.nlisted)
-			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_running{tenant=\"_other\"} %lld\n",
-			                      (long long)other_r);
-		o += (size_t)snprintf(text + o, cap - o,
-		                      "# HELP runnel_queue_tenant_oldest_age_ms Age of the tenant's oldest queued run\n"
-		                      "# TYPE runnel_queue_tenant_oldest_age_ms gauge\n");
-		for (size_t i = 0; i < st.nlisted && o < cap; i++)
-			o += (size_t)snprintf(text + o, cap - o, "runnel_queue_tenant_oldest_age_ms{tenant=\"%s\"} %lld\n",
-			                      st.tenants[i].name, (long long)st.tenants[i].oldest_ms);
+		o = tenant_series(text, cap, o, &st, 0, "runnel_queue_tenant_queued", help_queued, other_q);
+		o = tenant_series(text, cap, o, &st, 1, "runnel_queue_tenant_running",
+		                  "Claimed or running runs per queued tenant", other_r);
+		tenant_series(text, cap, o, &st, 2, "runnel_queue_tenant_oldest_age_ms",
+		              "Age of the tenant's oldest queued run", -1);
 		worker_metrics_set_tenant_text(&w->m, text);
 	}
 	rn_queue_stats_clear(&st);
@@ -563,7 +546,12 @@ static void hard_cb(evutil_socket_t fd, short what, void *arg)
 {
 	worker_t *w = arg;
 	rn_log_error(NULL, "drain_abandon", "%zu run(s) could not finish; leaving them to the lost sweep", w->busy);
-	w->ctx.give_up = 1;
+	w->gave_up = 1;
+	pthread_mutex_lock(&w->mu);
+	for (long i = 0; i < w->cfg.slots; i++)
+		if (w->runs[i])
+			worker_run_give_up(w->runs[i]);
+	pthread_mutex_unlock(&w->mu);
 	event_base_loopbreak(w->base);
 }
 
@@ -605,6 +593,22 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 	            (int)sig, w->busy, w->cfg.drain_sec);
 	/* Queued runs stay in the queue for the other workers. */
 	worker_claimer_pause(w->claimer);
+	/* A record whose DLQ delivery is still awaited is done with as if the
+	 * wait had timed out: its offset is stored, and the message itself
+	 * goes out with the producer's flush when the consumer closes. */
+	if (w->dlq_inflight && w->npending > 0) {
+		char err[256];
+		int r = worker_consumer_dlq_result(w->consumer, err, sizeof(err));
+		if (r > 0)
+			rn_counter_add(w->m.jobs_dlq, 1);
+		else if (r < 0)
+			rn_log_error(NULL, "dlq_failed", "%s", err);
+		else
+			rn_log_warn(NULL, "dlq_pending", "partition %d offset %lld: DLQ delivery not confirmed yet; flushed at close",
+			            (int)w->pending[0]->partition, (long long)w->pending[0]->offset);
+		worker_consumer_store(w->consumer, w->pending[0]);
+		w->dlq_inflight = 0;
+	}
 	/* Records fetched but not queued go back to Kafka (their offsets are not
 	 * stored), and leaving the group now hands our partitions to the others
 	 * instead of holding them through the drain. */
@@ -707,14 +711,19 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&w->mu, NULL);
 	w->runs = calloc((size_t)w->cfg.slots, sizeof(*w->runs));
 	w->done = calloc((size_t)w->cfg.slots, sizeof(*w->done));
-	w->claimed = calloc((size_t)w->cfg.slots, sizeof(*w->claimed));
 	w->tenants = calloc((size_t)w->cfg.slots, sizeof(*w->tenants));
+	w->s_runs = calloc((size_t)w->cfg.slots, sizeof(*w->s_runs));
+	w->s_tenants = calloc((size_t)w->cfg.slots, sizeof(*w->s_tenants));
+	w->s_ids = calloc((size_t)w->cfg.slots, sizeof(*w->s_ids));
+	w->s_tenant_ptrs = calloc((size_t)w->cfg.slots, sizeof(*w->s_tenant_ptrs));
+	w->s_owned = calloc((size_t)w->cfg.slots, sizeof(*w->s_owned));
 	w->ctx.cfg = &w->cfg;
 	w->ctx.m = &w->m;
 	w->ctx.on_done = on_run_done;
 	w->ctx.arg = w;
 	w->base = event_base_new();
-	if (!w->runs || !w->done || !w->claimed || !w->tenants || !w->base) {
+	if (!w->runs || !w->done || !w->tenants || !w->s_runs || !w->s_tenants || !w->s_ids ||
+	    !w->s_tenant_ptrs || !w->s_owned || !w->base) {
 		rn_log_error(NULL, "startup", "out of memory");
 		return 1;
 	}
@@ -740,9 +749,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	w->ev_claimed = event_new(w->base, -1, EV_PERSIST, claimed_cb, w);
 	w->ev_stats = event_new(w->base, -1, EV_PERSIST, stats_cb, w);
-	w->claimer = worker_claimer_start(&w->cfg, &w->m, w->cfg.slots, on_claimed, w, err, sizeof(err));
+	w->claimer = worker_claimer_start(w->base, &w->cfg, &w->m, w->cfg.slots, start_claimed, w,
+	                                  err, sizeof(err));
 	if (!w->claimer) {
 		rn_log_error(NULL, "startup", "%s", err);
 		return 1;
@@ -767,7 +776,6 @@ int main(int argc, char **argv)
 	event_add(w->ev_done, NULL);
 	event_add(w->ev_hb, &hb);
 	event_add(w->ev_sweep, &sw);
-	event_add(w->ev_claimed, NULL);
 	struct timeval stv = { STATS_MS / 1000, (STATS_MS % 1000) * 1000 };
 	event_add(w->ev_stats, &stv);
 	event_add(w->ev_term, NULL);
@@ -801,26 +809,12 @@ int main(int argc, char **argv)
 
 	event_base_dispatch(w->base);
 
-	/* Take nothing more.  A claim that was in flight when the drain began
-	 * and arrived after the loop ended is claimed in Redis under our name:
-	 * end it worker_shutdown rather than leave it to the lost sweep. */
+	/* Take nothing more; a claim that arrived after the loop ended is
+	 * ended worker_shutdown there (claim.h). */
 	worker_claimer_stop(w->claimer);
 	w->claimer = NULL;
-	for (size_t i = 0; i < w->nclaimed; i++) {
-		redisContext *c = main_redis(w);
-		size_t len = 0;
-		char *line = proto_env_make_error(PROTO_ERR_WORKER_SHUTDOWN,
-		                                  "The worker shut down before the run could start.",
-		                                  rn_now_ms(), &len);
-		if (line && c &&
-		    rn_runstate_finish(c, w->cfg.key_prefix, w->claimed[i]->job.run_id, line, len, "failed",
-		                       PROTO_ERR_WORKER_SHUTDOWN, w->cfg.retention_sec, err, sizeof(err)) >= 0)
-			rn_runqueue_release(c, w->cfg.key_prefix, w->claimed[i]->job.run_id,
-			                    proto_job_tenant(&w->claimed[i]->job), err, sizeof(err));
-		free(line);
-	}
 	/* Drained (or gave up): leave the group, committing stored offsets. */
-	if (w->ctx.give_up) {
+	if (w->gave_up) {
 		/* Runs still stuck on Redis: they stop retrying now; wait for them. */
 		for (long i = 0; i < w->cfg.slots; i++)
 			if (w->runs[i])
@@ -834,15 +828,9 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < w->npending; i++)
 		rd_kafka_message_destroy(w->pending[i]);
 	w->npending = 0;
-	for (size_t i = 0; i < w->nclaimed; i++) {
-		proto_job_clear(&w->claimed[i]->job);
-		free(w->claimed[i]);
-	}
-	w->nclaimed = 0;
 	event_free(w->ev_kafka);
 	worker_consumer_close(w->consumer);
 	w->consumer = NULL;
-	event_free(w->ev_claimed);
 	event_free(w->ev_stats);
 	worker_control_stop(w->control);
 	worker_http_stop(w->http);
@@ -867,7 +855,11 @@ int main(int argc, char **argv)
 		redisFree(w->rc);
 	free(w->runs);
 	free(w->done);
-	free(w->claimed);
+	free(w->s_runs);
+	free(w->s_tenants);
+	free(w->s_ids);
+	free(w->s_tenant_ptrs);
+	free(w->s_owned);
 	free(w->tenants);
 	worker_metrics_free(&w->m);
 	curl_global_cleanup();

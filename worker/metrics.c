@@ -4,6 +4,8 @@
  */
 #include "worker/metrics.h"
 
+#include "worker/limits.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,8 +64,9 @@ int worker_metrics_init(worker_metrics_t *m)
 	                                    "Tenants with queued runs (fleet-wide)", NULL);
 	pthread_mutex_init(&m->tenant_mu, NULL);
 	/* Indexed by worker_limit_t; [0] (no limit) is never counted. */
-	static const char *const limit_names[4] = { "none", "memory", "processes", "disk" };
-	for (int i = 1; i < 4; i++) {
+	_Static_assert(WORKER_METRICS_LIMITS == WORKER_LIMIT_COUNT, "limit_hits is indexed by worker_limit_t");
+	static const char *const limit_names[WORKER_METRICS_LIMITS] = { "none", "memory", "processes", "disk" };
+	for (int i = 1; i < WORKER_METRICS_LIMITS; i++) {
 		char labels[64];
 		snprintf(labels, sizeof(labels), "limit=\"%s\"", limit_names[i]);
 		m->limit_hits[i] = rn_metrics_counter(m->reg, "runnel_worker_limit_hits_total",

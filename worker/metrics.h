@@ -2,7 +2,18 @@
  * worker/metrics.h - runnel-worker's Prometheus series and the small HTTP
  * server (evhttp on the main event loop) that serves /healthz and /metrics.
  *
- * The handles are created once at start; any thread may update them.
+ * The handles are created once at start, before any other thread exists,
+ * and freed after every thread was joined; in between, updates are atomic
+ * (common/metrics.h), so any thread may update them.  Who does, today
+ * (docs/architecture.md, "Threads"):
+ *   main thread   jobs_queued, jobs_dlq, runs_swept, slots_busy,
+ *                 slots_total, queue_depth, queue_oldest_ms, queue_tenants,
+ *                 the per-tenant text (under tenant_mu; /metrics reads it)
+ *   claimer       queue_claims, queue_wait, jobs_skipped, runs_swept (a run
+ *                 found lost on claim)
+ *   run threads   runs_<outcome>, lines_published, lines_dropped,
+ *                 lines_invalid, redis_retries, sandbox_start, first_line,
+ *                 limit_hits
  */
 #ifndef RUNNEL_WORKER_METRICS_H
 #define RUNNEL_WORKER_METRICS_H
@@ -12,6 +23,10 @@
 #include <event2/event.h>
 
 #include "common/metrics.h"
+
+/* Entries of limit_hits: WORKER_LIMIT_COUNT (checked in metrics.c; the
+ * limits header is not pulled in here). */
+#define WORKER_METRICS_LIMITS 4
 
 /* Run outcomes counted in runnel_worker_runs_total{outcome=...}. */
 #define WORKER_OUTCOMES(X) \
@@ -44,15 +59,17 @@ typedef struct worker_metrics {
 	rn_gauge_t   *queue_tenants;    /* tenants with queued runs */
 	pthread_mutex_t tenant_mu;
 	char         *tenant_text;      /* per-tenant series, rendered by the poll */
-	/* runnel_worker_limit_hits_total{limit=...}, by worker_limit_t. */
-	rn_counter_t *limit_hits[4];
+	/* runnel_worker_limit_hits_total{limit=...}, by worker_limit_t
+	 * ([0], no limit, is never counted). */
+	rn_counter_t *limit_hits[WORKER_METRICS_LIMITS];
 } worker_metrics_t;
 
 /* Per-tenant series shown at most (the deepest first; the rest are summed
  * under tenant="_other"), so the label's cardinality stays bounded. */
 #define WORKER_METRICS_TENANTS_MAX 20
 
-/* Replaces the per-tenant text appended to /metrics (takes ownership). */
+/* Replaces the per-tenant text appended to /metrics (takes ownership).
+ * @locality main thread (the /metrics handler reads it under tenant_mu). */
 void worker_metrics_set_tenant_text(worker_metrics_t *m, char *text);
 
 /* Registers every series.  0 or -1 (out of memory). */
@@ -73,7 +90,8 @@ typedef struct worker_http worker_http_t;
 worker_http_t *worker_http_start(struct event_base *base, worker_metrics_t *m,
                                  const char *host, int port, int *bound_port,
                                  char *errstr, size_t errstr_size);
-/* Marks the process draining: /healthz then answers 503 "draining". */
+/* Marks the process draining: /healthz then answers 503 "draining".
+ * @locality main thread, like worker_http_stop. */
 void worker_http_set_draining(worker_http_t *h);
 void worker_http_stop(worker_http_t *h);
 

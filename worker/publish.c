@@ -56,14 +56,14 @@ redisContext *worker_redis_connect(const rn_redis_url_t *url, int timeout_ms,
 }
 
 int worker_pub_init(worker_pub_t *p, const rn_redis_url_t *url, const char *prefix,
-                    const char *run_id, int64_t seq_base, const volatile int *give_up)
+                    const char *run_id, int64_t seq_base, const worker_stopword_t *stop)
 {
 	memset(p, 0, sizeof(*p));
 	p->url = url;
 	p->seq_base = seq_base;
 	p->next_n = 1;
 	p->first_n = 1;
-	p->give_up = give_up;
+	p->stop = stop;
 	snprintf(p->run_id, sizeof(p->run_id), "%s", run_id);
 	if (proto_key(p->key, sizeof(p->key), prefix, run_id, PROTO_KEY_OUT) < 0)
 		return -1;
@@ -128,7 +128,7 @@ void worker_pub_backoff(worker_pub_t *p, unsigned attempt)
 		ms *= 2;
 	if (ms > 2000)
 		ms = 2000;
-	while (ms > 0 && !(p->give_up && *p->give_up)) {
+	while (ms > 0 && !(p->stop && worker_stopword_given_up(p->stop))) {
 		long slice = ms > 50 ? 50 : ms;
 		struct timespec ts = { 0, slice * 1000000L };
 		nanosleep(&ts, NULL);
@@ -175,7 +175,7 @@ redisContext *worker_pub_ctx(worker_pub_t *p)
 	unsigned attempt = 0;
 	while (!p->c) {
 		char err[256];
-		if (p->give_up && *p->give_up)
+		if (p->stop && worker_stopword_given_up(p->stop))
 			return NULL;
 		p->c = worker_redis_connect(p->url, 1000, err, sizeof(err));
 		if (p->c) {
@@ -377,7 +377,7 @@ int worker_pub_flush(worker_pub_t *p)
 			return -1;
 		if (flush_once(p) == 0)
 			return 0;
-		if (p->give_up && *p->give_up)
+		if (p->stop && worker_stopword_given_up(p->stop))
 			return -1;
 		p->retries++;
 		worker_pub_backoff(p, attempt++);

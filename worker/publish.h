@@ -26,6 +26,7 @@
 #include "common/util.h"
 #include "proto/job.h"
 #include "proto/keys.h"
+#include "worker/stop.h"
 
 /* Connects, authenticates and selects the db.  NULL with errstr (never
  * quoting the password). */
@@ -51,13 +52,13 @@ typedef struct worker_pub {
 	uint64_t published;                 /* lines Redis holds */
 	uint64_t retries;
 	uint64_t dropped;                   /* lines refused after giving up on Redis */
-	const volatile int *give_up;        /* non-zero: a failing call stops retrying */
+	const worker_stopword_t *stop;      /* given up: a failing call stops retrying */
 	char     run_id[PROTO_RUN_ID_MAX + 1];
 } worker_pub_t;
 
 /* Prepares a publisher (no connection yet).  0 or -1 (out of memory). */
 int worker_pub_init(worker_pub_t *p, const rn_redis_url_t *url, const char *prefix,
-                    const char *run_id, int64_t seq_base, const volatile int *give_up);
+                    const char *run_id, int64_t seq_base, const worker_stopword_t *stop);
 void worker_pub_free(worker_pub_t *p);
 
 /* Copies a line into the batch.  Returns 1 when the batch should be flushed
@@ -71,7 +72,7 @@ static inline size_t worker_pub_pending(const worker_pub_t *p) { return p->n; }
 /*
  * Writes the batch, retrying with backoff (50 ms doubling to 2 s) across
  * disconnects and transient errors (LOADING, ...).  0 when Redis holds
- * every line; -1 only when *give_up became non-zero first.
+ * every line; -1 only when the stop word gave up first.
  */
 int worker_pub_flush(worker_pub_t *p);
 
@@ -79,7 +80,7 @@ int worker_pub_flush(worker_pub_t *p);
  * Overlaps Redis with the caller: reads the replies of the batch in flight
  * (if any), then sends the lines added since without waiting for their
  * replies.  Falls back to worker_pub_flush() on any failure.  0, or -1 when
- * *give_up became non-zero.
+ * the stop word gave up.
  */
 int worker_pub_pump(worker_pub_t *p);
 
@@ -88,14 +89,14 @@ int worker_pub_wait_fd(const worker_pub_t *p);
 
 /*
  * A connected context for one-off calls (state updates), reconnecting with
- * the same backoff; NULL only when *give_up became non-zero.  After a
+ * the same backoff; NULL only when the stop word gave up.  After a
  * failing call, call worker_pub_reset() so the next use reconnects.
  */
 redisContext *worker_pub_ctx(worker_pub_t *p);
 void worker_pub_reset(worker_pub_t *p);
 
 /* Sleeps the retry backoff for attempt (0, 1, 2, ...), in slices that
- * notice *give_up. */
+ * notice the stop word giving up. */
 void worker_pub_backoff(worker_pub_t *p, unsigned attempt);
 
 #endif

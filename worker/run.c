@@ -98,21 +98,27 @@ worker_run_t *worker_run_new(worker_ctx_t *ctx, proto_job_t *job, const rn_claim
 	run->claim = *claim;
 	run->claimed_mono_ms = rn_mono_ms();
 	snprintf(run->run_id, sizeof(run->run_id), "%s", run->job.run_id);
-	atomic_init(&run->stop, WORKER_STOP_NONE);
+	worker_stopword_init(&run->stop);
 	return run;
 }
 
 void worker_run_stop(worker_run_t *run, worker_stop_t why, const char *reason)
 {
-	int expected = WORKER_STOP_NONE;
-	if (why == WORKER_STOP_CANCEL && reason)
+	/* Only the control thread cancels; the reason is written before the
+	 * stop word publishes it, and never once a stop is in force (the run's
+	 * thread may be reading it). */
+	if (why == WORKER_STOP_CANCEL && reason && worker_stopword_reason(&run->stop) == WORKER_STOP_NONE)
 		snprintf(run->cancel_reason, sizeof(run->cancel_reason), "%s", reason);
 	/* LOST overrides anything: no terminal line may be written then. */
-	if (why == WORKER_STOP_LOST)
-		atomic_store(&run->stop, WORKER_STOP_LOST);
-	else
-		atomic_compare_exchange_strong(&run->stop, &expected, (int)why);
-	run->abort_flag = 1;
+	worker_stopword_request(&run->stop, why);
+	uint64_t one = 1;
+	ssize_t w = write(run->wake_fd, &one, sizeof(one));
+	(void)w;
+}
+
+void worker_run_give_up(worker_run_t *run)
+{
+	worker_stopword_give_up(&run->stop);
 	uint64_t one = 1;
 	ssize_t w = write(run->wake_fd, &one, sizeof(one));
 	(void)w;
@@ -390,7 +396,7 @@ static int sink_failed(void *arg)
 
 static worker_stop_t stop_of(void *arg)
 {
-	return (worker_stop_t)atomic_load(&((worker_run_t *)arg)->stop);
+	return worker_stopword_reason(&((worker_run_t *)arg)->stop);
 }
 
 /* ------------------------------------------------------------------------
@@ -553,7 +559,7 @@ static void describe_exit(int status, char *buf, size_t size)
 
 static worker_stop_t run_stop_of(worker_run_t *run)
 {
-	return (worker_stop_t)atomic_load(&run->stop);
+	return worker_stopword_reason(&run->stop);
 }
 
 /* ------------------------------------------------------------------------
@@ -642,7 +648,7 @@ static void run_pipeline(run_io_t *io)
 
 	/* 1-2: redeem the setup and run OTPs. */
 	worker_boot_opts_t bo = { 0 };
-	bo.abort_flag = &run->abort_flag;
+	bo.stop = &run->stop;
 	if (worker_bootstrap_fetch(run->job.agent_url, run->job.otp_setup, run->job.otp_run,
 	                           &bo, &boot, err, sizeof(err)) < 0) {
 		if (end_if_stopped(io))
@@ -684,7 +690,7 @@ static void run_pipeline(run_io_t *io)
 	}
 	/* A stop (cancel, drain timeout, lost lease) ends a download or the
 	 * upload within about a second instead of waiting for its timeout. */
-	worker_bag_limits_t bag_lim = { .abort_flag = &run->abort_flag };
+	worker_bag_limits_t bag_lim = { .stop = &run->stop };
 	/* A bag larger than the workspace cap is refused before it fills it. */
 	uint64_t disk_cap = (uint64_t)worker_guard_limits(io->guard)->disk_mb * 1024 * 1024;
 	if (disk_cap > 0 && disk_cap < (1ULL << 30))
@@ -919,7 +925,7 @@ static void run_pipeline(run_io_t *io)
 				break;
 			}
 			if (run->job.otp_upload) {
-				worker_wb_limits_t wb_lim = { .abort_flag = &run->abort_flag };
+				worker_wb_limits_t wb_lim = { .stop = &run->stop };
 				if (worker_writeback_upload(run->job.agent_url, run->job.otp_upload, ws.assets,
 				                            &wb_lim, &nfiles, &nskipped, err, sizeof(err)) < 0) {
 					/* A stop during the upload: cancelled / worker_shutdown /
@@ -987,7 +993,7 @@ static void *run_main(void *arg)
 	snprintf(run->outcome, sizeof(run->outcome), "internal");
 
 	if (worker_pub_init(&io.pub, &ctx->cfg->redis, ctx->cfg->key_prefix, run->run_id,
-	                    run->claim.seq_base, &ctx->give_up) < 0 ||
+	                    run->claim.seq_base, &run->stop) < 0 ||
 	    !(io.env = proto_env_new((size_t)ctx->cfg->line_max))) {
 		rn_log_error(run->run_id, "run_internal", "out of memory");
 	} else {

@@ -11,6 +11,13 @@
  * Ownership: worker_run_new() takes the parsed job (the caller's struct is
  * cleared); the main thread owns the worker_run_t and frees it with
  * worker_run_free() after the done callback fired and worker_run_join().
+ *
+ * @locality new/start/join/free: the main thread.  worker_run_stop,
+ * worker_run_give_up and worker_run_control: any thread (the main thread's
+ * heartbeat and drain, the control thread's callback, under the slot
+ * table's mutex); they only touch the stop word, the inbox and the wake
+ * eventfd.  Everything else in the struct belongs to the run's thread
+ * between start and the done callback.
  */
 #ifndef RUNNEL_WORKER_RUN_H
 #define RUNNEL_WORKER_RUN_H
@@ -24,6 +31,7 @@
 #include "proto/job.h"
 #include "worker/config.h"
 #include "worker/metrics.h"
+#include "worker/stop.h"
 
 typedef struct worker_run worker_run_t;
 
@@ -39,18 +47,9 @@ typedef struct worker_ctx {
 	/* Called on the run's thread as its last act. */
 	void (*on_done)(worker_run_t *run, void *arg);
 	void *arg;
-	/* Non-zero: stop retrying Redis and abandon (hard stop after the drain). */
-	volatile int give_up;
 	/* Warm sandboxes started ahead of need, or NULL (worker/warm.h). */
 	struct worker_warm_pool *warm;
 } worker_ctx_t;
-
-typedef enum {
-	WORKER_STOP_NONE = 0,
-	WORKER_STOP_CANCEL,     /* a cancel control message */
-	WORKER_STOP_SHUTDOWN,   /* the drain timeout passed */
-	WORKER_STOP_LOST,       /* the lease is not ours any more: write nothing */
-} worker_stop_t;
 
 struct worker_run {
 	char         run_id[PROTO_RUN_ID_MAX + 1];
@@ -61,10 +60,9 @@ struct worker_run {
 	pthread_t    thread;
 	int          started;
 	int          wake_fd;          /* eventfd */
-	atomic_int   stop;             /* worker_stop_t, first one wins */
+	worker_stopword_t stop;        /* why it must stop (worker/stop.h) */
 	struct worker_inbox *inbox;    /* control messages for the agent loop */
 	char         cancel_reason[PROTO_CTL_REASON_MAX + 1];
-	volatile int abort_flag;       /* mirrors stop for blocking stages */
 	char         outcome[32];      /* metric outcome, set at the end */
 };
 
@@ -76,6 +74,10 @@ int worker_run_start(worker_run_t *run);
 
 /* Asks the run to stop (any thread).  reason is for CANCEL (may be NULL). */
 void worker_run_stop(worker_run_t *run, worker_stop_t why, const char *reason);
+
+/* The drain's hard deadline passed: the run stops retrying Redis (any
+ * thread). */
+void worker_run_give_up(worker_run_t *run);
 
 /* A control message for the run (the control thread): a cancel stops it
  * (worker_run_stop), a reply goes to its inbox for the agent loop; other

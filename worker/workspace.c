@@ -589,13 +589,13 @@ int worker_ws_fetch_zip(const char *url, const char *dest_dir,
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dl_write);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &d);
 	curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)lim.max_download);
-	worker_httpc_abort_on(h, lim.abort_flag);
+	worker_httpc_abort_on(h, lim.stop);
 	CURLcode rc = curl_easy_perform(h);
 	long status = 0;
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
 
 	int ret = -1;
-	if (rc == CURLE_ABORTED_BY_CALLBACK && lim.abort_flag && *lim.abort_flag) {
+	if (rc == CURLE_ABORTED_BY_CALLBACK && lim.stop && worker_stopword_any(lim.stop)) {
 		snprintf(errstr, errstr_size, "cancelled");
 	} else if (d.too_big || rc == CURLE_FILESIZE_EXCEEDED) {
 		snprintf(errstr, errstr_size, "download of %s is larger than %llu bytes", safe,

@@ -38,6 +38,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "worker/stop.h"
+
 #define WORKER_PATH_MAX 4096
 
 typedef struct worker_bag_limits {
@@ -45,8 +47,8 @@ typedef struct worker_bag_limits {
 	uint64_t max_bytes;      /* unpacked bytes; default 1 GiB */
 	uint64_t max_entries;    /* default 10000 */
 	long     timeout_ms;     /* download; default 120000 */
-	/* Non-zero stops the download (error "cancelled"); NULL = never. */
-	const volatile int *abort_flag;
+	/* Any stop ends the download (error "cancelled"); NULL = never. */
+	const worker_stopword_t *stop;
 } worker_bag_limits_t;
 
 typedef struct worker_ws {

@@ -257,7 +257,7 @@ static int post(wb_ctx_t *c, const char *agent_url, const char *otp)
 		}
 	}
 	worker_httpc_setup(h, CONNECT_TIMEOUT_MS, c->lim.timeout_ms);
-	worker_httpc_abort_on(h, c->lim.abort_flag);
+	worker_httpc_abort_on(h, c->lim.stop);
 	worker_httpc_send_once(h);
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
@@ -268,7 +268,7 @@ static int post(wb_ctx_t *c, const char *agent_url, const char *otp)
 	CURLcode cr = curl_easy_perform(h);
 	long status = 0;
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	if (cr == CURLE_ABORTED_BY_CALLBACK && c->lim.abort_flag && *c->lim.abort_flag) {
+	if (cr == CURLE_ABORTED_BY_CALLBACK && c->lim.stop && worker_stopword_any(c->lim.stop)) {
 		snprintf(c->errstr, c->errstr_size, "cancelled");
 	} else if (c->changed[0]) {
 		snprintf(c->errstr, c->errstr_size, "writeback: assets/%s changed during the upload",

@@ -19,12 +19,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "worker/stop.h"
+
 typedef struct worker_wb_limits {
 	uint64_t max_files;   /* default 1000 */
 	uint64_t max_bytes;   /* default 256 MiB */
 	long     timeout_ms;  /* default 120000 */
-	/* Non-zero stops the upload (error "cancelled"); NULL = never. */
-	const volatile int *abort_flag;
+	/* Any stop ends the upload (error "cancelled"); NULL = never. */
+	const worker_stopword_t *stop;
 } worker_wb_limits_t;
 
 /*

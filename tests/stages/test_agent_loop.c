@@ -33,7 +33,7 @@ typedef struct sink {
 	worker_inbox_t *inbox;       /* replies pushed from here (as the control thread would) */
 	const char     *reply;       /* pushed when the ask opens, or NULL */
 	int             cancel_on_ask;
-	atomic_int      stop;
+	worker_stopword_t stop;
 } sink_t;
 
 static void record(sink_t *s, const char *line, size_t len)
@@ -59,7 +59,7 @@ static void s_line(void *arg, const char *line, size_t len)
 			TH_REQUIRE(worker_inbox_push(s->inbox, &ctl) == 0);
 		}
 		if (s->cancel_on_ask)
-			atomic_store(&s->stop, WORKER_STOP_CANCEL);
+			worker_stopword_request(&s->stop, WORKER_STOP_CANCEL);
 	}
 }
 
@@ -97,7 +97,7 @@ static const char *s_oldest(void *arg, int64_t *opened)
 
 static worker_stop_t s_stop(void *arg)
 {
-	return (worker_stop_t)atomic_load(&((sink_t *)arg)->stop);
+	return worker_stopword_reason(&((sink_t *)arg)->stop);
 }
 
 /* Runs argv (process driver) through the loop with the command adapter. */
@@ -111,7 +111,7 @@ static worker_loop_end_t run_loop(char *const *argv, const char *mode, int64_t a
 	s->stderr_lines = 0;
 	s->env = proto_env_new(0);
 	s->inbox = worker_inbox_new(wake);
-	atomic_init(&s->stop, WORKER_STOP_NONE);
+	worker_stopword_init(&s->stop);
 	proto_env_allow_asks(s->env, !strcmp(mode, "ask"));
 
 	proto_job_t job;

@@ -149,8 +149,10 @@ static void test_http_failures(void)
 	memset(&run, 0, sizeof(run));
 	run.faults[DEV_STUB_EP_ENV].delay_ms = 3000;
 	add_run(&run, &o);
-	volatile int abort_now = 1;
-	worker_boot_opts_t ab = { .abort_flag = &abort_now };
+	worker_stopword_t abort_now;
+	worker_stopword_init(&abort_now);
+	worker_stopword_request(&abort_now, WORKER_STOP_CANCEL);
+	worker_boot_opts_t ab = { .stop = &abort_now };
 	t0 = th_now_ms();
 	expect_error("abort", &o, &ab, "cancelled");
 	TH_CHECK(th_now_ms() - t0 < 1000, "took %lld ms", (long long)(th_now_ms() - t0));

@@ -1,8 +1,8 @@
 /*
- * tests/worker/test_worker_alive.c - a worker whose main thread waits on
- * something slow (here: a DLQ topic the broker refuses, so the DLQ produce
- * waits for its delivery) keeps renewing its leases: another process's
- * lost sweep, running all the while, never ends its live run worker_lost.
+ * tests/worker/test_worker_alive.c - a worker that awaits something slow
+ * (here: a DLQ topic the broker refuses, so the DLQ delivery report does
+ * not come) keeps renewing its leases: another process's lost sweep,
+ * running all the while, never ends its live run worker_lost.
  */
 #include "tests/worker/wtest.h"
 

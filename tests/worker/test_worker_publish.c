@@ -17,7 +17,9 @@ int main(void)
 	memset(&url, 0, sizeof(url));
 	snprintf(url.host, sizeof(url.host), "127.0.0.1");
 	url.port = th_free_port();   /* nobody listens there */
-	volatile int give_up = 1;
+	worker_stopword_t give_up;
+	worker_stopword_init(&give_up);
+	worker_stopword_give_up(&give_up);
 	worker_pub_t p;
 	TH_REQUIRE(worker_pub_init(&p, &url, "runnel", "run_pub", 1000, &give_up) == 0);
 
@@ -32,13 +34,13 @@ int main(void)
 	         (unsigned long long)p.dropped);
 	/* Once a line was dropped, nothing more is written, even when Redis
 	 * would take it: a later line would leave a gap. */
-	give_up = 0;
+	worker_stopword_init(&give_up);
 	TH_CHECK(worker_pub_flush(&p) < 0, "flush after a drop fails");
 	TH_CHECK(worker_pub_pump(&p) < 0, "pump after a drop fails");
 	worker_pub_free(&p);
 
 	/* Long lines: the byte cap. */
-	give_up = 1;
+	worker_stopword_give_up(&give_up);
 	TH_REQUIRE(worker_pub_init(&p, &url, "runnel", "run_pub", 1000, &give_up) == 0);
 	static char big[64 * 1024];
 	memset(big, 'a', sizeof(big));
