@@ -10,6 +10,7 @@
  */
 #include "proto/envelope.h"
 #include "proto/control.h"
+#include "proto/jsonerr.h"
 #include "proto/utf8.h"
 
 #include <stdarg.h>
@@ -569,18 +570,6 @@ static void track_step(proto_env_t *env, json_t *root)
 		step_close(env, json_string_value(id), json_string_length(id));
 }
 
-static const char *json_error_words(const json_error_t *jerr)
-{
-	switch (json_error_code(jerr)) {
-	case json_error_invalid_utf8:       return "invalid UTF-8";
-	case json_error_null_character:     return "contains a NUL byte";
-	case json_error_duplicate_key:      return "duplicate key";
-	case json_error_numeric_overflow:   return "number out of range";
-	case json_error_wrong_type:         return "not a JSON object";
-	default:                            return "not JSON";
-	}
-}
-
 static int is_ws(char c)
 {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -630,14 +619,14 @@ void proto_env_process(proto_env_t *env, const char *line, size_t len,
 			json_decref(root);
 			reason(out, "not a JSON object");
 		} else {
-			reason(out, "%s", json_error_words(&jerr));
+			reason(out, "%s", proto_json_error_words(&jerr, "not JSON"));
 		}
 		goto invalid;
 	}
 
 	root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (root == NULL) {
-		reason(out, "%s", json_error_words(&jerr));
+		reason(out, "%s", proto_json_error_words(&jerr, "not JSON"));
 		goto invalid;
 	}
 	if (check_fields(env, root, out) != 0) {

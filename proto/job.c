@@ -5,6 +5,7 @@
  */
 #include "proto/job.h"
 #include "proto/keys.h"
+#include "proto/jsonerr.h"
 #include "proto/utf8.h"
 
 #include <pthread.h>
@@ -427,17 +428,6 @@ out:
 	return rc;
 }
 
-static const char *json_error_words(const json_error_t *jerr)
-{
-	switch (json_error_code(jerr)) {
-	case json_error_invalid_utf8:       return "invalid UTF-8";
-	case json_error_null_character:     return "contains a NUL byte";
-	case json_error_duplicate_key:      return "duplicate key";
-	case json_error_numeric_overflow:   return "number out of range";
-	default:                            return "not valid JSON";
-	}
-}
-
 /* Optional integer field: absent or null leaves *dst 0. */
 static int take_int(json_t *root, const char *key, int64_t min, int64_t *dst,
                     char *errstr, size_t size)
@@ -611,7 +601,7 @@ int proto_job_parse(const char *buf, size_t len,
 	if (root == NULL) {
 		/* jerr.text may quote the input (an OTP): report only the position. */
 		seterr(errstr, errstr_size, "job: %s at line %d column %d",
-		       json_error_words(&jerr), jerr.line, jerr.column);
+		       proto_json_error_words(&jerr, "not valid JSON"), jerr.line, jerr.column);
 		return -1;
 	}
 	if (!json_is_object(root)) {
