@@ -21,6 +21,7 @@
 #include "agent/emit.h"
 #include "agent/loop.h"
 #include "common/conf.h"
+#include "common/sandbox_layout.h"
 
 #define TURN_MAX (16 * 1024 * 1024)
 
@@ -80,7 +81,7 @@ int main(int argc, char **argv)
 		{ "workspace", 0, "RUNNEL_AGENT_WORKSPACE", RN_OPT_STR, &workspace, NULL, "DIR",
 		  "the workspace the tools work in and are confined to (default: the current directory, where the sandbox starts the agent)", 0, 0 },
 		{ "skills-dir", 0, "RUNNEL_AGENT_SKILLS_DIR", RN_OPT_STR, &skills, NULL, "DIR",
-		  "where skills are found, */SKILL.md (default: skills beside the workspace, /root/skills in the sandbox)", 0, 0 },
+		  "where skills are found, */SKILL.md (default: skills beside the workspace, " RN_SANDBOX_SKILLS " in the sandbox)", 0, 0 },
 		{ "max-steps", 0, "RUNNEL_AGENT_MAX_STEPS", RN_OPT_INT, &max_steps, "50", "N",
 		  "model answers per run before error max_steps", 1, 10000 },
 		{ "request-timeout-sec", 0, "RUNNEL_AGENT_REQUEST_TIMEOUT_SEC", RN_OPT_INT, &req_timeout, "120", "SEC",

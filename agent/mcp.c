@@ -20,6 +20,7 @@
 #include "agent/emit.h"
 #include "agent/http.h"
 #include "agent/sse.h"
+#include "proto/names.h"
 #include "common/util.h"
 
 extern char **environ;
@@ -60,18 +61,6 @@ struct agent_mcp {
 	json_t      *defs;
 	int64_t      timeout_ms;
 };
-
-static int name_ok(const char *n)
-{
-	size_t len = n ? strlen(n) : 0;
-	if (len == 0 || len > 32)
-		return 0;
-	for (const char *p = n; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
-		      *p == '-'))
-			return 0;
-	return 1;
-}
 
 /* ------------------------------------------------------------------ stdio */
 
@@ -713,7 +702,7 @@ agent_mcp_t *agent_mcp_start(const json_t *servers, const char *cwd, int64_t tim
 		if (agent_ctl_stopped())
 			break;
 		const char *name = json_string_value(json_object_get(cfg, "name"));
-		if (!json_is_object(cfg) || !name_ok(name)) {
+		if (!json_is_object(cfg) || !proto_mcp_name_valid(name)) {
 			agent_emit_log("warn", "MCP server %zu skipped: its name must be 1-32 of [A-Za-z0-9_-]", i + 1);
 			continue;
 		}

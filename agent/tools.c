@@ -21,6 +21,7 @@
 
 #include "agent/ctl.h"
 #include "agent/emit.h"
+#include "common/sandbox_layout.h"
 #include "common/util.h"
 
 #define STEP_RESULT_MAX  4096      /* bytes of output shown in a step */
@@ -44,14 +45,14 @@ json_t *agent_tools_defs(void)
 	    " {s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:s}},s:[s,s]}}},"
 	    " {s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:s}}}}}]",
 	    "type", "function", "function", "name", "bash", "description",
-	    "Run a shell command with bash in the workspace (/root/workspace) and return its exit code "
+	    "Run a shell command with bash in the workspace (" RN_SANDBOX_WORKSPACE ") and return its exit code "
 	    "and combined output. Skills' scripts run this way.",
 	    "parameters", "type", "object", "properties",
 	    "command", "type", "string", "description", "the command line",
 	    "timeout_sec", "type", "integer", "description", "optional timeout in seconds (capped)",
 	    "required", "command",
 	    "type", "function", "function", "name", "read_file", "description",
-	    "Read a text file in the workspace (relative paths) or under /root/skills.",
+	    "Read a text file in the workspace (relative paths) or under " RN_SANDBOX_SKILLS ".",
 	    "parameters", "type", "object", "properties",
 	    "path", "type", "string", "description", "file path",
 	    "required", "path",
@@ -63,7 +64,7 @@ json_t *agent_tools_defs(void)
 	    "content", "type", "string", "description", "the whole new content",
 	    "required", "path", "content",
 	    "type", "function", "function", "name", "list_files", "description",
-	    "List a directory in the workspace or under /root/skills (directories end with /).",
+	    "List a directory in the workspace or under " RN_SANDBOX_SKILLS " (directories end with /).",
 	    "parameters", "type", "object", "properties",
 	    "path", "type", "string", "description", "directory (default: the workspace)",
 	    "recursive", "type", "boolean", "description", "walk subdirectories too");

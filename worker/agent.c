@@ -13,6 +13,9 @@
 
 #include <sodium.h>
 
+#include "common/sandbox_layout.h"
+#include "proto/names.h"
+
 static const worker_agent_ops_t *const agents[] = {
 	&worker_agent_command,
 	&worker_agent_mock,
@@ -131,17 +134,6 @@ void worker_agent_launch_free(worker_agent_launch_t *l)
  * Envelope-native agents: the turn and the control lines
  * ------------------------------------------------------------------------ */
 
-int worker_agent_skill_name_ok(const char *name)
-{
-	if (!name || !*name || strlen(name) > 128 || !strcmp(name, ".") || !strcmp(name, ".."))
-		return 0;
-	for (const char *p = name; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-		      *p == '_' || *p == '-' || *p == '.'))
-			return 0;
-	return 1;
-}
-
 /* A compact JSON dump plus a newline; the dump is wiped (it may hold the
  * prompt).  NULL out of memory. */
 static char *dump_line(json_t *t, size_t *lenp)
@@ -176,9 +168,9 @@ char *worker_agent_turn_line(const worker_agent_ctx_t *ctx, size_t *lenp)
 			continue;
 		json_object_del(c, "zip_url");
 		const char *name = json_string_value(json_object_get(c, "name"));
-		if (name && worker_agent_skill_name_ok(name)) {
+		if (name && proto_skill_name_valid(name)) {
 			char path[256];
-			snprintf(path, sizeof(path), "/root/skills/%s", name);
+			snprintf(path, sizeof(path), RN_SANDBOX_SKILLS "/%s", name);
 			json_object_set_new(c, "path", json_string(path));
 		}
 		json_array_append_new(skills, c);

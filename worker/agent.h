@@ -28,13 +28,14 @@
 
 #include <jansson.h>
 
+#include "common/sandbox_layout.h"
 #include "proto/job.h"
 #include "worker/bootstrap.h"
 #include "worker/config.h"
 
 /* Where the worker binds its own helper binaries inside the sandbox (a tmpfs
  * under /run: the read-only host /usr has no /usr/libexec/runnel). */
-#define WORKER_AGENT_BIN_DIR "/run/runnel"
+#define WORKER_AGENT_BIN_DIR RN_SANDBOX_BIN_DIR
 
 /* Permission modes (SPEC §5): what an agent does when a tool needs approval. */
 #define WORKER_PERM_BYPASS "bypass"   /* approve: the sandbox is the boundary */
@@ -146,9 +147,6 @@ char *worker_agent_turn_line(const worker_agent_ctx_t *ctx, size_t *lenp);
  * newline included.  malloc'd, NULL out of memory.
  */
 char *worker_agent_reply_line(const worker_agent_reply_t *reply, size_t *lenp);
-
-/* 1 when name is a safe single path component for /root/skills/<name>. */
-int worker_agent_skill_name_ok(const char *name);
 
 /* Resolves the permission mode: the config's `permission_mode`, else the
  * job's, else bypass.  Returns a WORKER_PERM_* constant, or NULL with

@@ -19,10 +19,11 @@
 #include <sodium.h>
 
 #include "common/log.h"
+#include "common/sandbox_layout.h"
 #include "common/util.h"
 
 #define ACP_PROTOCOL_VERSION 1
-#define ACP_WORKSPACE        "/root/workspace"
+#define ACP_WORKSPACE        RN_SANDBOX_WORKSPACE
 #define ACP_STEPS_MAX        1024
 #define ACP_ASKS_MAX         64
 #define ACP_SECRETS_MAX      32

@@ -25,6 +25,7 @@
 
 #include <jansson.h>
 
+#include "common/sandbox_layout.h"
 #include "common/util.h"
 
 #define TURN_MAX     (4 * 1024 * 1024)  /* bytes of the turn line */
@@ -263,8 +264,8 @@ static void script_files(long n)
 {
 	char dir[PATH_MAX];
 	struct stat st;
-	if (stat("/root/workspace", &st) == 0 && S_ISDIR(st.st_mode))
-		snprintf(dir, sizeof(dir), "/root/workspace/assets");
+	if (stat(RN_SANDBOX_WORKSPACE, &st) == 0 && S_ISDIR(st.st_mode))
+		snprintf(dir, sizeof(dir), RN_SANDBOX_WORKSPACE "/assets");
 	else
 		snprintf(dir, sizeof(dir), "assets");
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {

@@ -31,14 +31,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/sandbox_layout.h"
 #include "common/util.h"
 #include "worker/egress.h"
 
 #define ARGV_MAX        4096                /* entries in bwrap's argv */
-#define SANDBOX_HOME    "/root"
-#define SANDBOX_WS      "/root/workspace"
-#define SANDBOX_SKILLS  "/root/skills"
+#define SANDBOX_HOME    RN_SANDBOX_HOME
+#define SANDBOX_WS      RN_SANDBOX_WORKSPACE
+#define SANDBOX_SKILLS  RN_SANDBOX_SKILLS
 #define SANDBOX_SETUP   WORKER_SANDBOX_SETUP_PATH
+/* Host-side command lookup when the caller gives no PATH (not the
+ * sandbox's PATH, which is RN_SANDBOX_PATH). */
 #define DEFAULT_PATH    "/usr/local/bin:/usr/bin:/bin"
 #define PROBE_TIMEOUT_MS 10000
 

@@ -24,12 +24,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/sandbox_layout.h"
+
 #define WARM_MAGIC      "RNW1"
 #define WARM_ARGV_MAX   4096u
 #define WARM_ENV_MAX    8192u
 #define WARM_STR_MAX    (1u << 20)
 #define WARM_TOTAL_MAX  (32u << 20)
-#define WARM_SETUP_PATH "/run/runnel/setup.sh"
+#define WARM_SETUP_PATH RN_SANDBOX_SETUP_PATH
 
 extern char **environ;
 
