@@ -22,6 +22,7 @@
 #include "agent/ctl.h"
 #include "agent/emit.h"
 #include "common/sandbox_layout.h"
+#include "common/strv.h"
 #include "common/util.h"
 
 #define STEP_RESULT_MAX  4096      /* bytes of output shown in a step */
@@ -310,23 +311,16 @@ static void list_dir(int dfd, const char *prefix, int recursive, int depth, list
 		close(dfd);
 		return;
 	}
-	char **names = NULL;
-	size_t n = 0, cap = 0;
+	rn_strv_t list = { 0 };
 	struct dirent *e;
-	while ((e = readdir(d)) != NULL && n < LIST_MAX + 1) {
+	while ((e = readdir(d)) != NULL && list.n < LIST_MAX + 1) {
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
-		if (n == cap) {
-			cap = cap ? cap * 2 : 64;
-			char **p = realloc(names, cap * sizeof(*names));
-			if (!p)
-				break;
-			names = p;
-		}
-		names[n] = strdup(e->d_name);
-		if (names[n])
-			n++;
+		if (rn_strv_add(&list, e->d_name) < 0)
+			break;
 	}
+	char **names = list.v;
+	size_t n = list.n;
 	if (n)
 		qsort(names, n, sizeof(*names), name_cmp);
 	for (size_t i = 0; i < n; i++) {
@@ -346,9 +340,8 @@ static void list_dir(int dfd, const char *prefix, int recursive, int depth, list
 				}
 			}
 		}
-		free(names[i]);
 	}
-	free(names);
+	rn_strv_free(&list);
 	closedir(d);
 }
 

@@ -6,7 +6,6 @@
 #include "worker/agent.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,77 +56,11 @@ const char *worker_agent_kinds(void)
 	return kinds_buf;
 }
 
-/* ------------------------------------------------------------------------
- * String vectors
- * ------------------------------------------------------------------------ */
-
-static int strv_take(worker_strv_t *s, char *owned)
-{
-	if (!owned)
-		return -1;
-	if (s->n + 2 > s->cap) {
-		size_t nc = s->cap ? s->cap * 2 : 16;
-		char **nv = realloc(s->v, nc * sizeof(*nv));
-		if (!nv) {
-			free(owned);
-			return -1;
-		}
-		s->v = nv;
-		s->cap = nc;
-	}
-	s->v[s->n++] = owned;
-	s->v[s->n] = NULL;
-	return 0;
-}
-
-int worker_strv_add(worker_strv_t *s, const char *str)
-{
-	return strv_take(s, strdup(str));
-}
-
-int worker_strv_addf(worker_strv_t *s, const char *fmt, ...)
-{
-	va_list ap;
-	char *p = NULL;
-	va_start(ap, fmt);
-	if (vasprintf(&p, fmt, ap) < 0)
-		p = NULL;
-	va_end(ap);
-	return strv_take(s, p);
-}
-
-int worker_strv_setenv(worker_strv_t *s, const char *name, const char *value)
-{
-	size_t nl = strlen(name);
-	for (size_t i = 0; i < s->n; i++) {
-		if (!strncmp(s->v[i], name, nl) && s->v[i][nl] == '=') {
-			char *nv = NULL;
-			if (asprintf(&nv, "%s=%s", name, value) < 0)
-				return -1;
-			sodium_memzero(s->v[i], strlen(s->v[i]));
-			free(s->v[i]);
-			s->v[i] = nv;
-			return 0;
-		}
-	}
-	return worker_strv_addf(s, "%s=%s", name, value);
-}
-
-void worker_strv_free(worker_strv_t *s)
-{
-	for (size_t i = 0; i < s->n; i++) {
-		sodium_memzero(s->v[i], strlen(s->v[i]));
-		free(s->v[i]);
-	}
-	free(s->v);
-	memset(s, 0, sizeof(*s));
-}
-
 void worker_agent_launch_free(worker_agent_launch_t *l)
 {
-	worker_strv_free(&l->argv);
-	worker_strv_free(&l->ro_binds);
-	worker_strv_free(&l->env);
+	rn_strv_free(&l->argv);
+	rn_strv_free(&l->ro_binds);
+	rn_strv_free(&l->env);
 }
 
 /* ------------------------------------------------------------------------

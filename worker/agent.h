@@ -29,6 +29,7 @@
 #include <jansson.h>
 
 #include "common/sandbox_layout.h"
+#include "common/strv.h"
 #include "proto/job.h"
 #include "worker/bootstrap.h"
 #include "worker/config.h"
@@ -46,26 +47,11 @@
 #define WORKER_ASK_ALLOW_ONCE  "allow_once"
 #define WORKER_ASK_REJECT_ONCE "reject_once"
 
-/* A growable NULL-terminated string vector; its strings are wiped on free
- * (an environment may hold /env secrets). */
-typedef struct worker_strv {
-	char **v;       /* NULL-terminated (NULL while empty) */
-	size_t n, cap;
-} worker_strv_t;
-
-/* Adds a copy of s.  0, or -1 out of memory. */
-int worker_strv_add(worker_strv_t *s, const char *str);
-/* Adds printf output.  0, or -1 out of memory. */
-int worker_strv_addf(worker_strv_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Sets NAME=value, replacing an earlier NAME.  0, or -1 out of memory. */
-int worker_strv_setenv(worker_strv_t *s, const char *name, const char *value);
-void worker_strv_free(worker_strv_t *s);
-
 /* What prepare fills: how the sandbox starts the agent. */
 typedef struct worker_agent_launch {
-	worker_strv_t argv;      /* the agent's argv as seen inside the sandbox */
-	worker_strv_t ro_binds;  /* extra read-only binds "host:sandbox" */
-	worker_strv_t env;       /* extra NAME=value, applied after the /env variables
+	rn_strv_t argv;      /* the agent's argv as seen inside the sandbox */
+	rn_strv_t ro_binds;  /* extra read-only binds "host:sandbox" */
+	rn_strv_t env;       /* extra NAME=value, applied after the /env variables
 	                          * (RUNNEL_RUN_ID and the workspace API stay runnel's) */
 	int share_net;           /* 1: the sandbox shares the host network; starts as
 	                          * the worker's --sandbox-net default */

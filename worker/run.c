@@ -460,14 +460,14 @@ static void guard_end(run_io_t *io)
  * Sandbox preparation
  * ------------------------------------------------------------------------ */
 
-static int env_set(worker_strv_t *e, const char *name, const char *value)
+static int env_set(rn_strv_t *e, const char *name, const char *value)
 {
-	return worker_strv_setenv(e, name, value);
+	return rn_strv_setenv(e, name, value);
 }
 
 /* The sandbox's whole environment: /env variables, then what runnel sets. */
 static int build_env(const worker_run_t *run, const worker_boot_t *boot,
-                     const worker_agent_launch_t *launch, const char *meta_dir, worker_strv_t *e,
+                     const worker_agent_launch_t *launch, const char *meta_dir, rn_strv_t *e,
                      char *errstr, size_t errstr_size)
 {
 	if (env_set(e, "HOME", RN_SANDBOX_HOME) < 0 || env_set(e, "PATH", RN_SANDBOX_PATH) < 0)
@@ -602,7 +602,7 @@ static void run_pipeline(run_io_t *io)
 	worker_boot_t boot;
 	worker_ws_t ws;
 	int have_ws = 0;
-	worker_strv_t envv = { 0 };
+	rn_strv_t envv = { 0 };
 	worker_agent_launch_t launch;
 	const worker_agent_ops_t *ops = NULL;
 	void *astate = NULL;
@@ -839,7 +839,7 @@ static void run_pipeline(run_io_t *io)
 	}
 	have_sb = 1;
 	rn_hist_observe(io->m->sandbox_start, (double)(rn_mono_us() - t0) / 1e6);
-	worker_strv_free(&envv);
+	rn_strv_free(&envv);
 	rn_log_info(run->run_id, "agent_started", "pid %ld, %s start, runtime cap %" PRId64 " s", (long)sb.pid,
 	            warm ? "warm" : "cold", cap_sec);
 
@@ -955,7 +955,7 @@ out:
 	worker_warm_free(warm, 1);   /* its run directory is ws, removed below */
 	worker_guard_free(io->guard);
 	io->guard = NULL;
-	worker_strv_free(&envv);
+	rn_strv_free(&envv);
 	worker_agent_launch_free(&launch);
 	if (ops && ops->free)
 		ops->free(astate);
