@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/time.h>
 
 /* A setup command's reply: 0 unless it failed (the reply is freed). */
@@ -67,4 +68,41 @@ long rn_backoff_ms(unsigned attempt, long min_ms, long max_ms)
 	state ^= state << 17;
 	long half = d / 2;
 	return d - half + (half > 0 ? (long)(state % (uint64_t)(half + 1)) : 0);
+}
+
+int rn_redis_reply_check(const redisContext *c, const redisReply *r, const char *what,
+                         char *errstr, size_t errstr_size)
+{
+	if (r == NULL) {
+		snprintf(errstr, errstr_size, "redis %s: %s", what,
+		         c->errstr[0] != '\0' ? c->errstr : "connection lost");
+		return -1;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		snprintf(errstr, errstr_size, "redis %s: %.160s", what, r->str);
+		return -1;
+	}
+	return 0;
+}
+
+long long rn_redis_reply_ll(const redisReply *r)
+{
+	if (r->type == REDIS_REPLY_INTEGER)
+		return r->integer;
+	if (r->type == REDIS_REPLY_STRING)
+		return strtoll(r->str, NULL, 10);
+	return 0;
+}
+
+long long rn_redis_command_ll(redisContext *c, int argc, const char **argv, const size_t *lens,
+                              const char *what, char *errstr, size_t errstr_size)
+{
+	redisReply *r = redisCommandArgv(c, argc, argv, lens);
+	long long v = -1;
+
+	if (rn_redis_reply_check(c, r, what, errstr, errstr_size) == 0)
+		v = rn_redis_reply_ll(r);
+	if (r != NULL)
+		freeReplyObject(r);
+	return v;
 }

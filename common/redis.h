@@ -35,4 +35,20 @@ redisContext *rn_redis_connect(const rn_redis_url_t *url, int connect_timeout_ms
  */
 long rn_backoff_ms(unsigned attempt, long min_ms, long max_ms);
 
+/* Turns a missing reply (the context's error, else "connection lost") or an
+ * error reply into errstr as "redis WHAT: REASON"; 0 when r is usable.
+ * Does not free r. */
+int rn_redis_reply_check(const redisContext *c, const redisReply *r, const char *what,
+                         char *errstr, size_t errstr_size);
+
+/* An integer reply, or a decimal string reply (what Lua's tostring gives),
+ * as a number; 0 for any other reply. */
+long long rn_redis_reply_ll(const redisReply *r);
+
+/* Runs one command (redisCommandArgv) whose reply is a number (an EVAL
+ * returning an integer): the number, or -1 with errstr as
+ * rn_redis_reply_check words it. */
+long long rn_redis_command_ll(redisContext *c, int argc, const char **argv, const size_t *lens,
+                              const char *what, char *errstr, size_t errstr_size);
+
 #endif
