@@ -6,6 +6,7 @@
 #include "proto/job.h"
 #include "proto/keys.h"
 #include "proto/jsonerr.h"
+#include "proto/names.h"
 #include "proto/utf8.h"
 
 #include <pthread.h>
@@ -139,18 +140,7 @@ static int check_run_id(const char *run_id, char *errstr, size_t size)
 
 int proto_tenant_valid(const char *s)
 {
-	size_t n = 0;
-	if (s == NULL)
-		return 0;
-	for (; s[n]; n++) {
-		char c = s[n];
-		if (n >= PROTO_TENANT_MAX)
-			return 0;
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '.' || c == '-'))
-			return 0;
-	}
-	return n > 0;
+	return proto_name_chars_ok(s, PROTO_TENANT_MAX, "_.-");
 }
 
 const char *proto_job_tenant(const proto_job_t *job)
