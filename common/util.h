@@ -1,6 +1,6 @@
 /*
  * common/util.h - small helpers every runnel program shares: clocks, the
- * Redis URL, cleanup attributes.
+ * Redis URL.
  */
 #ifndef RUNNEL_COMMON_UTIL_H
 #define RUNNEL_COMMON_UTIL_H
@@ -27,19 +27,5 @@ typedef struct rn_redis_url {
 /* Parses redis://[[user]:password@]host[:port][/db].  0 or -1 with errstr;
  * the error never quotes the password. */
 int rn_redis_url_parse(const char *url, rn_redis_url_t *out, char *errstr, size_t errstr_size);
-
-/* bubblewrap-style cleanup helpers: ownership is visible at the declaration. */
-static inline void rn_cleanup_free_fn(void *p) { free(*(void **)p); }
-static inline void rn_cleanup_fd_fn(int *fd) { if (*fd >= 0) close(*fd); }
-#define rn_cleanup_free __attribute__((cleanup(rn_cleanup_free_fn)))
-#define rn_cleanup_fd   __attribute__((cleanup(rn_cleanup_fd_fn)))
-
-static inline void *rn_steal_pointer(void *pp)
-{
-	void **p = pp;
-	void *v = *p;
-	*p = NULL;
-	return v;
-}
 
 #endif
