@@ -643,19 +643,28 @@ fail:
 	return -1;
 }
 
+/* The start of a small /proc or /sys file as a string (one read); 0, or
+ * -1 when it cannot be read or is empty. */
+static int read_small(const char *path, char *buf, size_t size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, size - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	return 0;
+}
+
 /* Process group of pid as the host sees it, or -1. */
 static pid_t proc_pgid(pid_t pid)
 {
 	char path[64], buf[512];
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (read_small(path, buf, sizeof(buf)) < 0)
 		return -1;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
 	/* pid (comm) state ppid pgrp ...; comm may hold spaces and ')'. */
 	char *p = strrchr(buf, ')');
 	if (!p)
@@ -772,14 +781,8 @@ void worker_sandbox_destroy(worker_sandbox_t *sb)
 static long read_sysctl(const char *path)
 {
 	char buf[32];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (read_small(path, buf, sizeof(buf)) < 0)
 		return -1;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
 	char *end;
 	long v = strtol(buf, &end, 10);
 	return end == buf ? -1 : v;
