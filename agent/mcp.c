@@ -21,6 +21,7 @@
 #include "agent/http.h"
 #include "agent/sse.h"
 #include "proto/names.h"
+#include "common/strv.h"
 #include "common/util.h"
 
 extern char **environ;
@@ -81,61 +82,36 @@ static int stdio_spawn(mcp_server_t *s, const json_t *cfg, const char *cwd, char
 		snprintf(errstr, errstr_size, "it has more than 256 args");
 		return -1;
 	}
-	char **argv = calloc(nargs + 2, sizeof(*argv));
-	if (!argv) {
-		snprintf(errstr, errstr_size, "out of memory");
-		return -1;
-	}
-	argv[0] = (char *)cmd;
+	rn_strv_t av = { 0 }, envv = { 0 };
+	rn_strv_add(&av, cmd);
 	for (size_t i = 0; i < nargs; i++) {
-		argv[i + 1] = (char *)json_string_value(json_array_get(args, i));
-		if (!argv[i + 1]) {
-			free(argv);
+		const char *a = json_string_value(json_array_get(args, i));
+		if (!a) {
+			rn_strv_free(&av);
 			snprintf(errstr, errstr_size, "its args must be strings");
 			return -1;
 		}
+		rn_strv_add(&av, a);
 	}
 	/* The child's environment is built here: after fork() only
 	 * async-signal-safe calls are allowed (the control reader is a thread
-	 * that may hold malloc's lock). */
-	size_t nenv = 0, nextra = json_is_object(env) ? json_object_size(env) : 0;
-	while (environ[nenv])
-		nenv++;
-	char **envp = calloc(nenv + nextra + 1, sizeof(*envp));
-	char **owned = calloc(nextra + 1, sizeof(*owned));
-	size_t ne = 0, no = 0;
-	if (!envp || !owned) {
-		free(envp);
-		free(owned);
-		free(argv);
-		snprintf(errstr, errstr_size, "out of memory");
-		return -1;
-	}
+	 * that may hold malloc's lock).  Ours, with the server's "env" set
+	 * over it. */
+	for (size_t i = 0; environ[i]; i++)
+		rn_strv_add(&envv, environ[i]);
 	const char *ek;
 	const json_t *ev;
-	for (size_t i = 0; i < nenv; i++) {
-		const char *eq = strchr(environ[i], '=');
-		size_t kl = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
-		int replaced = 0;
-		json_object_foreach((json_t *)env, ek, ev)
-			if (json_is_string(ev) && strlen(ek) == kl && !strncmp(ek, environ[i], kl))
-				replaced = 1;
-		if (!replaced)
-			envp[ne++] = environ[i];
-	}
 	json_object_foreach((json_t *)env, ek, ev) {
-		char *kv = NULL;
-		if (!json_is_string(ev) || !*ek || strchr(ek, '=') || asprintf(&kv, "%s=%s", ek, json_string_value(ev)) < 0)
-			continue;
-		owned[no++] = kv;
-		envp[ne++] = kv;
+		if (json_is_string(ev) && *ek && !strchr(ek, '='))
+			rn_strv_setenv(&envv, ek, json_string_value(ev));
 	}
-	int rc = mcp_fork(s, cmd, argv, envp, cwd, errstr, errstr_size);
-	for (size_t i = 0; i < no; i++)
-		free(owned[i]);
-	free(owned);
-	free(envp);
-	free(argv);
+	int rc = -1;
+	if (av.oom || envv.oom)
+		snprintf(errstr, errstr_size, "out of memory");
+	else
+		rc = mcp_fork(s, cmd, av.v, envv.v, cwd, errstr, errstr_size);
+	rn_strv_free(&av);
+	rn_strv_free(&envv);
 	return rc;
 }
 
