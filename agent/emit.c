@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/util.h"
 #include "proto/utf8.h"
 
@@ -28,20 +29,6 @@ void agent_emit_free(void)
 	free(secret);
 	secret = NULL;
 	secret_len = 0;
-}
-
-static int write_all(const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(1, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
 }
 
 int agent_emit(json_t *obj)
@@ -71,7 +58,7 @@ int agent_emit(json_t *obj)
 	if (line) {
 		memcpy(line, s, n);
 		line[n] = '\n';
-		rc = write_all(line, n + 1);
+		rc = rn_write_all(1, line, n + 1, 0);
 		free(line);
 	}
 	free(s);

@@ -21,6 +21,7 @@
 #include "agent/http.h"
 #include "agent/sse.h"
 #include "proto/names.h"
+#include "common/io.h"
 #include "common/strv.h"
 #include "common/util.h"
 
@@ -184,25 +185,6 @@ static int mcp_fork(mcp_server_t *s, const char *cmd, char **argv, char **envp, 
 	return 0;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && errno == EAGAIN) {
-			struct pollfd pf = { fd, POLLOUT, 0 };
-			poll(&pf, 1, 1000);
-			continue;
-		}
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 static int stdio_send(mcp_server_t *s, json_t *msg)
 {
 	char *t = json_dumps(msg, JSON_COMPACT);
@@ -210,9 +192,9 @@ static int stdio_send(mcp_server_t *s, json_t *msg)
 		return -1;
 	size_t n = strlen(t);
 	t[n] = '\0';
-	int rc = write_all(s->to_fd, t, n);
+	int rc = rn_write_all(s->to_fd, t, n, RN_IO_WAIT);
 	if (rc == 0)
-		rc = write_all(s->to_fd, "\n", 1);
+		rc = rn_write_all(s->to_fd, "\n", 1, RN_IO_WAIT);
 	free(t);
 	return rc;
 }

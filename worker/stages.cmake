@@ -17,6 +17,8 @@ target_link_libraries(runnel_worker_stages PUBLIC runnel_proto runnel_common
 
 # The sandbox's end of the allowlist egress proxy; found next to runnel-worker.
 add_executable(runnel-egress-bridge ${CMAKE_CURRENT_LIST_DIR}/egress_bridge.c)
+# common/io.h only (header-only): no library.
+target_include_directories(runnel-egress-bridge PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
 
 add_executable(runnel-mock-agent ${CMAKE_CURRENT_LIST_DIR}/mock_agent.c)
 target_link_libraries(runnel-mock-agent PRIVATE runnel_proto runnel_common)
