@@ -21,6 +21,7 @@
 
 #include "agent/ctl.h"
 #include "agent/emit.h"
+#include "common/io.h"
 #include "common/sandbox_layout.h"
 #include "common/strv.h"
 #include "common/util.h"
@@ -219,15 +220,7 @@ static void tool_read(const agent_tools_cfg_t *cfg, const json_t *args, agent_to
 	/* One byte past the cap tells a cut file from one that fits. */
 	size_t want = (size_t)st.st_size < cfg->output_max ? (size_t)st.st_size : cfg->output_max + 1;
 	char *buf = malloc(want + 1);
-	size_t got = 0;
-	while (buf && got < want) {
-		ssize_t n = read(fd, buf + got, want - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
+	size_t got = buf ? rn_read_full(fd, buf, want) : 0;
 	close(fd);
 	if (!buf)
 		return fail(out, "out of memory");

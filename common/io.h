@@ -1,6 +1,6 @@
 /*
- * common/io.h - the one "write all of it" loop and the one two-way socket
- * relay.  Header-only (static
+ * common/io.h - the one "write all of it" loop, the one "read until full
+ * or EOF" loop and the one two-way socket relay.  Header-only (static
  * inline, libc only), so that the small programs that link nothing of
  * runnel (runnel-egress-bridge, runnel-warm-init) share it too.  Any
  * thread; the fds are the caller's.
@@ -38,6 +38,24 @@ static inline int rn_write_all(int fd, const void *buf, size_t n, int flags)
 		n -= (size_t)w;
 	}
 	return 0;
+}
+
+/* Reads from fd into buf until n bytes, EOF or an error (EINTR retried).
+ * Returns the bytes read: fewer than n means EOF, or an error with errno. */
+static inline size_t rn_read_full(int fd, void *buf, size_t n)
+{
+	char *p = buf;
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = read(fd, p + got, n - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	return got;
 }
 
 /*
