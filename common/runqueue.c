@@ -206,6 +206,17 @@ static int id_ok(const char *run_id, const char *tenant, char *errstr, size_t er
 	return 0;
 }
 
+/* The queue's keys for one run, and its per-tenant key "<q><kind><tenant>"
+ * (kind "t:" the tenant's list, "run:" its running set). */
+static int run_keys(qkeys_t *k, const char *prefix, const char *run_id, const char *tenant,
+                    const char *kind, char *tkey, size_t tkey_size, char *errstr, size_t errstr_size)
+{
+	if (qkeys_make(k, prefix, errstr, errstr_size) < 0 || id_ok(run_id, tenant, errstr, errstr_size) < 0)
+		return -1;
+	snprintf(tkey, tkey_size, "%s%s%s", k->q, kind, tenant);
+	return 0;
+}
+
 /* rn_redis_reply_check, freeing a failed reply. */
 static int check(redisContext *c, redisReply *r, const char *what, char *errstr, size_t errstr_size)
 {
@@ -251,10 +262,8 @@ int rn_runqueue_push(redisContext *c, const char *prefix, const char *run_id,
 {
 	qkeys_t k;
 	char tlist[192];
-	if (qkeys_make(&k, prefix, errstr, errstr_size) < 0 ||
-	    id_ok(run_id, tenant, errstr, errstr_size) < 0)
+	if (run_keys(&k, prefix, run_id, tenant, "t:", tlist, sizeof(tlist), errstr, errstr_size) < 0)
 		return -1;
-	snprintf(tlist, sizeof(tlist), "%st:%s", k.q, tenant);
 	const char *argv[] = { "EVAL", lua_push, "7", k.jobs, k.tenant, k.ring, k.age, k.depth,
 	                       k.wake, tlist, run_id, tenant, entry };
 	size_t lens[13];
@@ -350,10 +359,8 @@ int rn_runqueue_ack(redisContext *c, const char *prefix, const char *run_id,
 {
 	qkeys_t k;
 	char runset[192];
-	if (qkeys_make(&k, prefix, errstr, errstr_size) < 0 ||
-	    id_ok(run_id, tenant, errstr, errstr_size) < 0)
+	if (run_keys(&k, prefix, run_id, tenant, "run:", runset, sizeof(runset), errstr, errstr_size) < 0)
 		return -1;
-	snprintf(runset, sizeof(runset), "%srun:%s", k.q, tenant);
 	const char *argv[] = { "EVAL", lua_ack, "6", k.jobs, k.tenant, k.age, k.inflight, k.wake,
 	                       runset, run_id, running ? "1" : "0" };
 	return eval_int(c, 11, argv, NULL, "queue ack", errstr, errstr_size) < 0 ? -1 : 0;
@@ -364,10 +371,8 @@ int rn_runqueue_release(redisContext *c, const char *prefix, const char *run_id,
 {
 	qkeys_t k;
 	char runset[192];
-	if (qkeys_make(&k, prefix, errstr, errstr_size) < 0 ||
-	    id_ok(run_id, tenant, errstr, errstr_size) < 0)
+	if (run_keys(&k, prefix, run_id, tenant, "run:", runset, sizeof(runset), errstr, errstr_size) < 0)
 		return -1;
-	snprintf(runset, sizeof(runset), "%srun:%s", k.q, tenant);
 	const char *argv[] = { "EVAL", lua_release, "2", runset, k.wake, run_id };
 	return eval_int(c, 6, argv, NULL, "queue release", errstr, errstr_size) < 0 ? -1 : 0;
 }
