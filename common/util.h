@@ -1,6 +1,6 @@
 /*
  * common/util.h - small helpers every runnel program shares: clocks, the
- * Redis URL.
+ * Redis URL, the stop signals of a blocking program.
  */
 #ifndef RUNNEL_COMMON_UTIL_H
 #define RUNNEL_COMMON_UTIL_H
@@ -27,5 +27,10 @@ typedef struct rn_redis_url {
 /* Parses redis://[[user]:password@]host[:port][/db].  0 or -1 with errstr;
  * the error never quotes the password. */
 int rn_redis_url_parse(const char *url, rn_redis_url_t *out, char *errstr, size_t errstr_size);
+
+/* For programs without an event loop (the CLI, runnel-agent): handler runs
+ * on SIGTERM and SIGINT (no SA_RESTART, so a blocking call returns EINTR),
+ * and SIGPIPE is ignored so a closed pipe is an error, not death. */
+void rn_stop_signals_install(void (*handler)(int));
 
 #endif
