@@ -678,6 +678,20 @@ invalid:
 	make_invalid(env, line, len, now_ms, out);
 }
 
+/* Hands an owned line (NULL: out of memory) to emit and frees it; nonzero
+ * when there was no line or emit asks to stop. */
+static int emit_owned(char *line, size_t len, int (*emit)(const char *line, size_t len, void *arg),
+                      void *arg)
+{
+	int stop;
+
+	if (line == NULL)
+		return -1;
+	stop = emit(line, len, arg);
+	free(line);
+	return stop;
+}
+
 size_t proto_env_close_steps(proto_env_t *env, int64_t now_ms, const char *why,
                              int (*emit)(const char *line, size_t len, void *arg),
                              void *arg)
@@ -686,7 +700,6 @@ size_t proto_env_close_steps(proto_env_t *env, int64_t now_ms, const char *why,
 	step_t *s;
 	json_t *o;
 	char *line;
-	int stop;
 
 	if (why == NULL)
 		why = "run ended";
@@ -703,11 +716,7 @@ size_t proto_env_close_steps(proto_env_t *env, int64_t now_ms, const char *why,
 			break;
 		}
 		line = dump_alloc(o, &len);
-		if (line == NULL)
-			break;
-		stop = emit(line, len, arg);
-		free(line);
-		if (stop != 0)
+		if (emit_owned(line, len, emit, arg) != 0)
 			break;
 		step_unlink(env, s);
 		count++;
@@ -795,17 +804,12 @@ size_t proto_env_close_asks(proto_env_t *env, int64_t now_ms, const char *status
 	size_t count = 0, len = 0;
 	ask_t *a;
 	char *line;
-	int stop;
 
 	for (a = env->asks; a != NULL; a = a->next) {
 		if (!a->open)
 			continue;
 		line = settle_line(a, status, NULL, NULL, now_ms, &len);
-		if (line == NULL)
-			break;
-		stop = emit(line, len, arg);
-		free(line);
-		if (stop != 0)
+		if (emit_owned(line, len, emit, arg) != 0)
 			break;
 		ask_close(env, a);
 		if (on_closed != NULL)
