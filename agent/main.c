@@ -22,6 +22,7 @@
 #include "agent/loop.h"
 #include "common/conf.h"
 #include "common/sandbox_layout.h"
+#include "proto/jsonerr.h"
 
 #define TURN_MAX (16 * 1024 * 1024)
 
@@ -148,7 +149,9 @@ int main(int argc, char **argv)
 	turn = json_loads(line, 0, &jerr);
 	explicit_bzero(line, strlen(line)); /* it holds the prompt */
 	if (!json_is_object(turn)) {
-		agent_emit_error("model_error", "runnel-agent could not read its turn line: %s", jerr.text);
+		/* jansson's text may quote the line, which holds the prompt. */
+		agent_emit_error("model_error", "runnel-agent could not read its turn line: %s",
+		                 turn ? "not a JSON object" : proto_json_error_words(&jerr, "not valid JSON"));
 		goto out;
 	}
 	if (agent_ctl_start(0, rest, rest_len) < 0) {
