@@ -17,6 +17,8 @@
 
 #include <jansson.h>
 
+#include "common/util.h"
+
 #define CTL_LINE_MAX  (64 * 1024)
 #define CTL_REPLIES   16
 
@@ -73,14 +75,8 @@ int agent_ctl_init(void)
 {
 	if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
 		return -1;
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	/* A tool or MCP server that closes its pipe must not kill us. */
-	signal(SIGPIPE, SIG_IGN);
+	/* A tool or MCP server that closes its pipe must not kill us either. */
+	rn_stop_signals_install(on_signal);
 	return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/util.h"
 #include "proto/utf8.h"
 
@@ -28,20 +29,6 @@ void agent_emit_free(void)
 	free(secret);
 	secret = NULL;
 	secret_len = 0;
-}
-
-static int write_all(const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(1, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
 }
 
 int agent_emit(json_t *obj)
@@ -71,21 +58,29 @@ int agent_emit(json_t *obj)
 	if (line) {
 		memcpy(line, s, n);
 		line[n] = '\n';
-		rc = write_all(line, n + 1);
+		rc = rn_write_all(1, line, n + 1, 0);
 		free(line);
 	}
 	free(s);
 	return rc;
 }
 
-void agent_emit_log(const char *level, const char *fmt, ...)
+/* {"type":type, key:value, "message":<fmt, cut to max bytes>}. */
+__attribute__((format(printf, 5, 0)))
+static void emit_message(const char *type, const char *key, const char *value, size_t max,
+                         const char *fmt, va_list ap)
 {
 	char msg[2048];
+	vsnprintf(msg, max < sizeof(msg) ? max : sizeof(msg), fmt, ap);
+	agent_emit(json_pack("{s:s,s:s,s:s}", "type", type, key, value, "message", msg));
+}
+
+void agent_emit_log(const char *level, const char *fmt, ...)
+{
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	emit_message("log", "level", level, 2048, fmt, ap);
 	va_end(ap);
-	agent_emit(json_pack("{s:s,s:s,s:s}", "type", "log", "level", level, "message", msg));
 }
 
 void agent_emit_result(const char *message)
@@ -95,12 +90,10 @@ void agent_emit_result(const char *message)
 
 void agent_emit_error(const char *code, const char *fmt, ...)
 {
-	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	emit_message("error", "code", code, 1024, fmt, ap);
 	va_end(ap);
-	agent_emit(json_pack("{s:s,s:s,s:s}", "type", "error", "code", code, "message", msg));
 }
 
 void agent_emit_step_running(const char *id, const char *name, json_t *args)

@@ -21,6 +21,8 @@
 #include "agent/emit.h"
 #include "agent/loop.h"
 #include "common/conf.h"
+#include "common/sandbox_layout.h"
+#include "proto/jsonerr.h"
 
 #define TURN_MAX (16 * 1024 * 1024)
 
@@ -80,7 +82,7 @@ int main(int argc, char **argv)
 		{ "workspace", 0, "RUNNEL_AGENT_WORKSPACE", RN_OPT_STR, &workspace, NULL, "DIR",
 		  "the workspace the tools work in and are confined to (default: the current directory, where the sandbox starts the agent)", 0, 0 },
 		{ "skills-dir", 0, "RUNNEL_AGENT_SKILLS_DIR", RN_OPT_STR, &skills, NULL, "DIR",
-		  "where skills are found, */SKILL.md (default: skills beside the workspace, /root/skills in the sandbox)", 0, 0 },
+		  "where skills are found, */SKILL.md (default: skills beside the workspace, " RN_SANDBOX_SKILLS " in the sandbox)", 0, 0 },
 		{ "max-steps", 0, "RUNNEL_AGENT_MAX_STEPS", RN_OPT_INT, &max_steps, "50", "N",
 		  "model answers per run before error max_steps", 1, 10000 },
 		{ "request-timeout-sec", 0, "RUNNEL_AGENT_REQUEST_TIMEOUT_SEC", RN_OPT_INT, &req_timeout, "120", "SEC",
@@ -147,7 +149,9 @@ int main(int argc, char **argv)
 	turn = json_loads(line, 0, &jerr);
 	explicit_bzero(line, strlen(line)); /* it holds the prompt */
 	if (!json_is_object(turn)) {
-		agent_emit_error("model_error", "runnel-agent could not read its turn line: %s", jerr.text);
+		/* jansson's text may quote the line, which holds the prompt. */
+		agent_emit_error("model_error", "runnel-agent could not read its turn line: %s",
+		                 turn ? "not a JSON object" : proto_json_error_words(&jerr, "not valid JSON"));
 		goto out;
 	}
 	if (agent_ctl_start(0, rest, rest_len) < 0) {

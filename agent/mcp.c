@@ -20,6 +20,9 @@
 #include "agent/emit.h"
 #include "agent/http.h"
 #include "agent/sse.h"
+#include "proto/names.h"
+#include "common/io.h"
+#include "common/strv.h"
 #include "common/util.h"
 
 extern char **environ;
@@ -61,18 +64,6 @@ struct agent_mcp {
 	int64_t      timeout_ms;
 };
 
-static int name_ok(const char *n)
-{
-	size_t len = n ? strlen(n) : 0;
-	if (len == 0 || len > 32)
-		return 0;
-	for (const char *p = n; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
-		      *p == '-'))
-			return 0;
-	return 1;
-}
-
 /* ------------------------------------------------------------------ stdio */
 
 static int mcp_fork(mcp_server_t *s, const char *cmd, char **argv, char **envp, const char *cwd, char *errstr,
@@ -92,61 +83,36 @@ static int stdio_spawn(mcp_server_t *s, const json_t *cfg, const char *cwd, char
 		snprintf(errstr, errstr_size, "it has more than 256 args");
 		return -1;
 	}
-	char **argv = calloc(nargs + 2, sizeof(*argv));
-	if (!argv) {
-		snprintf(errstr, errstr_size, "out of memory");
-		return -1;
-	}
-	argv[0] = (char *)cmd;
+	rn_strv_t av = { 0 }, envv = { 0 };
+	rn_strv_add(&av, cmd);
 	for (size_t i = 0; i < nargs; i++) {
-		argv[i + 1] = (char *)json_string_value(json_array_get(args, i));
-		if (!argv[i + 1]) {
-			free(argv);
+		const char *a = json_string_value(json_array_get(args, i));
+		if (!a) {
+			rn_strv_free(&av);
 			snprintf(errstr, errstr_size, "its args must be strings");
 			return -1;
 		}
+		rn_strv_add(&av, a);
 	}
 	/* The child's environment is built here: after fork() only
 	 * async-signal-safe calls are allowed (the control reader is a thread
-	 * that may hold malloc's lock). */
-	size_t nenv = 0, nextra = json_is_object(env) ? json_object_size(env) : 0;
-	while (environ[nenv])
-		nenv++;
-	char **envp = calloc(nenv + nextra + 1, sizeof(*envp));
-	char **owned = calloc(nextra + 1, sizeof(*owned));
-	size_t ne = 0, no = 0;
-	if (!envp || !owned) {
-		free(envp);
-		free(owned);
-		free(argv);
-		snprintf(errstr, errstr_size, "out of memory");
-		return -1;
-	}
+	 * that may hold malloc's lock).  Ours, with the server's "env" set
+	 * over it. */
+	for (size_t i = 0; environ[i]; i++)
+		rn_strv_add(&envv, environ[i]);
 	const char *ek;
 	const json_t *ev;
-	for (size_t i = 0; i < nenv; i++) {
-		const char *eq = strchr(environ[i], '=');
-		size_t kl = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
-		int replaced = 0;
-		json_object_foreach((json_t *)env, ek, ev)
-			if (json_is_string(ev) && strlen(ek) == kl && !strncmp(ek, environ[i], kl))
-				replaced = 1;
-		if (!replaced)
-			envp[ne++] = environ[i];
-	}
 	json_object_foreach((json_t *)env, ek, ev) {
-		char *kv = NULL;
-		if (!json_is_string(ev) || !*ek || strchr(ek, '=') || asprintf(&kv, "%s=%s", ek, json_string_value(ev)) < 0)
-			continue;
-		owned[no++] = kv;
-		envp[ne++] = kv;
+		if (json_is_string(ev) && *ek && !strchr(ek, '='))
+			rn_strv_setenv(&envv, ek, json_string_value(ev));
 	}
-	int rc = mcp_fork(s, cmd, argv, envp, cwd, errstr, errstr_size);
-	for (size_t i = 0; i < no; i++)
-		free(owned[i]);
-	free(owned);
-	free(envp);
-	free(argv);
+	int rc = -1;
+	if (av.oom || envv.oom)
+		snprintf(errstr, errstr_size, "out of memory");
+	else
+		rc = mcp_fork(s, cmd, av.v, envv.v, cwd, errstr, errstr_size);
+	rn_strv_free(&av);
+	rn_strv_free(&envv);
 	return rc;
 }
 
@@ -219,25 +185,6 @@ static int mcp_fork(mcp_server_t *s, const char *cmd, char **argv, char **envp, 
 	return 0;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && errno == EAGAIN) {
-			struct pollfd pf = { fd, POLLOUT, 0 };
-			poll(&pf, 1, 1000);
-			continue;
-		}
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 static int stdio_send(mcp_server_t *s, json_t *msg)
 {
 	char *t = json_dumps(msg, JSON_COMPACT);
@@ -245,9 +192,9 @@ static int stdio_send(mcp_server_t *s, json_t *msg)
 		return -1;
 	size_t n = strlen(t);
 	t[n] = '\0';
-	int rc = write_all(s->to_fd, t, n);
+	int rc = rn_write_all(s->to_fd, t, n, RN_IO_WAIT);
 	if (rc == 0)
-		rc = write_all(s->to_fd, "\n", 1);
+		rc = rn_write_all(s->to_fd, "\n", 1, RN_IO_WAIT);
 	free(t);
 	return rc;
 }
@@ -713,7 +660,7 @@ agent_mcp_t *agent_mcp_start(const json_t *servers, const char *cwd, int64_t tim
 		if (agent_ctl_stopped())
 			break;
 		const char *name = json_string_value(json_object_get(cfg, "name"));
-		if (!json_is_object(cfg) || !name_ok(name)) {
+		if (!json_is_object(cfg) || !proto_mcp_name_valid(name)) {
 			agent_emit_log("warn", "MCP server %zu skipped: its name must be 1-32 of [A-Za-z0-9_-]", i + 1);
 			continue;
 		}

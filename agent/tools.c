@@ -21,6 +21,9 @@
 
 #include "agent/ctl.h"
 #include "agent/emit.h"
+#include "common/io.h"
+#include "common/sandbox_layout.h"
+#include "common/strv.h"
 #include "common/util.h"
 
 #define STEP_RESULT_MAX  4096      /* bytes of output shown in a step */
@@ -44,14 +47,14 @@ json_t *agent_tools_defs(void)
 	    " {s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:s}},s:[s,s]}}},"
 	    " {s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:s}}}}}]",
 	    "type", "function", "function", "name", "bash", "description",
-	    "Run a shell command with bash in the workspace (/root/workspace) and return its exit code "
+	    "Run a shell command with bash in the workspace (" RN_SANDBOX_WORKSPACE ") and return its exit code "
 	    "and combined output. Skills' scripts run this way.",
 	    "parameters", "type", "object", "properties",
 	    "command", "type", "string", "description", "the command line",
 	    "timeout_sec", "type", "integer", "description", "optional timeout in seconds (capped)",
 	    "required", "command",
 	    "type", "function", "function", "name", "read_file", "description",
-	    "Read a text file in the workspace (relative paths) or under /root/skills.",
+	    "Read a text file in the workspace (relative paths) or under " RN_SANDBOX_SKILLS ".",
 	    "parameters", "type", "object", "properties",
 	    "path", "type", "string", "description", "file path",
 	    "required", "path",
@@ -63,7 +66,7 @@ json_t *agent_tools_defs(void)
 	    "content", "type", "string", "description", "the whole new content",
 	    "required", "path", "content",
 	    "type", "function", "function", "name", "list_files", "description",
-	    "List a directory in the workspace or under /root/skills (directories end with /).",
+	    "List a directory in the workspace or under " RN_SANDBOX_SKILLS " (directories end with /).",
 	    "parameters", "type", "object", "properties",
 	    "path", "type", "string", "description", "directory (default: the workspace)",
 	    "recursive", "type", "boolean", "description", "walk subdirectories too");
@@ -217,15 +220,7 @@ static void tool_read(const agent_tools_cfg_t *cfg, const json_t *args, agent_to
 	/* One byte past the cap tells a cut file from one that fits. */
 	size_t want = (size_t)st.st_size < cfg->output_max ? (size_t)st.st_size : cfg->output_max + 1;
 	char *buf = malloc(want + 1);
-	size_t got = 0;
-	while (buf && got < want) {
-		ssize_t n = read(fd, buf + got, want - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
+	size_t got = buf ? rn_read_full(fd, buf, want) : 0;
 	close(fd);
 	if (!buf)
 		return fail(out, "out of memory");
@@ -309,23 +304,16 @@ static void list_dir(int dfd, const char *prefix, int recursive, int depth, list
 		close(dfd);
 		return;
 	}
-	char **names = NULL;
-	size_t n = 0, cap = 0;
+	rn_strv_t list = { 0 };
 	struct dirent *e;
-	while ((e = readdir(d)) != NULL && n < LIST_MAX + 1) {
+	while ((e = readdir(d)) != NULL && list.n < LIST_MAX + 1) {
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
-		if (n == cap) {
-			cap = cap ? cap * 2 : 64;
-			char **p = realloc(names, cap * sizeof(*names));
-			if (!p)
-				break;
-			names = p;
-		}
-		names[n] = strdup(e->d_name);
-		if (names[n])
-			n++;
+		if (rn_strv_add(&list, e->d_name) < 0)
+			break;
 	}
+	char **names = list.v;
+	size_t n = list.n;
 	if (n)
 		qsort(names, n, sizeof(*names), name_cmp);
 	for (size_t i = 0; i < n; i++) {
@@ -345,9 +333,8 @@ static void list_dir(int dfd, const char *prefix, int recursive, int depth, list
 				}
 			}
 		}
-		free(names[i]);
 	}
-	free(names);
+	rn_strv_free(&list);
 	closedir(d);
 }
 

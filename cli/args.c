@@ -13,27 +13,6 @@
 #include "common/util.h"
 #include "proto/keys.h"
 
-/* Finds the option an argv word names, or NULL. */
-static const rn_opt_t *opt_lookup(const rn_opt_t *opts, const char *a, int *inline_val)
-{
-	*inline_val = 0;
-	if (a[1] == '-') {
-		const char *name = a + 2;
-		const char *eq = strchr(name, '=');
-		size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
-		*inline_val = eq != NULL;
-		for (const rn_opt_t *o = opts; o->name; o++)
-			if (strlen(o->name) == nlen && !strncmp(o->name, name, nlen))
-				return o;
-		return NULL;
-	}
-	*inline_val = a[2] != '\0';
-	for (const rn_opt_t *o = opts; o->name; o++)
-		if (o->short_name && o->short_name == a[1])
-			return o;
-	return NULL;
-}
-
 void cli_args_help(FILE *f, const cli_verb_t *v)
 {
 	fprintf(f, "usage: runnel %s %s\n\n%s\n\noptions:\n", v->name, v->synopsis, v->summary);
@@ -108,14 +87,14 @@ int cli_args_parse(const cli_verb_t *v, int argc, char **argv, cli_args_t *out)
 				rc = 1;
 				goto out;
 			}
-			int inline_val;
-			const rn_opt_t *o = opt_lookup(v->opts, a, &inline_val);
+			const char *inline_val;
+			const rn_opt_t *o = rn_conf_find(v->opts, a, &inline_val);
 			if (!o) {
 				cli_args_usage_error(v, "unknown option %.64s", a);
 				goto out;
 			}
 			av[n++] = argv[i];
-			if (!inline_val && o->type != RN_OPT_BOOL) {
+			if (inline_val == NULL && o->type != RN_OPT_BOOL) {
 				if (i + 1 >= argc) {
 					cli_args_usage_error(v, "--%s needs a value", o->name);
 					goto out;

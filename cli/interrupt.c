@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <string.h>
 
+#include "common/util.h"
+
 static volatile sig_atomic_t g_signal;
 
 static void on_signal(int sig)
@@ -16,14 +18,7 @@ static void on_signal(int sig)
 
 void cli_interrupt_install(void)
 {
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	rn_stop_signals_install(on_signal);
 }
 
 int cli_interrupted(void)

@@ -5,8 +5,8 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/time.h>
 
+#include "common/redis.h"
 #include "common/util.h"
 #include "proto/keys.h"
 
@@ -29,47 +29,13 @@ redisContext *cli_rconn_open(const char *url, char *errstr, size_t errstr_size)
 		snprintf(errstr, errstr_size, "%s", err);
 		return NULL;
 	}
-	struct timeval tv = { .tv_sec = 3, .tv_usec = 0 };
-	redisContext *c = redisConnectWithTimeout(u.host, u.port, tv);
-	if (!c || c->err) {
-		snprintf(errstr, errstr_size, "cannot reach Redis at %s:%d: %s", u.host, u.port,
-		         c ? c->errstr : "out of memory");
-		if (c)
-			redisFree(c);
-		return NULL;
-	}
-	/* Commands (XREAD BLOCK included) answer well within this. */
-	struct timeval ctv = { .tv_sec = 10, .tv_usec = 0 };
-	redisSetTimeout(c, ctv);
-
-	redisReply *r;
-	if (u.password[0]) {
-		r = redisCommand(c, "AUTH %s", u.password);
-		if (!r || r->type == REDIS_REPLY_ERROR) {
-			/* The reply names no secret, but say only what failed. */
-			snprintf(errstr, errstr_size, "cannot reach Redis at %s:%d: authentication failed",
-			         u.host, u.port);
-			goto fail;
-		}
-		freeReplyObject(r);
-	}
-	if (u.db) {
-		r = redisCommand(c, "SELECT %d", u.db);
-		if (!r || r->type == REDIS_REPLY_ERROR) {
-			snprintf(errstr, errstr_size, "cannot reach Redis at %s:%d: SELECT %d failed",
-			         u.host, u.port, u.db);
-			goto fail;
-		}
-		freeReplyObject(r);
-	}
+	/* Commands (XREAD BLOCK included) answer well within 10 s. */
+	char why[256];
+	redisContext *c = rn_redis_connect(&u, 3000, 10000, why, sizeof(why));
+	if (!c)
+		snprintf(errstr, errstr_size, "cannot reach Redis at %s:%d: %s", u.host, u.port, why);
 	memset(u.password, 0, sizeof(u.password));
 	return c;
-fail:
-	memset(u.password, 0, sizeof(u.password));
-	if (r)
-		freeReplyObject(r);
-	redisFree(c);
-	return NULL;
 }
 
 int cli_rconn_run_exists(redisContext *c, const char *prefix, const char *run_id,

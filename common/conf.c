@@ -147,24 +147,8 @@ int rn_conf_parse(const rn_opt_t *opts, int argc, char **argv, int *argi,
 		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
 			return 1;
 
-		const rn_opt_t *hit = NULL;
 		const char *val = NULL;
-		if (a[1] == '-') {
-			const char *name = a + 2;
-			const char *eq = strchr(name, '=');
-			size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
-			for (const rn_opt_t *o = opts; o->name; o++)
-				if (strlen(o->name) == nlen && !strncmp(o->name, name, nlen))
-					hit = o;
-			if (eq)
-				val = eq + 1;
-		} else {
-			for (const rn_opt_t *o = opts; o->name; o++)
-				if (o->short_name && o->short_name == a[1])
-					hit = o;
-			if (hit && a[2] != '\0')
-				val = a + 2;
-		}
+		const rn_opt_t *hit = rn_conf_find(opts, a, &val);
 		if (!hit) {
 			snprintf(errstr, errstr_size, "unknown option %.64s (see --help)", a);
 			return -1;
@@ -188,6 +172,30 @@ int rn_conf_parse(const rn_opt_t *opts, int argc, char **argv, int *argi,
 	}
 	*argi = i;
 	return 0;
+}
+
+const rn_opt_t *rn_conf_find(const rn_opt_t *opts, const char *word, const char **inline_val)
+{
+	*inline_val = NULL;
+	if (word[1] == '-') {
+		const char *name = word + 2;
+		const char *eq = strchr(name, '=');
+		size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+		for (const rn_opt_t *o = opts; o->name; o++) {
+			if (strlen(o->name) == nlen && !strncmp(o->name, name, nlen)) {
+				*inline_val = eq ? eq + 1 : NULL;
+				return o;
+			}
+		}
+		return NULL;
+	}
+	for (const rn_opt_t *o = opts; o->name; o++) {
+		if (o->short_name && o->short_name == word[1]) {
+			*inline_val = word[2] != '\0' ? word + 2 : NULL;
+			return o;
+		}
+	}
+	return NULL;
 }
 
 void rn_conf_usage(FILE *f, const rn_opt_t *opts)

@@ -53,6 +53,10 @@ typedef struct rn_opt {
 int rn_conf_parse(const rn_opt_t *opts, int argc, char **argv, int *argi,
                   char *errstr, size_t errstr_size);
 
+/* The option an argv word ("--name", "--name=value", "-X", "-Xvalue")
+ * names, or NULL; *inline_val is the value the word carries, or NULL. */
+const rn_opt_t *rn_conf_find(const rn_opt_t *opts, const char *word, const char **inline_val);
+
 /* Prints the option table for --help. */
 void rn_conf_usage(FILE *f, const rn_opt_t *opts);
 

@@ -4,6 +4,8 @@
  */
 #include "runqueue.h"
 
+#include "common/redis.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,38 +206,31 @@ static int id_ok(const char *run_id, const char *tenant, char *errstr, size_t er
 	return 0;
 }
 
-static int check(redisContext *c, redisReply *r, const char *what, char *errstr, size_t errstr_size)
+/* The queue's keys for one run, and its per-tenant key "<q><kind><tenant>"
+ * (kind "t:" the tenant's list, "run:" its running set). */
+static int run_keys(qkeys_t *k, const char *prefix, const char *run_id, const char *tenant,
+                    const char *kind, char *tkey, size_t tkey_size, char *errstr, size_t errstr_size)
 {
-	if (!r) {
-		snprintf(errstr, errstr_size, "redis %s: %s", what, c->errstr[0] ? c->errstr : "connection lost");
+	if (qkeys_make(k, prefix, errstr, errstr_size) < 0 || id_ok(run_id, tenant, errstr, errstr_size) < 0)
 		return -1;
-	}
-	if (r->type == REDIS_REPLY_ERROR) {
-		snprintf(errstr, errstr_size, "redis %s: %.160s", what, r->str);
-		freeReplyObject(r);
-		return -1;
-	}
+	snprintf(tkey, tkey_size, "%s%s%s", k->q, kind, tenant);
 	return 0;
 }
 
-static long long ll_of(const redisReply *r)
+/* rn_redis_reply_check, freeing a failed reply. */
+static int check(redisContext *c, redisReply *r, const char *what, char *errstr, size_t errstr_size)
 {
-	if (r->type == REDIS_REPLY_INTEGER)
-		return r->integer;
-	if (r->type == REDIS_REPLY_STRING)
-		return strtoll(r->str, NULL, 10);
-	return 0;
+	if (rn_redis_reply_check(c, r, what, errstr, errstr_size) == 0)
+		return 0;
+	if (r)
+		freeReplyObject(r);
+	return -1;
 }
 
 static int eval_int(redisContext *c, int argc, const char **argv, const size_t *lens,
                     const char *what, char *errstr, size_t errstr_size)
 {
-	redisReply *r = redisCommandArgv(c, argc, argv, lens);
-	if (check(c, r, what, errstr, errstr_size) < 0)
-		return -1;
-	int v = (int)ll_of(r);
-	freeReplyObject(r);
-	return v;
+	return (int)rn_redis_command_ll(c, argc, argv, lens, what, errstr, errstr_size);
 }
 
 int rn_runqueue_depth_key(const char *prefix, char *buf, size_t size)
@@ -267,10 +262,8 @@ int rn_runqueue_push(redisContext *c, const char *prefix, const char *run_id,
 {
 	qkeys_t k;
 	char tlist[192];
-	if (qkeys_make(&k, prefix, errstr, errstr_size) < 0 ||
-	    id_ok(run_id, tenant, errstr, errstr_size) < 0)
+	if (run_keys(&k, prefix, run_id, tenant, "t:", tlist, sizeof(tlist), errstr, errstr_size) < 0)
 		return -1;
-	snprintf(tlist, sizeof(tlist), "%st:%s", k.q, tenant);
 	const char *argv[] = { "EVAL", lua_push, "7", k.jobs, k.tenant, k.ring, k.age, k.depth,
 	                       k.wake, tlist, run_id, tenant, entry };
 	size_t lens[13];
@@ -348,8 +341,8 @@ int rn_runqueue_take(redisContext *c, const char *prefix, const rn_tenant_caps_t
 			memcpy(it->entry, r->element[2]->str, r->element[2]->len);
 			it->entry[r->element[2]->len] = '\0';
 			it->len = r->element[2]->len;
-			it->queued_ms = ll_of(r->element[3]);
-			it->now_ms = ll_of(r->element[4]);
+			it->queued_ms = rn_redis_reply_ll(r->element[3]);
+			it->now_ms = rn_redis_reply_ll(r->element[4]);
 			ret = 1;
 		}
 		explicit_bzero(r->element[2]->str, r->element[2]->len);
@@ -366,10 +359,8 @@ int rn_runqueue_ack(redisContext *c, const char *prefix, const char *run_id,
 {
 	qkeys_t k;
 	char runset[192];
-	if (qkeys_make(&k, prefix, errstr, errstr_size) < 0 ||
-	    id_ok(run_id, tenant, errstr, errstr_size) < 0)
+	if (run_keys(&k, prefix, run_id, tenant, "run:", runset, sizeof(runset), errstr, errstr_size) < 0)
 		return -1;
-	snprintf(runset, sizeof(runset), "%srun:%s", k.q, tenant);
 	const char *argv[] = { "EVAL", lua_ack, "6", k.jobs, k.tenant, k.age, k.inflight, k.wake,
 	                       runset, run_id, running ? "1" : "0" };
 	return eval_int(c, 11, argv, NULL, "queue ack", errstr, errstr_size) < 0 ? -1 : 0;
@@ -380,10 +371,8 @@ int rn_runqueue_release(redisContext *c, const char *prefix, const char *run_id,
 {
 	qkeys_t k;
 	char runset[192];
-	if (qkeys_make(&k, prefix, errstr, errstr_size) < 0 ||
-	    id_ok(run_id, tenant, errstr, errstr_size) < 0)
+	if (run_keys(&k, prefix, run_id, tenant, "run:", runset, sizeof(runset), errstr, errstr_size) < 0)
 		return -1;
-	snprintf(runset, sizeof(runset), "%srun:%s", k.q, tenant);
 	const char *argv[] = { "EVAL", lua_release, "2", runset, k.wake, run_id };
 	return eval_int(c, 6, argv, NULL, "queue release", errstr, errstr_size) < 0 ? -1 : 0;
 }
@@ -468,10 +457,10 @@ int rn_runqueue_stats(redisContext *c, const char *prefix, size_t max_tenants,
 		snprintf(errstr, errstr_size, "redis queue stats: unexpected reply");
 		return -1;
 	}
-	st->depth = ll_of(r->element[0]);
-	st->inflight = ll_of(r->element[1]);
-	st->oldest_ms = ll_of(r->element[2]);
-	int64_t ring = ll_of(r->element[4]);
+	st->depth = rn_redis_reply_ll(r->element[0]);
+	st->inflight = rn_redis_reply_ll(r->element[1]);
+	st->oldest_ms = rn_redis_reply_ll(r->element[2]);
+	int64_t ring = rn_redis_reply_ll(r->element[4]);
 	size_t n = (r->elements - 5) / 4;
 	rn_queue_tenant_t *all = n ? calloc(n, sizeof(*all)) : NULL;
 	if (n && !all) {
@@ -485,9 +474,9 @@ int rn_runqueue_stats(redisContext *c, const char *prefix, size_t max_tenants,
 		if (nm->type != REDIS_REPLY_STRING)
 			continue;
 		snprintf(all[m].name, sizeof(all[m].name), "%s", nm->str);
-		all[m].queued = ll_of(r->element[6 + 4 * i]);
-		all[m].running = ll_of(r->element[7 + 4 * i]);
-		all[m].oldest_ms = ll_of(r->element[8 + 4 * i]);
+		all[m].queued = rn_redis_reply_ll(r->element[6 + 4 * i]);
+		all[m].running = rn_redis_reply_ll(r->element[7 + 4 * i]);
+		all[m].oldest_ms = rn_redis_reply_ll(r->element[8 + 4 * i]);
 		m++;
 	}
 	freeReplyObject(r);

@@ -4,6 +4,8 @@
  */
 #include "runstate.h"
 
+#include "common/redis.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -145,34 +147,6 @@ static int keys_make(keys_t *k, const char *prefix, const char *run_id,
 	return 0;
 }
 
-/* Turns a missing or error reply into errstr; returns 0 when r is usable. */
-static int reply_check(redisContext *c, redisReply *r, const char *what,
-                       char *errstr, size_t errstr_size)
-{
-	if (!r) {
-		snprintf(errstr, errstr_size, "redis %s: %s", what,
-		         c->errstr[0] ? c->errstr : "connection lost");
-		return -1;
-	}
-	if (r->type == REDIS_REPLY_ERROR) {
-		snprintf(errstr, errstr_size, "redis %s: %.160s", what, r->str);
-		return -1;
-	}
-	return 0;
-}
-
-static long long reply_ll(const redisReply *r)
-{
-	if (r->type == REDIS_REPLY_INTEGER)
-		return r->integer;
-	if (r->type == REDIS_REPLY_STRING) {
-		char *end = NULL;
-		long long v = strtoll(r->str, &end, 10);
-		return v;
-	}
-	return 0;
-}
-
 int rn_runstate_claim(redisContext *c, const char *prefix, const char *run_id,
                       const char *worker_id, int64_t lease_ms, int64_t enqueued_at,
                       int64_t ttl_sec, rn_claim_t *out,
@@ -193,7 +167,7 @@ int rn_runstate_claim(redisContext *c, const char *prefix, const char *run_id,
 	const char *argv[] = { "EVAL", lua_claim, "4", k.state, k.out, k.ctl, k.leases,
 	                       run_id, worker_id, a_lease, a_enq, a_ttl, a_ret };
 	redisReply *r = redisCommandArgv(c, 13, argv, NULL);
-	if (reply_check(c, r, "claim", errstr, errstr_size) < 0) {
+	if (rn_redis_reply_check(c, r, "claim", errstr, errstr_size) < 0) {
 		if (r)
 			freeReplyObject(r);
 		return -1;
@@ -215,8 +189,8 @@ int rn_runstate_claim(redisContext *c, const char *prefix, const char *run_id,
 		out->status = RN_CLAIM_LOST;
 	else
 		out->status = RN_CLAIM_CANCEL;
-	out->seq_base = reply_ll(r->element[1]);
-	out->now_ms = reply_ll(r->element[2]);
+	out->seq_base = rn_redis_reply_ll(r->element[1]);
+	out->now_ms = rn_redis_reply_ll(r->element[2]);
 	if (r->element[3]->type == REDIS_REPLY_STRING)
 		snprintf(out->detail, sizeof(out->detail), "%s", r->element[3]->str);
 	freeReplyObject(r);
@@ -230,15 +204,8 @@ int rn_runstate_start(redisContext *c, const char *prefix, const char *run_id,
 	if (keys_make(&k, prefix, run_id, errstr, errstr_size) < 0)
 		return -1;
 	const char *argv[] = { "EVAL", lua_start, "1", k.state, worker_id };
-	redisReply *r = redisCommandArgv(c, 5, argv, NULL);
-	if (reply_check(c, r, "start", errstr, errstr_size) < 0) {
-		if (r)
-			freeReplyObject(r);
-		return -1;
-	}
-	int ret = reply_ll(r) == 1 ? 1 : 0;
-	freeReplyObject(r);
-	return ret;
+	long long v = rn_redis_command_ll(c, 5, argv, NULL, "start", errstr, errstr_size);
+	return v < 0 ? -1 : v == 1;
 }
 
 int rn_runstate_heartbeat(redisContext *c, const char *prefix,
@@ -274,7 +241,7 @@ int rn_runstate_heartbeat(redisContext *c, const char *prefix,
 			ret = -1;
 			owned[i] = 1; /* unknown: do not stop a run on a script error */
 		} else {
-			owned[i] = reply_ll(r) == 1;
+			owned[i] = rn_redis_reply_ll(r) == 1;
 		}
 		freeReplyObject(r);
 	}
@@ -294,15 +261,8 @@ static int finish_eval(redisContext *c, const keys_t *k, const char *run_id,
 	for (size_t i = 0; i < 13; i++)
 		lens[i] = strlen(argv[i]);
 	lens[7] = len;
-	redisReply *r = redisCommandArgv(c, 13, argv, lens);
-	if (reply_check(c, r, "finish", errstr, errstr_size) < 0) {
-		if (r)
-			freeReplyObject(r);
-		return -1;
-	}
-	int ret = reply_ll(r) == 1 ? 1 : 0;
-	freeReplyObject(r);
-	return ret;
+	long long v = rn_redis_command_ll(c, 13, argv, lens, "finish", errstr, errstr_size);
+	return v < 0 ? -1 : v == 1;
 }
 
 int rn_runstate_finish(redisContext *c, const char *prefix, const char *run_id,
@@ -327,7 +287,7 @@ int rn_runstate_sweep(redisContext *c, const char *prefix, int64_t retention_sec
 	snprintf(leases, sizeof(leases), "%s:leases", prefix);
 
 	redisReply *t = redisCommand(c, "TIME");
-	if (reply_check(c, t, "sweep", errstr, errstr_size) < 0) {
+	if (rn_redis_reply_check(c, t, "sweep", errstr, errstr_size) < 0) {
 		if (t)
 			freeReplyObject(t);
 		return -1;
@@ -337,14 +297,14 @@ int rn_runstate_sweep(redisContext *c, const char *prefix, int64_t retention_sec
 		freeReplyObject(t);
 		return -1;
 	}
-	long long now = reply_ll(t->element[0]) * 1000 + reply_ll(t->element[1]) / 1000;
+	long long now = rn_redis_reply_ll(t->element[0]) * 1000 + rn_redis_reply_ll(t->element[1]) / 1000;
 	freeReplyObject(t);
 
 	snprintf(a_now, sizeof(a_now), "%lld", now);
 	snprintf(a_max, sizeof(a_max), "%zu", max);
 	const char *argv[] = { "ZRANGEBYSCORE", leases, "-inf", a_now, "LIMIT", "0", a_max };
 	redisReply *r = redisCommandArgv(c, 7, argv, NULL);
-	if (reply_check(c, r, "sweep", errstr, errstr_size) < 0) {
+	if (rn_redis_reply_check(c, r, "sweep", errstr, errstr_size) < 0) {
 		if (r)
 			freeReplyObject(r);
 		return -1;
@@ -387,7 +347,7 @@ int rn_runstate_get(redisContext *c, const char *prefix, const char *run_id,
 	if (keys_make(&k, prefix, run_id, errstr, errstr_size) < 0)
 		return -1;
 	redisReply *r = redisCommand(c, "HGET %s %s", k.state, field);
-	if (reply_check(c, r, "hget", errstr, errstr_size) < 0) {
+	if (rn_redis_reply_check(c, r, "hget", errstr, errstr_size) < 0) {
 		if (r)
 			freeReplyObject(r);
 		return -1;

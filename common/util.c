@@ -4,6 +4,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -96,4 +97,16 @@ int rn_redis_url_parse(const char *url, rn_redis_url_t *out, char *errstr, size_
 		return -1;
 	}
 	return 0;
+}
+
+void rn_stop_signals_install(void (*handler)(int))
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = handler;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
 }

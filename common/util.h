@@ -1,6 +1,6 @@
 /*
  * common/util.h - small helpers every runnel program shares: clocks, the
- * Redis URL, cleanup attributes.
+ * Redis URL, the stop signals of a blocking program.
  */
 #ifndef RUNNEL_COMMON_UTIL_H
 #define RUNNEL_COMMON_UTIL_H
@@ -28,18 +28,9 @@ typedef struct rn_redis_url {
  * the error never quotes the password. */
 int rn_redis_url_parse(const char *url, rn_redis_url_t *out, char *errstr, size_t errstr_size);
 
-/* bubblewrap-style cleanup helpers: ownership is visible at the declaration. */
-static inline void rn_cleanup_free_fn(void *p) { free(*(void **)p); }
-static inline void rn_cleanup_fd_fn(int *fd) { if (*fd >= 0) close(*fd); }
-#define rn_cleanup_free __attribute__((cleanup(rn_cleanup_free_fn)))
-#define rn_cleanup_fd   __attribute__((cleanup(rn_cleanup_fd_fn)))
-
-static inline void *rn_steal_pointer(void *pp)
-{
-	void **p = pp;
-	void *v = *p;
-	*p = NULL;
-	return v;
-}
+/* For programs without an event loop (the CLI, runnel-agent): handler runs
+ * on SIGTERM and SIGINT (no SA_RESTART, so a blocking call returns EINTR),
+ * and SIGPIPE is ignored so a closed pipe is an error, not death. */
+void rn_stop_signals_install(void (*handler)(int));
 
 #endif

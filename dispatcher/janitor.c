@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "common/redis.h"
 #include "common/runstate.h"
 
 #define KAFKA_PROBE_MS 2000
@@ -41,39 +42,15 @@ static void on_lost(const char *run_id, void *arg)
 
 static redisContext *redis_connect(dispatcher_janitor_t *j)
 {
-	const rn_redis_url_t *u = &j->d->redis_url;
-	struct timeval tv = { 1, 0 };
-	redisContext *c = redisConnectWithTimeout(u->host, u->port, tv);
+	char why[256];
+	redisContext *c = rn_redis_connect(&j->d->redis_url, 1000, 5000, why, sizeof why);
 	redisReply *r;
 
-	if (c == NULL || c->err) {
+	if (c == NULL) {
 		if (!j->redis_logged)
-			rn_log_warn(NULL, "sweep_redis_down", "cannot connect: %s", c != NULL ? c->errstr : "out of memory");
+			rn_log_warn(NULL, "sweep_redis_down", "cannot connect: %s", why);
 		j->redis_logged = 1;
-		if (c != NULL)
-			redisFree(c);
 		return NULL;
-	}
-	redisSetTimeout(c, (struct timeval){ 5, 0 });
-	if (u->password[0] != '\0') {
-		r = redisCommand(c, "AUTH %s", u->password);
-		if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-			if (r != NULL)
-				freeReplyObject(r);
-			redisFree(c);
-			return NULL;
-		}
-		freeReplyObject(r);
-	}
-	if (u->db != 0) {
-		r = redisCommand(c, "SELECT %d", u->db);
-		if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-			if (r != NULL)
-				freeReplyObject(r);
-			redisFree(c);
-			return NULL;
-		}
-		freeReplyObject(r);
 	}
 	r = redisCommand(c, "CLIENT SETNAME runnel-dispatcher-sweep");
 	if (r != NULL)

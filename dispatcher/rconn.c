@@ -11,6 +11,7 @@
 #include <hiredis/adapters/libevent.h>
 
 #include "common/log.h"
+#include "common/redis.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
@@ -24,7 +25,7 @@ struct dispatcher_rconn {
 	redisAsyncContext        *ac;
 	struct event             *ev_retry;
 	int                       up;
-	int                       backoff_ms;
+	unsigned                  attempt;   /* reconnects since the last success */
 	int                       freeing;
 	int                       logged_down;
 };
@@ -42,12 +43,11 @@ static void schedule_retry(dispatcher_rconn_t *c)
 
 	if (c->freeing)
 		return;
-	tv.tv_sec = c->backoff_ms / 1000;
-	tv.tv_usec = (c->backoff_ms % 1000) * 1000;
+	long ms = rn_backoff_ms(c->attempt++, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
+
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
 	event_add(c->ev_retry, &tv);
-	c->backoff_ms *= 2;
-	if (c->backoff_ms > BACKOFF_MAX_MS)
-		c->backoff_ms = BACKOFF_MAX_MS;
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
@@ -71,7 +71,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 		return;
 	}
 	c->up = 1;
-	c->backoff_ms = BACKOFF_MIN_MS;
+	c->attempt = 0;
 	if (c->logged_down)
 		rn_log_info(NULL, "redis_connected", "%s: connected again", c->name);
 	c->logged_down = 0;
@@ -155,7 +155,7 @@ dispatcher_rconn_t *dispatcher_rconn_new(struct event_base *base, const rn_redis
 	c->name = name;
 	c->state_cb = state_cb;
 	c->arg = arg;
-	c->backoff_ms = BACKOFF_MIN_MS;
+	c->attempt = 0;
 	c->ev_retry = evtimer_new(base, on_retry, c);
 	if (c->ev_retry == NULL) {
 		free(c);

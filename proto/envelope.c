@@ -10,6 +10,7 @@
  */
 #include "proto/envelope.h"
 #include "proto/control.h"
+#include "proto/jsonerr.h"
 #include "proto/utf8.h"
 
 #include <stdarg.h>
@@ -569,18 +570,6 @@ static void track_step(proto_env_t *env, json_t *root)
 		step_close(env, json_string_value(id), json_string_length(id));
 }
 
-static const char *json_error_words(const json_error_t *jerr)
-{
-	switch (json_error_code(jerr)) {
-	case json_error_invalid_utf8:       return "invalid UTF-8";
-	case json_error_null_character:     return "contains a NUL byte";
-	case json_error_duplicate_key:      return "duplicate key";
-	case json_error_numeric_overflow:   return "number out of range";
-	case json_error_wrong_type:         return "not a JSON object";
-	default:                            return "not JSON";
-	}
-}
-
 static int is_ws(char c)
 {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -630,14 +619,14 @@ void proto_env_process(proto_env_t *env, const char *line, size_t len,
 			json_decref(root);
 			reason(out, "not a JSON object");
 		} else {
-			reason(out, "%s", json_error_words(&jerr));
+			reason(out, "%s", proto_json_error_words(&jerr, "not JSON"));
 		}
 		goto invalid;
 	}
 
 	root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (root == NULL) {
-		reason(out, "%s", json_error_words(&jerr));
+		reason(out, "%s", proto_json_error_words(&jerr, "not JSON"));
 		goto invalid;
 	}
 	if (check_fields(env, root, out) != 0) {
@@ -689,6 +678,20 @@ invalid:
 	make_invalid(env, line, len, now_ms, out);
 }
 
+/* Hands an owned line (NULL: out of memory) to emit and frees it; nonzero
+ * when there was no line or emit asks to stop. */
+static int emit_owned(char *line, size_t len, int (*emit)(const char *line, size_t len, void *arg),
+                      void *arg)
+{
+	int stop;
+
+	if (line == NULL)
+		return -1;
+	stop = emit(line, len, arg);
+	free(line);
+	return stop;
+}
+
 size_t proto_env_close_steps(proto_env_t *env, int64_t now_ms, const char *why,
                              int (*emit)(const char *line, size_t len, void *arg),
                              void *arg)
@@ -697,7 +700,6 @@ size_t proto_env_close_steps(proto_env_t *env, int64_t now_ms, const char *why,
 	step_t *s;
 	json_t *o;
 	char *line;
-	int stop;
 
 	if (why == NULL)
 		why = "run ended";
@@ -714,11 +716,7 @@ size_t proto_env_close_steps(proto_env_t *env, int64_t now_ms, const char *why,
 			break;
 		}
 		line = dump_alloc(o, &len);
-		if (line == NULL)
-			break;
-		stop = emit(line, len, arg);
-		free(line);
-		if (stop != 0)
+		if (emit_owned(line, len, emit, arg) != 0)
 			break;
 		step_unlink(env, s);
 		count++;
@@ -806,17 +804,12 @@ size_t proto_env_close_asks(proto_env_t *env, int64_t now_ms, const char *status
 	size_t count = 0, len = 0;
 	ask_t *a;
 	char *line;
-	int stop;
 
 	for (a = env->asks; a != NULL; a = a->next) {
 		if (!a->open)
 			continue;
 		line = settle_line(a, status, NULL, NULL, now_ms, &len);
-		if (line == NULL)
-			break;
-		stop = emit(line, len, arg);
-		free(line);
-		if (stop != 0)
+		if (emit_owned(line, len, emit, arg) != 0)
 			break;
 		ask_close(env, a);
 		if (on_closed != NULL)

@@ -5,6 +5,8 @@
  */
 #include "proto/job.h"
 #include "proto/keys.h"
+#include "proto/jsonerr.h"
+#include "proto/names.h"
 #include "proto/utf8.h"
 
 #include <pthread.h>
@@ -138,18 +140,7 @@ static int check_run_id(const char *run_id, char *errstr, size_t size)
 
 int proto_tenant_valid(const char *s)
 {
-	size_t n = 0;
-	if (s == NULL)
-		return 0;
-	for (; s[n]; n++) {
-		char c = s[n];
-		if (n >= PROTO_TENANT_MAX)
-			return 0;
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '.' || c == '-'))
-			return 0;
-	}
-	return n > 0;
+	return proto_name_chars_ok(s, PROTO_TENANT_MAX, "_.-");
 }
 
 const char *proto_job_tenant(const proto_job_t *job)
@@ -427,17 +418,6 @@ out:
 	return rc;
 }
 
-static const char *json_error_words(const json_error_t *jerr)
-{
-	switch (json_error_code(jerr)) {
-	case json_error_invalid_utf8:       return "invalid UTF-8";
-	case json_error_null_character:     return "contains a NUL byte";
-	case json_error_duplicate_key:      return "duplicate key";
-	case json_error_numeric_overflow:   return "number out of range";
-	default:                            return "not valid JSON";
-	}
-}
-
 /* Optional integer field: absent or null leaves *dst 0. */
 static int take_int(json_t *root, const char *key, int64_t min, int64_t *dst,
                     char *errstr, size_t size)
@@ -611,7 +591,7 @@ int proto_job_parse(const char *buf, size_t len,
 	if (root == NULL) {
 		/* jerr.text may quote the input (an OTP): report only the position. */
 		seterr(errstr, errstr_size, "job: %s at line %d column %d",
-		       json_error_words(&jerr), jerr.line, jerr.column);
+		       proto_json_error_words(&jerr, "not valid JSON"), jerr.line, jerr.column);
 		return -1;
 	}
 	if (!json_is_object(root)) {

@@ -4,46 +4,21 @@
  */
 #include "proto/keys.h"
 #include "proto/job.h"
+#include "proto/names.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include <sodium.h>
 
-static int run_id_char(unsigned char c)
-{
-	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-	       (c >= '0' && c <= '9') || c == '_' || c == '-';
-}
-
 int proto_run_id_valid(const char *run_id)
 {
-	size_t i;
-
-	if (run_id == NULL)
-		return 0;
-	for (i = 0; run_id[i] != '\0'; i++) {
-		if (i >= PROTO_RUN_ID_MAX || !run_id_char((unsigned char)run_id[i]))
-			return 0;
-	}
-	return i > 0;
+	return proto_name_chars_ok(run_id, PROTO_RUN_ID_MAX, "_-");
 }
 
 int proto_key_prefix_valid(const char *prefix)
 {
-	size_t i;
-
-	if (prefix == NULL)
-		return 0;
-	for (i = 0; prefix[i] != '\0'; i++) {
-		unsigned char c = (unsigned char)prefix[i];
-
-		if (i >= PROTO_KEY_PREFIX_MAX)
-			return 0;
-		if (!run_id_char(c) && c != '.' && c != ':')
-			return 0;
-	}
-	return i > 0;
+	return proto_name_chars_ok(prefix, PROTO_KEY_PREFIX_MAX, "_-.:");
 }
 
 int proto_key(char *buf, size_t size, const char *prefix,

@@ -6,12 +6,14 @@
 #include "worker/agent.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sodium.h>
+
+#include "common/sandbox_layout.h"
+#include "proto/names.h"
 
 static const worker_agent_ops_t *const agents[] = {
 	&worker_agent_command,
@@ -54,93 +56,16 @@ const char *worker_agent_kinds(void)
 	return kinds_buf;
 }
 
-/* ------------------------------------------------------------------------
- * String vectors
- * ------------------------------------------------------------------------ */
-
-static int strv_take(worker_strv_t *s, char *owned)
-{
-	if (!owned)
-		return -1;
-	if (s->n + 2 > s->cap) {
-		size_t nc = s->cap ? s->cap * 2 : 16;
-		char **nv = realloc(s->v, nc * sizeof(*nv));
-		if (!nv) {
-			free(owned);
-			return -1;
-		}
-		s->v = nv;
-		s->cap = nc;
-	}
-	s->v[s->n++] = owned;
-	s->v[s->n] = NULL;
-	return 0;
-}
-
-int worker_strv_add(worker_strv_t *s, const char *str)
-{
-	return strv_take(s, strdup(str));
-}
-
-int worker_strv_addf(worker_strv_t *s, const char *fmt, ...)
-{
-	va_list ap;
-	char *p = NULL;
-	va_start(ap, fmt);
-	if (vasprintf(&p, fmt, ap) < 0)
-		p = NULL;
-	va_end(ap);
-	return strv_take(s, p);
-}
-
-int worker_strv_setenv(worker_strv_t *s, const char *name, const char *value)
-{
-	size_t nl = strlen(name);
-	for (size_t i = 0; i < s->n; i++) {
-		if (!strncmp(s->v[i], name, nl) && s->v[i][nl] == '=') {
-			char *nv = NULL;
-			if (asprintf(&nv, "%s=%s", name, value) < 0)
-				return -1;
-			sodium_memzero(s->v[i], strlen(s->v[i]));
-			free(s->v[i]);
-			s->v[i] = nv;
-			return 0;
-		}
-	}
-	return worker_strv_addf(s, "%s=%s", name, value);
-}
-
-void worker_strv_free(worker_strv_t *s)
-{
-	for (size_t i = 0; i < s->n; i++) {
-		sodium_memzero(s->v[i], strlen(s->v[i]));
-		free(s->v[i]);
-	}
-	free(s->v);
-	memset(s, 0, sizeof(*s));
-}
-
 void worker_agent_launch_free(worker_agent_launch_t *l)
 {
-	worker_strv_free(&l->argv);
-	worker_strv_free(&l->ro_binds);
-	worker_strv_free(&l->env);
+	rn_strv_free(&l->argv);
+	rn_strv_free(&l->ro_binds);
+	rn_strv_free(&l->env);
 }
 
 /* ------------------------------------------------------------------------
  * Envelope-native agents: the turn and the control lines
  * ------------------------------------------------------------------------ */
-
-int worker_agent_skill_name_ok(const char *name)
-{
-	if (!name || !*name || strlen(name) > 128 || !strcmp(name, ".") || !strcmp(name, ".."))
-		return 0;
-	for (const char *p = name; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-		      *p == '_' || *p == '-' || *p == '.'))
-			return 0;
-	return 1;
-}
 
 /* A compact JSON dump plus a newline; the dump is wiped (it may hold the
  * prompt).  NULL out of memory. */
@@ -176,9 +101,9 @@ char *worker_agent_turn_line(const worker_agent_ctx_t *ctx, size_t *lenp)
 			continue;
 		json_object_del(c, "zip_url");
 		const char *name = json_string_value(json_object_get(c, "name"));
-		if (name && worker_agent_skill_name_ok(name)) {
+		if (name && proto_skill_name_valid(name)) {
 			char path[256];
-			snprintf(path, sizeof(path), "/root/skills/%s", name);
+			snprintf(path, sizeof(path), RN_SANDBOX_SKILLS "/%s", name);
 			json_object_set_new(c, "path", json_string(path));
 		}
 		json_array_append_new(skills, c);

@@ -28,13 +28,15 @@
 
 #include <jansson.h>
 
+#include "common/sandbox_layout.h"
+#include "common/strv.h"
 #include "proto/job.h"
 #include "worker/bootstrap.h"
 #include "worker/config.h"
 
 /* Where the worker binds its own helper binaries inside the sandbox (a tmpfs
  * under /run: the read-only host /usr has no /usr/libexec/runnel). */
-#define WORKER_AGENT_BIN_DIR "/run/runnel"
+#define WORKER_AGENT_BIN_DIR RN_SANDBOX_BIN_DIR
 
 /* Permission modes (SPEC §5): what an agent does when a tool needs approval. */
 #define WORKER_PERM_BYPASS "bypass"   /* approve: the sandbox is the boundary */
@@ -45,26 +47,11 @@
 #define WORKER_ASK_ALLOW_ONCE  "allow_once"
 #define WORKER_ASK_REJECT_ONCE "reject_once"
 
-/* A growable NULL-terminated string vector; its strings are wiped on free
- * (an environment may hold /env secrets). */
-typedef struct worker_strv {
-	char **v;       /* NULL-terminated (NULL while empty) */
-	size_t n, cap;
-} worker_strv_t;
-
-/* Adds a copy of s.  0, or -1 out of memory. */
-int worker_strv_add(worker_strv_t *s, const char *str);
-/* Adds printf output.  0, or -1 out of memory. */
-int worker_strv_addf(worker_strv_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Sets NAME=value, replacing an earlier NAME.  0, or -1 out of memory. */
-int worker_strv_setenv(worker_strv_t *s, const char *name, const char *value);
-void worker_strv_free(worker_strv_t *s);
-
 /* What prepare fills: how the sandbox starts the agent. */
 typedef struct worker_agent_launch {
-	worker_strv_t argv;      /* the agent's argv as seen inside the sandbox */
-	worker_strv_t ro_binds;  /* extra read-only binds "host:sandbox" */
-	worker_strv_t env;       /* extra NAME=value, applied after the /env variables
+	rn_strv_t argv;      /* the agent's argv as seen inside the sandbox */
+	rn_strv_t ro_binds;  /* extra read-only binds "host:sandbox" */
+	rn_strv_t env;       /* extra NAME=value, applied after the /env variables
 	                          * (RUNNEL_RUN_ID and the workspace API stay runnel's) */
 	int share_net;           /* 1: the sandbox shares the host network; starts as
 	                          * the worker's --sandbox-net default */
@@ -149,9 +136,6 @@ char *worker_agent_turn_line(const worker_agent_ctx_t *ctx, size_t *lenp);
  * newline included.  malloc'd, NULL out of memory.
  */
 char *worker_agent_reply_line(const worker_agent_reply_t *reply, size_t *lenp);
-
-/* 1 when name is a safe single path component for /root/skills/<name>. */
-int worker_agent_skill_name_ok(const char *name);
 
 /* Resolves the permission mode: the config's `permission_mode`, else the
  * job's, else bypass.  Returns a WORKER_PERM_* constant, or NULL with

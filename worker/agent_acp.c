@@ -19,10 +19,11 @@
 #include <sodium.h>
 
 #include "common/log.h"
+#include "common/sandbox_layout.h"
 #include "common/util.h"
 
 #define ACP_PROTOCOL_VERSION 1
-#define ACP_WORKSPACE        "/root/workspace"
+#define ACP_WORKSPACE        RN_SANDBOX_WORKSPACE
 #define ACP_STEPS_MAX        1024
 #define ACP_ASKS_MAX         64
 #define ACP_SECRETS_MAX      32
@@ -1220,7 +1221,7 @@ static int env_default(worker_agent_launch_t *l, const worker_boot_t *boot, cons
 {
 	if (json_object_get(boot->variables, name))
 		return 0;
-	return worker_strv_setenv(&l->env, name, value);
+	return rn_strv_setenv(&l->env, name, value);
 }
 
 /* A TOML basic string for codex's -c key=value (JSON escapes are TOML's). */
@@ -1231,7 +1232,7 @@ static int codex_opt(worker_agent_launch_t *l, const char *key, const char *valu
 	json_decref(v);
 	if (!q)
 		return -1;
-	int rc = worker_strv_add(&l->argv, "-c") < 0 || worker_strv_addf(&l->argv, "%s=%s", key, q) < 0 ? -1 : 0;
+	int rc = rn_strv_add(&l->argv, "-c") < 0 || rn_strv_addf(&l->argv, "%s=%s", key, q) < 0 ? -1 : 0;
 	free(q);
 	return rc;
 }
@@ -1276,16 +1277,16 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 	/* The prefix and Node.js are bound for raw argv too, so an ACP agent
 	 * added to agents/package.json runs as [node, prefix/node_modules/...]. */
 	if (bwrap && cfg->acp_prefix && *cfg->acp_prefix &&
-	    worker_strv_addf(&l->ro_binds, "%s:%s", cfg->acp_prefix, WORKER_ACP_PREFIX_IN_SANDBOX) < 0)
+	    rn_strv_addf(&l->ro_binds, "%s:%s", cfg->acp_prefix, WORKER_ACP_PREFIX_IN_SANDBOX) < 0)
 		goto oom;
 	if (bwrap && cfg->node_path[0] &&
-	    worker_strv_addf(&l->ro_binds, "%s:%s", cfg->node_path, WORKER_ACP_NODE_IN_SANDBOX) < 0)
+	    rn_strv_addf(&l->ro_binds, "%s:%s", cfg->node_path, WORKER_ACP_NODE_IN_SANDBOX) < 0)
 		goto oom;
 
 	switch (o.preset) {
 	case WORKER_ACP_PRESET_CLAUDE:
-		if (worker_strv_add(&l->argv, node) < 0 ||
-		    worker_strv_addf(&l->argv, "%s/node_modules/@zed-industries/claude-agent-acp/dist/index.js", prefix) < 0)
+		if (rn_strv_add(&l->argv, node) < 0 ||
+		    rn_strv_addf(&l->argv, "%s/node_modules/@zed-industries/claude-agent-acp/dist/index.js", prefix) < 0)
 			goto oom;
 		/* No telemetry, update checks or error reports; IS_SANDBOX lets
 		 * root use bypassPermissions (the sandbox is the boundary). */
@@ -1304,7 +1305,7 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 #if defined(__aarch64__)
 		arch = "arm64";
 #endif
-		if (worker_strv_addf(&l->argv, "%s/node_modules/@zed-industries/codex-acp-linux-%s/bin/codex-acp",
+		if (rn_strv_addf(&l->argv, "%s/node_modules/@zed-industries/codex-acp-linux-%s/bin/codex-acp",
 		                     prefix, arch) < 0)
 			goto oom;
 		/* An OpenAI-compatible endpoint from /env becomes a provider of
@@ -1317,8 +1318,8 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 		     codex_opt(l, "model_providers.runnel.env_key", "OPENAI_API_KEY") < 0 ||
 		     codex_opt(l, "model_providers.runnel.wire_api", "responses") < 0))
 			goto oom;
-		if (worker_strv_add(&l->argv, "-c") < 0 || worker_strv_add(&l->argv, "analytics.enabled=false") < 0 ||
-		    worker_strv_add(&l->argv, "-c") < 0 || worker_strv_add(&l->argv, "features.plugins=false") < 0)
+		if (rn_strv_add(&l->argv, "-c") < 0 || rn_strv_add(&l->argv, "analytics.enabled=false") < 0 ||
+		    rn_strv_add(&l->argv, "-c") < 0 || rn_strv_add(&l->argv, "features.plugins=false") < 0)
 			goto oom;
 		if (boot->model && *boot->model && codex_opt(l, "model", boot->model) < 0)
 			goto oom;
@@ -1342,7 +1343,7 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 				snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
 				return -1;
 			}
-			if (worker_strv_add(&l->argv, json_string_value(v)) < 0)
+			if (rn_strv_add(&l->argv, json_string_value(v)) < 0)
 				goto oom;
 		}
 		break;

@@ -38,10 +38,10 @@ static int builtin_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t 
 		return -1;
 	}
 	if (cfg->driver == WORKER_SANDBOX_BWRAP) {
-		if (worker_strv_add(&launch->argv, BUILTIN_IN_SANDBOX) < 0 ||
-		    worker_strv_addf(&launch->ro_binds, "%s:%s", cfg->builtin_agent_path, BUILTIN_IN_SANDBOX) < 0)
+		if (rn_strv_add(&launch->argv, BUILTIN_IN_SANDBOX) < 0 ||
+		    rn_strv_addf(&launch->ro_binds, "%s:%s", cfg->builtin_agent_path, BUILTIN_IN_SANDBOX) < 0)
 			goto oom;
-	} else if (worker_strv_add(&launch->argv, cfg->builtin_agent_path) < 0) {
+	} else if (rn_strv_add(&launch->argv, cfg->builtin_agent_path) < 0) {
 		goto oom;
 	}
 	for (size_t i = 0; i < sizeof(builtin_flags) / sizeof(builtin_flags[0]); i++) {
@@ -54,8 +54,8 @@ static int builtin_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t 
 			         builtin_flags[i].min, builtin_flags[i].max);
 			return -1;
 		}
-		if (worker_strv_add(&launch->argv, builtin_flags[i].flag) < 0 ||
-		    worker_strv_addf(&launch->argv, "%lld", (long long)json_integer_value(v)) < 0)
+		if (rn_strv_add(&launch->argv, builtin_flags[i].flag) < 0 ||
+		    rn_strv_addf(&launch->argv, "%lld", (long long)json_integer_value(v)) < 0)
 			goto oom;
 	}
 	/* The model API is outside: builtin shares the host network until the

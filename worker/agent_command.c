@@ -70,7 +70,7 @@ static int command_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t 
 			snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
 			return -1;
 		}
-		if (worker_strv_add(&launch->argv, json_string_value(v)) < 0) {
+		if (rn_strv_add(&launch->argv, json_string_value(v)) < 0) {
 			snprintf(errstr, errstr_size, "out of memory");
 			return -1;
 		}

@@ -24,11 +24,11 @@ static int mock_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *la
 	}
 	int bad;
 	if (cfg->driver == WORKER_SANDBOX_BWRAP)
-		bad = worker_strv_add(&launch->argv, MOCK_AGENT_IN_SANDBOX) < 0 ||
-		      worker_strv_addf(&launch->ro_binds, "%s:%s", cfg->mock_agent_path, MOCK_AGENT_IN_SANDBOX) < 0;
+		bad = rn_strv_add(&launch->argv, MOCK_AGENT_IN_SANDBOX) < 0 ||
+		      rn_strv_addf(&launch->ro_binds, "%s:%s", cfg->mock_agent_path, MOCK_AGENT_IN_SANDBOX) < 0;
 	else
-		bad = worker_strv_add(&launch->argv, cfg->mock_agent_path) < 0;
-	if (bad || worker_strv_add(&launch->argv, script) < 0) {
+		bad = rn_strv_add(&launch->argv, cfg->mock_agent_path) < 0;
+	if (bad || rn_strv_add(&launch->argv, script) < 0) {
 		snprintf(errstr, errstr_size, "out of memory");
 		return -1;
 	}

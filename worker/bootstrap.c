@@ -16,6 +16,7 @@
 
 #include <curl/curl.h>
 
+#include "proto/names.h"
 #include "worker/httpc.h"
 
 #define DEF_CONNECT_MS   5000L
@@ -125,16 +126,6 @@ static void quote(const char *s, char *out, size_t out_size)
 	out[o] = '\0';
 }
 
-static int env_name_ok(const char *n)
-{
-	if (!*n || (!isalpha((unsigned char)*n) && *n != '_'))
-		return 0;
-	for (; *n; n++)
-		if (!isalnum((unsigned char)*n) && *n != '_')
-			return 0;
-	return 1;
-}
-
 static int check_env(json_t *env, worker_boot_t *boot, char *errstr, size_t errstr_size)
 {
 	json_t *vars = json_object_get(env, "variables");
@@ -149,7 +140,7 @@ static int check_env(json_t *env, worker_boot_t *boot, char *errstr, size_t errs
 		json_object_foreach(vars, k, v) {
 			char q[NAME_QUOTE_MAX + 1];
 			quote(k, q, sizeof(q));
-			if (!env_name_ok(k)) {
+			if (!proto_env_name_valid(k)) {
 				snprintf(errstr, errstr_size, "GET /env: variable name \"%s\" is not valid", q);
 				return -1;
 			}
@@ -198,16 +189,6 @@ static int opt_type(json_t *obj, const char *key, json_type type, const char *wh
 	return 0;
 }
 
-static int skill_name_ok(const char *n)
-{
-	if (!*n || strcmp(n, ".") == 0 || strcmp(n, "..") == 0 || strlen(n) > 128)
-		return 0;
-	for (; *n; n++)
-		if (!isalnum((unsigned char)*n) && *n != '_' && *n != '-' && *n != '.')
-			return 0;
-	return 1;
-}
-
 static int check_config(json_t *cfg, worker_boot_t *boot, char *errstr, size_t errstr_size)
 {
 	json_t *v;
@@ -233,7 +214,7 @@ static int check_config(json_t *cfg, worker_boot_t *boot, char *errstr, size_t e
 			         "GET /config: skills[%zu] is not {\"name\":\"...\",\"zip_url\":\"...\"}", i);
 			return -1;
 		}
-		if (!skill_name_ok(name)) {
+		if (!proto_skill_name_valid(name)) {
 			char q[NAME_QUOTE_MAX + 1];
 			quote(name, q, sizeof(q));
 			snprintf(errstr, errstr_size, "GET /config: skill name \"%s\" is not valid", q);

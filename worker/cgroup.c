@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/util.h"
 
 #define CPU_PERIOD_US 100000
@@ -70,15 +71,7 @@ static ssize_t read_file(const char *dir, const char *file, char *buf, size_t si
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	size_t got = 0;
-	while (got + 1 < size) {
-		ssize_t n = read(fd, buf + got, size - 1 - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
+	size_t got = rn_read_full(fd, buf, size - 1);
 	close(fd);
 	buf[got] = '\0';
 	return (ssize_t)got;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/redis.h"
 #include "proto/keys.h"
 #include "worker/publish.h"
 
@@ -277,7 +278,7 @@ static void *control_main(void *arg)
 			if (!c) {
 				if (attempt++ % 20 == 0)
 					rn_log_warn(NULL, "control_reconnect", "%s; retrying", err);
-				sleep_ms(attempt < 5 ? 50L << attempt : 1000);
+				sleep_ms(rn_backoff_ms(attempt, 50, 1000));
 				continue;
 			}
 			attempt = 0;

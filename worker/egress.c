@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/io.h"
 #include "common/util.h"
 
 #define NOTES_MAX        100
@@ -258,20 +259,6 @@ static void untrack_close(worker_egress_t *e, int fd)
 	close(fd);
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 static void answer(int fd, const char *status, const char *text)
 {
 	char buf[512];
@@ -279,7 +266,7 @@ static void answer(int fd, const char *status, const char *text)
 	                 "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
 	                 "Connection: close\r\n\r\n%s", status, strlen(text), text);
 	if (n > 0 && (size_t)n < sizeof(buf))
-		write_all(fd, buf, (size_t)n);
+		rn_write_all(fd, buf, (size_t)n, RN_IO_SOCKET);
 }
 
 /* Reads until the end of the head; returns its length (including the blank
@@ -433,46 +420,7 @@ static void relay(int a, int b)
 	char *buf = malloc(RELAY_CHUNK);
 	if (!buf)
 		return;
-	int open_a = 1, open_b = 1;   /* a -> b, b -> a still flowing */
-	while (open_a || open_b) {
-		struct pollfd p[2];
-		int n = 0, ia = -1, ib = -1;
-		if (open_a) {
-			ia = n;
-			p[n++] = (struct pollfd){ a, POLLIN, 0 };
-		}
-		if (open_b) {
-			ib = n;
-			p[n++] = (struct pollfd){ b, POLLIN, 0 };
-		}
-		int pr = poll(p, (nfds_t)n, -1);
-		if (pr < 0 && errno == EINTR)
-			continue;
-		if (pr < 0)
-			break;
-		if (ia >= 0 && p[ia].revents) {
-			ssize_t r = recv(a, buf, RELAY_CHUNK, 0);
-			if (r > 0 && write_all(b, buf, (size_t)r) == 0)
-				continue;
-			if (r < 0 && errno == EINTR)
-				continue;
-			open_a = 0;
-			shutdown(b, SHUT_WR);
-			if (r < 0)
-				break;
-		}
-		if (ib >= 0 && p[ib].revents) {
-			ssize_t r = recv(b, buf, RELAY_CHUNK, 0);
-			if (r > 0 && write_all(a, buf, (size_t)r) == 0)
-				continue;
-			if (r < 0 && errno == EINTR)
-				continue;
-			open_b = 0;
-			shutdown(a, SHUT_WR);
-			if (r < 0)
-				break;
-		}
-	}
+	rn_relay(a, b, buf, RELAY_CHUNK);
 	free(buf);
 }
 
@@ -604,8 +552,8 @@ static void serve(conn_t *c)
 	int ok;
 	if (is_connect) {
 		static const char est[] = "HTTP/1.1 200 Connection established\r\n\r\n";
-		ok = write_all(c->cfd, est, sizeof(est) - 1) == 0 &&
-		     (got == hl || write_all(ufd, buf + hl, got - hl) == 0);
+		ok = rn_write_all(c->cfd, est, sizeof(est) - 1, RN_IO_SOCKET) == 0 &&
+		     (got == hl || rn_write_all(ufd, buf + hl, got - hl, RN_IO_SOCKET) == 0);
 	} else {
 		/* METHOD path VERSION, then the headers without Proxy-*. */
 		char *method_end = sp1;
@@ -613,12 +561,12 @@ static void serve(conn_t *c)
 		size_t rest_len = strip_proxy_headers(rest, hl - (size_t)(rest - buf));
 		static const char close_hdr[] = "Connection: close\r\n\r\n";
 		ok = rest_len >= 4 &&   /* the request line's CRLF and the blank line */
-		     write_all(ufd, buf, (size_t)(method_end - buf) + 1) == 0 &&
-		     write_all(ufd, path, path_len) == 0 &&
-		     write_all(ufd, sp2, (size_t)(eol - sp2)) == 0 &&
-		     write_all(ufd, rest, rest_len - 2) == 0 &&
-		     write_all(ufd, close_hdr, sizeof(close_hdr) - 1) == 0 &&
-		     (got == hl || write_all(ufd, buf + hl, got - hl) == 0);
+		     rn_write_all(ufd, buf, (size_t)(method_end - buf) + 1, RN_IO_SOCKET) == 0 &&
+		     rn_write_all(ufd, path, path_len, RN_IO_SOCKET) == 0 &&
+		     rn_write_all(ufd, sp2, (size_t)(eol - sp2), RN_IO_SOCKET) == 0 &&
+		     rn_write_all(ufd, rest, rest_len - 2, RN_IO_SOCKET) == 0 &&
+		     rn_write_all(ufd, close_hdr, sizeof(close_hdr) - 1, RN_IO_SOCKET) == 0 &&
+		     (got == hl || rn_write_all(ufd, buf + hl, got - hl, RN_IO_SOCKET) == 0);
 	}
 	free(buf);
 	if (ok)

@@ -27,51 +27,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define CHUNK (16 * 1024)
+#include "common/io.h"
 
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
+#define CHUNK (16 * 1024)
 
 static void relay(int a, int b)
 {
 	static char buf[CHUNK];
-	int open_a = 1, open_b = 1;
-	while (open_a || open_b) {
-		struct pollfd p[2] = { { open_a ? a : -1, POLLIN, 0 }, { open_b ? b : -1, POLLIN, 0 } };
-		int pr = poll(p, 2, -1);
-		if (pr < 0 && errno == EINTR)
-			continue;
-		if (pr < 0)
-			return;
-		for (int i = 0; i < 2; i++) {
-			if (!p[i].revents)
-				continue;
-			int from = i ? b : a, to = i ? a : b;
-			ssize_t r = recv(from, buf, sizeof(buf), 0);
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r > 0 && write_all(to, buf, (size_t)r) == 0)
-				continue;
-			if (i)
-				open_b = 0;
-			else
-				open_a = 0;
-			shutdown(to, SHUT_WR);
-			if (r < 0)
-				return;
-		}
-	}
+	rn_relay(a, b, buf, sizeof(buf));
 }
 
 static void serve(int lfd, const char *sock)

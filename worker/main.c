@@ -27,6 +27,7 @@
 #include <event2/thread.h>
 
 #include "common/log.h"
+#include "common/redis.h"
 #include "common/runqueue.h"
 #include "common/runstate.h"
 #include "common/util.h"
@@ -105,9 +106,7 @@ static redisContext *main_redis(worker_t *w)
 	char err[256];
 	w->rc = worker_redis_connect(&w->cfg.redis, 500, err, sizeof(err));
 	if (!w->rc) {
-		long back = 50L << (w->rc_attempt < 5 ? w->rc_attempt : 5);
-		if (back > 2000)
-			back = 2000;
+		long back = rn_backoff_ms(w->rc_attempt, 50, 1600);
 		w->rc_attempt++;
 		w->rc_retry_at = now + back;
 		if (w->rc_attempt == 1 || w->rc_attempt % 20 == 0)

@@ -25,6 +25,7 @@
 
 #include <jansson.h>
 
+#include "common/sandbox_layout.h"
 #include "common/util.h"
 
 #define TURN_MAX     (4 * 1024 * 1024)  /* bytes of the turn line */
@@ -233,6 +234,18 @@ static void emit_step(const char *id, const char *name, const char *status,
 	emit(o);
 }
 
+/* The final result of a scripted turn: "Done: <prompt>". */
+static void emit_done(const char *prompt)
+{
+	size_t n = strlen(prompt) + 64;
+	char *msg = malloc(n);
+	if (!msg)
+		exit(2);
+	snprintf(msg, n, "Done: %s", prompt);
+	emit_result(msg);
+	free(msg);
+}
+
 static void script_demo(const char *prompt)
 {
 	static const char *const names[] = {
@@ -249,13 +262,7 @@ static void script_demo(const char *prompt)
 		emit_step(id, names[i], "succeeded", rn_mono_ms() - t0);
 		wait_ms(100);
 	}
-	size_t n = strlen(prompt) + 64;
-	char *msg = malloc(n);
-	if (!msg)
-		exit(2);
-	snprintf(msg, n, "Done: %s", prompt);
-	emit_result(msg);
-	free(msg);
+	emit_done(prompt);
 }
 
 /* The agent writes into its workspace's assets/ folder. */
@@ -263,8 +270,8 @@ static void script_files(long n)
 {
 	char dir[PATH_MAX];
 	struct stat st;
-	if (stat("/root/workspace", &st) == 0 && S_ISDIR(st.st_mode))
-		snprintf(dir, sizeof(dir), "/root/workspace/assets");
+	if (stat(RN_SANDBOX_WORKSPACE, &st) == 0 && S_ISDIR(st.st_mode))
+		snprintf(dir, sizeof(dir), RN_SANDBOX_WORKSPACE "/assets");
 	else
 		snprintf(dir, sizeof(dir), "assets");
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -361,13 +368,7 @@ static void script_ask(json_t *turn, const char *prompt)
 	}
 	emit(json_pack("{s:s,s:s,s:s,s:s,s:{s:b},s:I}", "type", "step", "id", "step_1", "name", "Bash",
 	               "status", "succeeded", "result", "ok", 1, "durationMs", (json_int_t)(rn_mono_ms() - t0)));
-	size_t n = strlen(prompt) + 64;
-	char *msg = malloc(n);
-	if (!msg)
-		exit(2);
-	snprintf(msg, n, "Done: %s", prompt);
-	emit_result(msg);
-	free(msg);
+	emit_done(prompt);
 }
 
 static void usage_error(const char *script)

@@ -11,47 +11,17 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "common/redis.h"
 
 redisContext *worker_redis_connect(const rn_redis_url_t *url, int timeout_ms,
                                    char *errstr, size_t errstr_size)
 {
-	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
-	redisContext *c = redisConnectWithTimeout(url->host, url->port, tv);
-	if (!c) {
-		snprintf(errstr, errstr_size, "redis %s:%d: out of memory", url->host, url->port);
-		return NULL;
-	}
-	if (c->err) {
-		snprintf(errstr, errstr_size, "redis %s:%d: %s", url->host, url->port, c->errstr);
-		redisFree(c);
-		return NULL;
-	}
+	char why[256];
 	/* Replies may take a while under load, but a dead server must not hang a run. */
-	struct timeval rtv = { 10, 0 };
-	redisSetTimeout(c, rtv);
-	redisEnableKeepAlive(c);
-	if (url->password[0]) {
-		redisReply *r = redisCommand(c, "AUTH %s", url->password);
-		if (!r || r->type == REDIS_REPLY_ERROR) {
-			snprintf(errstr, errstr_size, "redis %s:%d: authentication failed", url->host, url->port);
-			if (r)
-				freeReplyObject(r);
-			redisFree(c);
-			return NULL;
-		}
-		freeReplyObject(r);
-	}
-	if (url->db) {
-		redisReply *r = redisCommand(c, "SELECT %d", url->db);
-		if (!r || r->type == REDIS_REPLY_ERROR) {
-			snprintf(errstr, errstr_size, "redis %s:%d: SELECT %d failed", url->host, url->port, url->db);
-			if (r)
-				freeReplyObject(r);
-			redisFree(c);
-			return NULL;
-		}
-		freeReplyObject(r);
-	}
+	redisContext *c = rn_redis_connect(url, timeout_ms, 10000, why, sizeof(why));
+
+	if (!c)
+		snprintf(errstr, errstr_size, "redis %s:%d: %s", url->host, url->port, why);
 	return c;
 }
 
@@ -123,11 +93,7 @@ int worker_pub_add(worker_pub_t *p, const char *line, size_t len)
 
 void worker_pub_backoff(worker_pub_t *p, unsigned attempt)
 {
-	long ms = 50;
-	for (unsigned i = 0; i < attempt && ms < 2000; i++)
-		ms *= 2;
-	if (ms > 2000)
-		ms = 2000;
+	long ms = rn_backoff_ms(attempt, 50, 2000);
 	while (ms > 0 && !(p->stop && worker_stopword_given_up(p->stop))) {
 		long slice = ms > 50 ? 50 : ms;
 		struct timespec ts = { 0, slice * 1000000L };

@@ -70,7 +70,7 @@ int worker_pub_add(worker_pub_t *p, const char *line, size_t len);
 static inline size_t worker_pub_pending(const worker_pub_t *p) { return p->n; }
 
 /*
- * Writes the batch, retrying with backoff (50 ms doubling to 2 s) across
+ * Writes the batch, retrying with backoff (50 ms doubling to 2 s, jittered) across
  * disconnects and transient errors (LOADING, ...).  0 when Redis holds
  * every line; -1 only when the stop word gave up first.
  */

@@ -26,9 +26,11 @@
 #include <sodium.h>
 
 #include "common/log.h"
+#include "common/sandbox_layout.h"
 #include "common/util.h"
 #include "proto/envelope.h"
 #include "proto/keys.h"
+#include "proto/names.h"
 #include "worker/agent.h"
 #include "worker/agent_loop.h"
 #include "worker/bootstrap.h"
@@ -52,7 +54,6 @@
 #endif
 
 #define RUN_ENV_MAX        4096
-#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 /* Everything the run's thread holds; lives on the thread's stack or heap. */
 typedef struct run_io {
@@ -465,27 +466,17 @@ static void guard_end(run_io_t *io)
  * Sandbox preparation
  * ------------------------------------------------------------------------ */
 
-static int env_set(worker_strv_t *e, const char *name, const char *value)
+static int env_set(rn_strv_t *e, const char *name, const char *value)
 {
-	return worker_strv_setenv(e, name, value);
-}
-
-static int env_name_ok(const char *k)
-{
-	if (!*k || strlen(k) > 256)
-		return 0;
-	for (const char *p = k; *p; p++)
-		if (*p == '=' || (unsigned char)*p < 0x21)
-			return 0;
-	return 1;
+	return rn_strv_setenv(e, name, value);
 }
 
 /* The sandbox's whole environment: /env variables, then what runnel sets. */
 static int build_env(const worker_run_t *run, const worker_boot_t *boot,
-                     const worker_agent_launch_t *launch, const char *meta_dir, worker_strv_t *e,
+                     const worker_agent_launch_t *launch, const char *meta_dir, rn_strv_t *e,
                      char *errstr, size_t errstr_size)
 {
-	if (env_set(e, "HOME", "/root") < 0 || env_set(e, "PATH", DEFAULT_PATH) < 0)
+	if (env_set(e, "HOME", RN_SANDBOX_HOME) < 0 || env_set(e, "PATH", RN_SANDBOX_PATH) < 0)
 		goto oom;
 	const char *k;
 	json_t *v;
@@ -493,7 +484,7 @@ static int build_env(const worker_run_t *run, const worker_boot_t *boot,
 	json_object_foreach(boot->variables, k, v) {
 		if (!json_is_string(v))
 			continue;
-		if (!env_name_ok(k)) {
+		if (!proto_env_name_valid(k)) {
 			snprintf(errstr, errstr_size, "the /env variable name \"%.64s\" is not usable", k);
 			return -1;
 		}
@@ -617,7 +608,7 @@ static void run_pipeline(run_io_t *io)
 	worker_boot_t boot;
 	worker_ws_t ws;
 	int have_ws = 0;
-	worker_strv_t envv = { 0 };
+	rn_strv_t envv = { 0 };
 	worker_agent_launch_t launch;
 	const worker_agent_ops_t *ops = NULL;
 	void *astate = NULL;
@@ -717,7 +708,7 @@ static void run_pipeline(run_io_t *io)
 		const char *name = json_string_value(json_object_get(skill, "name"));
 		const char *url = json_string_value(json_object_get(skill, "zip_url"));
 		char dir[WORKER_PATH_MAX + 160]; /* skills dir + "/" + a name of <= 128 */
-		if (!worker_agent_skill_name_ok(name)) {
+		if (!proto_skill_name_valid(name)) {
 			snprintf(msg, sizeof(msg), "Skill %zu has no usable name (letters, digits, . _ -).", si);
 			io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
 			goto out;
@@ -854,7 +845,7 @@ static void run_pipeline(run_io_t *io)
 	}
 	have_sb = 1;
 	rn_hist_observe(io->m->sandbox_start, (double)(rn_mono_us() - t0) / 1e6);
-	worker_strv_free(&envv);
+	rn_strv_free(&envv);
 	rn_log_info(run->run_id, "agent_started", "pid %ld, %s start, runtime cap %" PRId64 " s", (long)sb.pid,
 	            warm ? "warm" : "cold", cap_sec);
 
@@ -971,7 +962,7 @@ out:
 	worker_warm_free(warm, 1);   /* its run directory is ws, removed below */
 	worker_guard_free(io->guard);
 	io->guard = NULL;
-	worker_strv_free(&envv);
+	rn_strv_free(&envv);
 	worker_agent_launch_free(&launch);
 	if (ops && ops->free)
 		ops->free(astate);

@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/sandbox_layout.h"
 #include "common/runstate.h"
 #include "proto/control.h"
 #include "proto/job.h"
@@ -37,7 +38,7 @@ typedef struct worker_run worker_run_t;
 
 /* The mock agent's path in the sandbox and the runs' open-files limit
  * (shared with the warm pool, whose sandboxes must match them). */
-#define WORKER_MOCK_AGENT_IN_SANDBOX "/run/runnel/runnel-mock-agent"
+#define WORKER_MOCK_AGENT_IN_SANDBOX RN_SANDBOX_MOCK_AGENT
 #define WORKER_RUN_RLIMIT_NOFILE     4096
 
 /* What a run shares with the whole worker (outlives every run). */

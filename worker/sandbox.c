@@ -31,14 +31,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/sandbox_layout.h"
+#include "common/strv.h"
 #include "common/util.h"
 #include "worker/egress.h"
 
 #define ARGV_MAX        4096                /* entries in bwrap's argv */
-#define SANDBOX_HOME    "/root"
-#define SANDBOX_WS      "/root/workspace"
-#define SANDBOX_SKILLS  "/root/skills"
+#define SANDBOX_HOME    RN_SANDBOX_HOME
+#define SANDBOX_WS      RN_SANDBOX_WORKSPACE
+#define SANDBOX_SKILLS  RN_SANDBOX_SKILLS
 #define SANDBOX_SETUP   WORKER_SANDBOX_SETUP_PATH
+/* Host-side command lookup when the caller gives no PATH (not the
+ * sandbox's PATH, which is RN_SANDBOX_PATH). */
 #define DEFAULT_PATH    "/usr/local/bin:/usr/bin:/bin"
 #define PROBE_TIMEOUT_MS 10000
 
@@ -82,38 +86,15 @@ struct child_report {
 	int err;
 };
 
-typedef struct strv {
-	char  **v;
-	size_t  n;
-	size_t  cap;
-	int     oom;
-} strv_t;
+typedef rn_strv_t strv_t;
 
+/* Adds to bwrap's argv; past ARGV_MAX entries the vector counts as out of
+ * memory (the caller checks ->oom once). */
 static void strv_push(strv_t *s, const char *str)
 {
-	if (s->oom)
-		return;
-	if (s->n + 2 > s->cap) {
-		size_t ncap = s->cap ? s->cap * 2 : 64;
-		if (ncap > ARGV_MAX) {
-			s->oom = 1;
-			return;
-		}
-		char **nv = realloc(s->v, ncap * sizeof(*nv));
-		if (!nv) {
-			s->oom = 1;
-			return;
-		}
-		s->v = nv;
-		s->cap = ncap;
-	}
-	char *dup = strdup(str);
-	if (!dup) {
+	if (s->n + 2 > ARGV_MAX)
 		s->oom = 1;
-		return;
-	}
-	s->v[s->n++] = dup;
-	s->v[s->n] = NULL;
+	rn_strv_add(s, str);
 }
 
 static void strv_push3(strv_t *s, const char *a, const char *b, const char *c)
@@ -122,14 +103,6 @@ static void strv_push3(strv_t *s, const char *a, const char *b, const char *c)
 	strv_push(s, b);
 	if (c)
 		strv_push(s, c);
-}
-
-static void strv_free(strv_t *s)
-{
-	for (size_t i = 0; i < s->n; i++)
-		free(s->v[i]);
-	free(s->v);
-	memset(s, 0, sizeof(*s));
 }
 
 static const char *env_lookup(char *const *envp, const char *name)
@@ -280,14 +253,6 @@ static void build_egress_env(const worker_sandbox_spec_t *spec, char *const *env
 	/* Node.js reads the proxy variables only when told to (24 and later). */
 	strv_push(out, "NODE_USE_ENV_PROXY=1");
 	(void)spec;
-}
-
-/* Wipes (the environment holds /env secrets) and frees. */
-static void strv_wipe_free(strv_t *s)
-{
-	for (size_t i = 0; i < s->n; i++)
-		explicit_bzero(s->v[i], strlen(s->v[i]));
-	strv_free(s);
 }
 
 static int build_bwrap_argv(const worker_sandbox_spec_t *spec, const char *bwrap,
@@ -521,7 +486,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 			return -1;
 		}
 		if (build_bwrap_argv(spec, exec_path, &args, errstr, errstr_size) != 0) {
-			strv_free(&args);
+			rn_strv_free(&args);
 			return -1;
 		}
 		add_egress_argv(spec, &args);
@@ -529,8 +494,8 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 		if (spec->egress_bridge && spec->egress_socket) {
 			build_egress_env(spec, envp, &egress_env);
 			if (egress_env.oom) {
-				strv_free(&args);
-				strv_wipe_free(&egress_env);
+				rn_strv_free(&args);
+				rn_strv_free(&egress_env);
 				snprintf(errstr, errstr_size, "sandbox: out of memory building the environment");
 				return -1;
 			}
@@ -556,8 +521,8 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 		return -1;
 	}
 	if (args.oom || !args.v) {
-		strv_free(&args);
-		strv_wipe_free(&egress_env);
+		rn_strv_free(&args);
+		rn_strv_free(&egress_env);
 		snprintf(errstr, errstr_size, "sandbox: out of memory building the command line");
 		return -1;
 	}
@@ -652,8 +617,8 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 		goto fail;
 	}
 
-	strv_free(&args);
-	strv_wipe_free(&egress_env);
+	rn_strv_free(&args);
+	rn_strv_free(&egress_env);
 	/* Reads never block the run's loop; the write end of stdin does. */
 	fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
 	fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK);
@@ -665,8 +630,8 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	return 0;
 
 fail:
-	strv_free(&args);
-	strv_wipe_free(&egress_env);
+	rn_strv_free(&args);
+	rn_strv_free(&egress_env);
 	close_fd(&in[0]);
 	close_fd(&in[1]);
 	close_fd(&out[0]);
@@ -678,19 +643,28 @@ fail:
 	return -1;
 }
 
+/* The start of a small /proc or /sys file as a string (one read); 0, or
+ * -1 when it cannot be read or is empty. */
+static int read_small(const char *path, char *buf, size_t size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, size - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	return 0;
+}
+
 /* Process group of pid as the host sees it, or -1. */
 static pid_t proc_pgid(pid_t pid)
 {
 	char path[64], buf[512];
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (read_small(path, buf, sizeof(buf)) < 0)
 		return -1;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
 	/* pid (comm) state ppid pgrp ...; comm may hold spaces and ')'. */
 	char *p = strrchr(buf, ')');
 	if (!p)
@@ -807,14 +781,8 @@ void worker_sandbox_destroy(worker_sandbox_t *sb)
 static long read_sysctl(const char *path)
 {
 	char buf[32];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (read_small(path, buf, sizeof(buf)) < 0)
 		return -1;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
 	char *end;
 	long v = strtol(buf, &end, 10);
 	return end == buf ? -1 : v;

@@ -30,17 +30,13 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#define WORKER_SANDBOX_SETUP_FAILED 97   /* exit status when setup fails */
+#include "common/sandbox_layout.h"
 
-/*
- * The setup script runs before the agent in the same sandbox.  Its stdin is
- * /dev/null (so it cannot eat the agent's turn) and its stdout goes to
- * stderr (so it cannot forge envelope lines).  $0 is the script, "$@" the
- * agent.  Shared by the cold start and the warm one (worker/warm.c).
- */
-#define WORKER_SANDBOX_SETUP_PATH    "/run/runnel/setup.sh"
-#define WORKER_SANDBOX_SETUP_WRAPPER \
-	"/bin/sh \"$0\" </dev/null 1>&2 || exit 97; exec \"$@\""
+#define WORKER_SANDBOX_SETUP_FAILED RN_SANDBOX_SETUP_FAILED /* exit status when setup fails */
+
+/* The setup script and its wrapper: see common/sandbox_layout.h. */
+#define WORKER_SANDBOX_SETUP_PATH    RN_SANDBOX_SETUP_PATH
+#define WORKER_SANDBOX_SETUP_WRAPPER RN_SANDBOX_SETUP_WRAPPER
 
 typedef enum {
 	WORKER_SANDBOX_BWRAP = 0,

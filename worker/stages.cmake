@@ -17,6 +17,8 @@ target_link_libraries(runnel_worker_stages PUBLIC runnel_proto runnel_common
 
 # The sandbox's end of the allowlist egress proxy; found next to runnel-worker.
 add_executable(runnel-egress-bridge ${CMAKE_CURRENT_LIST_DIR}/egress_bridge.c)
+# common/io.h only (header-only): no library.
+target_include_directories(runnel-egress-bridge PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
 
 add_executable(runnel-mock-agent ${CMAKE_CURRENT_LIST_DIR}/mock_agent.c)
 target_link_libraries(runnel-mock-agent PRIVATE runnel_proto runnel_common)
@@ -24,6 +26,8 @@ target_link_libraries(runnel-mock-agent PRIVATE runnel_proto runnel_common)
 # The first program of a warm sandbox (worker/warm.h): waits on stdin for
 # the run's argv and environment, then becomes the agent.  libc only.
 add_executable(runnel-warm-init ${CMAKE_CURRENT_LIST_DIR}/warm_init.c)
+# common/sandbox_layout.h only (constants): no library.
+target_include_directories(runnel-warm-init PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
 # Static (outside sanitizer builds): a warm start execs it and then the
 # agent, and a static program skips the dynamic loader's work on every run.
 if(NOT RUNNEL_SANITIZE)

@@ -24,12 +24,13 @@
 
 #include <stddef.h>
 
+#include "common/sandbox_layout.h"
 #include "worker/limits.h"
 #include "worker/sandbox.h"
 #include "worker/workspace.h"
 
 /* Where the init is bound inside the sandbox. */
-#define WORKER_WARM_INIT_IN_SANDBOX "/run/runnel/runnel-warm-init"
+#define WORKER_WARM_INIT_IN_SANDBOX RN_SANDBOX_WARM_INIT
 
 /* One started sandbox waiting for its run. */
 typedef struct worker_warm_sb {

@@ -24,12 +24,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/io.h"
+#include "common/sandbox_layout.h"
+
 #define WARM_MAGIC      "RNW1"
 #define WARM_ARGV_MAX   4096u
 #define WARM_ENV_MAX    8192u
 #define WARM_STR_MAX    (1u << 20)
 #define WARM_TOTAL_MAX  (32u << 20)
-#define WARM_SETUP_PATH "/run/runnel/setup.sh"
+#define WARM_SETUP_PATH RN_SANDBOX_SETUP_PATH
 
 extern char **environ;
 
@@ -38,17 +41,7 @@ static size_t total;
 /* Reads exactly n bytes; 0, or -1 at EOF/error (the worker went away). */
 static int read_full(void *buf, size_t n)
 {
-	char *p = buf;
-	while (n) {
-		ssize_t r = read(0, p, n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
+	return rn_read_full(0, buf, n) == n ? 0 : -1;
 }
 
 static int read_u32(uint32_t *v)

@@ -13,7 +13,6 @@
 
 #include <archive.h>
 #include <archive_entry.h>
-#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +25,7 @@
 
 #include <curl/curl.h>
 
+#include "proto/keys.h"
 #include "worker/httpc.h"
 
 #define DEF_MAX_DOWNLOAD  (256ULL << 20)
@@ -52,17 +52,6 @@ static void limits_resolve(const worker_bag_limits_t *in, worker_bag_limits_t *o
 		out->max_entries = DEF_MAX_ENTRIES;
 	if (out->timeout_ms <= 0)
 		out->timeout_ms = DEF_TIMEOUT_MS;
-}
-
-static int valid_run_id(const char *id)
-{
-	size_t n = strlen(id);
-	if (n == 0 || n > 64)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!isalnum((unsigned char)id[i]) && id[i] != '_' && id[i] != '-')
-			return 0;
-	return 1;
 }
 
 /* mkdir -p for the worker's own root (not for archive content). */
@@ -94,7 +83,7 @@ int worker_ws_create(worker_ws_t *ws, const char *root, const char *run_id,
 		snprintf(errstr, errstr_size, "workspace: root must be an absolute path");
 		return -1;
 	}
-	if (!run_id || !valid_run_id(run_id)) {
+	if (!run_id || !proto_run_id_valid(run_id)) {
 		snprintf(errstr, errstr_size, "workspace: invalid run id");
 		return -1;
 	}

@@ -329,6 +329,25 @@ static void test_no_model(const char *ws)
 	fakechat_stop(&f);
 }
 
+/* A turn line that is not JSON: the error says so without quoting it (it
+ * holds the prompt). */
+static void test_bad_turn(const char *ws)
+{
+	static const fc_resp_t script[] = { { .body = FC_DONE } };
+	fakechat_t f;
+	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
+	ap_t a;
+	run(&a, &f, ws, NULL, "{\"run_id\":\"r\",\"prompt\":secret-prompt-words}");
+	expect_last(&a, "error", "model_error", "runnel-agent could not read its turn line: not valid JSON");
+	TH_CHECK(!strstr(a.out ? a.out : "", "secret-prompt-words"), "the prompt is quoted: %s", a.out);
+	ap_free(&a);
+	run(&a, &f, ws, NULL, "[\"secret-prompt-words\"]");
+	expect_last(&a, "error", "model_error", "runnel-agent could not read its turn line: not a JSON object");
+	TH_CHECK(fakechat_requests(&f) == 0);
+	ap_free(&a);
+	fakechat_stop(&f);
+}
+
 static void test_unreachable(const char *ws)
 {
 	int port = th_free_port();
@@ -426,6 +445,7 @@ int main(int argc, char **argv)
 	test_malformed(ws);
 	test_max_steps(ws);
 	test_no_model(ws);
+	test_bad_turn(ws);
 	test_unreachable(ws);
 	test_stream_error_and_cut(ws);
 	test_retry_after_too_long(ws);

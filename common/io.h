@@ -1,0 +1,99 @@
+/*
+ * common/io.h - the one "write all of it" loop, the one "read until full
+ * or EOF" loop and the one two-way socket relay.  Header-only (static
+ * inline, libc only), so that the small programs that link nothing of
+ * runnel (runnel-egress-bridge, runnel-warm-init) share it too.  Any
+ * thread; the fds are the caller's.
+ */
+#ifndef RUNNEL_COMMON_IO_H
+#define RUNNEL_COMMON_IO_H
+
+#include <errno.h>
+#include <poll.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RN_IO_SOCKET 1  /* send(2) with MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE */
+#define RN_IO_WAIT   2  /* a non-blocking fd: on EAGAIN wait (poll, 1 s slices) and go on */
+
+/* Writes the n bytes at buf to fd, retrying EINTR and short writes.  0, or
+ * -1 with errno (EAGAIN too, unless RN_IO_WAIT). */
+static inline int rn_write_all(int fd, const void *buf, size_t n, int flags)
+{
+	const char *p = buf;
+
+	while (n > 0) {
+		ssize_t w = (flags & RN_IO_SOCKET) ? send(fd, p, n, MSG_NOSIGNAL) : write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN && (flags & RN_IO_WAIT)) {
+			struct pollfd pf = { fd, POLLOUT, 0 };
+			poll(&pf, 1, 1000);
+			continue;
+		}
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Reads from fd into buf until n bytes, EOF or an error (EINTR retried).
+ * Returns the bytes read: fewer than n means EOF, or an error with errno. */
+static inline size_t rn_read_full(int fd, void *buf, size_t n)
+{
+	char *p = buf;
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = read(fd, p + got, n - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	return got;
+}
+
+/*
+ * Copies bytes both ways between the connected sockets a and b through buf
+ * until both directions ended.  When one side reaches EOF (or a write to
+ * the other fails) the other side's write half is shut down, so a
+ * half-close passes through; an error reading ends the relay.  Blocks;
+ * closing the fds is the caller's.
+ */
+static inline void rn_relay(int a, int b, char *buf, size_t size)
+{
+	int open_a = 1, open_b = 1; /* a -> b, b -> a still flowing */
+
+	while (open_a || open_b) {
+		struct pollfd p[2] = { { open_a ? a : -1, POLLIN, 0 }, { open_b ? b : -1, POLLIN, 0 } };
+		int pr = poll(p, 2, -1);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr < 0)
+			return;
+		for (int i = 0; i < 2; i++) {
+			if (!p[i].revents)
+				continue;
+			int from = i ? b : a, to = i ? a : b;
+			ssize_t r = recv(from, buf, size, 0);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r > 0 && rn_write_all(to, buf, (size_t)r, RN_IO_SOCKET) == 0)
+				continue;
+			if (i)
+				open_b = 0;
+			else
+				open_a = 0;
+			shutdown(to, SHUT_WR);
+			if (r < 0)
+				return;
+		}
+	}
+}
+
+#endif
