@@ -46,9 +46,6 @@ static char           th_dirs[TH_MAX_DIRS][PATH_MAX];
 static volatile int   th_ndirs;
 static int            th_inited;
 static int            th_keep;
-static char           th_name[128] = "test";
-static atomic_int     th_nchecks;
-static atomic_int     th_nfailed;
 
 /* th_strf's arena: freed at exit so LeakSanitizer stays quiet. */
 static char  **th_arena;
@@ -258,12 +255,10 @@ static const char *th_tmp_base(void)
 void th_init(const char *test_name)
 {
 	if (test_name && *test_name)
-		snprintf(th_name, sizeof th_name, "%s", test_name);
+		th_check_name(test_name);
 	if (th_inited)
 		return;
 	th_inited = 1;
-	if (!test_name)
-		snprintf(th_name, sizeof th_name, "%s", program_invocation_short_name);
 	const char *k = getenv("TH_KEEP");
 	th_keep = k && *k && strcmp(k, "0") != 0;
 	atexit(th_cleanup_atexit);
@@ -283,70 +278,6 @@ void th_init(const char *test_name)
 __attribute__((constructor)) static void th_auto_init(void)
 {
 	th_init(NULL);
-}
-
-/* ------------------------------------------------------------------------
- * Checks
- * ------------------------------------------------------------------------ */
-
-void th_count_check(void)
-{
-	atomic_fetch_add(&th_nchecks, 1);
-}
-
-void th_check_failed(const char *file, int line, const char *cond, const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	atomic_fetch_add(&th_nfailed, 1);
-	fprintf(stderr, "# FAIL %s:%d: %s:%s\n", file, line, cond, msg);
-	fflush(stderr);
-}
-
-void th_note(const char *file, int line, const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	const char *base = strrchr(file, '/');
-	fprintf(stderr, "# %s:%d: %s\n", base ? base + 1 : file, line, msg);
-	fflush(stderr);
-}
-
-void th_abort_test(void)
-{
-	fprintf(stdout, "FAIL %s: stopped at a failed requirement (%d of %d checks failed)\n",
-	        th_name, atomic_load(&th_nfailed), atomic_load(&th_nchecks));
-	fflush(stdout);
-	exit(1);
-}
-
-int th_streq(const char *a, const char *b)
-{
-	if (!a || !b)
-		return a == b;
-	return strcmp(a, b) == 0;
-}
-
-int th_failures(void)
-{
-	return atomic_load(&th_nfailed);
-}
-
-int th_done(void)
-{
-	int f = atomic_load(&th_nfailed), n = atomic_load(&th_nchecks);
-	if (f == 0)
-		fprintf(stdout, "PASS %s: %d checks\n", th_name, n);
-	else
-		fprintf(stdout, "FAIL %s: %d of %d checks failed\n", th_name, f, n);
-	fflush(stdout);
-	return f == 0 ? 0 : 1;
 }
 
 /* ------------------------------------------------------------------------

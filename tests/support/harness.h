@@ -45,8 +45,10 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include "tests/support/check.h"
+
 /* ------------------------------------------------------------------------
- * Checks and the summary
+ * Checks and the summary: tests/support/check.h
  * ------------------------------------------------------------------------ */
 
 /*
@@ -55,55 +57,6 @@
  * so calling it is never required.  Safe to call more than once.
  */
 void th_init(const char *test_name);
-
-/*
- * TH_CHECK(cond, fmt, ...): when cond is false, prints
- * "# FAIL file:line: cond: message" and marks the test failed; the test
- * goes on.  The message is optional: TH_CHECK(x == 1) is fine.
- * TH_REQUIRE(cond, fmt, ...): the same, then ends the test at once with
- * exit code 1 (cleanup still runs).  Use it when later steps make no
- * sense without cond (a server that did not start).
- * Both evaluate cond exactly once and yield nothing (statements).
- */
-#define TH_CHECK(cond, ...) \
-	do { \
-		th_count_check(); \
-		if (!(cond)) \
-			th_check_failed(__FILE__, __LINE__, #cond, " " __VA_ARGS__); \
-	} while (0)
-
-#define TH_REQUIRE(cond, ...) \
-	do { \
-		th_count_check(); \
-		if (!(cond)) { \
-			th_check_failed(__FILE__, __LINE__, #cond, " " __VA_ARGS__); \
-			th_abort_test(); \
-		} \
-	} while (0)
-
-/* String equality that accepts NULL (NULL equals only NULL).  1 or 0. */
-int th_streq(const char *a, const char *b);
-
-/* Prints "# file:line: message" without failing (progress notes). */
-#define TH_NOTE(...) th_note(__FILE__, __LINE__, __VA_ARGS__)
-
-/*
- * Prints the summary line "PASS <test>: N checks" or
- * "FAIL <test>: F of N checks failed" on stdout and returns the exit code
- * (0 or 1) for main to return.  Cleanup runs at exit as usual.
- */
-int th_done(void);
-
-/* Number of failed checks so far (any thread may call). */
-int th_failures(void);
-
-/* Implementation of the macros above; call them through the macros. */
-void th_count_check(void);
-void th_check_failed(const char *file, int line, const char *cond,
-                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-void th_note(const char *file, int line, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-void th_abort_test(void) __attribute__((noreturn));
 
 /* ------------------------------------------------------------------------
  * Temp dirs, ports, files, strings
