@@ -20,9 +20,9 @@ typedef struct clirun {
 } clirun_t;
 
 /*
- * Starts argv (argv[0] a path) with a minimal environment (PATH, HOME,
- * TMPDIR, LANG, sanitizer options) plus env ("NAME=value", NULL-terminated;
- * may be NULL).  With cols > 0 the child gets a pseudo-terminal of
+ * Starts argv (argv[0] a path) through th_spawn_opts: th_spawn's minimal
+ * environment (PATH, HOME, TMPDIR, LANG, sanitizer options) plus env
+ * ("NAME=value", NULL-terminated, may be NULL; a NAME given here wins).  With cols > 0 the child gets a pseudo-terminal of
  * cols x rows as stdin/stdout/stderr.  0 or -1.
  */
 int clirun_start(clirun_t *p, const char *const argv[], const char *const env[], int cols, int rows);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -519,63 +520,94 @@ static int th_env_has_name(char **env, size_t n, const char *kv)
 	return -1;
 }
 
-pid_t th_spawn(char *const argv[], const char *const extra_env[], const char *log_path)
+char **th_env_new(const char *const extra_env[])
 {
+	static const char *const pass[] = { "PATH", "HOME", "TMPDIR", "ASAN_OPTIONS",
+	                                    "UBSAN_OPTIONS", "LSAN_OPTIONS", NULL };
 	size_t nextra = 0;
 	while (extra_env && extra_env[nextra])
 		nextra++;
-	size_t cap = 8 + nextra + 1, n = 0;
-	char **envp = calloc(cap, sizeof *envp);
+	size_t n = 0;
+	char **envp = calloc(8 + nextra + 1, sizeof *envp);
 	if (!envp)
-		return -1;
-	static const char *pass[] = { "PATH", "HOME", "TMPDIR", "ASAN_OPTIONS",
-	                              "UBSAN_OPTIONS", "LSAN_OPTIONS", NULL };
-	char *owned[8];
-	size_t nowned = 0;
+		return NULL;
 	for (int i = 0; pass[i]; i++) {
 		const char *v = getenv(pass[i]);
 		if (!v && strcmp(pass[i], "PATH") == 0)
 			v = "/usr/local/bin:/usr/bin:/bin";
 		if (!v)
 			continue;
-		char *kv = NULL;
-		if (asprintf(&kv, "%s=%s", pass[i], v) < 0)
-			continue;
-		owned[nowned++] = kv;
-		envp[n++] = kv;
-	}
-	envp[n++] = (char *)"LANG=C.UTF-8";
-	for (size_t i = 0; i < nextra; i++) {
-		int at = th_env_has_name(envp, n, extra_env[i]);
-		if (at >= 0)
-			envp[at] = (char *)extra_env[i];
-		else
-			envp[n++] = (char *)extra_env[i];
-	}
-	envp[n] = NULL;
-
-	int logfd = -1;
-	if (log_path) {
-		logfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-		if (logfd < 0) {
-			fprintf(stderr, "# spawn %s: open log %s: %s\n", argv[0], log_path, strerror(errno));
+		if (asprintf(&envp[n], "%s=%s", pass[i], v) < 0)
 			goto fail;
+		n++;
+	}
+	if (!(envp[n++] = strdup("LANG=C.UTF-8")))
+		goto fail;
+	for (size_t i = 0; i < nextra; i++) {
+		char *kv = strdup(extra_env[i]);
+		if (!kv)
+			goto fail;
+		int at = th_env_has_name(envp, n, kv);
+		if (at >= 0) {
+			free(envp[at]);
+			envp[at] = kv;
+		} else {
+			envp[n++] = kv;
 		}
 	}
-	int errpipe[2];
+	envp[n] = NULL;
+	return envp;
+fail:
+	th_env_free(envp);
+	return NULL;
+}
+
+void th_env_free(char **envp)
+{
+	for (size_t i = 0; envp && envp[i]; i++)
+		free(envp[i]);
+	free(envp);
+}
+
+pid_t th_spawn(char *const argv[], const char *const extra_env[], const char *log_path)
+{
+	th_spawn_opts_t o = TH_SPAWN_OPTS_INIT;
+	o.log_path = log_path;
+	return th_spawn_opts(argv, extra_env, &o);
+}
+
+pid_t th_spawn_opts(char *const argv[], const char *const extra_env[], const th_spawn_opts_t *o)
+{
+	char **envp = th_env_new(extra_env);
+	if (!envp)
+		return -1;
+	int logfd = -1;
+	if (o->log_path) {
+		logfd = open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		if (logfd < 0) {
+			fprintf(stderr, "# spawn %s: open log %s: %s\n", argv[0], o->log_path, strerror(errno));
+			th_env_free(envp);
+			return -1;
+		}
+	}
+	int fd_in = o->stdin_fd;
+	int fd_out = o->stdout_fd >= 0 ? o->stdout_fd : logfd;
+	int fd_err = o->stderr_fd >= 0 ? o->stderr_fd : logfd;
+	int errpipe[2] = { -1, -1 };
+	pid_t pid = -1;
 	if (pipe2(errpipe, O_CLOEXEC) < 0)
-		goto fail;
+		goto done;
 
 	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0) {
-		close(errpipe[0]);
-		close(errpipe[1]);
-		goto fail;
-	}
+	pid = fork();
 	if (pid == 0) {
-		/* Child: only async-signal-safe calls until execve. */
-		setpgid(0, 0);
+		/* Child: only async-signal-safe calls until execve.  A controlling
+		 * terminal needs a new session (which also makes a new process
+		 * group); otherwise a process group of its own is enough. */
+		if (o->ctty)
+			setsid();
+		else
+			setpgid(0, 0);
 		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 		if (getppid() != parent)
 			_exit(127);
@@ -583,15 +615,21 @@ pid_t th_spawn(char *const argv[], const char *const extra_env[], const char *lo
 		sigemptyset(&all);
 		sigprocmask(SIG_SETMASK, &all, NULL);
 		signal(SIGPIPE, SIG_DFL);
-		int nullfd = open("/dev/null", O_RDONLY);
-		if (nullfd >= 0) {
-			dup2(nullfd, 0);
-			close(nullfd);
+		if (fd_in < 0) {
+			int nullfd = open("/dev/null", O_RDONLY);
+			if (nullfd >= 0) {
+				dup2(nullfd, 0);
+				close(nullfd);
+			}
+		} else {
+			dup2(fd_in, 0);
 		}
-		if (logfd >= 0) {
-			dup2(logfd, 1);
-			dup2(logfd, 2);
-		}
+		if (fd_out >= 0)
+			dup2(fd_out, 1);
+		if (fd_err >= 0)
+			dup2(fd_err, 2);
+		if (o->ctty)
+			ioctl(0, TIOCSCTTY, 0);
 		/* No stray descriptor of the test (sockets of the mock cluster,
 		 * pipes) leaks into the program under test. */
 		syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
@@ -601,35 +639,35 @@ pid_t th_spawn(char *const argv[], const char *const extra_env[], const char *lo
 		(void)w;
 		_exit(127);
 	}
-	setpgid(pid, pid);
+	if (pid < 0)
+		goto done;
+	/* Both sides set the group, so it is in place whichever runs first
+	 * (a session leader's group is its own already). */
+	if (!o->ctty)
+		setpgid(pid, pid);
 	close(errpipe[1]);
+	errpipe[1] = -1;
 	int child_errno = 0;
 	ssize_t r;
 	do {
 		r = read(errpipe[0], &child_errno, sizeof child_errno);
 	} while (r < 0 && errno == EINTR);
-	close(errpipe[0]);
-	if (logfd >= 0)
-		close(logfd);
-	logfd = -1;
-	for (size_t i = 0; i < nowned; i++)
-		free(owned[i]);
-	free(envp);
 	if (r == (ssize_t)sizeof child_errno) {
 		waitpid(pid, NULL, 0);
 		fprintf(stderr, "# spawn %s: exec failed: %s\n", argv[0], strerror(child_errno));
-		return -1;
+		pid = -1;
+		goto done;
 	}
 	th_register_child(pid);
-	return pid;
-
-fail:
+done:
+	if (errpipe[0] >= 0)
+		close(errpipe[0]);
+	if (errpipe[1] >= 0)
+		close(errpipe[1]);
 	if (logfd >= 0)
 		close(logfd);
-	for (size_t i = 0; i < nowned; i++)
-		free(owned[i]);
-	free(envp);
-	return -1;
+	th_env_free(envp);
+	return pid;
 }
 
 int th_signal(pid_t pid, int sig)

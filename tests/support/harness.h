@@ -142,6 +142,35 @@ int64_t th_now_ms(void);
  */
 pid_t th_spawn(char *const argv[], const char *const extra_env[], const char *log_path);
 
+/*
+ * th_spawn with the child's standard descriptors chosen by the caller (the
+ * one spawner of the tests: tests/cli's runner and tests/builtin's agent
+ * runner are built on it).  Each fd is dup'd onto 0, 1 or 2 in the child;
+ * the caller keeps and closes its own copies.  -1: stdin from /dev/null,
+ * stdout/stderr to log_path when set, else the test's own.  ctty: the
+ * child starts a new session and takes stdin (a pty slave) as its
+ * controlling terminal.  Same environment, exec report, registry and
+ * return value as th_spawn.
+ */
+typedef struct th_spawn_opts {
+	const char *log_path;
+	int         stdin_fd, stdout_fd, stderr_fd;
+	int         ctty;
+} th_spawn_opts_t;
+#define TH_SPAWN_OPTS_INIT { NULL, -1, -1, -1, 0 }
+
+pid_t th_spawn_opts(char *const argv[], const char *const extra_env[], const th_spawn_opts_t *o);
+
+/*
+ * The minimal environment th_spawn gives a child, as a NULL-terminated
+ * malloc'd vector (free with th_env_free): PATH (a default when unset),
+ * HOME, TMPDIR, the sanitizer options when set, LANG=C.UTF-8, then
+ * extra_env ("NAME=value"; a later entry with the same NAME wins).
+ * NULL when out of memory.
+ */
+char **th_env_new(const char *const extra_env[]);
+void th_env_free(char **envp);
+
 /* Sends sig to the process pid only (not its group).  0 or -1. */
 int th_signal(pid_t pid, int sig);
 
