@@ -184,6 +184,35 @@ int clirun(const char *const argv[], const char *const env[], int timeout_ms, cl
 	return clirun_wait(p, timeout_ms);
 }
 
+/* Appends the NULL-terminated list src (may be NULL) to v at *n, up to max. */
+static int vec_add(const char **v, size_t *n, size_t max, const char *const src[])
+{
+	for (size_t i = 0; src && src[i]; i++) {
+		if (*n + 1 >= max)
+			return -1;
+		v[(*n)++] = src[i];
+	}
+	v[*n] = NULL;
+	return 0;
+}
+
+int clirun_argv(const char *bin, const char *const pre[], const char *const args[],
+                const char *const base_env[], const char *const env[], int timeout_ms, clirun_t *p)
+{
+	const char *argv[CLIRUN_ARGV_MAX] = { bin };
+	const char *e[CLIRUN_ARGV_MAX];
+	size_t n = 1, m = 0;
+
+	memset(p, 0, sizeof(*p));
+	p->out_fd = p->err_fd = -1;
+	p->exit_code = -1;
+	if (vec_add(argv, &n, CLIRUN_ARGV_MAX, pre) < 0 || vec_add(argv, &n, CLIRUN_ARGV_MAX, args) < 0 ||
+	    vec_add(e, &m, CLIRUN_ARGV_MAX, base_env) < 0 || vec_add(e, &m, CLIRUN_ARGV_MAX, env) < 0)
+		return -1;
+	e[m] = NULL;
+	return clirun(argv, e, timeout_ms, p);
+}
+
 void clirun_free(clirun_t *p)
 {
 	if (p->pid > 0)

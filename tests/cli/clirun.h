@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/* A NULL-terminated list literal: ARGS("tail", "--json"). */
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
 typedef struct clirun {
 	pid_t  pid;
 	int    out_fd, err_fd;   /* -1 once closed; with a pty err_fd is -1 */
@@ -39,6 +42,17 @@ void clirun_pump(clirun_t *p, int ms);
 
 /* start + wait. */
 int clirun(const char *const argv[], const char *const env[], int timeout_ms, clirun_t *p);
+
+/*
+ * The CLI tests' one way to run a verb: bin, then the words pre (the verb,
+ * NULL-terminated, may be NULL), then args; the environment is base_env (the
+ * test's defaults: server URLs) then env (the call's own, which win over a
+ * default of the same name).  Lists hold at most CLIRUN_ARGV_MAX - 1 entries
+ * together.  start + wait; -1 when the lists are too long or on a spawn error.
+ */
+#define CLIRUN_ARGV_MAX 48
+int clirun_argv(const char *bin, const char *const pre[], const char *const args[],
+                const char *const base_env[], const char *const env[], int timeout_ms, clirun_t *p);
 
 void clirun_free(clirun_t *p);
 
