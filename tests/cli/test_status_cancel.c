@@ -30,11 +30,7 @@ static void cmd(const char *fmt, const char *a)
 
 static long long pttl(const char *key)
 {
-	redisReply *r = redisCommand(g_c, "PTTL %s", key);
-	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -3;
-	if (r)
-		freeReplyObject(r);
-	return v;
+	return th_redis_int(g_c, -3, "PTTL %s", key);
 }
 
 /* The "msg" fields of a control stream, in order. */

@@ -27,22 +27,12 @@ static char *url(const char *path)
 
 static int ctl_has(void *arg)
 {
-	redisReply *r = redisCommand(C, "XLEN runnel:{%s}:ctl", (const char *)arg);
-	int ok = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
-
-	if (r != NULL)
-		freeReplyObject(r);
-	return ok;
+	return th_redis_int(C, 0, "XLEN runnel:{%s}:ctl", (const char *)arg) > 0;
 }
 
 static int state_exists(void *arg)
 {
-	redisReply *r = redisCommand(C, "EXISTS runnel:{%s}:state", (const char *)arg);
-	int ok = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-
-	if (r != NULL)
-		freeReplyObject(r);
-	return ok;
+	return th_redis_int(C, 0, "EXISTS runnel:{%s}:state", (const char *)arg) == 1;
 }
 
 static void test_kafka_down(th_kafka_t *k)

@@ -305,6 +305,23 @@ const char *th_tmpdir(void)
 	return slot;
 }
 
+int th_port_open(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	close(fd);
+	return ok;
+}
+
+int th_port_open_cond(void *arg)
+{
+	return th_port_open(*(int *)arg);
+}
+
 int th_free_port(void)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -1031,6 +1048,29 @@ int th_stream_read_all(redisContext *c, const char *key, char ***lines, char ***
 	return 0;
 }
 
+long th_lines_find(char **lines, size_t n, size_t from, const char *type, const char *status)
+{
+	for (size_t i = from; i < n; i++) {
+		json_t *j = json_loads(lines[i], 0, NULL);
+		const char *ty = json_string_value(json_object_get(j, "type"));
+		const char *st = json_string_value(json_object_get(j, "status"));
+		int hit = ty && !strcmp(ty, type) && (!status || (st && !strcmp(st, status)));
+		json_decref(j);
+		if (hit)
+			return (long)i;
+	}
+	return -1;
+}
+
+size_t th_lines_count(char **lines, size_t n, const char *type, const char *status)
+{
+	size_t c = 0;
+	long i = -1;
+	while ((i = th_lines_find(lines, n, (size_t)(i + 1), type, status)) >= 0)
+		c++;
+	return c;
+}
+
 int th_line_type(const char *line, char *type, size_t type_size, char *code, size_t code_size)
 {
 	if (type_size)
@@ -1165,6 +1205,18 @@ static int th_scan_db(redisContext *c, int db, const char *needle)
 		freeReplyObject(rep);
 	} while (strcmp(cursor, "0") != 0);
 	return 0;
+}
+
+long long th_redis_int(redisContext *c, long long dflt, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	redisReply *r = redisvCommand(c, fmt, ap);
+	va_end(ap);
+	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : dflt;
+	if (r)
+		freeReplyObject(r);
+	return v;
 }
 
 int th_redis_scan_contains(redisContext *c, const char *needle)

@@ -77,6 +77,11 @@ const char *th_tmpdir(void);
  */
 int th_free_port(void);
 
+/* 1 when something accepts TCP connections on 127.0.0.1:port, else 0.
+ * th_port_open_cond is the same for th_wait_until, arg an int *. */
+int th_port_open(int port);
+int th_port_open_cond(void *arg);
+
 /*
  * printf into a fresh string the harness owns and frees at exit.
  * Handy for paths and argv: th_strf("%s/worker.log", dir).  Never NULL
@@ -268,6 +273,13 @@ int th_wait_stream_terminal(redisContext *c, const char *key, int timeout_ms);
 int th_line_type(const char *line, char *type, size_t type_size,
                  char *code, size_t code_size);
 
+/* Index of the first of lines[from..n) whose "type" is type and, when status
+ * is not NULL, whose "status" is status; -1 when none is. */
+long th_lines_find(char **lines, size_t n, size_t from, const char *type, const char *status);
+
+/* How many of lines[] th_lines_find would match. */
+size_t th_lines_count(char **lines, size_t n, const char *type, const char *status);
+
 /*
  * 1 when needle (a C string) occurs anywhere in the Redis server c is
  * connected to: in any key name or any value of any type (strings,
@@ -278,6 +290,11 @@ int th_line_type(const char *line, char *type, size_t type_size,
  * "appendonly yes" to also catch values that were written and deleted.
  */
 int th_redis_scan_contains(redisContext *c, const char *needle);
+
+/* Runs one command and returns its integer reply (TTL, XLEN, LLEN, ...),
+ * or dflt when the command failed or answered something else. */
+long long th_redis_int(redisContext *c, long long dflt, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* ------------------------------------------------------------------------
  * Kafka: librdkafka's mock cluster, in the test's own process

@@ -250,3 +250,31 @@ char *wt_http_get(const char *url, long *status)
 	curl_easy_cleanup(h);
 	return b.body;
 }
+
+const char *wt_ended(wt_t *t, const char *run_id, int timeout_ms, char *msg, size_t msgsz)
+{
+	static char code[64];
+	code[0] = '\0';
+	msg[0] = '\0';
+	if (!wt_wait_terminal(t, run_id, timeout_ms))
+		return "(no terminal line)";
+	size_t n;
+	char **l = wt_lines(t, run_id, &n);
+	snprintf(code, sizeof(code), "%s", wt_check_terminal(l, n));
+	if (n)
+		snprintf(msg, msgsz, "%s", wt_field(l[n - 1], "message"));
+	th_strv_free(l, n);
+	return code;
+}
+
+int wt_stream_has(wt_t *t, const char *run_id, const char *needle)
+{
+	size_t n;
+	char **l = wt_lines(t, run_id, &n);
+	int found = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strstr(l[i], needle))
+			found = 1;
+	th_strv_free(l, n);
+	return found;
+}
