@@ -185,17 +185,8 @@ int main(int argc, char **argv)
 
 	wt_setup(&T, NULL, 1);
 	int port = -1;
-	pid_t http = -1;
-	for (int attempt = 0; attempt < 3 && http < 0; attempt++) {
-		port = th_free_port();
-		char *av[] = { "node", (char *)ev_js, "streamableHttp", NULL };
-		const char *env[] = { th_strf("PORT=%d", port), NULL };
-		http = th_spawn(av, env, th_strf("%s/http-mcp.log", T.dir));
-		if (http > 0 && !th_wait_until(th_port_open_cond, &port, 15000)) {
-			th_kill(http);
-			http = -1;
-		}
-	}
+	char *av[] = { "node", (char *)ev_js, "streamableHttp", NULL };
+	pid_t http = th_spawn_port(av, NULL, "PORT", th_strf("%s/http-mcp.log", T.dir), 15000, &port);
 	TH_REQUIRE(http > 0, "streamable HTTP MCP server listening");
 
 	static const fc_resp_t base_script[] = {

@@ -317,6 +317,21 @@ int th_port_open(int port)
 	return ok;
 }
 
+int th_send_all(int fd, const void *p, size_t n)
+{
+	const char *b = p;
+	while (n > 0) {
+		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		b += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
 int th_port_open_cond(void *arg)
 {
 	return th_port_open(*(int *)arg);
@@ -684,6 +699,31 @@ done:
 	if (logfd >= 0)
 		close(logfd);
 	th_env_free(envp);
+	return pid;
+}
+
+pid_t th_spawn_port(char *const argv[], const char *const extra_env[], const char *port_var,
+                    const char *log_path, int timeout_ms, int *port)
+{
+	size_t n = 0;
+	while (extra_env && extra_env[n])
+		n++;
+	const char **env = calloc(n + 2, sizeof(*env));
+	if (!env)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		env[i] = extra_env[i];
+	pid_t pid = -1;
+	for (int attempt = 0; attempt < 3 && pid < 0; attempt++) {
+		*port = th_free_port();
+		env[n] = th_strf("%s=%d", port_var, *port);
+		pid = th_spawn(argv, env, log_path);
+		if (pid > 0 && !th_wait_until(th_port_open_cond, port, timeout_ms)) {
+			th_kill(pid);
+			pid = -1;
+		}
+	}
+	free(env);
 	return pid;
 }
 

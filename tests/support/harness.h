@@ -82,6 +82,10 @@ int th_free_port(void);
 int th_port_open(int port);
 int th_port_open_cond(void *arg);
 
+/* Writes all n bytes to a socket (send with MSG_NOSIGNAL, EINTR retried).
+ * 0, or -1 when the peer went away. */
+int th_send_all(int fd, const void *p, size_t n);
+
 /*
  * printf into a fresh string the harness owns and frees at exit.
  * Handy for paths and argv: th_strf("%s/worker.log", dir).  Never NULL
@@ -165,6 +169,16 @@ typedef struct th_spawn_opts {
 #define TH_SPAWN_OPTS_INIT { NULL, -1, -1, -1, 0 }
 
 pid_t th_spawn_opts(char *const argv[], const char *const extra_env[], const th_spawn_opts_t *o);
+
+/*
+ * Starts a server that takes its port from the environment: picks a free
+ * port, passes "<port_var>=<port>" (after extra_env), and waits up to
+ * timeout_ms until 127.0.0.1:<port> accepts; a server that lost the port
+ * race is killed and started again on another (three tries).  Returns the
+ * pid and sets *port, or -1.
+ */
+pid_t th_spawn_port(char *const argv[], const char *const extra_env[], const char *port_var,
+                    const char *log_path, int timeout_ms, int *port);
 
 /*
  * The minimal environment th_spawn gives a child, as a NULL-terminated
