@@ -101,10 +101,8 @@ static void test_reject_cli(void)
 	TH_REQUIRE(at_wait_line(&T, "run_ask_cli", "ask", "open", 60000) >= 0, "an ask line");
 	char *argv[] = { CLI_BIN, "reply", "run_ask_cli", "ask_1", "--reject", NULL };
 	const char *log = th_strf("%s/reply.log", T.w.dir);
-	pid_t p = th_spawn(argv, cli_env, log);
-	int st = -1;
-	TH_CHECK(p > 0 && th_wait_exit(p, 20000, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-	         "runnel reply exits 0 (status %d)", st);
+	int st = th_run(argv, cli_env, log, 20000);
+	TH_CHECK(st == 0, "runnel reply exits 0 (status %d)", st);
 	TH_REQUIRE(wt_wait_terminal(&T.w, "run_ask_cli", 60000), "the run ended");
 	check_after_ask("run_ask_cli", "rejected", 0, &o);
 }

@@ -30,11 +30,7 @@ static int can_run_unprivileged(void)
 	                 "bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/",
 	                 "--proc", "/proc", "--dev", "/dev", "true", NULL };
 	const char *log = th_strf("%s/probe.log", th_tmpdir());
-	pid_t p = th_spawn(argv, NULL, log);
-	int st = 0;
-	if (p <= 0 || th_wait_exit(p, 20000, &st) != 0)
-		return -1;
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+	return th_run(argv, NULL, log, 20000) == 0 ? 0 : -1;
 }
 
 static pid_t worker_as_nobody(const char *name, const char *const *extra)

@@ -727,6 +727,19 @@ pid_t th_spawn_port(char *const argv[], const char *const extra_env[], const cha
 	return pid;
 }
 
+int th_run(char *const argv[], const char *const extra_env[], const char *log_path, int timeout_ms)
+{
+	pid_t pid = th_spawn(argv, extra_env, log_path);
+	int st = 0;
+	if (pid < 0)
+		return -1;
+	if (th_wait_exit(pid, timeout_ms, &st) != 0) {
+		th_kill(pid);
+		return -1;
+	}
+	return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+}
+
 int th_signal(pid_t pid, int sig)
 {
 	return kill(pid, sig);

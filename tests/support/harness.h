@@ -190,6 +190,13 @@ pid_t th_spawn_port(char *const argv[], const char *const extra_env[], const cha
 char **th_env_new(const char *const extra_env[]);
 void th_env_free(char **envp);
 
+/*
+ * th_spawn, then waits up to timeout_ms for the exit.  Returns the exit
+ * status (0-255), 128 + the signal that ended it, or -1 when it could not
+ * start or did not end in time (then its group is killed).
+ */
+int th_run(char *const argv[], const char *const extra_env[], const char *log_path, int timeout_ms);
+
 /* Sends sig to the process pid only (not its group).  0 or -1. */
 int th_signal(pid_t pid, int sig);
 
