@@ -110,7 +110,7 @@ typedef struct stub_upload {
 	int         files;
 } stub_upload_t;
 
-/* stub_state.c */
+/* stub_state.c: small checks and lookups; the lookups need mu held. */
 int stub_name_ok(const char *s, int allow_dot);
 int stub_token_eq(const char *given, size_t glen, const char *want);
 void stub_fault_clear(stub_fault_t *f);
@@ -119,7 +119,7 @@ void stub_run_free(stub_run_t *r);
 stub_run_t *stub_find_run(dev_stub_t *s, const char *session);
 stub_blob_t *stub_find_blob(dev_stub_t *s, const char *name);
 
-/* stub_reply.c */
+/* stub_reply.c: answers, built under mu and sent on the event thread. */
 stub_reply_t *stub_reply_new(dev_stub_t *s, struct evhttp_request *req);
 void stub_reply_set(stub_reply_t *rp, int status, const char *ctype, const char *body);
 void stub_reply_free(stub_reply_t *rp);
@@ -127,13 +127,13 @@ void stub_pending_unlink(stub_reply_t *rp);
 void stub_reply_dispatch(stub_reply_t *rp, int delay_ms);
 int stub_apply_fault(dev_stub_t *s, const stub_fault_t *f, stub_reply_t *rp);
 
-/* stub_multipart.c */
+/* stub_multipart.c: parsing /results bodies and storing their files. */
 int stub_multipart_each(const char *body, size_t len, const char *boundary,
-                               int (*cb)(const stub_part_t *, void *), void *arg);
+                        int (*cb)(const stub_part_t *, void *), void *arg);
 int stub_upload_part(const stub_part_t *part, void *arg);
 int stub_boundary(const char *ctype, char *out, size_t size);
 
-/* stub_http.c */
+/* stub_http.c: the evhttp callback for every route. */
 void stub_request_cb(struct evhttp_request *req, void *arg);
 
 #endif

@@ -4,25 +4,9 @@
  */
 #include "dev/stub_internal.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <errno.h>
 #include <event2/buffer.h>
-#include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
-#include <sys/queue.h>
-#include <event2/thread.h>
-#include <fcntl.h>
-#include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/random.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* ------------------------------------------------------------------------
  * Answers
