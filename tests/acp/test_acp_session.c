@@ -80,23 +80,7 @@ static int write_cb(void *loop, const char *buf, size_t len)
 
 static const char *field(sess_t *t, long i, const char *name)
 {
-	static char buf[4096];
-	buf[0] = '\0';
-	if (i < 0)
-		return buf;
-	json_t *j = json_loads(t->lines[i], 0, NULL);
-	json_t *v = json_object_get(j, name);
-	if (json_is_string(v))
-		snprintf(buf, sizeof(buf), "%s", json_string_value(v));
-	else if (json_is_integer(v))
-		snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
-	else if (v) {
-		char *d = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-		snprintf(buf, sizeof(buf), "%s", d ? d : "");
-		free(d);
-	}
-	json_decref(j);
-	return buf;
+	return i < 0 ? "" : th_line_field(t->lines[i], name, NULL);
 }
 
 static int any_line_has(sess_t *t, const char *needle)

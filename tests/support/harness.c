@@ -1115,6 +1115,25 @@ long th_lines_find(char **lines, size_t n, size_t from, const char *type, const 
 	return -1;
 }
 
+const char *th_line_field(const char *line, const char *path1, const char *path2)
+{
+	static char buf[4096];
+	json_t *j = json_loads(line, 0, NULL);
+	json_t *v = json_object_get(j, path1);
+	if (path2)
+		v = json_object_get(v, path2);
+	buf[0] = '\0';
+	if (json_is_string(v)) {
+		snprintf(buf, sizeof(buf), "%s", json_string_value(v));
+	} else if (v) {
+		char *d = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		snprintf(buf, sizeof(buf), "%s", d ? d : "");
+		free(d);
+	}
+	json_decref(j);
+	return buf;
+}
+
 size_t th_lines_count(char **lines, size_t n, const char *type, const char *status)
 {
 	size_t c = 0;

@@ -298,6 +298,11 @@ int th_line_type(const char *line, char *type, size_t type_size,
  * is not NULL, whose "status" is status; -1 when none is. */
 long th_lines_find(char **lines, size_t n, size_t from, const char *type, const char *status);
 
+/* The value at line.path1 (.path2 when not NULL) as text: a string as it
+ * is, any other JSON value compact ("5", "true", "{...}"); "" when absent
+ * or line is not JSON.  A static buffer (4 KiB), overwritten by each call. */
+const char *th_line_field(const char *line, const char *path1, const char *path2);
+
 /* How many of lines[] th_lines_find would match. */
 size_t th_lines_count(char **lines, size_t n, const char *type, const char *status);
 
