@@ -7,6 +7,7 @@ if(TARGET runnel-agent)
   add_executable(bench_agent ${CMAKE_CURRENT_LIST_DIR}/bench_agent.c
     ${PROJECT_SOURCE_DIR}/tests/builtin/fakechat.c ${PROJECT_SOURCE_DIR}/tests/builtin/agentproc.c)
   target_include_directories(bench_agent PRIVATE ${PROJECT_SOURCE_DIR})
-  target_link_libraries(bench_agent PRIVATE PkgConfig::JANSSON Threads::Threads)
+  # agentproc.c spawns through tests/support (th_spawn_opts).
+  target_link_libraries(bench_agent PRIVATE runnel_testsupport PkgConfig::JANSSON Threads::Threads)
   add_dependencies(bench_agent runnel-agent)
 endif()

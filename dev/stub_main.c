@@ -52,6 +52,14 @@ static void usage(FILE *f)
 	rn_conf_usage(f, opts);
 }
 
+/*
+ * The mint answer is a few hundred bytes of JSON; its cap policy is to fail:
+ * past STUB_MINT_BODY_MAX the callback refuses the bytes, curl ends the
+ * transfer with a write error and mint reports it (a truncated answer
+ * would print a run with broken OTPs).
+ */
+#define STUB_MINT_BODY_MAX ((size_t)1 << 20)
+
 typedef struct body {
 	char  *buf;
 	size_t len;
@@ -61,7 +69,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
 	body_t *b = arg;
 	size_t add = size * n;
-	if (b->len + add > (1u << 20))
+	if (b->len + add > STUB_MINT_BODY_MAX)
 		return 0;
 	char *nb = realloc(b->buf, b->len + add + 1);
 	if (!nb)

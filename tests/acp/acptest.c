@@ -74,29 +74,6 @@ void at_submit(at_t *t, const char *run_id, const char *agent_json, const char *
 	json_decref(run.env);
 }
 
-long at_find(char **lines, size_t n, size_t from, const char *type, const char *status)
-{
-	for (size_t i = from; i < n; i++) {
-		json_t *j = json_loads(lines[i], 0, NULL);
-		const char *ty = json_string_value(json_object_get(j, "type"));
-		const char *st = json_string_value(json_object_get(j, "status"));
-		int hit = ty && !strcmp(ty, type) && (!status || (st && !strcmp(st, status)));
-		json_decref(j);
-		if (hit)
-			return (long)i;
-	}
-	return -1;
-}
-
-size_t at_count(char **lines, size_t n, const char *type, const char *status)
-{
-	size_t c = 0;
-	long i = -1;
-	while ((i = at_find(lines, n, (size_t)(i + 1), type, status)) >= 0)
-		c++;
-	return c;
-}
-
 typedef struct wait_ref {
 	at_t *t;
 	const char *run_id, *type, *status;
@@ -108,7 +85,7 @@ static int line_there(void *arg)
 	wait_ref_t *r = arg;
 	size_t n = 0;
 	char **l = wt_lines(&r->t->w, r->run_id, &n);
-	r->idx = at_find(l, n, 0, r->type, r->status);
+	r->idx = th_lines_find(l, n, 0, r->type, r->status);
 	th_strv_free(l, n);
 	return r->idx >= 0;
 }

@@ -44,12 +44,6 @@ void at_submit(at_t *t, const char *run_id, const char *agent_json, const char *
  * returns its index, or -1 at the deadline. */
 long at_wait_line(at_t *t, const char *run_id, const char *type, const char *status, int timeout_ms);
 
-/* Index of the first line of type/status at or after from, in lines[]; -1. */
-long at_find(char **lines, size_t n, size_t from, const char *type, const char *status);
-
-/* Number of lines of type (and status). */
-size_t at_count(char **lines, size_t n, const char *type, const char *status);
-
 /* 1 when some process on the machine has needle in its command line. */
 int at_process_with(const char *needle);
 

@@ -2,6 +2,7 @@
  * tests/acp/fakeprov.c - the scripted fake providers (see fakeprov.h).
  */
 #include "tests/acp/fakeprov.h"
+#include "tests/support/harness.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -49,20 +50,6 @@ static void sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-static int write_all(int fd, const char *b, size_t n)
-{
-	while (n) {
-		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		b += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 static int writef(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int writef(int fd, const char *fmt, ...)
 {
@@ -73,7 +60,7 @@ static int writef(int fd, const char *fmt, ...)
 	va_end(ap);
 	if (n < 0)
 		return -1;
-	int rc = write_all(fd, s, (size_t)n);
+	int rc = th_send_all(fd, s, (size_t)n);
 	free(s);
 	return rc;
 }

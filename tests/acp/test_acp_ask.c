@@ -57,7 +57,7 @@ static void check_after_ask(const char *run_id, const char *want_settle, int too
 	char **l;
 	lines_of(run_id, &l, &n);
 	TH_CHECK(th_streq(wt_check_terminal(l, n), ""), "%s ended with a result", run_id);
-	long a = at_find(l, n, 0, "ask", "open");
+	long a = th_lines_find(l, n, 0, "ask", "open");
 	TH_CHECK(a >= 0, "%s: an open ask", run_id);
 	if (a >= 0) {
 		TH_CHECK(th_streq(wt_field(l[a], "kind"), "permission") && th_streq(wt_field(l[a], "tool"), "Bash"),
@@ -65,7 +65,7 @@ static void check_after_ask(const char *run_id, const char *want_settle, int too
 		TH_CHECK(th_streq(settlement(l, n, wt_field(l[a], "id")), want_settle), "%s: settled %s, want %s",
 		         run_id, settlement(l, n, wt_field(l[a], "id")), want_settle);
 	}
-	TH_CHECK(at_find(l, n, 0, "step", tool_ran ? "succeeded" : "failed") > a, "%s: the step %s", run_id,
+	TH_CHECK(th_lines_find(l, n, 0, "step", tool_ran ? "succeeded" : "failed") > a, "%s: the step %s", run_id,
 	         tool_ran ? "succeeded" : "failed");
 	TH_CHECK(n && th_streq(wt_field(l[n - 1], "message"), "Finished."), "%s: the agent went on to its result", run_id);
 	th_strv_free(l, n);
@@ -101,10 +101,8 @@ static void test_reject_cli(void)
 	TH_REQUIRE(at_wait_line(&T, "run_ask_cli", "ask", "open", 60000) >= 0, "an ask line");
 	char *argv[] = { CLI_BIN, "reply", "run_ask_cli", "ask_1", "--reject", NULL };
 	const char *log = th_strf("%s/reply.log", T.w.dir);
-	pid_t p = th_spawn(argv, cli_env, log);
-	int st = -1;
-	TH_CHECK(p > 0 && th_wait_exit(p, 20000, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-	         "runnel reply exits 0 (status %d)", st);
+	int st = th_run(argv, cli_env, log, 20000);
+	TH_CHECK(st == 0, "runnel reply exits 0 (status %d)", st);
 	TH_REQUIRE(wt_wait_terminal(&T.w, "run_ask_cli", 60000), "the run ended");
 	check_after_ask("run_ask_cli", "rejected", 0, &o);
 }
@@ -147,9 +145,9 @@ static void test_cancel_tool(void)
 	size_t n;
 	char **l = wt_lines(&T.w, "run_acp_cancel", &n);
 	TH_CHECK(th_streq(wt_check_terminal(l, n), "cancelled"), "cancelled");
-	long f = at_find(l, n, 0, "step", "failed");
+	long f = th_lines_find(l, n, 0, "step", "failed");
 	TH_CHECK(f >= 0 && (size_t)f < n - 1, "the open step was closed failed before the terminal line");
-	TH_CHECK(at_find(l, n, 0, "result", NULL) < 0, "no result");
+	TH_CHECK(th_lines_find(l, n, 0, "result", NULL) < 0, "no result");
 	th_strv_free(l, n);
 	TH_CHECK(th_streq(wt_state(&T.w, "run_acp_cancel", "status"), "cancelled"), "state cancelled");
 	TH_CHECK(th_wait_until(no_marker_process, "sleep 29.25", 10000), "no process of the run is left");
@@ -175,7 +173,7 @@ static void test_cancel_ask(void)
 	TH_CHECK(th_streq(wt_check_terminal(l, n), "cancelled"), "cancelled");
 	TH_CHECK(th_streq(settlement(l, n, "ask_1"), "rejected"), "the open ask settled rejected: %s",
 	         settlement(l, n, "ask_1"));
-	TH_CHECK(at_find(l, n, 0, "step", "failed") >= 0, "the step closed");
+	TH_CHECK(th_lines_find(l, n, 0, "step", "failed") >= 0, "the step closed");
 	th_strv_free(l, n);
 }
 

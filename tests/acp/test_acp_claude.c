@@ -33,8 +33,8 @@ static void test_happy(void)
 	size_t n;
 	char **l = wt_lines(&T.w, "run_claude_ok", &n);
 	TH_CHECK(th_streq(wt_check_terminal(l, n), ""), "ended with a result");
-	long r = at_find(l, n, 0, "step", "running");
-	long s = at_find(l, n, 0, "step", "succeeded");
+	long r = th_lines_find(l, n, 0, "step", "running");
+	long s = th_lines_find(l, n, 0, "step", "succeeded");
 	TH_CHECK(r >= 0 && s > r, "step running (%ld) then succeeded (%ld)", r, s);
 	if (r >= 0 && s >= 0) {
 		TH_CHECK(th_streq(wt_field(l[r], "name"), "Bash"), "step name %s", wt_field(l[r], "name"));
@@ -65,8 +65,8 @@ static void test_raw_argv(void)
 	size_t n;
 	char **l = wt_lines(&T.w, "run_claude_raw", &n);
 	TH_CHECK(th_streq(wt_check_terminal(l, n), ""), "ended with a result: %s", n ? l[n - 1] : "");
-	TH_CHECK(at_find(l, n, 0, "step", "succeeded") >= 0, "the tool ran");
-	TH_CHECK(at_find(l, n, 0, "ask", NULL) < 0, "no ask");
+	TH_CHECK(th_lines_find(l, n, 0, "step", "succeeded") >= 0, "the tool ran");
+	TH_CHECK(th_lines_find(l, n, 0, "ask", NULL) < 0, "no ask");
 	TH_CHECK(n && th_streq(wt_field(l[n - 1], "message"), "Raw done."), "result text");
 	th_strv_free(l, n);
 	char *data = NULL;
@@ -109,7 +109,7 @@ static void test_provider_500(void)
 	size_t n;
 	char **l = wt_lines(&T.w, "run_claude_500", &n);
 	TH_CHECK(th_streq(wt_check_terminal(l, n), "agent_error"), "code agent_error: %s", n ? l[n - 1] : "");
-	TH_CHECK(at_count(l, n, "error", NULL) == 1, "one error line");
+	TH_CHECK(th_lines_count(l, n, "error", NULL) == 1, "one error line");
 	const char *msg = n ? wt_field(l[n - 1], "message") : "";
 	TH_CHECK(strstr(msg, "API Error: 500") && strstr(msg, "fake provider failure"),
 	         "the error names the provider failure: %s", msg);

@@ -24,8 +24,8 @@ static void run_codex(const char *run_id, const char *cmd, int fails, dev_stub_o
 	size_t n;
 	char **l = wt_lines(&T.w, run_id, &n);
 	TH_CHECK(th_streq(wt_check_terminal(l, n), ""), "%s ended with a result", run_id);
-	long r = at_find(l, n, 0, "step", "running");
-	long s = at_find(l, n, 0, "step", fails ? "failed" : "succeeded");
+	long r = th_lines_find(l, n, 0, "step", "running");
+	long s = th_lines_find(l, n, 0, "step", fails ? "failed" : "succeeded");
 	TH_CHECK(r >= 0 && s > r, "%s: step running (%ld) then %s (%ld)", run_id, r, fails ? "failed" : "succeeded", s);
 	if (s >= 0) {
 		TH_CHECK(strstr(l[s], "\"durationMs\":") != NULL, "durationMs");

@@ -70,21 +70,7 @@ static void rec_free(rec_t *r)
 
 static const char *str_at(const char *line, const char *path1, const char *path2)
 {
-	static char buf[2048];
-	json_t *j = json_loads(line, 0, NULL);
-	json_t *v = json_object_get(j, path1);
-	if (path2)
-		v = json_object_get(v, path2);
-	buf[0] = '\0';
-	if (json_is_string(v))
-		snprintf(buf, sizeof(buf), "%s", json_string_value(v));
-	else if (v) {
-		char *d = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-		snprintf(buf, sizeof(buf), "%s", d ? d : "");
-		free(d);
-	}
-	json_decref(j);
-	return buf;
+	return th_line_field(line, path1, path2);
 }
 
 static const char *last_written(rec_t *r)

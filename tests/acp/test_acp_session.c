@@ -90,40 +90,9 @@ static int write_cb(void *loop, const char *buf, size_t len)
 	return 0;
 }
 
-/* Index of the first line with type (and status, when not NULL) at or after from; -1. */
-static long find(sess_t *t, size_t from, const char *type, const char *status)
-{
-	for (size_t i = from; i < t->n; i++) {
-		json_t *j = json_loads(t->lines[i], 0, NULL);
-		const char *ty = json_string_value(json_object_get(j, "type"));
-		const char *st = json_string_value(json_object_get(j, "status"));
-		int hit = ty && !strcmp(ty, type) && (!status || (st && !strcmp(st, status)));
-		json_decref(j);
-		if (hit)
-			return (long)i;
-	}
-	return -1;
-}
-
 static const char *field(sess_t *t, long i, const char *name)
 {
-	static char buf[4096];
-	buf[0] = '\0';
-	if (i < 0)
-		return buf;
-	json_t *j = json_loads(t->lines[i], 0, NULL);
-	json_t *v = json_object_get(j, name);
-	if (json_is_string(v))
-		snprintf(buf, sizeof(buf), "%s", json_string_value(v));
-	else if (json_is_integer(v))
-		snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
-	else if (v) {
-		char *d = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-		snprintf(buf, sizeof(buf), "%s", d ? d : "");
-		free(d);
-	}
-	json_decref(j);
-	return buf;
+	return i < 0 ? "" : th_line_field(t->lines[i], name, NULL);
 }
 
 static int any_line_has(sess_t *t, const char *needle)
@@ -245,7 +214,7 @@ after_read:
 			                             t->policy == ASK_REJECT, &io) == 0, "reply to %s", id);
 			TH_CHECK(worker_acp_on_reply(t->s, id, "allow_once", NULL, 0, &io) == -1, "a second reply is refused");
 		}
-		if (t->cancel_on_step && !t->cancelled && find(t, 0, "step", "running") >= 0) {
+		if (t->cancel_on_step && !t->cancelled && th_lines_find(t->lines, t->n, 0, "step", "running") >= 0) {
 			t->cancelled = 1;
 			worker_acp_on_cancel(t->s, &io);
 		}
@@ -284,9 +253,9 @@ static void test_claude_bypass(void)
 	                                  .final = "Created assets/out.txt." });
 	sess_t t = { 0 };
 	TH_CHECK(run(&t, WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_BYPASS, ws, "make the file", 60000), "ended in time");
-	long r = find(&t, 0, "step", "running");
-	long s = find(&t, 0, "step", "succeeded");
-	long res = find(&t, 0, "result", NULL);
+	long r = th_lines_find(t.lines, t.n, 0, "step", "running");
+	long s = th_lines_find(t.lines, t.n, 0, "step", "succeeded");
+	long res = th_lines_find(t.lines, t.n, 0, "result", NULL);
 	TH_CHECK(r >= 0 && s > r, "step running (%ld) then succeeded (%ld)", r, s);
 	TH_CHECK(th_streq(field(&t, r, "name"), "Bash"), "step name %s", field(&t, r, "name"));
 	TH_CHECK(strstr(field(&t, r, "args"), "assets/out.txt") != NULL, "args %s", field(&t, r, "args"));
@@ -295,7 +264,7 @@ static void test_claude_bypass(void)
 	TH_CHECK(strlen(field(&t, s, "durationMs")) > 0, "durationMs present");
 	TH_CHECK(res > s && th_streq(field(&t, res, "message"), "Created assets/out.txt."), "result %s",
 	         field(&t, res, "message"));
-	TH_CHECK(find(&t, 0, "ask", NULL) < 0, "no ask in bypass mode");
+	TH_CHECK(th_lines_find(t.lines, t.n, 0, "ask", NULL) < 0, "no ask in bypass mode");
 	TH_CHECK(file_is(th_strf("%s/assets/out.txt", ws), "hello\n"), "the tool wrote the file");
 	TH_CHECK(fp_seen(anthropic, "You are tested."), "the system prompt reached the model");
 	TH_CHECK(!any_line_has(&t, API_KEY), "no API key in the lines");
@@ -314,7 +283,7 @@ static void test_claude_slow(void)
 	TH_CHECK(run(&t, WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_BYPASS, ws, "take your time", 60000), "ended in time");
 	TH_CHECK(th_now_ms() - t0 >= 2400, "two slow model calls were waited for (%lld ms)", (long long)(th_now_ms() - t0));
 	TH_CHECK(fp_calls(anthropic) - calls >= 2, "the provider answered the tool call and the text");
-	long res = find(&t, 0, "result", NULL);
+	long res = th_lines_find(t.lines, t.n, 0, "result", NULL);
 	TH_CHECK(res >= 0 && th_streq(field(&t, res, "message"), "Slowly done."), "result %s", field(&t, res, "message"));
 	TH_CHECK(file_is(th_strf("%s/assets/out.txt", ws), "slow\n"), "the tool ran");
 	sess_free(&t);
@@ -326,12 +295,12 @@ static void test_claude_500(void)
 	fp_set(anthropic, &(fp_script_t){ .status = 500 });
 	sess_t t = { 0 };
 	TH_CHECK(run(&t, WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_BYPASS, ws, "fail please", 60000), "ended in time");
-	long e = find(&t, 0, "error", NULL);
-	TH_CHECK(e >= 0 && find(&t, (size_t)e + 1, "error", NULL) < 0, "exactly one error line");
+	long e = th_lines_find(t.lines, t.n, 0, "error", NULL);
+	TH_CHECK(e >= 0 && th_lines_find(t.lines, t.n, (size_t)e + 1, "error", NULL) < 0, "exactly one error line");
 	TH_CHECK(th_streq(field(&t, e, "code"), "agent_error"), "code %s", field(&t, e, "code"));
 	TH_CHECK(strstr(field(&t, e, "message"), "500") && strstr(field(&t, e, "message"), "fake provider failure"),
 	         "message names the provider failure: %s", field(&t, e, "message"));
-	TH_CHECK(find(&t, 0, "result", NULL) < 0, "no result");
+	TH_CHECK(th_lines_find(t.lines, t.n, 0, "result", NULL) < 0, "no result");
 	TH_CHECK(!any_line_has(&t, API_KEY), "no API key in the lines");
 	sess_free(&t);
 }
@@ -344,24 +313,24 @@ static void test_claude_ask(ask_policy_t policy)
 	sess_t t = { 0 };
 	t.policy = policy;
 	TH_CHECK(run(&t, WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_ASK, ws, "ask first", 60000), "ended in time");
-	long a = find(&t, 0, "ask", "open");
+	long a = th_lines_find(t.lines, t.n, 0, "ask", "open");
 	TH_CHECK(a >= 0, "an ask line");
 	TH_CHECK(th_streq(field(&t, a, "kind"), "permission") && th_streq(field(&t, a, "tool"), "Bash"),
 	         "ask kind/tool %s", t.n > 0 && a >= 0 ? t.lines[a] : "");
 	TH_CHECK(strstr(field(&t, a, "options"), "\"allow\"") && strstr(field(&t, a, "options"), "\"reject\""),
 	         "ask options %s", field(&t, a, "options"));
-	long r = find(&t, 0, "step", "running");
+	long r = th_lines_find(t.lines, t.n, 0, "step", "running");
 	TH_CHECK(r >= 0 && r < a, "the step runs before the ask");
 	if (policy == ASK_ALLOW) {
-		TH_CHECK(find(&t, 0, "step", "succeeded") > a, "allowed: the step succeeded");
+		TH_CHECK(th_lines_find(t.lines, t.n, 0, "step", "succeeded") > a, "allowed: the step succeeded");
 		TH_CHECK(file_is(th_strf("%s/assets/out.txt", ws), "asked\n"), "the tool ran");
 	} else {
-		long f = find(&t, 0, "step", "failed");
+		long f = th_lines_find(t.lines, t.n, 0, "step", "failed");
 		TH_CHECK(f > a, "rejected: the step failed");
 		TH_CHECK(strlen(field(&t, f, "error")) > 0, "failed step has an error: %s", field(&t, f, "error"));
 		TH_CHECK(access(th_strf("%s/assets/out.txt", ws), F_OK) != 0, "the tool did not run");
 	}
-	long res = find(&t, 0, "result", NULL);
+	long res = th_lines_find(t.lines, t.n, 0, "result", NULL);
 	TH_CHECK(res >= 0 && th_streq(field(&t, res, "message"), "Finished."), "the agent went on to its result");
 	sess_free(&t);
 }
@@ -373,9 +342,9 @@ static void test_claude_deny(void)
 	                                  .final = "Could not." });
 	sess_t t = { 0 };
 	TH_CHECK(run(&t, WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_DENY, ws, "deny it", 60000), "ended in time");
-	TH_CHECK(find(&t, 0, "ask", NULL) < 0, "no ask in deny mode");
-	TH_CHECK(find(&t, 0, "step", "failed") >= 0, "the step failed");
-	TH_CHECK(find(&t, 0, "result", NULL) >= 0, "result");
+	TH_CHECK(th_lines_find(t.lines, t.n, 0, "ask", NULL) < 0, "no ask in deny mode");
+	TH_CHECK(th_lines_find(t.lines, t.n, 0, "step", "failed") >= 0, "the step failed");
+	TH_CHECK(th_lines_find(t.lines, t.n, 0, "result", NULL) >= 0, "result");
 	TH_CHECK(access(th_strf("%s/assets/out.txt", ws), F_OK) != 0, "the tool did not run");
 	sess_free(&t);
 }
@@ -389,10 +358,10 @@ static void test_claude_cancel(void)
 	int64_t t0 = th_now_ms();
 	TH_CHECK(run(&t, WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_BYPASS, ws, "sleep", 60000), "ended in time");
 	TH_CHECK(th_now_ms() - t0 < 25000, "the cancel ended the turn before the tool");
-	long f = find(&t, 0, "step", "failed");
+	long f = th_lines_find(t.lines, t.n, 0, "step", "failed");
 	TH_CHECK(f >= 0 && strstr(field(&t, f, "error"), "cancelled"), "the open step was closed: %s",
 	         f >= 0 ? t.lines[f] : "none");
-	TH_CHECK(find(&t, 0, "result", NULL) < 0 && find(&t, 0, "error", NULL) < 0,
+	TH_CHECK(th_lines_find(t.lines, t.n, 0, "result", NULL) < 0 && th_lines_find(t.lines, t.n, 0, "error", NULL) < 0,
 	         "no terminal line from the session (the worker writes cancelled)");
 	sess_free(&t);
 }
@@ -403,15 +372,15 @@ static void test_codex(const char *cmd, int fails, worker_acp_perm_t perm)
 	fp_set(openai, &(fp_script_t){ .cmd = cmd, .final = "Codex is done." });
 	sess_t t = { 0 };
 	TH_CHECK(run(&t, WORKER_ACP_PRESET_CODEX, perm, ws, "do it", 60000), "ended in time");
-	long r = find(&t, 0, "step", "running");
-	long s = find(&t, 0, "step", fails ? "failed" : "succeeded");
+	long r = th_lines_find(t.lines, t.n, 0, "step", "running");
+	long s = th_lines_find(t.lines, t.n, 0, "step", fails ? "failed" : "succeeded");
 	TH_CHECK(r >= 0 && s > r, "codex step running (%ld) then %s (%ld)", r, fails ? "failed" : "succeeded", s);
 	if (fails)
 		TH_CHECK(strstr(field(&t, s, "error"), "status 3") != NULL, "error names the exit status: %s",
 		         field(&t, s, "error"));
 	else
 		TH_CHECK(file_is(th_strf("%s/assets/out.txt", ws), "codex\n"), "codex wrote the file");
-	long res = find(&t, 0, "result", NULL);
+	long res = th_lines_find(t.lines, t.n, 0, "result", NULL);
 	TH_CHECK(res > s && th_streq(field(&t, res, "message"), "Codex is done."), "result %s", field(&t, res, "message"));
 	TH_CHECK(!any_line_has(&t, OAI_KEY), "no API key in the lines");
 	sess_free(&t);

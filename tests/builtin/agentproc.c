@@ -2,6 +2,7 @@
  * tests/builtin/agentproc.c - runnel-agent as a child (see agentproc.h).
  */
 #include "tests/builtin/agentproc.h"
+#include "tests/support/harness.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,13 +15,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int ap_start(ap_t *a, const char *bin, const char *const *args, const char *const *env, const char *turn)
 {
@@ -35,36 +29,18 @@ int ap_start(ap_t *a, const char *bin, const char *const *args, const char *cons
 	for (int i = 0; args && args[i] && ac < 63; i++)
 		argv[ac++] = (char *)args[i];
 	argv[ac] = NULL;
-	char *envp[128];
-	int ec = 0;
-	static char path[4096];
-	snprintf(path, sizeof(path), "PATH=%s", getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
-	envp[ec++] = path;
-	const char *keep[] = { "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "HOME", NULL };
-	static char kept[4][4096];
-	for (int i = 0; keep[i]; i++)
-		if (getenv(keep[i])) {
-			snprintf(kept[i], sizeof(kept[i]), "%s=%s", keep[i], getenv(keep[i]));
-			envp[ec++] = kept[i];
-		}
-	for (int i = 0; env && env[i] && ec < 127; i++)
-		envp[ec++] = (char *)env[i];
-	envp[ec] = NULL;
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0)
+	/* stdin and stdout are ours; stderr passes through to the test's. */
+	th_spawn_opts_t o = TH_SPAWN_OPTS_INIT;
+	o.stdin_fd = in[0];
+	o.stdout_fd = out[1];
+	pid_t pid = th_spawn_opts(argv, env, &o);
+	if (pid < 0) {
+		close(in[0]);
+		close(in[1]);
+		close(out[0]);
+		close(out[1]);
 		return -1;
-	if (pid == 0) {
-		setpgid(0, 0);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		execve(bin, argv, envp);
-		_exit(127);
 	}
-	setpgid(pid, pid);
 	close(in[0]);
 	close(out[1]);
 	a->pid = pid;
@@ -128,11 +104,11 @@ static int pump(ap_t *a, int wait_ms)
 
 int ap_wait_for(ap_t *a, const char *needle, int timeout_ms)
 {
-	long long until = now_ms() + timeout_ms;
+	long long until = th_now_ms() + timeout_ms;
 	for (;;) {
 		if (a->out && strstr(a->out, needle))
 			return 1;
-		long long left = until - now_ms();
+		long long left = until - th_now_ms();
 		if (left <= 0)
 			return 0;
 		if (pump(a, (int)(left > 100 ? 100 : left)) < 0)
@@ -142,22 +118,16 @@ int ap_wait_for(ap_t *a, const char *needle, int timeout_ms)
 
 int ap_finish(ap_t *a, int timeout_ms)
 {
-	long long until = now_ms() + timeout_ms;
+	long long until = th_now_ms() + timeout_ms;
 	if (a->in_fd >= 0) {
 		close(a->in_fd);
 		a->in_fd = -1;
 	}
-	while (!a->eof && now_ms() < until)
+	while (!a->eof && th_now_ms() < until)
 		pump(a, 100);
-	while (!a->reaped && now_ms() < until) {
-		pid_t r = waitpid(a->pid, &a->status, WNOHANG);
-		if (r == a->pid) {
-			a->reaped = 1;
-			break;
-		}
-		struct timespec ts = { 0, 5000000L };
-		nanosleep(&ts, NULL);
-	}
+	long long left = until - th_now_ms();
+	if (!a->reaped && left > 0 && th_wait_exit(a->pid, (int)left, &a->status) == 0)
+		a->reaped = 1;
 	return a->reaped && a->eof ? 0 : -1;
 }
 
@@ -189,8 +159,7 @@ void ap_last(const ap_t *a, char *type, size_t ts, char *code, size_t cs)
 void ap_free(ap_t *a)
 {
 	if (a->pid > 0 && !a->reaped) {
-		kill(-a->pid, SIGKILL);
-		waitpid(a->pid, &a->status, 0);
+		th_kill(a->pid);
 		a->reaped = 1;
 	}
 	if (a->in_fd >= 0)

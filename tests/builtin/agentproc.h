@@ -2,7 +2,7 @@
  * tests/builtin/agentproc.h - runs runnel-agent the way the worker does:
  * the turn line on a stdin pipe that stays open for control lines, stdout
  * collected, stderr passed through.  The child is in its own process group
- * with PR_SET_PDEATHSIG, and ap_free kills the group.
+ * with PR_SET_PDEATHSIG (th_spawn_opts), and ap_free kills the group.
  */
 #ifndef RUNNEL_TESTS_BUILTIN_AGENTPROC_H
 #define RUNNEL_TESTS_BUILTIN_AGENTPROC_H

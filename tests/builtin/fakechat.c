@@ -5,6 +5,7 @@
  * connection.
  */
 #include "tests/builtin/fakechat.h"
+#include "tests/support/harness.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,20 +30,6 @@ static long long mono_us(void)
 static long long mono_ms(void)
 {
 	return mono_us() / 1000;
-}
-
-static int send_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
 }
 
 /* Reads one request; returns the body (malloc'd) and the Authorization
@@ -121,13 +108,13 @@ static void serve(fakechat_t *f, int fd)
 	int hl = snprintf(head, sizeof(head), "HTTP/1.1 %d X\r\nContent-Type: %s\r\nConnection: close\r\n%s\r\n",
 	                  r->status ? r->status : 200, r->content_type ? r->content_type : "text/event-stream",
 	                  r->headers ? r->headers : "");
-	if (send_all(fd, head, (size_t)hl) < 0)
+	if (th_send_all(fd, head, (size_t)hl) < 0)
 		return;
 	const char *p = r->body ? r->body : "";
 	while (*p) {
 		const char *sep = strchr(p, '\x1e');
 		size_t n2 = sep ? (size_t)(sep - p) : strlen(p);
-		if (n2 && send_all(fd, p, n2) < 0)
+		if (n2 && th_send_all(fd, p, n2) < 0)
 			return;
 		if (!sep)
 			break;

@@ -73,17 +73,6 @@ static void make_skill_zip(const char *path)
 	archive_write_free(a);
 }
 
-static int port_open(void *arg)
-{
-	int port = *(int *)arg;
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	int ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-	close(fd);
-	return ok;
-}
-
 static const char *find_step(char **l, size_t n, const char *name, const char *status)
 {
 	for (size_t i = 0; i < n; i++)
@@ -196,17 +185,8 @@ int main(int argc, char **argv)
 
 	wt_setup(&T, NULL, 1);
 	int port = -1;
-	pid_t http = -1;
-	for (int attempt = 0; attempt < 3 && http < 0; attempt++) {
-		port = th_free_port();
-		char *av[] = { "node", (char *)ev_js, "streamableHttp", NULL };
-		const char *env[] = { th_strf("PORT=%d", port), NULL };
-		http = th_spawn(av, env, th_strf("%s/http-mcp.log", T.dir));
-		if (http > 0 && !th_wait_until(port_open, &port, 15000)) {
-			th_kill(http);
-			http = -1;
-		}
-	}
+	char *av[] = { "node", (char *)ev_js, "streamableHttp", NULL };
+	pid_t http = th_spawn_port(av, NULL, "PORT", th_strf("%s/http-mcp.log", T.dir), 15000, &port);
 	TH_REQUIRE(http > 0, "streamable HTTP MCP server listening");
 
 	static const fc_resp_t base_script[] = {

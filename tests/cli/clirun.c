@@ -3,6 +3,8 @@
  */
 #include "clirun.h"
 
+#include "tests/support/harness.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -19,105 +21,55 @@
 
 #define CLIRUN_OUT_MAX (16u << 20)
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static char **build_env(const char *const env[])
-{
-	static const char *const keep[] = { "PATH", "HOME", "TMPDIR", "ASAN_OPTIONS", "UBSAN_OPTIONS",
-	                                    "LSAN_OPTIONS", NULL };
-	size_t n = 0, cap = 16;
-	char **e = calloc(cap, sizeof(*e));
-	for (int i = 0; keep[i]; i++) {
-		const char *v = getenv(keep[i]);
-		if (!v)
-			continue;
-		size_t l = strlen(keep[i]) + strlen(v) + 2;
-		e[n] = malloc(l);
-		snprintf(e[n], l, "%s=%s", keep[i], v);
-		n++;
-	}
-	e[n++] = strdup("LANG=C.UTF-8");
-	for (size_t i = 0; env && env[i]; i++) {
-		if (n + 2 >= cap) {
-			cap *= 2;
-			e = realloc(e, cap * sizeof(*e));
-		}
-		e[n++] = strdup(env[i]);
-	}
-	e[n] = NULL;
-	return e;
-}
-
-static void free_env(char **e)
-{
-	for (size_t i = 0; e[i]; i++)
-		free(e[i]);
-	free(e);
-}
-
 int clirun_start(clirun_t *p, const char *const argv[], const char *const env[], int cols, int rows)
 {
+	th_spawn_opts_t o = TH_SPAWN_OPTS_INIT;
 	int out[2] = { -1, -1 }, err[2] = { -1, -1 };
-	char **e = build_env(env);
 
 	memset(p, 0, sizeof(*p));
 	p->out = calloc(64, 1); /* see append(): 64 is the least capacity */
 	p->err = calloc(64, 1);
 	p->out_fd = p->err_fd = -1;
-	pid_t parent = getpid();
 	if (cols > 0) {
 		struct winsize ws = { .ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols };
-		int master;
-		pid_t pid = forkpty(&master, NULL, NULL, &ws);
-		if (pid < 0) {
-			free_env(e);
+		int master, slave;
+		if (openpty(&master, &slave, NULL, NULL, &ws) < 0)
 			return -1;
-		}
-		if (pid == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (getppid() != parent)
-				_exit(127);
-			execve(argv[0], (char *const *)argv, e);
-			_exit(127);
+		fcntl(master, F_SETFD, FD_CLOEXEC);
+		o.stdin_fd = o.stdout_fd = o.stderr_fd = slave;
+		o.ctty = 1;
+		pid_t pid = th_spawn_opts((char *const *)argv, env, &o);
+		close(slave);
+		if (pid < 0) {
+			close(master);
+			return -1;
 		}
 		p->pid = pid;
 		p->out_fd = master;
-		free_env(e);
 		return 0;
 	}
 	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
-		free_env(e);
+		for (int i = 0; i < 2; i++) {
+			if (out[i] >= 0)
+				close(out[i]);
+			if (err[i] >= 0)
+				close(err[i]);
+		}
 		return -1;
 	}
-	pid_t pid = fork();
-	if (pid < 0) {
-		free_env(e);
-		return -1;
-	}
-	if (pid == 0) {
-		setpgid(0, 0);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		int devnull = open("/dev/null", O_RDONLY);
-		dup2(devnull, 0);
-		dup2(out[1], 1);
-		dup2(err[1], 2);
-		execve(argv[0], (char *const *)argv, e);
-		_exit(127);
-	}
-	setpgid(pid, pid);
+	o.stdout_fd = out[1];
+	o.stderr_fd = err[1];
+	pid_t pid = th_spawn_opts((char *const *)argv, env, &o);
 	close(out[1]);
 	close(err[1]);
+	if (pid < 0) {
+		close(out[0]);
+		close(err[0]);
+		return -1;
+	}
 	p->pid = pid;
 	p->out_fd = out[0];
 	p->err_fd = err[0];
-	free_env(e);
 	return 0;
 }
 
@@ -181,10 +133,10 @@ static void pump_once(clirun_t *p, int ms)
 
 void clirun_pump(clirun_t *p, int ms)
 {
-	long long end = now_ms() + ms;
+	long long end = th_now_ms() + ms;
 	do
 		pump_once(p, 10);
-	while (now_ms() < end);
+	while (th_now_ms() < end);
 }
 
 void clirun_signal(clirun_t *p, int sig)
@@ -195,16 +147,13 @@ void clirun_signal(clirun_t *p, int sig)
 
 int clirun_wait(clirun_t *p, int timeout_ms)
 {
-	long long end = now_ms() + timeout_ms;
+	long long end = th_now_ms() + timeout_ms;
 	int status = 0, done = 0;
 
-	while (now_ms() < end) {
+	while (th_now_ms() < end) {
 		pump_once(p, 20);
-		if (!done) {
-			pid_t w = waitpid(p->pid, &status, WNOHANG);
-			if (w == p->pid)
-				done = 1;
-		}
+		if (!done && th_wait_exit(p->pid, 0, &status) == 0)
+			done = 1;
 		if (done && p->out_fd < 0 && p->err_fd < 0)
 			break;
 		if (done) {
@@ -215,9 +164,7 @@ int clirun_wait(clirun_t *p, int timeout_ms)
 		}
 	}
 	if (!done) {
-		kill(-p->pid, SIGKILL);
-		kill(p->pid, SIGKILL);
-		waitpid(p->pid, &status, 0);
+		th_kill(p->pid);
 		p->pid = 0;
 		p->exit_code = -1;
 		return -1;
@@ -237,13 +184,39 @@ int clirun(const char *const argv[], const char *const env[], int timeout_ms, cl
 	return clirun_wait(p, timeout_ms);
 }
 
+/* Appends the NULL-terminated list src (may be NULL) to v at *n, up to max. */
+static int vec_add(const char **v, size_t *n, size_t max, const char *const src[])
+{
+	for (size_t i = 0; src && src[i]; i++) {
+		if (*n + 1 >= max)
+			return -1;
+		v[(*n)++] = src[i];
+	}
+	v[*n] = NULL;
+	return 0;
+}
+
+int clirun_argv(const char *bin, const char *const pre[], const char *const args[],
+                const char *const base_env[], const char *const env[], int timeout_ms, clirun_t *p)
+{
+	const char *argv[CLIRUN_ARGV_MAX] = { bin };
+	const char *e[CLIRUN_ARGV_MAX];
+	size_t n = 1, m = 0;
+
+	memset(p, 0, sizeof(*p));
+	p->out_fd = p->err_fd = -1;
+	p->exit_code = -1;
+	if (vec_add(argv, &n, CLIRUN_ARGV_MAX, pre) < 0 || vec_add(argv, &n, CLIRUN_ARGV_MAX, args) < 0 ||
+	    vec_add(e, &m, CLIRUN_ARGV_MAX, base_env) < 0 || vec_add(e, &m, CLIRUN_ARGV_MAX, env) < 0)
+		return -1;
+	e[m] = NULL;
+	return clirun(argv, e, timeout_ms, p);
+}
+
 void clirun_free(clirun_t *p)
 {
-	if (p->pid > 0) {
-		kill(-p->pid, SIGKILL);
-		kill(p->pid, SIGKILL);
-		waitpid(p->pid, NULL, 0);
-	}
+	if (p->pid > 0)
+		th_kill(p->pid);
 	if (p->out_fd >= 0)
 		close(p->out_fd);
 	if (p->err_fd >= 0)

@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/* A NULL-terminated list literal: ARGS("tail", "--json"). */
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
 typedef struct clirun {
 	pid_t  pid;
 	int    out_fd, err_fd;   /* -1 once closed; with a pty err_fd is -1 */
@@ -20,9 +23,9 @@ typedef struct clirun {
 } clirun_t;
 
 /*
- * Starts argv (argv[0] a path) with a minimal environment (PATH, HOME,
- * TMPDIR, LANG, sanitizer options) plus env ("NAME=value", NULL-terminated;
- * may be NULL).  With cols > 0 the child gets a pseudo-terminal of
+ * Starts argv (argv[0] a path) through th_spawn_opts: th_spawn's minimal
+ * environment (PATH, HOME, TMPDIR, LANG, sanitizer options) plus env
+ * ("NAME=value", NULL-terminated, may be NULL; a NAME given here wins).  With cols > 0 the child gets a pseudo-terminal of
  * cols x rows as stdin/stdout/stderr.  0 or -1.
  */
 int clirun_start(clirun_t *p, const char *const argv[], const char *const env[], int cols, int rows);
@@ -39,6 +42,17 @@ void clirun_pump(clirun_t *p, int ms);
 
 /* start + wait. */
 int clirun(const char *const argv[], const char *const env[], int timeout_ms, clirun_t *p);
+
+/*
+ * The CLI tests' one way to run a verb: bin, then the words pre (the verb,
+ * NULL-terminated, may be NULL), then args; the environment is base_env (the
+ * test's defaults: server URLs) then env (the call's own, which win over a
+ * default of the same name).  Lists hold at most CLIRUN_ARGV_MAX - 1 entries
+ * together.  start + wait; -1 when the lists are too long or on a spawn error.
+ */
+#define CLIRUN_ARGV_MAX 48
+int clirun_argv(const char *bin, const char *const pre[], const char *const args[],
+                const char *const base_env[], const char *const env[], int timeout_ms, clirun_t *p);
 
 void clirun_free(clirun_t *p);
 

@@ -26,8 +26,6 @@ static const char *g_bin;
 static char *g_tmp;
 static pid_t g_own_child; /* a child of the test itself, not of runnel dev */
 
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
-
 /* Live (non-zombie) children of this process, reaping zombies.  With
  * PR_SET_CHILD_SUBREAPER, anything `runnel dev` left behind lands here. */
 static int live_descendants(void)
@@ -96,12 +94,7 @@ static char *banner_field(const char *out, const char *label)
 static int port_open(const char *url)
 {
 	const char *c = strrchr(url, ':');
-	int port = c ? atoi(c + 1) : 0;
-	redisContext *ctx = redisConnect("127.0.0.1", port);
-	int open = ctx && !ctx->err;
-	if (ctx)
-		redisFree(ctx);
-	return open;
+	return th_port_open(c ? (int)strtol(c + 1, NULL, 10) : 0);
 }
 
 /* 1. The README's demo, once. */
@@ -225,12 +218,7 @@ static char *write_tmp(const char *name, const char *text)
 
 static int run_cli(stack_t_ *s, const char *const *args, clirun_t *p)
 {
-	const char *argv[24] = { g_bin };
-	int n = 1;
-	for (int i = 0; args[i]; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-	return clirun(argv, ARGS(s->env_disp, s->env_redis), 60000, p);
+	return clirun_argv(g_bin, NULL, args, ARGS(s->env_disp, s->env_redis), NULL, 60000, p);
 }
 
 /* Lines of text (each ending in \n) as a NULL-terminated array; harness-owned. */

@@ -14,17 +14,9 @@ static const char *g_bin;
 static redisContext *g_c;
 static char *g_env_url;
 
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
-
 static int run(const char *const *args, clirun_t *p)
 {
-	const char *argv[16] = { g_bin, "reply" };
-	int n = 2;
-	for (int i = 0; args[i]; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-	const char *e[] = { g_env_url, NULL };
-	return clirun(argv, e, 20000, p);
+	return clirun_argv(g_bin, ARGS("reply"), args, ARGS(g_env_url), NULL, 20000, p);
 }
 
 static void out_line(const char *run, const char *line)

@@ -16,21 +16,9 @@ static const char *g_bin;
 static redisContext *g_c;
 static char *g_env_url;
 
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
-
 static int run(const char *const *args, const char *const *env, clirun_t *p)
 {
-	const char *argv[16] = { g_bin };
-	int n = 1;
-	for (int i = 0; args[i]; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-	const char *e[8] = { g_env_url };
-	int m = 1;
-	for (int i = 0; env && env[i]; i++)
-		e[m++] = env[i];
-	e[m] = NULL;
-	return clirun(argv, e, 20000, p);
+	return clirun_argv(g_bin, NULL, args, ARGS(g_env_url), env, 20000, p);
 }
 
 static void cmd(const char *fmt, const char *a)
@@ -42,11 +30,7 @@ static void cmd(const char *fmt, const char *a)
 
 static long long pttl(const char *key)
 {
-	redisReply *r = redisCommand(g_c, "PTTL %s", key);
-	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -3;
-	if (r)
-		freeReplyObject(r);
-	return v;
+	return th_redis_int(g_c, -3, "PTTL %s", key);
 }
 
 /* The "msg" fields of a control stream, in order. */

@@ -101,16 +101,9 @@ static const char *body_of(const char *req)
 	return b ? b + 4 : "";
 }
 
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
-
 static int run(const char *const *args, const char *const *env, clirun_t *p)
 {
-	const char *argv[32] = { g_bin };
-	int n = 1;
-	for (int i = 0; args[i]; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-	return clirun(argv, env, 30000, p);
+	return clirun_argv(g_bin, NULL, args, NULL, env, 30000, p);
 }
 
 int main(int argc, char **argv)

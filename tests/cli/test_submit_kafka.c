@@ -27,24 +27,10 @@ static th_kafka_t g_k;
 static char *g_env_brokers;
 static char *g_env_topic;
 
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
-
 static int run(const char *const *args, const char *const *env, clirun_t *p)
 {
-	const char *argv[32] = { g_bin, "submit" };
-	int n = 2;
-	for (int i = 0; args[i]; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-	/* Entries first: getenv() finds the first of two with one name. */
-	const char *e[16];
-	int m = 0;
-	for (int i = 0; env && env[i]; i++)
-		e[m++] = env[i];
-	e[m++] = g_env_brokers;
-	e[m++] = g_env_topic;
-	e[m] = NULL;
-	return clirun(argv, e, 30000, p);
+	/* The call's env wins over the broker and topic defaults. */
+	return clirun_argv(g_bin, ARGS("submit"), args, ARGS(g_env_brokers, g_env_topic), env, 30000, p);
 }
 
 static void no_secret_in(const char *what, const char *s)

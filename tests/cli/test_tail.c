@@ -46,20 +46,8 @@ static void hset_status(const char *run, const char *status)
 
 static int run_tail(const char *const *extra, const char *const *env, clirun_t *p)
 {
-	const char *argv[16] = { g_bin, "tail" };
-	int n = 2;
-	for (int i = 0; extra[i]; i++)
-		argv[n++] = extra[i];
-	argv[n] = NULL;
-	const char *e[8] = { g_env_url };
-	int m = 1;
-	for (int i = 0; env && env[i]; i++)
-		e[m++] = env[i];
-	e[m] = NULL;
-	return clirun(argv, e, 20000, p);
+	return clirun_argv(g_bin, ARGS("tail"), extra, ARGS(g_env_url), env, 20000, p);
 }
-
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 static char *joined(size_t from, size_t to, const char *last)
 {

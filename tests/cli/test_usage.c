@@ -51,8 +51,6 @@ static void expect_help(const char *verb)
 	clirun_free(&p);
 }
 
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
-
 int main(int argc, char **argv)
 {
 	TH_REQUIRE(argc == 2, "usage: test_cli_usage RUNNEL_BINARY");

@@ -14,6 +14,7 @@
 #include <curl/curl.h>
 #include <hiredis/hiredis.h>
 
+#include "tests/support/body.h"
 #include "tests/support/harness.h"
 
 typedef struct dt_disp {
@@ -63,8 +64,7 @@ char *dt_job_body(const char *run_id, const char *extra_fields);
 typedef struct dt_stream {
 	CURL              *easy;
 	struct curl_slist *hdrs;
-	char              *body;
-	size_t             len, cap;
+	th_body_t          rx;      /* rx.body: what arrived so far, NUL-terminated */
 	char              *post;
 	int                done;
 	CURLcode           rc;

@@ -123,10 +123,10 @@ int main(void)
 		for (size_t i = 0; i < n && same; i++) {
 			size_t l = strlen(lines[i]);
 
-			same = off + l + 1 <= s1.len && memcmp(s1.body + off, lines[i], l) == 0 && s1.body[off + l] == '\n';
+			same = off + l + 1 <= s1.rx.len && memcmp(s1.rx.body + off, lines[i], l) == 0 && s1.rx.body[off + l] == '\n';
 			off += l + 1;
 		}
-		TH_CHECK(same && off == s1.len, "streamed lines differ from the run's stream:\n%s", s1.body);
+		TH_CHECK(same && off == s1.rx.len, "streamed lines differ from the run's stream:\n%s", s1.rx.body);
 		TH_CHECK(n > 0 && th_line_type(lines[n - 1], type, sizeof type, code, sizeof code) == 0 &&
 		         strcmp(type, "result") == 0, "last line %s", n ? lines[n - 1] : "");
 	}

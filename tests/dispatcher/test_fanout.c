@@ -126,8 +126,8 @@ int main(void)
 
 		for (int l = 1; l <= NLINES; l++)
 			want = th_strf("%s%s\n", want, line(run, l));
-		TH_CHECK(S[i].rc == CURLE_OK && S[i].body != NULL && strcmp(S[i].body, want) == 0,
-		         "caller %d got %.200s", i, S[i].body ? S[i].body : "(null)");
+		TH_CHECK(S[i].rc == CURLE_OK && S[i].rx.body != NULL && strcmp(S[i].rx.body, want) == 0,
+		         "caller %d got %.200s", i, S[i].rx.body ? S[i].rx.body : "(null)");
 	}
 	TH_NOTE("the dispatcher used at most %d Redis connections", max_conns);
 	TH_CHECK(max_conns >= 1 && max_conns <= 4, "%d Redis connections", max_conns);

@@ -27,22 +27,12 @@ static char *url(const char *path)
 
 static int ctl_has(void *arg)
 {
-	redisReply *r = redisCommand(C, "XLEN runnel:{%s}:ctl", (const char *)arg);
-	int ok = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
-
-	if (r != NULL)
-		freeReplyObject(r);
-	return ok;
+	return th_redis_int(C, 0, "XLEN runnel:{%s}:ctl", (const char *)arg) > 0;
 }
 
 static int state_exists(void *arg)
 {
-	redisReply *r = redisCommand(C, "EXISTS runnel:{%s}:state", (const char *)arg);
-	int ok = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-
-	if (r != NULL)
-		freeReplyObject(r);
-	return ok;
+	return th_redis_int(C, 0, "EXISTS runnel:{%s}:state", (const char *)arg) == 1;
 }
 
 static void test_kafka_down(th_kafka_t *k)
@@ -163,7 +153,7 @@ static void test_redis_down(void)
 	free(dt_xadd_line(C, "runnel:{rd_3}:out", "{\"type\":\"result\",\"message\":\"ok\",\"ts\":1}"));
 	for (end = th_now_ms() + 10000; th_now_ms() < end && !s.done;)
 		dt_multi_pump(&m, 20);
-	TH_CHECK(s.done && strcmp(s.body, "{\"type\":\"result\",\"message\":\"ok\",\"ts\":1}\n") == 0, "%s", s.body);
+	TH_CHECK(s.done && strcmp(s.rx.body, "{\"type\":\"result\",\"message\":\"ok\",\"ts\":1}\n") == 0, "%s", s.rx.body);
 	dt_stream_close(&m, &s);
 	dt_multi_cleanup(&m);
 }
@@ -221,7 +211,7 @@ static void test_shutdown_answers(th_kafka_t *k)
 	TH_REQUIRE(th_kafka_broker_up(k, 1) == 0);
 	TH_CHECK(dt_multi_until(&m, stream_done, &s, 10000), "no answer after SIGTERM");
 	TH_CHECK(s.rc == CURLE_OK && s.status == 202, "rc %d status %ld body %s", s.rc, s.status,
-	         s.body != NULL ? s.body : "");
+	         s.rx.body != NULL ? s.rx.body : "");
 	dt_stream_close(&m, &s);
 	dt_multi_cleanup(&m);
 	TH_CHECK(th_wait_exit(D.pid, 10000, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,

@@ -175,21 +175,17 @@ int main(void)
 	{
 		char *a1[] = { RUNNEL_BIN, "reply", "rp_cli", "ask_1", "allow_once", "--via", "dispatcher", NULL };
 		const char *e1[] = { th_strf("RUNNEL_DISPATCHER_URL=%s", D.base), NULL };
-		pid_t p = th_spawn(a1, e1, th_strf("%s/cli1.log", TMP));
-		int st = -1;
-		TH_CHECK(p > 0 && th_wait_exit(p, 20000, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-		         "runnel reply --via dispatcher: %d", st);
+		int st = th_run(a1, e1, th_strf("%s/cli1.log", TMP), 20000);
+		TH_CHECK(st == 0, "runnel reply --via dispatcher: %d", st);
 		char *a2[] = { RUNNEL_BIN, "reply", "rp_cli2", "ask_1", "--reject", NULL };
 		const char *e2[] = { th_strf("RUNNEL_REDIS_URL=%s", red.url), NULL };
-		p = th_spawn(a2, e2, th_strf("%s/cli2.log", TMP));
-		TH_CHECK(p > 0 && th_wait_exit(p, 20000, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-		         "runnel reply (redis): %d", st);
+		st = th_run(a2, e2, th_strf("%s/cli2.log", TMP), 20000);
+		TH_CHECK(st == 0, "runnel reply (redis): %d", st);
 		/* Again: settled, exit 1. */
 		char *a3[] = { RUNNEL_BIN, "reply", "rp_cli", "ask_1", "allow_once", "--via", "dispatcher", NULL };
 		check_settled("rp_cli", "answered", "succeeded");
-		p = th_spawn(a3, e1, th_strf("%s/cli3.log", TMP));
-		TH_CHECK(p > 0 && th_wait_exit(p, 20000, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
-		         "settled via the dispatcher: %d", st);
+		st = th_run(a3, e1, th_strf("%s/cli3.log", TMP), 20000);
+		TH_CHECK(st == 1, "settled via the dispatcher: %d", st);
 		TH_CHECK(th_file_contains(th_strf("%s/cli3.log", TMP),
 		                          "runnel reply: the dispatcher answered 409: conflict: ask_id: the ask is already settled"),
 		         "cli3 message: %s", th_file_read(th_strf("%s/cli3.log", TMP), NULL));

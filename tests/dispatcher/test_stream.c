@@ -110,8 +110,8 @@ static void test_ndjson(dt_multi_t *m)
 	expect[0] = '\0';
 	for (size_t i = 0, off = 0; i + 1 < n; i++)
 		off += (size_t)snprintf(expect + off, expect_len + 1 - off, "%s\n", lines[i]);
-	TH_CHECK(s.len == expect_len && memcmp(s.body, expect, expect_len) == 0,
-	         "NDJSON differs from the Redis stream (%zu vs %zu bytes)", s.len, expect_len);
+	TH_CHECK(s.rx.len == expect_len && memcmp(s.rx.body, expect, expect_len) == 0,
+	         "NDJSON differs from the Redis stream (%zu vs %zu bytes)", s.rx.len, expect_len);
 	free(expect);
 	th_strv_free(lines, n);
 	TH_CHECK(!ctl_has("st_ndjson"), "a finished stream wrote no cancel");
@@ -144,7 +144,7 @@ static void test_escaped_terminal(dt_multi_t *m)
 		free(dt_xadd_line(C, th_strf("runnel:{%s}:out", run), line_n(1, 0)));
 		free(dt_xadd_line(C, th_strf("runnel:{%s}:out", run), ends[i]));
 		TH_CHECK(dt_multi_until(m, is_done, &w, 10000), "%s: no end after %s", run, ends[i]);
-		TH_CHECK(dt_stream_lines(&s) == 2, "%s: %s", run, s.body);
+		TH_CHECK(dt_stream_lines(&s) == 2, "%s: %s", run, s.rx.body);
 		dt_stream_close(m, &s);
 	}
 }
@@ -211,8 +211,8 @@ static void test_sse_stream(dt_multi_t *m)
 		free(dt_xadd_line(C, "runnel:{st_sse}:out", line_n(i, i == 5)));
 	TH_CHECK(dt_multi_until(m, is_done, &w, 10000));
 	TH_REQUIRE(th_stream_read_all(C, "runnel:{st_sse}:out", &lines, &ids, &n) == 0 && n == 5);
-	got = sse_parse(s.body, sids, evs, datas, 8);
-	TH_CHECK(got == 5, "%zu events: %s", got, s.body);
+	got = sse_parse(s.rx.body, sids, evs, datas, 8);
+	TH_CHECK(got == 5, "%zu events: %s", got, s.rx.body);
 	for (size_t i = 0; i < got && i < n; i++) {
 		TH_CHECK(strcmp(sids[i], ids[i]) == 0, "id %s vs %s", sids[i], ids[i]);
 		TH_CHECK(strcmp(datas[i], lines[i]) == 0);
@@ -243,9 +243,9 @@ static void test_sse_cr(dt_multi_t *m)
 	free(dt_xadd_line(C, "runnel:{st_sse_cr}:out", "{\"type\":\"log\",\r\"level\":\"info\",\r\n\"message\":\"cr\",\"ts\":1}"));
 	free(dt_xadd_line(C, "runnel:{st_sse_cr}:out", line_n(2, 1)));
 	TH_CHECK(dt_multi_until(m, is_done, &w, 10000));
-	TH_CHECK(strchr(s.body, '\r') == NULL, "a raw CR in the SSE answer: %s", s.body);
-	TH_CHECK(strstr(s.body, "event: log\ndata: {\"type\":\"log\",\ndata: \"level\":\"info\",\ndata: \"message\":\"cr\",\"ts\":1}\n\n") != NULL,
-	         "%s", s.body);
+	TH_CHECK(strchr(s.rx.body, '\r') == NULL, "a raw CR in the SSE answer: %s", s.rx.body);
+	TH_CHECK(strstr(s.rx.body, "event: log\ndata: {\"type\":\"log\",\ndata: \"level\":\"info\",\ndata: \"message\":\"cr\",\"ts\":1}\n\n") != NULL,
+	         "%s", s.rx.body);
 	dt_stream_close(m, &s);
 }
 
@@ -268,7 +268,7 @@ static void test_resume(dt_multi_t *m)
 	/* Each SSE event ends with a blank line: 3 events = 12 newlines. */
 	wa.lines = 12;
 	TH_CHECK(dt_multi_until(m, has_lines, &wa, 10000));
-	got = sse_parse(a.body, sids, evs, datas, 16);
+	got = sse_parse(a.rx.body, sids, evs, datas, 16);
 	TH_REQUIRE(got == 3, "%zu", got);
 	for (size_t i = 0; i < got; i++)
 		free(datas[i]);
@@ -285,7 +285,7 @@ static void test_resume(dt_multi_t *m)
 		free(dt_xadd_line(C, "runnel:{st_resume}:out", line_n(i, i == 8)));
 	TH_CHECK(dt_multi_until(m, is_done, &wb, 10000));
 	TH_REQUIRE(th_stream_read_all(C, "runnel:{st_resume}:out", &lines, &ids, &n) == 0 && n == 8);
-	got = sse_parse(b.body, sids, evs, datas, 16);
+	got = sse_parse(b.rx.body, sids, evs, datas, 16);
 	TH_CHECK(got == 5, "resumed stream got %zu events, want 5", got);
 	for (size_t i = 0; i < got; i++) {
 		TH_CHECK(strcmp(sids[i], ids[i + 3]) == 0 && strcmp(datas[i], lines[i + 3]) == 0, "event %zu", i);
@@ -517,7 +517,7 @@ static void test_heartbeat(dt_multi_t *m)
 	dt_resp_free(&r);
 	TH_REQUIRE(dt_stream_open(m, &s, url("/v1/runs/st_idle/events"), SSE_GET, NULL) == 0);
 	dt_multi_pump(m, 2500);
-	TH_CHECK(strstr(s.body, ": heartbeat\n\n") != NULL, "no heartbeat in %s", s.body);
+	TH_CHECK(strstr(s.rx.body, ": heartbeat\n\n") != NULL, "no heartbeat in %s", s.rx.body);
 	TH_CHECK(!s.done);
 	dt_stream_close(m, &s);
 }

@@ -12,8 +12,6 @@
 #include "tests/cli/clirun.h"
 #include "tests/support/harness.h"
 
-#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
-
 static const char *g_bin;
 
 static void bad(const char *value, const char *want_err, int timeout_ms)

@@ -151,17 +151,6 @@ static void run_probe(const char *run_id, const char *network, char *msg, size_t
 	fprintf(stderr, "# %s (%s): %s\n", run_id, network, msg);
 }
 
-static int stream_has(const char *run_id, const char *needle)
-{
-	size_t n;
-	char **l = wt_lines(&T, run_id, &n);
-	int found = 0;
-	for (size_t i = 0; i < n; i++)
-		if (strstr(l[i], needle))
-			found = 1;
-	th_strv_free(l, n);
-	return found;
-}
 
 static void test_allowlist(void)
 {
@@ -174,7 +163,7 @@ static void test_allowlist(void)
 	TH_CHECK(wt_log_has(&T, "w1", th_strf("CONNECT 127.0.0.1:%d", A.port)), "the proxy logged the CONNECT");
 	TH_CHECK(!srv_saw(&B, "/b") && !srv_saw(&B, "/raw"), "B was never reached");
 	char *refusal = th_strf("egress refused: 127.0.0.1:%d is not on the run's allowlist", B.port);
-	TH_CHECK(stream_has("run_allow", refusal), "a log line names the refused host");
+	TH_CHECK(wt_stream_has(&T, "run_allow", refusal), "a log line names the refused host");
 	TH_CHECK(wt_log_has(&T, "w1", refusal), "the worker log names it too");
 }
 

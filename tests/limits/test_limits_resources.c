@@ -49,39 +49,12 @@ static void submit_normal(const char *run_id)
 	json_decref(run.config);
 }
 
-/* The run's terminal code and message (static buffers). */
-static const char *ended(const char *run_id, int timeout_ms, char *msg, size_t msgsz)
-{
-	static char code[64];
-	code[0] = '\0';
-	msg[0] = '\0';
-	if (!wt_wait_terminal(&T, run_id, timeout_ms))
-		return "(no terminal line)";
-	size_t n;
-	char **l = wt_lines(&T, run_id, &n);
-	snprintf(code, sizeof(code), "%s", wt_check_terminal(l, n));
-	if (n)
-		snprintf(msg, msgsz, "%s", wt_field(l[n - 1], "message"));
-	th_strv_free(l, n);
-	return code;
-}
 
-static int stream_has(const char *run_id, const char *needle)
-{
-	size_t n;
-	char **l = wt_lines(&T, run_id, &n);
-	int found = 0;
-	for (size_t i = 0; i < n; i++)
-		if (strstr(l[i], needle))
-			found = 1;
-	th_strv_free(l, n);
-	return found;
-}
 
 static void check_normal(const char *run_id)
 {
 	char msg[256];
-	const char *code = ended(run_id, 60000, msg, sizeof(msg));
+	const char *code = wt_ended(&T, run_id, 60000, msg, sizeof(msg));
 	TH_CHECK(th_streq(code, ""), "%s beside a limited run: code \"%s\" (%s)", run_id, code, msg);
 	TH_CHECK(th_streq(wt_state(&T, run_id, "status"), "succeeded"), "%s status", run_id);
 }
@@ -92,7 +65,7 @@ static void test_fork_bomb(void)
 	submit_sh("run_bomb", "read t; b() { b | b & }; b; wait", NULL, 0);
 	submit_normal("run_bomb_ok");
 	char msg[256];
-	const char *code = ended("run_bomb", 30000, msg, sizeof(msg));
+	const char *code = wt_ended(&T, "run_bomb", 30000, msg, sizeof(msg));
 	fprintf(stderr, "# fork bomb ended %s after %lld ms: %s\n", code, (long long)(th_now_ms() - t0), msg);
 	TH_CHECK(th_streq(code, "resource_limit"), "fork bomb: %s", code);
 	TH_CHECK(th_streq(msg, "The run tried to run more than 64 processes at once."), "%s", msg);
@@ -110,11 +83,11 @@ static void test_memory_hog(void)
 	          "tail /dev/zero", NULL, 0);
 	submit_normal("run_hog_ok");
 	char msg[256];
-	const char *code = ended("run_hog", 30000, msg, sizeof(msg));
+	const char *code = wt_ended(&T, "run_hog", 30000, msg, sizeof(msg));
 	fprintf(stderr, "# memory hog ended %s after %lld ms: %s\n", code, (long long)(th_now_ms() - t0), msg);
 	TH_CHECK(th_streq(code, "resource_limit"), "memory hog: %s", code);
 	TH_CHECK(th_streq(msg, "The run used more than 64 MiB of memory."), "%s", msg);
-	TH_CHECK(stream_has("run_hog", "\"status\":\"failed\""), "the open step was closed");
+	TH_CHECK(wt_stream_has(&T, "run_hog", "\"status\":\"failed\""), "the open step was closed");
 	check_normal("run_hog_ok");
 	TH_CHECK(th_alive(W), "the worker was not OOM-killed");
 }
@@ -133,7 +106,7 @@ static void test_disk_filler(void)
 	submit_sh("run_fill", "read t; head -c 1073741824 /dev/zero > /root/workspace/big; sleep 60", NULL, 0);
 	submit_normal("run_fill_ok");
 	char msg[256];
-	const char *code = ended("run_fill", 30000, msg, sizeof(msg));
+	const char *code = wt_ended(&T, "run_fill", 30000, msg, sizeof(msg));
 	uint64_t after = free_bytes(T.dir);
 	long long used = (long long)before - (long long)after;
 	fprintf(stderr, "# disk filler ended %s: %s; host free space changed by %lld KiB (cap 16 MiB, tried 1 GiB)\n",
@@ -148,7 +121,7 @@ static void test_disk_filler(void)
 	submit_sh("run_tmp",
 	          "read t; if head -c 67108864 /dev/zero > /tmp/big 2>/dev/null; then r=wrote; else r=refused; fi; "
 	          "echo \"{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"tmp $r\\\"}\"", NULL, 0);
-	code = ended("run_tmp", 30000, msg, sizeof(msg));
+	code = wt_ended(&T, "run_tmp", 30000, msg, sizeof(msg));
 	TH_CHECK(th_streq(code, ""), "tmp run: %s %s", code, msg);
 	TH_CHECK(th_streq(msg, "tmp refused"), "a 64 MiB file in a 16 MiB /tmp: %s", msg);
 	TH_CHECK(th_alive(W));
@@ -202,7 +175,7 @@ static void test_cpu_spinner(void)
 	fprintf(stderr, "# first-line latency of a normal run: %ld ms alone, %ld ms beside a CPU spinner limited to 0.2 CPU\n",
 	        before, during);
 	char msg[256];
-	const char *code = ended("run_spin", 30000, msg, sizeof(msg));
+	const char *code = wt_ended(&T, "run_spin", 30000, msg, sizeof(msg));
 	TH_CHECK(th_streq(code, "runtime_cap"), "spinner: %s %s", code, msg);
 	TH_CHECK(wt_log_has(&T, "w1", "cpus 0.200"), "the spinner ran with 0.2 CPU");
 }
@@ -213,9 +186,9 @@ static void test_raise_refused(void)
 	          "read t; echo '{\"type\":\"result\",\"message\":\"ok\"}'",
 	          "{\"limits\":{\"memory_mb\":4096,\"pids\":32}}", 0);
 	char msg[256];
-	const char *code = ended("run_raise", 30000, msg, sizeof(msg));
+	const char *code = wt_ended(&T, "run_raise", 30000, msg, sizeof(msg));
 	TH_CHECK(th_streq(code, ""), "raise: %s %s", code, msg);
-	TH_CHECK(stream_has("run_raise",
+	TH_CHECK(wt_stream_has(&T, "run_raise",
 	                    "limits.memory_mb 4096 is above this worker's limit of 64 MiB; using 64 MiB"),
 	         "a log line refuses the raise");
 	TH_CHECK(wt_log_has(&T, "w1", "memory 64 MiB, pids 32,"), "the worker's memory limit and the lowered pids were used");

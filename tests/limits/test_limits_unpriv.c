@@ -30,11 +30,7 @@ static int can_run_unprivileged(void)
 	                 "bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/",
 	                 "--proc", "/proc", "--dev", "/dev", "true", NULL };
 	const char *log = th_strf("%s/probe.log", th_tmpdir());
-	pid_t p = th_spawn(argv, NULL, log);
-	int st = 0;
-	if (p <= 0 || th_wait_exit(p, 20000, &st) != 0)
-		return -1;
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+	return th_run(argv, NULL, log, 20000) == 0 ? 0 : -1;
 }
 
 static pid_t worker_as_nobody(const char *name, const char *const *extra)
@@ -83,20 +79,6 @@ static void submit(const char *run_id, const char *script, const char *network)
 	json_decref(run.config);
 }
 
-static const char *ended(const char *run_id, char *msg, size_t msgsz)
-{
-	static char code[64];
-	msg[0] = '\0';
-	if (!wt_wait_terminal(&T, run_id, 60000))
-		return "(no terminal line)";
-	size_t n;
-	char **l = wt_lines(&T, run_id, &n);
-	snprintf(code, sizeof(code), "%s", wt_check_terminal(l, n));
-	if (n)
-		snprintf(msg, msgsz, "%s", wt_field(l[n - 1], "message"));
-	th_strv_free(l, n);
-	return code;
-}
 
 int main(void)
 {
@@ -116,10 +98,10 @@ int main(void)
 	submit("run_fill", "read t; head -c 1073741824 /dev/zero > /root/workspace/big; sleep 60", NULL);
 	submit("run_ok", NULL, NULL);
 	char msg[256];
-	const char *code = ended("run_fill", msg, sizeof(msg));
+	const char *code = wt_ended(&T, "run_fill", 60000, msg, sizeof(msg));
 	TH_CHECK(th_streq(code, "resource_limit"), "disk filler as an ordinary user: %s %s", code, msg);
 	TH_CHECK(th_streq(msg, "The run wrote more than 16 MiB to its workspace."), "%s", msg);
-	code = ended("run_ok", msg, sizeof(msg));
+	code = wt_ended(&T, "run_ok", 60000, msg, sizeof(msg));
 	TH_CHECK(th_streq(code, ""), "normal run: %s %s", code, msg);
 
 	/* The proxy works for an ordinary user too: a refused host is a 403
@@ -128,7 +110,7 @@ int main(void)
 	       "read t; c=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://127.0.0.1:9/); "
 	       "printf '{\"type\":\"result\",\"message\":\"%s\"}\\n' \"$c\"",
 	       "allowlist");
-	code = ended("run_allow", msg, sizeof(msg));
+	code = wt_ended(&T, "run_allow", 60000, msg, sizeof(msg));
 	TH_CHECK(th_streq(code, "") && th_streq(msg, "403"), "allowlist as an ordinary user: %s %s", code, msg);
 	TH_CHECK(wt_log_has(&T, "w1", "egress refused: 127.0.0.1:9 is not on the run's allowlist"));
 

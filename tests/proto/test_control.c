@@ -3,19 +3,21 @@
  * (SPEC §3): parse, serialize, round trip, unknown types, caps.
  */
 #include "proto/control.h"
-#include "check.h"
+#include "tests/support/check.h"
+
+#include <stdio.h>
+#include <string.h>
 
 #include <stdlib.h>
-#include <string.h>
 
 static void parse_ok(const char *s, proto_ctl_type_t type, const char *reason)
 {
 	proto_ctl_t ctl;
 	char err[128] = "";
 
-	CHECK(proto_ctl_parse(s, strlen(s), &ctl, err, sizeof err) == 0, "%s: %s", s, err);
-	CHECK(ctl.type == type, "%s: type %d", s, (int)ctl.type);
-	CHECK_STR(s, ctl.reason, reason);
+	TH_CHECK(proto_ctl_parse(s, strlen(s), &ctl, err, sizeof err) == 0, "%s: %s", s, err);
+	TH_CHECK(ctl.type == type, "%s: type %d", s, (int)ctl.type);
+	TH_CHECK_STR(s, ctl.reason, reason);
 }
 
 static void parse_bad(const char *s, size_t len, const char *want)
@@ -23,8 +25,8 @@ static void parse_bad(const char *s, size_t len, const char *want)
 	proto_ctl_t ctl;
 	char err[128] = "";
 
-	CHECK(proto_ctl_parse(s, len, &ctl, err, sizeof err) == -1, "%s accepted", s);
-	CHECK_STR(s, err, want);
+	TH_CHECK(proto_ctl_parse(s, len, &ctl, err, sizeof err) == -1, "%s accepted", s);
+	TH_CHECK_STR(s, err, want);
 }
 
 /* parse_bad on a whole C string. */
@@ -38,8 +40,8 @@ static void parse_reply_ok(const char *s, proto_reply_kind_t kind)
 	proto_ctl_t ctl;
 	char err[128] = "";
 
-	CHECK(proto_ctl_parse(s, strlen(s), &ctl, err, sizeof err) == 0, "%s: %s", s, err);
-	CHECK(ctl.type == PROTO_CTL_REPLY && ctl.reply == kind, "%s: kind %d", s, (int)ctl.reply);
+	TH_CHECK(proto_ctl_parse(s, strlen(s), &ctl, err, sizeof err) == 0, "%s: %s", s, err);
+	TH_CHECK(ctl.type == PROTO_CTL_REPLY && ctl.reply == kind, "%s: kind %d", s, (int)ctl.reply);
 }
 
 int main(void)
@@ -68,7 +70,7 @@ int main(void)
 	memset(big, ' ', PROTO_CTL_MAX_BYTES + 1);
 	memcpy(big, "{\"type\":\"cancel\"}", 17);
 	parse_bad(big, PROTO_CTL_MAX_BYTES + 1, "msg: too long (4097 bytes > 4096)");
-	CHECK(proto_ctl_parse(big, PROTO_CTL_MAX_BYTES, &ctl, err, sizeof err) == 0, "at cap");
+	TH_CHECK(proto_ctl_parse(big, PROTO_CTL_MAX_BYTES, &ctl, err, sizeof err) == 0, "at cap");
 	free(big);
 
 	/* A long reason is cut at a character boundary. */
@@ -81,8 +83,8 @@ int main(void)
 			msg[len++] = 'r';
 		memcpy(msg + len, "\xc3\xa9xyz\"}", 8);
 		len += 7;
-		CHECK(proto_ctl_parse(msg, len, &ctl, err, sizeof err) == 0, "long reason");
-		CHECK(strlen(ctl.reason) == 127 && ctl.reason[126] == 'r', "cut at boundary: %zu",
+		TH_CHECK(proto_ctl_parse(msg, len, &ctl, err, sizeof err) == 0, "long reason");
+		TH_CHECK(strlen(ctl.reason) == 127 && ctl.reason[126] == 'r', "cut at boundary: %zu",
 		      strlen(ctl.reason));
 	}
 
@@ -91,33 +93,33 @@ int main(void)
 	ctl.type = PROTO_CTL_CANCEL;
 	strcpy(ctl.reason, "client_closed");
 	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
-	CHECK(n == (int)strlen("{\"type\":\"cancel\",\"reason\":\"client_closed\"}"), "len %d", n);
-	CHECK_STR("serialize", buf, "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");
+	TH_CHECK(n == (int)strlen("{\"type\":\"cancel\",\"reason\":\"client_closed\"}"), "len %d", n);
+	TH_CHECK_STR("serialize", buf, "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");
 	{
 		proto_ctl_t back;
 
-		CHECK(proto_ctl_parse(buf, (size_t)n, &back, err, sizeof err) == 0 &&
+		TH_CHECK(proto_ctl_parse(buf, (size_t)n, &back, err, sizeof err) == 0 &&
 		      back.type == PROTO_CTL_CANCEL && strcmp(back.reason, "client_closed") == 0,
 		      "round trip");
 	}
 	ctl.reason[0] = '\0';
 	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
-	CHECK_STR("no reason", buf, "{\"type\":\"cancel\"}");
+	TH_CHECK_STR("no reason", buf, "{\"type\":\"cancel\"}");
 	strcpy(ctl.reason, "say \"bye\"");
 	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
-	CHECK_STR("escaped", buf, "{\"type\":\"cancel\",\"reason\":\"say \\\"bye\\\"\"}");
-	CHECK(proto_ctl_serialize(&ctl, buf, 10) == -1, "too small");
-	CHECK(proto_ctl_serialize(&ctl, buf, (size_t)n) == -1, "no room for NUL");
-	CHECK(proto_ctl_serialize(&ctl, buf, (size_t)n + 1) == n, "exact fit");
+	TH_CHECK_STR("escaped", buf, "{\"type\":\"cancel\",\"reason\":\"say \\\"bye\\\"\"}");
+	TH_CHECK(proto_ctl_serialize(&ctl, buf, 10) == -1, "too small");
+	TH_CHECK(proto_ctl_serialize(&ctl, buf, (size_t)n) == -1, "no room for NUL");
+	TH_CHECK(proto_ctl_serialize(&ctl, buf, (size_t)n + 1) == n, "exact fit");
 	strcpy(ctl.reason, "bad \xff");
-	CHECK(proto_ctl_serialize(&ctl, buf, sizeof buf) == -1, "invalid UTF-8 reason");
+	TH_CHECK(proto_ctl_serialize(&ctl, buf, sizeof buf) == -1, "invalid UTF-8 reason");
 	ctl.type = PROTO_CTL_UNKNOWN;
-	CHECK(proto_ctl_serialize(&ctl, buf, sizeof buf) == -1, "unknown type");
+	TH_CHECK(proto_ctl_serialize(&ctl, buf, sizeof buf) == -1, "unknown type");
 
 	/* Replies. */
-	CHECK(proto_ctl_parse("{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}", 51, &ctl,
+	TH_CHECK(proto_ctl_parse("{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}", 51, &ctl,
 	                      err, sizeof err) == 0, "reply option: %s", err);
-	CHECK(ctl.type == PROTO_CTL_REPLY && ctl.reply == PROTO_REPLY_OPTION &&
+	TH_CHECK(ctl.type == PROTO_CTL_REPLY && ctl.reply == PROTO_REPLY_OPTION &&
 	      strcmp(ctl.id, "ask_1") == 0 && strcmp(ctl.option, "allow_once") == 0, "reply option fields");
 	parse_reply_ok("{\"type\":\"reply\",\"id\":\"a\",\"text\":\"use rm\"}", PROTO_REPLY_TEXT);
 	parse_reply_ok("{\"type\":\"reply\",\"id\":\"a\",\"reject\":true}", PROTO_REPLY_REJECT);
@@ -140,28 +142,28 @@ int main(void)
 
 		memset(t, 'x', PROTO_CTL_TEXT_MAX + 1);
 		t[PROTO_CTL_TEXT_MAX + 1] = '\0';
-		CHECK(proto_ctl_reply_set(&ctl, "a", NULL, t, 0, err, sizeof err) == -1 &&
+		TH_CHECK(proto_ctl_reply_set(&ctl, "a", NULL, t, 0, err, sizeof err) == -1 &&
 		      strcmp(err, "text: longer than 3072 bytes") == 0, "long text: %s", err);
 		t[PROTO_CTL_TEXT_MAX] = '\0';
-		CHECK(proto_ctl_reply_set(&ctl, "a", NULL, t, 0, err, sizeof err) == 0, "text at cap");
+		TH_CHECK(proto_ctl_reply_set(&ctl, "a", NULL, t, 0, err, sizeof err) == 0, "text at cap");
 		free(t);
 	}
-	CHECK(proto_ctl_reply_set(&ctl, "a", NULL, "bad \xff", 0, err, sizeof err) == -1 &&
+	TH_CHECK(proto_ctl_reply_set(&ctl, "a", NULL, "bad \xff", 0, err, sizeof err) == -1 &&
 	      strcmp(err, "text: not valid UTF-8") == 0, "bad UTF-8 text: %s", err);
-	CHECK(proto_ctl_reply_set(&ctl, "ask_1", "allow_once", NULL, 0, err, sizeof err) == 0, "set option");
+	TH_CHECK(proto_ctl_reply_set(&ctl, "ask_1", "allow_once", NULL, 0, err, sizeof err) == 0, "set option");
 	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
-	CHECK_STR("reply option", buf, "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}");
-	CHECK(proto_ctl_reply_set(&ctl, "ask_1", NULL, "say \"hi\"", 0, err, sizeof err) == 0, "set text");
+	TH_CHECK_STR("reply option", buf, "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}");
+	TH_CHECK(proto_ctl_reply_set(&ctl, "ask_1", NULL, "say \"hi\"", 0, err, sizeof err) == 0, "set text");
 	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
-	CHECK_STR("reply text", buf, "{\"type\":\"reply\",\"id\":\"ask_1\",\"text\":\"say \\\"hi\\\"\"}");
-	CHECK(proto_ctl_reply_set(&ctl, "ask_1", NULL, NULL, 1, err, sizeof err) == 0, "set reject");
+	TH_CHECK_STR("reply text", buf, "{\"type\":\"reply\",\"id\":\"ask_1\",\"text\":\"say \\\"hi\\\"\"}");
+	TH_CHECK(proto_ctl_reply_set(&ctl, "ask_1", NULL, NULL, 1, err, sizeof err) == 0, "set reject");
 	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
-	CHECK_STR("reply reject", buf, "{\"type\":\"reply\",\"id\":\"ask_1\",\"reject\":true}");
+	TH_CHECK_STR("reply reject", buf, "{\"type\":\"reply\",\"id\":\"ask_1\",\"reject\":true}");
 	{
 		proto_ctl_t back;
 
-		CHECK(proto_ctl_parse(buf, (size_t)n, &back, err, sizeof err) == 0 &&
+		TH_CHECK(proto_ctl_parse(buf, (size_t)n, &back, err, sizeof err) == 0 &&
 		      back.type == PROTO_CTL_REPLY && back.reply == PROTO_REPLY_REJECT, "reply round trip");
 	}
-	return check_done("test_control");
+	return th_done();
 }

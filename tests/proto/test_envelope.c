@@ -5,11 +5,13 @@
  * line, and the builders for runner-written lines.
  */
 #include "proto/envelope.h"
-#include "check.h"
+#include "tests/support/check.h"
+
+#include <stdio.h>
+#include <string.h>
 
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define NOW 5
 
@@ -296,13 +298,13 @@ static void run_table(void)
 		proto_env_line_t out;
 
 		proto_env_process(env, c->in, c->in_len, NOW, &out);
-		CHECK(out.action == PROTO_ENV_PUBLISH, "%s: action", c->name);
-		CHECK_MEM(c->name, out.text, out.len, c->want);
-		CHECK(out.valid == (c->reason == NULL), "%s: valid=%d", c->name, out.valid);
-		CHECK_STR(c->name, out.reason, c->reason != NULL ? c->reason : "");
-		CHECK(out.type == c->type, "%s: type %d", c->name, (int)out.type);
-		CHECK(out.terminal == c->terminal, "%s: terminal", c->name);
-		CHECK(proto_env_terminated(env) == c->terminal, "%s: terminated", c->name);
+		TH_CHECK(out.action == PROTO_ENV_PUBLISH, "%s: action", c->name);
+		TH_CHECK_MEM(c->name, out.text, out.len, c->want);
+		TH_CHECK(out.valid == (c->reason == NULL), "%s: valid=%d", c->name, out.valid);
+		TH_CHECK_STR(c->name, out.reason, c->reason != NULL ? c->reason : "");
+		TH_CHECK(out.type == c->type, "%s: type %d", c->name, (int)out.type);
+		TH_CHECK(out.terminal == c->terminal, "%s: terminal", c->name);
+		TH_CHECK(proto_env_terminated(env) == c->terminal, "%s: terminated", c->name);
 		proto_env_free(env);
 		/* What is published (a replacement too) is itself a valid line. */
 		env = proto_env_new(0);
@@ -311,7 +313,7 @@ static void run_table(void)
 			size_t len = strlen(c->want);
 
 			proto_env_process(env, c->want, len, NOW, &again);
-			CHECK(again.valid && again.len == len, "%s: output re-validates: %s", c->name,
+			TH_CHECK(again.valid && again.len == len, "%s: output re-validates: %s", c->name,
 			      again.reason);
 		}
 		proto_env_free(env);
@@ -342,25 +344,25 @@ static void test_size_cap(void)
 	char want[512];
 
 	proto_env_process(env, big, 2 * 1024 * 1024, NOW, &out);
-	CHECK_STR("2 MB reason", out.reason, "line too long (2097152 bytes > 1048576)");
+	TH_CHECK_STR("2 MB reason", out.reason, "line too long (2097152 bytes > 1048576)");
 	/* The echo is the first 64 bytes: the 40-byte head and 24 of the a's. */
 	snprintf(want, sizeof want,
 	         "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: "
 	         "line too long (2097152 bytes > 1048576): "
 	         "{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"%s\",\"ts\":5}",
 	         "aaaaaaaaaaaaaaaaaaaaaaaa");
-	CHECK_MEM("2 MB line", out.text, out.len, want);
-	CHECK(!out.valid, "2 MB invalid");
+	TH_CHECK_MEM("2 MB line", out.text, out.len, want);
+	TH_CHECK(!out.valid, "2 MB invalid");
 
 	/* Exactly at the cap: valid and published unchanged. */
 	proto_env_process(env, max, PROTO_ENV_LINE_MAX_DEFAULT, NOW, &out);
-	CHECK(out.valid && out.len == PROTO_ENV_LINE_MAX_DEFAULT &&
+	TH_CHECK(out.valid && out.len == PROTO_ENV_LINE_MAX_DEFAULT &&
 	      memcmp(out.text, max, out.len) == 0, "1 MiB line kept: %s", out.reason);
 	/* Exactly at the cap plus a CR: still valid. */
 	max = realloc(max, PROTO_ENV_LINE_MAX_DEFAULT + 1);
 	max[PROTO_ENV_LINE_MAX_DEFAULT] = '\r';
 	proto_env_process(env, max, PROTO_ENV_LINE_MAX_DEFAULT + 1, NOW, &out);
-	CHECK(out.valid && out.len == PROTO_ENV_LINE_MAX_DEFAULT, "1 MiB line + CR kept");
+	TH_CHECK(out.valid && out.len == PROTO_ENV_LINE_MAX_DEFAULT, "1 MiB line + CR kept");
 	proto_env_free(env);
 	free(big);
 	free(max);
@@ -369,20 +371,20 @@ static void test_size_cap(void)
 	env = proto_env_new(100);
 	big = log_line_of(101);
 	proto_env_process(env, big, 100, NOW, &out);
-	CHECK(!out.valid, "100 bytes of a 101-byte line is not JSON");
-	CHECK_STR("cap 100 cut", out.reason, "not JSON");
+	TH_CHECK(!out.valid, "100 bytes of a 101-byte line is not JSON");
+	TH_CHECK_STR("cap 100 cut", out.reason, "not JSON");
 	proto_env_process(env, big, 101, NOW, &out);
-	CHECK_STR("cap 100", out.reason, "line too long (101 bytes > 100)");
+	TH_CHECK_STR("cap 100", out.reason, "line too long (101 bytes > 100)");
 	free(big);
 	big = log_line_of(100);
 	proto_env_process(env, big, 100, NOW, &out);
-	CHECK(out.valid, "100-byte line under cap 100: %s", out.reason);
+	TH_CHECK(out.valid, "100-byte line under cap 100: %s", out.reason);
 	free(big);
 	/* Adding ts may take a line past the cap: it is still published whole. */
 	big = log_line_of(100);
 	memcpy(big + 100 - 9, "\"}       ", 9);  /* drop the ts, pad with blanks */
 	proto_env_process(env, big, 100, 1700000000000LL, &out);
-	CHECK(out.valid && out.len == 100 + 19, "ts added at the cap: %zu %s", out.len, out.reason);
+	TH_CHECK(out.valid && out.len == 100 + 19, "ts added at the cap: %zu %s", out.len, out.reason);
 	free(big);
 	proto_env_free(env);
 }
@@ -402,7 +404,7 @@ static void test_deep_nesting(void)
 		line[len++] = ']';
 	line[len++] = '}';
 	proto_env_process(env, line, len, NOW, &out);
-	CHECK_STR("deep nesting", out.reason, "not JSON");
+	TH_CHECK_STR("deep nesting", out.reason, "not JSON");
 	free(line);
 	proto_env_free(env);
 }
@@ -442,35 +444,35 @@ static void test_steps(void)
 	int i;
 
 	feed(env, "{\"type\":\"step\",\"id\":\"s1\",\"name\":\"a\",\"status\":\"running\"}", &out);
-	CHECK(out.valid && out.type == PROTO_ENV_STEP, "s1 running");
+	TH_CHECK(out.valid && out.type == PROTO_ENV_STEP, "s1 running");
 	feed(env, "{\"type\":\"step\",\"id\":\"s2\",\"name\":\"b \\\"q\\\"\",\"status\":\"running\"}", &out);
 	feed(env, "{\"type\":\"step\",\"id\":\"s3\",\"name\":\"c\",\"status\":\"running\"}", &out);
-	CHECK(proto_env_open_steps(env) == 3, "3 open");
+	TH_CHECK(proto_env_open_steps(env) == 3, "3 open");
 	/* Running again does not open a second entry. */
 	feed(env, "{\"type\":\"step\",\"id\":\"s1\",\"name\":\"a2\",\"status\":\"running\"}", &out);
-	CHECK(proto_env_open_steps(env) == 3, "still 3 open");
+	TH_CHECK(proto_env_open_steps(env) == 3, "still 3 open");
 	feed(env, "{\"type\":\"step\",\"id\":\"s2\",\"name\":\"b\",\"status\":\"succeeded\"}", &out);
-	CHECK(proto_env_open_steps(env) == 2, "s2 closed");
+	TH_CHECK(proto_env_open_steps(env) == 2, "s2 closed");
 	/* An invalid step line does not touch the tracker. */
 	feed(env, "{\"type\":\"step\",\"id\":\"s1\",\"name\":\"a\",\"status\":\"failed\"}", &out);
-	CHECK(!out.valid && proto_env_open_steps(env) == 2, "invalid failed keeps s1");
+	TH_CHECK(!out.valid && proto_env_open_steps(env) == 2, "invalid failed keeps s1");
 	/* Closing an id never opened is harmless. */
 	feed(env, "{\"type\":\"step\",\"id\":\"zz\",\"name\":\"a\",\"status\":\"succeeded\"}", &out);
-	CHECK(out.valid && proto_env_open_steps(env) == 2, "unknown id");
+	TH_CHECK(out.valid && proto_env_open_steps(env) == 2, "unknown id");
 
 	/* A terminal line leaves the steps open for the caller to close first. */
 	feed(env, "{\"type\":\"result\",\"message\":\"done\",\"ts\":1}", &out);
-	CHECK(out.terminal && proto_env_open_steps(env) == 2, "result keeps steps");
+	TH_CHECK(out.terminal && proto_env_open_steps(env) == 2, "result keeps steps");
 
 	memset(&c, 0, sizeof c);
 	n = proto_env_close_steps(env, 9, "agent exited", collect_emit, &c);
-	CHECK(n == 2 && c.n == 2, "closed %zu", n);
-	CHECK_STR("close 1", c.lines[0],
+	TH_CHECK(n == 2 && c.n == 2, "closed %zu", n);
+	TH_CHECK_STR("close 1", c.lines[0],
 	          "{\"type\":\"step\",\"id\":\"s1\",\"name\":\"a\",\"status\":\"failed\",\"error\":\"agent exited\",\"ts\":9}");
-	CHECK_STR("close 2", c.lines[1],
+	TH_CHECK_STR("close 2", c.lines[1],
 	          "{\"type\":\"step\",\"id\":\"s3\",\"name\":\"c\",\"status\":\"failed\",\"error\":\"agent exited\",\"ts\":9}");
-	CHECK_MEM("terminal text intact", out.text, out.len, "{\"type\":\"result\",\"message\":\"done\",\"ts\":1}");
-	CHECK(proto_env_open_steps(env) == 0, "none open");
+	TH_CHECK_MEM("terminal text intact", out.text, out.len, "{\"type\":\"result\",\"message\":\"done\",\"ts\":1}");
+	TH_CHECK(proto_env_open_steps(env) == 0, "none open");
 	proto_env_free(env);
 
 	/* failed closes; escaping in close lines; emit refusing keeps steps open. */
@@ -479,17 +481,17 @@ static void test_steps(void)
 	feed(env, "{\"type\":\"step\",\"id\":\"b\",\"name\":\"n\",\"status\":\"running\"}", &out);
 	feed(env, "{\"type\":\"step\",\"id\":\"c\",\"name\":\"n\",\"status\":\"running\"}", &out);
 	feed(env, "{\"type\":\"step\",\"id\":\"c\",\"name\":\"n\",\"status\":\"failed\",\"error\":\"x\"}", &out);
-	CHECK(proto_env_open_steps(env) == 2, "failed closes c");
+	TH_CHECK(proto_env_open_steps(env) == 2, "failed closes c");
 	memset(&c, 0, sizeof c);
 	c.stop_at = 2;
 	n = proto_env_close_steps(env, 9, "cancelled \"now\"", collect_emit, &c);
-	CHECK(n == 1 && proto_env_open_steps(env) == 1, "stopped after 1: %zu", n);
-	CHECK_STR("close escaped", c.lines[0],
+	TH_CHECK(n == 1 && proto_env_open_steps(env) == 1, "stopped after 1: %zu", n);
+	TH_CHECK_STR("close escaped", c.lines[0],
 	          "{\"type\":\"step\",\"id\":\"a\",\"name\":\"n \\\"q\\\"\",\"status\":\"failed\",\"error\":\"cancelled \\\"now\\\"\",\"ts\":9}");
 	memset(&c, 0, sizeof c);
 	n = proto_env_close_steps(env, 10, NULL, collect_emit, &c);
-	CHECK(n == 1, "retry closes b");
-	CHECK_STR("default why", c.lines[0],
+	TH_CHECK(n == 1, "retry closes b");
+	TH_CHECK_STR("default why", c.lines[0],
 	          "{\"type\":\"step\",\"id\":\"b\",\"name\":\"n\",\"status\":\"failed\",\"error\":\"run ended\",\"ts\":10}");
 	proto_env_free(env);
 
@@ -500,11 +502,11 @@ static void test_steps(void)
 		         "{\"type\":\"step\",\"id\":\"s%d\",\"name\":\"n\",\"status\":\"running\"}", i);
 		feed(env, line, &out);
 	}
-	CHECK(proto_env_open_steps(env) == PROTO_ENV_STEPS_MAX, "cap %zu", proto_env_open_steps(env));
+	TH_CHECK(proto_env_open_steps(env) == PROTO_ENV_STEPS_MAX, "cap %zu", proto_env_open_steps(env));
 	memset(&c, 0, sizeof c);
 	n = proto_env_close_steps(env, 1, "x", collect_emit, &c);
-	CHECK(n == PROTO_ENV_STEPS_MAX, "closed all");
-	CHECK_STR("oldest kept is s1", c.lines[0],
+	TH_CHECK(n == PROTO_ENV_STEPS_MAX, "closed all");
+	TH_CHECK_STR("oldest kept is s1", c.lines[0],
 	          "{\"type\":\"step\",\"id\":\"s1\",\"name\":\"n\",\"status\":\"failed\",\"error\":\"x\",\"ts\":1}");
 	proto_env_free(env);
 }
@@ -516,23 +518,23 @@ static void test_drop_after_terminal(void)
 
 	/* An invalid result is not terminal. */
 	feed(env, "{\"type\":\"result\"}", &out);
-	CHECK(!out.terminal && !proto_env_terminated(env), "invalid result");
+	TH_CHECK(!out.terminal && !proto_env_terminated(env), "invalid result");
 	feed(env, "{\"type\":\"error\",\"code\":\"x\",\"message\":\"boom\"}", &out);
-	CHECK(out.terminal && out.action == PROTO_ENV_PUBLISH, "error terminal");
+	TH_CHECK(out.terminal && out.action == PROTO_ENV_PUBLISH, "error terminal");
 	feed(env, "{\"type\":\"log\",\"level\":\"info\",\"message\":\"late\"}", &out);
-	CHECK(out.action == PROTO_ENV_DROP && out.text == NULL && out.len == 0, "dropped 1");
+	TH_CHECK(out.action == PROTO_ENV_DROP && out.text == NULL && out.len == 0, "dropped 1");
 	feed(env, "garbage", &out);
-	CHECK(out.action == PROTO_ENV_DROP, "garbage dropped");
+	TH_CHECK(out.action == PROTO_ENV_DROP, "garbage dropped");
 	feed(env, "{\"type\":\"result\",\"message\":\"again\"}", &out);
-	CHECK(out.action == PROTO_ENV_DROP && !out.terminal, "second terminal dropped");
-	CHECK(proto_env_dropped(env) == 3, "dropped %llu", (unsigned long long)proto_env_dropped(env));
+	TH_CHECK(out.action == PROTO_ENV_DROP && !out.terminal, "second terminal dropped");
+	TH_CHECK(proto_env_dropped(env) == 3, "dropped %llu", (unsigned long long)proto_env_dropped(env));
 	proto_env_free(env);
 
 	env = proto_env_new(0);
-	CHECK(proto_env_dropped(env) == 0 && !proto_env_terminated(env), "fresh");
+	TH_CHECK(proto_env_dropped(env) == 0 && !proto_env_terminated(env), "fresh");
 	proto_env_set_terminated(env);
 	feed(env, "{\"type\":\"log\",\"level\":\"info\",\"message\":\"late\"}", &out);
-	CHECK(out.action == PROTO_ENV_DROP && proto_env_dropped(env) == 1, "set_terminated drops");
+	TH_CHECK(out.action == PROTO_ENV_DROP && proto_env_dropped(env) == 1, "set_terminated drops");
 	proto_env_free(env);
 }
 
@@ -542,7 +544,7 @@ static void ask_bad(proto_env_t *env, const char *line, const char *want_reason)
 	proto_env_line_t out;
 
 	feed(env, line, &out);
-	CHECK(!out.valid && strcmp(out.reason, want_reason) == 0, "%s: reason \"%s\", want \"%s\"",
+	TH_CHECK(!out.valid && strcmp(out.reason, want_reason) == 0, "%s: reason \"%s\", want \"%s\"",
 	      line, out.reason, want_reason);
 }
 
@@ -574,48 +576,48 @@ static void test_asks(void)
 	        "ask: question missing or not a string");
 	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"question\",\"question\":\"q\",\"title\":1,\"status\":\"open\"}",
 	        "ask: title not a string");
-	CHECK(proto_env_open_asks(env) == 0, "nothing tracked");
+	TH_CHECK(proto_env_open_asks(env) == 0, "nothing tracked");
 
 	feed(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"permission\",\"title\":\"Run: ls\",\"status\":\"open\"," ASK_OPTS "}", &out);
-	CHECK(out.valid && out.type == PROTO_ENV_ASK && !out.terminal, "a1 valid: %s", out.reason);
+	TH_CHECK(out.valid && out.type == PROTO_ENV_ASK && !out.terminal, "a1 valid: %s", out.reason);
 	feed(env, "{\"type\":\"ask\",\"id\":\"q1\",\"kind\":\"question\",\"question\":\"Which?\",\"status\":\"open\",\"ts\":7}", &out);
-	CHECK(out.valid, "q1 valid: %s", out.reason);
-	CHECK(proto_env_open_asks(env) == 2, "2 open");
+	TH_CHECK(out.valid, "q1 valid: %s", out.reason);
+	TH_CHECK(proto_env_open_asks(env) == 2, "2 open");
 	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"question\",\"question\":\"q\",\"status\":\"open\"}",
 	        "ask: id already used");
-	CHECK(strcmp(proto_env_oldest_ask(env, &opened), "a1") == 0 && opened == NOW, "oldest a1");
+	TH_CHECK(strcmp(proto_env_oldest_ask(env, &opened), "a1") == 0 && opened == NOW, "oldest a1");
 
-	CHECK(proto_env_settle_ask(env, "zz", "rejected", NULL, NULL, 9, &line, &len) == PROTO_ASK_UNKNOWN, "unknown");
-	CHECK(proto_env_settle_ask(env, "a1", "answered", "always", NULL, 9, &line, &len) == PROTO_ASK_BAD_OPTION,
+	TH_CHECK(proto_env_settle_ask(env, "zz", "rejected", NULL, NULL, 9, &line, &len) == PROTO_ASK_UNKNOWN, "unknown");
+	TH_CHECK(proto_env_settle_ask(env, "a1", "answered", "always", NULL, 9, &line, &len) == PROTO_ASK_BAD_OPTION,
 	      "foreign option");
-	CHECK(proto_env_settle_ask(env, "a1", "answered", "allow_once", NULL, 9, &line, &len) == PROTO_ASK_SETTLED,
+	TH_CHECK(proto_env_settle_ask(env, "a1", "answered", "allow_once", NULL, 9, &line, &len) == PROTO_ASK_SETTLED,
 	      "settled");
-	CHECK_STR("settlement", line,
+	TH_CHECK_STR("settlement", line,
 	          "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"permission\",\"title\":\"Run: ls\",\"status\":\"answered\",\"option\":\"allow_once\",\"ts\":9}");
 	free(line);
-	CHECK(proto_env_settle_ask(env, "a1", "rejected", NULL, NULL, 9, &line, &len) == PROTO_ASK_CLOSED, "closed");
+	TH_CHECK(proto_env_settle_ask(env, "a1", "rejected", NULL, NULL, 9, &line, &len) == PROTO_ASK_CLOSED, "closed");
 	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"question\",\"question\":\"q\",\"status\":\"open\"}",
 	        "ask: id already used");
-	CHECK(strcmp(proto_env_oldest_ask(env, NULL), "q1") == 0, "oldest q1");
-	CHECK(proto_env_settle_ask(env, "q1", "answered", NULL, "the \"red\" one", 10, &line, &len) == PROTO_ASK_SETTLED,
+	TH_CHECK(strcmp(proto_env_oldest_ask(env, NULL), "q1") == 0, "oldest q1");
+	TH_CHECK(proto_env_settle_ask(env, "q1", "answered", NULL, "the \"red\" one", 10, &line, &len) == PROTO_ASK_SETTLED,
 	      "text");
-	CHECK_STR("text settlement", line,
+	TH_CHECK_STR("text settlement", line,
 	          "{\"type\":\"ask\",\"id\":\"q1\",\"kind\":\"question\",\"status\":\"answered\",\"text\":\"the \\\"red\\\" one\",\"ts\":10}");
 	free(line);
-	CHECK(proto_env_oldest_ask(env, NULL) == NULL && proto_env_open_asks(env) == 0, "none open");
+	TH_CHECK(proto_env_oldest_ask(env, NULL) == NULL && proto_env_open_asks(env) == 0, "none open");
 
 	/* The end of a run rejects what is open; a refusing emit keeps it open. */
 	feed(env, "{\"type\":\"ask\",\"id\":\"b1\",\"kind\":\"question\",\"question\":\"?\",\"status\":\"open\"}", &out);
 	feed(env, "{\"type\":\"ask\",\"id\":\"b2\",\"kind\":\"question\",\"question\":\"?\",\"status\":\"open\"}", &out);
 	feed(env, "{\"type\":\"result\",\"message\":\"done\"}", &out);
-	CHECK(out.terminal && proto_env_open_asks(env) == 2, "result keeps asks open");
+	TH_CHECK(out.terminal && proto_env_open_asks(env) == 2, "result keeps asks open");
 	memset(&c, 0, sizeof c);
 	c.stop_at = 2;
-	CHECK(proto_env_close_asks(env, 11, "rejected", collect_emit, NULL, &c) == 1, "one closed");
-	CHECK_STR("close ask", c.lines[0],
+	TH_CHECK(proto_env_close_asks(env, 11, "rejected", collect_emit, NULL, &c) == 1, "one closed");
+	TH_CHECK_STR("close ask", c.lines[0],
 	          "{\"type\":\"ask\",\"id\":\"b1\",\"kind\":\"question\",\"status\":\"rejected\",\"ts\":11}");
 	memset(&c, 0, sizeof c);
-	CHECK(proto_env_close_asks(env, 12, "rejected", collect_emit, NULL, &c) == 1 && proto_env_open_asks(env) == 0,
+	TH_CHECK(proto_env_close_asks(env, 12, "rejected", collect_emit, NULL, &c) == 1 && proto_env_open_asks(env) == 0,
 	      "retry closes b2");
 	proto_env_free(env);
 
@@ -627,9 +629,9 @@ static void test_asks(void)
 		snprintf(l, sizeof l, "{\"type\":\"ask\",\"id\":\"k%d\",\"kind\":\"question\",\"question\":\"?\",\"status\":\"open\"}", i);
 		feed(env, l, &out);
 		if (i == PROTO_ENV_ASKS_MAX)
-			CHECK(!out.valid && strcmp(out.reason, "ask: too many open asks") == 0, "cap: %s", out.reason);
+			TH_CHECK(!out.valid && strcmp(out.reason, "ask: too many open asks") == 0, "cap: %s", out.reason);
 	}
-	CHECK(proto_env_open_asks(env) == PROTO_ENV_ASKS_MAX, "cap held");
+	TH_CHECK(proto_env_open_asks(env) == PROTO_ENV_ASKS_MAX, "cap held");
 	proto_env_free(env);
 }
 
@@ -639,16 +641,16 @@ static void test_builders(void)
 	char *p;
 
 	p = proto_env_make_log("warn", "say \"hi\"\\ \n\ttab \x01 caf\xc3\xa9 \xff end", 42, &len);
-	CHECK_STR("make_log", p,
+	TH_CHECK_STR("make_log", p,
 	          "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"say \\\"hi\\\"\\\\ \\n\\ttab \\u0001 caf\xc3\xa9 \xef\xbf\xbd end\",\"ts\":42}");
-	CHECK(p != NULL && len == strlen(p), "make_log len");
+	TH_CHECK(p != NULL && len == strlen(p), "make_log len");
 	free(p);
 	p = proto_env_make_error(PROTO_ERR_RUNTIME_CAP, "The run hit its 60 s limit / stopped", 7, NULL);
-	CHECK_STR("make_error", p,
+	TH_CHECK_STR("make_error", p,
 	          "{\"type\":\"error\",\"code\":\"runtime_cap\",\"message\":\"The run hit its 60 s limit / stopped\",\"ts\":7}");
 	free(p);
 	p = proto_env_make_error(PROTO_ERR_INTERNAL, NULL, 0, &len);
-	CHECK_STR("make_error empty", p,
+	TH_CHECK_STR("make_error empty", p,
 	          "{\"type\":\"error\",\"code\":\"internal\",\"message\":\"\",\"ts\":0}");
 	free(p);
 
@@ -659,8 +661,8 @@ static void test_builders(void)
 
 		p = proto_env_make_error(PROTO_ERR_CANCELLED, "Cancelled by the caller", 3, &len);
 		proto_env_process(env, p, len, NOW, &out);
-		CHECK(out.valid && out.terminal && out.type == PROTO_ENV_ERROR, "builder output valid");
-		CHECK_MEM("builder output unchanged", out.text, out.len, p);
+		TH_CHECK(out.valid && out.terminal && out.type == PROTO_ENV_ERROR, "builder output valid");
+		TH_CHECK_MEM("builder output unchanged", out.text, out.len, p);
 		free(p);
 		proto_env_free(env);
 	}
@@ -679,9 +681,9 @@ static void test_reuse(void)
 		                 "{\"type\":\"step\",\"id\":\"s%d\",\"name\":\"n\",\"status\":\"%s\"}",
 		                 i / 2, i % 2 ? "succeeded" : "running");
 		proto_env_process(env, line, (size_t)n, i, &out);
-		CHECK(out.valid, "line %d: %s", i, out.reason);
+		TH_CHECK(out.valid, "line %d: %s", i, out.reason);
 	}
-	CHECK(proto_env_open_steps(env) == 0, "all closed");
+	TH_CHECK(proto_env_open_steps(env) == 0, "all closed");
 	proto_env_free(env);
 }
 
@@ -695,5 +697,5 @@ int main(void)
 	test_asks();
 	test_builders();
 	test_reuse();
-	return check_done("test_envelope");
+	return th_done();
 }

@@ -5,10 +5,12 @@
  * job key parsing, and that no error ever quotes a secret.
  */
 #include "proto/job.h"
-#include "check.h"
+#include "tests/support/check.h"
+
+#include <stdio.h>
+#include <string.h>
 
 #include <stdlib.h>
-#include <string.h>
 
 #include <jansson.h>
 #include <sodium.h>
@@ -35,7 +37,7 @@ static int leak_checked;
 static void check_no_secret(const char *what, const char *err)
 {
 	leak_checked++;
-	CHECK(strstr(err, MARK_OTP) == NULL && strstr(err, "upload-") == NULL &&
+	TH_CHECK(strstr(err, MARK_OTP) == NULL && strstr(err, "upload-") == NULL &&
 	      strstr(err, MARK_PROMPT) == NULL, "%s: error quotes a secret: %s", what, err);
 }
 
@@ -178,12 +180,12 @@ static void run_table(void)
 		int rc = parse_str(s, NULL, 0, &job, err, sizeof err);
 
 		if (c->err == NULL) {
-			CHECK(rc == 0, "%s=%s: want accepted, got %s", c->field,
+			TH_CHECK(rc == 0, "%s=%s: want accepted, got %s", c->field,
 			      c->value ? c->value : "(removed)", err);
 		} else {
-			CHECK(rc == -1, "%s=%s: want rejected", c->field, c->value ? c->value : "(removed)");
-			CHECK_STR(c->field, err, c->err);
-			CHECK(job.agent_url == NULL && job.otp_setup == NULL && job.prompt == NULL &&
+			TH_CHECK(rc == -1, "%s=%s: want rejected", c->field, c->value ? c->value : "(removed)");
+			TH_CHECK_STR(c->field, err, c->err);
+			TH_CHECK(job.agent_url == NULL && job.otp_setup == NULL && job.prompt == NULL &&
 			      job.meta == NULL, "cleared on failure");
 		}
 		proto_job_clear(&job);
@@ -199,25 +201,25 @@ static void test_valid(void)
 	const char *minimal = "{\"v\":1,\"run_id\":\"r1\",\"agent_url\":\"http://h\","
 	                      "\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}";
 
-	CHECK(parse_str(base_job, NULL, 0, &job, err, sizeof err) == 0, "full: %s", err);
-	CHECK(job.v == 1, "v");
-	CHECK_STR("run_id", job.run_id, "run_8Jd3kQ");
-	CHECK_STR("agent_url", job.agent_url, "https://ws.example/api/assistant/sandbox/sess_1");
-	CHECK_STR("otp_setup", job.otp_setup, "setup-" MARK_OTP "-1");
-	CHECK_STR("otp_run", job.otp_run, "run-" MARK_OTP "-2");
-	CHECK_STR("otp_upload", job.otp_upload, "upload-" MARK_OTP "-3");
-	CHECK_STR("prompt", job.prompt, "Add an inference node " MARK_PROMPT);
-	CHECK_STR("caller", job.caller, "assistant");
-	CHECK(job.enqueued_at == 1700000000000LL, "enqueued_at");
-	CHECK(job.max_runtime_sec == 28800, "max_runtime_sec");
-	CHECK(json_is_object(job.meta) &&
+	TH_CHECK(parse_str(base_job, NULL, 0, &job, err, sizeof err) == 0, "full: %s", err);
+	TH_CHECK(job.v == 1, "v");
+	TH_CHECK_STR("run_id", job.run_id, "run_8Jd3kQ");
+	TH_CHECK_STR("agent_url", job.agent_url, "https://ws.example/api/assistant/sandbox/sess_1");
+	TH_CHECK_STR("otp_setup", job.otp_setup, "setup-" MARK_OTP "-1");
+	TH_CHECK_STR("otp_run", job.otp_run, "run-" MARK_OTP "-2");
+	TH_CHECK_STR("otp_upload", job.otp_upload, "upload-" MARK_OTP "-3");
+	TH_CHECK_STR("prompt", job.prompt, "Add an inference node " MARK_PROMPT);
+	TH_CHECK_STR("caller", job.caller, "assistant");
+	TH_CHECK(job.enqueued_at == 1700000000000LL, "enqueued_at");
+	TH_CHECK(job.max_runtime_sec == 28800, "max_runtime_sec");
+	TH_CHECK(json_is_object(job.meta) &&
 	      strcmp(json_string_value(json_object_get(job.meta, "k")), "v") == 0, "meta");
 	proto_job_clear(&job);
-	CHECK(job.agent_url == NULL && job.otp_setup == NULL && job.meta == NULL &&
+	TH_CHECK(job.agent_url == NULL && job.otp_setup == NULL && job.meta == NULL &&
 	      job.run_id[0] == '\0' && job.v == 0, "clear zeroes");
 
-	CHECK(parse_str(minimal, NULL, 0, &job, err, sizeof err) == 0, "minimal: %s", err);
-	CHECK(job.otp_upload == NULL && job.caller == NULL && job.enqueued_at == 0 &&
+	TH_CHECK(parse_str(minimal, NULL, 0, &job, err, sizeof err) == 0, "minimal: %s", err);
+	TH_CHECK(job.otp_upload == NULL && job.caller == NULL && job.enqueued_at == 0 &&
 	      job.max_runtime_sec == 0 && job.meta == NULL, "minimal defaults");
 	proto_job_clear(&job);
 	proto_job_clear(&job);  /* twice is harmless */
@@ -230,32 +232,32 @@ static void test_raw(void)
 	char *big;
 	size_t n;
 
-	CHECK(parse_str("{", NULL, 0, &job, err, sizeof err) == -1, "truncated");
-	CHECK_STR("truncated", err, "job: not valid JSON at line 1 column 1");
-	CHECK(parse_str("", NULL, 0, &job, err, sizeof err) == -1, "empty");
-	CHECK_STR("empty", err, "job: not valid JSON at line 1 column 0");
-	CHECK(parse_str("[1]", NULL, 0, &job, err, sizeof err) == -1, "array");
-	CHECK_STR("array", err, "job: not a JSON object");
-	CHECK(parse_str("{\"v\":1,\"v\":1}", NULL, 0, &job, err, sizeof err) == -1, "dup");
-	CHECK_STR("dup", err, "job: duplicate key at line 1 column 10");
+	TH_CHECK(parse_str("{", NULL, 0, &job, err, sizeof err) == -1, "truncated");
+	TH_CHECK_STR("truncated", err, "job: not valid JSON at line 1 column 1");
+	TH_CHECK(parse_str("", NULL, 0, &job, err, sizeof err) == -1, "empty");
+	TH_CHECK_STR("empty", err, "job: not valid JSON at line 1 column 0");
+	TH_CHECK(parse_str("[1]", NULL, 0, &job, err, sizeof err) == -1, "array");
+	TH_CHECK_STR("array", err, "job: not a JSON object");
+	TH_CHECK(parse_str("{\"v\":1,\"v\":1}", NULL, 0, &job, err, sizeof err) == -1, "dup");
+	TH_CHECK_STR("dup", err, "job: duplicate key at line 1 column 10");
 	/* A duplicate secret key: jansson's own message would quote it. */
-	CHECK(parse_str("{\"otp_run\":\"x-" MARK_OTP "\",\"otp_run\":\"y-" MARK_OTP "\"}",
+	TH_CHECK(parse_str("{\"otp_run\":\"x-" MARK_OTP "\",\"otp_run\":\"y-" MARK_OTP "\"}",
 	                NULL, 0, &job, err, sizeof err) == -1, "dup otp");
-	CHECK_STR("dup otp", err, "job: duplicate key at line 1 column 31");
+	TH_CHECK_STR("dup otp", err, "job: duplicate key at line 1 column 31");
 	/* A bad escape inside an OTP: jansson's message would quote it. */
-	CHECK(parse_str("{\"otp_run\":\"x-" MARK_OTP "\\q\"}", NULL, 0, &job, err, sizeof err) == -1,
+	TH_CHECK(parse_str("{\"otp_run\":\"x-" MARK_OTP "\\q\"}", NULL, 0, &job, err, sizeof err) == -1,
 	      "bad escape");
-	CHECK_STR("bad escape", err, "job: not valid JSON at line 1 column 22");
-	CHECK(parse_str("{\"v\":1,\"prompt\":\"\xff\"}", NULL, 0, &job, err, sizeof err) == -1, "utf8");
-	CHECK_STR("utf8", err, "job: invalid UTF-8 at line 1 column 17");
-	CHECK(proto_job_parse("{\"v\":1}\0", 8, NULL, 0, &job, err, sizeof err) == -1, "nul");
-	CHECK_STR("nul", err, "job: not valid JSON at line 1 column 8");
-	CHECK(parse_str("{\"v\":1,\"prompt\":\"a\\u0000b\"}", NULL, 0, &job, err, sizeof err) == -1,
+	TH_CHECK_STR("bad escape", err, "job: not valid JSON at line 1 column 22");
+	TH_CHECK(parse_str("{\"v\":1,\"prompt\":\"\xff\"}", NULL, 0, &job, err, sizeof err) == -1, "utf8");
+	TH_CHECK_STR("utf8", err, "job: invalid UTF-8 at line 1 column 17");
+	TH_CHECK(proto_job_parse("{\"v\":1}\0", 8, NULL, 0, &job, err, sizeof err) == -1, "nul");
+	TH_CHECK_STR("nul", err, "job: not valid JSON at line 1 column 8");
+	TH_CHECK(parse_str("{\"v\":1,\"prompt\":\"a\\u0000b\"}", NULL, 0, &job, err, sizeof err) == -1,
 	      "escaped nul");
-	CHECK_STR("escaped nul", err, "job: contains a NUL byte at line 1 column 26");
-	CHECK(parse_str("{\"v\":1,\"enqueued_at\":99999999999999999999}", NULL, 0, &job, err,
+	TH_CHECK_STR("escaped nul", err, "job: contains a NUL byte at line 1 column 26");
+	TH_CHECK(parse_str("{\"v\":1,\"enqueued_at\":99999999999999999999}", NULL, 0, &job, err,
 	                sizeof err) == -1, "overflow");
-	CHECK_STR("overflow", err, "job: number out of range at line 1 column 41");
+	TH_CHECK_STR("overflow", err, "job: number out of range at line 1 column 41");
 
 	/* Oversized prompt: one byte over the cap, job still under its own cap. */
 	n = PROTO_JOB_PROMPT_MAX + 1;
@@ -267,13 +269,13 @@ static void test_raw(void)
 	{
 		char *s = mutate("prompt", big);
 
-		CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == -1, "big prompt");
-		CHECK_STR("big prompt", err, "prompt: longer than 524288 bytes");
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == -1, "big prompt");
+		TH_CHECK_STR("big prompt", err, "prompt: longer than 524288 bytes");
 		free(s);
 		big[n] = '"';
 		big[n + 1] = '\0';
 		s = mutate("prompt", big);
-		CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == 0, "prompt at cap: %s", err);
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == 0, "prompt at cap: %s", err);
 		proto_job_clear(&job);
 		free(s);
 	}
@@ -286,8 +288,8 @@ static void test_raw(void)
 	big[0] = '{';
 	big[n - 1] = '}';
 	big[n] = '\0';
-	CHECK(parse_str(big, NULL, 0, &job, err, sizeof err) == -1, "big job");
-	CHECK_STR("big job", err, "job: too large (921601 bytes > 921600)");
+	TH_CHECK(parse_str(big, NULL, 0, &job, err, sizeof err) == -1, "big job");
+	TH_CHECK_STR("big job", err, "job: too large (921601 bytes > 921600)");
 	free(big);
 
 	/* OTP of 1024 bytes is fine, 1025 is not. */
@@ -299,13 +301,13 @@ static void test_raw(void)
 	{
 		char *s = mutate("otp_run", big);
 
-		CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == -1, "long otp");
-		CHECK_STR("long otp", err, "otp_run: longer than 1024 bytes");
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == -1, "long otp");
+		TH_CHECK_STR("long otp", err, "otp_run: longer than 1024 bytes");
 		free(s);
 		big[1025] = '"';
 		big[1026] = '\0';
 		s = mutate("otp_run", big);
-		CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == 0, "otp at cap: %s", err);
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == 0, "otp at cap: %s", err);
 		proto_job_clear(&job);
 		free(s);
 	}
@@ -319,12 +321,12 @@ static void test_raw(void)
 	{
 		char *s = mutate("agent_url", big);
 
-		CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == -1, "long url");
-		CHECK_STR("long url", err, "agent_url: longer than 2048 bytes");
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == -1, "long url");
+		TH_CHECK_STR("long url", err, "agent_url: longer than 2048 bytes");
 		free(s);
 		memcpy(big + 2049, "\"", 2);
 		s = mutate("agent_url", big);
-		CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == 0, "url at cap: %s", err);
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == 0, "url at cap: %s", err);
 		proto_job_clear(&job);
 		free(s);
 	}
@@ -334,8 +336,8 @@ static void test_raw(void)
 	{
 		char *s = mutate("caller", big);
 
-		CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == -1, "long caller");
-		CHECK_STR("long caller", err, "caller: longer than 128 bytes");
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == -1, "long caller");
+		TH_CHECK_STR("long caller", err, "caller: longer than 128 bytes");
 		free(s);
 	}
 	free(big);
@@ -347,28 +349,28 @@ static void test_key_parse(void)
 	char err[128];
 	char bad[65];
 
-	CHECK(proto_job_key_parse(key_hex, key, err, sizeof err) == 0, "key: %s", err);
-	CHECK(key[0] == 0 && key[1] == 1 && key[31] == 0x1f, "key bytes");
-	CHECK(proto_job_key_parse("000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F",
+	TH_CHECK(proto_job_key_parse(key_hex, key, err, sizeof err) == 0, "key: %s", err);
+	TH_CHECK(key[0] == 0 && key[1] == 1 && key[31] == 0x1f, "key bytes");
+	TH_CHECK(proto_job_key_parse("000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F",
 	                          key, err, sizeof err) == 0 && key[10] == 0x0a, "upper case");
-	CHECK(proto_job_key_parse(NULL, key, err, sizeof err) == -1, "null");
-	CHECK_STR("null", err, "job key: missing");
-	CHECK(proto_job_key_parse("", key, err, sizeof err) == -1, "empty");
-	CHECK_STR("empty", err, "job key: missing");
-	CHECK(proto_job_key_parse(key_hex + 1, key, err, sizeof err) == -1, "63");
-	CHECK_STR("63", err, "job key: must be 64 hex digits (got 63 characters)");
+	TH_CHECK(proto_job_key_parse(NULL, key, err, sizeof err) == -1, "null");
+	TH_CHECK_STR("null", err, "job key: missing");
+	TH_CHECK(proto_job_key_parse("", key, err, sizeof err) == -1, "empty");
+	TH_CHECK_STR("empty", err, "job key: missing");
+	TH_CHECK(proto_job_key_parse(key_hex + 1, key, err, sizeof err) == -1, "63");
+	TH_CHECK_STR("63", err, "job key: must be 64 hex digits (got 63 characters)");
 	memcpy(bad, key_hex, 65);
 	bad[40] = 'g';
-	CHECK(proto_job_key_parse(bad, key, err, sizeof err) == -1, "g");
-	CHECK_STR("g", err, "job key: not a hex digit at position 41");
-	CHECK(strstr(err, "0001") == NULL, "key not quoted");
+	TH_CHECK(proto_job_key_parse(bad, key, err, sizeof err) == -1, "g");
+	TH_CHECK_STR("g", err, "job key: not a hex digit at position 41");
+	TH_CHECK(strstr(err, "0001") == NULL, "key not quoted");
 	{
 		char long_key[130];
 
 		memcpy(long_key, key_hex, 64);
 		memcpy(long_key + 64, key_hex, 65);
-		CHECK(proto_job_key_parse(long_key, key, err, sizeof err) == -1, "128");
-		CHECK_STR("128", err, "job key: must be 64 hex digits (got 128 characters)");
+		TH_CHECK(proto_job_key_parse(long_key, key, err, sizeof err) == -1, "128");
+		TH_CHECK_STR("128", err, "job key: must be 64 hex digits (got 128 characters)");
 	}
 }
 
@@ -404,18 +406,18 @@ static void test_sealed(void)
 	json_t *o;
 	const char *sealed;
 
-	CHECK(proto_job_key_parse(key_hex, key, err, sizeof err) == 0, "key");
-	CHECK(proto_job_key_parse(key2_hex, key2, err, sizeof err) == 0, "key2");
-	CHECK(parse_str(base_job, NULL, 0, &job, err, sizeof err) == 0, "base");
+	TH_CHECK(proto_job_key_parse(key_hex, key, err, sizeof err) == 0, "key");
+	TH_CHECK(proto_job_key_parse(key2_hex, key2, err, sizeof err) == 0, "key2");
+	TH_CHECK(parse_str(base_job, NULL, 0, &job, err, sizeof err) == 0, "base");
 
 	/* Round trip, sealed. */
 	s = proto_job_serialize(&job, key, &len, err, sizeof err);
-	CHECK(s != NULL && len == strlen(s), "serialize sealed: %s", err);
-	CHECK(strstr(s, MARK_OTP) == NULL && strstr(s, MARK_PROMPT) == NULL &&
+	TH_CHECK(s != NULL && len == strlen(s), "serialize sealed: %s", err);
+	TH_CHECK(strstr(s, MARK_OTP) == NULL && strstr(s, MARK_PROMPT) == NULL &&
 	      strstr(s, "otp_") == NULL && strstr(s, "prompt") == NULL, "no plaintext: %s", s);
-	CHECK(strstr(s, "\"sealed\":\"") != NULL, "has sealed");
-	CHECK(parse_str(s, key, 1, &back, err, sizeof err) == 0, "parse sealed: %s", err);
-	CHECK(same_job(&job, &back), "sealed round trip");
+	TH_CHECK(strstr(s, "\"sealed\":\"") != NULL, "has sealed");
+	TH_CHECK(parse_str(s, key, 1, &back, err, sizeof err) == 0, "parse sealed: %s", err);
+	TH_CHECK(same_job(&job, &back), "sealed round trip");
 	proto_job_clear(&back);
 
 	/* Base64 of 24-byte nonce || ciphertext || 16-byte tag, original alphabet. */
@@ -427,13 +429,13 @@ static void test_sealed(void)
 		char plain_json[512];
 		unsigned long long plen = 0;
 
-		CHECK(sodium_base642bin(bin, sizeof bin, sealed, strlen(sealed), NULL, &bin_len, NULL,
+		TH_CHECK(sodium_base642bin(bin, sizeof bin, sealed, strlen(sealed), NULL, &bin_len, NULL,
 		                        sodium_base64_VARIANT_ORIGINAL) == 0, "base64 original");
-		CHECK(crypto_aead_xchacha20poly1305_ietf_decrypt(
+		TH_CHECK(crypto_aead_xchacha20poly1305_ietf_decrypt(
 		          (unsigned char *)plain_json, &plen, NULL, bin + 24, bin_len - 24,
 		          (const unsigned char *)"run_8Jd3kQ", 10, bin, key) == 0, "open by hand");
 		plain_json[plen] = '\0';
-		CHECK_STR("sealed content", plain_json,
+		TH_CHECK_STR("sealed content", plain_json,
 		          "{\"otp_setup\":\"setup-" MARK_OTP "-1\",\"otp_run\":\"run-" MARK_OTP "-2\","
 		          "\"otp_upload\":\"upload-" MARK_OTP "-3\",\"prompt\":\"Add an inference node "
 		          MARK_PROMPT "\"}");
@@ -441,19 +443,19 @@ static void test_sealed(void)
 
 	/* Two seals of the same job differ (random nonce). */
 	t = proto_job_serialize(&job, key, NULL, err, sizeof err);
-	CHECK(t != NULL && strcmp(s, t) != 0, "fresh nonce");
+	TH_CHECK(t != NULL && strcmp(s, t) != 0, "fresh nonce");
 	free(t);
 
 	/* No key configured. */
-	CHECK(parse_str(s, NULL, 0, &back, err, sizeof err) == -1, "no key");
-	CHECK_STR("no key", err, "sealed: no job key configured");
+	TH_CHECK(parse_str(s, NULL, 0, &back, err, sizeof err) == -1, "no key");
+	TH_CHECK_STR("no key", err, "sealed: no job key configured");
 	/* Wrong key. */
-	CHECK(parse_str(s, key2, 0, &back, err, sizeof err) == -1, "wrong key");
-	CHECK_STR("wrong key", err, "sealed: cannot be opened (wrong key or tampered)");
+	TH_CHECK(parse_str(s, key2, 0, &back, err, sizeof err) == -1, "wrong key");
+	TH_CHECK_STR("wrong key", err, "sealed: cannot be opened (wrong key or tampered)");
 	/* Moved to another run_id. */
 	t = with_string(s, "run_id", "run_other");
-	CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "moved");
-	CHECK_STR("moved", err, "sealed: cannot be opened (wrong key or tampered)");
+	TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "moved");
+	TH_CHECK_STR("moved", err, "sealed: cannot be opened (wrong key or tampered)");
 	free(t);
 	/* Tampered: one base64 character changed in the middle. */
 	{
@@ -462,15 +464,15 @@ static void test_sealed(void)
 
 		m[mid] = m[mid] == 'A' ? 'B' : 'A';
 		t = with_string(s, "sealed", m);
-		CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "tampered");
-		CHECK_STR("tampered", err, "sealed: cannot be opened (wrong key or tampered)");
+		TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "tampered");
+		TH_CHECK_STR("tampered", err, "sealed: cannot be opened (wrong key or tampered)");
 		free(t);
 		/* Truncated. */
 		strcpy(m, sealed);
 		m[strlen(m) - 8] = '\0';
 		t = with_string(s, "sealed", m);
-		CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "truncated");
-		CHECK_STR("truncated", err, "sealed: cannot be opened (wrong key or tampered)");
+		TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "truncated");
+		TH_CHECK_STR("truncated", err, "sealed: cannot be opened (wrong key or tampered)");
 		free(t);
 		free(m);
 	}
@@ -481,15 +483,15 @@ static void test_sealed(void)
 
 		for (i = 0; i < sizeof junk / sizeof junk[0]; i++) {
 			t = with_string(s, "sealed", junk[i]);
-			CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "junk %zu", i);
-			CHECK_STR("junk", err, "sealed: cannot be opened (wrong key or tampered)");
+			TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "junk %zu", i);
+			TH_CHECK_STR("junk", err, "sealed: cannot be opened (wrong key or tampered)");
 			free(t);
 		}
 	}
 	/* Plaintext secrets next to a seal. */
 	t = with_string(s, "otp_run", "x-" MARK_OTP);
-	CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "plaintext next to sealed");
-	CHECK_STR("plaintext next to sealed", err, "otp_run: must not appear in plaintext next to sealed");
+	TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "plaintext next to sealed");
+	TH_CHECK_STR("plaintext next to sealed", err, "otp_run: must not appear in plaintext next to sealed");
 	free(t);
 	t = with_string(s, "sealed", "x");
 	{
@@ -500,34 +502,34 @@ static void test_sealed(void)
 		t = json_dumps(so, JSON_COMPACT);
 		json_decref(so);
 	}
-	CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "sealed 5");
-	CHECK_STR("sealed 5", err, "sealed: not a string");
+	TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "sealed 5");
+	TH_CHECK_STR("sealed 5", err, "sealed: not a string");
 	free(t);
 	t = with_string(s, "prompt", "p");
-	CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "prompt next to sealed");
-	CHECK_STR("prompt next to sealed", err, "prompt: must not appear in plaintext next to sealed");
+	TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "prompt next to sealed");
+	TH_CHECK_STR("prompt next to sealed", err, "prompt: must not appear in plaintext next to sealed");
 	free(t);
 	json_decref(o);
 	free(s);
 
 	/* require_sealed refuses a plaintext job, with or without a key. */
-	CHECK(parse_str(base_job, key, 1, &back, err, sizeof err) == -1, "require");
-	CHECK_STR("require", err, "sealed: required but the job is not sealed");
-	CHECK(parse_str(base_job, NULL, 1, &back, err, sizeof err) == -1, "require no key");
-	CHECK_STR("require no key", err, "sealed: required but the job is not sealed");
+	TH_CHECK(parse_str(base_job, key, 1, &back, err, sizeof err) == -1, "require");
+	TH_CHECK_STR("require", err, "sealed: required but the job is not sealed");
+	TH_CHECK(parse_str(base_job, NULL, 1, &back, err, sizeof err) == -1, "require no key");
+	TH_CHECK_STR("require no key", err, "sealed: required but the job is not sealed");
 	/* A key alone does not require sealing. */
-	CHECK(parse_str(base_job, key, 0, &back, err, sizeof err) == 0, "key, plaintext ok");
+	TH_CHECK(parse_str(base_job, key, 0, &back, err, sizeof err) == 0, "key, plaintext ok");
 	proto_job_clear(&back);
 
 	/* Round trip, unsealed; and sealed without otp_upload / optionals. */
 	s = proto_job_serialize(&job, NULL, &len, err, sizeof err);
-	CHECK_STR("unsealed serialize", s,
+	TH_CHECK_STR("unsealed serialize", s,
 	          "{\"v\":1,\"run_id\":\"run_8Jd3kQ\",\"agent_url\":\"https://ws.example/api/assistant/sandbox/sess_1\","
 	          "\"otp_setup\":\"setup-" MARK_OTP "-1\",\"otp_run\":\"run-" MARK_OTP "-2\","
 	          "\"otp_upload\":\"upload-" MARK_OTP "-3\",\"prompt\":\"Add an inference node " MARK_PROMPT "\","
 	          "\"caller\":\"assistant\",\"enqueued_at\":1700000000000,\"max_runtime_sec\":28800,"
 	          "\"meta\":{\"k\":\"v\"}}");
-	CHECK(parse_str(s, NULL, 0, &back, err, sizeof err) == 0 && same_job(&job, &back),
+	TH_CHECK(parse_str(s, NULL, 0, &back, err, sizeof err) == 0 && same_job(&job, &back),
 	      "unsealed round trip");
 	proto_job_clear(&back);
 	free(s);
@@ -541,13 +543,13 @@ static void test_sealed(void)
 	job.enqueued_at = 0;
 	job.max_runtime_sec = 0;
 	s = proto_job_serialize(&job, NULL, &len, err, sizeof err);
-	CHECK_STR("minimal serialize", s,
+	TH_CHECK_STR("minimal serialize", s,
 	          "{\"v\":1,\"run_id\":\"run_8Jd3kQ\",\"agent_url\":\"https://ws.example/api/assistant/sandbox/sess_1\","
 	          "\"otp_setup\":\"setup-" MARK_OTP "-1\",\"otp_run\":\"run-" MARK_OTP "-2\","
 	          "\"prompt\":\"Add an inference node " MARK_PROMPT "\"}");
 	free(s);
 	s = proto_job_serialize(&job, key, &len, err, sizeof err);
-	CHECK(parse_str(s, key, 0, &back, err, sizeof err) == 0 && same_job(&job, &back) &&
+	TH_CHECK(parse_str(s, key, 0, &back, err, sizeof err) == 0 && same_job(&job, &back) &&
 	      back.otp_upload == NULL, "sealed round trip without upload: %s", err);
 	proto_job_clear(&back);
 	free(s);
@@ -556,8 +558,8 @@ static void test_sealed(void)
 	u = job.otp_run;
 	job.otp_run = strdup("bad-" MARK_OTP "\r\nX: 1");
 	s = proto_job_serialize(&job, key, &len, err, sizeof err);
-	CHECK(s == NULL, "serialize invalid");
-	CHECK_STR("serialize invalid", err, OTPERR("otp_run"));
+	TH_CHECK(s == NULL, "serialize invalid");
+	TH_CHECK_STR("serialize invalid", err, OTPERR("otp_run"));
 	check_no_secret("serialize", err);
 	free(job.otp_run);
 	job.otp_run = u;
@@ -598,8 +600,8 @@ static void test_odd_seal_content(void)
 		sodium_bin2base64(b64, sizeof b64, box, 24 + clen, sodium_base64_VARIANT_ORIGINAL);
 		o = json_pack("{s:i,s:s,s:s,s:s}", "v", 1, "run_id", "r1", "agent_url", "http://h", "sealed", b64);
 		s = json_dumps(o, JSON_COMPACT);
-		CHECK(parse_str(s, key, 0, &job, err, sizeof err) == -1, "odd seal %zu", i);
-		CHECK_STR("odd seal", err, errs[i]);
+		TH_CHECK(parse_str(s, key, 0, &job, err, sizeof err) == -1, "odd seal %zu", i);
+		TH_CHECK_STR("odd seal", err, errs[i]);
 		free(s);
 		json_decref(o);
 	}
@@ -611,39 +613,39 @@ static void test_validate(void)
 	char err[256];
 
 	memset(&job, 0, sizeof job);
-	CHECK(proto_job_validate(&job, err, sizeof err) == -1, "empty struct");
-	CHECK_STR("empty struct", err, "v: unsupported version 0 (want 1)");
+	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "empty struct");
+	TH_CHECK_STR("empty struct", err, "v: unsupported version 0 (want 1)");
 	job.v = 1;
-	CHECK(proto_job_validate(&job, err, sizeof err) == -1, "no run_id");
-	CHECK_STR("no run_id", err, "run_id: empty");
+	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "no run_id");
+	TH_CHECK_STR("no run_id", err, "run_id: empty");
 	strcpy(job.run_id, "r1");
 	job.agent_url = "http://h";
 	job.otp_setup = "a";
 	job.otp_run = "b";
-	CHECK(proto_job_validate(&job, err, sizeof err) == -1, "no prompt");
-	CHECK_STR("no prompt", err, "prompt: missing");
+	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "no prompt");
+	TH_CHECK_STR("no prompt", err, "prompt: missing");
 	job.prompt = "bad \xff utf8";
-	CHECK(proto_job_validate(&job, err, sizeof err) == -1, "bad prompt");
-	CHECK_STR("bad prompt", err, "prompt: invalid UTF-8");
+	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "bad prompt");
+	TH_CHECK_STR("bad prompt", err, "prompt: invalid UTF-8");
 	job.prompt = "ok";
 	job.caller = "\xc3";
-	CHECK(proto_job_validate(&job, err, sizeof err) == -1, "bad caller");
-	CHECK_STR("bad caller", err, "caller: invalid UTF-8");
+	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "bad caller");
+	TH_CHECK_STR("bad caller", err, "caller: invalid UTF-8");
 	job.caller = NULL;
 	job.enqueued_at = -1;
-	CHECK(proto_job_validate(&job, err, sizeof err) == -1, "neg enqueued");
-	CHECK_STR("neg enqueued", err, "enqueued_at: must not be negative");
+	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "neg enqueued");
+	TH_CHECK_STR("neg enqueued", err, "enqueued_at: must not be negative");
 	job.enqueued_at = 0;
 	job.meta = json_array();
-	CHECK(proto_job_validate(&job, err, sizeof err) == -1, "meta array");
-	CHECK_STR("meta array", err, "meta: not an object");
+	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "meta array");
+	TH_CHECK_STR("meta array", err, "meta: not an object");
 	json_decref(job.meta);
 	job.meta = NULL;
-	CHECK(proto_job_validate(&job, err, sizeof err) == 0, "valid: %s", err);
+	TH_CHECK(proto_job_validate(&job, err, sizeof err) == 0, "valid: %s", err);
 	/* A tiny error buffer truncates, never overflows. */
 	job.prompt = NULL;
-	CHECK(proto_job_validate(&job, err, 4) == -1 && strcmp(err, "pro") == 0, "small buffer");
-	CHECK(proto_job_validate(&job, NULL, 0) == -1, "no buffer");
+	TH_CHECK(proto_job_validate(&job, err, 4) == -1 && strcmp(err, "pro") == 0, "small buffer");
+	TH_CHECK(proto_job_validate(&job, NULL, 0) == -1, "no buffer");
 }
 
 int main(void)
@@ -655,7 +657,7 @@ int main(void)
 	test_sealed();
 	test_odd_seal_content();
 	test_validate();
-	CHECK(leak_checked > 60, "leak checks ran: %d", leak_checked);
+	TH_CHECK(leak_checked > 60, "leak checks ran: %d", leak_checked);
 	printf("no-secret checks: %d error messages\n", leak_checked);
-	return check_done("test_job");
+	return th_done();
 }

@@ -3,10 +3,12 @@
  * format, alphabet, and uniqueness over 10 000 ids.
  */
 #include "proto/keys.h"
-#include "check.h"
+#include "tests/support/check.h"
+
+#include <stdio.h>
+#include <string.h>
 
 #include <stdlib.h>
-#include <string.h>
 
 static int cmp_ids(const void *a, const void *b)
 {
@@ -19,13 +21,13 @@ static void test_key_names(void)
 	char small[8];
 	char id64[65], prefix64[65];
 
-	CHECK(proto_key(buf, sizeof buf, "runnel", "run_8Jd3kQ", PROTO_KEY_OUT) == 23, "out len");
-	CHECK_STR("out", buf, "runnel:{run_8Jd3kQ}:out");
-	CHECK(proto_key(buf, sizeof buf, "runnel", "run_8Jd3kQ", PROTO_KEY_CTL) == 23, "ctl len");
-	CHECK_STR("ctl", buf, "runnel:{run_8Jd3kQ}:ctl");
-	CHECK(proto_key(buf, sizeof buf, "my.app:v2", "r-1_x", PROTO_KEY_STATE) == 23, "state len");
-	CHECK_STR("state", buf, "my.app:v2:{r-1_x}:state");
-	CHECK(proto_key(buf, sizeof buf, PROTO_KEY_PREFIX_DEFAULT, "a", PROTO_KEY_OUT) > 0 &&
+	TH_CHECK(proto_key(buf, sizeof buf, "runnel", "run_8Jd3kQ", PROTO_KEY_OUT) == 23, "out len");
+	TH_CHECK_STR("out", buf, "runnel:{run_8Jd3kQ}:out");
+	TH_CHECK(proto_key(buf, sizeof buf, "runnel", "run_8Jd3kQ", PROTO_KEY_CTL) == 23, "ctl len");
+	TH_CHECK_STR("ctl", buf, "runnel:{run_8Jd3kQ}:ctl");
+	TH_CHECK(proto_key(buf, sizeof buf, "my.app:v2", "r-1_x", PROTO_KEY_STATE) == 23, "state len");
+	TH_CHECK_STR("state", buf, "my.app:v2:{r-1_x}:state");
+	TH_CHECK(proto_key(buf, sizeof buf, PROTO_KEY_PREFIX_DEFAULT, "a", PROTO_KEY_OUT) > 0 &&
 	      strcmp(buf, "runnel:{a}:out") == 0, "default prefix");
 
 	/* The longest key fits PROTO_KEY_MAX. */
@@ -33,49 +35,49 @@ static void test_key_names(void)
 	id64[64] = '\0';
 	memset(prefix64, 'p', 64);
 	prefix64[64] = '\0';
-	CHECK(proto_key(buf, sizeof buf, prefix64, id64, PROTO_KEY_STATE) == 64 + 2 + 64 + 7,
+	TH_CHECK(proto_key(buf, sizeof buf, prefix64, id64, PROTO_KEY_STATE) == 64 + 2 + 64 + 7,
 	      "longest key");
 
-	CHECK(proto_key(small, sizeof small, "runnel", "r", PROTO_KEY_OUT) == -1, "too small");
-	CHECK(proto_key(buf, sizeof buf, "runnel", "bad id", PROTO_KEY_OUT) == -1, "bad id");
-	CHECK(proto_key(buf, sizeof buf, "runnel", "", PROTO_KEY_OUT) == -1, "empty id");
-	CHECK(proto_key(buf, sizeof buf, "run{x}", "r", PROTO_KEY_OUT) == -1, "brace in prefix");
-	CHECK(proto_key(buf, sizeof buf, "", "r", PROTO_KEY_OUT) == -1, "empty prefix");
-	CHECK(proto_key(buf, sizeof buf, "runnel", "r", (proto_key_kind_t)42) == -1, "bad kind");
-	CHECK(proto_key(buf, sizeof buf, NULL, "r", PROTO_KEY_OUT) == -1, "null prefix");
-	CHECK(proto_key(buf, sizeof buf, "runnel", NULL, PROTO_KEY_OUT) == -1, "null id");
+	TH_CHECK(proto_key(small, sizeof small, "runnel", "r", PROTO_KEY_OUT) == -1, "too small");
+	TH_CHECK(proto_key(buf, sizeof buf, "runnel", "bad id", PROTO_KEY_OUT) == -1, "bad id");
+	TH_CHECK(proto_key(buf, sizeof buf, "runnel", "", PROTO_KEY_OUT) == -1, "empty id");
+	TH_CHECK(proto_key(buf, sizeof buf, "run{x}", "r", PROTO_KEY_OUT) == -1, "brace in prefix");
+	TH_CHECK(proto_key(buf, sizeof buf, "", "r", PROTO_KEY_OUT) == -1, "empty prefix");
+	TH_CHECK(proto_key(buf, sizeof buf, "runnel", "r", (proto_key_kind_t)42) == -1, "bad kind");
+	TH_CHECK(proto_key(buf, sizeof buf, NULL, "r", PROTO_KEY_OUT) == -1, "null prefix");
+	TH_CHECK(proto_key(buf, sizeof buf, "runnel", NULL, PROTO_KEY_OUT) == -1, "null id");
 }
 
 static void test_validity(void)
 {
 	char s[80];
 
-	CHECK(proto_run_id_valid("a"), "a");
-	CHECK(proto_run_id_valid("A-z_0-9"), "A-z_0-9");
-	CHECK(!proto_run_id_valid(""), "empty");
-	CHECK(!proto_run_id_valid(NULL), "null");
-	CHECK(!proto_run_id_valid("a b"), "space");
-	CHECK(!proto_run_id_valid("a{b}"), "brace");
-	CHECK(!proto_run_id_valid("a:b"), "colon");
-	CHECK(!proto_run_id_valid("caf\xc3\xa9"), "non-ASCII");
+	TH_CHECK(proto_run_id_valid("a"), "a");
+	TH_CHECK(proto_run_id_valid("A-z_0-9"), "A-z_0-9");
+	TH_CHECK(!proto_run_id_valid(""), "empty");
+	TH_CHECK(!proto_run_id_valid(NULL), "null");
+	TH_CHECK(!proto_run_id_valid("a b"), "space");
+	TH_CHECK(!proto_run_id_valid("a{b}"), "brace");
+	TH_CHECK(!proto_run_id_valid("a:b"), "colon");
+	TH_CHECK(!proto_run_id_valid("caf\xc3\xa9"), "non-ASCII");
 	memset(s, 'x', 64);
 	s[64] = '\0';
-	CHECK(proto_run_id_valid(s), "64");
+	TH_CHECK(proto_run_id_valid(s), "64");
 	s[64] = 'x';
 	s[65] = '\0';
-	CHECK(!proto_run_id_valid(s), "65");
+	TH_CHECK(!proto_run_id_valid(s), "65");
 
-	CHECK(proto_key_prefix_valid("runnel"), "runnel");
-	CHECK(proto_key_prefix_valid("a.b:c-d_e"), "punct");
-	CHECK(!proto_key_prefix_valid(""), "empty prefix");
-	CHECK(!proto_key_prefix_valid("a b"), "space prefix");
-	CHECK(!proto_key_prefix_valid("a{"), "brace prefix");
+	TH_CHECK(proto_key_prefix_valid("runnel"), "runnel");
+	TH_CHECK(proto_key_prefix_valid("a.b:c-d_e"), "punct");
+	TH_CHECK(!proto_key_prefix_valid(""), "empty prefix");
+	TH_CHECK(!proto_key_prefix_valid("a b"), "space prefix");
+	TH_CHECK(!proto_key_prefix_valid("a{"), "brace prefix");
 	memset(s, 'p', 64);
 	s[64] = '\0';
-	CHECK(proto_key_prefix_valid(s), "64 prefix");
+	TH_CHECK(proto_key_prefix_valid(s), "64 prefix");
 	s[64] = 'p';
 	s[65] = '\0';
-	CHECK(!proto_key_prefix_valid(s), "65 prefix");
+	TH_CHECK(!proto_key_prefix_valid(s), "65 prefix");
 }
 
 static void test_mint(void)
@@ -86,14 +88,14 @@ static void test_mint(void)
 
 	for (i = 0; i < N; i++) {
 		proto_run_id_mint(ids[i]);
-		CHECK(strlen(ids[i]) == 26 && memcmp(ids[i], "run_", 4) == 0, "format %s", ids[i]);
-		CHECK(proto_run_id_valid(ids[i]), "valid %s", ids[i]);
+		TH_CHECK(strlen(ids[i]) == 26 && memcmp(ids[i], "run_", 4) == 0, "format %s", ids[i]);
+		TH_CHECK(proto_run_id_valid(ids[i]), "valid %s", ids[i]);
 		for (j = 4; j < 26; j++) {
 			char c = ids[i][j];
 
 			if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
 			      (c >= '0' && c <= '9') || c == '-' || c == '_')) {
-				CHECK(0, "alphabet %s", ids[i]);
+				TH_CHECK(0, "alphabet %s", ids[i]);
 				break;
 			}
 		}
@@ -101,7 +103,7 @@ static void test_mint(void)
 	qsort(ids, N, sizeof *ids, cmp_ids);
 	for (i = 1; i < N; i++)
 		dups += memcmp(ids[i - 1], ids[i], 27) == 0;
-	CHECK(dups == 0, "%d duplicate ids", dups);
+	TH_CHECK(dups == 0, "%d duplicate ids", dups);
 	free(ids);
 }
 
@@ -110,5 +112,5 @@ int main(void)
 	test_key_names();
 	test_validity();
 	test_mint();
-	return check_done("test_keys");
+	return th_done();
 }

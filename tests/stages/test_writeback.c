@@ -32,8 +32,8 @@ static void put(const char *dir, const char *rel, const void *data, size_t len)
 	char *path = th_strf("%s/%s", dir, rel);
 	char *slash = strrchr(path, '/');
 	*slash = '\0';
-	char *mk = th_strf("mkdir -p '%s'", path);
-	TH_REQUIRE(system(mk) == 0);
+	char *mk[] = { "mkdir", "-p", path, NULL };
+	TH_REQUIRE(th_run(mk, NULL, NULL, 10000) == 0);
 	*slash = '/';
 	TH_REQUIRE(th_file_write(path, data, len) == 0);
 }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -46,9 +47,6 @@ static char           th_dirs[TH_MAX_DIRS][PATH_MAX];
 static volatile int   th_ndirs;
 static int            th_inited;
 static int            th_keep;
-static char           th_name[128] = "test";
-static atomic_int     th_nchecks;
-static atomic_int     th_nfailed;
 
 /* th_strf's arena: freed at exit so LeakSanitizer stays quiet. */
 static char  **th_arena;
@@ -258,12 +256,10 @@ static const char *th_tmp_base(void)
 void th_init(const char *test_name)
 {
 	if (test_name && *test_name)
-		snprintf(th_name, sizeof th_name, "%s", test_name);
+		th_check_name(test_name);
 	if (th_inited)
 		return;
 	th_inited = 1;
-	if (!test_name)
-		snprintf(th_name, sizeof th_name, "%s", program_invocation_short_name);
 	const char *k = getenv("TH_KEEP");
 	th_keep = k && *k && strcmp(k, "0") != 0;
 	atexit(th_cleanup_atexit);
@@ -283,70 +279,6 @@ void th_init(const char *test_name)
 __attribute__((constructor)) static void th_auto_init(void)
 {
 	th_init(NULL);
-}
-
-/* ------------------------------------------------------------------------
- * Checks
- * ------------------------------------------------------------------------ */
-
-void th_count_check(void)
-{
-	atomic_fetch_add(&th_nchecks, 1);
-}
-
-void th_check_failed(const char *file, int line, const char *cond, const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	atomic_fetch_add(&th_nfailed, 1);
-	fprintf(stderr, "# FAIL %s:%d: %s:%s\n", file, line, cond, msg);
-	fflush(stderr);
-}
-
-void th_note(const char *file, int line, const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	const char *base = strrchr(file, '/');
-	fprintf(stderr, "# %s:%d: %s\n", base ? base + 1 : file, line, msg);
-	fflush(stderr);
-}
-
-void th_abort_test(void)
-{
-	fprintf(stdout, "FAIL %s: stopped at a failed requirement (%d of %d checks failed)\n",
-	        th_name, atomic_load(&th_nfailed), atomic_load(&th_nchecks));
-	fflush(stdout);
-	exit(1);
-}
-
-int th_streq(const char *a, const char *b)
-{
-	if (!a || !b)
-		return a == b;
-	return strcmp(a, b) == 0;
-}
-
-int th_failures(void)
-{
-	return atomic_load(&th_nfailed);
-}
-
-int th_done(void)
-{
-	int f = atomic_load(&th_nfailed), n = atomic_load(&th_nchecks);
-	if (f == 0)
-		fprintf(stdout, "PASS %s: %d checks\n", th_name, n);
-	else
-		fprintf(stdout, "FAIL %s: %d of %d checks failed\n", th_name, f, n);
-	fflush(stdout);
-	return f == 0 ? 0 : 1;
 }
 
 /* ------------------------------------------------------------------------
@@ -371,6 +303,38 @@ const char *th_tmpdir(void)
 	memcpy(slot, tmpl, (size_t)n + 1);
 	th_ndirs = th_ndirs + 1;
 	return slot;
+}
+
+int th_port_open(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	close(fd);
+	return ok;
+}
+
+int th_send_all(int fd, const void *p, size_t n)
+{
+	const char *b = p;
+	while (n > 0) {
+		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		b += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int th_port_open_cond(void *arg)
+{
+	return th_port_open(*(int *)arg);
 }
 
 int th_free_port(void)
@@ -588,63 +552,94 @@ static int th_env_has_name(char **env, size_t n, const char *kv)
 	return -1;
 }
 
-pid_t th_spawn(char *const argv[], const char *const extra_env[], const char *log_path)
+char **th_env_new(const char *const extra_env[])
 {
+	static const char *const pass[] = { "PATH", "HOME", "TMPDIR", "ASAN_OPTIONS",
+	                                    "UBSAN_OPTIONS", "LSAN_OPTIONS", NULL };
 	size_t nextra = 0;
 	while (extra_env && extra_env[nextra])
 		nextra++;
-	size_t cap = 8 + nextra + 1, n = 0;
-	char **envp = calloc(cap, sizeof *envp);
+	size_t n = 0;
+	char **envp = calloc(8 + nextra + 1, sizeof *envp);
 	if (!envp)
-		return -1;
-	static const char *pass[] = { "PATH", "HOME", "TMPDIR", "ASAN_OPTIONS",
-	                              "UBSAN_OPTIONS", "LSAN_OPTIONS", NULL };
-	char *owned[8];
-	size_t nowned = 0;
+		return NULL;
 	for (int i = 0; pass[i]; i++) {
 		const char *v = getenv(pass[i]);
 		if (!v && strcmp(pass[i], "PATH") == 0)
 			v = "/usr/local/bin:/usr/bin:/bin";
 		if (!v)
 			continue;
-		char *kv = NULL;
-		if (asprintf(&kv, "%s=%s", pass[i], v) < 0)
-			continue;
-		owned[nowned++] = kv;
-		envp[n++] = kv;
-	}
-	envp[n++] = (char *)"LANG=C.UTF-8";
-	for (size_t i = 0; i < nextra; i++) {
-		int at = th_env_has_name(envp, n, extra_env[i]);
-		if (at >= 0)
-			envp[at] = (char *)extra_env[i];
-		else
-			envp[n++] = (char *)extra_env[i];
-	}
-	envp[n] = NULL;
-
-	int logfd = -1;
-	if (log_path) {
-		logfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-		if (logfd < 0) {
-			fprintf(stderr, "# spawn %s: open log %s: %s\n", argv[0], log_path, strerror(errno));
+		if (asprintf(&envp[n], "%s=%s", pass[i], v) < 0)
 			goto fail;
+		n++;
+	}
+	if (!(envp[n++] = strdup("LANG=C.UTF-8")))
+		goto fail;
+	for (size_t i = 0; i < nextra; i++) {
+		char *kv = strdup(extra_env[i]);
+		if (!kv)
+			goto fail;
+		int at = th_env_has_name(envp, n, kv);
+		if (at >= 0) {
+			free(envp[at]);
+			envp[at] = kv;
+		} else {
+			envp[n++] = kv;
 		}
 	}
-	int errpipe[2];
+	envp[n] = NULL;
+	return envp;
+fail:
+	th_env_free(envp);
+	return NULL;
+}
+
+void th_env_free(char **envp)
+{
+	for (size_t i = 0; envp && envp[i]; i++)
+		free(envp[i]);
+	free(envp);
+}
+
+pid_t th_spawn(char *const argv[], const char *const extra_env[], const char *log_path)
+{
+	th_spawn_opts_t o = TH_SPAWN_OPTS_INIT;
+	o.log_path = log_path;
+	return th_spawn_opts(argv, extra_env, &o);
+}
+
+pid_t th_spawn_opts(char *const argv[], const char *const extra_env[], const th_spawn_opts_t *o)
+{
+	char **envp = th_env_new(extra_env);
+	if (!envp)
+		return -1;
+	int logfd = -1;
+	if (o->log_path) {
+		logfd = open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		if (logfd < 0) {
+			fprintf(stderr, "# spawn %s: open log %s: %s\n", argv[0], o->log_path, strerror(errno));
+			th_env_free(envp);
+			return -1;
+		}
+	}
+	int fd_in = o->stdin_fd;
+	int fd_out = o->stdout_fd >= 0 ? o->stdout_fd : logfd;
+	int fd_err = o->stderr_fd >= 0 ? o->stderr_fd : logfd;
+	int errpipe[2] = { -1, -1 };
+	pid_t pid = -1;
 	if (pipe2(errpipe, O_CLOEXEC) < 0)
-		goto fail;
+		goto done;
 
 	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0) {
-		close(errpipe[0]);
-		close(errpipe[1]);
-		goto fail;
-	}
+	pid = fork();
 	if (pid == 0) {
-		/* Child: only async-signal-safe calls until execve. */
-		setpgid(0, 0);
+		/* Child: only async-signal-safe calls until execve.  A controlling
+		 * terminal needs a new session (which also makes a new process
+		 * group); otherwise a process group of its own is enough. */
+		if (o->ctty)
+			setsid();
+		else
+			setpgid(0, 0);
 		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 		if (getppid() != parent)
 			_exit(127);
@@ -652,15 +647,21 @@ pid_t th_spawn(char *const argv[], const char *const extra_env[], const char *lo
 		sigemptyset(&all);
 		sigprocmask(SIG_SETMASK, &all, NULL);
 		signal(SIGPIPE, SIG_DFL);
-		int nullfd = open("/dev/null", O_RDONLY);
-		if (nullfd >= 0) {
-			dup2(nullfd, 0);
-			close(nullfd);
+		if (fd_in < 0) {
+			int nullfd = open("/dev/null", O_RDONLY);
+			if (nullfd >= 0) {
+				dup2(nullfd, 0);
+				close(nullfd);
+			}
+		} else {
+			dup2(fd_in, 0);
 		}
-		if (logfd >= 0) {
-			dup2(logfd, 1);
-			dup2(logfd, 2);
-		}
+		if (fd_out >= 0)
+			dup2(fd_out, 1);
+		if (fd_err >= 0)
+			dup2(fd_err, 2);
+		if (o->ctty)
+			ioctl(0, TIOCSCTTY, 0);
 		/* No stray descriptor of the test (sockets of the mock cluster,
 		 * pipes) leaks into the program under test. */
 		syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
@@ -670,35 +671,73 @@ pid_t th_spawn(char *const argv[], const char *const extra_env[], const char *lo
 		(void)w;
 		_exit(127);
 	}
-	setpgid(pid, pid);
+	if (pid < 0)
+		goto done;
+	/* Both sides set the group, so it is in place whichever runs first
+	 * (a session leader's group is its own already). */
+	if (!o->ctty)
+		setpgid(pid, pid);
 	close(errpipe[1]);
+	errpipe[1] = -1;
 	int child_errno = 0;
 	ssize_t r;
 	do {
 		r = read(errpipe[0], &child_errno, sizeof child_errno);
 	} while (r < 0 && errno == EINTR);
-	close(errpipe[0]);
-	if (logfd >= 0)
-		close(logfd);
-	logfd = -1;
-	for (size_t i = 0; i < nowned; i++)
-		free(owned[i]);
-	free(envp);
 	if (r == (ssize_t)sizeof child_errno) {
 		waitpid(pid, NULL, 0);
 		fprintf(stderr, "# spawn %s: exec failed: %s\n", argv[0], strerror(child_errno));
-		return -1;
+		pid = -1;
+		goto done;
 	}
 	th_register_child(pid);
-	return pid;
-
-fail:
+done:
+	if (errpipe[0] >= 0)
+		close(errpipe[0]);
+	if (errpipe[1] >= 0)
+		close(errpipe[1]);
 	if (logfd >= 0)
 		close(logfd);
-	for (size_t i = 0; i < nowned; i++)
-		free(owned[i]);
-	free(envp);
-	return -1;
+	th_env_free(envp);
+	return pid;
+}
+
+pid_t th_spawn_port(char *const argv[], const char *const extra_env[], const char *port_var,
+                    const char *log_path, int timeout_ms, int *port)
+{
+	size_t n = 0;
+	while (extra_env && extra_env[n])
+		n++;
+	const char **env = calloc(n + 2, sizeof(*env));
+	if (!env)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		env[i] = extra_env[i];
+	pid_t pid = -1;
+	for (int attempt = 0; attempt < 3 && pid < 0; attempt++) {
+		*port = th_free_port();
+		env[n] = th_strf("%s=%d", port_var, *port);
+		pid = th_spawn(argv, env, log_path);
+		if (pid > 0 && !th_wait_until(th_port_open_cond, port, timeout_ms)) {
+			th_kill(pid);
+			pid = -1;
+		}
+	}
+	free(env);
+	return pid;
+}
+
+int th_run(char *const argv[], const char *const extra_env[], const char *log_path, int timeout_ms)
+{
+	pid_t pid = th_spawn(argv, extra_env, log_path);
+	int st = 0;
+	if (pid < 0)
+		return -1;
+	if (th_wait_exit(pid, timeout_ms, &st) != 0) {
+		th_kill(pid);
+		return -1;
+	}
+	return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
 }
 
 int th_signal(pid_t pid, int sig)
@@ -1062,6 +1101,48 @@ int th_stream_read_all(redisContext *c, const char *key, char ***lines, char ***
 	return 0;
 }
 
+long th_lines_find(char **lines, size_t n, size_t from, const char *type, const char *status)
+{
+	for (size_t i = from; i < n; i++) {
+		json_t *j = json_loads(lines[i], 0, NULL);
+		const char *ty = json_string_value(json_object_get(j, "type"));
+		const char *st = json_string_value(json_object_get(j, "status"));
+		int hit = ty && !strcmp(ty, type) && (!status || (st && !strcmp(st, status)));
+		json_decref(j);
+		if (hit)
+			return (long)i;
+	}
+	return -1;
+}
+
+const char *th_line_field(const char *line, const char *path1, const char *path2)
+{
+	static char buf[4096];
+	json_t *j = json_loads(line, 0, NULL);
+	json_t *v = json_object_get(j, path1);
+	if (path2)
+		v = json_object_get(v, path2);
+	buf[0] = '\0';
+	if (json_is_string(v)) {
+		snprintf(buf, sizeof(buf), "%s", json_string_value(v));
+	} else if (v) {
+		char *d = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		snprintf(buf, sizeof(buf), "%s", d ? d : "");
+		free(d);
+	}
+	json_decref(j);
+	return buf;
+}
+
+size_t th_lines_count(char **lines, size_t n, const char *type, const char *status)
+{
+	size_t c = 0;
+	long i = -1;
+	while ((i = th_lines_find(lines, n, (size_t)(i + 1), type, status)) >= 0)
+		c++;
+	return c;
+}
+
 int th_line_type(const char *line, char *type, size_t type_size, char *code, size_t code_size)
 {
 	if (type_size)
@@ -1196,6 +1277,18 @@ static int th_scan_db(redisContext *c, int db, const char *needle)
 		freeReplyObject(rep);
 	} while (strcmp(cursor, "0") != 0);
 	return 0;
+}
+
+long long th_redis_int(redisContext *c, long long dflt, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	redisReply *r = redisvCommand(c, fmt, ap);
+	va_end(ap);
+	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : dflt;
+	if (r)
+		freeReplyObject(r);
+	return v;
 }
 
 int th_redis_scan_contains(redisContext *c, const char *needle)

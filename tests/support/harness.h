@@ -45,8 +45,10 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include "tests/support/check.h"
+
 /* ------------------------------------------------------------------------
- * Checks and the summary
+ * Checks and the summary: tests/support/check.h
  * ------------------------------------------------------------------------ */
 
 /*
@@ -55,55 +57,6 @@
  * so calling it is never required.  Safe to call more than once.
  */
 void th_init(const char *test_name);
-
-/*
- * TH_CHECK(cond, fmt, ...): when cond is false, prints
- * "# FAIL file:line: cond: message" and marks the test failed; the test
- * goes on.  The message is optional: TH_CHECK(x == 1) is fine.
- * TH_REQUIRE(cond, fmt, ...): the same, then ends the test at once with
- * exit code 1 (cleanup still runs).  Use it when later steps make no
- * sense without cond (a server that did not start).
- * Both evaluate cond exactly once and yield nothing (statements).
- */
-#define TH_CHECK(cond, ...) \
-	do { \
-		th_count_check(); \
-		if (!(cond)) \
-			th_check_failed(__FILE__, __LINE__, #cond, " " __VA_ARGS__); \
-	} while (0)
-
-#define TH_REQUIRE(cond, ...) \
-	do { \
-		th_count_check(); \
-		if (!(cond)) { \
-			th_check_failed(__FILE__, __LINE__, #cond, " " __VA_ARGS__); \
-			th_abort_test(); \
-		} \
-	} while (0)
-
-/* String equality that accepts NULL (NULL equals only NULL).  1 or 0. */
-int th_streq(const char *a, const char *b);
-
-/* Prints "# file:line: message" without failing (progress notes). */
-#define TH_NOTE(...) th_note(__FILE__, __LINE__, __VA_ARGS__)
-
-/*
- * Prints the summary line "PASS <test>: N checks" or
- * "FAIL <test>: F of N checks failed" on stdout and returns the exit code
- * (0 or 1) for main to return.  Cleanup runs at exit as usual.
- */
-int th_done(void);
-
-/* Number of failed checks so far (any thread may call). */
-int th_failures(void);
-
-/* Implementation of the macros above; call them through the macros. */
-void th_count_check(void);
-void th_check_failed(const char *file, int line, const char *cond,
-                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-void th_note(const char *file, int line, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-void th_abort_test(void) __attribute__((noreturn));
 
 /* ------------------------------------------------------------------------
  * Temp dirs, ports, files, strings
@@ -123,6 +76,15 @@ const char *th_tmpdir(void);
  * when the bind fails (th_redis_start does).
  */
 int th_free_port(void);
+
+/* 1 when something accepts TCP connections on 127.0.0.1:port, else 0.
+ * th_port_open_cond is the same for th_wait_until, arg an int *. */
+int th_port_open(int port);
+int th_port_open_cond(void *arg);
+
+/* Writes all n bytes to a socket (send with MSG_NOSIGNAL, EINTR retried).
+ * 0, or -1 when the peer went away. */
+int th_send_all(int fd, const void *p, size_t n);
 
 /*
  * printf into a fresh string the harness owns and frees at exit.
@@ -188,6 +150,52 @@ int64_t th_now_ms(void);
  * registered for cleanup until th_wait_exit reaps it.
  */
 pid_t th_spawn(char *const argv[], const char *const extra_env[], const char *log_path);
+
+/*
+ * th_spawn with the child's standard descriptors chosen by the caller (the
+ * one spawner of the tests: tests/cli's runner and tests/builtin's agent
+ * runner are built on it).  Each fd is dup'd onto 0, 1 or 2 in the child;
+ * the caller keeps and closes its own copies.  -1: stdin from /dev/null,
+ * stdout/stderr to log_path when set, else the test's own.  ctty: the
+ * child starts a new session and takes stdin (a pty slave) as its
+ * controlling terminal.  Same environment, exec report, registry and
+ * return value as th_spawn.
+ */
+typedef struct th_spawn_opts {
+	const char *log_path;
+	int         stdin_fd, stdout_fd, stderr_fd;
+	int         ctty;
+} th_spawn_opts_t;
+#define TH_SPAWN_OPTS_INIT { NULL, -1, -1, -1, 0 }
+
+pid_t th_spawn_opts(char *const argv[], const char *const extra_env[], const th_spawn_opts_t *o);
+
+/*
+ * Starts a server that takes its port from the environment: picks a free
+ * port, passes "<port_var>=<port>" (after extra_env), and waits up to
+ * timeout_ms until 127.0.0.1:<port> accepts; a server that lost the port
+ * race is killed and started again on another (three tries).  Returns the
+ * pid and sets *port, or -1.
+ */
+pid_t th_spawn_port(char *const argv[], const char *const extra_env[], const char *port_var,
+                    const char *log_path, int timeout_ms, int *port);
+
+/*
+ * The minimal environment th_spawn gives a child, as a NULL-terminated
+ * malloc'd vector (free with th_env_free): PATH (a default when unset),
+ * HOME, TMPDIR, the sanitizer options when set, LANG=C.UTF-8, then
+ * extra_env ("NAME=value"; a later entry with the same NAME wins).
+ * NULL when out of memory.
+ */
+char **th_env_new(const char *const extra_env[]);
+void th_env_free(char **envp);
+
+/*
+ * th_spawn, then waits up to timeout_ms for the exit.  Returns the exit
+ * status (0-255), 128 + the signal that ended it, or -1 when it could not
+ * start or did not end in time (then its group is killed).
+ */
+int th_run(char *const argv[], const char *const extra_env[], const char *log_path, int timeout_ms);
 
 /* Sends sig to the process pid only (not its group).  0 or -1. */
 int th_signal(pid_t pid, int sig);
@@ -286,6 +294,18 @@ int th_wait_stream_terminal(redisContext *c, const char *key, int timeout_ms);
 int th_line_type(const char *line, char *type, size_t type_size,
                  char *code, size_t code_size);
 
+/* Index of the first of lines[from..n) whose "type" is type and, when status
+ * is not NULL, whose "status" is status; -1 when none is. */
+long th_lines_find(char **lines, size_t n, size_t from, const char *type, const char *status);
+
+/* The value at line.path1 (.path2 when not NULL) as text: a string as it
+ * is, any other JSON value compact ("5", "true", "{...}"); "" when absent
+ * or line is not JSON.  A static buffer (4 KiB), overwritten by each call. */
+const char *th_line_field(const char *line, const char *path1, const char *path2);
+
+/* How many of lines[] th_lines_find would match. */
+size_t th_lines_count(char **lines, size_t n, const char *type, const char *status);
+
 /*
  * 1 when needle (a C string) occurs anywhere in the Redis server c is
  * connected to: in any key name or any value of any type (strings,
@@ -296,6 +316,11 @@ int th_line_type(const char *line, char *type, size_t type_size,
  * "appendonly yes" to also catch values that were written and deleted.
  */
 int th_redis_scan_contains(redisContext *c, const char *needle);
+
+/* Runs one command and returns its integer reply (TTL, XLEN, LLEN, ...),
+ * or dflt when the command failed or answered something else. */
+long long th_redis_int(redisContext *c, long long dflt, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* ------------------------------------------------------------------------
  * Kafka: librdkafka's mock cluster, in the test's own process

@@ -4,6 +4,7 @@
  * uploads, blobs, the body cap, folder mode and the runnel-workspace-stub
  * program.
  */
+#include "tests/support/body.h"
 #include "tests/support/harness.h"
 #include "dev/stub.h"
 
@@ -23,28 +24,13 @@
 typedef struct resp {
 	CURLcode rc;
 	long     status;
-	char    *body;
-	size_t   len;
+	th_body_t rx;   /* TH_BODY_FAIL at TH_BODY_MAX */
 	char     location[512];
 } resp_t;
 
-static size_t on_body(char *p, size_t size, size_t n, void *arg)
-{
-	resp_t *r = arg;
-	size_t add = size * n;
-	char *nb = realloc(r->body, r->len + add + 1);
-	if (!nb)
-		return 0;
-	memcpy(nb + r->len, p, add);
-	r->body = nb;
-	r->len += add;
-	r->body[r->len] = 0;
-	return add;
-}
-
 static void resp_free(resp_t *r)
 {
-	free(r->body);
+	th_body_free(&r->rx);
 	memset(r, 0, sizeof *r);
 }
 
@@ -63,8 +49,8 @@ static void http(resp_t *r, const char *url, const char *bearer, curl_mime *mime
 	}
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, th_body_sink);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &r->rx);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, (long)follow);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
@@ -102,7 +88,7 @@ static void test_auth(dev_stub_t *s)
 	resp_t r;
 	/* Missing, wrong, and another endpoint's OTP: 401 bad token. */
 	http(&r, ep_url(&o, "env"), NULL, NULL, 0, 5000, 0);
-	TH_CHECK(r.status == 401 && th_streq(r.body, "{\"error\":\"bad token\"}"), "%ld %s", r.status, r.body);
+	TH_CHECK(r.status == 401 && th_streq(r.rx.body, "{\"error\":\"bad token\"}"), "%ld %s", r.status, r.rx.body);
 	resp_free(&r);
 	http(&r, ep_url(&o, "env"), o.otp_run, NULL, 0, 5000, 0);
 	TH_CHECK(r.status == 401, "otp of another endpoint: %ld", r.status);
@@ -110,7 +96,7 @@ static void test_auth(dev_stub_t *s)
 
 	http(&r, ep_url(&o, "env"), o.otp_setup, NULL, 0, 5000, 0);
 	TH_CHECK(r.status == 200, "env %ld", r.status);
-	json_t *j = r.body ? json_loads(r.body, 0, NULL) : NULL;
+	json_t *j = r.rx.body ? json_loads(r.rx.body, 0, NULL) : NULL;
 	TH_CHECK(j && th_streq(json_string_value(json_object_get(json_object_get(j, "variables"), "GREETING")), "hi"));
 	TH_CHECK(j && json_is_null(json_object_get(j, "setup_script")), "default setup_script null");
 	json_decref(j);
@@ -118,7 +104,7 @@ static void test_auth(dev_stub_t *s)
 
 	/* Second use of the same OTP. */
 	http(&r, ep_url(&o, "env"), o.otp_setup, NULL, 0, 5000, 0);
-	TH_CHECK(r.status == 401 && th_streq(r.body, "{\"error\":\"token already used\"}"), "%ld %s", r.status, r.body);
+	TH_CHECK(r.status == 401 && th_streq(r.rx.body, "{\"error\":\"token already used\"}"), "%ld %s", r.status, r.rx.body);
 	resp_free(&r);
 
 	dev_stub_ep_stats_t st;
@@ -129,7 +115,7 @@ static void test_auth(dev_stub_t *s)
 	/* Config defaults. */
 	http(&r, ep_url(&o, "config"), o.otp_run, NULL, 0, 5000, 0);
 	TH_CHECK(r.status == 200);
-	j = r.body ? json_loads(r.body, 0, NULL) : NULL;
+	j = r.rx.body ? json_loads(r.rx.body, 0, NULL) : NULL;
 	json_t *agent = json_object_get(j, "agent");
 	TH_CHECK(th_streq(json_string_value(json_object_get(agent, "kind")), "mock"));
 	TH_CHECK(th_streq(json_string_value(json_object_get(agent, "script")), "demo"));
@@ -163,10 +149,10 @@ static void test_faults(dev_stub_t *s)
 
 	resp_t r;
 	http(&r, ep_url(&o, "env"), o.otp_setup, NULL, 0, 5000, 0);
-	TH_CHECK(r.status == 500 && th_streq(r.body, "{\"error\":\"injected\"}"), "%ld", r.status);
+	TH_CHECK(r.status == 500 && th_streq(r.rx.body, "{\"error\":\"injected\"}"), "%ld", r.status);
 	resp_free(&r);
 	http(&r, ep_url(&o, "config"), o.otp_run, NULL, 0, 5000, 0);
-	TH_CHECK(r.status == 200 && th_streq(r.body, "this is not json"));
+	TH_CHECK(r.status == 200 && th_streq(r.rx.body, "this is not json"));
 	resp_free(&r);
 	dev_stub_ep_stats_t st;
 	dev_stub_stats(s, o.session, DEV_STUB_EP_ENV, &st);
@@ -206,7 +192,7 @@ static void test_faults(dev_stub_t *s)
 	         "%ld %s", r.status, r.location);
 	resp_free(&r);
 	http(&r, ep_url(&rd, "config"), rd.otp_run, NULL, 0, 5000, 1);
-	TH_CHECK(r.status == 200 && th_streq(r.body, "blob!"), "followed %ld", r.status);
+	TH_CHECK(r.status == 200 && th_streq(r.rx.body, "blob!"), "followed %ld", r.status);
 	resp_free(&r);
 	dev_stub_blob_stats_t bs;
 	TH_CHECK(dev_stub_blob_stats(s, "target.txt", &bs) == 0 && bs.calls == 1 && bs.with_authorization == 1,
@@ -257,8 +243,8 @@ static void test_concurrency(dev_stub_t *s)
 		h[i] = curl_slist_append(NULL, th_strf("Authorization: Bearer %s", o[i].otp_setup));
 		curl_easy_setopt(e[i], CURLOPT_URL, ep_url(&o[i], "env"));
 		curl_easy_setopt(e[i], CURLOPT_HTTPHEADER, h[i]);
-		curl_easy_setopt(e[i], CURLOPT_WRITEFUNCTION, on_body);
-		curl_easy_setopt(e[i], CURLOPT_WRITEDATA, &r[i]);
+		curl_easy_setopt(e[i], CURLOPT_WRITEFUNCTION, th_body_sink);
+		curl_easy_setopt(e[i], CURLOPT_WRITEDATA, &r[i].rx);
 		curl_easy_setopt(e[i], CURLOPT_TIMEOUT_MS, 10000L);
 		curl_multi_add_handle(multi, e[i]);
 	}
@@ -272,7 +258,7 @@ static void test_concurrency(dev_stub_t *s)
 	for (int i = 0; i < N; i++) {
 		long st = 0;
 		curl_easy_getinfo(e[i], CURLINFO_RESPONSE_CODE, &st);
-		ok += st == 200 && r[i].body && strstr(r[i].body, "variables");
+		ok += st == 200 && r[i].rx.body && strstr(r[i].rx.body, "variables");
 		curl_multi_remove_handle(multi, e[i]);
 		curl_easy_cleanup(e[i]);
 		curl_slist_free_all(h[i]);
@@ -296,8 +282,8 @@ static void test_concurrency(dev_stub_t *s)
 		struct curl_slist *hh = curl_slist_append(NULL, th_strf("Authorization: Bearer %s", toks[i]));
 		curl_easy_setopt(c, CURLOPT_URL, urls[i]);
 		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hh);
-		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-		curl_easy_setopt(c, CURLOPT_WRITEDATA, &rr);
+		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, th_body_sink);
+		curl_easy_setopt(c, CURLOPT_WRITEDATA, &rr.rx);
 		curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
 		CURLcode rc = curl_easy_perform(c);
 		long st = 0, conns = -1;
@@ -334,7 +320,7 @@ static void test_upload(dev_stub_t *s, const char *results_dir)
 
 	resp_t r;
 	http(&r, ep_url(&o, "results"), o.otp_upload, m, 0, 5000, 0);
-	TH_CHECK(r.status == 200 && th_streq(r.body, "{\"ok\":true,\"files\":2}"), "%ld %s", r.status, r.body);
+	TH_CHECK(r.status == 200 && th_streq(r.rx.body, "{\"ok\":true,\"files\":2}"), "%ld %s", r.status, r.rx.body);
 	resp_free(&r);
 	size_t n = 0;
 	char **names = dev_stub_file_names(s, o.session, &n);
@@ -445,7 +431,7 @@ static void test_results_status_and_cap(void)
 	curl_mime_filename(p, "big.bin");
 	curl_mime_data(p, blob, blen);
 	http(&r, ep_url(&o, "results"), o.otp_upload, m, 0, 10000, 0);
-	TH_CHECK(r.status == 200 && th_streq(r.body, "{\"ok\":true,\"files\":2}"), "2 MiB upload: %ld %s", r.status, r.body);
+	TH_CHECK(r.status == 200 && th_streq(r.rx.body, "{\"ok\":true,\"files\":2}"), "2 MiB upload: %ld %s", r.status, r.rx.body);
 	resp_free(&r);
 	curl_mime_free(m);
 	curl_easy_cleanup(c);
@@ -476,7 +462,7 @@ static void test_blob_faults(dev_stub_t *s)
 	TH_REQUIRE(dev_stub_blob_url(s, "bag.zip", url, sizeof url) == 0);
 	resp_t r;
 	http(&r, url, NULL, NULL, 0, 5000, 0);
-	TH_CHECK(r.status == 200 && r.len == sizeof zip && memcmp(r.body, zip, sizeof zip) == 0);
+	TH_CHECK(r.status == 200 && r.rx.len == sizeof zip && memcmp(r.rx.body, zip, sizeof zip) == 0);
 	resp_free(&r);
 	dev_stub_fault_t f = { .status = 403 };
 	TH_CHECK(dev_stub_set_blob_fault(s, "bag.zip", &f) == 0);
@@ -511,7 +497,7 @@ static void test_folder(void)
 	TH_REQUIRE(dev_stub_add_run_from_agent(s, "mine", &o) == 0);
 	resp_t r;
 	http(&r, ep_url(&o, "config"), o.otp_run, NULL, 0, 5000, 0);
-	json_t *j = r.body ? json_loads(r.body, 0, NULL) : NULL;
+	json_t *j = r.rx.body ? json_loads(r.rx.body, 0, NULL) : NULL;
 	const char *zip = json_string_value(json_object_get(json_object_get(j, "assets"), "zip_url"));
 	zip = zip ? th_strf("%s", zip) : NULL;  /* outlives j */
 	TH_CHECK(th_streq(zip, th_strf("%s/blobs/bag.zip", dev_stub_url(s))), "placeholder: %s", zip);
@@ -521,7 +507,7 @@ static void test_folder(void)
 	/* ... and that URL serves the file from blobs_dir. */
 	if (zip) {
 		http(&r, zip, NULL, NULL, 0, 5000, 0);
-		TH_CHECK(r.status == 200 && r.len == 8 && memcmp(r.body, "PK-bytes", 8) == 0, "blob from dir: %ld", r.status);
+		TH_CHECK(r.status == 200 && r.rx.len == 8 && memcmp(r.rx.body, "PK-bytes", 8) == 0, "blob from dir: %ld", r.status);
 		resp_free(&r);
 		dev_stub_blob_stats_t bs;
 		TH_CHECK(dev_stub_blob_stats(s, "bag.zip", &bs) == 0 && bs.calls == 1);
@@ -533,7 +519,7 @@ static void test_folder(void)
 	/* POST /mint. */
 	http(&r, th_strf("%s/mint?agent=mine", dev_stub_url(s)), NULL, NULL, 1, 5000, 0);
 	TH_CHECK(r.status == 200);
-	j = r.body ? json_loads(r.body, 0, NULL) : NULL;
+	j = r.rx.body ? json_loads(r.rx.body, 0, NULL) : NULL;
 	const char *au = json_string_value(json_object_get(j, "agent_url"));
 	const char *otp = json_string_value(json_object_get(j, "otp_setup"));
 	TH_CHECK(au && otp && json_is_string(json_object_get(j, "otp_run")) &&
@@ -541,7 +527,7 @@ static void test_folder(void)
 	if (au && otp) {
 		resp_t e;
 		http(&e, th_strf("%s/env", au), otp, NULL, 0, 5000, 0);
-		TH_CHECK(e.status == 200 && e.body && strstr(e.body, "\"A\":\"1\""), "%ld", e.status);
+		TH_CHECK(e.status == 200 && e.rx.body && strstr(e.rx.body, "\"A\":\"1\""), "%ld", e.status);
 		resp_free(&e);
 	}
 	json_decref(j);
@@ -611,7 +597,7 @@ static void test_program(void)
 	if (au && otp) {
 		resp_t r;
 		http(&r, th_strf("%s/config", au), otp, NULL, 0, 5000, 0);
-		TH_CHECK(r.status == 200 && r.body && strstr(r.body, "\"kind\":\"command\""));
+		TH_CHECK(r.status == 200 && r.rx.body && strstr(r.rx.body, "\"kind\":\"command\""));
 		resp_free(&r);
 	}
 	/* The program never logs an OTP. */

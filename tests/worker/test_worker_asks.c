@@ -54,16 +54,6 @@ static void xadd(const char *run_id, const char *msg)
 	freeReplyObject(r);
 }
 
-/* Index of the first line of type (and status) from i, or -1. */
-static int find(char **l, size_t n, size_t from, const char *type, const char *status)
-{
-	for (size_t i = from; i < n; i++)
-		if (th_streq(wt_field(l[i], "type"), type) &&
-		    (!status || th_streq(wt_field(l[i], "status"), status)))
-			return (int)i;
-	return -1;
-}
-
 /* Allowed: log, step running, ask open, ask answered, step succeeded, result. */
 static void test_allow(void)
 {
@@ -102,11 +92,11 @@ static void test_reject(const char *run_id, const char *reply, const char *statu
 	TH_REQUIRE(wt_wait_terminal(&T, run_id, 20000), "run ended");
 	size_t n;
 	char **l = wt_lines(&T, run_id, &n);
-	int a = find(l, n, 0, "ask", status);
+	int a = (int)th_lines_find(l, n, 0, "ask", status);
 	TH_CHECK(a >= 0, "%s: ask %s", run_id, status);
 	if (a >= 0 && field)
 		TH_CHECK(th_streq(wt_field(l[a], field), value), "%s", l[a]);
-	int f = find(l, n, 0, "step", "failed");
+	int f = (int)th_lines_find(l, n, 0, "step", "failed");
 	TH_CHECK(f > a, "%s: step failed after the settlement", run_id);
 	if (f >= 0)
 		TH_CHECK(th_streq(wt_field(l[f], "error"), step_error), "%s", l[f]);
@@ -136,7 +126,7 @@ static void test_ignored(void)
 		if (th_streq(wt_field(l[i], "type"), "ask"))
 			asks++;
 	TH_CHECK(asks == 2, "one open and one settlement line (%d)", asks);
-	TH_CHECK(find(l, n, 0, "ask", "rejected") >= 0, "settled by the first valid reply");
+	TH_CHECK((int)th_lines_find(l, n, 0, "ask", "rejected") >= 0, "settled by the first valid reply");
 	th_strv_free(l, n);
 	TH_CHECK(wt_log_has(&T, "w1", "a reply to ask ask_404 was ignored: no such ask"), "unknown logged");
 	TH_CHECK(wt_log_has(&T, "w1", "a reply to ask ask_1 was ignored: option always is not one of its options"),
@@ -174,15 +164,15 @@ static void test_modes(void)
 	TH_REQUIRE(wt_wait_terminal(&T, "run_bypass", 20000), "bypass ended");
 	size_t n;
 	char **l = wt_lines(&T, "run_bypass", &n);
-	TH_CHECK(find(l, n, 0, "ask", NULL) < 0, "no ask under bypass");
-	TH_CHECK(find(l, n, 0, "step", "succeeded") >= 0, "tool ran under bypass");
+	TH_CHECK((int)th_lines_find(l, n, 0, "ask", NULL) < 0, "no ask under bypass");
+	TH_CHECK((int)th_lines_find(l, n, 0, "step", "succeeded") >= 0, "tool ran under bypass");
 	th_strv_free(l, n);
 
 	submit_ask("run_deny", "deny");
 	TH_REQUIRE(wt_wait_terminal(&T, "run_deny", 20000), "deny ended");
 	l = wt_lines(&T, "run_deny", &n);
-	TH_CHECK(find(l, n, 0, "ask", NULL) < 0, "no ask under deny");
-	int f = find(l, n, 0, "step", "failed");
+	TH_CHECK((int)th_lines_find(l, n, 0, "ask", NULL) < 0, "no ask under deny");
+	int f = (int)th_lines_find(l, n, 0, "step", "failed");
 	TH_CHECK(f >= 0 && th_streq(wt_field(l[f], "error"), "permission_mode deny refuses tool calls"), "deny");
 	th_strv_free(l, n);
 

@@ -19,11 +19,7 @@ static wt_t T;
 static int stream_len_at_least(void *arg)
 {
 	long want = *(long *)arg;
-	redisReply *r = redisCommand(T.rc, "XLEN runnel:{run_flood}:out");
-	long n = r && r->type == REDIS_REPLY_INTEGER ? (long)r->integer : 0;
-	if (r)
-		freeReplyObject(r);
-	return n >= want;
+	return th_redis_int(T.rc, 0, "XLEN runnel:{run_flood}:out") >= want;
 }
 
 int main(void)

@@ -52,11 +52,7 @@ static const char *take(const rn_tenant_caps_t *caps, int64_t inflight_ms, int64
 
 static long long llen(const char *key)
 {
-	redisReply *r = redisCommand(c, "LLEN %s", key);
-	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-	if (r)
-		freeReplyObject(r);
-	return v;
+	return th_redis_int(c, -1, "LLEN %s", key);
 }
 
 int main(void)

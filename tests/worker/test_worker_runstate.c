@@ -16,20 +16,12 @@ static char err[256];
 
 static long long ttl_of(const char *key)
 {
-	redisReply *r = redisCommand(c, "TTL %s", key);
-	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -3;
-	if (r)
-		freeReplyObject(r);
-	return v;
+	return th_redis_int(c, -3, "TTL %s", key);
 }
 
 static long long xlen(const char *key)
 {
-	redisReply *r = redisCommand(c, "XLEN %s", key);
-	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-	if (r)
-		freeReplyObject(r);
-	return v;
+	return th_redis_int(c, -1, "XLEN %s", key);
 }
 
 static const char *get(const char *run, const char *field)

@@ -217,10 +217,9 @@ static void test_flags(void)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const char *log = th_strf("%s/flags%zu.log", T.dir, i);
 		char *argv[] = { WORKER_BIN, (char *)cases[i].a1, (char *)cases[i].a2, NULL };
-		pid_t p = th_spawn(argv, NULL, log);
-		int st = 0;
-		TH_CHECK(p > 0 && th_wait_exit(p, 10000, &st) == 0, "%s exits", cases[i].a1);
-		TH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == cases[i].status, "%s: exit status %d", cases[i].a1, st);
+		int st = th_run(argv, NULL, log, 10000);
+		TH_CHECK(st >= 0, "%s exits", cases[i].a1);
+		TH_CHECK(st == cases[i].status, "%s: exit status %d", cases[i].a1, st);
 		TH_CHECK(th_file_contains(log, cases[i].want), "%s: output has %s", cases[i].a1, cases[i].want);
 	}
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "tests/support/body.h"
 
 void wt_setup(wt_t *t, const char *redis_extra, int partitions)
 {
@@ -233,39 +234,47 @@ int wt_metrics_port(wt_t *t, const char *name)
 	return port;
 }
 
-typedef struct {
-	char  *buf;
-	size_t len;
-} wt_body_t;
-
-static size_t wt_curl_sink(char *p, size_t sz, size_t n, void *arg)
-{
-	wt_body_t *b = arg;
-	if (b->len + sz * n > (64u << 20))
-		return 0; /* a test body this large is a bug */
-	char *nb = realloc(b->buf, b->len + sz * n + 1);
-	if (!nb)
-		return 0;
-	memcpy(nb + b->len, p, sz * n);
-	b->buf = nb;
-	b->len += sz * n;
-	b->buf[b->len] = '\0';
-	return sz * n;
-}
-
 char *wt_http_get(const char *url, long *status)
 {
-	wt_body_t b = { NULL, 0 };
+	th_body_t b = { 0 }; /* TH_BODY_FAIL at TH_BODY_MAX: a test body that large is a bug */
 	CURL *h = curl_easy_init();
 	*status = 0;
 	if (!h)
 		return NULL;
 	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, wt_curl_sink);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, th_body_sink);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
 	if (curl_easy_perform(h) == CURLE_OK)
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
 	curl_easy_cleanup(h);
-	return b.buf;
+	return b.body;
+}
+
+const char *wt_ended(wt_t *t, const char *run_id, int timeout_ms, char *msg, size_t msgsz)
+{
+	static char code[64];
+	code[0] = '\0';
+	msg[0] = '\0';
+	if (!wt_wait_terminal(t, run_id, timeout_ms))
+		return "(no terminal line)";
+	size_t n;
+	char **l = wt_lines(t, run_id, &n);
+	snprintf(code, sizeof(code), "%s", wt_check_terminal(l, n));
+	if (n)
+		snprintf(msg, msgsz, "%s", wt_field(l[n - 1], "message"));
+	th_strv_free(l, n);
+	return code;
+}
+
+int wt_stream_has(wt_t *t, const char *run_id, const char *needle)
+{
+	size_t n;
+	char **l = wt_lines(t, run_id, &n);
+	int found = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strstr(l[i], needle))
+			found = 1;
+	th_strv_free(l, n);
+	return found;
 }

@@ -67,6 +67,14 @@ const char *wt_field(const char *line, const char *field);
  * code ("" for a result) in a static buffer. */
 const char *wt_check_terminal(char **lines, size_t n);
 
+/* Waits up to timeout_ms for run_id's terminal line; returns its code (""
+ * for a result, "(no terminal line)" at the deadline) in a static buffer,
+ * and copies its message into msg. */
+const char *wt_ended(wt_t *t, const char *run_id, int timeout_ms, char *msg, size_t msgsz);
+
+/* 1 when a line of run_id's stream contains needle, else 0. */
+int wt_stream_has(wt_t *t, const char *run_id, const char *needle);
+
 /* Produces raw bytes as a job. */
 void wt_produce_raw(wt_t *t, const char *key, const void *v, size_t len);
 
