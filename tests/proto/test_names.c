@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "tests/support/check.h"
 #include "proto/job.h"
 #include "proto/jsonerr.h"
 #include "proto/keys.h"
@@ -67,19 +67,19 @@ static void test_rule(const name_rule_t *r)
 	char *s;
 
 	for (c = r->cases; c->name != NULL; c++)
-		CHECK(r->valid(c->name) == c->ok, "%s \"%s\": want %s", r->what, c->name,
+		TH_CHECK(r->valid(c->name) == c->ok, "%s \"%s\": want %s", r->what, c->name,
 		      c->ok ? "valid" : "invalid");
-	CHECK(!r->valid(NULL), "%s NULL", r->what);
+	TH_CHECK(!r->valid(NULL), "%s NULL", r->what);
 
 	s = malloc(r->max + 2);
 	if (s == NULL)
 		abort();
 	memset(s, r->fill, r->max + 1);
 	s[r->max] = '\0';
-	CHECK(r->valid(s), "%s at its limit (%zu)", r->what, r->max);
+	TH_CHECK(r->valid(s), "%s at its limit (%zu)", r->what, r->max);
 	s[r->max] = r->fill;
 	s[r->max + 1] = '\0';
-	CHECK(!r->valid(s), "%s past its limit (%zu)", r->what, r->max + 1);
+	TH_CHECK(!r->valid(s), "%s past its limit (%zu)", r->what, r->max + 1);
 	free(s);
 }
 
@@ -101,9 +101,9 @@ static void test_json_words(void)
 
 	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		json_t *v = json_loads(cases[i].text, JSON_REJECT_DUPLICATES, &jerr);
-		CHECK(v == NULL, "%s parses", cases[i].text);
+		TH_CHECK(v == NULL, "%s parses", cases[i].text);
 		json_decref(v);
-		CHECK_STR(cases[i].text, proto_json_error_words(&jerr, "other"), cases[i].words);
+		TH_CHECK_STR(cases[i].text, proto_json_error_words(&jerr, "other"), cases[i].words);
 	}
 }
 
@@ -114,5 +114,5 @@ int main(void)
 	for (i = 0; i < sizeof rules / sizeof rules[0]; i++)
 		test_rule(&rules[i]);
 	test_json_words();
-	return check_done("proto names");
+	return th_done();
 }
