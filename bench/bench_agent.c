@@ -112,7 +112,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: bench_agent RUNNEL_AGENT [runs]\n");
 		return 2;
 	}
-	int runs = argc > 2 ? atoi(argv[2]) : 50;
+	int runs = argc > 2 ? (int)strtol(argv[2], NULL, 10) : 50;
 	if (runs < 1 || runs > 250)
 		runs = 50;
 	char ws[] = "/tmp/runnel-bench-agent-XXXXXX";

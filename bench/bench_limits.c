@@ -75,7 +75,7 @@ static int64_t sandbox_true(const char *ws, const int *cg_fds, int ncg,
 
 int main(int argc, char **argv)
 {
-	int n = argc > 1 ? atoi(argv[1]) : 50;
+	int n = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 50;
 	if (n < 1)
 		n = 1;
 	char dir[] = "/tmp/runnel-bench-limits-XXXXXX";

@@ -126,7 +126,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		if (oldest == NULL || strlen(oldest) >= sizeof id)
 			__builtin_trap();
-		strcpy(id, oldest);
+		memcpy(id, oldest, strlen(oldest) + 1);
 		rc = proto_env_settle_ask(env, id, "answered", "allow_once", NULL, now, &line, &len);
 		if (rc == PROTO_ASK_BAD_OPTION)
 			rc = proto_env_settle_ask(env, id, "expired", NULL, NULL, now, &line, &len);

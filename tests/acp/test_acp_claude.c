@@ -166,7 +166,7 @@ static void test_secrets(void)
 	free(ro);
 	TH_CHECK(access(th_strf("%s/pwn", T.prefix), F_OK) != 0, "nothing written into the prefix");
 	char *np = NULL;
-	TH_CHECK(dev_stub_file_get(T.w.stub, o.session, "nproc.txt", &np, &rl) == 1 && np && atoi(np) < 40,
+	TH_CHECK(dev_stub_file_get(T.w.stub, o.session, "nproc.txt", &np, &rl) == 1 && np && strtol(np, NULL, 10) < 40,
 	         "the sandbox sees only its own processes (%s)", np ? np : "missing");
 	free(np);
 	TH_CHECK(fp_seen(T.anthropic, AT_ANTHROPIC_KEY), "the provider got the key");

@@ -260,7 +260,7 @@ static void test_claude_bypass(void)
 	TH_CHECK(th_streq(field(&t, r, "name"), "Bash"), "step name %s", field(&t, r, "name"));
 	TH_CHECK(strstr(field(&t, r, "args"), "assets/out.txt") != NULL, "args %s", field(&t, r, "args"));
 	TH_CHECK(th_streq(field(&t, s, "id"), field(&t, r, "id")), "same step id");
-	TH_CHECK(atol(field(&t, s, "durationMs")) > 0 || th_streq(field(&t, s, "durationMs"), "0"), "durationMs");
+	TH_CHECK(strtol(field(&t, s, "durationMs"), NULL, 10) > 0 || th_streq(field(&t, s, "durationMs"), "0"), "durationMs");
 	TH_CHECK(strlen(field(&t, s, "durationMs")) > 0, "durationMs present");
 	TH_CHECK(res > s && th_streq(field(&t, res, "message"), "Created assets/out.txt."), "result %s",
 	         field(&t, res, "message"));

@@ -284,7 +284,7 @@ static int request_in(void *arg)
 static int file_there(void *arg)
 {
 	char *c = th_file_read(arg, NULL);
-	int ok = c && strchr(c, '\n') && atoi(c) > 0;
+	int ok = c && strchr(c, '\n') && strtol(c, NULL, 10) > 0;
 	free(c);
 	return ok;
 }
@@ -322,7 +322,7 @@ static void test_stop(int how)
 	         "no terminal line after a stop (the runner writes it): %s", a.out ? a.out : "");
 	if (how != 1) {
 		char *pid = th_file_read(th_strf("%s/pid", e.ws), NULL);
-		TH_CHECK(pid && atoi(pid) > 0 && kill(atoi(pid), 0) < 0 && errno == ESRCH, "the tool process is gone");
+		TH_CHECK(pid && strtol(pid, NULL, 10) > 0 && kill((pid_t)strtol(pid, NULL, 10), 0) < 0 && errno == ESRCH, "the tool process is gone");
 		free(pid);
 	}
 	ap_free(&a);

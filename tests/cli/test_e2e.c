@@ -48,7 +48,7 @@ static int live_descendants(void)
 		char state;
 		int ppid;
 		if (rp && sscanf(rp + 2, "%c %d", &state, &ppid) == 2 && ppid == getpid() && state != 'Z' &&
-		    atoi(e->d_name) != g_own_child) {
+		    strtol(e->d_name, NULL, 10) != g_own_child) {
 			TH_NOTE("left running: %s", buf);
 			n++;
 		}
@@ -254,7 +254,7 @@ static void last_line_type(const char *out, char *type, size_t tsz, char *code, 
 static int state_exists(void *arg)
 {
 	const char **a = arg;
-	redisContext *c = redisConnect("127.0.0.1", atoi(strrchr(a[0], ':') + 1));
+	redisContext *c = redisConnect("127.0.0.1", (int)strtol(strrchr(a[0], ':') + 1, NULL, 10));
 	if (!c || c->err) {
 		if (c)
 			redisFree(c);

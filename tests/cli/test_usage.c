@@ -18,10 +18,12 @@ static void expect(const char *const *args, const char *const *env, int code, co
 	const char *argv[16] = { g_bin };
 	int n = 1;
 	char shown[512] = "";
+	size_t off = 0;
 	for (int i = 0; args[i] && n < 15; i++) {
 		argv[n++] = args[i];
-		strncat(shown, " ", sizeof(shown) - strlen(shown) - 1);
-		strncat(shown, args[i], sizeof(shown) - strlen(shown) - 1);
+		int w = snprintf(shown + off, sizeof(shown) - off, " %s", args[i]);
+		if (w > 0)
+			off += (size_t)w < sizeof(shown) - off ? (size_t)w : sizeof(shown) - off - 1;
 	}
 	argv[n] = NULL;
 	clirun_t p;

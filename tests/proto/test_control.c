@@ -91,7 +91,7 @@ int main(void)
 	/* Serialize and round trip. */
 	memset(&ctl, 0, sizeof ctl);
 	ctl.type = PROTO_CTL_CANCEL;
-	strcpy(ctl.reason, "client_closed");
+	snprintf(ctl.reason, sizeof(ctl.reason), "%s", "client_closed");
 	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
 	TH_CHECK(n == (int)strlen("{\"type\":\"cancel\",\"reason\":\"client_closed\"}"), "len %d", n);
 	TH_CHECK_STR("serialize", buf, "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");
@@ -105,13 +105,13 @@ int main(void)
 	ctl.reason[0] = '\0';
 	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
 	TH_CHECK_STR("no reason", buf, "{\"type\":\"cancel\"}");
-	strcpy(ctl.reason, "say \"bye\"");
+	snprintf(ctl.reason, sizeof(ctl.reason), "%s", "say \"bye\"");
 	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
 	TH_CHECK_STR("escaped", buf, "{\"type\":\"cancel\",\"reason\":\"say \\\"bye\\\"\"}");
 	TH_CHECK(proto_ctl_serialize(&ctl, buf, 10) == -1, "too small");
 	TH_CHECK(proto_ctl_serialize(&ctl, buf, (size_t)n) == -1, "no room for NUL");
 	TH_CHECK(proto_ctl_serialize(&ctl, buf, (size_t)n + 1) == n, "exact fit");
-	strcpy(ctl.reason, "bad \xff");
+	snprintf(ctl.reason, sizeof(ctl.reason), "%s", "bad \xff");
 	TH_CHECK(proto_ctl_serialize(&ctl, buf, sizeof buf) == -1, "invalid UTF-8 reason");
 	ctl.type = PROTO_CTL_UNKNOWN;
 	TH_CHECK(proto_ctl_serialize(&ctl, buf, sizeof buf) == -1, "unknown type");

@@ -468,7 +468,7 @@ static void test_sealed(void)
 		TH_CHECK_STR("tampered", err, "sealed: cannot be opened (wrong key or tampered)");
 		free(t);
 		/* Truncated. */
-		strcpy(m, sealed);
+		memcpy(m, sealed, strlen(sealed) + 1);
 		m[strlen(m) - 8] = '\0';
 		t = with_string(s, "sealed", m);
 		TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "truncated");
@@ -618,7 +618,7 @@ static void test_validate(void)
 	job.v = 1;
 	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "no run_id");
 	TH_CHECK_STR("no run_id", err, "run_id: empty");
-	strcpy(job.run_id, "r1");
+	snprintf(job.run_id, sizeof(job.run_id), "%s", "r1");
 	job.agent_url = "http://h";
 	job.otp_setup = "a";
 	job.otp_run = "b";
