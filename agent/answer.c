@@ -69,8 +69,7 @@ static agent_call_t *call_for(agent_answer_t *a, const json_t *d, size_t pos)
 		for (int i = 0; i < a->ncalls; i++)
 			if (a->calls[i].index == index)
 				return &a->calls[i];
-	} else if (a->ncalls > 0 && (!id || !*id || (a->calls[a->ncalls - 1].id.p &&
-	                                            !strcmp(a->calls[a->ncalls - 1].id.p, id)))) {
+	} else if (a->ncalls > 0 && (!id || !*id || (a->calls[a->ncalls - 1].id.p && !strcmp(a->calls[a->ncalls - 1].id.p, id)))) {
 		return &a->calls[a->ncalls - 1];
 	} else {
 		index = a->ncalls > 0 ? a->calls[a->ncalls - 1].index + 1 : (int)pos;
@@ -87,7 +86,8 @@ static int take_tool_calls(agent_answer_t *a, const json_t *tcs, char *errstr, s
 {
 	size_t i;
 	const json_t *d;
-	json_array_foreach(tcs, i, d) {
+	json_array_foreach(tcs, i, d)
+	{
 		if (!json_is_object(d))
 			goto bad;
 		agent_call_t *c = call_for(a, d, i);
@@ -171,7 +171,8 @@ int agent_answer_chunk(agent_answer_t *a, const char *data, size_t len, char *er
 	}
 	size_t i;
 	const json_t *ch;
-	json_array_foreach(choices, i, ch) {
+	json_array_foreach(choices, i, ch)
+	{
 		if (!json_is_object(ch)) {
 			snprintf(errstr, errstr_size, "the model provider sent a malformed stream event");
 			rc = -1;

@@ -17,22 +17,22 @@
 #define AGENT_ANSWER_ARGS_MAX  (1024 * 1024) /* argument bytes of one call */
 
 typedef struct agent_str {
-	char  *p;      /* NUL-terminated, or NULL when empty */
+	char *p; /* NUL-terminated, or NULL when empty */
 	size_t len;
 } agent_str_t;
 
 typedef struct agent_call {
-	int         index;       /* the provider's index */
+	int index; /* the provider's index */
 	agent_str_t id, name, args;
 } agent_call_t;
 
 typedef struct agent_answer {
-	agent_str_t  text;
+	agent_str_t text;
 	agent_call_t calls[AGENT_ANSWER_CALLS_MAX];
-	int          ncalls;
-	char         finish[32]; /* finish_reason, "" until seen */
-	int          done;       /* [DONE] seen */
-	int          chunks;     /* chunks taken */
+	int ncalls;
+	char finish[32]; /* finish_reason, "" until seen */
+	int done;        /* [DONE] seen */
+	int chunks;      /* chunks taken */
 } agent_answer_t;
 
 void agent_answer_init(agent_answer_t *a);

@@ -20,20 +20,20 @@
 #include "agent/sse.h"
 #include "common/util.h"
 
-#define CHAT_EVENT_MAX  (2 * 1024 * 1024)  /* one SSE line or event */
-#define CHAT_BODY_MAX   (64 * 1024)        /* an error body or a whole-JSON answer we keep */
+#define CHAT_EVENT_MAX (2 * 1024 * 1024) /* one SSE line or event */
+#define CHAT_BODY_MAX  (64 * 1024)       /* an error body or a whole-JSON answer we keep */
 
 typedef struct attempt {
 	agent_answer_t *ans;
-	CURL           *easy;
-	agent_sse_t     sse;
-	long            status;
-	int             is_sse;        /* Content-Type text/event-stream */
-	int             failed;        /* the stream was refused (errstr) */
-	char           *body;          /* non-SSE body, capped */
-	size_t          body_len;
-	int64_t         retry_after_ms;
-	char            errstr[512];
+	CURL *easy;
+	agent_sse_t sse;
+	long status;
+	int is_sse; /* Content-Type text/event-stream */
+	int failed; /* the stream was refused (errstr) */
+	char *body; /* non-SSE body, capped */
+	size_t body_len;
+	int64_t retry_after_ms;
+	char errstr[512];
 } attempt_t;
 
 int agent_chat_global_init(void)

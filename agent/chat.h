@@ -18,23 +18,23 @@
 #include "agent/answer.h"
 
 typedef struct agent_chat_opts {
-	const char *base_url;      /* e.g. https://api.openai.com/v1 (no trailing /chat/completions) */
-	const char *api_key;       /* Bearer token, or NULL */
-	int64_t     timeout_ms;    /* idle limit of one request */
-	int         retries;       /* retries after the first attempt */
-	int64_t     backoff_ms;    /* first backoff; doubles per retry */
-	int64_t     retry_max_ms;  /* cap on one wait (Retry-After included) */
+	const char *base_url; /* e.g. https://api.openai.com/v1 (no trailing /chat/completions) */
+	const char *api_key;  /* Bearer token, or NULL */
+	int64_t timeout_ms;   /* idle limit of one request */
+	int retries;          /* retries after the first attempt */
+	int64_t backoff_ms;   /* first backoff; doubles per retry */
+	int64_t retry_max_ms; /* cap on one wait (Retry-After included) */
 } agent_chat_opts_t;
 
 typedef enum {
 	AGENT_CHAT_OK = 0,
-	AGENT_CHAT_STOPPED,   /* agent_ctl_stop() */
-	AGENT_CHAT_TIMEOUT,   /* model_timeout */
-	AGENT_CHAT_ERROR,     /* model_error */
+	AGENT_CHAT_STOPPED, /* agent_ctl_stop() */
+	AGENT_CHAT_TIMEOUT, /* model_timeout */
+	AGENT_CHAT_ERROR,   /* model_error */
 } agent_chat_rc_t;
 
 /* Process-wide libcurl setup; call once before threads. */
-int  agent_chat_global_init(void);
+int agent_chat_global_init(void);
 void agent_chat_global_free(void);
 
 /*

@@ -19,8 +19,8 @@
 
 #include "common/util.h"
 
-#define CTL_LINE_MAX  (64 * 1024)
-#define CTL_REPLIES   16
+#define CTL_LINE_MAX (64 * 1024)
+#define CTL_REPLIES  16
 
 static volatile sig_atomic_t stop_flag;
 static int stop_pipe[2] = { -1, -1 };
@@ -29,16 +29,16 @@ static pthread_t reader;
 static int reader_started;
 static int reader_fd = -1;
 static int quit_pipe[2] = { -1, -1 };
-static char *pending;          /* leftover bytes after the turn line */
+static char *pending; /* leftover bytes after the turn line */
 static size_t pending_len;
 
 /* Replies that arrived, waiting for agent_ctl_wait_reply. */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static struct {
-	char          id[64];
+	char id[64];
 	agent_reply_t r;
-	int           used;
+	int used;
 } replies[CTL_REPLIES];
 static int stdin_closed;
 

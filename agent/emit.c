@@ -66,9 +66,8 @@ int agent_emit(json_t *obj)
 }
 
 /* {"type":type, key:value, "message":<fmt, cut to max bytes>}. */
-__attribute__((format(printf, 5, 0)))
-static void emit_message(const char *type, const char *key, const char *value, size_t max,
-                         const char *fmt, va_list ap)
+__attribute__((format(printf, 5, 0))) static void emit_message(const char *type, const char *key, const char *value, size_t max,
+                                                               const char *fmt, va_list ap)
 {
 	char msg[2048];
 	vsnprintf(msg, max < sizeof(msg) ? max : sizeof(msg), fmt, ap);

@@ -17,7 +17,7 @@ void agent_emit_free(void);
 
 /* Prints obj as one line and steals the reference.  0, or -1 when stdout
  * is gone. */
-int  agent_emit(json_t *obj);
+int agent_emit(json_t *obj);
 void agent_emit_log(const char *level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void agent_emit_result(const char *message);
 void agent_emit_error(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

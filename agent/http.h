@@ -12,10 +12,10 @@
 #include <curl/curl.h>
 
 typedef enum {
-	AGENT_HTTP_OK = 0,     /* the transfer completed (any HTTP status) */
-	AGENT_HTTP_STOPPED,    /* agent_ctl_stop() was called */
-	AGENT_HTTP_IDLE,       /* nothing received for idle_ms */
-	AGENT_HTTP_FAILED,     /* a transport error (errstr says which) */
+	AGENT_HTTP_OK = 0,  /* the transfer completed (any HTTP status) */
+	AGENT_HTTP_STOPPED, /* agent_ctl_stop() was called */
+	AGENT_HTTP_IDLE,    /* nothing received for idle_ms */
+	AGENT_HTTP_FAILED,  /* a transport error (errstr says which) */
 } agent_http_rc_t;
 
 /* Marks activity: the write/header callbacks of the transfer call it so that

@@ -14,20 +14,22 @@
 #include "agent/skills.h"
 #include "common/util.h"
 
-#define ARG_SHOWN_MAX   1024   /* bytes of one string argument in a step or ask */
-#define TEXT_LOG_MAX    2000
-#define HISTORY_MAX     200
+#define ARG_SHOWN_MAX 1024 /* bytes of one string argument in a step or ask */
+#define TEXT_LOG_MAX  2000
+#define HISTORY_MAX   200
 
-typedef enum { PERM_BYPASS, PERM_ASK, PERM_DENY } perm_t;
+typedef enum { PERM_BYPASS,
+	       PERM_ASK,
+	       PERM_DENY } perm_t;
 
 typedef struct loop {
 	const agent_loop_cfg_t *cfg;
 	agent_mcp_t *mcp;
-	perm_t       perm;
-	int64_t      ask_timeout_ms;
-	int          steps;      /* step ids */
-	int          asks;       /* ask ids */
-	int          stopped;
+	perm_t perm;
+	int64_t ask_timeout_ms;
+	int steps; /* step ids */
+	int asks;  /* ask ids */
+	int stopped;
 } loop_t;
 
 /* A copy of args fit for the envelope: long strings cut. */
@@ -36,7 +38,8 @@ static json_t *shown_args(const json_t *args)
 	json_t *c = json_deep_copy(args);
 	const char *k;
 	json_t *v;
-	json_object_foreach(c, k, v) {
+	json_object_foreach(c, k, v)
+	{
 		if (json_is_string(v) && json_string_length(v) > ARG_SHOWN_MAX) {
 			char *t = agent_cap_text(json_string_value(v), json_string_length(v), ARG_SHOWN_MAX);
 			if (t)
@@ -155,8 +158,7 @@ static int run_call(loop_t *l, const agent_call_t *c, json_t *messages)
 		return -1;
 	}
 	agent_emit_step_done(sid, name, out.ok, shown, json_incref(out.result), out.error, rn_mono_ms() - start);
-	json_array_append_new(messages, json_pack("{s:s,s:s,s:s}", "role", "tool", "tool_call_id", c->id.p, "content",
-	                                          out.text ? out.text : ""));
+	json_array_append_new(messages, json_pack("{s:s,s:s,s:s}", "role", "tool", "tool_call_id", c->id.p, "content", out.text ? out.text : ""));
 	agent_tool_out_free(&out);
 	json_decref(args);
 	json_decref(shown);
@@ -170,9 +172,7 @@ static json_t *assistant_message(const agent_answer_t *a)
 	if (a->ncalls) {
 		json_t *calls = json_array();
 		for (int i = 0; i < a->ncalls; i++)
-			json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", a->calls[i].id.p, "type",
-			                                       "function", "function", "name", a->calls[i].name.p,
-			                                       "arguments", a->calls[i].args.p));
+			json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", a->calls[i].id.p, "type", "function", "function", "name", a->calls[i].name.p, "arguments", a->calls[i].args.p));
 		json_object_set_new(m, "tool_calls", calls);
 	}
 	return m;
@@ -194,7 +194,8 @@ static json_t *first_messages(const json_t *turn, const char *skills_prompt)
 	size_t i;
 	const json_t *h;
 	size_t n = json_array_size(json_object_get(turn, "history"));
-	json_array_foreach(json_object_get(turn, "history"), i, h) {
+	json_array_foreach(json_object_get(turn, "history"), i, h)
+	{
 		/* The caller sends at most its replay limit; keep the last ones. */
 		if (n > HISTORY_MAX && i < n - HISTORY_MAX)
 			continue;
@@ -215,7 +216,8 @@ int agent_loop_run(const agent_loop_cfg_t *cfg, const json_t *turn)
 	memset(&l, 0, sizeof(l));
 	l.cfg = cfg;
 	const char *pm = json_string_value(json_object_get(turn, "permission_mode"));
-	l.perm = (pm && !strcmp(pm, "ask")) ? PERM_ASK : (pm && !strcmp(pm, "deny")) ? PERM_DENY : PERM_BYPASS;
+	l.perm = (pm && !strcmp(pm, "ask")) ? PERM_ASK : (pm && !strcmp(pm, "deny")) ? PERM_DENY
+	                                                                             : PERM_BYPASS;
 	json_int_t ats = json_integer_value(json_object_get(turn, "ask_timeout_sec"));
 	l.ask_timeout_ms = (ats > 0 && ats < 86400 * 7 ? ats : 600) * 1000;
 

@@ -19,8 +19,8 @@
 typedef struct agent_loop_cfg {
 	agent_chat_opts_t chat;
 	agent_tools_cfg_t tools;
-	int               max_steps;       /* model answers per run */
-	int64_t           mcp_timeout_ms;
+	int max_steps; /* model answers per run */
+	int64_t mcp_timeout_ms;
 } agent_loop_cfg_t;
 
 /*

@@ -27,41 +27,41 @@
 
 extern char **environ;
 
-#define MCP_PROTOCOL     "2025-03-26"
-#define MCP_LINE_MAX     (16 * 1024 * 1024)
-#define MCP_SERVERS_MAX  32
-#define MCP_TOOLS_MAX    1024
-#define MCP_STEP_MAX     4096
+#define MCP_PROTOCOL    "2025-03-26"
+#define MCP_LINE_MAX    (16 * 1024 * 1024)
+#define MCP_SERVERS_MAX 32
+#define MCP_TOOLS_MAX   1024
+#define MCP_STEP_MAX    4096
 
 typedef struct mcp_server {
-	char  name[33];
-	int   http;
+	char name[33];
+	int http;
 	/* stdio */
 	pid_t pid;
-	int   to_fd, from_fd;
+	int to_fd, from_fd;
 	char *rbuf;
 	size_t rlen;
 	/* http */
 	char *url;
 	struct curl_slist *headers;
-	char  session[256];
-	char  version[32];
-	int   next_id;
+	char session[256];
+	char version[32];
+	int next_id;
 } mcp_server_t;
 
 typedef struct mcp_tool {
-	char  exposed[65];
+	char exposed[65];
 	char *tool;
-	int   server;
+	int server;
 } mcp_tool_t;
 
 struct agent_mcp {
 	mcp_server_t servers[MCP_SERVERS_MAX];
-	int          nservers;
-	mcp_tool_t  *tools;
-	int          ntools;
-	json_t      *defs;
-	int64_t      timeout_ms;
+	int nservers;
+	mcp_tool_t *tools;
+	int ntools;
+	json_t *defs;
+	int64_t timeout_ms;
 };
 
 /* ------------------------------------------------------------------ stdio */
@@ -102,7 +102,8 @@ static int stdio_spawn(mcp_server_t *s, const json_t *cfg, const char *cwd, char
 		rn_strv_add(&envv, environ[i]);
 	const char *ek;
 	const json_t *ev;
-	json_object_foreach((json_t *)env, ek, ev) {
+	json_object_foreach((json_t *)env, ek, ev)
+	{
 		if (json_is_string(ev) && *ek && !strchr(ek, '='))
 			rn_strv_setenv(&envv, ek, json_string_value(ev));
 	}
@@ -222,9 +223,9 @@ static json_t *stdio_wait(mcp_server_t *s, json_int_t id, int64_t deadline, int 
 			const char *method = json_string_value(json_object_get(o, "method"));
 			if (method && jid) {
 				json_t *ans = !strcmp(method, "ping")
-				                  ? json_pack("{s:s,s:O,s:{}}", "jsonrpc", "2.0", "id", jid, "result")
-				                  : json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", jid, "error",
-				                              "code", -32601, "message", "not supported");
+				        ? json_pack("{s:s,s:O,s:{}}", "jsonrpc", "2.0", "id", jid, "result")
+				        : json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", jid, "error",
+				                    "code", -32601, "message", "not supported");
 				if (ans)
 					stdio_send(s, ans);
 				json_decref(ans);
@@ -274,14 +275,14 @@ static json_t *stdio_wait(mcp_server_t *s, json_int_t id, int64_t deadline, int 
 
 typedef struct http_call {
 	mcp_server_t *s;
-	CURL         *easy;
-	json_int_t    id;
-	json_t       *answer;
-	agent_sse_t   sse;
-	int           is_sse;
-	long          status;
-	char         *body;
-	size_t        body_len;
+	CURL *easy;
+	json_int_t id;
+	json_t *answer;
+	agent_sse_t sse;
+	int is_sse;
+	long status;
+	char *body;
+	size_t body_len;
 } http_call_t;
 
 static int http_event(void *arg, const char *event, const char *data, size_t len)
@@ -530,7 +531,7 @@ static void server_close(mcp_server_t *s)
 			}
 			usleep(5000);
 		}
-reaped:
+	reaped:
 		kill(-s->pid, SIGKILL); /* what it left behind */
 		s->pid = 0;
 	}
@@ -561,7 +562,8 @@ static int add_tools(agent_mcp_t *m, int si, const json_t *list, char *errstr, s
 {
 	size_t i;
 	const json_t *t;
-	json_array_foreach(list, i, t) {
+	json_array_foreach(list, i, t)
+	{
 		const char *tn = json_string_value(json_object_get(t, "name"));
 		if (!tn)
 			continue;
@@ -601,7 +603,8 @@ static int server_start(agent_mcp_t *m, mcp_server_t *s, int si, const json_t *c
 		s->url = strdup(url);
 		const char *k;
 		const json_t *v;
-		json_object_foreach((json_t *)json_object_get(cfg, "headers"), k, v) {
+		json_object_foreach((json_t *)json_object_get(cfg, "headers"), k, v)
+		{
 			if (!json_is_string(v) || strpbrk(k, ":\r\n") || strpbrk(json_string_value(v), "\r\n"))
 				continue;
 			char *line = NULL;
@@ -656,7 +659,8 @@ agent_mcp_t *agent_mcp_start(const json_t *servers, const char *cwd, int64_t tim
 	}
 	size_t i;
 	const json_t *cfg;
-	json_array_foreach(servers, i, cfg) {
+	json_array_foreach(servers, i, cfg)
+	{
 		if (agent_ctl_stopped())
 			break;
 		const char *name = json_string_value(json_object_get(cfg, "name"));
@@ -757,7 +761,8 @@ void agent_mcp_call(agent_mcp_t *m, const char *name, const json_t *args, size_t
 	FILE *f = open_memstream(&joined, &jl);
 	size_t i;
 	const json_t *c;
-	json_array_foreach(json_object_get(res, "content"), i, c) {
+	json_array_foreach(json_object_get(res, "content"), i, c)
+	{
 		const char *type = json_string_value(json_object_get(c, "type"));
 		const char *text = json_string_value(json_object_get(c, "text"));
 		if (f) {

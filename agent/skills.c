@@ -13,7 +13,7 @@
 
 #include "agent/emit.h"
 
-#define SKILL_MD_MAX (64 * 1024)   /* front matter sits at the top */
+#define SKILL_MD_MAX (64 * 1024) /* front matter sits at the top */
 
 /* One "key: value" line, value unquoted. */
 static void take_value(const char *v, size_t n, char *out, size_t size)

@@ -18,17 +18,17 @@
 typedef int (*agent_sse_event_fn)(void *arg, const char *event, const char *data, size_t len);
 
 typedef struct agent_sse {
-	char  *line;          /* the line being read */
+	char *line; /* the line being read */
 	size_t line_len, line_cap;
-	char  *data;          /* data of the event being read */
+	char *data; /* data of the event being read */
 	size_t data_len, data_cap;
-	int    has_data;
-	char   event[64];
-	size_t max;           /* cap on one line and on one event's data */
-	int    last_cr;       /* the previous byte was CR: a following LF is not a new line */
-	int    overflow;      /* a line or event went over max */
+	int has_data;
+	char event[64];
+	size_t max;   /* cap on one line and on one event's data */
+	int last_cr;  /* the previous byte was CR: a following LF is not a new line */
+	int overflow; /* a line or event went over max */
 	agent_sse_event_fn fn;
-	void  *arg;
+	void *arg;
 } agent_sse_t;
 
 /* max bounds one line and one event (bytes).  fn may be NULL (events are
@@ -36,10 +36,10 @@ typedef struct agent_sse {
 void agent_sse_init(agent_sse_t *s, size_t max, agent_sse_event_fn fn, void *arg);
 /* Feeds bytes.  Returns 0, the callback's nonzero value, or -1 when a line or
  * an event went over the cap (the reader stays failed). */
-int  agent_sse_feed(agent_sse_t *s, const char *buf, size_t len);
+int agent_sse_feed(agent_sse_t *s, const char *buf, size_t len);
 /* End of stream: a final event without its blank line is dispatched, as
  * servers that close right after the last data line expect. */
-int  agent_sse_finish(agent_sse_t *s);
+int agent_sse_finish(agent_sse_t *s);
 void agent_sse_free(agent_sse_t *s);
 
 #endif

@@ -26,11 +26,11 @@
 #include "common/strv.h"
 #include "common/util.h"
 
-#define STEP_RESULT_MAX  4096      /* bytes of output shown in a step */
-#define READ_MAX         (8 * 1024 * 1024)
-#define WRITE_MAX        (16 * 1024 * 1024)
-#define LIST_MAX         2000
-#define BASH_KEEP_MAX    (4 * 1024 * 1024)
+#define STEP_RESULT_MAX 4096 /* bytes of output shown in a step */
+#define READ_MAX        (8 * 1024 * 1024)
+#define WRITE_MAX       (16 * 1024 * 1024)
+#define LIST_MAX        2000
+#define BASH_KEEP_MAX   (4 * 1024 * 1024)
 
 void agent_tool_out_free(agent_tool_out_t *o)
 {
@@ -42,40 +42,40 @@ void agent_tool_out_free(agent_tool_out_t *o)
 json_t *agent_tools_defs(void)
 {
 	return json_pack(
-	    "[{s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:s}},s:[s]}}},"
-	    " {s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s}},s:[s]}}},"
-	    " {s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:s}},s:[s,s]}}},"
-	    " {s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:s}}}}}]",
-	    "type", "function", "function", "name", "bash", "description",
-	    "Run a shell command with bash in the workspace (" RN_SANDBOX_WORKSPACE ") and return its exit code "
-	    "and combined output. Skills' scripts run this way.",
-	    "parameters", "type", "object", "properties",
-	    "command", "type", "string", "description", "the command line",
-	    "timeout_sec", "type", "integer", "description", "optional timeout in seconds (capped)",
-	    "required", "command",
-	    "type", "function", "function", "name", "read_file", "description",
-	    "Read a text file in the workspace (relative paths) or under " RN_SANDBOX_SKILLS ".",
-	    "parameters", "type", "object", "properties",
-	    "path", "type", "string", "description", "file path",
-	    "required", "path",
-	    "type", "function", "function", "name", "write_file", "description",
-	    "Write a file in the workspace, creating parent directories. Files meant for the caller go "
-	    "in assets/.",
-	    "parameters", "type", "object", "properties",
-	    "path", "type", "string", "description", "file path",
-	    "content", "type", "string", "description", "the whole new content",
-	    "required", "path", "content",
-	    "type", "function", "function", "name", "list_files", "description",
-	    "List a directory in the workspace or under " RN_SANDBOX_SKILLS " (directories end with /).",
-	    "parameters", "type", "object", "properties",
-	    "path", "type", "string", "description", "directory (default: the workspace)",
-	    "recursive", "type", "boolean", "description", "walk subdirectories too");
+	        "[{s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:s}},s:[s]}}},"
+	        " {s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s}},s:[s]}}},"
+	        " {s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:s}},s:[s,s]}}},"
+	        " {s:s,s:{s:s,s:s,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:s}}}}}]",
+	        "type", "function", "function", "name", "bash", "description",
+	        "Run a shell command with bash in the workspace (" RN_SANDBOX_WORKSPACE ") and return its exit code "
+	        "and combined output. Skills' scripts run this way.",
+	        "parameters", "type", "object", "properties",
+	        "command", "type", "string", "description", "the command line",
+	        "timeout_sec", "type", "integer", "description", "optional timeout in seconds (capped)",
+	        "required", "command",
+	        "type", "function", "function", "name", "read_file", "description",
+	        "Read a text file in the workspace (relative paths) or under " RN_SANDBOX_SKILLS ".",
+	        "parameters", "type", "object", "properties",
+	        "path", "type", "string", "description", "file path",
+	        "required", "path",
+	        "type", "function", "function", "name", "write_file", "description",
+	        "Write a file in the workspace, creating parent directories. Files meant for the caller go "
+	        "in assets/.",
+	        "parameters", "type", "object", "properties",
+	        "path", "type", "string", "description", "file path",
+	        "content", "type", "string", "description", "the whole new content",
+	        "required", "path", "content",
+	        "type", "function", "function", "name", "list_files", "description",
+	        "List a directory in the workspace or under " RN_SANDBOX_SKILLS " (directories end with /).",
+	        "parameters", "type", "object", "properties",
+	        "path", "type", "string", "description", "directory (default: the workspace)",
+	        "recursive", "type", "boolean", "description", "walk subdirectories too");
 }
 
 int agent_tools_has(const char *name)
 {
 	return !strcmp(name, "bash") || !strcmp(name, "read_file") || !strcmp(name, "write_file") ||
-	       !strcmp(name, "list_files");
+	        !strcmp(name, "list_files");
 }
 
 int agent_tools_needs_approval(const char *name)
@@ -266,10 +266,10 @@ static void tool_write(const agent_tools_cfg_t *cfg, const json_t *args, agent_t
 }
 
 typedef struct listing {
-	char  *buf;
+	char *buf;
 	size_t len, cap;
-	int    n;
-	int    cut;
+	int n;
+	int cut;
 } listing_t;
 
 static void list_add(listing_t *l, const char *prefix, const char *name, int dir)

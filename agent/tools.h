@@ -15,19 +15,19 @@
 #include <jansson.h>
 
 typedef struct agent_tools_cfg {
-	const char *workspace;     /* /root/workspace */
-	const char *skills;        /* /root/skills (read-only for tools) */
-	int64_t     bash_timeout_ms;
-	size_t      output_max;    /* bytes of a tool's output the model sees */
+	const char *workspace; /* /root/workspace */
+	const char *skills;    /* /root/skills (read-only for tools) */
+	int64_t bash_timeout_ms;
+	size_t output_max; /* bytes of a tool's output the model sees */
 } agent_tools_cfg_t;
 
 /* What one tool call produced. */
 typedef struct agent_tool_out {
-	int     ok;
-	int     stopped;       /* ended by agent_ctl_stop() */
-	char   *text;          /* what the model is told (owned) */
-	json_t *result;        /* the step's result (owned; may be NULL) */
-	char    error[512];    /* when !ok: the step's error message */
+	int ok;
+	int stopped;     /* ended by agent_ctl_stop() */
+	char *text;      /* what the model is told (owned) */
+	json_t *result;  /* the step's result (owned; may be NULL) */
+	char error[512]; /* when !ok: the step's error message */
 } agent_tool_out_t;
 
 void agent_tool_out_free(agent_tool_out_t *o);

@@ -30,19 +30,19 @@
 #include "tests/support/harness.h"
 
 typedef struct caller {
-	CURL   *easy;
-	char   *post;
-	char    partial[512];
-	size_t  plen;
-	int     lines;
-	int     done;
-	long    status;
+	CURL *easy;
+	char *post;
+	char partial[512];
+	size_t plen;
+	int lines;
+	int done;
+	long status;
 } caller_t;
 
 static int C_N = 1000, L_N = 100;
 static caller_t *CALLERS;
-static int64_t *LAT_US;            /* one slot per line */
-static int64_t *SENT_US;           /* its send time (for the timeline) */
+static int64_t *LAT_US;  /* one slot per line */
+static int64_t *SENT_US; /* its send time (for the timeline) */
 static _Atomic size_t NLAT;
 static const th_redis_t *RED;
 static _Atomic int WRITER_DONE;
@@ -139,8 +139,8 @@ static void pump(CURLM *multi, int max_ms)
 	}
 	for (int i = 0; i < n; i++) {
 		int flags = (evs[i].events & EPOLLIN ? CURL_CSELECT_IN : 0) |
-		            (evs[i].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
-		            (evs[i].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
+		        (evs[i].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+		        (evs[i].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
 
 		curl_multi_socket_action(multi, evs[i].data.fd, flags, &running);
 	}
@@ -250,7 +250,7 @@ static double self_cpu_s(void)
 
 	getrusage(RUSAGE_SELF, &ru);
 	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-	       ru.ru_stime.tv_usec / 1e6;
+	        ru.ru_stime.tv_usec / 1e6;
 }
 
 static int redis_clients(redisContext *c)
@@ -292,10 +292,11 @@ static void *writer(void *arg)
 
 				if (l == L_N)
 					snprintf(line, sizeof line, "{\"type\":\"result\",\"message\":\"done\","
-					         "\"sent_us\":%" PRId64 ",\"ts\":1}", mono_us());
+					                            "\"sent_us\":%" PRId64 ",\"ts\":1}",
+					         mono_us());
 				else
 					snprintf(line, sizeof line, "{\"type\":\"log\",\"level\":\"info\","
-					         "\"message\":\"line %d of a benchmark run\",\"sent_us\":%" PRId64 ",\"ts\":1}",
+					                            "\"message\":\"line %d of a benchmark run\",\"sent_us\":%" PRId64 ",\"ts\":1}",
 					         l, mono_us());
 				redisAppendCommand(c, "XADD runnel:{bench_%04d}:out * line %s", i, line);
 			}
@@ -340,7 +341,8 @@ static void bench_enqueue(const char *base, int n)
 		int64_t t0;
 
 		snprintf(body, sizeof body, "{\"agent_url\":\"http://127.0.0.1:9/ws\",\"otp_setup\":\"a\","
-		         "\"otp_run\":\"b\",\"prompt\":\"p\",\"run_id\":\"enq_%06d\"}", i);
+		                            "\"otp_run\":\"b\",\"prompt\":\"p\",\"run_id\":\"enq_%06d\"}",
+		         i);
 		curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, body);
 		t0 = mono_us();
 		if (curl_easy_perform(e) == CURLE_OK) {
@@ -406,8 +408,7 @@ int main(int argc, char **argv)
 	env[2] = th_strf("RUNNEL_KAFKA_BROKERS=%s", k.bootstrap);
 	env[3] = "RUNNEL_LOG_LEVEL=warn";
 	/* BENCH_TAIL_CONNECTIONS=N tries another pool size (default 2). */
-	env[4] = getenv("BENCH_TAIL_CONNECTIONS") != NULL ?
-	         th_strf("RUNNEL_TAIL_CONNECTIONS=%s", getenv("BENCH_TAIL_CONNECTIONS")) : NULL;
+	env[4] = getenv("BENCH_TAIL_CONNECTIONS") != NULL ? th_strf("RUNNEL_TAIL_CONNECTIONS=%s", getenv("BENCH_TAIL_CONNECTIONS")) : NULL;
 	env[5] = NULL;
 	pid = th_spawn(dargv, env, th_strf("%s/dispatcher.log", th_tmpdir()));
 	rc = th_redis_connect(&red);
@@ -452,7 +453,8 @@ int main(int argc, char **argv)
 
 		c->easy = curl_easy_init();
 		c->post = th_strf("{\"agent_url\":\"http://127.0.0.1:9/ws\",\"otp_setup\":\"a\",\"otp_run\":\"b\","
-		                  "\"prompt\":\"p\",\"run_id\":\"bench_%04d\"}", i);
+		                  "\"prompt\":\"p\",\"run_id\":\"bench_%04d\"}",
+		                  i);
 		curl_easy_setopt(c->easy, CURLOPT_URL, th_strf("%s/stream", base));
 		curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, hdrs);
 		curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, c->post);

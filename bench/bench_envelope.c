@@ -18,7 +18,7 @@
 #include <time.h>
 
 #define GOAL_LINES_PER_SEC 1000000.0
-#define MIX 1000
+#define MIX                1000
 
 static double clock_sec(clockid_t id)
 {
@@ -35,31 +35,38 @@ static int make_line(char *buf, size_t size, int i)
 	int step = i / 10;
 
 	switch (i % 10) {
-	case 0: case 1: case 2: case 3:
+	case 0:
+	case 1:
+	case 2:
+	case 3:
 		return snprintf(buf, size, "{\"type\":\"log\",\"level\":\"info\",\"message\":"
-		                "\"Loaded %d skills\",\"ts\":%lld}", i % 7, ts);
+		                           "\"Loaded %d skills\",\"ts\":%lld}",
+		                i % 7, ts);
 	case 4:
 		return snprintf(buf, size, "{\"type\":\"log\",\"level\":\"debug\",\"message\":"
-		                "\"tool call %d took 12ms\"}", i);
+		                           "\"tool call %d took 12ms\"}",
+		                i);
 	case 5:
 		return snprintf(buf, size, "{\"type\":\"step\",\"id\":\"step_%d\",\"name\":"
-		                "\"recipes/add-node.sh\",\"status\":\"running\",\"args\":"
-		                "{\"nodeType\":\"inference\",\"position\":[120,340]},\"ts\":%lld}",
+		                           "\"recipes/add-node.sh\",\"status\":\"running\",\"args\":"
+		                           "{\"nodeType\":\"inference\",\"position\":[120,340]},\"ts\":%lld}",
 		                step, ts);
 	case 6:
 		return snprintf(buf, size, "{\"type\":\"log\",\"level\":\"warn\",\"message\":"
-		                "\"retrying request (attempt 2 of 3)\",\"ts\":%lld}", ts);
+		                           "\"retrying request (attempt 2 of 3)\",\"ts\":%lld}",
+		                ts);
 	case 7:
 		return snprintf(buf, size, "{\"type\":\"step\",\"id\":\"step_%d\",\"name\":"
-		                "\"recipes/add-node.sh\",\"status\":\"succeeded\",\"result\":"
-		                "{\"nodeId\":\"node_%d\"},\"durationMs\":412,\"ts\":%lld}",
+		                           "\"recipes/add-node.sh\",\"status\":\"succeeded\",\"result\":"
+		                           "{\"nodeId\":\"node_%d\"},\"durationMs\":412,\"ts\":%lld}",
 		                step, i, ts);
 	case 8:
 		return snprintf(buf, size, "{\"type\":\"log\",\"level\":\"info\",\"message\":"
-		                "\"Wrote assets/report.md (2.1 kB)\"}");
+		                           "\"Wrote assets/report.md (2.1 kB)\"}");
 	default:
 		return snprintf(buf, size, "{\"type\":\"log\",\"level\":\"info\",\"message\":"
-		                "\"Thinking about the next edit\",\"ts\":%lld}", ts);
+		                           "\"Thinking about the next edit\",\"ts\":%lld}",
+		                ts);
 	}
 }
 

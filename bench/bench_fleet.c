@@ -35,8 +35,7 @@ static int arg_int(const char *s)
 
 int main(int argc, char **argv)
 {
-	fleet_wait_opts_t o = { .workers = 3, .slots = 2, .partitions = 12, .longs = 2,
-	                        .long_sec = 30, .shorts = 60, .gap_ms = 200 };
+	fleet_wait_opts_t o = { .workers = 3, .slots = 2, .partitions = 12, .longs = 2, .long_sec = 30, .shorts = 60, .gap_ms = 200 };
 	if (argc > 1)
 		o.shorts = arg_int(argv[1]);
 	if (argc > 2)

@@ -170,7 +170,8 @@ int main(int argc, char **argv)
 
 	k = 0;
 	worker_egress_t *e = access(bridge, X_OK) == 0
-	                     ? worker_egress_start(sock, allow, 1, "bench", err, sizeof(err)) : NULL;
+	        ? worker_egress_start(sock, allow, 1, "bench", err, sizeof(err))
+	        : NULL;
 	for (int i = 0; e && i < n; i++) {
 		int64_t t = sandbox_true(ws, NULL, 0, bridge, sock);
 		if (t < 0)

@@ -39,13 +39,13 @@
 
 /* The 3-line agent: reads its turn, prints two logs and a result. */
 #define AGENT_SH "read -r t; " \
-	"echo '{\"type\":\"log\",\"level\":\"info\",\"message\":\"one\"}'; " \
-	"echo '{\"type\":\"log\",\"level\":\"info\",\"message\":\"two\"}'; " \
-	"echo '{\"type\":\"result\",\"message\":\"done\"}'"
+	         "echo '{\"type\":\"log\",\"level\":\"info\",\"message\":\"one\"}'; " \
+	         "echo '{\"type\":\"log\",\"level\":\"info\",\"message\":\"two\"}'; " \
+	         "echo '{\"type\":\"result\",\"message\":\"done\"}'"
 #define AGENT_JSON "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\",\"read -r t; " \
-	"echo '{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"one\\\"}'; " \
-	"echo '{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"two\\\"}'; " \
-	"echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"done\\\"}'\"]}"
+	           "echo '{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"one\\\"}'; " \
+	           "echo '{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"two\\\"}'; " \
+	           "echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"done\\\"}'\"]}"
 
 static th_redis_t R;
 static th_kafka_t K;
@@ -56,7 +56,7 @@ static dev_stub_t *S;
 static redisContext *C;
 static rd_kafka_t *P;
 static const char *workdir;
-static char *broker_state;   /* set when the bench started the broker itself */
+static char *broker_state; /* set when the bench started the broker itself */
 
 /* Figures for the summary. */
 static double floor_rps, floor_cpu, floor_p50, floor_p99;
@@ -105,7 +105,7 @@ static double self_cpu_ms(void)
 	getrusage(RUSAGE_SELF, &a);
 	getrusage(RUSAGE_CHILDREN, &b);
 	return (a.ru_utime.tv_sec + b.ru_utime.tv_sec + a.ru_stime.tv_sec + b.ru_stime.tv_sec) * 1000.0 +
-	       (a.ru_utime.tv_usec + b.ru_utime.tv_usec + a.ru_stime.tv_usec + b.ru_stime.tv_usec) / 1000.0;
+	        (a.ru_utime.tv_usec + b.ru_utime.tv_usec + a.ru_stime.tv_usec + b.ru_stime.tv_usec) / 1000.0;
 }
 
 /* CPU ms of pid and its reaped children (utime+stime+cutime+cstime). */
@@ -195,14 +195,14 @@ static void xadd(const char *id, const char *line, size_t len)
  * ------------------------------------------------------------------------ */
 
 typedef struct fslot {
-	int              active;
+	int active;
 	worker_sandbox_t sb;
-	char             id[48];
-	char             dir[512];
-	char             buf[16384];
-	size_t           len;
-	int              first_done;
-	int64_t          t0, first_us;
+	char id[48];
+	char dir[512];
+	char buf[16384];
+	size_t len;
+	int first_done;
+	int64_t t0, first_us;
 } fslot_t;
 
 static char *floor_env[5];
@@ -315,7 +315,8 @@ static void bench_floor(int runs, int lat_runs)
 	floor_rps = runs / secs;
 	floor_cpu = (c1 - c0) / runs;
 	printf("(a) floor: %d runs, %d at a time, in %.2f s = %.0f runs/s, CPU %.2f ms per run "
-	       "(bench + bwrap + agent) [load %s]\n", runs, SLOTS, secs, floor_rps, floor_cpu, la);
+	       "(bench + bwrap + agent) [load %s]\n",
+	       runs, SLOTS, secs, floor_rps, floor_cpu, la);
 	free(la);
 	if (lat_runs > 0) {
 		int64_t *lat = calloc((size_t)lat_runs, sizeof(*lat));
@@ -324,7 +325,8 @@ static void bench_floor(int runs, int lat_runs)
 			floor_run(1, 1, &lat[i], th_strf("floor_lat%d", i));
 		pct(lat, lat_runs, &floor_p50, &floor_p99);
 		printf("(c) floor: spawn -> first line XADDed, %d runs one at a time: p50 %.1f ms  p99 %.1f ms "
-		       "[load %s]\n", lat_runs, floor_p50, floor_p99, la);
+		       "[load %s]\n",
+		       lat_runs, floor_p50, floor_p99, la);
 		free(la);
 		free(lat);
 	}
@@ -381,8 +383,7 @@ static int create_topic_real(void)
 		const rd_kafka_CreateTopics_result_t *res = rd_kafka_event_CreateTopics_result(ev);
 		size_t cnt = 0;
 		const rd_kafka_topic_result_t **tr = res ? rd_kafka_CreateTopics_result_topics(res, &cnt) : NULL;
-		if (tr && cnt == 1 && (!rd_kafka_topic_result_error(tr[0]) ||
-		                       rd_kafka_topic_result_error(tr[0]) == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS))
+		if (tr && cnt == 1 && (!rd_kafka_topic_result_error(tr[0]) || rd_kafka_topic_result_error(tr[0]) == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS))
 			rc = 0;
 		else
 			fprintf(stderr, "create topic %s: %s\n", topic,
@@ -443,7 +444,7 @@ static void bench_latency(int runs)
 		while (!wdone)
 			if (redisBufferWrite(C, &wdone) != REDIS_OK)
 				break;
-		sleep_ms(2);  /* Redis has it blocked */
+		sleep_ms(2); /* Redis has it blocked */
 		int64_t t0 = now_us();
 		long long wall0 = (long long)rn_now_ms();
 		produce_async(id, js);
@@ -470,7 +471,8 @@ static void bench_latency(int runs)
 	}
 	pct(lat, got, &rn_p50, &rn_p99);
 	printf("(c) runnel: enqueue -> first line readable by XREAD BLOCK, %d runs one at a time: "
-	       "p50 %.1f ms  p99 %.1f ms  max %.1f ms [load %s]\n", got, rn_p50, rn_p99,
+	       "p50 %.1f ms  p99 %.1f ms  max %.1f ms [load %s]\n",
+	       got, rn_p50, rn_p99,
 	       got ? lat[got - 1] / 1000.0 : -1, la);
 	double i50, i99, r50, r99;
 	pct(intake, split, &i50, &i99);
@@ -556,7 +558,8 @@ static void bench_rss(pid_t w)
 {
 	rss_idle = rss_kb(w);
 	printf("    idle worker memory: Rss %ld KB = shared file pages (libraries) %ld + private clean %ld + "
-	       "private dirty %ld + anon shared %ld KB; Pss %ld KB\n", rollup_kb(w, "Rss"), rollup_kb(w, "Shared_Clean"),
+	       "private dirty %ld + anon shared %ld KB; Pss %ld KB\n",
+	       rollup_kb(w, "Rss"), rollup_kb(w, "Shared_Clean"),
 	       rollup_kb(w, "Private_Clean"), rollup_kb(w, "Private_Dirty"), rollup_kb(w, "Shared_Dirty"),
 	       rollup_kb(w, "Pss"));
 	rss_idle_tree = tree_rss_kb(w);
@@ -575,7 +578,8 @@ static void bench_rss(pid_t w)
 	long busy = rss_kb(w);
 	rss_per_run = (busy - rss_idle) / SLOTS;
 	printf("RSS: worker idle %ld KB (with its idle warm sandboxes: %ld KB); with %d active runs %ld KB "
-	       "= %ld KB per run (worker process only)\n", rss_idle, rss_idle_tree, SLOTS, busy, rss_per_run);
+	       "= %ld KB per run (worker process only)\n",
+	       rss_idle, rss_idle_tree, SLOTS, busy, rss_per_run);
 	for (int i = 0; i < SLOTS; i++)
 		th_wait_stream_terminal(C, th_strf("runnel:{%s}:out", ids[i]), 20000);
 }
@@ -588,11 +592,11 @@ static void verdict(const char *what, double v, double target, int at_most)
 }
 
 static const char *usage =
-	"usage: bench_worker [--brokers HOSTS | --mock] [--runs N] [--latency N] [--flood N]\n"
-	"                    [--warm N] [--worker PATH] [-X kafka.property=value]...\n"
-	"Real broker: --brokers, else $RUNNEL_TEST_KAFKA_BROKERS, else the suite's broker.addr\n"
-	"(" BROKER_ADDR_FILE "), else one started with tests/kafka/broker.sh.\n"
-	"--mock: librdkafka's mock cluster.\n";
+        "usage: bench_worker [--brokers HOSTS | --mock] [--runs N] [--latency N] [--flood N]\n"
+        "                    [--warm N] [--worker PATH] [-X kafka.property=value]...\n"
+        "Real broker: --brokers, else $RUNNEL_TEST_KAFKA_BROKERS, else the suite's broker.addr\n"
+        "(" BROKER_ADDR_FILE "), else one started with tests/kafka/broker.sh.\n"
+        "--mock: librdkafka's mock cluster.\n";
 
 int main(int argc, char **argv)
 {
@@ -618,7 +622,7 @@ int main(int argc, char **argv)
 			flood = strtol(v, NULL, 10);
 			i++;
 		} else if (!strcmp(a, "--worker") && v) {
-			worker_bin = v;   /* another build of runnel-worker (before/after) */
+			worker_bin = v; /* another build of runnel-worker (before/after) */
 			i++;
 		} else if (!strcmp(a, "--warm") && v) {
 			warm = v;
@@ -636,7 +640,8 @@ int main(int argc, char **argv)
 	if (!use_mock && !brokers[0]) {
 		const char *e = getenv("RUNNEL_TEST_KAFKA_BROKERS");
 		char *f = e && *e ? NULL : th_file_read(BROKER_ADDR_FILE, NULL);
-		snprintf(brokers, sizeof(brokers), "%s", e && *e ? e : f ? f : "");
+		snprintf(brokers, sizeof(brokers), "%s", e && *e ? e : f ? f
+		                                                         : "");
 		free(f);
 		brokers[strcspn(brokers, "\r\n")] = '\0';
 	}
@@ -655,7 +660,8 @@ int main(int argc, char **argv)
 	}
 	if (!use_mock && !brokers[0]) {
 		fprintf(stderr, "bench_worker: no Kafka broker: pass --brokers HOST:PORT, start the suite's broker "
-		                "(tests/kafka/broker.sh), or use --mock\n%s", usage);
+		                "(tests/kafka/broker.sh), or use --mock\n%s",
+		        usage);
 		return 2;
 	}
 
@@ -690,7 +696,7 @@ int main(int argc, char **argv)
 		return 1;
 
 	/* (b) runs queued before the worker starts. */
-	char (*ids)[32] = calloc((size_t)tp_runs + 1, sizeof(*ids));
+	char(*ids)[32] = calloc((size_t)tp_runs + 1, sizeof(*ids));
 	for (int i = 0; i < tp_runs; i++) {
 		dev_stub_otps_t o;
 		snprintf(ids[i], sizeof(ids[i]), "run_tp_%d", i);
@@ -736,7 +742,7 @@ int main(int argc, char **argv)
 	       done, tp_runs, SLOTS, secs, rn_rps, rn_cpu, la);
 	free(la);
 	free(ids);
-	sleep_ms(1500);  /* the pool refills; the worker settles */
+	sleep_ms(1500); /* the pool refills; the worker settles */
 	{
 		/* What the worker burns doing nothing (librdkafka's threads, timers). */
 		double i0 = proc_cpu_ms(w);

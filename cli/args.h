@@ -13,18 +13,18 @@
 #define CLI_ARGS_POS_MAX 4
 
 typedef struct cli_verb {
-	const char    *name;      /* "tail" */
-	const char    *synopsis;  /* "[options] RUN" */
-	const char    *summary;   /* one sentence for --help and `runnel --help` */
-	const char    *epilog;    /* extra --help text (exit codes, examples) or NULL */
-	const char    *pos_name;  /* "RUN", or NULL when the verb takes none */
+	const char *name;     /* "tail" */
+	const char *synopsis; /* "[options] RUN" */
+	const char *summary;  /* one sentence for --help and `runnel --help` */
+	const char *epilog;   /* extra --help text (exit codes, examples) or NULL */
+	const char *pos_name; /* "RUN", or NULL when the verb takes none */
 	const rn_opt_t *opts;
-	int            pos_min, pos_max;
+	int pos_min, pos_max;
 } cli_verb_t;
 
 typedef struct cli_args {
 	const char *pos[CLI_ARGS_POS_MAX]; /* borrowed from argv */
-	int         npos;
+	int npos;
 } cli_args_t;
 
 /*
@@ -39,7 +39,7 @@ int cli_args_parse(const cli_verb_t *v, int argc, char **argv, cli_args_t *out);
 
 /* Prints a usage error in the format above; always returns CLI_EXIT_USAGE. */
 int cli_args_usage_error(const cli_verb_t *v, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+        __attribute__((format(printf, 2, 3)));
 
 /* Prints the verb's --help. */
 void cli_args_help(FILE *f, const cli_verb_t *v);

@@ -23,7 +23,7 @@
 static struct {
 	char *reason;
 	char *via;
-	int   force;
+	int force;
 	char *redis_url;
 	char *prefix;
 	char *dispatcher_url;
@@ -62,8 +62,7 @@ static const cli_verb_t cancel_verb = {
 
 static int is_terminal(const char *st)
 {
-	return st && (!strcmp(st, "succeeded") || !strcmp(st, "failed") ||
-	              !strcmp(st, "cancelled") || !strcmp(st, "lost"));
+	return st && (!strcmp(st, "succeeded") || !strcmp(st, "failed") || !strcmp(st, "cancelled") || !strcmp(st, "lost"));
 }
 
 static int cancel_redis(const char *run_id, const char *msg)
@@ -105,12 +104,12 @@ static int cancel_redis(const char *run_id, const char *msg)
 	 * same): a cancel for a run not yet claimed, or one that ends without
 	 * having had a control message, must not leave a key for ever. */
 	static const char lua[] =
-		"local id = redis.call('XADD', KEYS[1], '*', 'msg', ARGV[1])\n"
-		"local ttl = redis.call('PTTL', KEYS[2])\n"
-		"if ttl < 0 then ttl = redis.call('PTTL', KEYS[3]) end\n"
-		"if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl)\n"
-		"elseif redis.call('PTTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end\n"
-		"return id\n";
+	        "local id = redis.call('XADD', KEYS[1], '*', 'msg', ARGV[1])\n"
+	        "local ttl = redis.call('PTTL', KEYS[2])\n"
+	        "if ttl < 0 then ttl = redis.call('PTTL', KEYS[3]) end\n"
+	        "if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl)\n"
+	        "elseif redis.call('PTTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end\n"
+	        "return id\n";
 	char kout[PROTO_KEY_MAX], ttl[24];
 	proto_key(kout, sizeof(kout), g_opt.prefix, run_id, PROTO_KEY_OUT);
 	snprintf(ttl, sizeof(ttl), "%d", CANCEL_DEFAULT_TTL_SEC);

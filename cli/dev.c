@@ -45,16 +45,16 @@
 #define RUNNEL_SOURCE_DIR ""
 #endif
 
-#define DEV_READY_MS        60000  /* dispatcher /readyz deadline */
-#define DEV_REDIS_READY_MS  10000
-#define DEV_STOP_GRACE_MS   8000   /* worker drain (RUNNEL_DRAIN_SEC=3) + margin */
-#define DEV_PARTITIONS      4
+#define DEV_READY_MS       60000 /* dispatcher /readyz deadline */
+#define DEV_REDIS_READY_MS 10000
+#define DEV_STOP_GRACE_MS  8000 /* worker drain (RUNNEL_DRAIN_SEC=3) + margin */
+#define DEV_PARTITIONS     4
 
 static struct {
-	int   demo;
-	int   once;
-	long  port;
-	long  stub_port;
+	int demo;
+	int once;
+	long port;
+	long stub_port;
 	char *agents;
 	char *agent;
 	char *prompt;
@@ -65,8 +65,8 @@ static struct {
 	char *sandbox;
 	char *prefix;
 	char *jobs_topic;
-	int   keep;
-	char *kafka;   /* external bootstrap servers, NULL = the mock cluster */
+	int keep;
+	char *kafka; /* external bootstrap servers, NULL = the mock cluster */
 } g_opt;
 
 static const rn_opt_t dev_opts[] = {
@@ -136,17 +136,17 @@ int cli_dev_main(int argc, char **argv)
 #else
 
 typedef struct dev_stack {
-	char                     dir[PATH_MAX];   /* scratch: logs/, redis/, work/, results/ */
-	rd_kafka_t              *mock_rk;
+	char dir[PATH_MAX]; /* scratch: logs/, redis/, work/, results/ */
+	rd_kafka_t *mock_rk;
 	rd_kafka_mock_cluster_t *mock;
-	char                     bootstrap[256];
-	cli_proc_t               redis, dispatcher, worker;
-	char                     redis_url[300];
-	dev_stub_t              *stub;
-	char                     agents[PATH_MAX];
-	char                     dispatcher_url[96];
-	char                     worker_bin[PATH_MAX], dispatcher_bin[PATH_MAX];
-	const char              *sandbox;
+	char bootstrap[256];
+	cli_proc_t redis, dispatcher, worker;
+	char redis_url[300];
+	dev_stub_t *stub;
+	char agents[PATH_MAX];
+	char dispatcher_url[96];
+	char worker_bin[PATH_MAX], dispatcher_bin[PATH_MAX];
+	const char *sandbox;
 } dev_stack_t;
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -259,8 +259,8 @@ static int bwrap_works(void)
 	if (cli_which("bwrap", path, sizeof(path)) < 0)
 		return -1;
 	char *argv[] = { path, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-	                 "--unshare-uts", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
-	                 "--dev", "/dev", "true", NULL };
+		         "--unshare-uts", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
+		         "--dev", "/dev", "true", NULL };
 	char **env = cli_env_build(NULL);
 	cli_proc_t p;
 	int rc = cli_proc_spawn(&p, "bwrap", argv, env, "/dev/null", err, sizeof(err));
@@ -305,7 +305,7 @@ static int create_topics(rd_kafka_t *rk, rd_kafka_NewTopic_t **nt, const char *b
 	} else {
 		size_t n = 0;
 		const rd_kafka_topic_result_t **res =
-			rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+		        rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
 		rc = 0;
 		for (size_t i = 0; i < n; i++) {
 			rd_kafka_resp_err_t e = rd_kafka_topic_result_error(res[i]);
@@ -444,7 +444,8 @@ static int start_redis(dev_stack_t *s)
 			return -1;
 		}
 		fprintf(f, "port %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\ndaemonize no\n"
-		           "protected-mode yes\nlogfile \"\"\ndatabases 16\n", port, rdir);
+		           "protected-mode yes\nlogfile \"\"\ndatabases 16\n",
+		        port, rdir);
 		fclose(f);
 		char *argv[] = { bin, conf, NULL };
 		char **env = cli_env_build(NULL);
@@ -533,8 +534,8 @@ static int start_children(dev_stack_t *s)
 
 	/* A short drain keeps Ctrl-C snappy; the user's own setting wins. */
 	const char *wenv[] = { e_brokers, e_redis, e_prefix, e_topic, e_sandbox, e_work,
-	                       "RUNNEL_METRICS_LISTEN=127.0.0.1:0",
-	                       drain && *drain ? NULL : "RUNNEL_DRAIN_SEC=3", NULL };
+		               "RUNNEL_METRICS_LISTEN=127.0.0.1:0",
+		               drain && *drain ? NULL : "RUNNEL_DRAIN_SEC=3", NULL };
 	env = cli_env_build(wenv);
 	char *wargv[] = { s->worker_bin, NULL };
 	snprintf(log, sizeof(log), "%s/logs/worker.log", s->dir);
@@ -639,8 +640,7 @@ static void print_banner(const dev_stack_t *s)
 	if (n <= 0)
 		snprintf(exe, sizeof(exe), "runnel");
 	/* With a token the dispatcher wants it: reference the variable, not its value. */
-	const char *auth = getenv("RUNNEL_API_TOKEN") && *getenv("RUNNEL_API_TOKEN") ?
-	                   "-H \"Authorization: Bearer $RUNNEL_API_TOKEN\" " : "";
+	const char *auth = getenv("RUNNEL_API_TOKEN") && *getenv("RUNNEL_API_TOKEN") ? "-H \"Authorization: Bearer $RUNNEL_API_TOKEN\" " : "";
 
 	printf("runnel dev: the stack is up (Ctrl-C stops it)\n"
 	       "  viewer      %s/ui/  (open it in a browser: start runs, watch and steer them)\n",

@@ -17,10 +17,10 @@
 #include <sys/types.h>
 
 typedef struct cli_proc {
-	pid_t pid;                 /* 0 when not started or reaped */
-	char  name[32];            /* "redis-server", "dispatcher", "worker" */
-	char  log_path[PATH_MAX];
-	int   status;              /* raw waitpid status once reaped */
+	pid_t pid;     /* 0 when not started or reaped */
+	char name[32]; /* "redis-server", "dispatcher", "worker" */
+	char log_path[PATH_MAX];
+	int status; /* raw waitpid status once reaped */
 } cli_proc_t;
 
 /*

@@ -11,7 +11,7 @@
 #include <jansson.h>
 
 typedef struct body_acc {
-	char  *p;
+	char *p;
 	size_t len;
 } body_acc_t;
 

@@ -7,11 +7,11 @@
 
 #include <stddef.h>
 
-#define CLI_HTTP_BODY_MAX (1u << 20)  /* answers longer than this are cut */
+#define CLI_HTTP_BODY_MAX (1u << 20) /* answers longer than this are cut */
 
 typedef struct cli_http_resp {
-	long   status;  /* HTTP status, 0 when no answer */
-	char  *body;    /* malloc'd, NUL-terminated (may be ""); caller frees */
+	long status; /* HTTP status, 0 when no answer */
+	char *body;  /* malloc'd, NUL-terminated (may be ""); caller frees */
 	size_t len;
 } cli_http_resp_t;
 

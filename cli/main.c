@@ -12,11 +12,11 @@ static const struct {
 	const char *summary;
 } verbs[] = {
 	{ "submit", cli_submit_main, "enqueue a run (dispatcher or Kafka), then follow it" },
-	{ "tail",   cli_tail_main,   "follow a run's output until its result or error" },
+	{ "tail", cli_tail_main, "follow a run's output until its result or error" },
 	{ "cancel", cli_cancel_main, "ask a run to stop" },
-	{ "reply",  cli_reply_main,  "answer a run's open ask (allow, reject, or text)" },
+	{ "reply", cli_reply_main, "answer a run's open ask (allow, reject, or text)" },
 	{ "status", cli_status_main, "show a run's state" },
-	{ "dev",    cli_dev_main,    "run the whole stack locally (Kafka mock, Redis, dispatcher, worker, workspace stub)" },
+	{ "dev", cli_dev_main, "run the whole stack locally (Kafka mock, Redis, dispatcher, worker, workspace stub)" },
 };
 
 static void usage(FILE *f)

@@ -23,7 +23,7 @@
 
 static struct {
 	char *text;
-	int   reject;
+	int reject;
 	char *via;
 	char *redis_url;
 	char *prefix;
@@ -117,9 +117,8 @@ static int reply_dispatcher(const char *run_id, const char *ask_id, const proto_
 	while (bl && base[bl - 1] == '/')
 		bl--;
 	snprintf(url, sizeof(url), "%.*s/v1/runs/%s/replies/%s", (int)bl, base, run_id, ask_id);
-	json_t *body = ctl->reply == PROTO_REPLY_OPTION ? json_pack("{s:s}", "option", ctl->option) :
-	               ctl->reply == PROTO_REPLY_TEXT ? json_pack("{s:s}", "text", ctl->text) :
-	               json_pack("{s:b}", "reject", 1);
+	json_t *body = ctl->reply == PROTO_REPLY_OPTION ? json_pack("{s:s}", "option", ctl->option) : ctl->reply == PROTO_REPLY_TEXT ? json_pack("{s:s}", "text", ctl->text)
+	                                                                                                                             : json_pack("{s:b}", "reject", 1);
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(body);
 	if (!text) {

@@ -20,7 +20,7 @@
 static struct {
 	char *redis_url;
 	char *prefix;
-	int   json;
+	int json;
 } g_opt;
 
 static const rn_opt_t status_opts[] = {
@@ -50,7 +50,7 @@ static const cli_verb_t status_verb = {
 static int numeric_field(const char *name)
 {
 	static const char *const names[] = { "lease_until", "enqueued_at", "started_at",
-	                                     "ended_at", "out_seq_base", NULL };
+		                             "ended_at", "out_seq_base", NULL };
 	for (int i = 0; names[i]; i++)
 		if (!strcmp(name, names[i]))
 			return 1;
@@ -119,7 +119,7 @@ static void print_json(const char *run_id, const redisReply *h, long long lines)
 static void print_table(const char *run_id, const redisReply *h, long long lines)
 {
 	static const char *const order[] = { "status", "code", "tenant", "worker", "enqueued_at", "started_at",
-	                                     "ended_at", "lease_until", NULL };
+		                             "ended_at", "lease_until", NULL };
 	char tbuf[64], dur[32];
 	long long a, b;
 
@@ -178,10 +178,7 @@ static int print_queue(redisContext *c)
 		                      "tenants");
 		json_t *arr = json_object_get(o, "tenants");
 		for (size_t i = 0; i < st.nlisted; i++)
-			json_array_append_new(arr, json_pack("{s:s,s:I,s:I,s:I}", "tenant", st.tenants[i].name,
-			                                     "queued", (json_int_t)st.tenants[i].queued,
-			                                     "running", (json_int_t)st.tenants[i].running,
-			                                     "oldest_ms", (json_int_t)st.tenants[i].oldest_ms));
+			json_array_append_new(arr, json_pack("{s:s,s:I,s:I,s:I}", "tenant", st.tenants[i].name, "queued", (json_int_t)st.tenants[i].queued, "running", (json_int_t)st.tenants[i].running, "oldest_ms", (json_int_t)st.tenants[i].oldest_ms));
 		char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 		if (s)
 			printf("%s\n", s);

@@ -25,31 +25,31 @@
 #include "proto/keys.h"
 #include "tail.h"
 
-#define SUBMIT_FILE_MAX        (PROTO_JOB_MAX_BYTES + 4096)
-#define SUBMIT_DELIVERY_MS     10000
+#define SUBMIT_FILE_MAX    (PROTO_JOB_MAX_BYTES + 4096)
+#define SUBMIT_DELIVERY_MS 10000
 
 static struct {
-	char        *agent_url;
-	char        *otp_setup;
-	char        *otp_run;
-	char        *otp_upload;
-	char        *otp_file;
-	char        *prompt;
-	char        *run_id;
-	char        *caller;
-	char        *tenant;
-	long         max_runtime_sec;
-	char        *via;
-	int          no_tail;
-	int          json;
-	char        *dispatcher_url;
-	char        *api_token;
-	char        *kafka_brokers;
-	char        *jobs_topic;
-	char        *job_key;
+	char *agent_url;
+	char *otp_setup;
+	char *otp_run;
+	char *otp_upload;
+	char *otp_file;
+	char *prompt;
+	char *run_id;
+	char *caller;
+	char *tenant;
+	long max_runtime_sec;
+	char *via;
+	int no_tail;
+	int json;
+	char *dispatcher_url;
+	char *api_token;
+	char *kafka_brokers;
+	char *jobs_topic;
+	char *job_key;
 	rn_kv_list_t kafka_props;
-	char        *redis_url;
-	char        *prefix;
+	char *redis_url;
+	char *prefix;
 } g_opt;
 
 static const rn_opt_t submit_opts[] = {
@@ -63,7 +63,8 @@ static const rn_opt_t submit_opts[] = {
 	  "one-time password for POST /results (none: no writeback)", 0, 0 },
 	{ "otp-file", 0, "RUNNEL_OTP_FILE", RN_OPT_STR, &g_opt.otp_file, NULL, "FILE",
 	  "JSON object with otp_setup, otp_run, otp_upload (and agent_url, prompt); \"-\" = stdin; "
-	  "fills what flags and variables left unset", 0, 0 },
+	  "fills what flags and variables left unset",
+	  0, 0 },
 	{ "prompt", 0, "RUNNEL_PROMPT", RN_OPT_STR, &g_opt.prompt, NULL, "TEXT",
 	  "the user's turn", 0, 0 },
 	{ "run-id", 0, "RUNNEL_RUN_ID", RN_OPT_STR, &g_opt.run_id, NULL, "ID",
@@ -170,7 +171,10 @@ static int load_otp_file(char *err, size_t errsz)
 		json_decref(o);
 		return -1;
 	}
-	static const struct { const char *field; char **dst; } map[] = {
+	static const struct {
+		const char *field;
+		char **dst;
+	} map[] = {
 		{ "agent_url", &g_opt.agent_url },
 		{ "otp_setup", &g_opt.otp_setup },
 		{ "otp_run", &g_opt.otp_run },
@@ -192,9 +196,8 @@ static int load_otp_file(char *err, size_t errsz)
 	/* Wipe the secrets jansson holds before it frees them. */
 	const char *key;
 	json_t *v;
-	json_object_foreach(o, key, v)
-		if (json_is_string(v))
-			sodium_memzero((char *)json_string_value(v), json_string_length(v));
+	json_object_foreach(o, key, v) if (json_is_string(v))
+	        sodium_memzero((char *)json_string_value(v), json_string_length(v));
 	json_decref(o);
 	return rc;
 }
@@ -265,7 +268,7 @@ static int submit_dispatcher(char *run_id_out, size_t run_id_size, json_t **answ
 /* ---- straight to Kafka ------------------------------------------------------ */
 
 typedef struct delivery {
-	int               done;
+	int done;
 	rd_kafka_resp_err_t err;
 } delivery_t;
 
@@ -376,9 +379,9 @@ static int submit_kafka(const char *run_id)
 	conf = NULL; /* owned by rk now */
 	delivery_t d = { 0 };
 	rd_kafka_resp_err_t perr = rd_kafka_producev(
-		rk, RD_KAFKA_V_TOPIC(g_opt.jobs_topic), RD_KAFKA_V_KEY(run_id, strlen(run_id)),
-		RD_KAFKA_V_VALUE(value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-		RD_KAFKA_V_OPAQUE(&d), RD_KAFKA_V_END);
+	        rk, RD_KAFKA_V_TOPIC(g_opt.jobs_topic), RD_KAFKA_V_KEY(run_id, strlen(run_id)),
+	        RD_KAFKA_V_VALUE(value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+	        RD_KAFKA_V_OPAQUE(&d), RD_KAFKA_V_END);
 	if (perr) {
 		fprintf(stderr, "runnel submit: kafka: cannot queue the job: %s\n", rd_kafka_err2str(perr));
 		rd_kafka_destroy(rk);
@@ -427,7 +430,10 @@ int cli_submit_main(int argc, char **argv)
 		rc = cli_args_usage_error(&submit_verb, "--via: expected dispatcher or kafka, got \"%.40s\"", g_opt.via);
 		goto out;
 	}
-	static const struct { const char *flag; char **val; } required[] = {
+	static const struct {
+		const char *flag;
+		char **val;
+	} required[] = {
 		{ "agent-url", &g_opt.agent_url },
 		{ "otp-setup", &g_opt.otp_setup },
 		{ "otp-run", &g_opt.otp_run },
@@ -483,10 +489,8 @@ int cli_submit_main(int argc, char **argv)
 		proto_key(kout, sizeof(kout), g_opt.prefix, run_id, PROTO_KEY_OUT);
 		proto_key(kctl, sizeof(kctl), g_opt.prefix, run_id, PROTO_KEY_CTL);
 		json_t *o = json_pack("{s:s, s:s, s:s}", "run_id", run_id,
-		                      "stream", json_string_value(json_object_get(answer, "stream")) ?
-		                          json_string_value(json_object_get(answer, "stream")) : kout,
-		                      "control", json_string_value(json_object_get(answer, "control")) ?
-		                          json_string_value(json_object_get(answer, "control")) : kctl);
+		                      "stream", json_string_value(json_object_get(answer, "stream")) ? json_string_value(json_object_get(answer, "stream")) : kout,
+		                      "control", json_string_value(json_object_get(answer, "control")) ? json_string_value(json_object_get(answer, "control")) : kctl);
 		char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 		printf("%s\n", s ? s : "{}");
 		free(s);

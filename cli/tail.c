@@ -20,12 +20,12 @@
 #include "proto/keys.h"
 #include "rconn.h"
 
-#define TAIL_BATCH        256
-#define TAIL_BLOCK_MS     500   /* bounds how late Ctrl-C is noticed */
-#define TAIL_LIVE_TICK_MS 100   /* spinner frame */
-#define TAIL_STATE_POLL_MS 1000 /* footer status refresh (LIVE) */
-#define TAIL_ID_MAX       64
-#define TAIL_RECONNECT_MS 10000 /* how long a lost Redis connection is retried */
+#define TAIL_BATCH          256
+#define TAIL_BLOCK_MS       500  /* bounds how late Ctrl-C is noticed */
+#define TAIL_LIVE_TICK_MS   100  /* spinner frame */
+#define TAIL_STATE_POLL_MS  1000 /* footer status refresh (LIVE) */
+#define TAIL_ID_MAX         64
+#define TAIL_RECONNECT_MS   10000 /* how long a lost Redis connection is retried */
 #define TAIL_EXISTS_POLL_MS 200
 
 cli_view_mode_t cli_tail_mode(int json)
@@ -228,7 +228,8 @@ int cli_tail_follow(const cli_tail_req_t *req)
 				fprintf(stderr, "runnel %s: %s\n", req->verb, err);
 			}
 			redisFree(c);
-			return ended < 0 ? CLI_EXIT_UNREACHABLE : ended == 1 ? CLI_EXIT_OK : CLI_EXIT_RUN_ERROR;
+			return ended < 0 ? CLI_EXIT_UNREACHABLE : ended == 1 ? CLI_EXIT_OK
+			                                                     : CLI_EXIT_RUN_ERROR;
 		}
 	}
 
@@ -325,8 +326,8 @@ static struct {
 	char *redis_url;
 	char *prefix;
 	char *after;
-	int   json;
-	int   wait;
+	int json;
+	int wait;
 } g_opt;
 
 static const rn_opt_t tail_opts[] = {

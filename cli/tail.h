@@ -8,13 +8,13 @@
 #include "view.h"
 
 typedef struct cli_tail_req {
-	const char     *verb;        /* for messages: "tail", "submit", "dev" */
-	const char     *redis_url;
-	const char     *prefix;
-	const char     *run_id;
-	const char     *after;       /* stream id to resume after (exclusive), NULL = start */
+	const char *verb; /* for messages: "tail", "submit", "dev" */
+	const char *redis_url;
+	const char *prefix;
+	const char *run_id;
+	const char *after; /* stream id to resume after (exclusive), NULL = start */
 	cli_view_mode_t mode;
-	int             wait_ms;     /* an unknown run: 0 exits CLI_EXIT_NOT_FOUND at once,
+	int wait_ms; /* an unknown run: 0 exits CLI_EXIT_NOT_FOUND at once,
 	                                N > 0 waits up to N ms for it to appear, -1 waits
 	                                as long as it takes (a job still in Kafka) */
 } cli_tail_req_t;

@@ -20,10 +20,10 @@
 
 #include "common/util.h"
 
-#define VIEW_STEPS_MAX   4096
-#define VIEW_OUT_MAX     (8u << 20)  /* bytes of agent text shown per event */
-#define VIEW_OUT_SLACK   4096        /* room past it for escapes and line ends */
-#define VIEW_FIELD_MAX   4096        /* bytes of a name/error kept per step */
+#define VIEW_STEPS_MAX 4096
+#define VIEW_OUT_MAX   (8u << 20) /* bytes of agent text shown per event */
+#define VIEW_OUT_SLACK 4096       /* room past it for escapes and line ends */
+#define VIEW_FIELD_MAX 4096       /* bytes of a name/error kept per step */
 
 #define SGR_RESET  "\033[0m"
 #define SGR_DIM    "\033[2m"
@@ -32,41 +32,43 @@
 #define SGR_GREEN  "\033[32m"
 #define SGR_YELLOW "\033[33m"
 
-enum { STEP_RUNNING = 0, STEP_SUCCEEDED, STEP_FAILED };
+enum { STEP_RUNNING = 0,
+       STEP_SUCCEEDED,
+       STEP_FAILED };
 
 static const char *const spinner[] = { "⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏" };
 
 typedef struct view_step {
-	char     *id;
-	char     *name;
-	char     *error;       /* failed steps: what went wrong, or NULL */
-	int       status;
-	int64_t   seen_mono;   /* when this view first saw it running */
-	int64_t   start_ts;    /* ts of its running line, 0 if none */
-	long long dur_ms;      /* -1 while running */
-	long      row;         /* physical line index of its row */
+	char *id;
+	char *name;
+	char *error; /* failed steps: what went wrong, or NULL */
+	int status;
+	int64_t seen_mono; /* when this view first saw it running */
+	int64_t start_ts;  /* ts of its running line, 0 if none */
+	long long dur_ms;  /* -1 while running */
+	long row;          /* physical line index of its row */
 } view_step_t;
 
 typedef struct view_buf {
-	char  *p;
+	char *p;
 	size_t len, cap;
 } view_buf_t;
 
 struct cli_view {
 	cli_view_mode_t mode;
-	FILE           *out;
-	char            run_id[80];
-	int             cols, rows;
-	long            lines;     /* physical lines printed above the footer */
-	int             footer;    /* footer drawn on line `lines` */
-	int             finished;
-	char            status[64];
-	int             open_asks;     /* asks shown open and not yet settled */
-	int64_t         start_mono;
-	unsigned        spin;
-	view_step_t    *steps;
-	size_t          nsteps, cap;
-	view_buf_t      b;
+	FILE *out;
+	char run_id[80];
+	int cols, rows;
+	long lines; /* physical lines printed above the footer */
+	int footer; /* footer drawn on line `lines` */
+	int finished;
+	char status[64];
+	int open_asks; /* asks shown open and not yet settled */
+	int64_t start_mono;
+	unsigned spin;
+	view_step_t *steps;
+	size_t nsteps, cap;
+	view_buf_t b;
 };
 
 /* ---- output buffer (capped) ------------------------------------------- */
@@ -116,11 +118,14 @@ static size_t u8_next(const unsigned char *s, size_t len, uint32_t *cp)
 		*cp = c;
 		return 1;
 	} else if ((c & 0xE0) == 0xC0) {
-		n = 2; v = c & 0x1F;
+		n = 2;
+		v = c & 0x1F;
 	} else if ((c & 0xF0) == 0xE0) {
-		n = 3; v = c & 0x0F;
+		n = 3;
+		v = c & 0x0F;
 	} else if ((c & 0xF8) == 0xF0) {
-		n = 4; v = c & 0x07;
+		n = 4;
+		v = c & 0x07;
 	} else {
 		*cp = 0xFFFD;
 		return 1;
@@ -593,8 +598,10 @@ static void on_ask(cli_view_t *v, json_t *o)
 	if (!strcmp(status, "open")) {
 		v->open_asks++;
 		off += (size_t)snprintf(text + off, sizeof(text) - off, "%.300s",
-		                        title ? title : question ? question : "the agent asks");
-		json_array_foreach(opts, i, opt) {
+		                        title ? title : question ? question
+		                                                 : "the agent asks");
+		json_array_foreach(opts, i, opt)
+		{
 			const char *oid = json_string_value(json_object_get(opt, "id"));
 			const char *label = json_string_value(json_object_get(opt, "label"));
 			if (oid && off < sizeof(text))
@@ -613,7 +620,8 @@ static void on_ask(cli_view_t *v, json_t *o)
 	const char *option = json_string_value(json_object_get(o, "option"));
 	const char *answer = json_string_value(json_object_get(o, "text"));
 	snprintf(text, sizeof(text), "%s%s%.600s", status, option || answer ? ": " : "",
-	         option ? option : answer ? answer : "");
+	         option ? option : answer ? answer
+	                                  : "");
 	snprintf(pre, sizeof(pre), v->mode == CLI_VIEW_LIVE ? "  ask %.128s " : "ask     %.128s ", id);
 	put_rows(v, SGR_DIM, pre, "  ", text);
 }

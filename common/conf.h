@@ -14,10 +14,10 @@
 #include <stdio.h>
 
 typedef enum {
-	RN_OPT_STR,    /* dst: char **   (owned by the table's user, free with rn_conf_free) */
-	RN_OPT_INT,    /* dst: long *    (checked against min..max) */
-	RN_OPT_BOOL,   /* dst: int *     (flag alone = 1; env/flag value true/false/1/0/yes/no) */
-	RN_OPT_KV,     /* dst: rn_kv_list_t * (repeatable -X key=value; env: "k=v;k=v") */
+	RN_OPT_STR,  /* dst: char **   (owned by the table's user, free with rn_conf_free) */
+	RN_OPT_INT,  /* dst: long *    (checked against min..max) */
+	RN_OPT_BOOL, /* dst: int *     (flag alone = 1; env/flag value true/false/1/0/yes/no) */
+	RN_OPT_KV,   /* dst: rn_kv_list_t * (repeatable -X key=value; env: "k=v;k=v") */
 } rn_opt_type_t;
 
 typedef struct rn_kv {
@@ -27,22 +27,25 @@ typedef struct rn_kv {
 
 typedef struct rn_kv_list {
 	rn_kv_t *items;
-	size_t   n;
+	size_t n;
 } rn_kv_list_t;
 
 typedef struct rn_opt {
-	const char   *name;       /* long flag without "--", e.g. "kafka-brokers" */
-	char          short_name; /* e.g. 'X', or 0 */
-	const char   *env;        /* e.g. "RUNNEL_KAFKA_BROKERS", or NULL */
+	const char *name; /* long flag without "--", e.g. "kafka-brokers" */
+	char short_name;  /* e.g. 'X', or 0 */
+	const char *env;  /* e.g. "RUNNEL_KAFKA_BROKERS", or NULL */
 	rn_opt_type_t type;
-	void         *dst;
-	const char   *def;        /* default as text, or NULL (unset) */
-	const char   *metavar;    /* e.g. "ADDR" for --help */
-	const char   *help;
-	long          min, max;   /* RN_OPT_INT only */
+	void *dst;
+	const char *def;     /* default as text, or NULL (unset) */
+	const char *metavar; /* e.g. "ADDR" for --help */
+	const char *help;
+	long min, max; /* RN_OPT_INT only */
 } rn_opt_t;
 
-#define RN_OPT_END { NULL, 0, NULL, RN_OPT_STR, NULL, NULL, NULL, NULL, 0, 0 }
+#define RN_OPT_END \
+	{ \
+		NULL, 0, NULL, RN_OPT_STR, NULL, NULL, NULL, NULL, 0, 0 \
+	}
 
 /*
  * Applies defaults, the environment, then argv[*argi ...] up to the first

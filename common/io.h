@@ -14,8 +14,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define RN_IO_SOCKET 1  /* send(2) with MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE */
-#define RN_IO_WAIT   2  /* a non-blocking fd: on EAGAIN wait (poll, 1 s slices) and go on */
+#define RN_IO_SOCKET 1 /* send(2) with MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE */
+#define RN_IO_WAIT   2 /* a non-blocking fd: on EAGAIN wait (poll, 1 s slices) and go on */
 
 /* Writes the n bytes at buf to fd, retrying EINTR and short writes.  0, or
  * -1 with errno (EAGAIN too, unless RN_IO_WAIT). */

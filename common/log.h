@@ -20,7 +20,7 @@ typedef enum {
 /* comp is kept by reference: pass a string literal. */
 void rn_log_init(const char *comp, rn_log_level_t min_level);
 /* Parses "debug", "info", "warn", "error"; -1 when unknown. */
-int  rn_log_level_parse(const char *s);
+int rn_log_level_parse(const char *s);
 /* Sends lines to fd instead of stderr (tests). */
 void rn_log_set_fd(int fd);
 
@@ -29,8 +29,8 @@ void rn_log(rn_log_level_t level, const char *run_id, const char *event,
             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #define rn_log_debug(run, ev, ...) rn_log(RN_LOG_DEBUG, run, ev, __VA_ARGS__)
-#define rn_log_info(run, ev, ...)  rn_log(RN_LOG_INFO,  run, ev, __VA_ARGS__)
-#define rn_log_warn(run, ev, ...)  rn_log(RN_LOG_WARN,  run, ev, __VA_ARGS__)
+#define rn_log_info(run, ev, ...)  rn_log(RN_LOG_INFO, run, ev, __VA_ARGS__)
+#define rn_log_warn(run, ev, ...)  rn_log(RN_LOG_WARN, run, ev, __VA_ARGS__)
 #define rn_log_error(run, ev, ...) rn_log(RN_LOG_ERROR, run, ev, __VA_ARGS__)
 
 #endif

@@ -10,33 +10,51 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_COUNTER, K_GAUGE, K_HIST };
+enum { K_COUNTER,
+       K_GAUGE,
+       K_HIST };
 
 struct rn_metric {
-	int                kind;
-	char              *name, *help, *labels;
-	_Atomic uint64_t   u;       /* counter */
-	_Atomic int64_t    i;       /* gauge */
-	pthread_mutex_t    lock;    /* histogram */
-	double            *bounds;
-	uint64_t          *buckets; /* nbounds + 1 (+Inf) */
-	size_t             nbounds;
-	double             sum;
-	uint64_t           count;
-	struct rn_metric  *next;
+	int kind;
+	char *name, *help, *labels;
+	_Atomic uint64_t u;   /* counter */
+	_Atomic int64_t i;    /* gauge */
+	pthread_mutex_t lock; /* histogram */
+	double *bounds;
+	uint64_t *buckets; /* nbounds + 1 (+Inf) */
+	size_t nbounds;
+	double sum;
+	uint64_t count;
+	struct rn_metric *next;
 };
 
 struct rn_metrics {
-	pthread_mutex_t   lock;
+	pthread_mutex_t lock;
 	struct rn_metric *head, *tail;
 };
 
 const double rn_metrics_latency_bounds[] = {
-	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.04, 0.05, 0.1,
-	0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+	0.0005,
+	0.001,
+	0.0025,
+	0.005,
+	0.01,
+	0.015,
+	0.025,
+	0.04,
+	0.05,
+	0.1,
+	0.25,
+	0.5,
+	1,
+	2.5,
+	5,
+	10,
+	30,
+	60,
 };
 const size_t rn_metrics_latency_nbounds =
-	sizeof(rn_metrics_latency_bounds) / sizeof(rn_metrics_latency_bounds[0]);
+        sizeof(rn_metrics_latency_bounds) / sizeof(rn_metrics_latency_bounds[0]);
 
 rn_metrics_t *rn_metrics_new(void)
 {
@@ -111,11 +129,26 @@ rn_hist_t *rn_metrics_histogram(rn_metrics_t *m, const char *name, const char *h
 	return s;
 }
 
-void rn_counter_add(rn_counter_t *c, uint64_t v) { atomic_fetch_add(&c->u, v); }
-uint64_t rn_counter_get(rn_counter_t *c) { return atomic_load(&c->u); }
-void rn_gauge_set(rn_gauge_t *g, int64_t v) { atomic_store(&g->i, v); }
-void rn_gauge_add(rn_gauge_t *g, int64_t v) { atomic_fetch_add(&g->i, v); }
-int64_t rn_gauge_get(rn_gauge_t *g) { return atomic_load(&g->i); }
+void rn_counter_add(rn_counter_t *c, uint64_t v)
+{
+	atomic_fetch_add(&c->u, v);
+}
+uint64_t rn_counter_get(rn_counter_t *c)
+{
+	return atomic_load(&c->u);
+}
+void rn_gauge_set(rn_gauge_t *g, int64_t v)
+{
+	atomic_store(&g->i, v);
+}
+void rn_gauge_add(rn_gauge_t *g, int64_t v)
+{
+	atomic_fetch_add(&g->i, v);
+}
+int64_t rn_gauge_get(rn_gauge_t *g)
+{
+	return atomic_load(&g->i);
+}
 
 void rn_hist_observe(rn_hist_t *h, double v)
 {
@@ -130,9 +163,9 @@ void rn_hist_observe(rn_hist_t *h, double v)
 }
 
 typedef struct {
-	char  *buf;
+	char *buf;
 	size_t len, cap;
-	int    oom;
+	int oom;
 } out_t;
 
 static void out_printf(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

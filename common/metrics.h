@@ -24,10 +24,10 @@ void rn_metrics_free(rn_metrics_t *m);
 /* labels: Prometheus label text without braces, e.g. "outcome=\"succeeded\"", or NULL.
  * The registry copies name, help and labels. */
 rn_counter_t *rn_metrics_counter(rn_metrics_t *m, const char *name, const char *help, const char *labels);
-rn_gauge_t   *rn_metrics_gauge(rn_metrics_t *m, const char *name, const char *help, const char *labels);
+rn_gauge_t *rn_metrics_gauge(rn_metrics_t *m, const char *name, const char *help, const char *labels);
 /* bounds: ascending upper bounds (seconds for latencies); +Inf is implicit. */
-rn_hist_t    *rn_metrics_histogram(rn_metrics_t *m, const char *name, const char *help,
-                                   const char *labels, const double *bounds, size_t nbounds);
+rn_hist_t *rn_metrics_histogram(rn_metrics_t *m, const char *name, const char *help,
+                                const char *labels, const double *bounds, size_t nbounds);
 
 void rn_counter_add(rn_counter_t *c, uint64_t v);
 void rn_gauge_set(rn_gauge_t *g, int64_t v);

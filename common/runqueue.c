@@ -33,31 +33,31 @@
 
 /* KEYS: state.  ARGV: tenant enqueued_at ttl. */
 static const char lua_mark[] =
-	"local st = redis.call('HGET', KEYS[1], 'status')\n"
-	"if st and st ~= 'queued' then\n"
-	"  redis.call('HSETNX', KEYS[1], 'tenant', ARGV[1])\n"
-	"  return 0\n"
-	"end\n"
-	"redis.call('HSET', KEYS[1], 'status', 'queued', 'tenant', ARGV[1])\n"
-	"if tonumber(ARGV[2]) > 0 then redis.call('HSETNX', KEYS[1], 'enqueued_at', ARGV[2]) end\n"
-	"redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))\n"
-	"return 1\n";
+        "local st = redis.call('HGET', KEYS[1], 'status')\n"
+        "if st and st ~= 'queued' then\n"
+        "  redis.call('HSETNX', KEYS[1], 'tenant', ARGV[1])\n"
+        "  return 0\n"
+        "end\n"
+        "redis.call('HSET', KEYS[1], 'status', 'queued', 'tenant', ARGV[1])\n"
+        "if tonumber(ARGV[2]) > 0 then redis.call('HSETNX', KEYS[1], 'enqueued_at', ARGV[2]) end\n"
+        "redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))\n"
+        "return 1\n";
 
 /*
  * KEYS: jobs tenant ring age depth wake tlist.
  * ARGV: run_id tenant entry.
  */
 static const char lua_push[] =
-	LUA_NOW LUA_RING
-	"if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end\n"
-	"redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
-	"redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])\n"
-	"redis.call('RPUSH', KEYS[7], ARGV[1])\n"
-	"ring_add(KEYS[3], ARGV[2])\n"
-	"redis.call('ZADD', KEYS[4], 'NX', now, ARGV[1])\n"
-	"redis.call('RPUSH', KEYS[5], '1')\n"
-	"wake(KEYS[6])\n"
-	"return 1\n";
+        LUA_NOW LUA_RING
+        "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end\n"
+        "redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
+        "redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])\n"
+        "redis.call('RPUSH', KEYS[7], ARGV[1])\n"
+        "ring_add(KEYS[3], ARGV[2])\n"
+        "redis.call('ZADD', KEYS[4], 'NX', now, ARGV[1])\n"
+        "redis.call('RPUSH', KEYS[5], '1')\n"
+        "wake(KEYS[6])\n"
+        "return 1\n";
 
 /*
  * KEYS: jobs tenant ring age depth inflight.
@@ -66,74 +66,74 @@ static const char lua_push[] =
  * Returns {} or {run_id, tenant, entry, queued_ms, now}.
  */
 static const char lua_take[] =
-	LUA_NOW LUA_RING
-	"local q = ARGV[1]\n"
-	"local caps = {}\n"
-	"for i = 5, #ARGV, 2 do caps[ARGV[i]] = tonumber(ARGV[i + 1]) end\n"
-	"local def = tonumber(ARGV[4])\n"
-	/* Runs a dead worker took but never claimed go back in front. */
-	"local late = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 100)\n"
-	"for _, id in ipairs(late) do\n"
-	"  redis.call('ZREM', KEYS[6], id)\n"
-	"  local t = redis.call('HGET', KEYS[2], id)\n"
-	"  if t and redis.call('HEXISTS', KEYS[1], id) == 1 then\n"
-	"    redis.call('ZREM', q .. 'run:' .. t, id)\n"
-	"    redis.call('LPUSH', q .. 't:' .. t, id)\n"
-	"    ring_add(KEYS[3], t)\n"
-	"    redis.call('RPUSH', KEYS[5], '1')\n"
-	"  end\n"
-	"end\n"
-	"local n = redis.call('LLEN', KEYS[3])\n"
-	"for i = 1, n do\n"
-	"  local t = redis.call('RPOPLPUSH', KEYS[3], KEYS[3])\n"
-	"  if not t then break end\n"
-	"  local tk = q .. 't:' .. t\n"
-	"  local rk = q .. 'run:' .. t\n"
-	"  local cap = caps[t] or def\n"
-	"  local room = true\n"
-	"  if cap and cap > 0 then\n"
-	"    redis.call('ZREMRANGEBYSCORE', rk, '-inf', now)\n"
-	"    if redis.call('ZCARD', rk) >= cap then room = false end\n"
-	"  end\n"
-	"  if room then\n"
-	"    while true do\n"
-	"      local id = redis.call('LPOP', tk)\n"
-	"      if not id then break end\n"
-	"      redis.call('LPOP', KEYS[5])\n"
-	"      local e = redis.call('HGET', KEYS[1], id)\n"
-	"      if e then\n"
-	"        if redis.call('LLEN', tk) == 0 then redis.call('LREM', KEYS[3], 0, t) end\n"
-	"        redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), id)\n"
-	"        redis.call('ZADD', rk, now + tonumber(ARGV[3]), id)\n"
-	"        local qa = redis.call('ZSCORE', KEYS[4], id) or '0'\n"
-	"        return {id, t, e, qa, now}\n"
-	"      end\n"
-	"      redis.call('ZREM', KEYS[4], id)\n"
-	"    end\n"
-	"  end\n"
-	"  if redis.call('LLEN', tk) == 0 then redis.call('LREM', KEYS[3], 0, t) end\n"
-	"end\n"
-	"return {}\n";
+        LUA_NOW LUA_RING
+        "local q = ARGV[1]\n"
+        "local caps = {}\n"
+        "for i = 5, #ARGV, 2 do caps[ARGV[i]] = tonumber(ARGV[i + 1]) end\n"
+        "local def = tonumber(ARGV[4])\n"
+        /* Runs a dead worker took but never claimed go back in front. */
+        "local late = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 100)\n"
+        "for _, id in ipairs(late) do\n"
+        "  redis.call('ZREM', KEYS[6], id)\n"
+        "  local t = redis.call('HGET', KEYS[2], id)\n"
+        "  if t and redis.call('HEXISTS', KEYS[1], id) == 1 then\n"
+        "    redis.call('ZREM', q .. 'run:' .. t, id)\n"
+        "    redis.call('LPUSH', q .. 't:' .. t, id)\n"
+        "    ring_add(KEYS[3], t)\n"
+        "    redis.call('RPUSH', KEYS[5], '1')\n"
+        "  end\n"
+        "end\n"
+        "local n = redis.call('LLEN', KEYS[3])\n"
+        "for i = 1, n do\n"
+        "  local t = redis.call('RPOPLPUSH', KEYS[3], KEYS[3])\n"
+        "  if not t then break end\n"
+        "  local tk = q .. 't:' .. t\n"
+        "  local rk = q .. 'run:' .. t\n"
+        "  local cap = caps[t] or def\n"
+        "  local room = true\n"
+        "  if cap and cap > 0 then\n"
+        "    redis.call('ZREMRANGEBYSCORE', rk, '-inf', now)\n"
+        "    if redis.call('ZCARD', rk) >= cap then room = false end\n"
+        "  end\n"
+        "  if room then\n"
+        "    while true do\n"
+        "      local id = redis.call('LPOP', tk)\n"
+        "      if not id then break end\n"
+        "      redis.call('LPOP', KEYS[5])\n"
+        "      local e = redis.call('HGET', KEYS[1], id)\n"
+        "      if e then\n"
+        "        if redis.call('LLEN', tk) == 0 then redis.call('LREM', KEYS[3], 0, t) end\n"
+        "        redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), id)\n"
+        "        redis.call('ZADD', rk, now + tonumber(ARGV[3]), id)\n"
+        "        local qa = redis.call('ZSCORE', KEYS[4], id) or '0'\n"
+        "        return {id, t, e, qa, now}\n"
+        "      end\n"
+        "      redis.call('ZREM', KEYS[4], id)\n"
+        "    end\n"
+        "  end\n"
+        "  if redis.call('LLEN', tk) == 0 then redis.call('LREM', KEYS[3], 0, t) end\n"
+        "end\n"
+        "return {}\n";
 
 /* KEYS: jobs tenant age inflight wake runset.  ARGV: run_id running. */
 static const char lua_ack[] =
-	LUA_RING
-	"redis.call('HDEL', KEYS[1], ARGV[1])\n"
-	"redis.call('HDEL', KEYS[2], ARGV[1])\n"
-	"redis.call('ZREM', KEYS[3], ARGV[1])\n"
-	"redis.call('ZREM', KEYS[4], ARGV[1])\n"
-	"if ARGV[2] ~= '1' then\n"
-	"  redis.call('ZREM', KEYS[6], ARGV[1])\n"
-	"  wake(KEYS[5])\n"
-	"end\n"
-	"return 1\n";
+        LUA_RING
+        "redis.call('HDEL', KEYS[1], ARGV[1])\n"
+        "redis.call('HDEL', KEYS[2], ARGV[1])\n"
+        "redis.call('ZREM', KEYS[3], ARGV[1])\n"
+        "redis.call('ZREM', KEYS[4], ARGV[1])\n"
+        "if ARGV[2] ~= '1' then\n"
+        "  redis.call('ZREM', KEYS[6], ARGV[1])\n"
+        "  wake(KEYS[5])\n"
+        "end\n"
+        "return 1\n";
 
 /* KEYS: runset wake.  ARGV: run_id. */
 static const char lua_release[] =
-	LUA_RING
-	"redis.call('ZREM', KEYS[1], ARGV[1])\n"
-	"wake(KEYS[2])\n"
-	"return 1\n";
+        LUA_RING
+        "redis.call('ZREM', KEYS[1], ARGV[1])\n"
+        "wake(KEYS[2])\n"
+        "return 1\n";
 
 /*
  * KEYS: runset.  ARGV: run_id lease_ms.  Adds as well as renews: a run a
@@ -141,8 +141,8 @@ static const char lua_release[] =
  * back within one heartbeat, so a cap is never undercounted for long.
  */
 static const char lua_touch[] =
-	LUA_NOW
-	"return redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n";
+        LUA_NOW
+        "return redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n";
 
 /*
  * KEYS: ring age inflight depth.  ARGV: qprefix.
@@ -151,30 +151,30 @@ static const char lua_touch[] =
  * looked at, so a call stays cheap however many tenants queue.
  */
 static const char lua_stats[] =
-	LUA_NOW
-	"local q = ARGV[1]\n"
-	"local out = {redis.call('LLEN', KEYS[4]), redis.call('ZCARD', KEYS[3]), 0, now, redis.call('LLEN', KEYS[1])}\n"
-	"local o = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')\n"
-	"if o[2] then out[3] = now - tonumber(o[2]) end\n"
-	"local ts = redis.call('LRANGE', KEYS[1], 0, 999)\n"
-	"for _, t in ipairs(ts) do\n"
-	"  local tk = q .. 't:' .. t\n"
-	"  local rk = q .. 'run:' .. t\n"
-	"  local head = redis.call('LINDEX', tk, 0)\n"
-	"  local age = 0\n"
-	"  if head then\n"
-	"    local s = redis.call('ZSCORE', KEYS[2], head)\n"
-	"    if s then age = now - tonumber(s) end\n"
-	"  end\n"
-	"  table.insert(out, t)\n"
-	"  table.insert(out, redis.call('LLEN', tk))\n"
-	"  table.insert(out, redis.call('ZCOUNT', rk, now, '+inf'))\n"
-	"  table.insert(out, age)\n"
-	"end\n"
-	"return out\n";
+        LUA_NOW
+        "local q = ARGV[1]\n"
+        "local out = {redis.call('LLEN', KEYS[4]), redis.call('ZCARD', KEYS[3]), 0, now, redis.call('LLEN', KEYS[1])}\n"
+        "local o = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')\n"
+        "if o[2] then out[3] = now - tonumber(o[2]) end\n"
+        "local ts = redis.call('LRANGE', KEYS[1], 0, 999)\n"
+        "for _, t in ipairs(ts) do\n"
+        "  local tk = q .. 't:' .. t\n"
+        "  local rk = q .. 'run:' .. t\n"
+        "  local head = redis.call('LINDEX', tk, 0)\n"
+        "  local age = 0\n"
+        "  if head then\n"
+        "    local s = redis.call('ZSCORE', KEYS[2], head)\n"
+        "    if s then age = now - tonumber(s) end\n"
+        "  end\n"
+        "  table.insert(out, t)\n"
+        "  table.insert(out, redis.call('LLEN', tk))\n"
+        "  table.insert(out, redis.call('ZCOUNT', rk, now, '+inf'))\n"
+        "  table.insert(out, age)\n"
+        "end\n"
+        "return out\n";
 
 typedef struct qkeys {
-	char q[96];        /* "<prefix>:{q}:" */
+	char q[96]; /* "<prefix>:{q}:" */
 	char jobs[112], tenant[112], ring[112], age[112], depth[112], inflight[112], wake[112];
 } qkeys_t;
 
@@ -265,7 +265,7 @@ int rn_runqueue_push(redisContext *c, const char *prefix, const char *run_id,
 	if (run_keys(&k, prefix, run_id, tenant, "t:", tlist, sizeof(tlist), errstr, errstr_size) < 0)
 		return -1;
 	const char *argv[] = { "EVAL", lua_push, "7", k.jobs, k.tenant, k.ring, k.age, k.depth,
-	                       k.wake, tlist, run_id, tenant, entry };
+		               k.wake, tlist, run_id, tenant, entry };
 	size_t lens[13];
 	for (int i = 0; i < 12; i++)
 		lens[i] = strlen(argv[i]);
@@ -293,7 +293,7 @@ int rn_runqueue_take(redisContext *c, const char *prefix, const rn_tenant_caps_t
 	size_t ncaps = caps ? caps->n : 0;
 	size_t argc = 13 + 2 * ncaps; /* EVAL, script, numkeys, 6 keys, 4 args, cap pairs */
 	const char **argv = calloc(argc, sizeof(*argv));
-	char (*nums)[24] = calloc(3 + ncaps, sizeof(*nums));
+	char(*nums)[24] = calloc(3 + ncaps, sizeof(*nums));
 	if (!argv || !nums) {
 		free(argv);
 		free(nums);
@@ -362,7 +362,7 @@ int rn_runqueue_ack(redisContext *c, const char *prefix, const char *run_id,
 	if (run_keys(&k, prefix, run_id, tenant, "run:", runset, sizeof(runset), errstr, errstr_size) < 0)
 		return -1;
 	const char *argv[] = { "EVAL", lua_ack, "6", k.jobs, k.tenant, k.age, k.inflight, k.wake,
-	                       runset, run_id, running ? "1" : "0" };
+		               runset, run_id, running ? "1" : "0" };
 	return eval_int(c, 11, argv, NULL, "queue ack", errstr, errstr_size) < 0 ? -1 : 0;
 }
 

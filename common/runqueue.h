@@ -66,19 +66,19 @@ int rn_runqueue_push(redisContext *c, const char *prefix, const char *run_id,
 
 /* Per-tenant caps on claimed+running runs; 0 = no cap. */
 typedef struct rn_tenant_caps {
-	long        def;          /* for tenants not listed */
-	size_t      n;
+	long def; /* for tenants not listed */
+	size_t n;
 	const char *const *names;
 	const long *caps;
 } rn_tenant_caps_t;
 
 typedef struct rn_queue_item {
-	char    run_id[65];
-	char    tenant[RN_TENANT_MAX + 1];
-	char   *entry;            /* malloc'd (the caller frees; may hold a sealed job) */
-	size_t  len;
-	int64_t queued_ms;        /* when it was queued (server clock), 0 unknown */
-	int64_t now_ms;           /* server clock at the take */
+	char run_id[65];
+	char tenant[RN_TENANT_MAX + 1];
+	char *entry; /* malloc'd (the caller frees; may hold a sealed job) */
+	size_t len;
+	int64_t queued_ms; /* when it was queued (server clock), 0 unknown */
+	int64_t now_ms;    /* server clock at the take */
 } rn_queue_item_t;
 
 /*
@@ -125,20 +125,20 @@ int rn_runqueue_wait(redisContext *c, const char *prefix, int timeout_ms,
                      char *errstr, size_t errstr_size);
 
 typedef struct rn_queue_tenant {
-	char    name[RN_TENANT_MAX + 1];
+	char name[RN_TENANT_MAX + 1];
 	int64_t queued;
-	int64_t running;          /* live members of its running set */
-	int64_t oldest_ms;        /* age of its oldest queued run */
+	int64_t running;   /* live members of its running set */
+	int64_t oldest_ms; /* age of its oldest queued run */
 } rn_queue_tenant_t;
 
 typedef struct rn_queue_stats {
-	int64_t depth;            /* queued runs, all tenants */
+	int64_t depth; /* queued runs, all tenants */
 	int64_t inflight;
-	int64_t oldest_ms;        /* age of the oldest queued run, 0 when empty */
-	size_t  ntenants;         /* tenants with queued runs (all of them) */
-	size_t  nscanned;         /* tenants looked at (the ring's first 1000) */
+	int64_t oldest_ms;          /* age of the oldest queued run, 0 when empty */
+	size_t ntenants;            /* tenants with queued runs (all of them) */
+	size_t nscanned;            /* tenants looked at (the ring's first 1000) */
 	rn_queue_tenant_t *tenants; /* the scanned ones, deepest first, malloc'd */
-	size_t  nlisted;          /* min(nscanned, max_tenants) */
+	size_t nlisted;             /* min(nscanned, max_tenants) */
 } rn_queue_stats_t;
 
 /* Reads the queue's depth and its tenants (the ring's first 1000 looked

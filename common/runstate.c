@@ -44,67 +44,67 @@
  * Returns {kind, seq_base, now, detail}.
  */
 static const char lua_claim[] =
-	LUA_NOW LUA_TERMINAL LUA_END
-	"local st = redis.call('HGET', KEYS[1], 'status')\n"
-	"if st and terminal(st) then return {'done', 0, now, st} end\n"
-	"local lu = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') or 0\n"
-	"if st == 'claimed' or st == 'running' then\n"
-	"  if lu > now then\n"
-	"    return {'held', 0, now, redis.call('HGET', KEYS[1], 'worker') or ''}\n"
-	"  end\n"
-	"  if st == 'running' then\n"
-	"    finish(lostline(now), 'lost', 'worker_lost', tonumber(ARGV[6]), ARGV[1], now)\n"
-	"    return {'lost', 0, now, ''}\n"
-	"  end\n"
-	"end\n"
-	"local T = now\n"
-	"local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)\n"
-	"if top[1] then\n"
-	"  local ms = tonumber(string.match(top[1][1], '^(%d+)-'))\n"
-	"  if ms and ms >= T then T = ms + 1 end\n"
-	"end\n"
-	"local lease = now + tonumber(ARGV[3])\n"
-	"redis.call('HSET', KEYS[1], 'status', 'claimed', 'worker', ARGV[2], 'lease_until', lease, 'out_seq_base', T)\n"
-	"if tonumber(ARGV[4]) > 0 then redis.call('HSETNX', KEYS[1], 'enqueued_at', ARGV[4]) end\n"
-	"redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))\n"
-	"redis.call('ZADD', KEYS[4], lease, ARGV[1])\n"
-	"local ctl = redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', 1000)\n"
-	"for _, e in ipairs(ctl) do\n"
-	"  local f = e[2]\n"
-	"  for i = 1, #f, 2 do\n"
-	"    if f[i] == 'msg' then\n"
-	"      local ok, m = pcall(cjson.decode, f[i + 1])\n"
-	"      if ok and type(m) == 'table' and m['type'] == 'cancel' then\n"
-	"        local r = m['reason']\n"
-	"        if type(r) ~= 'string' then r = '' end\n"
-	"        return {'cancel', T, now, r}\n"
-	"      end\n"
-	"    end\n"
-	"  end\n"
-	"end\n"
-	"return {'ok', T, now, ''}\n";
+        LUA_NOW LUA_TERMINAL LUA_END
+        "local st = redis.call('HGET', KEYS[1], 'status')\n"
+        "if st and terminal(st) then return {'done', 0, now, st} end\n"
+        "local lu = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') or 0\n"
+        "if st == 'claimed' or st == 'running' then\n"
+        "  if lu > now then\n"
+        "    return {'held', 0, now, redis.call('HGET', KEYS[1], 'worker') or ''}\n"
+        "  end\n"
+        "  if st == 'running' then\n"
+        "    finish(lostline(now), 'lost', 'worker_lost', tonumber(ARGV[6]), ARGV[1], now)\n"
+        "    return {'lost', 0, now, ''}\n"
+        "  end\n"
+        "end\n"
+        "local T = now\n"
+        "local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)\n"
+        "if top[1] then\n"
+        "  local ms = tonumber(string.match(top[1][1], '^(%d+)-'))\n"
+        "  if ms and ms >= T then T = ms + 1 end\n"
+        "end\n"
+        "local lease = now + tonumber(ARGV[3])\n"
+        "redis.call('HSET', KEYS[1], 'status', 'claimed', 'worker', ARGV[2], 'lease_until', lease, 'out_seq_base', T)\n"
+        "if tonumber(ARGV[4]) > 0 then redis.call('HSETNX', KEYS[1], 'enqueued_at', ARGV[4]) end\n"
+        "redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))\n"
+        "redis.call('ZADD', KEYS[4], lease, ARGV[1])\n"
+        "local ctl = redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', 1000)\n"
+        "for _, e in ipairs(ctl) do\n"
+        "  local f = e[2]\n"
+        "  for i = 1, #f, 2 do\n"
+        "    if f[i] == 'msg' then\n"
+        "      local ok, m = pcall(cjson.decode, f[i + 1])\n"
+        "      if ok and type(m) == 'table' and m['type'] == 'cancel' then\n"
+        "        local r = m['reason']\n"
+        "        if type(r) ~= 'string' then r = '' end\n"
+        "        return {'cancel', T, now, r}\n"
+        "      end\n"
+        "    end\n"
+        "  end\n"
+        "end\n"
+        "return {'ok', T, now, ''}\n";
 
 /* KEYS: state.  ARGV: worker.  1 running for us, 0 otherwise. */
 static const char lua_start[] =
-	LUA_NOW
-	"local st = redis.call('HGET', KEYS[1], 'status')\n"
-	"local w = redis.call('HGET', KEYS[1], 'worker')\n"
-	"if w ~= ARGV[1] then return 0 end\n"
-	"if st == 'running' then return 1 end\n"
-	"if st ~= 'claimed' then return 0 end\n"
-	"redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', now)\n"
-	"return 1\n";
+        LUA_NOW
+        "local st = redis.call('HGET', KEYS[1], 'status')\n"
+        "local w = redis.call('HGET', KEYS[1], 'worker')\n"
+        "if w ~= ARGV[1] then return 0 end\n"
+        "if st == 'running' then return 1 end\n"
+        "if st ~= 'claimed' then return 0 end\n"
+        "redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', now)\n"
+        "return 1\n";
 
 /* KEYS: state leases.  ARGV: run_id worker lease_ms.  1 renewed, 0 not ours. */
 static const char lua_heartbeat[] =
-	LUA_NOW
-	"local st = redis.call('HGET', KEYS[1], 'status')\n"
-	"if st ~= 'claimed' and st ~= 'running' then return 0 end\n"
-	"if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[2] then return 0 end\n"
-	"local lease = now + tonumber(ARGV[3])\n"
-	"redis.call('HSET', KEYS[1], 'lease_until', lease)\n"
-	"redis.call('ZADD', KEYS[2], lease, ARGV[1])\n"
-	"return 1\n";
+        LUA_NOW
+        "local st = redis.call('HGET', KEYS[1], 'status')\n"
+        "if st ~= 'claimed' and st ~= 'running' then return 0 end\n"
+        "if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[2] then return 0 end\n"
+        "local lease = now + tonumber(ARGV[3])\n"
+        "redis.call('HSET', KEYS[1], 'lease_until', lease)\n"
+        "redis.call('ZADD', KEYS[2], lease, ARGV[1])\n"
+        "return 1\n";
 
 /*
  * KEYS: state out ctl leases.
@@ -112,18 +112,18 @@ static const char lua_heartbeat[] =
  * 1 written, 0 already terminal (or, for the sweep, not expired).
  */
 static const char lua_finish[] =
-	LUA_NOW LUA_TERMINAL LUA_END
-	"local st = redis.call('HGET', KEYS[1], 'status')\n"
-	"if ARGV[6] == '1' then\n"
-	"  if not st or terminal(st) then redis.call('ZREM', KEYS[4], ARGV[5]) return 0 end\n"
-	"  local lu = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') or 0\n"
-	"  if lu > now then return 0 end\n"
-	"  finish(lostline(now), 'lost', 'worker_lost', tonumber(ARGV[4]), ARGV[5], now)\n"
-	"  return 1\n"
-	"end\n"
-	"if st and terminal(st) then return 0 end\n"
-	"finish(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], now)\n"
-	"return 1\n";
+        LUA_NOW LUA_TERMINAL LUA_END
+        "local st = redis.call('HGET', KEYS[1], 'status')\n"
+        "if ARGV[6] == '1' then\n"
+        "  if not st or terminal(st) then redis.call('ZREM', KEYS[4], ARGV[5]) return 0 end\n"
+        "  local lu = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') or 0\n"
+        "  if lu > now then return 0 end\n"
+        "  finish(lostline(now), 'lost', 'worker_lost', tonumber(ARGV[4]), ARGV[5], now)\n"
+        "  return 1\n"
+        "end\n"
+        "if st and terminal(st) then return 0 end\n"
+        "finish(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], now)\n"
+        "return 1\n";
 
 typedef struct keys {
 	char state[256];
@@ -165,7 +165,7 @@ int rn_runstate_claim(redisContext *c, const char *prefix, const char *run_id,
 	snprintf(a_ret, sizeof(a_ret), "%" PRId64, ttl_sec > 0 ? ttl_sec : 86400);
 
 	const char *argv[] = { "EVAL", lua_claim, "4", k.state, k.out, k.ctl, k.leases,
-	                       run_id, worker_id, a_lease, a_enq, a_ttl, a_ret };
+		               run_id, worker_id, a_lease, a_enq, a_ttl, a_ret };
 	redisReply *r = redisCommandArgv(c, 13, argv, NULL);
 	if (rn_redis_reply_check(c, r, "claim", errstr, errstr_size) < 0) {
 		if (r)
@@ -221,7 +221,7 @@ int rn_runstate_heartbeat(redisContext *c, const char *prefix,
 		if (keys_make(&k, prefix, run_ids[i], errstr, errstr_size) < 0)
 			return -1;
 		const char *argv[] = { "EVAL", lua_heartbeat, "2", k.state, k.leases,
-		                       run_ids[i], worker_id, a_lease };
+			               run_ids[i], worker_id, a_lease };
 		if (redisAppendCommandArgv(c, 8, argv, NULL) != REDIS_OK) {
 			snprintf(errstr, errstr_size, "redis heartbeat: %s", c->errstr);
 			return -1;
@@ -256,7 +256,7 @@ static int finish_eval(redisContext *c, const keys_t *k, const char *run_id,
 	char a_ret[24];
 	snprintf(a_ret, sizeof(a_ret), "%" PRId64, retention_sec > 0 ? retention_sec : 86400);
 	const char *argv[] = { "EVAL", lua_finish, "4", k->state, k->out, k->ctl, k->leases,
-	                       line, status, code, a_ret, run_id, only_expired ? "1" : "0" };
+		               line, status, code, a_ret, run_id, only_expired ? "1" : "0" };
 	size_t lens[13];
 	for (size_t i = 0; i < 13; i++)
 		lens[i] = strlen(argv[i]);

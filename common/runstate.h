@@ -43,22 +43,22 @@
 #define RN_RUNSTATE_DETAIL_MAX 160
 
 typedef enum {
-	RN_CLAIM_OK = 0,   /* claimed: status=claimed, lease set; seq_base valid */
-	RN_CLAIM_DONE,     /* already terminal: skip (detail = its status) */
-	RN_CLAIM_HELD,     /* claimed/running under a live lease: skip (detail = holder) */
-	RN_CLAIM_LOST,     /* running with an expired lease: OTPs may be spent.  The
+	RN_CLAIM_OK = 0, /* claimed: status=claimed, lease set; seq_base valid */
+	RN_CLAIM_DONE,   /* already terminal: skip (detail = its status) */
+	RN_CLAIM_HELD,   /* claimed/running under a live lease: skip (detail = holder) */
+	RN_CLAIM_LOST,   /* running with an expired lease: OTPs may be spent.  The
 	                      script wrote the worker_lost terminal line (status
 	                      lost); never start it. */
-	RN_CLAIM_CANCEL,   /* claimed by us, but a cancel is already on :ctl
+	RN_CLAIM_CANCEL, /* claimed by us, but a cancel is already on :ctl
 	                      (detail = its reason, "" when none).  The caller ends
 	                      it "cancelled" without any OTP call. */
 } rn_claim_status_t;
 
 typedef struct rn_claim {
 	rn_claim_status_t status;
-	int64_t seq_base;       /* T for "<T>-<n>" ids (OK and CANCEL) */
-	int64_t now_ms;         /* the server's clock at claim time */
-	char    detail[RN_RUNSTATE_DETAIL_MAX];
+	int64_t seq_base; /* T for "<T>-<n>" ids (OK and CANCEL) */
+	int64_t now_ms;   /* the server's clock at claim time */
+	char detail[RN_RUNSTATE_DETAIL_MAX];
 } rn_claim_t;
 
 /*

@@ -11,11 +11,11 @@
 #define RUNNEL_COMMON_SANDBOX_LAYOUT_H
 
 /* HOME, a private tmpfs. */
-#define RN_SANDBOX_HOME      "/root"
+#define RN_SANDBOX_HOME "/root"
 /* The run's workspace (bound read-write) and the agent's cwd. */
 #define RN_SANDBOX_WORKSPACE "/root/workspace"
 /* The run's skills, one directory per skill (bound read-only). */
-#define RN_SANDBOX_SKILLS    "/root/skills"
+#define RN_SANDBOX_SKILLS "/root/skills"
 
 /* runnel's own files inside the sandbox: helper binaries bound read-only,
  * the setup script and the egress socket. */

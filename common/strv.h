@@ -12,10 +12,10 @@
 #include <stddef.h>
 
 typedef struct rn_strv {
-	char  **v;     /* NULL-terminated (NULL while empty) */
-	size_t  n;     /* strings in v */
-	size_t  cap;   /* slots allocated in v */
-	int     oom;   /* an add failed: the vector is incomplete */
+	char **v;   /* NULL-terminated (NULL while empty) */
+	size_t n;   /* strings in v */
+	size_t cap; /* slots allocated in v */
+	int oom;    /* an add failed: the vector is incomplete */
 } rn_strv_t;
 
 /* Adds a copy of str.  0, or -1 out of memory (then and later). */

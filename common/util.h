@@ -19,9 +19,9 @@ int64_t rn_mono_us(void);
 
 typedef struct rn_redis_url {
 	char host[256];
-	int  port;
+	int port;
 	char password[256]; /* "" when none; a secret: never log it */
-	int  db;
+	int db;
 } rn_redis_url_t;
 
 /* Parses redis://[[user]:password@]host[:port][/db].  0 or -1 with errstr;

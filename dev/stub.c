@@ -25,7 +25,8 @@
  */
 static void stub_stop_cb(evutil_socket_t fd, short what, void *arg)
 {
-	(void)fd; (void)what;
+	(void)fd;
+	(void)what;
 	dev_stub_t *s = arg;
 	event_base_loopbreak(s->base);
 }
@@ -159,8 +160,7 @@ dev_stub_t *dev_stub_start(const dev_stub_opts_t *opts, char *errstr, size_t err
 	}
 	evhttp_set_max_body_size(s->http, (ev_ssize_t)s->max_body);
 	evhttp_set_max_headers_size(s->http, 64 * 1024);
-	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-	                                    EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
+	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
 	evhttp_set_gencb(s->http, stub_request_cb, s);
 	struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)port);
 	if (!bs) {

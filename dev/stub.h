@@ -61,8 +61,8 @@ typedef enum dev_stub_ep {
 	DEV_STUB_EP_COUNT
 } dev_stub_ep_t;
 
-#define DEV_STUB_MAX_BODY_DEFAULT   (64u << 20)  /* request body cap: 64 MiB */
-#define DEV_STUB_MAX_STORE_DEFAULT  (64u << 20)  /* in-memory files per run */
+#define DEV_STUB_MAX_BODY_DEFAULT  (64u << 20) /* request body cap: 64 MiB */
+#define DEV_STUB_MAX_STORE_DEFAULT (64u << 20) /* in-memory files per run */
 
 typedef struct dev_stub_opts {
 	/* "127.0.0.1:PORT", "127.0.0.1" or NULL; port 0 / NULL = ephemeral.
@@ -79,12 +79,12 @@ typedef struct dev_stub_opts {
 	 * dev_stub_add_blob serves the file blobs_dir/<name> (read on first
 	 * request, then kept; at most 256 MiB).  NULL = none. */
 	const char *blobs_dir;
-	size_t      max_body;      /* 0 = DEV_STUB_MAX_BODY_DEFAULT; a larger body
+	size_t max_body;  /* 0 = DEV_STUB_MAX_BODY_DEFAULT; a larger body
 	                              gets 413 from the HTTP layer before routing,
 	                              so it shows in no run's stats */
-	size_t      max_store;     /* 0 = DEV_STUB_MAX_STORE_DEFAULT; files beyond
+	size_t max_store; /* 0 = DEV_STUB_MAX_STORE_DEFAULT; files beyond
 	                              it are counted but not kept in memory */
-	int         enable_mint;   /* 1: serve POST /mint (needs agents_dir) */
+	int enable_mint;  /* 1: serve POST /mint (needs agents_dir) */
 	/* With enable_mint: a browser origin ("http://127.0.0.1:8080", the
 	 * dispatcher serving /ui/) allowed to call /mint and /agents (CORS;
 	 * "http://localhost:8080" too).  NULL = none. */
@@ -97,13 +97,13 @@ typedef struct dev_stub_opts {
  * of precedence.
  */
 typedef struct dev_stub_fault {
-	int         delay_ms;   /* wait this long before answering (timeouts) */
-	int         close;      /* 1: drop the connection without any answer */
-	const char *redirect;   /* answer 302 with Location: this URL (absolute,
+	int delay_ms;         /* wait this long before answering (timeouts) */
+	int close;            /* 1: drop the connection without any answer */
+	const char *redirect; /* answer 302 with Location: this URL (absolute,
 	                           or a path such as "/blobs/x" on the stub) */
-	int         status;     /* answer this status instead (401, 500, ...);
+	int status;           /* answer this status instead (401, 500, ...);
 	                           body {"error":"injected"} unless body is set */
-	const char *body;       /* answer this raw body (status, or 200), as
+	const char *body;     /* answer this raw body (status, or 200), as
 	                           text/plain: e.g. not JSON at all */
 } dev_stub_fault_t;
 
@@ -115,22 +115,22 @@ typedef struct dev_stub_run {
 	/* Body of /env.  env_json (served verbatim, may be invalid on purpose)
 	 * wins over env; both NULL -> {"variables":{},"setup_script":null}. */
 	const char *env_json;
-	json_t     *env;
+	json_t *env;
 	/* Body of /config.  config_json is served verbatim (may be invalid on
 	 * purpose).  config (an object) gets defaults for missing keys:
 	 * system_prompt, model, skills [], mcp_servers [],
 	 * agent {"kind":"mock","script":"demo"}.  Both NULL -> the defaults. */
 	const char *config_json;
-	json_t     *config;
-	dev_stub_fault_t faults[DEV_STUB_EP_COUNT];  /* indexed by dev_stub_ep_t */
-	int         results_status;  /* status /results answers; 0 = 200 */
-	const char *session;         /* NULL = a fresh "sess_" + 16 hex */
+	json_t *config;
+	dev_stub_fault_t faults[DEV_STUB_EP_COUNT]; /* indexed by dev_stub_ep_t */
+	int results_status;                         /* status /results answers; 0 = 200 */
+	const char *session;                        /* NULL = a fresh "sess_" + 16 hex */
 } dev_stub_run_t;
 
 /* What dev_stub_add_run hands back.  Secrets: never log the otp_* fields. */
 typedef struct dev_stub_otps {
 	char session[72];
-	char agent_url[192];   /* BASE/ws/<session> */
+	char agent_url[192]; /* BASE/ws/<session> */
 	char otp_setup[40];
 	char otp_run[40];
 	char otp_upload[40];
@@ -138,18 +138,18 @@ typedef struct dev_stub_otps {
 
 /* What happened at one endpoint of one run (counts since the run was added). */
 typedef struct dev_stub_ep_stats {
-	int calls;        /* every request routed to this endpoint */
-	int ok;           /* answered normally (2xx, or results_status) */
-	int bad_token;    /* 401: missing or wrong bearer */
-	int reused;       /* 401: the right OTP, already spent */
-	int faulted;      /* answered (or dropped) by the programmed fault */
-	int bad_request;  /* 400: e.g. a /results body that is not multipart */
-	int last_status;  /* last status answered; 0 = none / dropped */
+	int calls;       /* every request routed to this endpoint */
+	int ok;          /* answered normally (2xx, or results_status) */
+	int bad_token;   /* 401: missing or wrong bearer */
+	int reused;      /* 401: the right OTP, already spent */
+	int faulted;     /* answered (or dropped) by the programmed fault */
+	int bad_request; /* 400: e.g. a /results body that is not multipart */
+	int last_status; /* last status answered; 0 = none / dropped */
 } dev_stub_ep_stats_t;
 
 typedef struct dev_stub_blob_stats {
-	int calls;               /* GETs of this blob */
-	int with_authorization;  /* of which carried an Authorization header
+	int calls;              /* GETs of this blob */
+	int with_authorization; /* of which carried an Authorization header
 	                            (an OTP forwarded where it does not belong) */
 } dev_stub_blob_stats_t;
 

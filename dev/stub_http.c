@@ -223,7 +223,7 @@ static int stub_origin_ok(const dev_stub_t *s, const char *origin)
 	if (strcmp(origin, s->cors_origin) == 0)
 		return 1;
 	return strncmp(s->cors_origin, lo, sizeof(lo) - 1) == 0 && strncmp(origin, "http://localhost:", 17) == 0 &&
-	       strcmp(origin + 17, s->cors_origin + sizeof(lo) - 1) == 0;
+	        strcmp(origin + 17, s->cors_origin + sizeof(lo) - 1) == 0;
 }
 
 static int stub_cmp_names(const void *a, const void *b)
@@ -309,7 +309,7 @@ void stub_request_cb(struct evhttp_request *req, void *arg)
 		if (evhttp_request_get_command(req) != EVHTTP_REQ_POST)
 			stub_reply_set(rp, 405, "application/json", "{\"error\":\"method not allowed\"}");
 		else
-			stub_handle_mint(s, req, rp);  /* takes the lock itself */
+			stub_handle_mint(s, req, rp); /* takes the lock itself */
 		stub_reply_dispatch(rp, 0);
 		return;
 	}

@@ -21,93 +21,93 @@
 #define STUB_NAME_MAX        128
 
 typedef struct stub_fault {
-	int   delay_ms;
-	int   close;
+	int delay_ms;
+	int close;
 	char *redirect;
-	int   status;
+	int status;
 	char *body;
 } stub_fault_t;
 
 typedef struct stub_file {
-	char  *name;
-	char  *data;   /* NULL when over max_store (counted, not kept) */
+	char *name;
+	char *data; /* NULL when over max_store (counted, not kept) */
 	size_t len;
 } stub_file_t;
 
 typedef struct stub_run {
-	struct stub_run    *next;
-	char                session[72];
-	char                otp[DEV_STUB_EP_COUNT][40];
-	int                 spent[DEV_STUB_EP_COUNT];
-	char               *env_body;
-	char               *config_body;
-	stub_fault_t        faults[DEV_STUB_EP_COUNT];
-	int                 results_status;
+	struct stub_run *next;
+	char session[72];
+	char otp[DEV_STUB_EP_COUNT][40];
+	int spent[DEV_STUB_EP_COUNT];
+	char *env_body;
+	char *config_body;
+	stub_fault_t faults[DEV_STUB_EP_COUNT];
+	int results_status;
 	dev_stub_ep_stats_t stats[DEV_STUB_EP_COUNT];
-	stub_file_t        *files;
-	size_t              nfiles, files_cap;
-	size_t              stored;
+	stub_file_t *files;
+	size_t nfiles, files_cap;
+	size_t stored;
 } stub_run_t;
 
 typedef struct stub_blob {
-	struct stub_blob     *next;
-	char                  name[STUB_NAME_MAX];
-	char                 *data;
-	size_t                len;
-	stub_fault_t          fault;
+	struct stub_blob *next;
+	char name[STUB_NAME_MAX];
+	char *data;
+	size_t len;
+	stub_fault_t fault;
 	dev_stub_blob_stats_t stats;
 } stub_blob_t;
 
 /* An answer decided under the lock and sent (maybe later) without it. */
 typedef struct stub_reply {
-	struct stub_reply     *next;      /* pending list (delayed answers) */
-	struct stub_reply     *prev;
-	dev_stub_t            *stub;
-	struct evhttp_request *req;       /* NULL once the connection died */
-	struct event          *timer;
-	int                    close;
-	int                    status;
-	char                  *body;
-	size_t                 len;
-	const char            *ctype;
-	char                  *location;
+	struct stub_reply *next; /* pending list (delayed answers) */
+	struct stub_reply *prev;
+	dev_stub_t *stub;
+	struct evhttp_request *req; /* NULL once the connection died */
+	struct event *timer;
+	int close;
+	int status;
+	char *body;
+	size_t len;
+	const char *ctype;
+	char *location;
 } stub_reply_t;
 
 struct dev_stub {
-	pthread_mutex_t     mu;
-	struct event_base  *base;
-	struct evhttp      *http;
-	pthread_t           thread;
-	int                 thread_started;
-	char                url[96];
-	int                 port;
-	char               *agents_dir;
-	char               *results_dir;
-	char               *blobs_dir;
-	size_t              max_body;
-	size_t              max_store;
-	int                 enable_mint;
-	char                cors_origin[128];  /* "" = no CORS */
-	stub_run_t         *runs;
-	stub_blob_t        *blobs;
-	int                 unknown;
-	stub_reply_t       *pending;      /* event thread only */
-	struct event       *stop_ev;      /* activated by dev_stub_stop */
+	pthread_mutex_t mu;
+	struct event_base *base;
+	struct evhttp *http;
+	pthread_t thread;
+	int thread_started;
+	char url[96];
+	int port;
+	char *agents_dir;
+	char *results_dir;
+	char *blobs_dir;
+	size_t max_body;
+	size_t max_store;
+	int enable_mint;
+	char cors_origin[128]; /* "" = no CORS */
+	stub_run_t *runs;
+	stub_blob_t *blobs;
+	int unknown;
+	stub_reply_t *pending; /* event thread only */
+	struct event *stop_ev; /* activated by dev_stub_stop */
 };
 
 /* One part of a multipart body (stub_multipart.c). */
 typedef struct stub_part {
 	const char *data;
-	size_t      len;
-	char        name[64];
-	char       *filename;   /* malloc'd, NULL when the part has none */
+	size_t len;
+	char name[64];
+	char *filename; /* malloc'd, NULL when the part has none */
 } stub_part_t;
 
 /* What stub_upload_part stores into: the run an upload belongs to. */
 typedef struct stub_upload {
 	dev_stub_t *stub;
 	stub_run_t *run;
-	int         files;
+	int files;
 } stub_upload_t;
 
 /* stub_state.c: small checks and lookups; the lookups need mu held. */

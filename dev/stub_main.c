@@ -18,7 +18,7 @@
 #include <string.h>
 
 static char *o_listen, *o_agents, *o_results, *o_blobs, *o_url, *o_log_level;
-static long  o_max_body;
+static long o_max_body;
 
 static const rn_opt_t opts[] = {
 	{ "listen", 'l', "RUNNEL_STUB_LISTEN", RN_OPT_STR, &o_listen, "127.0.0.1:8787", "ADDR",
@@ -61,7 +61,7 @@ static void usage(FILE *f)
 #define STUB_MINT_BODY_MAX ((size_t)1 << 20)
 
 typedef struct body {
-	char  *buf;
+	char *buf;
 	size_t len;
 } body_t;
 

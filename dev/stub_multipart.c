@@ -55,7 +55,7 @@ static char *stub_cd_param(const char *line, size_t llen, const char *param)
  * body is not well-formed multipart with that boundary.
  */
 int stub_multipart_each(const char *body, size_t len, const char *boundary,
-                               int (*cb)(const stub_part_t *, void *), void *arg)
+                        int (*cb)(const stub_part_t *, void *), void *arg)
 {
 	char delim[200];
 	int dl = snprintf(delim, sizeof delim, "--%s", boundary);
@@ -69,7 +69,7 @@ int stub_multipart_each(const char *body, size_t len, const char *boundary,
 	for (;;) {
 		p += dl;
 		if (end - p >= 2 && p[0] == '-' && p[1] == '-')
-			return count;  /* closing delimiter */
+			return count; /* closing delimiter */
 		/* Transport padding, then CRLF. */
 		while (p < end && (*p == ' ' || *p == '\t'))
 			p++;

@@ -56,7 +56,7 @@ static const char *stub_reason(int status)
 	case 500: return "Internal Server Error";
 	case 502: return "Bad Gateway";
 	case 503: return "Service Unavailable";
-	default:  return "Status";
+	default: return "Status";
 	}
 }
 
@@ -109,7 +109,8 @@ static void stub_reply_send(stub_reply_t *rp)
 
 static void stub_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
-	(void)fd; (void)what;
+	(void)fd;
+	(void)what;
 	stub_reply_t *rp = arg;
 	stub_pending_unlink(rp);
 	stub_reply_send(rp);

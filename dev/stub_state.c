@@ -49,7 +49,7 @@ int stub_name_ok(const char *s, int allow_dot)
 	for (const char *p = s; *p; p++) {
 		char c = *p;
 		int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		         (c >= '0' && c <= '9') || c == '_' || c == '-' || (allow_dot && c == '.');
+		        (c >= '0' && c <= '9') || c == '_' || c == '-' || (allow_dot && c == '.');
 		if (!ok)
 			return 0;
 	}
@@ -211,8 +211,8 @@ int dev_stub_add_run(dev_stub_t *s, const dev_stub_run_t *run, dev_stub_otps_t *
 	} else {
 		const char *keys[] = { "system_prompt", "model", "skills", "mcp_servers", "agent" };
 		json_t *defs[] = { json_string("You are a helpful assistant working in a sandbox."),
-		                   json_string("mock"), json_array(), json_array(),
-		                   json_pack("{s:s,s:s}", "kind", "mock", "script", "demo") };
+			           json_string("mock"), json_array(), json_array(),
+			           json_pack("{s:s,s:s}", "kind", "mock", "script", "demo") };
 		r->config_body = stub_json_body(run->config, keys, defs, 5, s->url);
 		for (int i = 0; i < 5; i++)
 			json_decref(defs[i]);

@@ -118,7 +118,7 @@ int dispatcher_config_parse(dispatcher_config_t *cfg, int argc, char **argv, FIL
 	}
 	if (cfg->ui_dev_stub != NULL && !dispatcher_ui_stub_url_ok(cfg->ui_dev_stub)) {
 		snprintf(errstr, errstr_size, "--ui-dev-stub/RUNNEL_UI_DEV_STUB: expected http://127.0.0.1:PORT "
-		         "(a loopback host and a port, no path)");
+		                              "(a loopback host and a port, no path)");
 		return -1;
 	}
 	if (strchr(cfg->listen, ':') == NULL) {

@@ -13,31 +13,31 @@
 #include "proto/job.h"
 
 typedef struct dispatcher_config {
-	char *listen;            /* host:port (port 0 = ephemeral) */
+	char *listen; /* host:port (port 0 = ephemeral) */
 	char *kafka_brokers;
 	char *jobs_topic;
 	char *redis_url;
 	char *key_prefix;
-	char *job_key_hex;       /* secret; NULL = unsealed jobs */
-	char *api_token;         /* secret; NULL = no auth */
-	char *cors_origins;      /* comma-separated origins, "*" or NULL */
+	char *job_key_hex;  /* secret; NULL = unsealed jobs */
+	char *api_token;    /* secret; NULL = no auth */
+	char *cors_origins; /* comma-separated origins, "*" or NULL */
 	char *log_level;
-	long  retention_sec;
-	long  max_runtime_sec;
-	long  max_body;
-	long  tail_connections;
-	long  tail_block_ms;
-	long  tail_batch;
-	long  heartbeat_sec;
-	long  enqueue_timeout_ms;
-	long  sweep_ms;
-	long  http_timeout_sec;
+	long retention_sec;
+	long max_runtime_sec;
+	long max_body;
+	long tail_connections;
+	long tail_block_ms;
+	long tail_batch;
+	long heartbeat_sec;
+	long enqueue_timeout_ms;
+	long sweep_ms;
+	long http_timeout_sec;
 	rn_kv_list_t kafka_props; /* -X key=value */
-	long  recent_runs;       /* bound of the recent-runs index */
-	char *ui_dev_stub;       /* dev workspace stub the viewer mints runs from */
+	long recent_runs;         /* bound of the recent-runs index */
+	char *ui_dev_stub;        /* dev workspace stub the viewer mints runs from */
 
 	/* Derived by dispatcher_config_parse. */
-	int     sealed;
+	int sealed;
 	uint8_t job_key[PROTO_JOB_KEY_BYTES];
 } dispatcher_config_t;
 

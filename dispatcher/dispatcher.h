@@ -32,11 +32,11 @@
 /* Routes, as metric labels. */
 typedef enum {
 	DISPATCHER_ROUTE_STREAM = 0,
-	DISPATCHER_ROUTE_RUNS,      /* POST /v1/runs */
-	DISPATCHER_ROUTE_RUN,       /* GET /v1/runs/{id} */
+	DISPATCHER_ROUTE_RUNS, /* POST /v1/runs */
+	DISPATCHER_ROUTE_RUN,  /* GET /v1/runs/{id} */
 	DISPATCHER_ROUTE_EVENTS,
 	DISPATCHER_ROUTE_CANCEL,
-	DISPATCHER_ROUTE_REPLY,     /* POST /v1/runs/{id}/replies/{ask_id} */
+	DISPATCHER_ROUTE_REPLY, /* POST /v1/runs/{id}/replies/{ask_id} */
 	DISPATCHER_ROUTE_HEALTHZ,
 	DISPATCHER_ROUTE_READYZ,
 	DISPATCHER_ROUTE_METRICS,
@@ -53,30 +53,30 @@ typedef struct dispatcher_feed dispatcher_feed_t;
 typedef struct dispatcher_enqueue dispatcher_enqueue_t;
 
 typedef struct dispatcher {
-	struct event_base          *base;
-	const dispatcher_config_t  *cfg;
-	rn_redis_url_t              redis_url;
-	struct evhttp              *http;
-	dispatcher_producer_t      *producer;
-	dispatcher_store_t         *store;
-	dispatcher_tail_t          *tail;
-	dispatcher_janitor_t       *janitor;
-	rn_metrics_t               *metrics;
-	rn_counter_t               *c_requests[DISPATCHER_ROUTE_COUNT][DISPATCHER_NSTATUS];
-	rn_gauge_t                 *g_streams;
-	rn_hist_t                  *h_enqueue;
-	rn_counter_t               *c_enqueued;
-	rn_counter_t               *c_enqueue_failed;
-	rn_counter_t               *c_cancels;
-	rn_counter_t               *c_lost;
-	rn_counter_t               *c_pauses;
-	dispatcher_feed_t          *feeds;     /* streaming answers in progress */
-	dispatcher_enqueue_t       *enqueues;  /* enqueues waiting on Redis/Kafka */
-	struct evhttp_bound_socket *sock;      /* the listener (NULL once draining) */
-	struct event               *ev_drain;
-	int                         draining;  /* 0, 1 waiting on enqueues, 2 ending */
-	int64_t                     drain_until_ms;
-	char                        bound[80]; /* "host:port" actually listened on */
+	struct event_base *base;
+	const dispatcher_config_t *cfg;
+	rn_redis_url_t redis_url;
+	struct evhttp *http;
+	dispatcher_producer_t *producer;
+	dispatcher_store_t *store;
+	dispatcher_tail_t *tail;
+	dispatcher_janitor_t *janitor;
+	rn_metrics_t *metrics;
+	rn_counter_t *c_requests[DISPATCHER_ROUTE_COUNT][DISPATCHER_NSTATUS];
+	rn_gauge_t *g_streams;
+	rn_hist_t *h_enqueue;
+	rn_counter_t *c_enqueued;
+	rn_counter_t *c_enqueue_failed;
+	rn_counter_t *c_cancels;
+	rn_counter_t *c_lost;
+	rn_counter_t *c_pauses;
+	dispatcher_feed_t *feeds;         /* streaming answers in progress */
+	dispatcher_enqueue_t *enqueues;   /* enqueues waiting on Redis/Kafka */
+	struct evhttp_bound_socket *sock; /* the listener (NULL once draining) */
+	struct event *ev_drain;
+	int draining; /* 0, 1 waiting on enqueues, 2 ending */
+	int64_t drain_until_ms;
+	char bound[80]; /* "host:port" actually listened on */
 } dispatcher_t;
 
 /* ---- start, drain, stop (lifecycle.c) ---- */
@@ -114,7 +114,7 @@ void dispatcher_reply_json(dispatcher_t *d, struct evhttp_request *req, dispatch
 /* Sends {"error":{"code":code,"message":...}}. */
 void dispatcher_reply_error(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
                             int status, const char *code, const char *fmt, ...)
-	__attribute__((format(printf, 6, 7)));
+        __attribute__((format(printf, 6, 7)));
 
 /* ---- handlers (runs.c) ---- */
 void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route);

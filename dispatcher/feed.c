@@ -26,19 +26,19 @@
 #define FEED_HIGH_WATER (1u << 20)
 
 struct dispatcher_feed {
-	dispatcher_feed_t        *next, *prev;
-	dispatcher_t             *d;
-	struct evhttp_request    *req;
+	dispatcher_feed_t *next, *prev;
+	dispatcher_t *d;
+	struct evhttp_request *req;
 	struct evhttp_connection *evcon;
-	dispatcher_route_t        route;
-	char                      run_id[PROTO_RUN_ID_MAX + 1];
-	int                       sse;
-	int                       cancel_on_close;
-	int                       paused;
-	dispatcher_tail_sub_t    *sub;
-	struct event             *ev_heartbeat;
-	struct evbuffer          *chunk;
-	uint64_t                  lines;
+	dispatcher_route_t route;
+	char run_id[PROTO_RUN_ID_MAX + 1];
+	int sse;
+	int cancel_on_close;
+	int paused;
+	dispatcher_tail_sub_t *sub;
+	struct event *ev_heartbeat;
+	struct evbuffer *chunk;
+	uint64_t lines;
 };
 
 /*
@@ -184,7 +184,7 @@ static void add_sse(struct evbuffer *b, const char *id, const char *line, size_t
 			if (p < end && *p == '\n')
 				p++;
 		} else if (p < end) {
-			p++;   /* LF */
+			p++; /* LF */
 		}
 	}
 	evbuffer_add(b, "\n", 1);

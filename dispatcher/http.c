@@ -24,12 +24,36 @@
 #include "proto/keys.h"
 
 static const int statuses[DISPATCHER_NSTATUS] = {
-	200, 202, 204, 400, 401, 403, 404, 405, 409, 413, 415, 500, 503, 504, 0,
+	200,
+	202,
+	204,
+	400,
+	401,
+	403,
+	404,
+	405,
+	409,
+	413,
+	415,
+	500,
+	503,
+	504,
+	0,
 };
 
 static const char *const route_names[DISPATCHER_ROUTE_COUNT] = {
-	"stream", "runs_create", "run_get", "run_events", "run_cancel", "run_reply",
-	"healthz", "readyz", "metrics", "runs_list", "ui", "other",
+	"stream",
+	"runs_create",
+	"run_get",
+	"run_events",
+	"run_cancel",
+	"run_reply",
+	"healthz",
+	"readyz",
+	"metrics",
+	"runs_list",
+	"ui",
+	"other",
 };
 
 void dispatcher_count(dispatcher_t *d, dispatcher_route_t route, int status)
@@ -191,29 +215,29 @@ static void method_not_allowed(dispatcher_t *d, struct evhttp_request *req, disp
 static const char *method_name(enum evhttp_cmd_type m)
 {
 	switch (m) {
-	case EVHTTP_REQ_GET:     return "GET";
-	case EVHTTP_REQ_POST:    return "POST";
-	case EVHTTP_REQ_HEAD:    return "HEAD";
-	case EVHTTP_REQ_PUT:     return "PUT";
-	case EVHTTP_REQ_DELETE:  return "DELETE";
+	case EVHTTP_REQ_GET: return "GET";
+	case EVHTTP_REQ_POST: return "POST";
+	case EVHTTP_REQ_HEAD: return "HEAD";
+	case EVHTTP_REQ_PUT: return "PUT";
+	case EVHTTP_REQ_DELETE: return "DELETE";
 	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-	case EVHTTP_REQ_PATCH:   return "PATCH";
-	case EVHTTP_REQ_TRACE:   return "TRACE";
+	case EVHTTP_REQ_PATCH: return "PATCH";
+	case EVHTTP_REQ_TRACE: return "TRACE";
 	case EVHTTP_REQ_CONNECT: return "CONNECT";
-	default:                 return "OTHER";
+	default: return "OTHER";
 	}
 }
 
 /* A route: which handler, which methods (the first is the one served). */
 typedef struct match {
 	dispatcher_route_t route;
-	const char        *allow;    /* Allow header */
+	const char *allow; /* Allow header */
 	enum evhttp_cmd_type method;
-	char               run_id[PROTO_RUN_ID_MAX + 1];
-	char               ask_id[PROTO_CTL_ID_MAX + 1];  /* the reply route */
-	int                bad_ask_id;
-	int                bad_id;
-	int                found;
+	char run_id[PROTO_RUN_ID_MAX + 1];
+	char ask_id[PROTO_CTL_ID_MAX + 1]; /* the reply route */
+	int bad_ask_id;
+	int bad_id;
+	int found;
 } match_t;
 
 static void match_path(const char *path, match_t *m)
@@ -241,8 +265,8 @@ static void match_path(const char *path, match_t *m)
 		return;
 	}
 	if (strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0 || strcmp(path, "/metrics") == 0) {
-		m->route = path[1] == 'h' ? DISPATCHER_ROUTE_HEALTHZ :
-		           path[1] == 'r' ? DISPATCHER_ROUTE_READYZ : DISPATCHER_ROUTE_METRICS;
+		m->route = path[1] == 'h' ? DISPATCHER_ROUTE_HEALTHZ : path[1] == 'r' ? DISPATCHER_ROUTE_READYZ
+		                                                                      : DISPATCHER_ROUTE_METRICS;
 		m->allow = "GET, OPTIONS";
 		m->method = EVHTTP_REQ_GET;
 		return;
@@ -492,9 +516,7 @@ int dispatcher_http_listen(dispatcher_t *d, const char *host, unsigned short por
 	}
 	/* Every method evhttp can parse reaches on_request, so a wrong one gets
 	 * our JSON 405 with Allow (evhttp's own refusal is a 501 HTML page). */
-	evhttp_set_allowed_methods(d->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-	                           EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
-	                           EVHTTP_REQ_PATCH | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
+	evhttp_set_allowed_methods(d->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
 	evhttp_set_max_body_size(d->http, cfg->max_body);
 	evhttp_set_max_headers_size(d->http, 64 * 1024);
 	evhttp_set_timeout(d->http, (int)cfg->http_timeout_sec);

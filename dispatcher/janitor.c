@@ -22,14 +22,14 @@
 #define KAFKA_PROBE_MS 2000
 
 struct dispatcher_janitor {
-	dispatcher_t   *d;
-	pthread_t       thread;
+	dispatcher_t *d;
+	pthread_t thread;
 	pthread_mutex_t lock;
-	pthread_cond_t  cond;
-	int             stop;
-	_Atomic int     kafka_ok;
-	redisContext   *rc;
-	int             redis_logged;
+	pthread_cond_t cond;
+	int stop;
+	_Atomic int kafka_ok;
+	redisContext *rc;
+	int redis_logged;
 };
 
 static void on_lost(const char *run_id, void *arg)

@@ -14,12 +14,12 @@
 #include "common/log.h"
 
 struct dispatcher_producer {
-	rd_kafka_t       *rk;
+	rd_kafka_t *rk;
 	rd_kafka_topic_t *topic;
-	int               pipe_fd[2];
-	struct event     *ev_pipe;
-	struct event     *ev_tick;
-	int               outstanding;
+	int pipe_fd[2];
+	struct event *ev_pipe;
+	struct event *ev_tick;
+	int outstanding;
 };
 
 /* One message in flight: who to tell when its report arrives. */

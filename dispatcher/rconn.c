@@ -17,17 +17,17 @@
 #define BACKOFF_MAX_MS 2000
 
 struct dispatcher_rconn {
-	struct event_base        *base;
-	rn_redis_url_t            url;
-	const char               *name;
+	struct event_base *base;
+	rn_redis_url_t url;
+	const char *name;
 	dispatcher_rconn_state_cb state_cb;
-	void                     *arg;
-	redisAsyncContext        *ac;
-	struct event             *ev_retry;
-	int                       up;
-	unsigned                  attempt;   /* reconnects since the last success */
-	int                       freeing;
-	int                       logged_down;
+	void *arg;
+	redisAsyncContext *ac;
+	struct event *ev_retry;
+	int up;
+	unsigned attempt; /* reconnects since the last success */
+	int freeing;
+	int logged_down;
 };
 
 typedef struct pending {

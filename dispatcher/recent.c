@@ -27,11 +27,11 @@
  * index expire with the last run it names.
  */
 static const char lua_add[] =
-	"redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])\n"
-	"redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])\n"
-	"redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -1 - tonumber(ARGV[4]))\n"
-	"redis.call('EXPIRE', KEYS[1], ARGV[5])\n"
-	"return 1\n";
+        "redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])\n"
+        "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])\n"
+        "redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -1 - tonumber(ARGV[4]))\n"
+        "redis.call('EXPIRE', KEYS[1], ARGV[5])\n"
+        "return 1\n";
 
 static void recent_key(const dispatcher_t *d, char *buf, size_t size)
 {
@@ -75,18 +75,18 @@ void dispatcher_recent_add(dispatcher_t *d, const char *run_id, int64_t enqueued
  * left before; runs[i] keeps the index order.
  */
 typedef struct list_op {
-	dispatcher_t             *d;
-	struct evhttp_request    *req;
+	dispatcher_t *d;
+	struct evhttp_request *req;
 	struct evhttp_connection *evcon;
-	json_t                   *runs;     /* array, one slot per id (null until read) */
-	size_t                    pending;
-	int                       failed;
+	json_t *runs; /* array, one slot per id (null until read) */
+	size_t pending;
+	int failed;
 } list_op_t;
 
 typedef struct list_slot {
 	list_op_t *op;
-	size_t     i;
-	char       run_id[PROTO_RUN_ID_MAX + 1];
+	size_t i;
+	char run_id[PROTO_RUN_ID_MAX + 1];
 } list_slot_t;
 
 static void list_close(struct evhttp_connection *evcon, void *arg)
@@ -121,7 +121,8 @@ static void list_finish(list_op_t *op)
 		                       "redis: cannot read the recent runs");
 	} else if (req != NULL) {
 		out = json_array();
-		json_array_foreach(op->runs, i, v) {
+		json_array_foreach(op->runs, i, v)
+		{
 			if (json_is_object(v))
 				json_array_append(out, v);
 		}

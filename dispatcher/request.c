@@ -13,9 +13,17 @@
 #include "proto/keys.h"
 
 static const char *const known[] = {
-	"agent_url", "otp_setup", "otp_run", "otp_upload", "prompt",
-	"run_id", "caller", "max_runtime_sec", "meta", "tenant",
-	"permission_mode",   /* asks (docs/protocol.md) */
+	"agent_url",
+	"otp_setup",
+	"otp_run",
+	"otp_upload",
+	"prompt",
+	"run_id",
+	"caller",
+	"max_runtime_sec",
+	"meta",
+	"tenant",
+	"permission_mode", /* asks (docs/protocol.md) */
 	NULL,
 };
 
@@ -112,7 +120,8 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 		goto out;
 	}
 	if (mode == DISPATCHER_REQ_STRICT) {
-		json_object_foreach(root, k, v) {
+		json_object_foreach(root, k, v)
+		{
 			if (!is_known(k)) {
 				/* The name is the caller's own text: quote a short, safe prefix. */
 				char name[40];
@@ -193,7 +202,8 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 			job->meta = json_deep_copy(v);
 	}
 	if (mode == DISPATCHER_REQ_LENIENT) {
-		json_object_foreach(root, k, v) {
+		json_object_foreach(root, k, v)
+		{
 			if (is_known(k) && !(strcmp(k, "meta") == 0 && !json_is_object(v) && !json_is_null(v)))
 				continue;
 			if (job->meta == NULL && (job->meta = json_object()) == NULL) {

@@ -20,8 +20,8 @@
 #include "proto/job.h"
 
 typedef enum {
-	DISPATCHER_REQ_STRICT = 0,   /* /v1/runs */
-	DISPATCHER_REQ_LENIENT,      /* /stream: unknown fields -> meta */
+	DISPATCHER_REQ_STRICT = 0, /* /v1/runs */
+	DISPATCHER_REQ_LENIENT,    /* /stream: unknown fields -> meta */
 } dispatcher_req_mode_t;
 
 /*

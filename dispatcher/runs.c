@@ -30,15 +30,15 @@
 #include "proto/keys.h"
 
 struct dispatcher_enqueue {
-	dispatcher_enqueue_t     *next, *prev;
-	dispatcher_t             *d;
-	struct evhttp_request    *req;      /* NULL once the caller left */
+	dispatcher_enqueue_t *next, *prev;
+	dispatcher_t *d;
+	struct evhttp_request *req; /* NULL once the caller left */
 	struct evhttp_connection *evcon;
-	dispatcher_route_t        route;
-	int                       sse;
-	proto_job_t               job;      /* holds the secrets until produced */
-	char                      run_id[PROTO_RUN_ID_MAX + 1];
-	int64_t                   t0_us;
+	dispatcher_route_t route;
+	int sse;
+	proto_job_t job; /* holds the secrets until produced */
+	char run_id[PROTO_RUN_ID_MAX + 1];
+	int64_t t0_us;
 };
 
 static int wants_sse(struct evhttp_request *req)
@@ -259,13 +259,13 @@ void dispatcher_runs_abort_all(dispatcher_t *d)
 /* ---- GET /v1/runs/{id} ---- */
 
 typedef struct simple_op {
-	dispatcher_t             *d;
-	struct evhttp_request    *req;
+	dispatcher_t *d;
+	struct evhttp_request *req;
 	struct evhttp_connection *evcon;
-	dispatcher_route_t        route;
-	char                      run_id[PROTO_RUN_ID_MAX + 1];
-	dispatcher_sid_t          after;
-	int                       sse;
+	dispatcher_route_t route;
+	char run_id[PROTO_RUN_ID_MAX + 1];
+	dispatcher_sid_t after;
+	int sse;
 } simple_op_t;
 
 static void op_close(struct evhttp_connection *evcon, void *arg)
@@ -474,7 +474,8 @@ void dispatcher_runs_cancel(dispatcher_t *d, struct evhttp_request *req, const c
 			                       "body: must be a JSON object");
 			return;
 		}
-		json_object_foreach(root, k, v) {
+		json_object_foreach(root, k, v)
+		{
 			if (strcmp(k, "reason") != 0) {
 				json_decref(root);
 				dispatcher_reply_error(d, req, DISPATCHER_ROUTE_CANCEL, 400, "bad_request",
@@ -510,7 +511,7 @@ void dispatcher_runs_cancel(dispatcher_t *d, struct evhttp_request *req, const c
 
 typedef struct reply_op {
 	simple_op_t *op;
-	char         ask_id[PROTO_CTL_ID_MAX + 1];
+	char ask_id[PROTO_CTL_ID_MAX + 1];
 } reply_op_t;
 
 static void on_reply(int rc, const char *what, const char *options, void *arg)
@@ -566,7 +567,8 @@ void dispatcher_runs_reply(dispatcher_t *d, struct evhttp_request *req, const ch
 		                       "body: must be a JSON object with option, text or reject");
 		return;
 	}
-	json_object_foreach(root, k, v) {
+	json_object_foreach(root, k, v)
+	{
 		if (strcmp(k, "option") != 0 && strcmp(k, "text") != 0 && strcmp(k, "reject") != 0) {
 			json_decref(root);
 			dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 400, "bad_request",
@@ -579,8 +581,8 @@ void dispatcher_runs_reply(dispatcher_t *d, struct evhttp_request *req, const ch
 	rej = json_object_get(root, "reject");
 	if ((opt != NULL && !json_is_string(opt)) || (text != NULL && !json_is_string(text)) ||
 	    (rej != NULL && !json_is_true(rej))) {
-		const char *field = opt != NULL && !json_is_string(opt) ? "option" :
-		                    text != NULL && !json_is_string(text) ? "text" : "reject";
+		const char *field = opt != NULL && !json_is_string(opt) ? "option" : text != NULL && !json_is_string(text) ? "text"
+		                                                                                                           : "reject";
 		json_decref(root);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 400, "bad_request", "%s: %s", field,
 		                       strcmp(field, "reject") == 0 ? "must be true" : "not a string");

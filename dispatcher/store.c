@@ -18,59 +18,59 @@
 /* A fire-and-forget cancel that could not be sent while Redis was down. */
 typedef struct deferred {
 	struct deferred *next;
-	char             run_id[PROTO_RUN_ID_MAX + 1];
-	char             reason[PROTO_CTL_REASON_MAX + 1];
-	int              must_exist;
-	int64_t          ttl_sec;
+	char run_id[PROTO_RUN_ID_MAX + 1];
+	char reason[PROTO_CTL_REASON_MAX + 1];
+	int must_exist;
+	int64_t ttl_sec;
 } deferred_t;
 
 struct dispatcher_store {
 	dispatcher_rconn_t *rc;
-	char                prefix[PROTO_KEY_PREFIX_MAX + 1];
-	struct event       *ev_ping;
-	int                 ping_ok;
-	int                 ping_pending;
-	deferred_t         *deferred, **deferred_tail;
-	size_t              ndeferred;
+	char prefix[PROTO_KEY_PREFIX_MAX + 1];
+	struct event *ev_ping;
+	int ping_ok;
+	int ping_pending;
+	deferred_t *deferred, **deferred_tail;
+	size_t ndeferred;
 };
 
 static void flush_deferred(dispatcher_store_t *s);
 
 /* KEYS: state out.  ARGV: enqueued_at ttl_sec.  1 created, 0 taken. */
 static const char lua_create[] =
-	"if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end\n"
-	"redis.call('HSET', KEYS[1], 'status', 'queued', 'enqueued_at', ARGV[1])\n"
-	"redis.call('EXPIRE', KEYS[1], ARGV[2])\n"
-	"return 1\n";
+        "if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end\n"
+        "redis.call('HSET', KEYS[1], 'status', 'queued', 'enqueued_at', ARGV[1])\n"
+        "redis.call('EXPIRE', KEYS[1], ARGV[2])\n"
+        "return 1\n";
 
 /* KEYS: state. */
 static const char lua_uncreate[] =
-	"if redis.call('HGET', KEYS[1], 'status') == 'queued' then redis.call('DEL', KEYS[1]) end\n"
-	"return 1\n";
+        "if redis.call('HGET', KEYS[1], 'status') == 'queued' then redis.call('DEL', KEYS[1]) end\n"
+        "return 1\n";
 
 /* KEYS: state out.  {exists, last_id, last_line}. */
 static const char lua_probe[] =
-	"local n = redis.call('EXISTS', KEYS[1]) + redis.call('EXISTS', KEYS[2])\n"
-	"local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)\n"
-	"if top[1] then\n"
-	"  local f = top[1][2]\n"
-	"  for i = 1, #f, 2 do\n"
-	"    if f[i] == 'line' then return {n, top[1][1], f[i + 1]} end\n"
-	"  end\n"
-	"  return {n, top[1][1], ''}\n"
-	"end\n"
-	"return {n, '', ''}\n";
+        "local n = redis.call('EXISTS', KEYS[1]) + redis.call('EXISTS', KEYS[2])\n"
+        "local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)\n"
+        "if top[1] then\n"
+        "  local f = top[1][2]\n"
+        "  for i = 1, #f, 2 do\n"
+        "    if f[i] == 'line' then return {n, top[1][1], f[i + 1]} end\n"
+        "  end\n"
+        "  return {n, top[1][1], ''}\n"
+        "end\n"
+        "return {n, '', ''}\n";
 
 /* KEYS: state out ctl.  ARGV: msg must_exist ttl_sec.  {0|1, status}. */
 static const char lua_cancel[] =
-	"if ARGV[2] == '1' and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then\n"
-	"  return {0, ''}\n"
-	"end\n"
-	"redis.call('XADD', KEYS[3], '*', 'msg', ARGV[1])\n"
-	"local ttl = redis.call('PTTL', KEYS[1])\n"
-	"if ttl < 0 then ttl = redis.call('PTTL', KEYS[2]) end\n"
-	"if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) else redis.call('EXPIRE', KEYS[3], ARGV[3]) end\n"
-	"return {1, redis.call('HGET', KEYS[1], 'status') or ''}\n";
+        "if ARGV[2] == '1' and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then\n"
+        "  return {0, ''}\n"
+        "end\n"
+        "redis.call('XADD', KEYS[3], '*', 'msg', ARGV[1])\n"
+        "local ttl = redis.call('PTTL', KEYS[1])\n"
+        "if ttl < 0 then ttl = redis.call('PTTL', KEYS[2]) end\n"
+        "if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) else redis.call('EXPIRE', KEYS[3], ARGV[3]) end\n"
+        "return {1, redis.call('HGET', KEYS[1], 'status') or ''}\n";
 
 static void on_ping(redisReply *r, void *arg)
 {
@@ -260,8 +260,8 @@ void dispatcher_store_uncreate(dispatcher_store_t *s, const char *run_id)
 static int numeric_field(const char *k)
 {
 	return strcmp(k, "lease_until") == 0 || strcmp(k, "enqueued_at") == 0 ||
-	       strcmp(k, "started_at") == 0 || strcmp(k, "ended_at") == 0 ||
-	       strcmp(k, "out_seq_base") == 0;
+	        strcmp(k, "started_at") == 0 || strcmp(k, "ended_at") == 0 ||
+	        strcmp(k, "out_seq_base") == 0;
 }
 
 static void on_get(redisReply *r, void *arg)
@@ -392,7 +392,7 @@ static void flush_deferred(dispatcher_store_t *s)
 		deferred_t *q = s->deferred;
 
 		if (cancel_now(s, q->run_id, q->reason, q->must_exist, q->ttl_sec, NULL, NULL) < 0)
-			return;   /* down again: keep the rest for the next time */
+			return; /* down again: keep the rest for the next time */
 		rn_log_info(q->run_id, "cancel_written", "the %s cancel kept while Redis was down is written",
 		            q->reason);
 		s->deferred = q->next;

@@ -31,8 +31,8 @@ int dispatcher_store_ready(const dispatcher_store_t *s);
 
 /* Result codes of the calls below, passed to their callbacks. */
 enum {
-	DISPATCHER_STORE_ERROR = -1,  /* Redis unreachable or refused */
-	DISPATCHER_STORE_ABSENT = 0,  /* the run does not exist / already exists (create) */
+	DISPATCHER_STORE_ERROR = -1, /* Redis unreachable or refused */
+	DISPATCHER_STORE_ABSENT = 0, /* the run does not exist / already exists (create) */
 	DISPATCHER_STORE_OK = 1,
 };
 

@@ -28,60 +28,60 @@ typedef struct tail_conn tail_conn_t;
 typedef struct tail_run tail_run_t;
 
 struct dispatcher_tail_sub {
-	tail_run_t              *run;
-	dispatcher_sid_t         cursor;
-	int                      paused;
-	int                      dead;
+	tail_run_t *run;
+	dispatcher_sid_t cursor;
+	int paused;
+	int dead;
 	dispatcher_tail_entry_cb cb;
-	void                    *arg;
-	dispatcher_tail_sub_t   *next, *prev;
+	void *arg;
+	dispatcher_tail_sub_t *next, *prev;
 };
 
 struct tail_run {
-	char                   run_id[PROTO_RUN_ID_MAX + 1];
-	char                   key[PROTO_KEY_MAX];
-	tail_conn_t           *conn;
+	char run_id[PROTO_RUN_ID_MAX + 1];
+	char key[PROTO_KEY_MAX];
+	tail_conn_t *conn;
 	dispatcher_tail_sub_t *subs;
-	size_t                 nsubs;          /* not counting dead ones */
-	int                    inflight;
-	dispatcher_sid_t       inflight_from;
-	tail_run_t            *next, *prev;
+	size_t nsubs; /* not counting dead ones */
+	int inflight;
+	dispatcher_sid_t inflight_from;
+	tail_run_t *next, *prev;
 };
 
 struct tail_conn {
-	dispatcher_tail_t  *t;
-	int                 idx;
-	char                name[48];
+	dispatcher_tail_t *t;
+	int idx;
+	char name[48];
 	dispatcher_rconn_t *rc;
-	long long           client_id;
-	int                 have_id;
-	int                 reading;
-	int                 dirty;
-	int                 unblock_sent;
-	tail_run_t         *runs;
-	size_t              nruns;
-	tail_run_t        **inflight;
-	size_t              ninflight;
-	struct event       *ev_kick;
-	struct event       *ev_retry;
+	long long client_id;
+	int have_id;
+	int reading;
+	int dirty;
+	int unblock_sent;
+	tail_run_t *runs;
+	size_t nruns;
+	tail_run_t **inflight;
+	size_t ninflight;
+	struct event *ev_kick;
+	struct event *ev_retry;
 };
 
 struct dispatcher_tail {
-	struct event_base  *base;
-	char                prefix[PROTO_KEY_PREFIX_MAX + 1];
-	long                block_ms;
-	long                batch;
+	struct event_base *base;
+	char prefix[PROTO_KEY_PREFIX_MAX + 1];
+	long block_ms;
+	long batch;
 	dispatcher_store_t *store;
-	tail_conn_t        *conns;
-	int                 nconns;
-	int                 depth;     /* > 0 while delivering: detach defers frees */
-	size_t              nsubs;
-	rn_gauge_t         *g_callers;
-	rn_gauge_t         *g_runs;
-	rn_gauge_t         *g_conns;
-	rn_counter_t       *c_reads;
-	rn_counter_t       *c_entries;
-	rn_counter_t       *c_unblocks;
+	tail_conn_t *conns;
+	int nconns;
+	int depth; /* > 0 while delivering: detach defers frees */
+	size_t nsubs;
+	rn_gauge_t *g_callers;
+	rn_gauge_t *g_runs;
+	rn_gauge_t *g_conns;
+	rn_counter_t *c_reads;
+	rn_counter_t *c_entries;
+	rn_counter_t *c_unblocks;
 };
 
 int dispatcher_sid_parse(const char *s, dispatcher_sid_t *out)
@@ -186,7 +186,7 @@ static void arm(tail_conn_t *c)
 	dispatcher_tail_t *t = c->t;
 	const char **argv;
 	size_t *argvlen;
-	char (*ids)[48];
+	char(*ids)[48];
 	char count[24], block[24];
 	size_t n = 0, argc = 0;
 	tail_run_t *r;
@@ -338,7 +338,7 @@ static void deliver(tail_run_t *run, const redisReply *entries)
 				continue;
 			s->cursor = sids[i];
 			if (lines[i] == NULL)
-				continue;   /* an entry without a line: nothing to show */
+				continue; /* an entry without a line: nothing to show */
 			s->cb(s->arg, entries->element[i]->element[0]->str, lines[i]->str, lines[i]->len, term[i]);
 			if (term[i])
 				break;
@@ -389,7 +389,7 @@ static void on_xread(redisReply *r, void *arg)
 	}
 	c->ninflight = 0;
 	if (r == NULL)
-		return;   /* connection lost: re-armed when it is back */
+		return; /* connection lost: re-armed when it is back */
 	if (r->type == REDIS_REPLY_ERROR) {
 		/* Do not spin on a persistent error (e.g. a key of the wrong type). */
 		event_add(c->ev_retry, &(struct timeval){ 1, 0 });

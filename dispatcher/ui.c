@@ -19,7 +19,7 @@
  * still could not run.  The page renders agent text as text nodes anyway.
  */
 #define CSP_BASE "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " \
-                 "base-uri 'none'; form-action 'none'; frame-ancestors 'none'; connect-src 'self'"
+	         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'; connect-src 'self'"
 
 const dispatcher_ui_file_t *dispatcher_ui_find(const char *path)
 {

@@ -14,10 +14,10 @@
 
 /* One embedded file.  The table ends with an entry whose path is NULL. */
 typedef struct dispatcher_ui_file {
-	const char          *path;   /* "/ui/app.js" */
-	const char          *ctype;
+	const char *path; /* "/ui/app.js" */
+	const char *ctype;
 	const unsigned char *data;
-	size_t               len;
+	size_t len;
 } dispatcher_ui_file_t;
 
 extern const dispatcher_ui_file_t dispatcher_ui_files[];

@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 typedef struct rec {
 	uint64_t hash;
-	size_t   events;
+	size_t events;
 } rec_t;
 
 static int on_event(void *arg, const char *event, const char *d, size_t len)

@@ -23,11 +23,11 @@ static int same_str(const char *a, const char *b)
 static int same_job(const proto_job_t *a, const proto_job_t *b)
 {
 	return a->v == b->v && strcmp(a->run_id, b->run_id) == 0 &&
-	       same_str(a->agent_url, b->agent_url) && same_str(a->otp_setup, b->otp_setup) &&
-	       same_str(a->otp_run, b->otp_run) && same_str(a->otp_upload, b->otp_upload) &&
-	       same_str(a->prompt, b->prompt) && same_str(a->caller, b->caller) &&
-	       a->enqueued_at == b->enqueued_at && a->max_runtime_sec == b->max_runtime_sec &&
-	       ((a->meta == NULL && b->meta == NULL) || json_equal(a->meta, b->meta));
+	        same_str(a->agent_url, b->agent_url) && same_str(a->otp_setup, b->otp_setup) &&
+	        same_str(a->otp_run, b->otp_run) && same_str(a->otp_upload, b->otp_upload) &&
+	        same_str(a->prompt, b->prompt) && same_str(a->caller, b->caller) &&
+	        a->enqueued_at == b->enqueued_at && a->max_runtime_sec == b->max_runtime_sec &&
+	        ((a->meta == NULL && b->meta == NULL) || json_equal(a->meta, b->meta));
 }
 
 static void check_error(const char *err)

@@ -9,11 +9,11 @@
 
 #include <stddef.h>
 
-#define PROTO_CTL_MAX_BYTES   4096
-#define PROTO_CTL_REASON_MAX  128
-#define PROTO_CTL_ID_MAX      128   /* ask ids: [A-Za-z0-9_.:-] */
-#define PROTO_CTL_OPTION_MAX  128   /* option ids, same characters */
-#define PROTO_CTL_TEXT_MAX    3072  /* bytes of free text */
+#define PROTO_CTL_MAX_BYTES  4096
+#define PROTO_CTL_REASON_MAX 128
+#define PROTO_CTL_ID_MAX     128  /* ask ids: [A-Za-z0-9_.:-] */
+#define PROTO_CTL_OPTION_MAX 128  /* option ids, same characters */
+#define PROTO_CTL_TEXT_MAX   3072 /* bytes of free text */
 
 typedef enum {
 	PROTO_CTL_UNKNOWN = 0,

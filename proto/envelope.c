@@ -20,45 +20,45 @@
 
 #include <jansson.h>
 
-#define STEP_BUCKETS     1024              /* power of two */
-#define STEP_BYTES_MAX   (8 * 1024 * 1024) /* ids + names kept by the tracker */
-#define TYPE_ECHO_MAX    32                /* bytes of an unknown type quoted */
-#define TS_SUFFIX_MAX    32                /* ,"ts":<int64> */
-#define BUF_MIN          4096
+#define STEP_BUCKETS   1024              /* power of two */
+#define STEP_BYTES_MAX (8 * 1024 * 1024) /* ids + names kept by the tracker */
+#define TYPE_ECHO_MAX  32                /* bytes of an unknown type quoted */
+#define TS_SUFFIX_MAX  32                /* ,"ts":<int64> */
+#define BUF_MIN        4096
 
 typedef struct step {
-	struct step *older, *newer;  /* age list, oldest first */
-	struct step *hnext;          /* hash chain */
-	uint32_t     hash;
-	size_t       id_len, name_len;
-	char        *name;           /* points into data, after the id */
-	char         data[];         /* id NUL name NUL */
+	struct step *older, *newer; /* age list, oldest first */
+	struct step *hnext;         /* hash chain */
+	uint32_t hash;
+	size_t id_len, name_len;
+	char *name;  /* points into data, after the id */
+	char data[]; /* id NUL name NUL */
 } step_t;
 
 /* One ask, from its opening line to its settlement (kept a while after, so
  * a late reply is told "already settled" instead of "unknown"). */
 typedef struct ask {
-	struct ask *next;            /* opening order, oldest first */
-	int64_t     opened_ms;
-	int         open;
-	json_t     *options;         /* array of option id strings */
-	char       *kind;
-	char       *title;           /* NULL when absent */
-	char        id[];
+	struct ask *next; /* opening order, oldest first */
+	int64_t opened_ms;
+	int open;
+	json_t *options; /* array of option id strings */
+	char *kind;
+	char *title; /* NULL when absent */
+	char id[];
 } ask_t;
 
 struct proto_env {
-	int       allow_asks;
-	ask_t    *asks, *asks_tail;
-	size_t    nasks, nopen_asks;
-	size_t    line_max;
-	int       terminated;
-	uint64_t  dropped;
-	char     *buf;               /* out->text of the last call */
-	size_t    buf_cap;           /* capped at line_max + TS_SUFFIX_MAX + BUF_MIN */
-	step_t  **buckets;           /* allocated at the first running step */
-	step_t   *oldest, *newest;
-	size_t    nsteps, step_bytes;
+	int allow_asks;
+	ask_t *asks, *asks_tail;
+	size_t nasks, nopen_asks;
+	size_t line_max;
+	int terminated;
+	uint64_t dropped;
+	char *buf;        /* out->text of the last call */
+	size_t buf_cap;   /* capped at line_max + TS_SUFFIX_MAX + BUF_MIN */
+	step_t **buckets; /* allocated at the first running step */
+	step_t *oldest, *newest;
+	size_t nsteps, step_bytes;
 };
 
 proto_env_t *proto_env_new(size_t line_max)
@@ -121,16 +121,28 @@ void proto_env_free(proto_env_t *env)
 	free(env);
 }
 
-uint64_t proto_env_dropped(const proto_env_t *env) { return env->dropped; }
-int proto_env_terminated(const proto_env_t *env) { return env->terminated; }
-size_t proto_env_open_steps(const proto_env_t *env) { return env->nsteps; }
-void proto_env_set_terminated(proto_env_t *env) { env->terminated = 1; }
+uint64_t proto_env_dropped(const proto_env_t *env)
+{
+	return env->dropped;
+}
+int proto_env_terminated(const proto_env_t *env)
+{
+	return env->terminated;
+}
+size_t proto_env_open_steps(const proto_env_t *env)
+{
+	return env->nsteps;
+}
+void proto_env_set_terminated(proto_env_t *env)
+{
+	env->terminated = 1;
+}
 
 /* ---- step tracker ---- */
 
 static uint32_t hash_bytes(const char *s, size_t n)
 {
-	uint32_t h = 2166136261u;  /* FNV-1a */
+	uint32_t h = 2166136261u; /* FNV-1a */
 	size_t i;
 
 	for (i = 0; i < n; i++) {
@@ -162,7 +174,7 @@ static void step_open(proto_env_t *env, const char *id, size_t id_len,
 	step_t *s = step_find(env, id, id_len, h);
 
 	if (s != NULL)
-		return;  /* already open: keep its place and first name */
+		return; /* already open: keep its place and first name */
 	if (id_len + name_len > STEP_BYTES_MAX)
 		return;
 	if (env->buckets == NULL) {
@@ -170,8 +182,7 @@ static void step_open(proto_env_t *env, const char *id, size_t id_len,
 		if (env->buckets == NULL)
 			return;
 	}
-	while (env->oldest != NULL && (env->nsteps >= PROTO_ENV_STEPS_MAX ||
-	       env->step_bytes + id_len + name_len > STEP_BYTES_MAX))
+	while (env->oldest != NULL && (env->nsteps >= PROTO_ENV_STEPS_MAX || env->step_bytes + id_len + name_len > STEP_BYTES_MAX))
 		step_unlink(env, env->oldest);
 	s = malloc(sizeof *s + id_len + name_len + 2);
 	if (s == NULL)
@@ -301,13 +312,15 @@ static json_t *line_object(const char *type, const char *k1, const char *v1,
 char *proto_env_make_log(const char *level, const char *message, int64_t ts, size_t *lenp)
 {
 	return dump_alloc(line_object("log", "level", level != NULL ? level : "info",
-	                              message, ts), lenp);
+	                              message, ts),
+	                  lenp);
 }
 
 char *proto_env_make_error(const char *code, const char *message, int64_t ts, size_t *lenp)
 {
 	return dump_alloc(line_object("error", "code", code != NULL ? code : "internal",
-	                              message, ts), lenp);
+	                              message, ts),
+	                  lenp);
 }
 
 /* The replacement for an invalid line: a warn log quoting the reason and at
@@ -352,13 +365,14 @@ static void make_invalid(proto_env_t *env, const char *line, size_t len,
 	/* Out of memory: a fixed line still keeps the stream well-formed. */
 	n = (size_t)snprintf(env->buf, env->buf_cap,
 	                     "{\"type\":\"log\",\"level\":\"warn\",\"message\":"
-	                     "\"invalid agent output\",\"ts\":%lld}", (long long)now_ms);
+	                     "\"invalid agent output\",\"ts\":%lld}",
+	                     (long long)now_ms);
 	out->text = env->buf;
 	out->len = n;
 }
 
 static int reason(proto_env_line_t *out, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+        __attribute__((format(printf, 2, 3)));
 
 static int reason(proto_env_line_t *out, const char *fmt, ...)
 {
@@ -433,7 +447,8 @@ static int check_ask(proto_env_t *env, json_t *root, proto_env_line_t *out)
 	if (v != NULL || strcmp(json_string_value(kind), "permission") == 0) {
 		if (!json_is_array(v) || json_array_size(v) == 0)
 			return reason(out, "ask: options must be a non-empty array");
-		json_array_foreach(v, i, opt) {
+		json_array_foreach(v, i, opt)
+		{
 			json_t *oid = json_object_get(opt, "id");
 			if (!json_is_string(oid) || !proto_ctl_id_ok(json_string_value(oid)) ||
 			    !json_is_string(json_object_get(opt, "label")))
@@ -468,7 +483,7 @@ static void track_ask(proto_env_t *env, json_t *root, int64_t now_ms)
 	a->title = title != NULL ? strdup(title) : NULL;
 	a->options = json_array();
 	json_array_foreach(opts, i, opt)
-		json_array_append(a->options, json_object_get(opt, "id"));
+	        json_array_append(a->options, json_object_get(opt, "id"));
 	if (a->kind == NULL || a->options == NULL || (title != NULL && a->title == NULL)) {
 		ask_free(a);
 		return;
@@ -726,8 +741,14 @@ size_t proto_env_close_steps(proto_env_t *env, int64_t now_ms, const char *why,
 
 /* ---- asks ---- */
 
-void proto_env_allow_asks(proto_env_t *env, int allow) { env->allow_asks = allow != 0; }
-size_t proto_env_open_asks(const proto_env_t *env) { return env->nopen_asks; }
+void proto_env_allow_asks(proto_env_t *env, int allow)
+{
+	env->allow_asks = allow != 0;
+}
+size_t proto_env_open_asks(const proto_env_t *env)
+{
+	return env->nopen_asks;
+}
 
 const char *proto_env_oldest_ask(const proto_env_t *env, int64_t *opened_ms)
 {
@@ -784,9 +805,8 @@ proto_ask_rc_t proto_env_settle_ask(proto_env_t *env, const char *id, const char
 	if (!a->open)
 		return PROTO_ASK_CLOSED;
 	if (option != NULL) {
-		json_array_foreach(a->options, i, v)
-			if (strcmp(json_string_value(v), option) == 0)
-				found = 1;
+		json_array_foreach(a->options, i, v) if (strcmp(json_string_value(v), option) == 0)
+		        found = 1;
 		if (!found)
 			return PROTO_ASK_BAD_OPTION;
 	}

@@ -13,24 +13,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PROTO_ENV_LINE_MAX_DEFAULT  (1024 * 1024)  /* SPEC: over 1 MiB is invalid */
-#define PROTO_ENV_ECHO_MAX          64             /* bytes of bad input quoted back */
-#define PROTO_ENV_STEPS_MAX         4096           /* open steps tracked per run */
-#define PROTO_ENV_REASON_MAX        96
-#define PROTO_ENV_ASKS_MAX          256            /* open asks per run */
-#define PROTO_ENV_ASKS_KEPT         1024           /* asks remembered (open + settled) */
+#define PROTO_ENV_LINE_MAX_DEFAULT (1024 * 1024) /* SPEC: over 1 MiB is invalid */
+#define PROTO_ENV_ECHO_MAX         64            /* bytes of bad input quoted back */
+#define PROTO_ENV_STEPS_MAX        4096          /* open steps tracked per run */
+#define PROTO_ENV_REASON_MAX       96
+#define PROTO_ENV_ASKS_MAX         256  /* open asks per run */
+#define PROTO_ENV_ASKS_KEPT        1024 /* asks remembered (open + settled) */
 
 /* Error codes the runner itself writes (SPEC §4). */
-#define PROTO_ERR_CANCELLED         "cancelled"
-#define PROTO_ERR_RUNTIME_CAP       "runtime_cap"
-#define PROTO_ERR_WORKER_LOST       "worker_lost"
-#define PROTO_ERR_WORKER_SHUTDOWN   "worker_shutdown"
-#define PROTO_ERR_BOOTSTRAP_FAILED  "bootstrap_failed"
-#define PROTO_ERR_BAG_REJECTED      "bag_rejected"
-#define PROTO_ERR_AGENT_EXIT        "agent_exit"
-#define PROTO_ERR_WRITEBACK_FAILED  "writeback_failed"
-#define PROTO_ERR_INTERNAL          "internal"
-#define PROTO_ERR_RESOURCE_LIMIT    "resource_limit"
+#define PROTO_ERR_CANCELLED        "cancelled"
+#define PROTO_ERR_RUNTIME_CAP      "runtime_cap"
+#define PROTO_ERR_WORKER_LOST      "worker_lost"
+#define PROTO_ERR_WORKER_SHUTDOWN  "worker_shutdown"
+#define PROTO_ERR_BOOTSTRAP_FAILED "bootstrap_failed"
+#define PROTO_ERR_BAG_REJECTED     "bag_rejected"
+#define PROTO_ERR_AGENT_EXIT       "agent_exit"
+#define PROTO_ERR_WRITEBACK_FAILED "writeback_failed"
+#define PROTO_ERR_INTERNAL         "internal"
+#define PROTO_ERR_RESOURCE_LIMIT   "resource_limit"
 
 typedef enum {
 	PROTO_ENV_LOG = 1,
@@ -42,26 +42,26 @@ typedef enum {
 
 /* Outcome of proto_env_settle_ask(). */
 typedef enum {
-	PROTO_ASK_SETTLED = 0,   /* *line holds the settlement line */
-	PROTO_ASK_UNKNOWN,       /* no ask with that id was opened */
-	PROTO_ASK_CLOSED,        /* the ask is already settled */
-	PROTO_ASK_BAD_OPTION,    /* the option is not one of the ask's options */
+	PROTO_ASK_SETTLED = 0, /* *line holds the settlement line */
+	PROTO_ASK_UNKNOWN,     /* no ask with that id was opened */
+	PROTO_ASK_CLOSED,      /* the ask is already settled */
+	PROTO_ASK_BAD_OPTION,  /* the option is not one of the ask's options */
 	PROTO_ASK_NOMEM,
 } proto_ask_rc_t;
 
 typedef enum {
-	PROTO_ENV_PUBLISH = 0,  /* publish out->text */
-	PROTO_ENV_DROP,         /* after the terminal line: drop it (counted) */
+	PROTO_ENV_PUBLISH = 0, /* publish out->text */
+	PROTO_ENV_DROP,        /* after the terminal line: drop it (counted) */
 } proto_env_action_t;
 
 typedef struct proto_env_line {
 	proto_env_action_t action;
-	proto_env_type_t   type;      /* type of the line to publish */
-	int                valid;     /* 0: out->text is the log/warn replacement */
-	int                terminal;  /* 1 for a valid result or error line */
-	const char        *text;      /* line to publish, no newline; valid until the next call */
-	size_t             len;
-	char               reason[PROTO_ENV_REASON_MAX]; /* why invalid, "" when valid */
+	proto_env_type_t type; /* type of the line to publish */
+	int valid;             /* 0: out->text is the log/warn replacement */
+	int terminal;          /* 1 for a valid result or error line */
+	const char *text;      /* line to publish, no newline; valid until the next call */
+	size_t len;
+	char reason[PROTO_ENV_REASON_MAX]; /* why invalid, "" when valid */
 } proto_env_line_t;
 
 typedef struct proto_env proto_env_t;

@@ -38,7 +38,7 @@ int proto_sodium_init(void)
 }
 
 static void seterr(char *errstr, size_t size, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+        __attribute__((format(printf, 3, 4)));
 
 static void seterr(char *errstr, size_t size, const char *fmt, ...)
 {
@@ -306,8 +306,7 @@ int proto_job_validate(const proto_job_t *job, char *errstr, size_t errstr_size)
 
 int proto_permission_mode_ok(const char *s)
 {
-	return s != NULL && (strcmp(s, "bypass") == 0 || strcmp(s, "ask") == 0 ||
-	                     strcmp(s, "deny") == 0);
+	return s != NULL && (strcmp(s, "bypass") == 0 || strcmp(s, "ask") == 0 || strcmp(s, "deny") == 0);
 }
 
 /* ---- parsing ---- */
@@ -390,14 +389,14 @@ static int open_seal(json_t *sealed, const char *run_id, const uint8_t *key,
 		seterr(errstr, size, SEAL_FAILED);
 		goto out;
 	}
-	plain = malloc(bin_len);  /* at least TAG_BYTES more than needed */
+	plain = malloc(bin_len); /* at least TAG_BYTES more than needed */
 	if (plain == NULL) {
 		seterr(errstr, size, "sealed: out of memory");
 		goto out;
 	}
 	if (crypto_aead_xchacha20poly1305_ietf_decrypt(
-	        plain, &plain_len, NULL, bin + NONCE_BYTES, bin_len - NONCE_BYTES,
-	        (const unsigned char *)run_id, strlen(run_id), bin, key) != 0) {
+	            plain, &plain_len, NULL, bin + NONCE_BYTES, bin_len - NONCE_BYTES,
+	            (const unsigned char *)run_id, strlen(run_id), bin, key) != 0) {
 		seterr(errstr, size, SEAL_FAILED);
 		goto out;
 	}
@@ -547,9 +546,7 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 			return -1;
 		}
 		if (strlen(s) != json_string_length(v) || json_string_length(v) > PROTO_TENANT_MAX) {
-			seterr(errstr, size, json_string_length(v) > PROTO_TENANT_MAX
-			       ? "tenant: longer than 64 characters"
-			       : "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)");
+			seterr(errstr, size, json_string_length(v) > PROTO_TENANT_MAX ? "tenant: longer than 64 characters" : "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)");
 			return -1;
 		}
 		if (check_tenant(s, errstr, size) != 0)
@@ -685,8 +682,8 @@ static char *seal(const proto_job_t *job, const uint8_t *key)
 		goto out;
 	randombytes_buf(box, NONCE_BYTES);
 	crypto_aead_xchacha20poly1305_ietf_encrypt(
-	    box + NONCE_BYTES, &clen, (const unsigned char *)plain, plain_len,
-	    (const unsigned char *)job->run_id, strlen(job->run_id), NULL, box, key);
+	        box + NONCE_BYTES, &clen, (const unsigned char *)plain, plain_len,
+	        (const unsigned char *)job->run_id, strlen(job->run_id), NULL, box, key);
 	b64_size = sodium_base64_ENCODED_LEN(box_len, sodium_base64_VARIANT_ORIGINAL);
 	b64 = malloc(b64_size);
 	if (b64 != NULL)

@@ -26,32 +26,32 @@
 #include <stdint.h>
 #include <jansson.h>
 
-#define PROTO_JOB_VERSION        1
-#define PROTO_RUN_ID_MAX         64          /* [A-Za-z0-9_-]{1,64} */
-#define PROTO_JOB_KEY_BYTES      32
-#define PROTO_JOB_MAX_BYTES      (900 * 1024) /* under Kafka's 1 MB default */
-#define PROTO_JOB_PROMPT_MAX     (512 * 1024)
-#define PROTO_JOB_URL_MAX        2048
-#define PROTO_JOB_OTP_MAX        1024
-#define PROTO_JOB_CALLER_MAX     128
-#define PROTO_TENANT_MAX         64          /* [A-Za-z0-9_.-]{1,64} */
-#define PROTO_TENANT_DEFAULT     "default"
+#define PROTO_JOB_VERSION    1
+#define PROTO_RUN_ID_MAX     64 /* [A-Za-z0-9_-]{1,64} */
+#define PROTO_JOB_KEY_BYTES  32
+#define PROTO_JOB_MAX_BYTES  (900 * 1024) /* under Kafka's 1 MB default */
+#define PROTO_JOB_PROMPT_MAX (512 * 1024)
+#define PROTO_JOB_URL_MAX    2048
+#define PROTO_JOB_OTP_MAX    1024
+#define PROTO_JOB_CALLER_MAX 128
+#define PROTO_TENANT_MAX     64 /* [A-Za-z0-9_.-]{1,64} */
+#define PROTO_TENANT_DEFAULT "default"
 
 typedef struct proto_job {
-	int      v;                              /* always PROTO_JOB_VERSION */
-	char     run_id[PROTO_RUN_ID_MAX + 1];
-	char    *agent_url;                      /* http:// or https:// */
-	char    *otp_setup;                      /* secret */
-	char    *otp_run;                        /* secret */
-	char    *otp_upload;                     /* secret; NULL = no writeback */
-	char    *prompt;                         /* secret-ish: never logged */
-	char    *caller;                         /* NULL when absent */
-	char     tenant[PROTO_TENANT_MAX + 1];   /* whose run (fair shares); "" = default */
-	int64_t  enqueued_at;                    /* ms since epoch; 0 when absent */
-	int64_t  max_runtime_sec;                /* 0 when absent */
-	json_t  *meta;                           /* object or NULL; owned reference */
+	int v; /* always PROTO_JOB_VERSION */
+	char run_id[PROTO_RUN_ID_MAX + 1];
+	char *agent_url;                   /* http:// or https:// */
+	char *otp_setup;                   /* secret */
+	char *otp_run;                     /* secret */
+	char *otp_upload;                  /* secret; NULL = no writeback */
+	char *prompt;                      /* secret-ish: never logged */
+	char *caller;                      /* NULL when absent */
+	char tenant[PROTO_TENANT_MAX + 1]; /* whose run (fair shares); "" = default */
+	int64_t enqueued_at;               /* ms since epoch; 0 when absent */
+	int64_t max_runtime_sec;           /* 0 when absent */
+	json_t *meta;                      /* object or NULL; owned reference */
 	/* permission_mode (SPEC §5): "bypass", "ask", "deny"; "" when absent */
-	char     permission_mode[8];
+	char permission_mode[8];
 } proto_job_t;
 
 /* 1 when s is a permission mode: bypass, ask or deny. */

@@ -30,10 +30,10 @@ int proto_key(char *buf, size_t size, const char *prefix,
 	if (!proto_key_prefix_valid(prefix) || !proto_run_id_valid(run_id))
 		return -1;
 	switch (kind) {
-	case PROTO_KEY_OUT:   suffix = "out";   break;
-	case PROTO_KEY_CTL:   suffix = "ctl";   break;
+	case PROTO_KEY_OUT: suffix = "out"; break;
+	case PROTO_KEY_CTL: suffix = "ctl"; break;
 	case PROTO_KEY_STATE: suffix = "state"; break;
-	default:              return -1;
+	default: return -1;
 	}
 	n = snprintf(buf, size, "%s:{%s}:%s", prefix, run_id, suffix);
 	if (n < 0 || (size_t)n >= size)

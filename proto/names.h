@@ -9,9 +9,9 @@
 
 #include <stddef.h>
 
-#define PROTO_ENV_NAME_MAX   256  /* [A-Za-z_][A-Za-z0-9_]{0,255} */
-#define PROTO_SKILL_NAME_MAX 128  /* [A-Za-z0-9_.-]{1,128}, not "." or ".." */
-#define PROTO_MCP_NAME_MAX   32   /* [A-Za-z0-9_-]{1,32} */
+#define PROTO_ENV_NAME_MAX   256 /* [A-Za-z_][A-Za-z0-9_]{0,255} */
+#define PROTO_SKILL_NAME_MAX 128 /* [A-Za-z0-9_.-]{1,128}, not "." or ".." */
+#define PROTO_MCP_NAME_MAX   32  /* [A-Za-z0-9_-]{1,32} */
 
 /* The rule under every check here: 1 when s is 1..max ASCII letters,
  * digits and characters of extra; 0 otherwise (NULL included). */

@@ -15,7 +15,7 @@ size_t proto_utf8_char(const unsigned char *s, size_t n)
 	if (c < 0x80)
 		return 1;
 	if (c < 0xC2 || c > 0xF4)
-		return 0;  /* continuation byte, overlong lead, or beyond U+10FFFF */
+		return 0; /* continuation byte, overlong lead, or beyond U+10FFFF */
 	if (c < 0xE0) {
 		if (n < 2 || (s[1] & 0xC0) != 0x80)
 			return 0;
@@ -25,18 +25,18 @@ size_t proto_utf8_char(const unsigned char *s, size_t n)
 		if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80)
 			return 0;
 		if (c == 0xE0 && s[1] < 0xA0)
-			return 0;  /* overlong */
+			return 0; /* overlong */
 		if (c == 0xED && s[1] >= 0xA0)
-			return 0;  /* UTF-16 surrogate */
+			return 0; /* UTF-16 surrogate */
 		return 3;
 	}
 	if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 ||
 	    (s[3] & 0xC0) != 0x80)
 		return 0;
 	if (c == 0xF0 && s[1] < 0x90)
-		return 0;  /* overlong */
+		return 0; /* overlong */
 	if (c == 0xF4 && s[1] >= 0x90)
-		return 0;  /* above U+10FFFF */
+		return 0; /* above U+10FFFF */
 	return 4;
 }
 

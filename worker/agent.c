@@ -94,7 +94,8 @@ char *worker_agent_turn_line(const worker_agent_ctx_t *ctx, size_t *lenp)
 	json_t *skills = json_array();
 	size_t i;
 	json_t *s;
-	json_array_foreach(boot->skills, i, s) {
+	json_array_foreach(boot->skills, i, s)
+	{
 		/* The signed zip_url stays outside the sandbox. */
 		json_t *c = json_is_object(s) ? json_deep_copy(s) : NULL;
 		if (!c)

@@ -39,9 +39,9 @@
 #define WORKER_AGENT_BIN_DIR RN_SANDBOX_BIN_DIR
 
 /* Permission modes (SPEC §5): what an agent does when a tool needs approval. */
-#define WORKER_PERM_BYPASS "bypass"   /* approve: the sandbox is the boundary */
-#define WORKER_PERM_ASK    "ask"      /* emit an ask line, wait for a reply */
-#define WORKER_PERM_DENY   "deny"     /* refuse */
+#define WORKER_PERM_BYPASS "bypass" /* approve: the sandbox is the boundary */
+#define WORKER_PERM_ASK    "ask"    /* emit an ask line, wait for a reply */
+#define WORKER_PERM_DENY   "deny"   /* refuse */
 
 /* Option ids of the asks runnel's own agents emit (labels Allow, Reject). */
 #define WORKER_ASK_ALLOW_ONCE  "allow_once"
@@ -53,11 +53,11 @@ typedef struct worker_agent_launch {
 	rn_strv_t ro_binds;  /* extra read-only binds "host:sandbox" */
 	rn_strv_t env;       /* extra NAME=value, applied after the /env variables
 	                          * (RUNNEL_RUN_ID and the workspace API stay runnel's) */
-	int share_net;           /* 1: the sandbox shares the host network; starts as
+	int share_net;       /* 1: the sandbox shares the host network; starts as
 	                          * the worker's --sandbox-net default */
-	int private_home;        /* 1: HOME is a private writable directory of the run
+	int private_home;    /* 1: HOME is a private writable directory of the run
 	                          * (under bwrap the /root tmpfs already is) */
-	int stop_after_turn;     /* 1: the agent does not exit after its terminal line
+	int stop_after_turn; /* 1: the agent does not exit after its terminal line
 	                          * (an ACP agent waits for the next prompt): stop it
 	                          * at once instead of after the grace period */
 } worker_agent_launch_t;
@@ -67,12 +67,12 @@ void worker_agent_launch_free(worker_agent_launch_t *l);
 /* What an adapter sees of the run (borrowed; valid for the whole run). */
 typedef struct worker_agent_ctx {
 	const worker_config_t *cfg;
-	const char            *run_id;
-	const proto_job_t     *job;            /* prompt: secret, never log it */
-	const worker_boot_t   *boot;           /* /env and /config answers */
-	const json_t          *agent;          /* the config's `agent` object (may be NULL) */
-	const char            *permission_mode;/* resolved: WORKER_PERM_* */
-	int64_t                ask_timeout_sec;/* open asks expire after this */
+	const char *run_id;
+	const proto_job_t *job;      /* prompt: secret, never log it */
+	const worker_boot_t *boot;   /* /env and /config answers */
+	const json_t *agent;         /* the config's `agent` object (may be NULL) */
+	const char *permission_mode; /* resolved: WORKER_PERM_* */
+	int64_t ask_timeout_sec;     /* open asks expire after this */
 } worker_agent_ctx_t;
 
 /* The loop's side, handed to every callback after prepare. */
@@ -82,7 +82,7 @@ typedef struct worker_agent_io {
 	void (*emit)(void *loop, const char *line, size_t len);
 	/* Bytes for the agent's stdin, sent without blocking in order.
 	 * 0, or -1 (out of memory or stdin closed). */
-	int  (*write)(void *loop, const char *buf, size_t len);
+	int (*write)(void *loop, const char *buf, size_t len);
 	void *loop;
 } worker_agent_io_t;
 
@@ -90,10 +90,10 @@ typedef struct worker_agent_io {
  * reject is set; expired implies reject). */
 typedef struct worker_agent_reply {
 	const char *ask_id;
-	const char *option;   /* NULL unless an option was chosen */
-	const char *text;     /* NULL unless free text was given */
-	int         reject;
-	int         expired;  /* the ask timed out (also reject) */
+	const char *option; /* NULL unless an option was chosen */
+	const char *text;   /* NULL unless free text was given */
+	int reject;
+	int expired; /* the ask timed out (also reject) */
 } worker_agent_reply_t;
 
 typedef struct worker_agent_ops {
@@ -101,11 +101,11 @@ typedef struct worker_agent_ops {
 	/* Fills the launch and creates per-run state (*state may stay NULL).
 	 * 0, or -1 with errstr in words for the bootstrap_failed message
 	 * (never a secret). */
-	int  (*prepare)(const worker_agent_ctx_t *ctx, worker_agent_launch_t *launch,
-	                void **state, char *errstr, size_t errstr_size);
+	int (*prepare)(const worker_agent_ctx_t *ctx, worker_agent_launch_t *launch,
+	               void **state, char *errstr, size_t errstr_size);
 	/* The sandbox runs: write the first stdin bytes (the turn line for
 	 * envelope-native kinds).  0, or -1 (the run ends internal). */
-	int  (*start)(void *state, const worker_agent_ctx_t *ctx, const worker_agent_io_t *io);
+	int (*start)(void *state, const worker_agent_ctx_t *ctx, const worker_agent_io_t *io);
 	/* One stdout line (no newline; may be cut at the line cap). */
 	void (*on_line)(void *state, const char *line, size_t len, const worker_agent_io_t *io);
 	/* A reply to an ask this adapter emitted; its settlement is published. */
@@ -147,9 +147,9 @@ const char *worker_agent_permission_mode(const worker_boot_t *boot, const proto_
  * worker/core.cmake adds worker/agent_acp.c and worker/agent_builtin.c to
  * the build with RUNNEL_HAVE_AGENT_ACP / RUNNEL_HAVE_AGENT_BUILTIN, so
  * adding an adapter file needs no edit of agent.c or the CMake files. */
-extern const worker_agent_ops_t worker_agent_command;  /* worker/agent_command.c */
-extern const worker_agent_ops_t worker_agent_mock;     /* worker/agent_mock.c */
-extern const worker_agent_ops_t worker_agent_acp;      /* worker/agent_acp.c */
-extern const worker_agent_ops_t worker_agent_builtin;  /* worker/agent_builtin.c */
+extern const worker_agent_ops_t worker_agent_command; /* worker/agent_command.c */
+extern const worker_agent_ops_t worker_agent_mock;    /* worker/agent_mock.c */
+extern const worker_agent_ops_t worker_agent_acp;     /* worker/agent_acp.c */
+extern const worker_agent_ops_t worker_agent_builtin; /* worker/agent_builtin.c */
 
 #endif

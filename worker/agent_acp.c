@@ -40,50 +40,50 @@ enum {
 };
 
 typedef enum {
-	PH_INIT = 0,      /* initialize sent */
-	PH_NEW,           /* session/new sent */
-	PH_SETUP,         /* set_mode / set_model sent */
-	PH_PROMPT,        /* the turn runs */
-	PH_DONE,          /* terminal line emitted, or the turn was cancelled */
+	PH_INIT = 0, /* initialize sent */
+	PH_NEW,      /* session/new sent */
+	PH_SETUP,    /* set_mode / set_model sent */
+	PH_PROMPT,   /* the turn runs */
+	PH_DONE,     /* terminal line emitted, or the turn was cancelled */
 } phase_t;
 
 typedef struct step {
-	char    *id;
-	char    *name;       /* from _meta.claudeCode.toolName, else title, else kind */
-	char    *title;
-	json_t  *args;       /* rawInput (owned) */
-	int64_t  t0;         /* monotonic ms when runnel first heard of it */
-	int      running;    /* the running line was emitted */
-	int      done;
+	char *id;
+	char *name; /* from _meta.claudeCode.toolName, else title, else kind */
+	char *title;
+	json_t *args; /* rawInput (owned) */
+	int64_t t0;   /* monotonic ms when runnel first heard of it */
+	int running;  /* the running line was emitted */
+	int done;
 } step_t;
 
 typedef struct ask {
-	char     id[24];      /* "ask_N" */
-	json_t  *rpc_id;      /* the agent's request id (owned) */
-	json_t  *options;     /* the request's options (owned) */
+	char id[24];     /* "ask_N" */
+	json_t *rpc_id;  /* the agent's request id (owned) */
+	json_t *options; /* the request's options (owned) */
 } ask_t;
 
 struct worker_acp {
 	worker_acp_opts_t o;
-	phase_t   phase;
-	char     *session_id;
-	json_t   *modes;          /* session/new result.modes (owned) or NULL */
-	int       cancelled;
-	int       fs;             /* fs requests served */
-	char     *text;           /* the agent's message, accumulated */
-	size_t    text_len;
-	int       text_cut;
-	int       text_break;     /* a tool ran since the last text: start a paragraph */
-	char     *thought;
-	size_t    thought_len;
-	json_t   *usage;          /* last usage_update or prompt usage (owned) */
-	step_t    steps[ACP_STEPS_MAX];
-	size_t    nsteps;
-	ask_t     asks[ACP_ASKS_MAX];
-	size_t    nasks;
-	unsigned  ask_seq;
-	char     *secrets[ACP_SECRETS_MAX];
-	size_t    nsecrets;
+	phase_t phase;
+	char *session_id;
+	json_t *modes; /* session/new result.modes (owned) or NULL */
+	int cancelled;
+	int fs;     /* fs requests served */
+	char *text; /* the agent's message, accumulated */
+	size_t text_len;
+	int text_cut;
+	int text_break; /* a tool ran since the last text: start a paragraph */
+	char *thought;
+	size_t thought_len;
+	json_t *usage; /* last usage_update or prompt usage (owned) */
+	step_t steps[ACP_STEPS_MAX];
+	size_t nsteps;
+	ask_t asks[ACP_ASKS_MAX];
+	size_t nasks;
+	unsigned ask_seq;
+	char *secrets[ACP_SECRETS_MAX];
+	size_t nsecrets;
 };
 
 /* ------------------------------------------------------------------------
@@ -191,8 +191,7 @@ static int send_obj(worker_acp_t *s, const worker_agent_io_t *io, json_t *msg, i
 static int send_request(worker_acp_t *s, const worker_agent_io_t *io, int id, const char *method,
                         json_t *params, int wipe)
 {
-	return send_obj(s, io, json_pack("{s:s,s:i,s:s,s:o}", "jsonrpc", "2.0", "id", id,
-	                                 "method", method, "params", params), wipe);
+	return send_obj(s, io, json_pack("{s:s,s:i,s:s,s:o}", "jsonrpc", "2.0", "id", id, "method", method, "params", params), wipe);
 }
 
 static void send_result(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, json_t *result)
@@ -203,8 +202,7 @@ static void send_result(worker_acp_t *s, const worker_agent_io_t *io, json_t *rp
 static void send_error(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, int code,
                        const char *message)
 {
-	send_obj(s, io, json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", rpc_id,
-	                          "error", "code", code, "message", message), 0);
+	send_obj(s, io, json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", rpc_id, "error", "code", code, "message", message), 0);
 }
 
 /* The text of an ACP content list ([{type:"content",content:{type:"text",text}}])
@@ -218,7 +216,8 @@ static char *content_text(const json_t *v)
 	size_t i, len = 0;
 	json_t *c;
 	char *out = NULL;
-	json_array_foreach(v, i, c) {
+	json_array_foreach(v, i, c)
+	{
 		const json_t *inner = json_object_get(c, "content");
 		const char *t = json_string_value(json_object_get(inner ? inner : c, "text"));
 		if (!t)
@@ -311,7 +310,7 @@ static void set_str(char **dst, const char *v)
 static void step_merge(step_t *st, const json_t *u)
 {
 	const char *tool_name = json_string_value(json_object_get(
-		json_object_get(json_object_get(u, "_meta"), "claudeCode"), "toolName"));
+	        json_object_get(json_object_get(u, "_meta"), "claudeCode"), "toolName"));
 	const char *title = json_string_value(json_object_get(u, "title"));
 	const char *kind = json_string_value(json_object_get(u, "kind"));
 	set_str(&st->title, title);
@@ -344,7 +343,7 @@ static json_t *capped(json_t *v)
 	json_decref(v);
 	size_t n = WORKER_ACP_RESULT_MAX;
 	while (n && ((unsigned char)d[n] & 0xC0) == 0x80)
-		n--;   /* d[n] is now the first byte of the character that is cut off */
+		n--; /* d[n] is now the first byte of the character that is cut off */
 	json_t *cut = json_stringn(d, n);
 	free(d);
 	return cut ? cut : json_string("(too large to show)");
@@ -355,9 +354,7 @@ static void step_running(worker_acp_t *s, const worker_agent_io_t *io, step_t *s
 	if (st->running || st->done)
 		return;
 	st->running = 1;
-	emit_obj(s, io, json_pack("{s:s,s:s,s:s,s:s,s:o}", "type", "step", "id", st->id,
-	                          "name", st->name ? st->name : "tool", "status", "running",
-	                          "args", st->args ? capped(json_incref(st->args)) : json_object()));
+	emit_obj(s, io, json_pack("{s:s,s:s,s:s,s:s,s:o}", "type", "step", "id", st->id, "name", st->name ? st->name : "tool", "status", "running", "args", st->args ? capped(json_incref(st->args)) : json_object()));
 }
 
 /* The step's result as published: rawOutput, else the content's text,
@@ -398,8 +395,7 @@ static void step_finish(worker_acp_t *s, const worker_agent_io_t *io, step_t *st
 	                         "durationMs", (json_int_t)(rn_mono_ms() - st->t0));
 	if (line && failed) {
 		if (!why[0]) {
-			char *t = json_is_string(result) ? strdup(json_string_value(result)) :
-			          content_text(json_object_get(u, "content"));
+			char *t = json_is_string(result) ? strdup(json_string_value(result)) : content_text(json_object_get(u, "content"));
 			snprintf(why, sizeof(why), "%s", t && *t ? t : "the tool failed");
 			free(t);
 		}
@@ -419,9 +415,7 @@ static void steps_close(worker_acp_t *s, const worker_agent_io_t *io, const char
 		st->done = 1;
 		if (!st->running)
 			continue;
-		emit_obj(s, io, json_pack("{s:s,s:s,s:s,s:s,s:s,s:I}", "type", "step", "id", st->id,
-		                          "name", st->name ? st->name : "tool", "status", "failed",
-		                          "error", why, "durationMs", (json_int_t)(rn_mono_ms() - st->t0)));
+		emit_obj(s, io, json_pack("{s:s,s:s,s:s,s:s,s:s,s:I}", "type", "step", "id", st->id, "name", st->name ? st->name : "tool", "status", "failed", "error", why, "durationMs", (json_int_t)(rn_mono_ms() - st->t0)));
 	}
 }
 
@@ -495,7 +489,8 @@ static json_t *mcp_to_acp(const json_t *servers)
 	json_t *out = json_array();
 	size_t i;
 	json_t *sv;
-	json_array_foreach(servers, i, sv) {
+	json_array_foreach(servers, i, sv)
+	{
 		const char *name = json_string_value(json_object_get(sv, "name"));
 		const char *cmd = json_string_value(json_object_get(sv, "command"));
 		const char *url = json_string_value(json_object_get(sv, "url"));
@@ -506,7 +501,8 @@ static json_t *mcp_to_acp(const json_t *servers)
 		json_t *pairs = json_array();
 		const char *k;
 		json_t *v;
-		json_object_foreach(json_object_get(sv, cmd ? "env" : "headers"), k, v) {
+		json_object_foreach(json_object_get(sv, cmd ? "env" : "headers"), k, v)
+		{
 			if (json_is_string(v))
 				json_array_append_new(pairs, json_pack("{s:s,s:O}", "name", k, "value", v));
 		}
@@ -542,9 +538,7 @@ static int mode_offered(const worker_acp_t *s, const char *id)
 {
 	size_t i;
 	json_t *m;
-	json_array_foreach(json_object_get(s->modes, "availableModes"), i, m)
-		if (json_is_string(json_object_get(m, "id")) && !strcmp(json_string_value(json_object_get(m, "id")), id))
-			return 1;
+	json_array_foreach(json_object_get(s->modes, "availableModes"), i, m) if (json_is_string(json_object_get(m, "id")) && !strcmp(json_string_value(json_object_get(m, "id")), id)) return 1;
 	return 0;
 }
 
@@ -574,7 +568,8 @@ static int send_prompt(worker_acp_t *s, const worker_agent_io_t *io)
 		size_t i;
 		json_t *h;
 		json_t *lines = json_array();
-		json_array_foreach(s->o.history, i, h) {
+		json_array_foreach(s->o.history, i, h)
+		{
 			const char *role = json_string_value(json_object_get(h, "role"));
 			const char *content = json_string_value(json_object_get(h, "content"));
 			if (role && content)
@@ -594,8 +589,7 @@ static int send_prompt(worker_acp_t *s, const worker_agent_io_t *io)
 			free(hist);
 		}
 	}
-	json_array_append_new(blocks, json_pack("{s:s,s:s}", "type", "text", "text",
-	                                        s->o.prompt ? s->o.prompt : ""));
+	json_array_append_new(blocks, json_pack("{s:s,s:s}", "type", "text", "text", s->o.prompt ? s->o.prompt : ""));
 	s->phase = PH_PROMPT;
 	return send_request(s, io, ID_PROMPT, "session/prompt",
 	                    json_pack("{s:s,s:o}", "sessionId", s->session_id, "prompt", blocks), 1);
@@ -633,7 +627,8 @@ static const char *rpc_error_text(const json_t *err, char *buf, size_t size)
 	if (m && dm && strcmp(m, dm))
 		snprintf(buf, size, "%s: %s", m, dm);
 	else
-		snprintf(buf, size, "%s", dm ? dm : m ? m : "unknown error");
+		snprintf(buf, size, "%s", dm ? dm : m ? m
+		                                      : "unknown error");
 	return buf;
 }
 
@@ -792,7 +787,8 @@ static void on_update(worker_acp_t *s, const worker_agent_io_t *io, const json_t
 		size_t off = 0, i;
 		json_t *e;
 		buf[0] = '\0';
-		json_array_foreach(json_object_get(u, "entries"), i, e) {
+		json_array_foreach(json_object_get(u, "entries"), i, e)
+		{
 			int n = snprintf(buf + off, sizeof(buf) - off, "%s[%s] %s", i ? "; " : "",
 			                 json_string_value(json_object_get(e, "status")) ?: "?",
 			                 json_string_value(json_object_get(e, "content")) ?: "");
@@ -815,7 +811,8 @@ static const char *option_of_kind(const json_t *options, const char *kind)
 {
 	size_t i;
 	json_t *o;
-	json_array_foreach(options, i, o) {
+	json_array_foreach(options, i, o)
+	{
 		const char *k = json_string_value(json_object_get(o, "kind"));
 		const char *id = json_string_value(json_object_get(o, "optionId"));
 		if (k && id && !strcmp(k, kind))
@@ -839,9 +836,7 @@ static const char *option_reject(const json_t *options)
 /* Answers a permission request: optionId selected, or NULL = cancelled. */
 static void answer_permission(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, const char *option_id)
 {
-	json_t *outcome = option_id ?
-		json_pack("{s:{s:s,s:s}}", "outcome", "outcome", "selected", "optionId", option_id) :
-		json_pack("{s:{s:s}}", "outcome", "outcome", "cancelled");
+	json_t *outcome = option_id ? json_pack("{s:{s:s,s:s}}", "outcome", "outcome", "selected", "optionId", option_id) : json_pack("{s:{s:s}}", "outcome", "outcome", "cancelled");
 	send_result(s, io, rpc_id, outcome);
 }
 
@@ -887,7 +882,8 @@ static void on_permission(worker_acp_t *s, const worker_agent_io_t *io, json_t *
 	json_t *opts = json_array();
 	size_t i;
 	json_t *o;
-	json_array_foreach(a->options, i, o) {
+	json_array_foreach(a->options, i, o)
+	{
 		const char *id = json_string_value(json_object_get(o, "optionId"));
 		const char *label = json_string_value(json_object_get(o, "name"));
 		const char *k = json_string_value(json_object_get(o, "kind"));
@@ -1084,7 +1080,8 @@ worker_acp_t *worker_acp_new(const worker_acp_opts_t *opts, char *errstr, size_t
 	/* workspace_host is borrowed like the rest (the adapter keeps it). */
 	const char *k;
 	json_t *v;
-	json_object_foreach((json_t *)opts->variables, k, v) {
+	json_object_foreach((json_t *)opts->variables, k, v)
+	{
 		const char *val = json_string_value(v);
 		if (val && strlen(val) >= 10 && name_is_secret(k) && s->nsecrets < ACP_SECRETS_MAX) {
 			s->secrets[s->nsecrets] = strdup(val);
@@ -1125,7 +1122,8 @@ int worker_acp_start(worker_acp_t *s, const worker_agent_io_t *io)
 	return send_request(s, io, ID_INITIALIZE, "initialize",
 	                    json_pack("{s:i,s:o,s:{s:s,s:s,s:s}}", "protocolVersion", ACP_PROTOCOL_VERSION,
 	                              "clientCapabilities", caps, "clientInfo", "name", "runnel",
-	                              "title", "runnel", "version", "0.1.0"), 0);
+	                              "title", "runnel", "version", "0.1.0"),
+	                    0);
 }
 
 static ask_t *ask_find(worker_acp_t *s, const char *id)
@@ -1156,14 +1154,14 @@ int worker_acp_on_reply(worker_acp_t *s, const char *ask_id, const char *option,
 	if (!reject && want) {
 		size_t i;
 		json_t *o;
-		json_array_foreach(a->options, i, o) {
+		json_array_foreach(a->options, i, o)
+		{
 			const char *id = json_string_value(json_object_get(o, "optionId"));
 			if (id && !strcmp(id, want))
 				pick = id;
 		}
 		/* runnel's generic ids stand for the option of that kind. */
-		if (!pick && (!strcmp(want, "allow_once") || !strcmp(want, "allow_always") ||
-		              !strcmp(want, "reject_once") || !strcmp(want, "reject_always")))
+		if (!pick && (!strcmp(want, "allow_once") || !strcmp(want, "allow_always") || !strcmp(want, "reject_once") || !strcmp(want, "reject_always")))
 			pick = option_of_kind(a->options, want);
 		if (!pick && !strcmp(want, "allow_once"))
 			pick = option_allow(a->options);
@@ -1187,8 +1185,7 @@ void worker_acp_on_cancel(worker_acp_t *s, const worker_agent_io_t *io)
 		ask_drop(s, &s->asks[0]);
 	}
 	if (s->session_id && s->phase != PH_DONE)
-		send_obj(s, io, json_pack("{s:s,s:s,s:{s:s}}", "jsonrpc", "2.0", "method", "session/cancel",
-		                          "params", "sessionId", s->session_id), 0);
+		send_obj(s, io, json_pack("{s:s,s:s,s:{s:s}}", "jsonrpc", "2.0", "method", "session/cancel", "params", "sessionId", s->session_id), 0);
 }
 
 void worker_acp_on_eof(worker_acp_t *s, const worker_agent_io_t *io)
@@ -1211,7 +1208,7 @@ int worker_acp_done(const worker_acp_t *s)
 
 typedef struct acp_run {
 	worker_acp_t *s;
-	char          ws_host[4096];
+	char ws_host[4096];
 } acp_run_t;
 
 /* Sets NAME=value unless the /env variables already set NAME (they win
@@ -1306,7 +1303,7 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 		arch = "arm64";
 #endif
 		if (rn_strv_addf(&l->argv, "%s/node_modules/@zed-industries/codex-acp-linux-%s/bin/codex-acp",
-		                     prefix, arch) < 0)
+		                 prefix, arch) < 0)
 			goto oom;
 		/* An OpenAI-compatible endpoint from /env becomes a provider of
 		 * its own (codex has no base-URL variable for its built-in one). */
@@ -1338,7 +1335,8 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 			snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
 			return -1;
 		}
-		json_array_foreach(argv, i, v) {
+		json_array_foreach(argv, i, v)
+		{
 			if (!json_is_string(v) || (i == 0 && !*json_string_value(v))) {
 				snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
 				return -1;
@@ -1368,8 +1366,7 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 	o.variables = boot->variables;
 	/* The host side of /root/workspace (worker/workspace.c's layout), for
 	 * the agent's fs requests. */
-	if (cfg->work_dir && (size_t)snprintf(r->ws_host, sizeof(r->ws_host), "%s/%s/workspace",
-	                                      cfg->work_dir, ctx->run_id) < sizeof(r->ws_host))
+	if (cfg->work_dir && (size_t)snprintf(r->ws_host, sizeof(r->ws_host), "%s/%s/workspace", cfg->work_dir, ctx->run_id) < sizeof(r->ws_host))
 		o.workspace_host = r->ws_host;
 	/* Without bwrap the agent sees the host's paths. */
 	if (!bwrap && o.workspace_host)

@@ -50,8 +50,8 @@
 #define WORKER_ACP_PREFIX_IN_SANDBOX WORKER_AGENT_BIN_DIR "/agents"
 #define WORKER_ACP_NODE_IN_SANDBOX   WORKER_AGENT_BIN_DIR "/node"
 
-#define WORKER_ACP_TEXT_MAX   (512 * 1024)  /* result text kept; the rest is cut */
-#define WORKER_ACP_RESULT_MAX (64 * 1024)   /* a step's result as published */
+#define WORKER_ACP_TEXT_MAX   (512 * 1024) /* result text kept; the rest is cut */
+#define WORKER_ACP_RESULT_MAX (64 * 1024)  /* a step's result as published */
 
 typedef enum {
 	WORKER_ACP_PERM_BYPASS = 0,
@@ -60,7 +60,7 @@ typedef enum {
 } worker_acp_perm_t;
 
 typedef enum {
-	WORKER_ACP_PRESET_NONE = 0,   /* raw argv: no mode or model calls */
+	WORKER_ACP_PRESET_NONE = 0, /* raw argv: no mode or model calls */
 	WORKER_ACP_PRESET_CLAUDE,
 	WORKER_ACP_PRESET_CODEX,
 } worker_acp_preset_t;
@@ -68,16 +68,16 @@ typedef enum {
 /* What the session needs from the run (borrowed for the session's life). */
 typedef struct worker_acp_opts {
 	worker_acp_preset_t preset;
-	worker_acp_perm_t   perm;
-	const char   *run_id;          /* for the worker's own log */
-	const char   *prompt;          /* secret: written to stdin only */
-	const char   *system_prompt;   /* may be NULL */
-	const char   *model;           /* may be NULL */
-	const json_t *mcp_servers;     /* config array (SPEC §5 shape) or NULL */
-	const json_t *history;         /* [{role, content}] or NULL */
-	const json_t *variables;       /* /env variables, for redaction; or NULL */
-	const char   *workspace_host;  /* host dir of /root/workspace, or NULL (no fs) */
-	const char   *cwd;             /* the workspace as the agent sees it; NULL = /root/workspace */
+	worker_acp_perm_t perm;
+	const char *run_id;         /* for the worker's own log */
+	const char *prompt;         /* secret: written to stdin only */
+	const char *system_prompt;  /* may be NULL */
+	const char *model;          /* may be NULL */
+	const json_t *mcp_servers;  /* config array (SPEC §5 shape) or NULL */
+	const json_t *history;      /* [{role, content}] or NULL */
+	const json_t *variables;    /* /env variables, for redaction; or NULL */
+	const char *workspace_host; /* host dir of /root/workspace, or NULL (no fs) */
+	const char *cwd;            /* the workspace as the agent sees it; NULL = /root/workspace */
 } worker_acp_opts_t;
 
 typedef struct worker_acp worker_acp_t;

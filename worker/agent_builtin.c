@@ -18,7 +18,7 @@
 /* Integer fields of the agent object that become runnel-agent flags. */
 static const struct {
 	const char *field, *flag;
-	long        min, max;
+	long min, max;
 } builtin_flags[] = {
 	{ "max_steps", "--max-steps", 1, 10000 },
 	{ "request_timeout_sec", "--request-timeout-sec", 1, 3600 },

@@ -65,7 +65,8 @@ static int command_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t 
 		snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
 		return -1;
 	}
-	json_array_foreach(a, i, v) {
+	json_array_foreach(a, i, v)
+	{
 		if (!json_is_string(v) || (i == 0 && !*json_string_value(v))) {
 			snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
 			return -1;
@@ -84,7 +85,7 @@ const worker_agent_ops_t worker_agent_command = {
 	.start = worker_agent_native_start,
 	.on_line = worker_agent_native_on_line,
 	.on_reply = worker_agent_native_on_reply,
-	.on_cancel = NULL,   /* today's contract: SIGTERM, then SIGKILL */
+	.on_cancel = NULL, /* today's contract: SIGTERM, then SIGKILL */
 	.on_eof = NULL,
 	.free = worker_agent_native_free,
 };

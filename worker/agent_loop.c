@@ -23,27 +23,27 @@
 #define LOOP_STDERR_LINE     (8 * 1024)
 #define LOOP_READS_PER_FLUSH 8
 #define LOOP_PIPE_SIZE       (1024 * 1024)
-#define LOOP_STDIN_MAX       (8 * 1024 * 1024)  /* bytes queued for the agent */
+#define LOOP_STDIN_MAX       (8 * 1024 * 1024) /* bytes queued for the agent */
 
 /* A line splitter with a cap: longer lines keep their first cap+1 bytes. */
 typedef struct splitter {
-	char  *buf;
-	size_t len, cap, limit;   /* limit = keep at most this many bytes */
-	int    overflow;
+	char *buf;
+	size_t len, cap, limit; /* limit = keep at most this many bytes */
+	int overflow;
 } splitter_t;
 
 typedef struct loop {
 	const worker_loop_params_t *p;
-	const worker_line_sink_t   *sink;
+	const worker_line_sink_t *sink;
 	const worker_stop_source_t *stop;
 	worker_sandbox_t *sb;
 	worker_agent_io_t io;
 	/* stdin: bytes queued for the agent (may hold the prompt: wiped) */
-	char  *in_buf;
+	char *in_buf;
 	size_t in_len, in_off;
-	int    in_closed;
-	int    stopping;       /* a stop is under way: no more adapter calls */
-	int    eof_done;
+	int in_closed;
+	int stopping; /* a stop is under way: no more adapter calls */
+	int eof_done;
 } loop_t;
 
 /* ---- line splitting ---- */
@@ -158,7 +158,8 @@ static int read_lines(loop_t *l, int fd, splitter_t *s, int is_stderr, char *chu
 {
 	ssize_t n = read(fd, chunk, LOOP_READ_CHUNK);
 	if (n < 0)
-		return errno == EAGAIN ? 2 : errno == EINTR ? 0 : 1;
+		return errno == EAGAIN ? 2 : errno == EINTR ? 0
+		                                            : 1;
 	if (n == 0) {
 		/* A last line without newline still counts. */
 		if (s->len || s->overflow) {
@@ -196,7 +197,8 @@ static int deliver(loop_t *l, const worker_agent_reply_t *r)
 	switch (rc) {
 	case PROTO_ASK_SETTLED:
 		rn_log_info(l->p->run_id, r->expired ? "ask_expired" : "ask_settled", "ask %s %s", r->ask_id,
-		            r->expired ? "expired" : r->reject ? "rejected" : "answered");
+		            r->expired ? "expired" : r->reject ? "rejected"
+		                                               : "answered");
 		if (l->p->ops->on_reply)
 			l->p->ops->on_reply(l->p->state, r, &l->io);
 		break;
@@ -224,7 +226,7 @@ static void drain_inbox(loop_t *l)
 		return;
 	while (worker_inbox_pop(l->stop->inbox, &msg)) {
 		if (msg.type != PROTO_CTL_REPLY)
-			continue;   /* a cancel acts through the stop flag */
+			continue; /* a cancel acts through the stop flag */
 		if (l->stopping) {
 			rn_log_info(l->p->run_id, "reply_ignored", "a reply to ask %s came while the run was stopping", msg.id);
 			continue;
@@ -258,7 +260,7 @@ static int64_t expire_asks(loop_t *l)
 		snprintf(copy, sizeof(copy), "%s", id);
 		worker_agent_reply_t r = { .ask_id = copy, .reject = 1, .expired = 1 };
 		if (deliver(l, &r) != PROTO_ASK_SETTLED)
-			return rn_now_ms() + 1000;   /* out of memory: try again later, never spin */
+			return rn_now_ms() + 1000; /* out of memory: try again later, never spin */
 	}
 }
 
@@ -267,10 +269,10 @@ static int64_t expire_asks(loop_t *l)
 static worker_loop_end_t end_of_stop(worker_stop_t st)
 {
 	switch (st) {
-	case WORKER_STOP_CANCEL:   return WORKER_LOOP_CANCEL;
+	case WORKER_STOP_CANCEL: return WORKER_LOOP_CANCEL;
 	case WORKER_STOP_SHUTDOWN: return WORKER_LOOP_SHUTDOWN;
-	case WORKER_STOP_LOST:     return WORKER_LOOP_LOST;
-	default:                   return WORKER_LOOP_NONE;
+	case WORKER_STOP_LOST: return WORKER_LOOP_LOST;
+	default: return WORKER_LOOP_NONE;
 	}
 }
 
@@ -296,7 +298,7 @@ static void flush_stdin(loop_t *l)
 			continue;
 		} else {
 			if (w < 0 && errno != EAGAIN)
-				l->in_closed = 1;   /* the agent closed stdin: fine */
+				l->in_closed = 1; /* the agent closed stdin: fine */
 			break;
 		}
 	}
@@ -322,15 +324,15 @@ worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbo
 	char *chunk = malloc(LOOP_READ_CHUNK);
 	int out_open = 1, err_open = 1, exited = 0;
 	worker_loop_end_t end = WORKER_LOOP_NONE;
-	int64_t kill_at = -1;        /* SIGKILL deadline after SIGTERM */
+	int64_t kill_at = -1; /* SIGKILL deadline after SIGTERM */
 	int killed = 0;
-	int64_t term_seen_at = -1;   /* agent printed its terminal line */
+	int64_t term_seen_at = -1; /* agent printed its terminal line */
 	int64_t exited_at = -1;
-	int64_t last_io = rn_mono_ms();   /* last read from the pipes or Redis wait */
+	int64_t last_io = rn_mono_ms(); /* last read from the pipes or Redis wait */
 	long grace = p->kill_grace_ms;
 	/* How long an agent may run on after its terminal line before SIGTERM. */
 	long turn_grace = p->stop_after_turn ? 0 : grace;
-	int64_t limit_next = INT64_MAX;   /* the limits check wants to look again then */
+	int64_t limit_next = INT64_MAX; /* the limits check wants to look again then */
 
 	if (!chunk)
 		return WORKER_LOOP_INTERNAL;

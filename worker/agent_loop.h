@@ -40,13 +40,13 @@
 /* How the agent phase ended. */
 typedef enum {
 	WORKER_LOOP_NONE = 0,
-	WORKER_LOOP_EXITED,     /* the agent exited (with or without a terminal line) */
+	WORKER_LOOP_EXITED, /* the agent exited (with or without a terminal line) */
 	WORKER_LOOP_CANCEL,
 	WORKER_LOOP_CAP,
 	WORKER_LOOP_SHUTDOWN,
 	WORKER_LOOP_LOST,
-	WORKER_LOOP_INTERNAL,   /* the worker failed (publishing gave up, I/O error) */
-	WORKER_LOOP_LIMIT,      /* the run went over a resource limit (worker/limits.h) */
+	WORKER_LOOP_INTERNAL, /* the worker failed (publishing gave up, I/O error) */
+	WORKER_LOOP_LIMIT,    /* the run went over a resource limit (worker/limits.h) */
 } worker_loop_end_t;
 
 /* Where lines go (the run's publishing side). */
@@ -57,28 +57,28 @@ typedef struct worker_line_sink {
 	/* One stderr line; cut: it was longer than the per-line cap. */
 	void (*stderr_line)(void *arg, const char *line, size_t len, int cut);
 	/* 1 once a terminal line was taken. */
-	int  (*terminated)(void *arg);
+	int (*terminated)(void *arg);
 	/* Settles an open ask (publishing its second line).  A proto_ask_rc_t. */
-	int  (*settle)(void *arg, const worker_agent_reply_t *reply);
+	int (*settle)(void *arg, const worker_agent_reply_t *reply);
 	/* The oldest open ask (id valid until the next settle) and when it opened
 	 * (wall ms); NULL when none. */
 	const char *(*oldest_ask)(void *arg, int64_t *opened_ms);
 	/* Flow control (all may be NULL): the fd to poll for publishing
 	 * progress (-1 none); 1 when enough is batched to stop reading stdout
 	 * this round; send what is batched (readable: the wait fd was ready). */
-	int  (*wait_fd)(void *arg);
-	int  (*backlog)(void *arg);
+	int (*wait_fd)(void *arg);
+	int (*backlog)(void *arg);
 	void (*pump)(void *arg, int readable);
 	/* 1 when publishing gave up (the run ends internal). */
-	int  (*failed)(void *arg);
+	int (*failed)(void *arg);
 } worker_line_sink_t;
 
 /* Where stops and control messages come from. */
 typedef struct worker_stop_source {
 	void *arg;
-	int   wake_fd;                        /* readable when something changed */
-	worker_stop_t (*stop)(void *arg);     /* the current stop request */
-	worker_inbox_t *inbox;                /* control messages, may be NULL */
+	int wake_fd;                      /* readable when something changed */
+	worker_stop_t (*stop)(void *arg); /* the current stop request */
+	worker_inbox_t *inbox;            /* control messages, may be NULL */
 	/* Per-run limits (worker/limits.h), all may be NULL.  limit_check runs
 	 * every round and sets *next_ms (monotonic) to when it wants to look
 	 * again; non-zero ends the loop WORKER_LOOP_LIMIT with SIGKILL at once
@@ -90,16 +90,16 @@ typedef struct worker_stop_source {
 } worker_stop_source_t;
 
 typedef struct worker_loop_params {
-	const char               *run_id;        /* for logs */
+	const char *run_id; /* for logs */
 	const worker_agent_ops_t *ops;
-	void                     *state;         /* the adapter's */
+	void *state; /* the adapter's */
 	const worker_agent_ctx_t *actx;
-	int64_t                   cap_deadline;  /* monotonic ms: runtime cap */
-	long                      kill_grace_ms;
-	int                       stop_after_turn;  /* SIGTERM as soon as the terminal line is in */
-	size_t                    line_max;      /* stdout lines keep line_max + 1 bytes */
-	size_t                    stderr_line_max; /* 0: 8 KiB */
-	int64_t                   ask_timeout_ms;  /* 0: asks never expire */
+	int64_t cap_deadline; /* monotonic ms: runtime cap */
+	long kill_grace_ms;
+	int stop_after_turn;    /* SIGTERM as soon as the terminal line is in */
+	size_t line_max;        /* stdout lines keep line_max + 1 bytes */
+	size_t stderr_line_max; /* 0: 8 KiB */
+	int64_t ask_timeout_ms; /* 0: asks never expire */
 } worker_loop_params_t;
 
 /* Runs the agent from `start` to its end.  sb's stdin is left open. */

@@ -25,7 +25,7 @@ static int mock_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *la
 	int bad;
 	if (cfg->driver == WORKER_SANDBOX_BWRAP)
 		bad = rn_strv_add(&launch->argv, MOCK_AGENT_IN_SANDBOX) < 0 ||
-		      rn_strv_addf(&launch->ro_binds, "%s:%s", cfg->mock_agent_path, MOCK_AGENT_IN_SANDBOX) < 0;
+		        rn_strv_addf(&launch->ro_binds, "%s:%s", cfg->mock_agent_path, MOCK_AGENT_IN_SANDBOX) < 0;
 	else
 		bad = rn_strv_add(&launch->argv, cfg->mock_agent_path) < 0;
 	if (bad || rn_strv_add(&launch->argv, script) < 0) {

@@ -11,7 +11,7 @@
 
 #include "worker/agent.h"
 
-int  worker_agent_native_start(void *state, const worker_agent_ctx_t *ctx, const worker_agent_io_t *io);
+int worker_agent_native_start(void *state, const worker_agent_ctx_t *ctx, const worker_agent_io_t *io);
 void worker_agent_native_on_line(void *state, const char *line, size_t len, const worker_agent_io_t *io);
 void worker_agent_native_on_reply(void *state, const worker_agent_reply_t *reply, const worker_agent_io_t *io);
 /* Writes {"type":"cancel"} (for agents that read control lines). */

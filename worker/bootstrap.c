@@ -19,20 +19,20 @@
 #include "proto/names.h"
 #include "worker/httpc.h"
 
-#define DEF_CONNECT_MS   5000L
-#define DEF_TIMEOUT_MS   30000L
-#define DEF_MAX_BODY     (4u << 20)
-#define POLL_SLICE_MS    50      /* how quickly a stop is noticed */
-#define NAME_QUOTE_MAX   64
+#define DEF_CONNECT_MS 5000L
+#define DEF_TIMEOUT_MS 30000L
+#define DEF_MAX_BODY   (4u << 20)
+#define POLL_SLICE_MS  50 /* how quickly a stop is noticed */
+#define NAME_QUOTE_MAX 64
 
 typedef struct req {
-	const char          *route;   /* "GET /env" */
-	char                *url;     /* malloc'd */
-	CURL                *h;
-	struct curl_slist   *headers;
-	worker_httpc_body_t  body;
-	CURLcode             rc;
-	int                  done;
+	const char *route; /* "GET /env" */
+	char *url;         /* malloc'd */
+	CURL *h;
+	struct curl_slist *headers;
+	worker_httpc_body_t body;
+	CURLcode rc;
+	int done;
 } req_t;
 
 static void req_free(req_t *r)
@@ -137,7 +137,8 @@ static int check_env(json_t *env, worker_boot_t *boot, char *errstr, size_t errs
 	} else {
 		const char *k;
 		json_t *v;
-		json_object_foreach(vars, k, v) {
+		json_object_foreach(vars, k, v)
+		{
 			char q[NAME_QUOTE_MAX + 1];
 			quote(k, q, sizeof(q));
 			if (!proto_env_name_valid(k)) {
@@ -206,7 +207,8 @@ static int check_config(json_t *cfg, worker_boot_t *boot, char *errstr, size_t e
 
 	size_t i;
 	json_t *sk;
-	json_array_foreach(boot->skills, i, sk) {
+	json_array_foreach(boot->skills, i, sk)
+	{
 		const char *name = json_string_value(json_object_get(sk, "name"));
 		const char *zip = json_string_value(json_object_get(sk, "zip_url"));
 		if (!json_is_object(sk) || !name || !zip) {

@@ -28,9 +28,9 @@
 #include "worker/stop.h"
 
 typedef struct worker_boot_opts {
-	long   connect_timeout_ms;  /* default 5000 */
-	long   timeout_ms;          /* whole request; default 30000 */
-	size_t max_body;            /* bytes per answer; default 4 MiB */
+	long connect_timeout_ms; /* default 5000 */
+	long timeout_ms;         /* whole request; default 30000 */
+	size_t max_body;         /* bytes per answer; default 4 MiB */
 	/* Checked while waiting: any stop aborts with errstr "cancelled"
 	 * (NULL = never). */
 	const worker_stopword_t *stop;
@@ -38,20 +38,20 @@ typedef struct worker_boot_opts {
 
 typedef struct worker_boot {
 	/* From /env */
-	json_t  *variables;        /* object of string values (owned) */
-	char    *setup_script;     /* NULL when absent or null */
+	json_t *variables;  /* object of string values (owned) */
+	char *setup_script; /* NULL when absent or null */
 	/* From /config */
-	json_t  *config;           /* the whole answer (owned) */
+	json_t *config;            /* the whole answer (owned) */
 	const char *system_prompt; /* borrowed from config, may be NULL */
 	const char *model;         /* borrowed, may be NULL */
-	json_t  *skills;           /* borrowed array or NULL */
-	json_t  *mcp_servers;      /* borrowed array or NULL */
-	json_t  *history;          /* borrowed array or NULL */
-	json_t  *agent;            /* borrowed object or NULL */
+	json_t *skills;            /* borrowed array or NULL */
+	json_t *mcp_servers;       /* borrowed array or NULL */
+	json_t *history;           /* borrowed array or NULL */
+	json_t *agent;             /* borrowed object or NULL */
 	const char *zip_url;       /* assets.zip_url, borrowed, may be NULL */
 	const char *ws_api_url;    /* workspace_api.url, may be NULL */
 	const char *ws_api_token;  /* workspace_api.token (secret), may be NULL */
-	int64_t  max_runtime_sec;  /* 0 when absent */
+	int64_t max_runtime_sec;   /* 0 when absent */
 } worker_boot_t;
 
 /*

@@ -84,7 +84,7 @@ static uint64_t keyed_value(const char *dir, const char *file, const char *key)
 	if (read_file(dir, file, buf, sizeof(buf)) <= 0)
 		return 0;
 	size_t kl = strlen(key);
-	for (char *line = buf; line && *line; ) {
+	for (char *line = buf; line && *line;) {
 		char *nl = strchr(line, '\n');
 		if (nl)
 			*nl = '\0';
@@ -99,7 +99,7 @@ static uint64_t keyed_value(const char *dir, const char *file, const char *key)
 static int has_word(const char *list, const char *word, char sep)
 {
 	size_t wl = strlen(word);
-	for (const char *p = list; p && *p; ) {
+	for (const char *p = list; p && *p;) {
 		const char *e = strchr(p, sep);
 		size_t l = e ? (size_t)(e - p) : strlen(p);
 		while (l && (p[l - 1] == '\n' || p[l - 1] == ' '))
@@ -189,7 +189,7 @@ static int own_dir(const char *ctrl, char *out, size_t size)
 	while (*rel == '/')
 		rel++;
 	int n = snprintf(out, size, "%s%s%s", mnt, *rel ? "/" : "", rel);
-	if (n < 0 || (size_t)n >= size - 80)   /* room for a run's name */
+	if (n < 0 || (size_t)n >= size - 80) /* room for a run's name */
 		return -1;
 	return 0;
 }
@@ -219,13 +219,14 @@ static int v2_move_out(const char *dir, char *errstr, size_t errstr_size)
 		snprintf(errstr, errstr_size, "cannot read %s/cgroup.procs: %s", dir, strerror(errno));
 		return -1;
 	}
-	for (char *p = procs; *p; ) {
+	for (char *p = procs; *p;) {
 		char *nl = strchr(p, '\n');
 		if (nl)
 			*nl = '\0';
 		if (*p && strtol(p, NULL, 10) != (long)getpid()) {
 			snprintf(errstr, errstr_size, "cgroup v2 at %.300s holds other processes than the worker "
-			         "(give the worker a cgroup of its own, e.g. systemd Delegate=yes)", dir);
+			                              "(give the worker a cgroup of its own, e.g. systemd Delegate=yes)",
+			         dir);
 			return -1;
 		}
 		if (!nl)
@@ -246,7 +247,7 @@ static int v2_move_out(const char *dir, char *errstr, size_t errstr_size)
 		}
 		if (!buf[0])
 			return 0;
-		for (char *p = buf; *p; ) {
+		for (char *p = buf; *p;) {
 			char *nl = strchr(p, '\n');
 			if (nl)
 				*nl = '\0';
@@ -282,7 +283,7 @@ static worker_cgroup_mode_t probe_v2(worker_cgroup_root_t *root, char *why, size
 	/* Already delegated as we want it (a restart in the same cgroup)? */
 	char sub[512];
 	int ready = read_file(dir, "cgroup.subtree_control", sub, sizeof(sub)) >= 0 &&
-	            has_word(sub, "memory", ' ') && has_word(sub, "pids", ' ');
+	        has_word(sub, "memory", ' ') && has_word(sub, "pids", ' ');
 	if (!ready) {
 		if (v2_move_out(dir, why, whysz) < 0)
 			return WORKER_CGROUP_NONE;

@@ -37,12 +37,12 @@ typedef enum {
 } worker_cgroup_mode_t;
 
 #define WORKER_CGROUP_PATH_MAX 512
-#define WORKER_CGROUP_FDS 3
+#define WORKER_CGROUP_FDS      3
 
 /* What the probe found; lives as long as the worker (one, static). */
 typedef struct worker_cgroup_root {
 	worker_cgroup_mode_t mode;
-	int  have_cpu;                          /* cpu bandwidth control available */
+	int have_cpu; /* cpu bandwidth control available */
 	/* v2: the directory whose children are runs.  v1: one per controller
 	 * (pids, memory, cpu; "" when absent). */
 	char v2_base[WORKER_CGROUP_PATH_MAX];
@@ -54,23 +54,23 @@ typedef struct worker_cgroup_root {
 /* Limits of one run; 0 = not limited. */
 typedef struct worker_cgroup_limits {
 	uint64_t memory_bytes;
-	long     pids;
-	long     cpu_millis;      /* 1000 = one CPU */
+	long pids;
+	long cpu_millis; /* 1000 = one CPU */
 } worker_cgroup_limits_t;
 
 /* Counters read back from a run's cgroup. */
 typedef struct worker_cgroup_events {
-	uint64_t oom_kills;       /* processes the kernel killed at the memory limit */
-	uint64_t memory_max_hits; /* times the memory limit was reached */
-	uint64_t pids_max_hits;   /* forks refused at the process limit */
-	uint64_t cpu_throttled_us;/* time spent throttled by the CPU limit */
+	uint64_t oom_kills;        /* processes the kernel killed at the memory limit */
+	uint64_t memory_max_hits;  /* times the memory limit was reached */
+	uint64_t pids_max_hits;    /* forks refused at the process limit */
+	uint64_t cpu_throttled_us; /* time spent throttled by the CPU limit */
 } worker_cgroup_events_t;
 
 typedef struct worker_cgroup {
 	const worker_cgroup_root_t *root;
-	int  ndirs;
-	char dirs[WORKER_CGROUP_FDS][WORKER_CGROUP_PATH_MAX];  /* created dirs */
-	int  procs_fd[WORKER_CGROUP_FDS];  /* O_WRONLY|O_CLOEXEC cgroup.procs, -1 unused */
+	int ndirs;
+	char dirs[WORKER_CGROUP_FDS][WORKER_CGROUP_PATH_MAX]; /* created dirs */
+	int procs_fd[WORKER_CGROUP_FDS];                      /* O_WRONLY|O_CLOEXEC cgroup.procs, -1 unused */
 } worker_cgroup_t;
 
 /*

@@ -22,8 +22,8 @@
 #include "worker/consumer.h"
 #include "worker/publish.h"
 
-#define WAIT_MS       1000    /* one BLPOP on the wake list */
-#define FETCH_MS      10000   /* reading a referenced record back */
+#define WAIT_MS  1000  /* one BLPOP on the wake list */
+#define FETCH_MS 10000 /* reading a referenced record back */
 
 char *worker_queue_entry(const worker_config_t *cfg, const proto_job_t *job,
                          const rd_kafka_message_t *m, size_t *len,
@@ -91,26 +91,26 @@ worker_queue_push_t worker_queue_push(redisContext *c, const worker_config_t *cf
 struct worker_claimer {
 	const worker_config_t *cfg;
 	worker_metrics_t *m;
-	long             slots;
-	worker_claim_cb  cb;
-	void            *arg;
-	pthread_t        thread;
-	pthread_mutex_t  mu;
-	pthread_cond_t   cond;
-	long             outstanding;  /* handed out, not done */
-	int              paused;
-	int              stop;
-	redisContext    *rc;
-	unsigned         attempt;
-	worker_fetcher_t *fetcher;     /* reference mode, created on first use */
+	long slots;
+	worker_claim_cb cb;
+	void *arg;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	long outstanding; /* handed out, not done */
+	int paused;
+	int stop;
+	redisContext *rc;
+	unsigned attempt;
+	worker_fetcher_t *fetcher; /* reference mode, created on first use */
 	/* The hand-over: the claimer thread appends under mu, the loop's
 	 * ev_ready takes them.  At most slots entries (outstanding bounds them). */
-	struct event    *ev_ready;
+	struct event *ev_ready;
 	worker_claimed_t **ready;
-	size_t           nready;
-	worker_claimed_t **batch;      /* main thread's copy of ready */
+	size_t nready;
+	worker_claimed_t **batch; /* main thread's copy of ready */
 	rn_tenant_caps_t caps;
-	const char     **cap_names;
+	const char **cap_names;
 };
 
 /* Sleeps up to ms unless stopped. */

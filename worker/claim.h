@@ -51,11 +51,11 @@ char *worker_queue_entry(const worker_config_t *cfg, const proto_job_t *job,
                          char *errstr, size_t errstr_size);
 
 typedef enum {
-	WORKER_QUEUE_PUSHED = 0,        /* queued (or had been: *already) */
-	WORKER_QUEUE_NO_ENTRY,          /* the entry could not be made (memory) */
-	WORKER_QUEUE_REDIS,             /* mark or push failed: drop the connection */
-	WORKER_QUEUE_WAIT_FAILED,       /* WAIT gave no answer: drop the connection */
-	WORKER_QUEUE_REPLICAS_SHORT,    /* fewer replicas than queue_wait_replicas */
+	WORKER_QUEUE_PUSHED = 0,     /* queued (or had been: *already) */
+	WORKER_QUEUE_NO_ENTRY,       /* the entry could not be made (memory) */
+	WORKER_QUEUE_REDIS,          /* mark or push failed: drop the connection */
+	WORKER_QUEUE_WAIT_FAILED,    /* WAIT gave no answer: drop the connection */
+	WORKER_QUEUE_REPLICAS_SHORT, /* fewer replicas than queue_wait_replicas */
 } worker_queue_push_t;
 
 /*
@@ -74,9 +74,9 @@ worker_queue_push_t worker_queue_push(redisContext *c, const worker_config_t *cf
 
 /* A run the claimer claimed (status OK or CANCEL). */
 typedef struct worker_claimed {
-	proto_job_t job;          /* owned */
-	rn_claim_t  claim;
-	int64_t     queued_ms;    /* when it entered the queue (server clock) */
+	proto_job_t job; /* owned */
+	rn_claim_t claim;
+	int64_t queued_ms; /* when it entered the queue (server clock) */
 } worker_claimed_t;
 
 /* Main thread, inside the loop: start the run.  The callback owns c->job

@@ -165,7 +165,8 @@ static int tenant_caps_parse(worker_config_t *c, char *errstr, size_t errstr_siz
 		if (!name_ok || !end || end == eq + 1 || *end || n < 0 || n > 1000000) {
 			snprintf(errstr, errstr_size,
 			         "RUNNEL_TENANT_MAX_RUNS_FOR/--tenant-max-runs-for: \"%.64s\" is not tenant=N "
-			         "(tenant [A-Za-z0-9_.-]{1,64}, N 0..1000000)", tok);
+			         "(tenant [A-Za-z0-9_.-]{1,64}, N 0..1000000)",
+			         tok);
 			free(copy);
 			return -1;
 		}

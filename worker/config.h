@@ -28,69 +28,69 @@ typedef struct worker_config {
 	char *group;
 	char *redis_url;
 	char *key_prefix;
-	long  slots;
-	long  lease_sec;
-	long  drain_sec;
+	long slots;
+	long lease_sec;
+	long drain_sec;
 	char *sandbox;
-	long  max_runtime_sec;
-	long  retention_sec;
+	long max_runtime_sec;
+	long retention_sec;
 	char *metrics_listen;
 	char *work_dir;
 	char *worker_id;
 	char *log_level;
-	int   require_sealed;
-	long  kill_grace_ms;
-	long  line_max;
-	long  stderr_max;
-	long  ask_timeout_sec;
+	int require_sealed;
+	long kill_grace_ms;
+	long line_max;
+	long stderr_max;
+	long ask_timeout_sec;
 	char *sandbox_net;
 	char *rootfs;
 	char *bwrap_path;
 	char *mock_agent;
-	char *builtin_agent;                /* runnel-agent (agent kind builtin) */
+	char *builtin_agent; /* runnel-agent (agent kind builtin) */
 	rn_kv_list_t kafka_props;
 	/* queue: per-tenant caps */
-	long  tenant_max_runs;
+	long tenant_max_runs;
 	char *tenant_max_runs_for;
-	long  queue_wait_replicas;
+	long queue_wait_replicas;
 	/* acp agents (worker/agent_acp.c) */
-	char *acp_prefix;                   /* agents/install.sh prefix, or NULL */
-	char *node;                         /* Node.js binary, or NULL = node on PATH */
+	char *acp_prefix; /* agents/install.sh prefix, or NULL */
+	char *node;       /* Node.js binary, or NULL = node on PATH */
 	/* Per-run limits and egress (worker/limits.h). */
-	long  run_memory_mb;
-	long  run_pids;
+	long run_memory_mb;
+	long run_pids;
 	char *run_cpus;
-	long  run_disk_mb;
-	long  run_tmp_mb;
+	long run_disk_mb;
+	long run_tmp_mb;
 	char *cgroup;
 	char *egress;
 	char *egress_allow;
 	char *egress_bridge;
-	long  warm;                         /* warm sandboxes; -1 until derived */
+	long warm; /* warm sandboxes; -1 until derived */
 	char *warm_init;
 
 	/* Derived. */
-	rn_redis_url_t redis;               /* holds the password: never log */
+	rn_redis_url_t redis; /* holds the password: never log */
 	worker_sandbox_driver_t driver;
-	int      share_net;
-	int      have_job_key;
-	uint8_t  job_key[PROTO_JOB_KEY_BYTES];
-	char     dlq_topic[256];
-	char     mock_agent_path[4096];     /* resolved host path; "" when absent */
-	char     builtin_agent_path[4096];  /* runnel-agent, resolved; "" when absent */
-	int      log_level_num;
-	char     metrics_host[256];         /* "" when metrics are off */
-	int      metrics_port;
+	int share_net;
+	int have_job_key;
+	uint8_t job_key[PROTO_JOB_KEY_BYTES];
+	char dlq_topic[256];
+	char mock_agent_path[4096];    /* resolved host path; "" when absent */
+	char builtin_agent_path[4096]; /* runnel-agent, resolved; "" when absent */
+	int log_level_num;
+	char metrics_host[256]; /* "" when metrics are off */
+	int metrics_port;
 	/* queue: parsed RUNNEL_TENANT_MAX_RUNS_FOR */
 #define WORKER_TENANT_CAPS_MAX 256
-	size_t   n_tenant_caps;
-	char     tenant_cap_names[WORKER_TENANT_CAPS_MAX][PROTO_TENANT_MAX + 1];
-	long     tenant_caps[WORKER_TENANT_CAPS_MAX];
-	char     node_path[4096];           /* resolved host path; "" when none */
-	long     run_cpu_millis;
-	char     egress_bridge_path[4096];  /* resolved host path; "" when absent */
-	worker_limits_env_t limits;         /* filled by worker_config_limits */
-	char     warm_init_path[4096];      /* resolved runnel-warm-init; "" when absent */
+	size_t n_tenant_caps;
+	char tenant_cap_names[WORKER_TENANT_CAPS_MAX][PROTO_TENANT_MAX + 1];
+	long tenant_caps[WORKER_TENANT_CAPS_MAX];
+	char node_path[4096]; /* resolved host path; "" when none */
+	long run_cpu_millis;
+	char egress_bridge_path[4096]; /* resolved host path; "" when absent */
+	worker_limits_env_t limits;    /* filled by worker_config_limits */
+	char warm_init_path[4096];     /* resolved runnel-warm-init; "" when absent */
 } worker_config_t;
 
 /*

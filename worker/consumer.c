@@ -20,23 +20,24 @@
 #include "common/util.h"
 
 struct worker_consumer {
-	rd_kafka_t       *rk;
+	rd_kafka_t *rk;
 	rd_kafka_queue_t *q;
-	rd_kafka_t       *dlq;        /* created on first use */
-	int               pipefd[2];
-	int               assigned;
-	const worker_config_t *cfg;   /* borrowed, outlives us */
+	rd_kafka_t *dlq; /* created on first use */
+	int pipefd[2];
+	int assigned;
+	const worker_config_t *cfg; /* borrowed, outlives us */
 	rd_kafka_resp_err_t dr_err;
-	int               dr_done;
-	uintptr_t         dr_seq;     /* the DLQ message waited for */
-	int64_t           dr_deadline; /* mono ms: stop waiting for its report */
-	int               dr_timeout_ms;
+	int dr_done;
+	uintptr_t dr_seq;    /* the DLQ message waited for */
+	int64_t dr_deadline; /* mono ms: stop waiting for its report */
+	int dr_timeout_ms;
 };
 
 static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
-	rn_log_level_t l = level <= 3 ? RN_LOG_ERROR : level <= 4 ? RN_LOG_WARN :
-	                   level <= 6 ? RN_LOG_INFO : RN_LOG_DEBUG;
+	rn_log_level_t l = level <= 3 ? RN_LOG_ERROR : level <= 4 ? RN_LOG_WARN
+	        : level <= 6                                      ? RN_LOG_INFO
+	                                                          : RN_LOG_DEBUG;
 	rn_log(l, NULL, "kafka_log", "%s: %s", fac, buf);
 }
 
@@ -126,21 +127,31 @@ worker_consumer_t *worker_consumer_new(const worker_config_t *cfg,
                                        char *errstr, size_t errstr_size)
 {
 	static const char *const defaults[] = {
-		"enable.auto.offset.store", "false",
-		"enable.auto.commit", "true",
-		"auto.commit.interval.ms", "1000",
-		"auto.offset.reset", "earliest",
+		"enable.auto.offset.store",
+		"false",
+		"enable.auto.commit",
+		"true",
+		"auto.commit.interval.ms",
+		"1000",
+		"auto.offset.reset",
+		"earliest",
 		/*
 		 * Records go straight into the Redis queue, so the prefetch only
 		 * needs to cover intake while Redis answers; it stays bounded so
 		 * that a Redis outage does not buffer much in this process.
 		 */
-		"queued.max.messages.kbytes", "1024",
-		"max.partition.fetch.bytes", "1048576",
-		"fetch.wait.max.ms", "100",
-		"fetch.error.backoff.ms", "100",
-		"reconnect.backoff.ms", "50",
-		"reconnect.backoff.max.ms", "1000",
+		"queued.max.messages.kbytes",
+		"1024",
+		"max.partition.fetch.bytes",
+		"1048576",
+		"fetch.wait.max.ms",
+		"100",
+		"fetch.error.backoff.ms",
+		"100",
+		"reconnect.backoff.ms",
+		"50",
+		"reconnect.backoff.max.ms",
+		"1000",
 		NULL,
 	};
 	worker_consumer_t *wc = calloc(1, sizeof(*wc));
@@ -242,9 +253,12 @@ int worker_consumer_dlq_send(worker_consumer_t *wc, const rd_kafka_message_t *m,
 {
 	if (!wc->dlq) {
 		static const char *const defaults[] = {
-			"linger.ms", "0",
-			"message.timeout.ms", "30000",
-			"enable.idempotence", "false",
+			"linger.ms",
+			"0",
+			"message.timeout.ms",
+			"30000",
+			"enable.idempotence",
+			"false",
 			NULL,
 		};
 		rd_kafka_conf_t *conf = conf_build(wc->cfg, defaults, 1, errstr, errstr_size);
@@ -268,15 +282,15 @@ int worker_consumer_dlq_send(worker_consumer_t *wc, const rd_kafka_message_t *m,
 	wc->dr_err = 0;
 	wc->dr_seq++;
 	rd_kafka_resp_err_t e = rd_kafka_producev(
-		wc->dlq,
-		RD_KAFKA_V_TOPIC(wc->cfg->dlq_topic),
-		RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-		RD_KAFKA_V_KEY(m->key, m->key_len),
-		RD_KAFKA_V_VALUE(m->payload, m->len),
-		RD_KAFKA_V_HEADER("reason", reason, -1),
-		RD_KAFKA_V_HEADER("worker", wc->cfg->worker_id, -1),
-		RD_KAFKA_V_OPAQUE((void *)wc->dr_seq),
-		RD_KAFKA_V_END);
+	        wc->dlq,
+	        RD_KAFKA_V_TOPIC(wc->cfg->dlq_topic),
+	        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+	        RD_KAFKA_V_KEY(m->key, m->key_len),
+	        RD_KAFKA_V_VALUE(m->payload, m->len),
+	        RD_KAFKA_V_HEADER("reason", reason, -1),
+	        RD_KAFKA_V_HEADER("worker", wc->cfg->worker_id, -1),
+	        RD_KAFKA_V_OPAQUE((void *)wc->dr_seq),
+	        RD_KAFKA_V_END);
 	if (e) {
 		snprintf(errstr, errstr_size, "produce to %s: %s", wc->cfg->dlq_topic, rd_kafka_err2str(e));
 		return -1;
@@ -318,38 +332,45 @@ int worker_consumer_dlq_result(worker_consumer_t *wc, char *errstr, size_t errst
  * unsealed jobs (this is reference mode): they are wiped when taken or
  * dropped, and never outlive the fetcher.
  */
-#define FETCH_AHEAD_MAX   64                  /* records kept */
-#define FETCH_AHEAD_BYTES (4 * 1024 * 1024)   /* bytes kept */
+#define FETCH_AHEAD_MAX   64                /* records kept */
+#define FETCH_AHEAD_BYTES (4 * 1024 * 1024) /* bytes kept */
 
 typedef struct fetched {
-	char    *topic;
-	int32_t  partition;
-	int64_t  offset;
-	char    *buf;
-	size_t   len;
+	char *topic;
+	int32_t partition;
+	int64_t offset;
+	char *buf;
+	size_t len;
 } fetched_t;
 
 struct worker_fetcher {
 	rd_kafka_t *rk;
 	const worker_config_t *cfg;
 	/* The assigned partition and the offset of the next record it gives. */
-	char       *topic;
-	int32_t     partition;
-	int64_t     next;
-	fetched_t   ahead[FETCH_AHEAD_MAX];   /* oldest first */
-	size_t      nahead, ahead_bytes;
+	char *topic;
+	int32_t partition;
+	int64_t next;
+	fetched_t ahead[FETCH_AHEAD_MAX]; /* oldest first */
+	size_t nahead, ahead_bytes;
 };
 
 worker_fetcher_t *worker_fetcher_new(const worker_config_t *cfg, char *errstr, size_t errstr_size)
 {
 	static const char *const defaults[] = {
-		"enable.auto.commit", "false",
-		"enable.auto.offset.store", "false",
-		"fetch.wait.max.ms", "50",
-		"fetch.error.backoff.ms", "100",
-		"queued.max.messages.kbytes", "1024",
-		"reconnect.backoff.ms", "50",
-		"reconnect.backoff.max.ms", "1000",
+		"enable.auto.commit",
+		"false",
+		"enable.auto.offset.store",
+		"false",
+		"fetch.wait.max.ms",
+		"50",
+		"fetch.error.backoff.ms",
+		"100",
+		"queued.max.messages.kbytes",
+		"1024",
+		"reconnect.backoff.ms",
+		"50",
+		"reconnect.backoff.max.ms",
+		"1000",
 		NULL,
 	};
 	worker_fetcher_t *f = calloc(1, sizeof(*f));
@@ -432,7 +453,7 @@ static int fetched_take(worker_fetcher_t *f, const char *topic, int32_t partitio
 			continue;
 		*buf = x->buf;
 		*len = x->len;
-		x->buf = NULL;   /* moved: fetched_drop wipes nothing */
+		x->buf = NULL; /* moved: fetched_drop wipes nothing */
 		f->ahead_bytes -= x->len;
 		x->len = 0;
 		fetched_drop(f, i);

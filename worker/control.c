@@ -25,13 +25,13 @@
 #define CTL_SHORT_BLOCK_MS 200
 /* No reply this long after the block ended: the connection is dead. */
 #define CTL_REPLY_SLACK_MS 10000
-#define CTL_UNBLOCK_TRIES 20
+#define CTL_UNBLOCK_TRIES  20
 
 typedef struct watch {
 	char run_id[PROTO_RUN_ID_MAX + 1];
 	char key[PROTO_KEY_MAX];
 	char last_id[48];
-	int  used;
+	int used;
 } watch_t;
 
 struct worker_control {
@@ -43,11 +43,11 @@ struct worker_control {
 	pthread_cond_t cond;
 	int stop;
 	size_t max;
-	watch_t *w;       /* max entries */
+	watch_t *w; /* max entries */
 	size_t nused;
-	int dirty;        /* the set changed since the XREAD in flight was armed */
-	int no_unblock;   /* control thread only: CLIENT UNBLOCK is refused here */
-	int wake_fd;      /* eventfd: written when dirty or stop is set */
+	int dirty;      /* the set changed since the XREAD in flight was armed */
+	int no_unblock; /* control thread only: CLIENT UNBLOCK is refused here */
+	int wake_fd;    /* eventfd: written when dirty or stop is set */
 };
 
 static void wake(worker_control_t *wc)
@@ -236,13 +236,13 @@ static void *control_main(void *arg)
 {
 	worker_control_t *wc = arg;
 	redisContext *c = NULL, *u = NULL;
-	long long cid = -1;   /* CLIENT ID of c, for CLIENT UNBLOCK */
+	long long cid = -1; /* CLIENT ID of c, for CLIENT UNBLOCK */
 	unsigned attempt = 0;
 	/* argv: XREAD COUNT 16 BLOCK ms STREAMS k1..kn id1..idn */
 	size_t argc_max = 6 + 2 * wc->max;
 	const char **argv = calloc(argc_max, sizeof(*argv));
-	char (*keys)[PROTO_KEY_MAX] = calloc(wc->max, sizeof(*keys));
-	char (*ids)[48] = calloc(wc->max, sizeof(*ids));
+	char(*keys)[PROTO_KEY_MAX] = calloc(wc->max, sizeof(*keys));
+	char(*ids)[48] = calloc(wc->max, sizeof(*ids));
 	char block[16];
 	if (!argv || !keys || !ids) {
 		rn_log_error(NULL, "control", "out of memory: control messages are not watched");

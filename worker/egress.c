@@ -32,24 +32,24 @@
 #include "common/io.h"
 #include "common/util.h"
 
-#define NOTES_MAX        100
-#define HEAD_TIMEOUT_MS  10000
+#define NOTES_MAX          100
+#define HEAD_TIMEOUT_MS    10000
 #define CONNECT_TIMEOUT_MS 10000
-#define RELAY_CHUNK      (16 * 1024)
+#define RELAY_CHUNK        (16 * 1024)
 
 /* ------------------------------------------------------------------------
  * Patterns
  * ------------------------------------------------------------------------ */
 
 typedef struct pat {
-	char host[256];   /* without brackets; "*" or "*.suffix" for wildcards */
-	int  port;        /* 0: 80 and 443 */
+	char host[256]; /* without brackets; "*" or "*.suffix" for wildcards */
+	int port;       /* 0: 80 and 443 */
 } pat_t;
 
 static int host_char_ok(char c)
 {
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-	       c == '.' || c == '-' || c == '_';
+	        c == '.' || c == '-' || c == '_';
 }
 
 static int parse_port(const char *s, int *port)
@@ -92,7 +92,7 @@ static int pat_parse(const char *s, pat_t *p)
 	} else {
 		const char *colon = strchr(s, ':');
 		if (colon && strchr(colon + 1, ':'))
-			return -1;   /* a bare IPv6 address: write it in brackets */
+			return -1; /* a bare IPv6 address: write it in brackets */
 		size_t hl = colon ? (size_t)(colon - s) : strlen(s);
 		if (!hl)
 			return -1;
@@ -178,22 +178,22 @@ int worker_egress_covers(const char *outer, const char *inner)
  * ------------------------------------------------------------------------ */
 
 struct worker_egress {
-	int    lfd;
-	int    note_fd;       /* eventfd: notes waiting */
-	int    stop_fd;       /* eventfd: the acceptor stops */
+	int lfd;
+	int note_fd; /* eventfd: notes waiting */
+	int stop_fd; /* eventfd: the acceptor stops */
 	pthread_t acceptor;
-	int    acceptor_started;
-	char   run_id[80];
-	char   sock_path[4096];
+	int acceptor_started;
+	char run_id[80];
+	char sock_path[4096];
 	char **allow;
 	size_t nallow;
 
 	pthread_mutex_t mu;
-	pthread_cond_t  cv;
-	int    nconn;
-	int    stopping;
-	int    fds[WORKER_EGRESS_CONN_MAX * 2];   /* sockets to shut down on stop */
-	char  *notes[NOTES_MAX];
+	pthread_cond_t cv;
+	int nconn;
+	int stopping;
+	int fds[WORKER_EGRESS_CONN_MAX * 2]; /* sockets to shut down on stop */
+	char *notes[NOTES_MAX];
 	size_t nnotes;
 	uint64_t notes_lost;
 };
@@ -264,7 +264,8 @@ static void answer(int fd, const char *status, const char *text)
 	char buf[512];
 	int n = snprintf(buf, sizeof(buf),
 	                 "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
-	                 "Connection: close\r\n\r\n%s", status, strlen(text), text);
+	                 "Connection: close\r\n\r\n%s",
+	                 status, strlen(text), text);
 	if (n > 0 && (size_t)n < sizeof(buf))
 		rn_write_all(fd, buf, (size_t)n, RN_IO_SOCKET);
 }
@@ -456,7 +457,7 @@ static int listed_address(const worker_egress_t *e, const char *host, int port)
 static size_t strip_proxy_headers(char *h, size_t len)
 {
 	size_t out = 0;
-	for (size_t i = 0; i < len; ) {
+	for (size_t i = 0; i < len;) {
 		char *nl = memchr(h + i, '\n', len - i);
 		size_t ll = nl ? (size_t)(nl - (h + i)) + 1 : len - i;
 		if (strncasecmp(h + i, "Proxy-", 6) != 0 && strncasecmp(h + i, "Connection:", 11) != 0 &&
@@ -553,20 +554,20 @@ static void serve(conn_t *c)
 	if (is_connect) {
 		static const char est[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 		ok = rn_write_all(c->cfd, est, sizeof(est) - 1, RN_IO_SOCKET) == 0 &&
-		     (got == hl || rn_write_all(ufd, buf + hl, got - hl, RN_IO_SOCKET) == 0);
+		        (got == hl || rn_write_all(ufd, buf + hl, got - hl, RN_IO_SOCKET) == 0);
 	} else {
 		/* METHOD path VERSION, then the headers without Proxy-*. */
 		char *method_end = sp1;
-		char *rest = eol;   /* "\r\n" + headers + "\r\n" */
+		char *rest = eol; /* "\r\n" + headers + "\r\n" */
 		size_t rest_len = strip_proxy_headers(rest, hl - (size_t)(rest - buf));
 		static const char close_hdr[] = "Connection: close\r\n\r\n";
-		ok = rest_len >= 4 &&   /* the request line's CRLF and the blank line */
-		     rn_write_all(ufd, buf, (size_t)(method_end - buf) + 1, RN_IO_SOCKET) == 0 &&
-		     rn_write_all(ufd, path, path_len, RN_IO_SOCKET) == 0 &&
-		     rn_write_all(ufd, sp2, (size_t)(eol - sp2), RN_IO_SOCKET) == 0 &&
-		     rn_write_all(ufd, rest, rest_len - 2, RN_IO_SOCKET) == 0 &&
-		     rn_write_all(ufd, close_hdr, sizeof(close_hdr) - 1, RN_IO_SOCKET) == 0 &&
-		     (got == hl || rn_write_all(ufd, buf + hl, got - hl, RN_IO_SOCKET) == 0);
+		ok = rest_len >= 4 && /* the request line's CRLF and the blank line */
+		        rn_write_all(ufd, buf, (size_t)(method_end - buf) + 1, RN_IO_SOCKET) == 0 &&
+		        rn_write_all(ufd, path, path_len, RN_IO_SOCKET) == 0 &&
+		        rn_write_all(ufd, sp2, (size_t)(eol - sp2), RN_IO_SOCKET) == 0 &&
+		        rn_write_all(ufd, rest, rest_len - 2, RN_IO_SOCKET) == 0 &&
+		        rn_write_all(ufd, close_hdr, sizeof(close_hdr) - 1, RN_IO_SOCKET) == 0 &&
+		        (got == hl || rn_write_all(ufd, buf + hl, got - hl, RN_IO_SOCKET) == 0);
 	}
 	free(buf);
 	if (ok)
@@ -680,8 +681,7 @@ worker_egress_t *worker_egress_start(const char *sock_path, char *const *allow, 
 		memcpy(dir, sock_path, (size_t)(slash - sock_path));
 		dir[slash - sock_path] = '\0';
 		dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-		if (dfd < 0 || (size_t)snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s",
-		                                dfd, slash + 1) >= sizeof(sa.sun_path)) {
+		if (dfd < 0 || (size_t)snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", dfd, slash + 1) >= sizeof(sa.sun_path)) {
 			if (dfd >= 0)
 				close(dfd);
 			snprintf(errstr, errstr_size, "egress socket path is not usable");

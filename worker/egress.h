@@ -37,9 +37,9 @@
 
 #include "common/sandbox_layout.h"
 
-#define WORKER_EGRESS_CONN_MAX  64
-#define WORKER_EGRESS_HEAD_MAX  8192
-#define WORKER_EGRESS_PORT      3128   /* the bridge's port inside the sandbox */
+#define WORKER_EGRESS_CONN_MAX          64
+#define WORKER_EGRESS_HEAD_MAX          8192
+#define WORKER_EGRESS_PORT              3128 /* the bridge's port inside the sandbox */
 #define WORKER_EGRESS_SOCK_IN_SANDBOX   RN_SANDBOX_EGRESS_SOCK
 #define WORKER_EGRESS_BRIDGE_IN_SANDBOX RN_SANDBOX_EGRESS_BRIDGE
 

@@ -19,7 +19,7 @@ size_t worker_httpc_body_write(char *ptr, size_t size, size_t nmemb, void *userd
 	size_t n = size * nmemb;
 	if (n > b->max - b->len || b->len > b->max) {
 		b->too_big = 1;
-		return 0;  /* stops the transfer with CURLE_WRITE_ERROR */
+		return 0; /* stops the transfer with CURLE_WRITE_ERROR */
 	}
 	char *nd = realloc(b->data, b->len + n + 1);
 	if (!nd) {

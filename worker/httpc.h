@@ -17,16 +17,16 @@
 
 /* An answer body kept in memory, at most max bytes. */
 typedef struct worker_httpc_body {
-	char   *data;     /* NUL-terminated (malloc'd, owned) */
-	size_t  len;
-	size_t  max;
-	int     too_big;  /* the answer went over max: the transfer was stopped */
-	int     oom;
+	char *data; /* NUL-terminated (malloc'd, owned) */
+	size_t len;
+	size_t max;
+	int too_big; /* the answer went over max: the transfer was stopped */
+	int oom;
 } worker_httpc_body_t;
 
 /* CURLOPT_WRITEFUNCTION for a worker_httpc_body_t (CURLOPT_WRITEDATA). */
 size_t worker_httpc_body_write(char *ptr, size_t size, size_t nmemb, void *userdata);
-void   worker_httpc_body_free(worker_httpc_body_t *b);
+void worker_httpc_body_free(worker_httpc_body_t *b);
 
 /*
  * Options every request gets: http/https only (also on redirects), no

@@ -11,10 +11,10 @@
 
 struct worker_inbox {
 	pthread_mutex_t mu;
-	int             wake_fd;
-	size_t          head, count;
-	uint64_t        dropped;
-	proto_ctl_t     ring[WORKER_INBOX_MAX];
+	int wake_fd;
+	size_t head, count;
+	uint64_t dropped;
+	proto_ctl_t ring[WORKER_INBOX_MAX];
 };
 
 worker_inbox_t *worker_inbox_new(int wake_fd)

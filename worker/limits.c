@@ -28,11 +28,11 @@
 #include "common/util.h"
 #include "worker/egress.h"
 
-#define CHECK_EVERY_MS      100
-#define WALK_EVERY_MS       1000
-#define DISK_SLACK_BYTES    (64 * 1024)
-#define ALLOW_MAX           256
-#define MIB                 (1024ULL * 1024ULL)
+#define CHECK_EVERY_MS   100
+#define WALK_EVERY_MS    1000
+#define DISK_SLACK_BYTES (64 * 1024)
+#define ALLOW_MAX        256
+#define MIB              (1024ULL * 1024ULL)
 
 const char *worker_limit_name(worker_limit_t l)
 {
@@ -84,7 +84,7 @@ static int split_list(const char *s, char ***out, size_t *n)
 	if (!v)
 		return -1;
 	size_t k = 0;
-	for (const char *p = s; *p; ) {
+	for (const char *p = s; *p;) {
 		const char *c = strchr(p, ',');
 		size_t l = c ? (size_t)(c - p) : strlen(p);
 		while (l && (*p == ' ' || *p == '\t')) {
@@ -257,7 +257,8 @@ int worker_limits_setup(worker_limits_env_t *env, const worker_limits_t *max,
 		int n = snprintf(warn, warn_size,
 		                 "no writable cgroup hierarchy (%s): runs get no memory or CPU limit of their own "
 		                 "(the pod's or the host's applies), processes only RLIMIT_NPROC, and a run over "
-		                 "those cannot be told apart from one that crashed; see docs/operations.md\n", why);
+		                 "those cannot be told apart from one that crashed; see docs/operations.md\n",
+		                 why);
 		wl = n > 0 ? (size_t)n : 0;
 	} else if (!env->cgroup.have_cpu && max->cpu_millis > 0 && wl < warn_size) {
 		int n = snprintf(warn + wl, warn_size - wl,
@@ -289,7 +290,8 @@ int worker_limits_setup(worker_limits_env_t *env, const worker_limits_t *max,
 			snprintf(warn + wl, warn_size - wl,
 			         "workspace disk cap: %s; the workspace is measured every second and a run "
 			         "over its cap is stopped (a fast writer can overshoot by what it writes in "
-			         "that second; single files are capped with RLIMIT_FSIZE)\n", why);
+			         "that second; single files are capped with RLIMIT_FSIZE)\n",
+			         why);
 	}
 	return 0;
 }
@@ -314,9 +316,9 @@ struct worker_guard {
 	worker_sandbox_driver_t driver;
 	char run_id[80];
 	worker_cgroup_t cg;
-	int  have_cg;
+	int have_cg;
 	char ws_dir[4096];
-	int  mounted;
+	int mounted;
 	worker_egress_t *proxy;
 	char sock_path[4200];
 	worker_guard_note_fn note;
@@ -324,12 +326,12 @@ struct worker_guard {
 	int64_t next_check;
 	int64_t next_walk;
 	worker_limit_t hit;
-	int  cgroup_fds[WORKER_CGROUP_FDS];
-	int  ncgroup_fds;
+	int cgroup_fds[WORKER_CGROUP_FDS];
+	int ncgroup_fds;
 };
 
 static void gnote(worker_guard_t *g, const char *level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+        __attribute__((format(printf, 3, 4)));
 static void gnote(worker_guard_t *g, const char *level, const char *fmt, ...)
 {
 	char buf[512];
@@ -488,7 +490,8 @@ static void resolve_egress(worker_guard_t *g, const worker_guard_args_t *a, list
 	if (want == WORKER_EGRESS_ALLOWLIST && json_is_array(hosts)) {
 		size_t i;
 		const json_t *h;
-		json_array_foreach(hosts, i, h) {
+		json_array_foreach(hosts, i, h)
+		{
 			const char *s = json_string_value(h);
 			if (!s || (!name_ok(s) && worker_egress_pattern_ok(s) < 0)) {
 				gnote(g, "warn", "allow_hosts entry %zu is not a host[:port] pattern; ignored", i);
@@ -522,7 +525,7 @@ static int is_tmpfs_mount(const char *dir)
 	char parent[4200];
 	snprintf(parent, sizeof(parent), "%s/..", dir);
 	return statfs(dir, &sf) == 0 && sf.f_type == TMPFS_MAGIC &&
-	       stat(dir, &st) == 0 && stat(parent, &up) == 0 && st.st_dev != up.st_dev;
+	        stat(dir, &st) == 0 && stat(parent, &up) == 0 && st.st_dev != up.st_dev;
 }
 
 /*

@@ -31,9 +31,9 @@
 #include "worker/sandbox.h"
 
 typedef enum {
-	WORKER_EGRESS_NONE = 0,     /* own network namespace, nothing reachable */
-	WORKER_EGRESS_ALLOWLIST,    /* own namespace, only the proxy, only listed hosts */
-	WORKER_EGRESS_FULL,         /* the host's network */
+	WORKER_EGRESS_NONE = 0,  /* own network namespace, nothing reachable */
+	WORKER_EGRESS_ALLOWLIST, /* own namespace, only the proxy, only listed hosts */
+	WORKER_EGRESS_FULL,      /* the host's network */
 } worker_egress_mode_t;
 
 typedef enum {
@@ -46,33 +46,33 @@ typedef enum {
 
 /* How the workspace cap is enforced. */
 typedef enum {
-	WORKER_DISK_TMPFS = 0,  /* a size-limited tmpfs on the workspace: the kernel refuses the excess */
-	WORKER_DISK_WATCH,      /* no mount permission: a walk every second, then a kill */
+	WORKER_DISK_TMPFS = 0, /* a size-limited tmpfs on the workspace: the kernel refuses the excess */
+	WORKER_DISK_WATCH,     /* no mount permission: a walk every second, then a kill */
 } worker_disk_mode_t;
 
 /* Resource limits; 0 = unlimited.  The worker's and, resolved, a run's. */
 typedef struct worker_limits {
 	long memory_mb;
 	long pids;
-	long cpu_millis;      /* 1000 = one CPU */
+	long cpu_millis; /* 1000 = one CPU */
 	long disk_mb;
 	long tmp_mb;
 } worker_limits_t;
 
 /* Everything the worker decided at start; lives as long as the worker. */
 typedef struct worker_limits_env {
-	worker_limits_t      max;
+	worker_limits_t max;
 	worker_cgroup_root_t cgroup;
-	worker_disk_mode_t   disk_mode;
+	worker_disk_mode_t disk_mode;
 	/* Where the workspace tmpfs mounts live: 0 the host's mount namespace,
 	 * 1 a private one (a root worker: they vanish with it), 2 the worker's
 	 * own user and mount namespace (a worker that may not mount). */
-	int                  mount_ns;
-	worker_egress_mode_t egress;          /* the worker's policy: runs may narrow it */
-	char               **egress_allow;    /* the worker's host[:port] patterns (owned) */
-	size_t               egress_nallow;
+	int mount_ns;
+	worker_egress_mode_t egress; /* the worker's policy: runs may narrow it */
+	char **egress_allow;         /* the worker's host[:port] patterns (owned) */
+	size_t egress_nallow;
 	worker_egress_mode_t default_command; /* command and mock kinds without "network" */
-	const char          *bridge_path;     /* runnel-egress-bridge on the host, "" if absent */
+	const char *bridge_path;              /* runnel-egress-bridge on the host, "" if absent */
 } worker_limits_env_t;
 
 /*
@@ -105,7 +105,7 @@ int worker_limits_mount_workspace(const worker_limits_env_t *env, const char *di
 /* "none", "allowlist", "full"; -1 for anything else. */
 int worker_egress_mode_parse(const char *s);
 const char *worker_egress_mode_name(worker_egress_mode_t m);
-const char *worker_limit_name(worker_limit_t l);   /* "memory", "processes", "disk" */
+const char *worker_limit_name(worker_limit_t l); /* "memory", "processes", "disk" */
 
 /* Called with each note for the run's stream (a `log` line) and log. */
 typedef void (*worker_guard_note_fn)(const char *level, const char *message, void *arg);
@@ -114,14 +114,14 @@ typedef struct worker_guard worker_guard_t;
 
 /* What a guard needs from the run. */
 typedef struct worker_guard_args {
-	const char   *run_id;
-	const char   *kind;             /* agent.kind */
-	const json_t *config;           /* the /config answer (limits, network, allow_hosts) */
-	const json_t *variables;        /* the /env variables (model base URLs) */
-	const char   *ws_api_url;       /* workspace_api.url or NULL */
-	const char   *workspace_dir;    /* host dir bound at /root/workspace (exists) */
-	const char   *assets_dir;       /* its assets/ (re-created on the tmpfs) */
-	const char   *meta_dir;         /* worker-private dir for the proxy socket */
+	const char *run_id;
+	const char *kind;          /* agent.kind */
+	const json_t *config;      /* the /config answer (limits, network, allow_hosts) */
+	const json_t *variables;   /* the /env variables (model base URLs) */
+	const char *ws_api_url;    /* workspace_api.url or NULL */
+	const char *workspace_dir; /* host dir bound at /root/workspace (exists) */
+	const char *assets_dir;    /* its assets/ (re-created on the tmpfs) */
+	const char *meta_dir;      /* worker-private dir for the proxy socket */
 	worker_sandbox_driver_t driver;
 } worker_guard_args_t;
 

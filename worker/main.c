@@ -43,51 +43,51 @@
 #include "worker/warm.h"
 #include "worker/sandbox.h"
 
-#define PENDING_MAX      64
-#define KAFKA_TICK_MS    100
-#define STATS_MS         2000   /* queue gauges */
-#define DLQ_WAIT_MS      10000  /* a DLQ delivery report, at most */
+#define PENDING_MAX   64
+#define KAFKA_TICK_MS 100
+#define STATS_MS      2000  /* queue gauges */
+#define DLQ_WAIT_MS   10000 /* a DLQ delivery report, at most */
 
 typedef struct worker {
-	worker_config_t    cfg;
-	worker_metrics_t   m;
-	worker_ctx_t       ctx;
+	worker_config_t cfg;
+	worker_metrics_t m;
+	worker_ctx_t ctx;
 	struct event_base *base;
 	worker_consumer_t *consumer;
-	worker_control_t  *control;
-	worker_claimer_t  *claimer;
-	worker_http_t     *http;
-	redisContext      *rc;            /* main thread's Redis: claim, heartbeat, sweep */
-	int64_t            rc_retry_at;   /* mono ms: do not reconnect before */
-	unsigned           rc_attempt;
+	worker_control_t *control;
+	worker_claimer_t *claimer;
+	worker_http_t *http;
+	redisContext *rc;    /* main thread's Redis: claim, heartbeat, sweep */
+	int64_t rc_retry_at; /* mono ms: do not reconnect before */
+	unsigned rc_attempt;
 
-	pthread_mutex_t    mu;            /* guards runs[] for the control thread, done[] */
-	worker_run_t     **runs;          /* cfg.slots entries, NULL = free */
-	char             (*tenants)[PROTO_TENANT_MAX + 1]; /* the tenant of runs[i] */
-	size_t             busy;
-	worker_run_t     **done;          /* runs whose thread finished */
-	size_t             ndone;
+	pthread_mutex_t mu;                    /* guards runs[] for the control thread, done[] */
+	worker_run_t **runs;                   /* cfg.slots entries, NULL = free */
+	char (*tenants)[PROTO_TENANT_MAX + 1]; /* the tenant of runs[i] */
+	size_t busy;
+	worker_run_t **done; /* runs whose thread finished */
+	size_t ndone;
 
 	/* Main thread's scratch, cfg.slots entries each: the done batch and
 	 * the heartbeat's lists (no fixed cap on the slot count; the two
 	 * callbacks never nest). */
-	worker_run_t     **s_runs;
-	char             (*s_tenants)[PROTO_TENANT_MAX + 1];
-	const char       **s_ids;
-	const char       **s_tenant_ptrs;
-	int               *s_owned;
+	worker_run_t **s_runs;
+	char (*s_tenants)[PROTO_TENANT_MAX + 1];
+	const char **s_ids;
+	const char **s_tenant_ptrs;
+	int *s_owned;
 
 	rd_kafka_message_t *pending[PENDING_MAX];
-	size_t             npending;
+	size_t npending;
 
 	struct event *ev_kafka, *ev_tick, *ev_done, *ev_hb, *ev_sweep, *ev_stats;
 	struct event *ev_term, *ev_int, *ev_drain, *ev_hard;
-	int                draining;
-	int                drain_expired;
-	int                gave_up;       /* the drain's hard deadline passed */
-	int64_t            hb_next_ms;    /* mono ms the next heartbeat is due */
-	int64_t            intake_retry_at; /* mono ms: replicas were short, wait */
-	int                dlq_inflight;  /* pending[0]'s DLQ delivery is awaited */
+	int draining;
+	int drain_expired;
+	int gave_up;             /* the drain's hard deadline passed */
+	int64_t hb_next_ms;      /* mono ms the next heartbeat is due */
+	int64_t intake_retry_at; /* mono ms: replicas were short, wait */
+	int dlq_inflight;        /* pending[0]'s DLQ delivery is awaited */
 } worker_t;
 
 static void pump(worker_t *w);
@@ -164,7 +164,7 @@ static void done_cb(evutil_socket_t fd, short what, void *arg)
 {
 	worker_t *w = arg;
 	worker_run_t **list = w->s_runs;
-	char (*tenant)[PROTO_TENANT_MAX + 1] = w->s_tenants;
+	char(*tenant)[PROTO_TENANT_MAX + 1] = w->s_tenants;
 	size_t n;
 
 	pthread_mutex_lock(&w->mu);
@@ -460,7 +460,8 @@ static size_t tenant_series(char *text, size_t cap, size_t o, const rn_queue_sta
 	o += n > 0 ? (size_t)n : 0;
 	for (size_t i = 0; i < st->nlisted && o < cap; i++) {
 		const rn_queue_tenant_t *t = &st->tenants[i];
-		int64_t v = field == 0 ? t->queued : field == 1 ? t->running : t->oldest_ms;
+		int64_t v = field == 0 ? t->queued : field == 1 ? t->running
+		                                                : t->oldest_ms;
 		n = snprintf(text + o, cap - o, "%s{tenant=\"%s\"} %lld\n", name, t->name, (long long)v);
 		o += n > 0 ? (size_t)n : 0;
 	}
@@ -586,7 +587,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 		return;
 	}
 	w->draining = 1;
-	worker_warm_pool_drain(w->ctx.warm);   /* warm: shrink to zero */
+	worker_warm_pool_drain(w->ctx.warm); /* warm: shrink to zero */
 	worker_http_set_draining(w->http);
 	rn_log_info(NULL, "drain_start", "signal %d: taking no more runs; %zu run(s) active, %ld s to finish",
 	            (int)sig, w->busy, w->cfg.drain_sec);
@@ -645,9 +646,9 @@ static void log_limits(const worker_config_t *cfg, char *warn)
 	const worker_limits_env_t *le = &cfg->limits;
 	rn_log_info(NULL, "limits", "cgroup %s, disk %s; per run: memory %ld MiB, pids %ld, cpus %s, disk %ld MiB, /tmp %ld MiB; egress %s",
 	            worker_cgroup_mode_name(le->cgroup.mode),
-	            le->disk_mode == WORKER_DISK_WATCH ? "watch" :
-	            le->mount_ns == 2 ? "tmpfs (own user and mount namespace)" :
-	            le->mount_ns == 1 ? "tmpfs (private mount namespace)" : "tmpfs",
+	            le->disk_mode == WORKER_DISK_WATCH ? "watch" : le->mount_ns == 2 ? "tmpfs (own user and mount namespace)"
+	                    : le->mount_ns == 1                                      ? "tmpfs (private mount namespace)"
+	                                                                             : "tmpfs",
 	            le->max.memory_mb, le->max.pids, cfg->run_cpus, le->max.disk_mb, le->max.tmp_mb,
 	            worker_egress_mode_name(le->egress));
 }
@@ -788,11 +789,16 @@ int main(int argc, char **argv)
 			mock_bind = NULL;
 		char *binds[] = { mock_bind, NULL };
 		worker_warm_pool_opts_t wo = {
-			.size = (size_t)w->cfg.warm, .init_path = w->cfg.warm_init_path,
-			.work_dir = w->cfg.work_dir, .bwrap_path = w->cfg.bwrap_path,
-			.rootfs = w->cfg.rootfs, .ro_binds = binds, .share_net = w->cfg.share_net,
+			.size = (size_t)w->cfg.warm,
+			.init_path = w->cfg.warm_init_path,
+			.work_dir = w->cfg.work_dir,
+			.bwrap_path = w->cfg.bwrap_path,
+			.rootfs = w->cfg.rootfs,
+			.ro_binds = binds,
+			.share_net = w->cfg.share_net,
 			.rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE,
-			.tmp_mb = w->cfg.run_tmp_mb, .limits = &w->cfg.limits,
+			.tmp_mb = w->cfg.run_tmp_mb,
+			.limits = &w->cfg.limits,
 		};
 		w->ctx.warm = worker_warm_pool_new(&wo, err, sizeof(err));
 		free(mock_bind);
@@ -847,7 +853,7 @@ int main(int argc, char **argv)
 		worker_warm_pool_stats(w->ctx.warm, &taken, &missed, &started);
 		rn_log_info(NULL, "warm_stats", "warm sandboxes: %lu started, %lu taken, %lu runs found none ready",
 		            started, taken, missed);
-		worker_warm_pool_free(w->ctx.warm);   /* after every run ended */
+		worker_warm_pool_free(w->ctx.warm); /* after every run ended */
 		w->ctx.warm = NULL;
 	}
 	if (w->rc)

@@ -24,7 +24,7 @@ int worker_metrics_init(worker_metrics_t *m)
 	if (!m->reg)
 		return -1;
 #define X(name) m->runs_##name = rn_metrics_counter(m->reg, "runnel_worker_runs_total", \
-	"Runs this worker ended, by outcome", "outcome=\"" #name "\"");
+	                                            "Runs this worker ended, by outcome", "outcome=\"" #name "\"");
 	WORKER_OUTCOMES(X)
 #undef X
 	m->jobs_skipped = rn_metrics_counter(m->reg, "runnel_worker_jobs_skipped_total",
@@ -98,7 +98,9 @@ void worker_metrics_free(worker_metrics_t *m)
 
 rn_counter_t *worker_metrics_outcome(worker_metrics_t *m, const char *outcome)
 {
-#define X(name) if (!strcmp(outcome, #name)) return m->runs_##name;
+#define X(name) \
+	if (!strcmp(outcome, #name)) \
+		return m->runs_##name;
 	WORKER_OUTCOMES(X)
 #undef X
 	return m->runs_internal;

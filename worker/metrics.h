@@ -29,36 +29,38 @@
 #define WORKER_METRICS_LIMITS 4
 
 /* Run outcomes counted in runnel_worker_runs_total{outcome=...}. */
+/* clang-format off */
 #define WORKER_OUTCOMES(X) \
 	X(succeeded) X(agent_error) X(cancelled) X(runtime_cap) X(worker_lost) \
 	X(worker_shutdown) X(bootstrap_failed) X(bag_rejected) X(agent_exit) \
 	X(writeback_failed) X(internal) X(resource_limit)
+/* clang-format on */
 
 typedef struct worker_metrics {
 	rn_metrics_t *reg;
 #define X(name) rn_counter_t *runs_##name;
 	WORKER_OUTCOMES(X)
 #undef X
-	rn_counter_t *jobs_skipped;     /* claim said done/held */
+	rn_counter_t *jobs_skipped; /* claim said done/held */
 	rn_counter_t *jobs_dlq;
-	rn_counter_t *runs_swept;       /* worker_lost written by this worker's sweep */
-	rn_gauge_t   *slots_busy;
-	rn_gauge_t   *slots_total;
+	rn_counter_t *runs_swept; /* worker_lost written by this worker's sweep */
+	rn_gauge_t *slots_busy;
+	rn_gauge_t *slots_total;
 	rn_counter_t *lines_published;
 	rn_counter_t *lines_dropped;
 	rn_counter_t *lines_invalid;
 	rn_counter_t *redis_retries;
-	rn_hist_t    *queue_wait;
-	rn_hist_t    *sandbox_start;
-	rn_hist_t    *first_line;
+	rn_hist_t *queue_wait;
+	rn_hist_t *sandbox_start;
+	rn_hist_t *first_line;
 	/* queue */
-	rn_counter_t *jobs_queued;      /* Kafka records moved into the run-time queue */
-	rn_counter_t *queue_claims;     /* runs this worker took from the queue */
-	rn_gauge_t   *queue_depth;      /* queued runs, fleet-wide (last poll) */
-	rn_gauge_t   *queue_oldest_ms;  /* age of the oldest queued run */
-	rn_gauge_t   *queue_tenants;    /* tenants with queued runs */
+	rn_counter_t *jobs_queued;   /* Kafka records moved into the run-time queue */
+	rn_counter_t *queue_claims;  /* runs this worker took from the queue */
+	rn_gauge_t *queue_depth;     /* queued runs, fleet-wide (last poll) */
+	rn_gauge_t *queue_oldest_ms; /* age of the oldest queued run */
+	rn_gauge_t *queue_tenants;   /* tenants with queued runs */
 	pthread_mutex_t tenant_mu;
-	char         *tenant_text;      /* per-tenant series, rendered by the poll */
+	char *tenant_text; /* per-tenant series, rendered by the poll */
 	/* runnel_worker_limit_hits_total{limit=...}, by worker_limit_t
 	 * ([0], no limit, is never counted). */
 	rn_counter_t *limit_hits[WORKER_METRICS_LIMITS];

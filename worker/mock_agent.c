@@ -28,12 +28,12 @@
 #include "common/sandbox_layout.h"
 #include "common/util.h"
 
-#define TURN_MAX     (4 * 1024 * 1024)  /* bytes of the turn line */
-#define CONTROL_MAX  4096               /* bytes of one control line */
-#define FILES_MAX    100000
-#define FLOOD_MAX    10000000
+#define TURN_MAX    (4 * 1024 * 1024) /* bytes of the turn line */
+#define CONTROL_MAX 4096              /* bytes of one control line */
+#define FILES_MAX   100000
+#define FLOOD_MAX   10000000
 
-static int stdin_open = 1;       /* 0 after EOF: stop polling it */
+static int stdin_open = 1; /* 0 after EOF: stop polling it */
 static char ctl_buf[CONTROL_MAX];
 static size_t ctl_len;
 
@@ -249,7 +249,9 @@ static void emit_done(const char *prompt)
 static void script_demo(const char *prompt)
 {
 	static const char *const names[] = {
-		"recipes/read-workspace.sh", "recipes/plan.sh", "recipes/apply.sh",
+		"recipes/read-workspace.sh",
+		"recipes/plan.sh",
+		"recipes/apply.sh",
 	};
 	emit_log("info", "Loaded 3 skills");
 	wait_ms(100);

@@ -20,8 +20,12 @@ redisContext *worker_redis_connect(const rn_redis_url_t *url, int timeout_ms,
 	/* Replies may take a while under load, but a dead server must not hang a run. */
 	redisContext *c = rn_redis_connect(url, timeout_ms, 10000, why, sizeof(why));
 
-	if (!c)
-		snprintf(errstr, errstr_size, "redis %s:%d: %s", url->host, url->port, why);
+	if (!c) {
+		/* A longer message is cut (and ends with "..."), never an error of its own. */
+		int n = snprintf(errstr, errstr_size, "redis %s:%d: %s", url->host, url->port, why);
+		if (n >= 0 && (size_t)n >= errstr_size && errstr_size > 4)
+			memcpy(errstr + errstr_size - 4, "...", 4);
+	}
 	return c;
 }
 
@@ -164,7 +168,7 @@ redisContext *worker_pub_ctx(worker_pub_t *p)
 static int already_written(const redisReply *r)
 {
 	return r->type == REDIS_REPLY_ERROR && r->str &&
-	       strstr(r->str, "equal or smaller than the target stream top item") != NULL;
+	        strstr(r->str, "equal or smaller than the target stream top item") != NULL;
 }
 
 /* Appends decimal v to buf; returns the new end. */

@@ -33,27 +33,27 @@
 redisContext *worker_redis_connect(const rn_redis_url_t *url, int timeout_ms,
                                    char *errstr, size_t errstr_size);
 
-#define WORKER_PUB_BATCH_LINES  2048
-#define WORKER_PUB_BATCH_BYTES  (128 * 1024)
+#define WORKER_PUB_BATCH_LINES 2048
+#define WORKER_PUB_BATCH_BYTES (128 * 1024)
 
 typedef struct worker_pub {
-	const rn_redis_url_t *url;          /* borrowed */
-	redisContext *c;                    /* owned; NULL while disconnected */
-	char     key[PROTO_KEY_MAX];
-	int64_t  seq_base;
-	uint64_t next_n;                    /* id sequence of the next line added */
+	const rn_redis_url_t *url; /* borrowed */
+	redisContext *c;           /* owned; NULL while disconnected */
+	char key[PROTO_KEY_MAX];
+	int64_t seq_base;
+	uint64_t next_n; /* id sequence of the next line added */
 	/* The batch: lines laid end to end in buf. */
-	char    *buf;
-	size_t   len, cap;
+	char *buf;
+	size_t len, cap;
 	uint32_t *lens;
-	size_t   n;
-	size_t   inflight;                  /* lines [0, inflight) sent, replies not read */
-	uint64_t first_n;                   /* sequence of lens[0] */
-	uint64_t published;                 /* lines Redis holds */
+	size_t n;
+	size_t inflight;    /* lines [0, inflight) sent, replies not read */
+	uint64_t first_n;   /* sequence of lens[0] */
+	uint64_t published; /* lines Redis holds */
 	uint64_t retries;
-	uint64_t dropped;                   /* lines refused after giving up on Redis */
-	const worker_stopword_t *stop;      /* given up: a failing call stops retrying */
-	char     run_id[PROTO_RUN_ID_MAX + 1];
+	uint64_t dropped;              /* lines refused after giving up on Redis */
+	const worker_stopword_t *stop; /* given up: a failing call stops retrying */
+	char run_id[PROTO_RUN_ID_MAX + 1];
 } worker_pub_t;
 
 /* Prepares a publisher (no connection yet).  0 or -1 (out of memory). */
@@ -67,7 +67,10 @@ void worker_pub_free(worker_pub_t *p);
 int worker_pub_add(worker_pub_t *p, const char *line, size_t len);
 
 /* Lines waiting in the batch. */
-static inline size_t worker_pub_pending(const worker_pub_t *p) { return p->n; }
+static inline size_t worker_pub_pending(const worker_pub_t *p)
+{
+	return p->n;
+}
 
 /*
  * Writes the batch, retrying with backoff (50 ms doubling to 2 s, jittered) across

@@ -53,28 +53,28 @@
 #define RUN_STACK (256 * 1024)
 #endif
 
-#define RUN_ENV_MAX        4096
+#define RUN_ENV_MAX 4096
 
 /* Everything the run's thread holds; lives on the thread's stack or heap. */
 typedef struct run_io {
-	worker_run_t  *run;
+	worker_run_t *run;
 	const worker_config_t *cfg;
 	worker_metrics_t *m;
-	worker_pub_t   pub;
-	proto_env_t   *env;
-	int            first_line_done;
+	worker_pub_t pub;
+	proto_env_t *env;
+	int first_line_done;
 	/* Terminal line the agent printed, held until writeback finished. */
-	char          *held;
-	size_t         held_len;
-	int            held_is_result;
-	char           held_code[64];
+	char *held;
+	size_t held_len;
+	int held_is_result;
+	char held_code[64];
 	/* stderr accounting */
-	uint64_t       stderr_bytes;
-	int            stderr_truncated;
-	int            publish_failed;
+	uint64_t stderr_bytes;
+	int stderr_truncated;
+	int publish_failed;
 	/* Limits and egress of the run (worker/limits.h). */
 	worker_guard_t *guard;
-	worker_limit_t  limit_hit;
+	worker_limit_t limit_hit;
 } run_io_t;
 
 worker_run_t *worker_run_new(worker_ctx_t *ctx, proto_job_t *job, const rn_claim_t *claim)
@@ -352,7 +352,8 @@ static int sink_terminated(void *arg)
 static int sink_settle(void *arg, const worker_agent_reply_t *r)
 {
 	run_io_t *io = arg;
-	const char *status = r->expired ? "expired" : r->reject ? "rejected" : "answered";
+	const char *status = r->expired ? "expired" : r->reject ? "rejected"
+	                                                        : "answered";
 	char *line = NULL;
 	size_t len = 0;
 	proto_ask_rc_t rc = proto_env_settle_ask(io->env, r->ask_id, status, r->option, r->text,
@@ -481,7 +482,8 @@ static int build_env(const worker_run_t *run, const worker_boot_t *boot,
 	const char *k;
 	json_t *v;
 	size_t count = 0;
-	json_object_foreach(boot->variables, k, v) {
+	json_object_foreach(boot->variables, k, v)
+	{
 		if (!json_is_string(v))
 			continue;
 		if (!proto_env_name_valid(k)) {
@@ -615,7 +617,7 @@ static void run_pipeline(run_io_t *io)
 	memset(&launch, 0, sizeof(launch));
 	worker_sandbox_t sb;
 	int have_sb = 0;
-	worker_warm_sb_t *warm = NULL;   /* a warm sandbox this run took (it brings ws) */
+	worker_warm_sb_t *warm = NULL; /* a warm sandbox this run took (it brings ws) */
 	memset(&boot, 0, sizeof(boot));
 	memset(&sb, 0, sizeof(sb));
 
@@ -704,7 +706,8 @@ static void run_pipeline(run_io_t *io)
 	size_t si;
 	json_t *skill;
 	int have_skills = 0;
-	json_array_foreach(boot.skills, si, skill) {
+	json_array_foreach(boot.skills, si, skill)
+	{
 		const char *name = json_string_value(json_object_get(skill, "name"));
 		const char *url = json_string_value(json_object_get(skill, "zip_url"));
 		char dir[WORKER_PATH_MAX + 160]; /* skills dir + "/" + a name of <= 128 */
@@ -851,17 +854,26 @@ static void run_pipeline(run_io_t *io)
 
 	/* 5: agent I/O until it ends. */
 	worker_line_sink_t sink = {
-		.arg = io, .line = sink_line, .stderr_line = sink_stderr, .terminated = sink_terminated,
-		.settle = sink_settle, .oldest_ask = sink_oldest_ask, .wait_fd = sink_wait_fd,
-		.backlog = sink_backlog, .pump = sink_pump, .failed = sink_failed,
+		.arg = io,
+		.line = sink_line,
+		.stderr_line = sink_stderr,
+		.terminated = sink_terminated,
+		.settle = sink_settle,
+		.oldest_ask = sink_oldest_ask,
+		.wait_fd = sink_wait_fd,
+		.backlog = sink_backlog,
+		.pump = sink_pump,
+		.failed = sink_failed,
 	};
-	worker_stop_source_t stop = { .arg = run, .wake_fd = run->wake_fd, .stop = stop_of,
-	                              .inbox = run->inbox,
-	                              .limit_check = guard_check, .limit_fd = guard_fd, .limit_arg = io };
+	worker_stop_source_t stop = { .arg = run, .wake_fd = run->wake_fd, .stop = stop_of, .inbox = run->inbox, .limit_check = guard_check, .limit_fd = guard_fd, .limit_arg = io };
 	worker_loop_params_t lp = {
-		.run_id = run->run_id, .ops = ops, .state = astate, .actx = &actx,
+		.run_id = run->run_id,
+		.ops = ops,
+		.state = astate,
+		.actx = &actx,
 		.cap_deadline = run->claimed_mono_ms + cap_sec * 1000,
-		.kill_grace_ms = cfg->kill_grace_ms, .line_max = (size_t)cfg->line_max,
+		.kill_grace_ms = cfg->kill_grace_ms,
+		.line_max = (size_t)cfg->line_max,
 		.stop_after_turn = launch.stop_after_turn,
 		.ask_timeout_ms = cfg->ask_timeout_sec * 1000,
 	};
@@ -959,7 +971,7 @@ static void run_pipeline(run_io_t *io)
 out:
 	if (have_sb)
 		worker_sandbox_destroy(&sb);
-	worker_warm_free(warm, 1);   /* its run directory is ws, removed below */
+	worker_warm_free(warm, 1); /* its run directory is ws, removed below */
 	worker_guard_free(io->guard);
 	io->guard = NULL;
 	rn_strv_free(&envv);

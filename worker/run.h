@@ -53,18 +53,18 @@ typedef struct worker_ctx {
 } worker_ctx_t;
 
 struct worker_run {
-	char         run_id[PROTO_RUN_ID_MAX + 1];
-	proto_job_t  job;              /* owned; secrets wiped by worker_run_free */
-	rn_claim_t   claim;
-	int64_t      claimed_mono_ms;
+	char run_id[PROTO_RUN_ID_MAX + 1];
+	proto_job_t job; /* owned; secrets wiped by worker_run_free */
+	rn_claim_t claim;
+	int64_t claimed_mono_ms;
 	worker_ctx_t *ctx;
-	pthread_t    thread;
-	int          started;
-	int          wake_fd;          /* eventfd */
-	worker_stopword_t stop;        /* why it must stop (worker/stop.h) */
-	struct worker_inbox *inbox;    /* control messages for the agent loop */
-	char         cancel_reason[PROTO_CTL_REASON_MAX + 1];
-	char         outcome[32];      /* metric outcome, set at the end */
+	pthread_t thread;
+	int started;
+	int wake_fd;                /* eventfd */
+	worker_stopword_t stop;     /* why it must stop (worker/stop.h) */
+	struct worker_inbox *inbox; /* control messages for the agent loop */
+	char cancel_reason[PROTO_CTL_REASON_MAX + 1];
+	char outcome[32]; /* metric outcome, set at the end */
 };
 
 /* NULL on allocation failure (the job is then left with the caller). */

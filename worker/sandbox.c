@@ -36,22 +36,28 @@
 #include "common/util.h"
 #include "worker/egress.h"
 
-#define ARGV_MAX        4096                /* entries in bwrap's argv */
-#define SANDBOX_HOME    RN_SANDBOX_HOME
-#define SANDBOX_WS      RN_SANDBOX_WORKSPACE
-#define SANDBOX_SKILLS  RN_SANDBOX_SKILLS
-#define SANDBOX_SETUP   WORKER_SANDBOX_SETUP_PATH
+#define ARGV_MAX       4096 /* entries in bwrap's argv */
+#define SANDBOX_HOME   RN_SANDBOX_HOME
+#define SANDBOX_WS     RN_SANDBOX_WORKSPACE
+#define SANDBOX_SKILLS RN_SANDBOX_SKILLS
+#define SANDBOX_SETUP  WORKER_SANDBOX_SETUP_PATH
 /* Host-side command lookup when the caller gives no PATH (not the
  * sandbox's PATH, which is RN_SANDBOX_PATH). */
-#define DEFAULT_PATH    "/usr/local/bin:/usr/bin:/bin"
+#define DEFAULT_PATH     "/usr/local/bin:/usr/bin:/bin"
 #define PROBE_TIMEOUT_MS 10000
 
-#define SETUP_WRAPPER   WORKER_SANDBOX_SETUP_WRAPPER   /* see sandbox.h */
+#define SETUP_WRAPPER WORKER_SANDBOX_SETUP_WRAPPER /* see sandbox.h */
 
 /* Host paths bound read-only when no rootfs is given.  Symlinks (merged
  * /usr) are recreated as symlinks. */
 static const char *const host_ro_paths[] = {
-	"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
+	"/usr",
+	"/bin",
+	"/sbin",
+	"/lib",
+	"/lib64",
+	"/lib32",
+	"/libx32",
 };
 
 /*
@@ -61,13 +67,29 @@ static const char *const host_ro_paths[] = {
  * the host's root, and file owner bits then apply.
  */
 static const char *const host_etc_paths[] = {
-	"/etc/alternatives", "/etc/ssl/certs", "/etc/ca-certificates.conf",
-	"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/hostname",
-	"/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/host.conf",
-	"/etc/gai.conf", "/etc/protocols", "/etc/services", "/etc/networks",
-	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
-	"/etc/localtime", "/etc/timezone", "/etc/mime.types",
-	"/etc/os-release", "/etc/debian_version", "/etc/magic",
+	"/etc/alternatives",
+	"/etc/ssl/certs",
+	"/etc/ca-certificates.conf",
+	"/etc/passwd",
+	"/etc/group",
+	"/etc/hosts",
+	"/etc/hostname",
+	"/etc/resolv.conf",
+	"/etc/nsswitch.conf",
+	"/etc/host.conf",
+	"/etc/gai.conf",
+	"/etc/protocols",
+	"/etc/services",
+	"/etc/networks",
+	"/etc/ld.so.cache",
+	"/etc/ld.so.conf",
+	"/etc/ld.so.conf.d",
+	"/etc/localtime",
+	"/etc/timezone",
+	"/etc/mime.types",
+	"/etc/os-release",
+	"/etc/debian_version",
+	"/etc/magic",
 	"/etc/magic.mime",
 };
 
@@ -178,7 +200,7 @@ static void add_host_root(strv_t *a)
 	}
 	for (size_t i = 0; i < sizeof(host_etc_paths) / sizeof(host_etc_paths[0]); i++) {
 		const char *p = host_etc_paths[i];
-		if (access(p, F_OK) == 0)  /* follows links: a dangling one is skipped */
+		if (access(p, F_OK) == 0) /* follows links: a dangling one is skipped */
 			strv_push3(a, "--ro-bind", p, p);
 	}
 }
@@ -225,8 +247,15 @@ static void add_egress_argv(const worker_sandbox_spec_t *spec, strv_t *a)
 static int is_proxy_var(const char *e)
 {
 	static const char *const names[] = {
-		"HTTPS_PROXY=", "HTTP_PROXY=", "https_proxy=", "http_proxy=",
-		"ALL_PROXY=", "all_proxy=", "NO_PROXY=", "no_proxy=", "NODE_USE_ENV_PROXY=",
+		"HTTPS_PROXY=",
+		"HTTP_PROXY=",
+		"https_proxy=",
+		"http_proxy=",
+		"ALL_PROXY=",
+		"all_proxy=",
+		"NO_PROXY=",
+		"no_proxy=",
+		"NODE_USE_ENV_PROXY=",
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!strncmp(e, names[i], strlen(names[i])))
@@ -330,18 +359,21 @@ static void add_agent_argv(const worker_sandbox_spec_t *spec, const char *setup_
 
 /* Everything the child uses, computed before fork(). */
 struct child_plan {
-	const char   *exec_path;
-	char *const  *argv;
-	char *const  *envp;
-	const char   *chdir_to;      /* NULL: stay */
-	int           no_new_privs;
-	pid_t         parent;
-	int           in_r, out_w, err_w, rep_w;
-	long          max_fd;        /* fallback when close_range() is missing */
-	struct { int res; rlim_t val; } rl[4];
-	int           nrl;
-	const int    *cg_fds;        /* cgroup.procs files to enter first */
-	int           ncg;
+	const char *exec_path;
+	char *const *argv;
+	char *const *envp;
+	const char *chdir_to; /* NULL: stay */
+	int no_new_privs;
+	pid_t parent;
+	int in_r, out_w, err_w, rep_w;
+	long max_fd; /* fallback when close_range() is missing */
+	struct {
+		int res;
+		rlim_t val;
+	} rl[4];
+	int nrl;
+	const int *cg_fds; /* cgroup.procs files to enter first */
+	int ncg;
 };
 
 static void child_fail(int rep_fd, int stage) __attribute__((noreturn));
@@ -541,7 +573,8 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 
 	struct rlimit nofile;
 	plan.max_fd = (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
-	              ? (long)nofile.rlim_cur : 65536;
+	        ? (long)nofile.rlim_cur
+	        : 65536;
 	if (plan.max_fd > 1048576)
 		plan.max_fd = 1048576;
 	plan.exec_path = exec_path;
@@ -809,8 +842,7 @@ static int run_capture(char *const *argv, char *out, size_t outsz)
 	sigfillset(&all);
 	posix_spawnattr_setsigmask(&at, &none);
 	posix_spawnattr_setsigdefault(&at, &all);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-	                              POSIX_SPAWN_SETSID);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSID);
 	static char *const empty_env[] = { NULL };
 	pid_t pid;
 	int rc = posix_spawn(&pid, argv[0], &fa, &at, argv, empty_env);
@@ -878,9 +910,20 @@ int worker_sandbox_probe(worker_sandbox_driver_t driver, const char *bwrap_path,
 	if (resolve_exec("true", DEFAULT_PATH, true_path, sizeof(true_path)) != 0)
 		snprintf(true_path, sizeof(true_path), "/bin/true");
 	char *const argv[] = {
-		path, "--unshare-user", "--unshare-pid", "--die-with-parent",
-		"--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-		"--", true_path, NULL,
+		path,
+		"--unshare-user",
+		"--unshare-pid",
+		"--die-with-parent",
+		"--ro-bind",
+		"/",
+		"/",
+		"--proc",
+		"/proc",
+		"--dev",
+		"/dev",
+		"--",
+		true_path,
+		NULL,
 	};
 	char out[512];
 	int status = run_capture(argv, out, sizeof(out));
@@ -893,7 +936,7 @@ int worker_sandbox_probe(worker_sandbox_driver_t driver, const char *bwrap_path,
 
 	if (read_sysctl("/proc/sys/kernel/unprivileged_userns_clone") == 0) {
 		snprintf(errstr, errstr_size, "unprivileged user namespaces are disabled "
-		         "(kernel.unprivileged_userns_clone=0)");
+		                              "(kernel.unprivileged_userns_clone=0)");
 		return -1;
 	}
 	if (read_sysctl("/proc/sys/user/max_user_namespaces") == 0) {
@@ -902,8 +945,8 @@ int worker_sandbox_probe(worker_sandbox_driver_t driver, const char *bwrap_path,
 	}
 	if (read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == 1) {
 		snprintf(errstr, errstr_size, "AppArmor restricts unprivileged user namespaces "
-		         "(kernel.apparmor_restrict_unprivileged_userns=1); allow bwrap with an "
-		         "AppArmor profile or set the sysctl to 0");
+		                              "(kernel.apparmor_restrict_unprivileged_userns=1); allow bwrap with an "
+		                              "AppArmor profile or set the sysctl to 0");
 		return -1;
 	}
 	char *nl = strchr(out, '\n');

@@ -45,35 +45,35 @@ typedef enum {
 
 typedef struct worker_sandbox_spec {
 	worker_sandbox_driver_t driver;
-	const char  *bwrap_path;      /* NULL = "bwrap" from PATH */
-	const char  *rootfs;          /* NULL = bind the host's /usr, /bin, /lib*, /etc read-only */
-	const char  *workspace_dir;   /* host dir -> /root/workspace (rw) */
-	const char  *skills_dir;      /* host dir -> /root/skills (ro), or NULL */
-	const char  *setup_script;    /* host file -> run first, or NULL */
-	char *const *argv;            /* the agent, as seen inside the sandbox */
-	char *const *envp;            /* the complete environment (built by the caller) */
-	char *const *ro_binds;        /* extra "host:sandbox" read-only binds (the mock agent), or NULL */
-	int          share_net;       /* 1: share the host network; 0: new empty net namespace */
-	long         rlimit_nofile;   /* 0 = leave */
-	long         rlimit_nproc;    /* 0 = leave */
-	long         rlimit_as_mb;    /* 0 = leave */
-	long         rlimit_fsize_mb; /* 0 = leave */
+	const char *bwrap_path;    /* NULL = "bwrap" from PATH */
+	const char *rootfs;        /* NULL = bind the host's /usr, /bin, /lib*, /etc read-only */
+	const char *workspace_dir; /* host dir -> /root/workspace (rw) */
+	const char *skills_dir;    /* host dir -> /root/skills (ro), or NULL */
+	const char *setup_script;  /* host file -> run first, or NULL */
+	char *const *argv;         /* the agent, as seen inside the sandbox */
+	char *const *envp;         /* the complete environment (built by the caller) */
+	char *const *ro_binds;     /* extra "host:sandbox" read-only binds (the mock agent), or NULL */
+	int share_net;             /* 1: share the host network; 0: new empty net namespace */
+	long rlimit_nofile;        /* 0 = leave */
+	long rlimit_nproc;         /* 0 = leave */
+	long rlimit_as_mb;         /* 0 = leave */
+	long rlimit_fsize_mb;      /* 0 = leave */
 	/* Limits and egress (worker/limits.h fills these). */
-	const int   *cgroup_fds;      /* cgroup.procs files the child enters before exec, or NULL */
-	int          ncgroup_fds;
-	long         tmp_mb;          /* size of /tmp, /root and /run tmpfs; 0 = the kernel's default */
-	const char  *egress_bridge;   /* host path of runnel-egress-bridge: run the agent behind it, or NULL */
-	const char  *egress_socket;   /* host path of the run's egress proxy socket (with egress_bridge) */
+	const int *cgroup_fds; /* cgroup.procs files the child enters before exec, or NULL */
+	int ncgroup_fds;
+	long tmp_mb;               /* size of /tmp, /root and /run tmpfs; 0 = the kernel's default */
+	const char *egress_bridge; /* host path of runnel-egress-bridge: run the agent behind it, or NULL */
+	const char *egress_socket; /* host path of the run's egress proxy socket (with egress_bridge) */
 } worker_sandbox_spec_t;
 
 typedef struct worker_sandbox {
-	pid_t pid;        /* the process we started (bwrap or the agent); process group leader */
-	int   stdin_fd;   /* write end, O_CLOEXEC, blocking */
-	int   stdout_fd;  /* read end, O_CLOEXEC|O_NONBLOCK */
-	int   stderr_fd;  /* read end, O_CLOEXEC|O_NONBLOCK */
-	int   exited;
-	int   status;     /* waitpid status once exited */
-	worker_sandbox_driver_t driver;  /* set by worker_sandbox_spawn */
+	pid_t pid;     /* the process we started (bwrap or the agent); process group leader */
+	int stdin_fd;  /* write end, O_CLOEXEC, blocking */
+	int stdout_fd; /* read end, O_CLOEXEC|O_NONBLOCK */
+	int stderr_fd; /* read end, O_CLOEXEC|O_NONBLOCK */
+	int exited;
+	int status;                     /* waitpid status once exited */
+	worker_sandbox_driver_t driver; /* set by worker_sandbox_spawn */
 } worker_sandbox_t;
 
 /* Starts the sandbox.  0, or -1 with errstr (exec failure included). */

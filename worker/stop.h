@@ -22,9 +22,9 @@
 
 typedef enum {
 	WORKER_STOP_NONE = 0,
-	WORKER_STOP_CANCEL,     /* a cancel control message */
-	WORKER_STOP_SHUTDOWN,   /* the drain timeout passed */
-	WORKER_STOP_LOST,       /* the lease is not ours any more: write nothing */
+	WORKER_STOP_CANCEL,   /* a cancel control message */
+	WORKER_STOP_SHUTDOWN, /* the drain timeout passed */
+	WORKER_STOP_LOST,     /* the lease is not ours any more: write nothing */
 } worker_stop_t;
 
 #define WORKER_STOP_REASON_MASK 0xffu

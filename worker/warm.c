@@ -21,8 +21,8 @@
 
 #include "common/log.h"
 
-#define WARM_SETUP_MAX   (8u << 20)   /* matches runnel-warm-init's string cap */
-#define WARM_RETRY_MS    1000         /* after a failed start */
+#define WARM_SETUP_MAX (8u << 20) /* matches runnel-warm-init's string cap */
+#define WARM_RETRY_MS  1000       /* after a failed start */
 
 /* ------------------------------------------------------------------------
  * One warm sandbox
@@ -99,7 +99,7 @@ int worker_warm_start(const worker_sandbox_spec_t *tmpl, const char *init_path,
 	static char *const no_env[] = { NULL };
 	worker_sandbox_spec_t s = *tmpl;
 	s.argv = argv;
-	s.envp = no_env;       /* the run's environment comes over the pipe */
+	s.envp = no_env; /* the run's environment comes over the pipe */
 	s.setup_script = NULL;
 	s.ro_binds = binds;
 	int rc = worker_sandbox_spawn(&s, &w->sb, errstr, errstr_size);
@@ -191,7 +191,7 @@ static void msg_u32(msg_t *m, size_t v)
 		return;
 	}
 	unsigned char b[4] = { (unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-	                       (unsigned char)(v >> 24) };
+		               (unsigned char)(v >> 24) };
 	msg_put(m, b, 4);
 }
 
@@ -352,22 +352,22 @@ void worker_warm_discard(worker_warm_sb_t *w, int keep_ws)
  * ------------------------------------------------------------------------ */
 
 struct worker_warm_pool {
-	size_t            size;
-	char             *init_path, *work_dir, *bwrap_path, *rootfs;
-	char            **ro_binds;
-	int               share_net;
-	long              rlimit_nofile;
-	long              tmp_mb;
+	size_t size;
+	char *init_path, *work_dir, *bwrap_path, *rootfs;
+	char **ro_binds;
+	int share_net;
+	long rlimit_nofile;
+	long tmp_mb;
 	const worker_limits_env_t *limits;
 
-	pthread_mutex_t   mu;
-	pthread_cond_t    cv;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
 	worker_warm_sb_t **idle;
-	size_t            nidle;
-	int               draining, stopping;
-	unsigned long     taken, missed, started, seq;
-	pthread_t         thread;
-	int               have_thread;
+	size_t nidle;
+	int draining, stopping;
+	unsigned long taken, missed, started, seq;
+	pthread_t thread;
+	int have_thread;
 };
 
 /* One new warm sandbox with its own run directory, or NULL. */
@@ -445,7 +445,8 @@ static void *pool_main(void *arg)
 		if (!w) {
 			if (!failing)
 				rn_log_warn(NULL, "warm_start", "a warm sandbox could not be started (%s); "
-				            "runs start cold meanwhile", err);
+				                                "runs start cold meanwhile",
+				            err);
 			failing = 1;
 			if (!p->stopping)
 				timed_wait(p, WARM_RETRY_MS);

@@ -34,17 +34,17 @@
 
 /* One started sandbox waiting for its run. */
 typedef struct worker_warm_sb {
-	worker_sandbox_t sb;     /* running bwrap + init; stdin is the launch pipe */
-	worker_ws_t      ws;     /* its run directory (ws.workspace is bound) */
-	int              have_ws;
+	worker_sandbox_t sb; /* running bwrap + init; stdin is the launch pipe */
+	worker_ws_t ws;      /* its run directory (ws.workspace is bound) */
+	int have_ws;
 	/* What it was started with (a run's spec must match it). */
-	char            *bwrap_path;
-	char            *rootfs;
-	char            *workspace_dir;
-	char           **ro_binds;     /* NULL-terminated, without the init's bind */
-	int              share_net;
-	long             rlimit_nofile, rlimit_nproc, rlimit_as_mb, rlimit_fsize_mb;
-	long             tmp_mb;
+	char *bwrap_path;
+	char *rootfs;
+	char *workspace_dir;
+	char **ro_binds; /* NULL-terminated, without the init's bind */
+	int share_net;
+	long rlimit_nofile, rlimit_nproc, rlimit_as_mb, rlimit_fsize_mb;
+	long tmp_mb;
 } worker_warm_sb_t;
 
 /*
@@ -79,19 +79,19 @@ void worker_warm_discard(worker_warm_sb_t *w, int keep_ws);
 
 /* ---- the pool ---- */
 
-typedef struct worker_warm_pool worker_warm_pool_t;  /* run.h names it too */
+typedef struct worker_warm_pool worker_warm_pool_t; /* run.h names it too */
 
 typedef struct worker_warm_pool_opts {
-	size_t       size;          /* idle sandboxes kept; 0: no pool */
-	const char  *init_path;     /* host runnel-warm-init */
-	const char  *work_dir;      /* run directories go here */
+	size_t size;           /* idle sandboxes kept; 0: no pool */
+	const char *init_path; /* host runnel-warm-init */
+	const char *work_dir;  /* run directories go here */
 	/* The sandbox shape (ro_binds: e.g. the mock agent's). */
-	const char  *bwrap_path;
-	const char  *rootfs;
+	const char *bwrap_path;
+	const char *rootfs;
 	char *const *ro_binds;
-	int          share_net;
-	long         rlimit_nofile;
-	long         tmp_mb;        /* the worker's /tmp size (a run's must match) */
+	int share_net;
+	long rlimit_nofile;
+	long tmp_mb; /* the worker's /tmp size (a run's must match) */
 	/* The worker's limits (outlive the pool): each warm workspace gets its
 	 * tmpfs before bwrap binds it, and the run's guard resizes it. */
 	const worker_limits_env_t *limits;

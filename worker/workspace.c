@@ -28,16 +28,16 @@
 #include "proto/keys.h"
 #include "worker/httpc.h"
 
-#define DEF_MAX_DOWNLOAD  (256ULL << 20)
-#define DEF_MAX_BYTES     (1ULL << 30)
-#define DEF_MAX_ENTRIES   10000ULL
-#define DEF_TIMEOUT_MS    120000L
+#define DEF_MAX_DOWNLOAD   (256ULL << 20)
+#define DEF_MAX_BYTES      (1ULL << 30)
+#define DEF_MAX_ENTRIES    10000ULL
+#define DEF_TIMEOUT_MS     120000L
 #define CONNECT_TIMEOUT_MS 10000L
-#define MAX_REDIRECTS     3L
-#define NAME_QUOTE_MAX    80     /* bytes of an entry name quoted in errors */
-#define COMPONENTS_MAX    256    /* path depth inside an archive */
-#define REMOVE_DEPTH_MAX  512
-#define COPY_BUF          (64 * 1024)
+#define MAX_REDIRECTS      3L
+#define NAME_QUOTE_MAX     80  /* bytes of an entry name quoted in errors */
+#define COMPONENTS_MAX     256 /* path depth inside an archive */
+#define REMOVE_DEPTH_MAX   512
+#define COPY_BUF           (64 * 1024)
 
 static void limits_resolve(const worker_bag_limits_t *in, worker_bag_limits_t *out)
 {
@@ -155,13 +155,13 @@ static void quote_name(const char *name, char *out, size_t out_size)
 }
 
 typedef struct extract {
-	int                 root_fd;
+	int root_fd;
 	worker_bag_limits_t lim;
-	uint64_t            entries;
-	uint64_t            bytes;
-	int                 reject;     /* 1: the archive is refused (bag_rejected) */
-	char               *errstr;
-	size_t              errstr_size;
+	uint64_t entries;
+	uint64_t bytes;
+	int reject; /* 1: the archive is refused (bag_rejected) */
+	char *errstr;
+	size_t errstr_size;
 } extract_t;
 
 static int refuse(extract_t *x, const char *name, const char *why)
@@ -349,7 +349,7 @@ static int extract_entry(extract_t *x, struct archive *a, struct archive_entry *
 	}
 	if (ncomps == 0) {
 		if (type == AE_IFDIR)
-			return 0;  /* "./" */
+			return 0; /* "./" */
 		return refuse(x, name, "has an empty name");
 	}
 
@@ -486,11 +486,11 @@ int worker_ws_extract_file(const char *zip_path, const char *dest_dir,
  * ------------------------------------------------------------------------ */
 
 typedef struct dl {
-	int      fd;
+	int fd;
 	uint64_t got;
 	uint64_t max;
-	int      too_big;
-	int      io_errno;
+	int too_big;
+	int io_errno;
 } dl_t;
 
 static size_t dl_write(char *ptr, size_t size, size_t nmemb, void *userdata)

@@ -43,20 +43,20 @@
 #define WORKER_PATH_MAX 4096
 
 typedef struct worker_bag_limits {
-	uint64_t max_download;   /* bytes of the zip itself; default 256 MiB */
-	uint64_t max_bytes;      /* unpacked bytes; default 1 GiB */
-	uint64_t max_entries;    /* default 10000 */
-	long     timeout_ms;     /* download; default 120000 */
+	uint64_t max_download; /* bytes of the zip itself; default 256 MiB */
+	uint64_t max_bytes;    /* unpacked bytes; default 1 GiB */
+	uint64_t max_entries;  /* default 10000 */
+	long timeout_ms;       /* download; default 120000 */
 	/* Any stop ends the download (error "cancelled"); NULL = never. */
 	const worker_stopword_t *stop;
 } worker_bag_limits_t;
 
 typedef struct worker_ws {
-	char dir[WORKER_PATH_MAX];        /* <root>/<run_id> */
-	char workspace[WORKER_PATH_MAX];  /* .../workspace */
-	char assets[WORKER_PATH_MAX];     /* .../workspace/assets */
-	char skills[WORKER_PATH_MAX];     /* .../skills */
-	char meta[WORKER_PATH_MAX];       /* .../meta */
+	char dir[WORKER_PATH_MAX];       /* <root>/<run_id> */
+	char workspace[WORKER_PATH_MAX]; /* .../workspace */
+	char assets[WORKER_PATH_MAX];    /* .../workspace/assets */
+	char skills[WORKER_PATH_MAX];    /* .../skills */
+	char meta[WORKER_PATH_MAX];      /* .../meta */
 } worker_ws_t;
 
 /* Creates a fresh tree (mode 0700 at the top).  Fails when it exists. */

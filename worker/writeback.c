@@ -27,35 +27,35 @@
 
 #include "worker/httpc.h"
 
-#define DEF_MAX_FILES     1000
-#define DEF_MAX_BYTES     (256ULL << 20)
-#define DEF_TIMEOUT_MS    120000L
+#define DEF_MAX_FILES      1000
+#define DEF_MAX_BYTES      (256ULL << 20)
+#define DEF_TIMEOUT_MS     120000L
 #define CONNECT_TIMEOUT_MS 10000L
-#define MAX_DEPTH         64
-#define ANSWER_MAX        (64 * 1024)
-#define ROUTE             "POST /results"
+#define MAX_DEPTH          64
+#define ANSWER_MAX         (64 * 1024)
+#define ROUTE              "POST /results"
 
 typedef struct wb_file {
-	char     *rel;       /* path relative to assets/ (malloc'd) */
-	dev_t     dev;
-	ino_t     ino;
-	uint64_t  size;
-	int       fd;        /* -1 until curl reads the part */
-	uint64_t  sent;
+	char *rel; /* path relative to assets/ (malloc'd) */
+	dev_t dev;
+	ino_t ino;
+	uint64_t size;
+	int fd; /* -1 until curl reads the part */
+	uint64_t sent;
 	struct wb_ctx *ctx;
 } wb_file_t;
 
 typedef struct wb_ctx {
-	int          root_fd;       /* assets/ */
+	int root_fd; /* assets/ */
 	worker_wb_limits_t lim;
-	wb_file_t   *files;
-	size_t       nfiles, cap;
-	uint64_t     bytes;
-	size_t       skipped;
-	int          failed;        /* a cap, or a local error: errstr is set */
-	char        *errstr;
-	size_t       errstr_size;
-	char         changed[256];  /* set by the read callback */
+	wb_file_t *files;
+	size_t nfiles, cap;
+	uint64_t bytes;
+	size_t skipped;
+	int failed; /* a cap, or a local error: errstr is set */
+	char *errstr;
+	size_t errstr_size;
+	char changed[256]; /* set by the read callback */
 } wb_ctx_t;
 
 static int wb_fail(wb_ctx_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -91,8 +91,12 @@ static int add_file(wb_ctx_t *c, const char *rel, const struct stat *st)
 	if (!dup)
 		return wb_fail(c, "writeback: out of memory");
 	c->files[c->nfiles++] = (wb_file_t){
-		.rel = dup, .dev = st->st_dev, .ino = st->st_ino,
-		.size = (uint64_t)st->st_size, .fd = -1, .ctx = c,
+		.rel = dup,
+		.dev = st->st_dev,
+		.ino = st->st_ino,
+		.size = (uint64_t)st->st_size,
+		.fd = -1,
+		.ctx = c,
 	};
 	c->bytes += (uint64_t)st->st_size;
 	return 0;
@@ -319,9 +323,9 @@ int worker_writeback_upload(const char *agent_url, const char *otp_upload,
 	c.root_fd = open(assets_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (c.root_fd < 0) {
 		if (errno == ENOENT)
-			return 0;              /* the agent removed assets/: nothing to send */
+			return 0; /* the agent removed assets/: nothing to send */
 		if (errno == ELOOP || errno == ENOTDIR) {
-			*nskipped = 1;         /* assets/ itself replaced by a link or a file */
+			*nskipped = 1; /* assets/ itself replaced by a link or a file */
 			return 0;
 		}
 		snprintf(errstr, errstr_size, "writeback: cannot open assets/: %s", strerror(errno));

@@ -22,9 +22,9 @@
 #include "worker/stop.h"
 
 typedef struct worker_wb_limits {
-	uint64_t max_files;   /* default 1000 */
-	uint64_t max_bytes;   /* default 256 MiB */
-	long     timeout_ms;  /* default 120000 */
+	uint64_t max_files; /* default 1000 */
+	uint64_t max_bytes; /* default 256 MiB */
+	long timeout_ms;    /* default 120000 */
 	/* Any stop ends the upload (error "cancelled"); NULL = never. */
 	const worker_stopword_t *stop;
 } worker_wb_limits_t;

@@ -17,7 +17,7 @@
 #define AT_OPENAI_KEY    "sk-oai-acp-test-key-1a2b3c4d5e"
 
 typedef struct at {
-	wt_t  w;
+	wt_t w;
 	fp_t *anthropic;
 	fp_t *openai;
 	const char *prefix;

@@ -20,28 +20,28 @@
 
 #include <jansson.h>
 
-#define FP_REQ_MAX    (16 * 1024 * 1024)
-#define FP_SEEN_MAX   (8 * 1024 * 1024)   /* bytes of requests kept for fp_seen */
+#define FP_REQ_MAX  (16 * 1024 * 1024)
+#define FP_SEEN_MAX (8 * 1024 * 1024) /* bytes of requests kept for fp_seen */
 
 struct fp {
-	fp_kind_t       kind;
-	int             lfd;
-	char            url[64];
-	pthread_t       accept_thread;
+	fp_kind_t kind;
+	int lfd;
+	char url[64];
+	pthread_t accept_thread;
 	pthread_mutex_t mu;
-	char           *cmd, *final;
-	int             status, delay_ms;
-	int             calls;
-	unsigned        seq;
-	char           *seen;
-	size_t          seen_len;
-	atomic_int      stopping;
-	atomic_int      active;
+	char *cmd, *final;
+	int status, delay_ms;
+	int calls;
+	unsigned seq;
+	char *seen;
+	size_t seen_len;
+	atomic_int stopping;
+	atomic_int active;
 };
 
 typedef struct conn {
 	fp_t *p;
-	int   fd;
+	int fd;
 } conn_t;
 
 static void sleep_ms(int ms)
@@ -94,7 +94,7 @@ static int read_request(int fd, char **headp, char **bodyp, size_t *blen)
 	char *head = strndup(buf, hlen);
 	long clen = -1;
 	int chunked = 0;
-	for (char *l = head; l && *l; ) {
+	for (char *l = head; l && *l;) {
 		char *nl = strstr(l, "\r\n");
 		if (nl)
 			*nl = '\0';
@@ -175,7 +175,8 @@ static void remember(fp_t *p, const char *a, size_t n)
 static void answer_json(int fd, int status, const char *body)
 {
 	writef(fd, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-	           "Connection: close\r\n\r\n%s", status, status == 200 ? "OK" : "Error", strlen(body), body);
+	           "Connection: close\r\n\r\n%s",
+	       status, status == 200 ? "OK" : "Error", strlen(body), body);
 }
 
 static void sse(int fd, const char *event, json_t *data)
@@ -201,11 +202,13 @@ static int has_block(const json_t *arr, const char *type)
 {
 	size_t i, j;
 	json_t *m, *b;
-	json_array_foreach(arr, i, m) {
+	json_array_foreach(arr, i, m)
+	{
 		const char *t = json_string_value(json_object_get(m, "type"));
 		if (t && !strcmp(t, type))
 			return 1;
-		json_array_foreach(json_object_get(m, "content"), j, b) {
+		json_array_foreach(json_object_get(m, "content"), j, b)
+		{
 			t = json_string_value(json_object_get(b, "type"));
 			if (t && !strcmp(t, type))
 				return 1;
@@ -218,7 +221,8 @@ static const char *offered_tool(const json_t *tools, const char *const *names)
 {
 	size_t i;
 	json_t *t;
-	json_array_foreach(tools, i, t) {
+	json_array_foreach(tools, i, t)
+	{
 		const char *n = json_string_value(json_object_get(t, "name"));
 		for (const char *const *w = names; n && *w; w++)
 			if (!strcmp(n, *w))
@@ -239,10 +243,9 @@ static void anthropic_answer(fp_t *p, int fd, json_t *req, const char *cmd, cons
 	snprintf(tid, sizeof(tid), "toolu_fake_%u", seq);
 	json_t *usage = json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", 100, "output_tokens", 20,
 	                          "cache_creation_input_tokens", 0, "cache_read_input_tokens", 0);
-	json_t *block = want_tool ?
-		json_pack("{s:s,s:s,s:s,s:{s:s,s:s}}", "type", "tool_use", "id", tid, "name", "Bash",
-		          "input", "command", cmd, "description", "Run the scripted command") :
-		json_pack("{s:s,s:s}", "type", "text", "text", text);
+	json_t *block = want_tool ? json_pack("{s:s,s:s,s:s,s:{s:s,s:s}}", "type", "tool_use", "id", tid, "name", "Bash",
+	                                      "input", "command", cmd, "description", "Run the scripted command")
+	                          : json_pack("{s:s,s:s}", "type", "text", "text", text);
 	const char *stop = want_tool ? "tool_use" : "end_turn";
 	(void)p;
 	if (!json_is_true(json_object_get(req, "stream"))) {
@@ -256,28 +259,18 @@ static void anthropic_answer(fp_t *p, int fd, json_t *req, const char *cmd, cons
 		return;
 	}
 	sse_head(fd);
-	sse(fd, "message_start", json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:O}}", "type", "message_start",
-	                                   "message", "id", mid, "type", "message", "role", "assistant",
-	                                   "model", model ? model : "claude-fake", "content",
-	                                   "stop_reason", "stop_sequence", "usage", usage));
+	sse(fd, "message_start", json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:O}}", "type", "message_start", "message", "id", mid, "type", "message", "role", "assistant", "model", model ? model : "claude-fake", "content", "stop_reason", "stop_sequence", "usage", usage));
 	if (want_tool) {
-		sse(fd, "content_block_start", json_pack("{s:s,s:i,s:{s:s,s:s,s:s,s:{}}}", "type", "content_block_start",
-		                                         "index", 0, "content_block", "type", "tool_use", "id", tid,
-		                                         "name", "Bash", "input"));
+		sse(fd, "content_block_start", json_pack("{s:s,s:i,s:{s:s,s:s,s:s,s:{}}}", "type", "content_block_start", "index", 0, "content_block", "type", "tool_use", "id", tid, "name", "Bash", "input"));
 		char *in = json_dumps(json_object_get(block, "input"), JSON_COMPACT);
-		sse(fd, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta",
-		                                         "index", 0, "delta", "type", "input_json_delta",
-		                                         "partial_json", in ? in : "{}"));
+		sse(fd, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta", "index", 0, "delta", "type", "input_json_delta", "partial_json", in ? in : "{}"));
 		free(in);
 	} else {
-		sse(fd, "content_block_start", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start",
-		                                         "index", 0, "content_block", "type", "text", "text", ""));
-		sse(fd, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta",
-		                                         "index", 0, "delta", "type", "text_delta", "text", text));
+		sse(fd, "content_block_start", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", 0, "content_block", "type", "text", "text", ""));
+		sse(fd, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta", "index", 0, "delta", "type", "text_delta", "text", text));
 	}
 	sse(fd, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
-	sse(fd, "message_delta", json_pack("{s:s,s:{s:s,s:n},s:{s:i}}", "type", "message_delta", "delta",
-	                                   "stop_reason", stop, "stop_sequence", "usage", "output_tokens", 20));
+	sse(fd, "message_delta", json_pack("{s:s,s:{s:s,s:n},s:{s:i}}", "type", "message_delta", "delta", "stop_reason", stop, "stop_sequence", "usage", "output_tokens", 20));
 	sse(fd, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 	json_decref(block);
 	json_decref(usage);
@@ -308,9 +301,8 @@ static void openai_answer(fp_t *p, int fd, json_t *req, const char *cmd, const c
 	openai_ev(fd, "response.created", json_pack("{s:O}", "response", base), &n);
 	json_t *item;
 	if (want_tool) {
-		json_t *args_obj = !strcmp(tool, "exec_command") ? json_pack("{s:s}", "cmd", cmd) :
-		                   !strcmp(tool, "shell_command") ? json_pack("{s:s}", "command", cmd) :
-		                   json_pack("{s:[s,s,s]}", "command", "bash", "-lc", cmd);
+		json_t *args_obj = !strcmp(tool, "exec_command") ? json_pack("{s:s}", "cmd", cmd) : !strcmp(tool, "shell_command") ? json_pack("{s:s}", "command", cmd)
+		                                                                                                                   : json_pack("{s:[s,s,s]}", "command", "bash", "-lc", cmd);
 		char *args = json_dumps(args_obj, JSON_COMPACT);
 		json_decref(args_obj);
 		item = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "id", iid, "type", "function_call", "status", "in_progress",
@@ -329,26 +321,28 @@ static void openai_answer(fp_t *p, int fd, json_t *req, const char *cmd, const c
 		openai_ev(fd, "response.output_item.added", json_pack("{s:i,s:O}", "output_index", 0, "item", item), &n);
 		openai_ev(fd, "response.content_part.added",
 		          json_pack("{s:s,s:i,s:i,s:{s:s,s:s,s:[]}}", "item_id", iid, "output_index", 0, "content_index", 0,
-		                    "part", "type", "output_text", "text", "", "annotations"), &n);
+		                    "part", "type", "output_text", "text", "", "annotations"),
+		          &n);
 		openai_ev(fd, "response.output_text.delta",
 		          json_pack("{s:s,s:i,s:i,s:s}", "item_id", iid, "output_index", 0, "content_index", 0,
-		                    "delta", final), &n);
+		                    "delta", final),
+		          &n);
 		openai_ev(fd, "response.output_text.done",
 		          json_pack("{s:s,s:i,s:i,s:s}", "item_id", iid, "output_index", 0, "content_index", 0,
-		                    "text", final), &n);
+		                    "text", final),
+		          &n);
 		json_t *part = json_pack("{s:s,s:s,s:[]}", "type", "output_text", "text", final, "annotations");
 		openai_ev(fd, "response.content_part.done",
 		          json_pack("{s:s,s:i,s:i,s:O}", "item_id", iid, "output_index", 0, "content_index", 0,
-		                    "part", part), &n);
+		                    "part", part),
+		          &n);
 		json_object_set_new(item, "status", json_string("completed"));
 		json_object_set_new(item, "content", json_pack("[o]", part));
 	}
 	openai_ev(fd, "response.output_item.done", json_pack("{s:i,s:O}", "output_index", 0, "item", item), &n);
 	json_object_set_new(base, "status", json_string("completed"));
 	json_object_set_new(base, "output", json_pack("[o]", item));
-	json_object_set_new(base, "usage", json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", 100,
-	                                             "input_tokens_details", "cached_tokens", 0, "output_tokens", 20,
-	                                             "output_tokens_details", "reasoning_tokens", 0, "total_tokens", 120));
+	json_object_set_new(base, "usage", json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", 100, "input_tokens_details", "cached_tokens", 0, "output_tokens", 20, "output_tokens_details", "reasoning_tokens", 0, "total_tokens", 120));
 	openai_ev(fd, "response.completed", json_pack("{s:o}", "response", base), &n);
 }
 
@@ -383,9 +377,7 @@ static void *conn_main(void *arg)
 			for (int waited = 0; waited < delay && !atomic_load(&p->stopping); waited += 20)
 				sleep_ms(20);
 			if (status) {
-				answer_json(c->fd, status, p->kind == FP_ANTHROPIC ?
-				            "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"fake provider failure\"}}" :
-				            "{\"error\":{\"message\":\"fake provider failure\",\"type\":\"server_error\",\"code\":null}}");
+				answer_json(c->fd, status, p->kind == FP_ANTHROPIC ? "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"fake provider failure\"}}" : "{\"error\":{\"message\":\"fake provider failure\",\"type\":\"server_error\",\"code\":null}}");
 			} else {
 				json_t *req = json_loadb(body, blen, 0, NULL);
 				if (p->kind == FP_ANTHROPIC)

@@ -23,13 +23,14 @@
 #ifndef RUNNEL_TESTS_ACP_FAKEPROV_H
 #define RUNNEL_TESTS_ACP_FAKEPROV_H
 
-typedef enum { FP_ANTHROPIC = 0, FP_OPENAI } fp_kind_t;
+typedef enum { FP_ANTHROPIC = 0,
+	       FP_OPENAI } fp_kind_t;
 
 typedef struct fp_script {
-	const char *cmd;      /* shell command of the tool call; NULL = text only */
-	const char *final;    /* final text (NULL = "Done.") */
-	int         status;   /* 0, or an HTTP status for every model call */
-	int         delay_ms; /* before each model answer */
+	const char *cmd;   /* shell command of the tool call; NULL = text only */
+	const char *final; /* final text (NULL = "Done.") */
+	int status;        /* 0, or an HTTP status for every model call */
+	int delay_ms;      /* before each model answer */
 } fp_script_t;
 
 typedef struct fp fp_t;

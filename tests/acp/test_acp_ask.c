@@ -139,7 +139,8 @@ static void test_cancel_tool(void)
 	TH_REQUIRE(th_wait_until(marker_process, "sleep 29.25", 20000), "the tool's process is there");
 	dt_resp_t r;
 	TH_CHECK(dt_http(&r, "POST", th_strf("%s/v1/runs/run_acp_cancel/cancel", D.base), json_hdr, "{}", -1, 10000) == 0 &&
-	         r.status == 202, "cancel 202 (%ld)", r.status);
+	                 r.status == 202,
+	         "cancel 202 (%ld)", r.status);
 	dt_resp_free(&r);
 	TH_REQUIRE(wt_wait_terminal(&T.w, "run_acp_cancel", 30000), "the run ended");
 	size_t n;
@@ -182,8 +183,7 @@ int main(int argc, char **argv)
 	th_init("acp_ask");
 	if (at_setup(&T, argc, argv, NULL) == 77)
 		return 77;
-	TH_REQUIRE(dt_disp_start(&D, &T.w.redis, &T.w.kafka, (const char *const[]){
-	                         th_strf("RUNNEL_JOBS_TOPIC=%s", T.w.topic), NULL }) == 0, "dispatcher");
+	TH_REQUIRE(dt_disp_start(&D, &T.w.redis, &T.w.kafka, (const char *const[]){ th_strf("RUNNEL_JOBS_TOPIC=%s", T.w.topic), NULL }) == 0, "dispatcher");
 	cli_env[0] = th_strf("RUNNEL_REDIS_URL=%s", T.w.redis.url);
 	cli_env[1] = th_strf("RUNNEL_DISPATCHER_URL=%s", D.base);
 	cli_env[2] = NULL;

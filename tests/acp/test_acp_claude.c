@@ -25,8 +25,7 @@ static at_t T;
 
 static void test_happy(void)
 {
-	fp_set(T.anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo hello > assets/out.txt",
-	                                    .final = "Created assets/out.txt." });
+	fp_set(T.anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo hello > assets/out.txt", .final = "Created assets/out.txt." });
 	dev_stub_otps_t o;
 	at_submit(&T, "run_claude_ok", "{\"kind\":\"acp\",\"preset\":\"claude\"}", NULL, "make the file", &o);
 	TH_REQUIRE(wt_wait_terminal(&T.w, "run_claude_ok", 90000), "the run ended");
@@ -126,13 +125,12 @@ static int has(const char *data, size_t len, const char *needle)
 static void test_secrets(void)
 {
 	char *prompt = th_strf("acp-prompt-secret-%ld", (long)getpid());
-	fp_set(T.anthropic, &(fp_script_t){
-		.cmd = "mkdir -p assets; env > assets/env.txt;"
-		       " for p in /proc/[0-9]*; do cat $p/environ; echo; cat $p/cmdline; echo; done > assets/all.txt 2>/dev/null;"
-		       " ls -a /root /tmp > assets/ls.txt;"
-		       " (touch /run/runnel/agents/pwn || touch /run/runnel/node) 2>/dev/null && echo writable > assets/ro.txt || echo read-only > assets/ro.txt;"
-		       " ls /proc | grep -c '^[0-9]' > assets/nproc.txt",
-		.final = "Dumped." });
+	fp_set(T.anthropic, &(fp_script_t){ .cmd = "mkdir -p assets; env > assets/env.txt;"
+	                                           " for p in /proc/[0-9]*; do cat $p/environ; echo; cat $p/cmdline; echo; done > assets/all.txt 2>/dev/null;"
+	                                           " ls -a /root /tmp > assets/ls.txt;"
+	                                           " (touch /run/runnel/agents/pwn || touch /run/runnel/node) 2>/dev/null && echo writable > assets/ro.txt || echo read-only > assets/ro.txt;"
+	                                           " ls /proc | grep -c '^[0-9]' > assets/nproc.txt",
+	                                    .final = "Dumped." });
 	dev_stub_otps_t o;
 	at_submit(&T, "run_claude_secret", "{\"kind\":\"acp\",\"preset\":\"claude\"}", NULL, prompt, &o);
 	TH_REQUIRE(wt_wait_terminal(&T.w, "run_claude_secret", 90000), "the run ended");

@@ -27,10 +27,10 @@
 #define KEY "sk-ant-map-secret-key-123456"
 
 typedef struct rec {
-	char  **emitted;
-	size_t  ne;
-	char  **written;
-	size_t  nw;
+	char **emitted;
+	size_t ne;
+	char **written;
+	size_t nw;
 } rec_t;
 
 /* A NUL-terminated copy of exactly n bytes (the loop's buffers are not
@@ -128,10 +128,12 @@ static void test_claude_flow(void)
 	TH_CHECK(strstr(r.written[1], "\"_meta\":{\"systemPrompt\":{\"append\":\"sys\"}}") != NULL,
 	         "system prompt appended: %s", r.written[1]);
 	TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/set_mode") &&
-	         th_streq(str_at(last_written(&r), "params", "modeId"), "bypassPermissions"), "bypass mode");
+	                 th_streq(str_at(last_written(&r), "params", "modeId"), "bypassPermissions"),
+	         "bypass mode");
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}");
 	TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/set_model") &&
-	         th_streq(str_at(last_written(&r), "params", "modelId"), "haiku"), "set_model");
+	                 th_streq(str_at(last_written(&r), "params", "modelId"), "haiku"),
+	         "set_model");
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{\"code\":-32602,\"message\":\"no such model\"}}");
 	TH_CHECK(strstr(last_emitted(&r), "the agent refused session/set_model: no such model") != NULL,
 	         "a refused setup call is a warn log: %s", last_emitted(&r));
@@ -146,8 +148,9 @@ static void test_claude_flow(void)
 	         "running: %s", last_emitted(&r));
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"tool_call_update\",\"toolCallId\":\"t1\",\"status\":\"completed\",\"rawOutput\":\"file.txt\"}}}");
 	TH_CHECK(th_streq(str_at(last_emitted(&r), "status", NULL), "succeeded") &&
-	         th_streq(str_at(last_emitted(&r), "result", NULL), "file.txt") &&
-	         strstr(last_emitted(&r), "\"durationMs\":") != NULL, "succeeded: %s", last_emitted(&r));
+	                 th_streq(str_at(last_emitted(&r), "result", NULL), "file.txt") &&
+	                 strstr(last_emitted(&r), "\"durationMs\":") != NULL,
+	         "succeeded: %s", last_emitted(&r));
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"tool_call_update\",\"toolCallId\":\"t1\",\"status\":\"failed\"}}}");
 	TH_CHECK(th_streq(str_at(last_emitted(&r), "status", NULL), "succeeded"), "a finished step is not finished twice");
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"agent_thought_chunk\",\"content\":{\"type\":\"text\",\"text\":\"hmm\"}}}}");
@@ -183,7 +186,7 @@ static void test_claude_flow(void)
 	size_t big = 200 * 1024;
 	char *blob = malloc(big + 1);
 	for (size_t i = 0; i < big; i += 2)
-		memcpy(blob + i, "\xc3\xa9", 2);   /* é: a cut may fall inside it */
+		memcpy(blob + i, "\xc3\xa9", 2); /* é: a cut may fall inside it */
 	blob[big] = '\0';
 	json_t *u = json_pack("{s:s,s:s,s:{s:s,s:{s:s,s:s,s:s,s:{s:s},s:s}}}", "jsonrpc", "2.0", "method", "session/update",
 	                      "params", "sessionId", "S1", "update", "sessionUpdate", "tool_call", "toolCallId", "big",
@@ -192,7 +195,8 @@ static void test_claude_flow(void)
 	feed(s, &io, text);
 	free(text);
 	TH_CHECK(strlen(last_emitted(&r)) < WORKER_ACP_RESULT_MAX + 1024 &&
-	         th_streq(str_at(last_emitted(&r), "status", NULL), "running"), "big input cut (%zu bytes)", strlen(last_emitted(&r)));
+	                 th_streq(str_at(last_emitted(&r), "status", NULL), "running"),
+	         "big input cut (%zu bytes)", strlen(last_emitted(&r)));
 	json_object_set_new(json_object_get(json_object_get(u, "params"), "update"), "sessionUpdate", json_string("tool_call_update"));
 	json_object_set_new(json_object_get(json_object_get(u, "params"), "update"), "status", json_string("completed"));
 	json_object_set_new(json_object_get(json_object_get(u, "params"), "update"), "rawOutput", json_string(blob));
@@ -202,7 +206,8 @@ static void test_claude_flow(void)
 	json_decref(u);
 	free(blob);
 	TH_CHECK(strlen(last_emitted(&r)) < 2 * WORKER_ACP_RESULT_MAX + 1024 &&
-	         th_streq(str_at(last_emitted(&r), "status", NULL), "succeeded"), "big output cut (%zu bytes)", strlen(last_emitted(&r)));
+	                 th_streq(str_at(last_emitted(&r), "status", NULL), "succeeded"),
+	         "big output cut (%zu bytes)", strlen(last_emitted(&r)));
 	worker_acp_free(s);
 	json_decref(vars);
 	rec_free(&r);
@@ -222,9 +227,9 @@ static void test_codex_permission(void)
 	TH_CHECK(r.ne >= 2 && th_streq(str_at(r.emitted[r.ne - 2], "status", NULL), "running"), "the step opens with the ask");
 	const char *ask = last_emitted(&r);
 	TH_CHECK(th_streq(str_at(ask, "type", NULL), "ask") && th_streq(str_at(ask, "id", NULL), "ask_1") &&
-	         th_streq(str_at(ask, "status", NULL), "open") && th_streq(str_at(ask, "step", NULL), "c1") &&
-	         th_streq(str_at(ask, "options", NULL),
-	                  "[{\"id\":\"approved\",\"label\":\"Yes\",\"kind\":\"allow_once\"},{\"id\":\"abort\",\"label\":\"No\",\"kind\":\"reject_once\"}]"),
+	                 th_streq(str_at(ask, "status", NULL), "open") && th_streq(str_at(ask, "step", NULL), "c1") &&
+	                 th_streq(str_at(ask, "options", NULL),
+	                          "[{\"id\":\"approved\",\"label\":\"Yes\",\"kind\":\"allow_once\"},{\"id\":\"abort\",\"label\":\"No\",\"kind\":\"reject_once\"}]"),
 	         "ask: %s", ask);
 	TH_CHECK(worker_acp_on_reply(s, "ask_9", "approved", NULL, 0, &io) == -1, "unknown ask");
 	TH_CHECK(worker_acp_on_reply(s, "ask_1", "reject_once", NULL, 0, &io) == 0, "reply by kind");
@@ -242,7 +247,9 @@ static void test_codex_permission(void)
 
 static void test_ends(void)
 {
-	static const struct { const char *resp, *want; } cases[] = {
+	static const struct {
+		const char *resp, *want;
+	} cases[] = {
 		{ "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"stopReason\":\"max_tokens\"}}",
 		  "{\"type\":\"error\",\"code\":\"max_tokens\",\"message\":\"The agent stopped its turn (max_tokens).\"}" },
 		{ "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"stopReason\":\"refusal\"}}",
@@ -305,7 +312,7 @@ static void test_ends(void)
 	TH_CHECK(worker_acp_on_reply(s, "ask_1", "a", NULL, 0, &io) == -1, "the ask is closed");
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"stopReason\":\"cancelled\"}}");
 	TH_CHECK(worker_acp_done(s) && th_streq(str_at(last_emitted(&r), "status", NULL), "failed") &&
-	         th_streq(str_at(last_emitted(&r), "error", NULL), "the run was cancelled"),
+	                 th_streq(str_at(last_emitted(&r), "error", NULL), "the run was cancelled"),
 	         "a cancel we asked for: the step closed, no terminal line: %s", last_emitted(&r));
 	worker_acp_free(s);
 	rec_free(&r);
@@ -319,7 +326,8 @@ static void test_mcp_history(void)
 	worker_agent_io_t io = { emit_cb, write_cb, &r };
 	json_t *mcp = json_loads("[{\"name\":\"fs\",\"command\":\"/bin/fs\",\"args\":[\"-r\"],\"env\":{\"K\":\"V\"}},"
 	                         "{\"name\":\"docs\",\"url\":\"https://docs.example/mcp\",\"headers\":{\"H\":\"v\"}},"
-	                         "{\"name\":\"broken\"}]", 0, NULL);
+	                         "{\"name\":\"broken\"}]",
+	                         0, NULL);
 	json_t *hist = json_loads("[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"hello\"}]", 0, NULL);
 	worker_acp_opts_t o = { 0 };
 	char err[128];
@@ -364,7 +372,10 @@ static void test_fs(void)
 	TH_CHECK(th_streq(last_written(&r), "{\"jsonrpc\":\"2.0\",\"id\":10,\"result\":{\"content\":\"two\\n\"}}"),
 	         "read lines: %s", last_written(&r));
 	static const char *const bad[] = {
-		"/root/workspace/../../etc/passwd", "/etc/passwd", "/root/workspacex/in.txt", "/root/workspace/link.txt",
+		"/root/workspace/../../etc/passwd",
+		"/etc/passwd",
+		"/root/workspacex/in.txt",
+		"/root/workspace/link.txt",
 	};
 	for (size_t i = 0; i < 4; i++) {
 		feed(s, &io, th_strf("{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"fs/read_text_file\",\"params\":{\"path\":\"%s\"}}", bad[i]));

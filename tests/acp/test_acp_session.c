@@ -48,17 +48,19 @@ static char *dup_bytes(const char *p, size_t n)
 static char node[4096];
 static fp_t *anthropic, *openai;
 
-typedef enum { ASK_NONE = 0, ASK_ALLOW, ASK_REJECT } ask_policy_t;
+typedef enum { ASK_NONE = 0,
+	       ASK_ALLOW,
+	       ASK_REJECT } ask_policy_t;
 
 typedef struct sess {
-	worker_acp_t     *s;
-	worker_sandbox_t  sb;
-	char            **lines;
-	size_t            n;
-	ask_policy_t      policy;
-	int               cancel_on_step;   /* cancel once a step runs */
-	int               cancelled;
-	char              pending_ask[32];
+	worker_acp_t *s;
+	worker_sandbox_t sb;
+	char **lines;
+	size_t n;
+	ask_policy_t policy;
+	int cancel_on_step; /* cancel once a step runs */
+	int cancelled;
+	char pending_ask[32];
 } sess_t;
 
 static void emit_cb(void *loop, const char *line, size_t len)
@@ -148,7 +150,7 @@ static int run(sess_t *t, worker_acp_preset_t preset, worker_acp_perm_t perm, co
 		json_object_set_new(vars, "OPENAI_API_KEY", json_string(OAI_KEY));
 	}
 	char *binds[3] = { th_strf("%s:%s", prefix, WORKER_ACP_PREFIX_IN_SANDBOX),
-	                   th_strf("%s:%s", node, WORKER_ACP_NODE_IN_SANDBOX), NULL };
+		           th_strf("%s:%s", node, WORKER_ACP_NODE_IN_SANDBOX), NULL };
 	worker_sandbox_spec_t spec = { 0 };
 	spec.driver = WORKER_SANDBOX_BWRAP;
 	spec.workspace_dir = ws;
@@ -205,13 +207,14 @@ static int run(sess_t *t, worker_acp_preset_t preset, worker_acp_perm_t perm, co
 				}
 			}
 		}
-after_read:
+	after_read:
 		if (t->pending_ask[0]) {
 			char id[32];
 			snprintf(id, sizeof(id), "%s", t->pending_ask);
 			t->pending_ask[0] = '\0';
 			TH_CHECK(worker_acp_on_reply(t->s, id, t->policy == ASK_ALLOW ? "allow_once" : NULL, NULL,
-			                             t->policy == ASK_REJECT, &io) == 0, "reply to %s", id);
+			                             t->policy == ASK_REJECT, &io) == 0,
+			         "reply to %s", id);
 			TH_CHECK(worker_acp_on_reply(t->s, id, "allow_once", NULL, 0, &io) == -1, "a second reply is refused");
 		}
 		if (t->cancel_on_step && !t->cancelled && th_lines_find(t->lines, t->n, 0, "step", "running") >= 0) {
@@ -249,8 +252,7 @@ static int file_is(const char *path, const char *want)
 static void test_claude_bypass(void)
 {
 	const char *ws = th_tmpdir();
-	fp_set(anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo hello > assets/out.txt",
-	                                  .final = "Created assets/out.txt." });
+	fp_set(anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo hello > assets/out.txt", .final = "Created assets/out.txt." });
 	sess_t t = { 0 };
 	TH_CHECK(run(&t, WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_BYPASS, ws, "make the file", 60000), "ended in time");
 	long r = th_lines_find(t.lines, t.n, 0, "step", "running");
@@ -275,8 +277,7 @@ static void test_claude_bypass(void)
 static void test_claude_slow(void)
 {
 	const char *ws = th_tmpdir();
-	fp_set(anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo slow > assets/out.txt",
-	                                  .final = "Slowly done.", .delay_ms = 1200 });
+	fp_set(anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo slow > assets/out.txt", .final = "Slowly done.", .delay_ms = 1200 });
 	sess_t t = { 0 };
 	int calls = fp_calls(anthropic);
 	int64_t t0 = th_now_ms();
@@ -308,8 +309,7 @@ static void test_claude_500(void)
 static void test_claude_ask(ask_policy_t policy)
 {
 	const char *ws = th_tmpdir();
-	fp_set(anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo asked > assets/out.txt",
-	                                  .final = "Finished." });
+	fp_set(anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo asked > assets/out.txt", .final = "Finished." });
 	sess_t t = { 0 };
 	t.policy = policy;
 	TH_CHECK(run(&t, WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_ASK, ws, "ask first", 60000), "ended in time");
@@ -338,8 +338,7 @@ static void test_claude_ask(ask_policy_t policy)
 static void test_claude_deny(void)
 {
 	const char *ws = th_tmpdir();
-	fp_set(anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo denied > assets/out.txt",
-	                                  .final = "Could not." });
+	fp_set(anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo denied > assets/out.txt", .final = "Could not." });
 	sess_t t = { 0 };
 	TH_CHECK(run(&t, WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_DENY, ws, "deny it", 60000), "ended in time");
 	TH_CHECK(th_lines_find(t.lines, t.n, 0, "ask", NULL) < 0, "no ask in deny mode");

@@ -13,26 +13,26 @@
 #include <jansson.h>
 
 typedef struct ap {
-	pid_t  pid;
-	int    in_fd, out_fd;
-	char  *out;          /* stdout so far, NUL-terminated */
+	pid_t pid;
+	int in_fd, out_fd;
+	char *out; /* stdout so far, NUL-terminated */
 	size_t out_len;
-	int    eof;
-	int    status;       /* waitpid status once reaped */
-	int    reaped;
+	int eof;
+	int status; /* waitpid status once reaped */
+	int reaped;
 } ap_t;
 
 /* Starts bin with args (NULL-terminated, may be NULL) and env
  * (NULL-terminated "NAME=value", added to PATH and the sanitizer options),
  * writes turn plus a newline.  0 or -1. */
-int  ap_start(ap_t *a, const char *bin, const char *const *args, const char *const *env, const char *turn);
+int ap_start(ap_t *a, const char *bin, const char *const *args, const char *const *env, const char *turn);
 /* Writes a control line (a newline is added).  0 or -1. */
-int  ap_write(ap_t *a, const char *line);
+int ap_write(ap_t *a, const char *line);
 /* Reads stdout until it contains needle.  1, or 0 at the deadline / EOF. */
-int  ap_wait_for(ap_t *a, const char *needle, int timeout_ms);
+int ap_wait_for(ap_t *a, const char *needle, int timeout_ms);
 /* Closes stdin (unless keep_stdin), reads to EOF and reaps.  0, or -1 at
  * the deadline. */
-int  ap_finish(ap_t *a, int timeout_ms);
+int ap_finish(ap_t *a, int timeout_ms);
 /* The stdout lines as parsed JSON (array, new reference). */
 json_t *ap_lines(const ap_t *a);
 /* The last line's type and code ("" when absent). */

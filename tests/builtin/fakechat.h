@@ -17,36 +17,36 @@
 #define FC_MAX_REQ  256
 
 typedef struct fc_resp {
-	int         status;        /* 0 = 200 */
-	const char *content_type;  /* NULL = text/event-stream */
-	const char *headers;       /* extra header lines, each ending \r\n, or NULL */
+	int status;               /* 0 = 200 */
+	const char *content_type; /* NULL = text/event-stream */
+	const char *headers;      /* extra header lines, each ending \r\n, or NULL */
 	const char *body;
-	int         stall;         /* after the body, hold the connection open */
+	int stall; /* after the body, hold the connection open */
 } fc_resp_t;
 
 typedef struct fakechat {
-	int        port;
-	char       base_url[64];   /* http://127.0.0.1:PORT/v1 */
-	fc_resp_t  script[FC_MAX_RESP];
-	int        nscript;
+	int port;
+	char base_url[64]; /* http://127.0.0.1:PORT/v1 */
+	fc_resp_t script[FC_MAX_RESP];
+	int nscript;
 	/* what came in (guarded by mu) */
 	pthread_mutex_t mu;
-	char      *bodies[FC_MAX_REQ];
-	char      *auth[FC_MAX_REQ];
-	long long  at_us[FC_MAX_REQ];    /* monotonic arrival time (µs) */
-	int        nreq;
+	char *bodies[FC_MAX_REQ];
+	char *auth[FC_MAX_REQ];
+	long long at_us[FC_MAX_REQ]; /* monotonic arrival time (µs) */
+	int nreq;
 	/* private */
-	int        lfd;
-	int        stop_pipe[2];
-	pthread_t  thread;
+	int lfd;
+	int stop_pipe[2];
+	pthread_t thread;
 } fakechat_t;
 
 /* Starts the server with the script (copied by pointer: keep it alive).
  * 0 or -1. */
-int  fakechat_start(fakechat_t *f, const fc_resp_t *script, int n);
+int fakechat_start(fakechat_t *f, const fc_resp_t *script, int n);
 void fakechat_stop(fakechat_t *f);
 /* Requests received so far. */
-int  fakechat_requests(fakechat_t *f);
+int fakechat_requests(fakechat_t *f);
 
 /* SSE helpers: a data frame with a text delta, a finish frame, [DONE]. */
 #define FC_TEXT(s) "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" s "\"}}]}\n\n"

@@ -49,9 +49,7 @@ static int has_tool(const json_t *req, const char *name)
 {
 	size_t i;
 	json_t *t;
-	json_array_foreach(json_object_get(req, "tools"), i, t)
-		if (th_streq(json_string_value(json_object_get(json_object_get(t, "function"), "name")), name))
-			return 1;
+	json_array_foreach(json_object_get(req, "tools"), i, t) if (th_streq(json_string_value(json_object_get(json_object_get(t, "function"), "name")), name)) return 1;
 	return 0;
 }
 
@@ -80,23 +78,23 @@ int main(int argc, char **argv)
 		{ .body = FC_TEXT("All three answered.") FC_STOP FC_DONE },
 	};
 	script[0].body = th_strf(
-	    "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":["
-	    "{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"fs__read_text_file\",\"arguments\":\"{\\\"path\\\":\\\"%s/hello.txt\\\"}\"}},"
-	    "{\"index\":1,\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"everything__echo\",\"arguments\":\"{\\\"message\\\":\\\"over stdio\\\"}\"}},"
-	    "{\"index\":2,\"id\":\"c3\",\"type\":\"function\",\"function\":{\"name\":\"web__get-sum\",\"arguments\":\"{\\\"a\\\":2,\\\"b\\\":3}\"}}"
-	    ",{\"index\":3,\"id\":\"c4\",\"type\":\"function\",\"function\":{\"name\":\"everything__get-env\",\"arguments\":\"{}\"}}"
-	    "]}}]}\n\n" FC_CALLS FC_DONE,
-	    ws);
+	        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":["
+	        "{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"fs__read_text_file\",\"arguments\":\"{\\\"path\\\":\\\"%s/hello.txt\\\"}\"}},"
+	        "{\"index\":1,\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"everything__echo\",\"arguments\":\"{\\\"message\\\":\\\"over stdio\\\"}\"}},"
+	        "{\"index\":2,\"id\":\"c3\",\"type\":\"function\",\"function\":{\"name\":\"web__get-sum\",\"arguments\":\"{\\\"a\\\":2,\\\"b\\\":3}\"}}"
+	        ",{\"index\":3,\"id\":\"c4\",\"type\":\"function\",\"function\":{\"name\":\"everything__get-env\",\"arguments\":\"{}\"}}"
+	        "]}}]}\n\n" FC_CALLS FC_DONE,
+	        ws);
 	fakechat_t f;
 	TH_REQUIRE(fakechat_start(&f, script, 2) == 0);
 
 	json_t *turn = json_pack(
-	    "{s:s,s:s,s:s,s:[],s:[],s:s,s:[{s:s,s:s,s:[s,s]},{s:s,s:s,s:[s,s],s:{s:s}},{s:s,s:s,s:{s:s}},{s:s,s:s},{s:s,s:s}]}",
-	    "run_id", "r", "prompt", "use the tools", "model", "m", "skills", "history", "permission_mode", "bypass",
-	    "mcp_servers", "name", "fs", "command", "node", "args", fs_js, ws, "name", "everything", "command", "node",
-	    "args", ev_js, "stdio", "env", "EVERYTHING_TEST", "1", "name", "web", "url",
-	    th_strf("http://127.0.0.1:%d/mcp", port), "headers", "X-Test", "yes", "name", "broken", "command",
-	    "/nonexistent/mcp-server", "name", "fs", "command", "/bin/false");
+	        "{s:s,s:s,s:s,s:[],s:[],s:s,s:[{s:s,s:s,s:[s,s]},{s:s,s:s,s:[s,s],s:{s:s}},{s:s,s:s,s:{s:s}},{s:s,s:s},{s:s,s:s}]}",
+	        "run_id", "r", "prompt", "use the tools", "model", "m", "skills", "history", "permission_mode", "bypass",
+	        "mcp_servers", "name", "fs", "command", "node", "args", fs_js, ws, "name", "everything", "command", "node",
+	        "args", ev_js, "stdio", "env", "EVERYTHING_TEST", "1", "name", "web", "url",
+	        th_strf("http://127.0.0.1:%d/mcp", port), "headers", "X-Test", "yes", "name", "broken", "command",
+	        "/nonexistent/mcp-server", "name", "fs", "command", "/bin/false");
 	char *turn_s = json_dumps(turn, JSON_COMPACT);
 	json_decref(turn);
 	char base[128];
@@ -150,15 +148,16 @@ int main(int argc, char **argv)
 	TH_REQUIRE(fakechat_start(&f, deny_call, 2) == 0);
 	snprintf(base, sizeof(base), "OPENAI_BASE_URL=%s", f.base_url);
 	json_t *tdeny = json_pack("{s:s,s:s,s:s,s:s,s:[{s:s,s:s}]}", "run_id", "r1", "prompt", "p", "model", "m",
-	                       "permission_mode", "deny", "mcp_servers", "name", "web", "url",
-	                       th_strf("http://127.0.0.1:%d/mcp", port));
+	                          "permission_mode", "deny", "mcp_servers", "name", "web", "url",
+	                          th_strf("http://127.0.0.1:%d/mcp", port));
 	turn_s = json_dumps(tdeny, JSON_COMPACT);
 	json_decref(tdeny);
 	TH_REQUIRE(ap_start(&a, agent, args, env, turn_s) == 0);
 	free(turn_s);
 	TH_CHECK(ap_finish(&a, 30000) == 0);
 	TH_CHECK(a.out && strstr(a.out, "\"name\":\"web__echo\",\"status\":\"failed\"") &&
-	             strstr(a.out, "refused: the run's permission mode is deny"), "%s", a.out ? a.out : "-");
+	                 strstr(a.out, "refused: the run's permission mode is deny"),
+	         "%s", a.out ? a.out : "-");
 	ap_free(&a);
 	fakechat_stop(&f);
 

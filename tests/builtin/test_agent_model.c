@@ -88,10 +88,9 @@ static int count_steps(const ap_t *a, const char *status)
 	size_t i;
 	json_t *l;
 	int n = 0;
-	json_array_foreach(arr, i, l)
-		if (th_streq(json_string_value(json_object_get(l, "type")), "step") &&
-		    th_streq(json_string_value(json_object_get(l, "status")), status))
-			n++;
+	json_array_foreach(arr, i, l) if (th_streq(json_string_value(json_object_get(l, "type")), "step") &&
+	                                  th_streq(json_string_value(json_object_get(l, "status")), status))
+	        n++;
 	json_decref(arr);
 	return n;
 }
@@ -100,8 +99,9 @@ static void test_text_deltas(const char *ws)
 {
 	static const fc_resp_t script[] = { {
 		.body = FC_TEXT("Hel") "\x1e" FC_TEXT("lo, ") "\x1e"
-		        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"wor\x1e" "ld\"}}]}\r\n\r\n"
-		        ": keep-alive\n\n" FC_STOP "\x1e" FC_DONE,
+		                                              "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"wor\x1e"
+		                                              "ld\"}}]}\r\n\r\n"
+		                                              ": keep-alive\n\n" FC_STOP "\x1e" FC_DONE,
 	} };
 	fakechat_t f;
 	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
@@ -127,7 +127,8 @@ static void test_text_deltas(const char *ws)
 	size_t i;
 	json_t *t;
 	int have_bash = 0, have_read = 0, have_write = 0, have_list = 0;
-	json_array_foreach(json_object_get(req, "tools"), i, t) {
+	json_array_foreach(json_object_get(req, "tools"), i, t)
+	{
 		const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
 		have_bash |= th_streq(n, "bash");
 		have_read |= th_streq(n, "read_file");
@@ -194,8 +195,7 @@ static void test_two_calls(const char *ws)
 		          "{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{\\\"comm\"}},"
 		          "{\"index\":1,\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"list_files\",\"arguments\":\"{\\\"pa\"}}]}}]}\n\n"
 		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\"th\\\":\\\".\\\"}\"}}]}}]}\n\n"
-		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"and\\\":\\\"echo one; touch made\\\"}\"}}]}}]}\n\n"
-		          FC_CALLS FC_DONE },
+		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"and\\\":\\\"echo one; touch made\\\"}\"}}]}}]}\n\n" FC_CALLS FC_DONE },
 		{ .body = FC_TEXT("Both done.") FC_STOP FC_DONE },
 	};
 	fakechat_t f;
@@ -222,8 +222,7 @@ static void test_two_calls(const char *ws)
 static void test_429(const char *ws)
 {
 	static const fc_resp_t script[] = {
-		{ .status = 429, .content_type = "application/json", .headers = "Retry-After: 1\r\n",
-		  .body = "{\"error\":{\"message\":\"Rate limit reached\"}}" },
+		{ .status = 429, .content_type = "application/json", .headers = "Retry-After: 1\r\n", .body = "{\"error\":{\"message\":\"Rate limit reached\"}}" },
 		{ .body = FC_TEXT("after the wait") FC_STOP FC_DONE },
 	};
 	fakechat_t f;
@@ -243,8 +242,7 @@ static void test_429(const char *ws)
 static void test_500(const char *ws)
 {
 	static const fc_resp_t script[] = {
-		{ .status = 500, .content_type = "application/json",
-		  .body = "{\"error\":{\"message\":\"upstream exploded (key " KEY ")\"}}" },
+		{ .status = 500, .content_type = "application/json", .body = "{\"error\":{\"message\":\"upstream exploded (key " KEY ")\"}}" },
 	};
 	fakechat_t f;
 	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
@@ -260,8 +258,7 @@ static void test_500(const char *ws)
 static void test_400(const char *ws)
 {
 	static const fc_resp_t script[] = {
-		{ .status = 400, .content_type = "application/json",
-		  .body = "{\"error\":{\"message\":\"The model `fake-model` does not exist\"}}" },
+		{ .status = 400, .content_type = "application/json", .body = "{\"error\":{\"message\":\"The model `fake-model` does not exist\"}}" },
 	};
 	fakechat_t f;
 	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
@@ -372,7 +369,7 @@ static void test_stream_error_and_cut(const char *ws)
 	static const fc_resp_t s1[] = { { .body = FC_TEXT("partial") "data: {\"error\":{\"message\":\"Overloaded, try later\",\"type\":\"server_error\"}}\n\n" } };
 	static const fc_resp_t s2[] = { { .body = FC_TEXT("cut off mid-answer") } };
 	static const fc_resp_t s3[] = { { .content_type = "application/json",
-	                                 .body = "{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"whole answer\"},\"finish_reason\":\"stop\"}]}" } };
+		                          .body = "{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"whole answer\"},\"finish_reason\":\"stop\"}]}" } };
 	const fc_resp_t *scripts[] = { s1, s2, s3 };
 	const char *type[] = { "error", "error", "result" };
 	const char *code[] = { "model_error", "model_error", NULL };
@@ -392,8 +389,7 @@ static void test_stream_error_and_cut(const char *ws)
 static void test_retry_after_too_long(const char *ws)
 {
 	static const fc_resp_t script[] = {
-		{ .status = 503, .content_type = "application/json", .headers = "Retry-After: 3600\r\n",
-		  .body = "{\"error\":{\"message\":\"Service unavailable\"}}" },
+		{ .status = 503, .content_type = "application/json", .headers = "Retry-After: 3600\r\n", .body = "{\"error\":{\"message\":\"Service unavailable\"}}" },
 	};
 	fakechat_t f;
 	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);

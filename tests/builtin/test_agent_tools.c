@@ -158,8 +158,8 @@ static void test_front_matter(void)
 /* A workspace, a skills dir with one skill, and the fake server. */
 typedef struct env {
 	const char *ws, *skills;
-	fakechat_t  f;
-	char        base[128];
+	fakechat_t f;
+	char base[128];
 } env_t;
 
 static void env_start(env_t *e, const fc_resp_t *script, int n)

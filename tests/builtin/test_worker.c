@@ -33,21 +33,21 @@ static wt_t T;
 static const char skill_md[] = "---\nname: tables\ndescription: Make table reports\n---\nRun run.sh.\n";
 static const char skill_sh[] = "echo rows: 3 > assets/report.txt; echo skill-ran\n";
 static const char skill_mcp[] =
-    "const rl = require('readline').createInterface({ input: process.stdin });\n"
-    "const send = (o) => process.stdout.write(JSON.stringify(o) + '\\n');\n"
-    "rl.on('line', (line) => {\n"
-    "  const m = JSON.parse(line);\n"
-    "  if (m.id === undefined) return;\n"
-    "  let r;\n"
-    "  if (m.method === 'initialize')\n"
-    "    r = { protocolVersion: '2025-03-26', capabilities: { tools: {} }, serverInfo: { name: 'js', version: '1' } };\n"
-    "  else if (m.method === 'tools/list')\n"
-    "    r = { tools: [{ name: 'shout', description: 'Upper-cases text', inputSchema: { type: 'object', properties: { text: { type: 'string' } } } }] };\n"
-    "  else if (m.method === 'tools/call')\n"
-    "    r = { content: [{ type: 'text', text: m.params.arguments.text.toUpperCase() }] };\n"
-    "  else return send({ jsonrpc: '2.0', id: m.id, error: { code: -32601, message: 'no' } });\n"
-    "  send({ jsonrpc: '2.0', id: m.id, result: r });\n"
-    "});\n";
+        "const rl = require('readline').createInterface({ input: process.stdin });\n"
+        "const send = (o) => process.stdout.write(JSON.stringify(o) + '\\n');\n"
+        "rl.on('line', (line) => {\n"
+        "  const m = JSON.parse(line);\n"
+        "  if (m.id === undefined) return;\n"
+        "  let r;\n"
+        "  if (m.method === 'initialize')\n"
+        "    r = { protocolVersion: '2025-03-26', capabilities: { tools: {} }, serverInfo: { name: 'js', version: '1' } };\n"
+        "  else if (m.method === 'tools/list')\n"
+        "    r = { tools: [{ name: 'shout', description: 'Upper-cases text', inputSchema: { type: 'object', properties: { text: { type: 'string' } } } }] };\n"
+        "  else if (m.method === 'tools/call')\n"
+        "    r = { content: [{ type: 'text', text: m.params.arguments.text.toUpperCase() }] };\n"
+        "  else return send({ jsonrpc: '2.0', id: m.id, error: { code: -32601, message: 'no' } });\n"
+        "  send({ jsonrpc: '2.0', id: m.id, result: r });\n"
+        "});\n";
 
 static void add_entry(struct archive *a, const char *name, const char *data, int mode)
 {
@@ -138,8 +138,7 @@ static void test_bad_field(fakechat_t *f)
 	size_t n;
 	char **l = wt_lines(&T, "run_badfield", &n);
 	TH_CHECK(th_streq(wt_check_terminal(l, n), "bootstrap_failed"));
-	TH_CHECK(n && th_streq(wt_field(l[n - 1], "message"),
-	                       "The agent cannot be started: agent.max_steps must be an integer from 1 to 10000"),
+	TH_CHECK(n && th_streq(wt_field(l[n - 1], "message"), "The agent cannot be started: agent.max_steps must be an integer from 1 to 10000"),
 	         "%s", n ? l[n - 1] : "-");
 	th_strv_free(l, n);
 }
@@ -266,7 +265,8 @@ int main(int argc, char **argv)
 	json_t *msgs = json_object_get(req, "messages");
 	const char *sys = json_string_value(json_object_get(json_array_get(msgs, 0), "content"));
 	TH_CHECK(sys && !strncmp(sys, "You write reports.\n\n", 20) &&
-	             strstr(sys, "- tables: Make table reports (/root/skills/tables/SKILL.md)"), "%s", sys ? sys : "-");
+	                 strstr(sys, "- tables: Make table reports (/root/skills/tables/SKILL.md)"),
+	         "%s", sys ? sys : "-");
 	TH_CHECK(th_streq(json_string_value(json_object_get(json_array_get(msgs, 1), "content")), "earlier question"));
 	TH_CHECK(th_streq(json_string_value(json_object_get(json_array_get(msgs, 2), "content")), "write the report"));
 	TH_CHECK(th_streq(f.auth[0], "Bearer " KEY));

@@ -232,9 +232,9 @@ void clirun_free(clirun_t *p)
 #define VT_CELL 8
 
 typedef struct vt {
-	char  (*cells)[VT_CELL];  /* rows * cols */
-	int    cols, nrows;
-	int    row, col;
+	char (*cells)[VT_CELL]; /* rows * cols */
+	int cols, nrows;
+	int row, col;
 } vt_t;
 
 static void vt_grow(vt_t *v, int row)

@@ -15,11 +15,11 @@
 #define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 typedef struct clirun {
-	pid_t  pid;
-	int    out_fd, err_fd;   /* -1 once closed; with a pty err_fd is -1 */
-	char  *out, *err;        /* NUL-terminated, malloc'd */
+	pid_t pid;
+	int out_fd, err_fd; /* -1 once closed; with a pty err_fd is -1 */
+	char *out, *err;    /* NUL-terminated, malloc'd */
 	size_t out_len, err_len;
-	int    exit_code;        /* exit status, 128+signal, or -1 on timeout */
+	int exit_code; /* exit status, 128+signal, or -1 on timeout */
 } clirun_t;
 
 /*

@@ -174,8 +174,8 @@ static void test_child_dies(void)
 
 typedef struct stack {
 	clirun_t proc;
-	char    *dispatcher, *redis, *kafka, *workspace;
-	char    *env_disp, *env_redis;
+	char *dispatcher, *redis, *kafka, *workspace;
+	char *env_disp, *env_redis;
 } stack_t_;
 
 static int banner_done(void *arg)
@@ -183,7 +183,7 @@ static int banner_done(void *arg)
 	stack_t_ *s = arg;
 	clirun_pump(&s->proc, 20);
 	return strstr(s->proc.out, "runnel submit --otp-file -") != NULL || s->proc.pid <= 0 ||
-	       waitpid(s->proc.pid, NULL, WNOHANG) != 0;
+	        waitpid(s->proc.pid, NULL, WNOHANG) != 0;
 }
 
 static const char *which(const char *name)
@@ -398,7 +398,8 @@ static void test_stack(void)
 	rc = run_cli(&s, ARGS("submit", "--otp-file", f2, "--prompt", "x", "--max-runtime-sec", "600000"), &p);
 	TH_CHECK(rc == 1, "refused submit: %d %s", rc, p.err);
 	TH_CHECK(strncmp(p.err, "runnel submit: the dispatcher refused the run (400): ", 53) == 0 &&
-	         strstr(p.err, "max_runtime_sec"), "%s", p.err);
+	                 strstr(p.err, "max_runtime_sec"),
+	         "%s", p.err);
 	TH_CHECK(!strstr(p.err, "otp_") && p.out_len == 0, "%s%s", p.out, p.err);
 	clirun_free(&p);
 

@@ -42,7 +42,7 @@ static char *ctl_msgs(const char *run)
 }
 
 #define OPEN_ASK "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"title\":\"Run: ls\"," \
-	"\"options\":[{\"id\":\"allow_once\",\"label\":\"Allow\"},{\"id\":\"reject_once\",\"label\":\"Reject\"}],\"status\":\"open\",\"ts\":1}"
+	         "\"options\":[{\"id\":\"allow_once\",\"label\":\"Allow\"},{\"id\":\"reject_once\",\"label\":\"Reject\"}],\"status\":\"open\",\"ts\":1}"
 
 int main(int argc, char **argv)
 {
@@ -70,7 +70,8 @@ int main(int argc, char **argv)
 	clirun_free(&p);
 	TH_CHECK(th_streq(ctl_msgs("run_a"),
 	                  "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}\n"
-	                  "{\"type\":\"reply\",\"id\":\"q_1\",\"text\":\"the \\\"red\\\" one\"}\n"), "%s", ctl_msgs("run_a"));
+	                  "{\"type\":\"reply\",\"id\":\"q_1\",\"text\":\"the \\\"red\\\" one\"}\n"),
+	         "%s", ctl_msgs("run_a"));
 	r = redisCommand(g_c, "PTTL runnel:{run_a}:ctl");
 	TH_CHECK(r && r->integer > 0 && r->integer <= 1000000, "ctl expiry follows the state's: %lld", r ? r->integer : -9);
 	freeReplyObject(r);
@@ -101,7 +102,8 @@ int main(int argc, char **argv)
 	clirun_free(&p);
 	TH_CHECK(th_streq(ctl_msgs("run_a"),
 	                  "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}\n"
-	                  "{\"type\":\"reply\",\"id\":\"q_1\",\"text\":\"the \\\"red\\\" one\"}\n"), "nothing more written");
+	                  "{\"type\":\"reply\",\"id\":\"q_1\",\"text\":\"the \\\"red\\\" one\"}\n"),
+	         "nothing more written");
 
 	/* Usage errors. */
 	const struct {

@@ -64,14 +64,14 @@ static void test_status(void)
 	cmd("XADD runnel:{%s}:out 1700000000400-1 line {\"type\":\"result\",\"message\":\"ok\",\"ts\":1}", "run_s");
 	TH_CHECK(run(ARGS("status", "run_s"), NULL, &p) == 0, "%s", p.err);
 	const char *want =
-		"run          run_s\n"
-		"status       succeeded\n"
-		"worker       w-1\n"
-		"enqueued_at  2023-11-14T22:13:20.000Z\n"
-		"started_at   2023-11-14T22:13:20.500Z\n"
-		"ended_at     2023-11-14T22:13:22.750Z\n"
-		"duration     2.2s\n"
-		"lines        1\n";
+	        "run          run_s\n"
+	        "status       succeeded\n"
+	        "worker       w-1\n"
+	        "enqueued_at  2023-11-14T22:13:20.000Z\n"
+	        "started_at   2023-11-14T22:13:20.500Z\n"
+	        "ended_at     2023-11-14T22:13:22.750Z\n"
+	        "duration     2.2s\n"
+	        "lines        1\n";
 	TH_CHECK(th_streq(p.out, want), "got\n%s", p.out);
 	clirun_free(&p);
 
@@ -159,11 +159,13 @@ static void test_queue(void)
 	const char *runs[][2] = { { "run_q1", "acme" }, { "run_q2", "acme" }, { "run_q3", "beta" } };
 	for (int i = 0; i < 3; i++)
 		TH_CHECK(rn_runqueue_push(g_c, "runnel", runs[i][0], runs[i][1], "{\"ref\":{}}", 10,
-		                          err, sizeof(err)) == 1, "%s", err);
+		                          err, sizeof(err)) == 1,
+		         "%s", err);
 	TH_CHECK(run(ARGS("status"), NULL, &p) == 0, "%s", p.err);
 	TH_CHECK(strncmp(p.out, "3 run(s) queued, oldest ", 24) == 0, "%s", p.out);
 	TH_CHECK(strstr(p.out, "TENANT                             QUEUED  RUNNING   OLDEST\n"
-	                       "acme                                    2        0") != NULL, "%s", p.out);
+	                       "acme                                    2        0") != NULL,
+	         "%s", p.out);
 	TH_CHECK(strstr(p.out, "\nbeta                                    1        0") != NULL, "%s", p.out);
 	clirun_free(&p);
 	TH_CHECK(run(ARGS("status", "--json"), NULL, &p) == 0, "%s", p.err);
@@ -171,7 +173,8 @@ static void test_queue(void)
 	TH_CHECK(o && json_integer_value(json_object_get(o, "queued")) == 3, "%s", p.out);
 	json_t *t0 = json_array_get(json_object_get(o, "tenants"), 0);
 	TH_CHECK(th_streq(json_string_value(json_object_get(t0, "tenant")), "acme") &&
-	         json_integer_value(json_object_get(t0, "queued")) == 2, "%s", p.out);
+	                 json_integer_value(json_object_get(t0, "queued")) == 2,
+	         "%s", p.out);
 	json_decref(o);
 	clirun_free(&p);
 }

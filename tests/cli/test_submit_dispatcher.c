@@ -23,10 +23,10 @@ static const char *g_bin;
 
 /* What the server answers next, and what it last received. */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static int   g_status;
+static int g_status;
 static char *g_answer;
-static char *g_request;   /* request line + headers + body as received */
-static int   g_listen_fd;
+static char *g_request; /* request line + headers + body as received */
+static int g_listen_fd;
 
 static void *serve(void *arg)
 {
@@ -62,7 +62,8 @@ static void *serve(void *arg)
 		free(g_request);
 		g_request = buf;
 		char *head = th_strf("HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-		                     "Connection: close\r\n\r\n", g_status, strlen(g_answer));
+		                     "Connection: close\r\n\r\n",
+		                     g_status, strlen(g_answer));
 		const char *ans = g_answer;
 		pthread_mutex_unlock(&g_mu);
 		(void)!write(fd, head, strlen(head));
@@ -125,17 +126,18 @@ int main(int argc, char **argv)
 
 	char *env_url = th_strf("RUNNEL_DISPATCHER_URL=%s/", url); /* a trailing slash is fine */
 	const char *const env[] = { env_url, "RUNNEL_API_TOKEN=tok_5ecret", "RUNNEL_OTP_SETUP=otp_s",
-	                            "RUNNEL_OTP_RUN=otp_r", "RUNNEL_OTP_UPLOAD=otp_u", NULL };
+		                    "RUNNEL_OTP_RUN=otp_r", "RUNNEL_OTP_UPLOAD=otp_u", NULL };
 	const char *const sub[] = { "submit", "--agent-url", "http://h/ws/sess_1", "--prompt", "Add a node",
-	                            "--no-tail", "--json", "--run-id", "run_fake1", "--max-runtime-sec", "60",
-	                            NULL };
+		                    "--no-tail", "--json", "--run-id", "run_fake1", "--max-runtime-sec", "60",
+		                    NULL };
 
 	/* 1. Accepted: the exact request, and the answer printed as JSON. */
 	program(202, "{\"run_id\":\"run_fake1\",\"stream\":\"runnel:{run_fake1}:out\",\"control\":\"runnel:{run_fake1}:ctl\"}");
 	int rc = run(sub, env, &p);
 	TH_CHECK(rc == 0, "exit %d: %s", rc, p.err);
 	TH_CHECK(th_streq(p.out, "{\"run_id\":\"run_fake1\",\"stream\":\"runnel:{run_fake1}:out\","
-	                         "\"control\":\"runnel:{run_fake1}:ctl\"}\n"), "%s", p.out);
+	                         "\"control\":\"runnel:{run_fake1}:ctl\"}\n"),
+	         "%s", p.out);
 	TH_CHECK(!strstr(p.out, "5ecret") && !strstr(p.err, "5ecret") && !strstr(p.out, "otp_"));
 	clirun_free(&p);
 	char *req = received();
@@ -145,18 +147,21 @@ int main(int argc, char **argv)
 	TH_CHECK(th_streq(body_of(req),
 	                  "{\"agent_url\":\"http://h/ws/sess_1\",\"otp_setup\":\"otp_s\",\"otp_run\":\"otp_r\","
 	                  "\"otp_upload\":\"otp_u\",\"prompt\":\"Add a node\",\"run_id\":\"run_fake1\","
-	                  "\"caller\":\"cli\",\"max_runtime_sec\":60}"), "%s", body_of(req));
+	                  "\"caller\":\"cli\",\"max_runtime_sec\":60}"),
+	         "%s", body_of(req));
 
 	/* Plain output: the bare run id; no token without RUNNEL_API_TOKEN. */
 	program(202, "{\"run_id\":\"run_minted_by_dispatcher\"}");
 	rc = run(ARGS("submit", "--agent-url", "http://h/ws", "--prompt", "p", "--no-tail",
-	              "--otp-setup", "a", "--otp-run", "b"), ARGS(env_url), &p);
+	              "--otp-setup", "a", "--otp-run", "b"),
+	         ARGS(env_url), &p);
 	TH_CHECK(rc == 0 && th_streq(p.out, "run_minted_by_dispatcher\n"), "%d %s %s", rc, p.out, p.err);
 	clirun_free(&p);
 	req = received();
 	TH_CHECK(strstr(req, "Authorization") == NULL, "%s", req);
 	TH_CHECK(th_streq(body_of(req), "{\"agent_url\":\"http://h/ws\",\"otp_setup\":\"a\",\"otp_run\":\"b\","
-	                                "\"prompt\":\"p\",\"caller\":\"cli\"}"), "%s", body_of(req));
+	                                "\"prompt\":\"p\",\"caller\":\"cli\"}"),
+	         "%s", body_of(req));
 
 	/* 2. Refused: the dispatcher's code and message, exit 1. */
 	program(400, "{\"error\":{\"code\":\"bad_request\",\"message\":\"prompt: must not be empty\"}}");

@@ -17,10 +17,10 @@
 #include "tests/support/harness.h"
 
 #define KEY_HEX "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
-#define OTP_S "otp_setup_5ecret_aaaa"
-#define OTP_R "otp_run_5ecret_bbbb"
-#define OTP_U "otp_upload_5ecret_cccc"
-#define PROMPT "Add an inference node, secretly"
+#define OTP_S   "otp_setup_5ecret_aaaa"
+#define OTP_R   "otp_run_5ecret_bbbb"
+#define OTP_U   "otp_upload_5ecret_cccc"
+#define PROMPT  "Add an inference node, secretly"
 
 static const char *g_bin;
 static th_kafka_t g_k;
@@ -36,7 +36,8 @@ static int run(const char *const *args, const char *const *env, clirun_t *p)
 static void no_secret_in(const char *what, const char *s)
 {
 	TH_CHECK(!strstr(s, OTP_S) && !strstr(s, OTP_R) && !strstr(s, OTP_U) && !strstr(s, PROMPT) &&
-	         !strstr(s, KEY_HEX), "a secret in %s: %s", what, s);
+	                 !strstr(s, KEY_HEX),
+	         "a secret in %s: %s", what, s);
 }
 
 /* Reads the next job from the topic. */
@@ -91,7 +92,7 @@ int main(int argc, char **argv)
 	TH_REQUIRE(next_job(c, &m) == 1, "no job on the topic");
 	TH_CHECK(th_streq(m.key, "run_k1"), "key %s", m.key);
 	TH_CHECK(!memmem(m.value, m.len, OTP_S, strlen(OTP_S)) && !memmem(m.value, m.len, OTP_R, strlen(OTP_R)) &&
-	         !memmem(m.value, m.len, OTP_U, strlen(OTP_U)) && !memmem(m.value, m.len, PROMPT, strlen(PROMPT)),
+	                 !memmem(m.value, m.len, OTP_U, strlen(OTP_U)) && !memmem(m.value, m.len, PROMPT, strlen(PROMPT)),
 	         "plaintext secret in the sealed job: %s", m.value);
 	json_t *o = json_loadb(m.value, m.len, 0, &jerr);
 	TH_REQUIRE(json_is_object(o), "%s", m.value);
@@ -153,7 +154,10 @@ int main(int argc, char **argv)
 	th_kafka_msg_free(&m);
 
 	/* 3. Usage errors: exact, exit 2, nothing produced, no secret echoed. */
-	const struct { const char *const *args; const char *err; } bad[] = {
+	const struct {
+		const char *const *args;
+		const char *err;
+	} bad[] = {
 		{ ARGS("--via", "kafka", "--prompt", "x"),
 		  "runnel submit: --agent-url is required\n" },
 		{ ARGS("--via", "kafka", "--agent-url", "http://h/ws", "--otp-setup", OTP_S, "--otp-run", OTP_R),

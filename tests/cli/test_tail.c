@@ -27,7 +27,7 @@ static const char *const LINES[] = {
 	"{\"type\":\"result\",\"message\":\"Added an Inference node\",\"ts\":1700000000999}",
 };
 static const char *ERROR_LINE =
-	"{\"type\":\"error\",\"code\":\"model_timeout\",\"message\":\"Provider timed out after 60s\",\"ts\":1700000001000}";
+        "{\"type\":\"error\",\"code\":\"model_timeout\",\"message\":\"Provider timed out after 60s\",\"ts\":1700000001000}";
 
 static void xadd(const char *prefix, const char *run, const char *id, const char *line)
 {
@@ -128,10 +128,10 @@ static void test_plain(void)
 	clirun_t p;
 	TH_CHECK(run_tail(ARGS("run_err"), NULL, &p) == 1);
 	const char *want =
-		"info    Loaded 3 skills\n"
-		"step    recipes/add-node.sh running\n"
-		"step    recipes/add-node.sh succeeded 412ms\n"
-		"error   model_timeout: Provider timed out after 60s\n";
+	        "info    Loaded 3 skills\n"
+	        "step    recipes/add-node.sh running\n"
+	        "step    recipes/add-node.sh succeeded 412ms\n"
+	        "error   model_timeout: Provider timed out after 60s\n";
 	TH_CHECK(th_streq(p.out, want), "got\n%s", p.out);
 	TH_CHECK(strchr(p.out, '\033') == NULL);
 	clirun_free(&p);
@@ -154,12 +154,12 @@ static void test_asks(void)
 	xadd("runnel", "run_ask", "1700000000000-5", "{\"type\":\"result\",\"message\":\"ok\",\"ts\":5}");
 	TH_CHECK(run_tail(ARGS("run_ask"), NULL, &p) == 0, "exit %d: %s", p.exit_code, p.err);
 	const char *want =
-		"ask     ask_1: Run: mkdir -p assets | options: allow_once (Allow), reject_once (Reject)"
-		" | answer: runnel reply run_ask ask_1 OPTION\n"
-		"ask     ask_1 answered: allow_once\n"
-		"ask     q_1: Which table? | answer: runnel reply run_ask q_1 --text TEXT\n"
-		"ask     q_1 expired\n"
-		"result  ok\n";
+	        "ask     ask_1: Run: mkdir -p assets | options: allow_once (Allow), reject_once (Reject)"
+	        " | answer: runnel reply run_ask ask_1 OPTION\n"
+	        "ask     ask_1 answered: allow_once\n"
+	        "ask     q_1: Which table? | answer: runnel reply run_ask q_1 --text TEXT\n"
+	        "ask     q_1 expired\n"
+	        "result  ok\n";
 	TH_CHECK(th_streq(p.out, want), "got\n%s", p.out);
 	clirun_free(&p);
 }
@@ -191,10 +191,10 @@ static void test_tty_ask(void)
 	TH_CHECK(clirun_wait(&p, 10000) == 0, "exit %d", p.exit_code);
 	char *screen = vt_screen(p.out, p.out_len, cols);
 	const char *want =
-		"run run_tty_ask\n"
-		"? ask ask_1: Run: ls | options: allow_once (Allow) | answer: runnel reply run_tty_ask ask_1 OPTION\n"
-		"  ask ask_1 answered: allow_once\n"
-		"✓ ok\n";
+	        "run run_tty_ask\n"
+	        "? ask ask_1: Run: ls | options: allow_once (Allow) | answer: runnel reply run_tty_ask ask_1 OPTION\n"
+	        "  ask ask_1 answered: allow_once\n"
+	        "✓ ok\n";
 	TH_CHECK(th_streq(screen, want), "screen\n%s\nwant\n%s", screen, want);
 	free(screen);
 	clirun_free(&p);
@@ -266,13 +266,13 @@ static void test_tty(void)
 	char *screen = vt_screen(p.out, p.out_len, cols);
 	TH_NOTE("final screen:\n%s", screen);
 	const char *want =
-		"run run_tty\n"
-		"  Loaded 3 skills\n"
-		"✓ recipes/add-node.sh  succeeded 412ms\n"
-		"  warn: evil  [2J text\n"
-		"  second line\n"
-		"✗ recipes/bad.sh  failed 1.5s  no such node\n"
-		"✓ Added an Inference node\n";
+	        "run run_tty\n"
+	        "  Loaded 3 skills\n"
+	        "✓ recipes/add-node.sh  succeeded 412ms\n"
+	        "  warn: evil  [2J text\n"
+	        "  second line\n"
+	        "✗ recipes/bad.sh  failed 1.5s  no such node\n"
+	        "✓ Added an Inference node\n";
 	TH_CHECK(th_streq(screen, want), "screen\n%s\nwant\n%s", screen, want);
 	/* The agent's ESC never reached the terminal as an escape. */
 	TH_CHECK(strstr(p.out, "\033[2J") == NULL);
@@ -335,13 +335,13 @@ static void test_tty_scrolled(void)
 	char *screen = vt_screen_rows(p.out, p.out_len, cols, rows);
 	TH_NOTE("short screen (with scrollback):\n%s", screen);
 	const char *want =
-		"run run_scroll\n"
-		"recipes/add-node.sh  running";
+	        "run run_scroll\n"
+	        "recipes/add-node.sh  running";
 	TH_CHECK(strstr(screen, want) != NULL || strstr(screen, "run run_scroll\n") != NULL, "%s", screen);
 	const char *tail =
-		"  log 7\n"
-		"✓ recipes/add-node.sh  succeeded 412ms\n"
-		"✓ Added an Inference node\n";
+	        "  log 7\n"
+	        "✓ recipes/add-node.sh  succeeded 412ms\n"
+	        "✓ Added an Inference node\n";
 	size_t sl = strlen(screen), tl = strlen(tail);
 	TH_CHECK(sl >= tl && strcmp(screen + sl - tl, tail) == 0, "screen ends:\n%s", screen);
 	TH_CHECK(strstr(screen, "log 0\n  log 1\n  log 2\n  log 3\n  log 4\n  log 5\n  log 6\n  log 7\n") != NULL,

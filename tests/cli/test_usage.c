@@ -81,8 +81,9 @@ int main(int argc, char **argv)
 		int rc = clirun(a, NULL, 20000, &p);
 		TH_CHECK(rc == 0);
 		TH_CHECK(strstr(p.out, "usage: runnel VERB") && strstr(p.out, "submit") &&
-		         strstr(p.out, "tail") && strstr(p.out, "cancel") && strstr(p.out, "status") &&
-		         strstr(p.out, "dev"), "%s", p.out);
+		                 strstr(p.out, "tail") && strstr(p.out, "cancel") && strstr(p.out, "status") &&
+		                 strstr(p.out, "dev"),
+		         "%s", p.out);
 		clirun_free(&p);
 	}
 	expect_help("submit");
@@ -203,7 +204,7 @@ int main(int argc, char **argv)
 	}
 	{
 		const char *a[] = { g_bin, "submit", "--agent-url", "http://h/ws", "--otp-setup", "otp_s3cret",
-		                    "--otp-run", "otp_r3cret", "--prompt", "p", NULL };
+			            "--otp-run", "otp_r3cret", "--prompt", "p", NULL };
 		const char *e[] = { denv, NULL };
 		clirun_t p;
 		int rc = clirun(a, e, 20000, &p);

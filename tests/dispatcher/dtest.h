@@ -19,9 +19,9 @@
 
 typedef struct dt_disp {
 	pid_t pid;
-	int   port;
-	char  base[64];      /* "http://127.0.0.1:PORT" */
-	char  log[4096];
+	int port;
+	char base[64]; /* "http://127.0.0.1:PORT" */
+	char log[4096];
 } dt_disp_t;
 
 /*
@@ -38,10 +38,10 @@ int dt_wait_ready(const dt_disp_t *d, long want, int timeout_ms);
 int dt_disp_stop(dt_disp_t *d);
 
 typedef struct dt_resp {
-	long   status;
-	char  *body;      /* NUL-terminated, malloc'd */
+	long status;
+	char *body; /* NUL-terminated, malloc'd */
 	size_t len;
-	char  *headers;   /* raw header block, malloc'd */
+	char *headers; /* raw header block, malloc'd */
 	double secs;
 } dt_resp_t;
 
@@ -62,22 +62,22 @@ char *dt_job_body(const char *run_id, const char *extra_fields);
 /* ---- streams: many open requests pumped together ---- */
 
 typedef struct dt_stream {
-	CURL              *easy;
+	CURL *easy;
 	struct curl_slist *hdrs;
-	th_body_t          rx;      /* rx.body: what arrived so far, NUL-terminated */
-	char              *post;
-	int                done;
-	CURLcode           rc;
-	long               status;
-	int64_t            last_rx_ms;
-	void              *user;
+	th_body_t rx; /* rx.body: what arrived so far, NUL-terminated */
+	char *post;
+	int done;
+	CURLcode rc;
+	long status;
+	int64_t last_rx_ms;
+	void *user;
 } dt_stream_t;
 
 typedef struct dt_multi {
 	CURLM *multi;
 } dt_multi_t;
 
-int  dt_multi_init(dt_multi_t *m);
+int dt_multi_init(dt_multi_t *m);
 void dt_multi_cleanup(dt_multi_t *m);
 
 /* Starts a request on m (method GET when post is NULL). */

@@ -165,7 +165,8 @@ static void test_enqueue(th_kafka_t *k, redisContext *c)
 	TH_CHECK(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, body, -1, 15000) == 0);
 	TH_CHECK(r.status == 202, "%ld %s", r.status, r.body);
 	TH_CHECK(strcmp(r.body, "{\"run_id\":\"api_run_1\",\"stream\":\"runnel:{api_run_1}:out\","
-	                        "\"control\":\"runnel:{api_run_1}:ctl\"}\n") == 0, "%s", r.body);
+	                        "\"control\":\"runnel:{api_run_1}:ctl\"}\n") == 0,
+	         "%s", r.body);
 	TH_CHECK(dt_header(&r, "Location", loc, sizeof loc) && strcmp(loc, "/v1/runs/api_run_1") == 0);
 	dt_resp_free(&r);
 
@@ -205,7 +206,8 @@ static void test_enqueue(th_kafka_t *k, redisContext *c)
 	/* No run_id: one is minted. */
 	TH_CHECK(dt_http(&r, "POST", url("/v1/runs"), JSON_CT,
 	                 "{\"agent_url\":\"http://h/ws\",\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}",
-	                 -1, 15000) == 0 && r.status == 202);
+	                 -1, 15000) == 0 &&
+	         r.status == 202);
 	o = json_loads(r.body, 0, NULL);
 	{
 		const char *id = json_string_value(json_object_get(o, "run_id"));
@@ -258,22 +260,24 @@ static void test_cors_health_metrics(void)
 	dt_resp_t r;
 	char v[256] = "";
 
-	TH_CHECK(dt_http(&r, "OPTIONS", url("/v1/runs"), (const char *const[]){ "Origin: https://app.example",
-	         "Access-Control-Request-Method: POST", NULL }, NULL, 0, 5000) == 0 && r.status == 204);
+	TH_CHECK(dt_http(&r, "OPTIONS", url("/v1/runs"), (const char *const[]){ "Origin: https://app.example", "Access-Control-Request-Method: POST", NULL }, NULL, 0, 5000) == 0 && r.status == 204);
 	TH_CHECK(dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v) && strcmp(v, "https://app.example") == 0);
 	TH_CHECK(dt_header(&r, "Access-Control-Allow-Headers", v, sizeof v) && strstr(v, "Authorization") != NULL);
 	dt_resp_free(&r);
 	TH_CHECK(dt_http(&r, "OPTIONS", url("/v1/runs"), (const char *const[]){ "Origin: https://evil.example", NULL },
-	                 NULL, 0, 5000) == 0 && r.status == 403);
+	                 NULL, 0, 5000) == 0 &&
+	         r.status == 403);
 	TH_CHECK(!dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v));
 	dt_resp_free(&r);
 	TH_CHECK(dt_http(&r, "GET", url("/healthz"), (const char *const[]){ "Origin: https://app.example", NULL },
-	                 NULL, 0, 5000) == 0 && r.status == 200);
+	                 NULL, 0, 5000) == 0 &&
+	         r.status == 200);
 	TH_CHECK(dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v) && strcmp(v, "https://app.example") == 0);
 	TH_CHECK(strcmp(r.body, "{\"status\":\"ok\"}\n") == 0);
 	dt_resp_free(&r);
 	TH_CHECK(dt_http(&r, "GET", url("/healthz"), (const char *const[]){ "Origin: https://evil.example", NULL },
-	                 NULL, 0, 5000) == 0 && r.status == 200);
+	                 NULL, 0, 5000) == 0 &&
+	         r.status == 200);
 	TH_CHECK(!dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v));
 	dt_resp_free(&r);
 
@@ -305,8 +309,7 @@ int main(void)
 	TH_REQUIRE(th_kafka_create_topic(&k, "runnel.jobs", 1) == 0);
 	c = th_redis_connect(&red);
 	TH_REQUIRE(c != NULL);
-	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){
-		"RUNNEL_CORS_ORIGINS=https://app.example, https://other.example", NULL }) == 0, "dispatcher");
+	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){ "RUNNEL_CORS_ORIGINS=https://app.example, https://other.example", NULL }) == 0, "dispatcher");
 	TH_REQUIRE(dt_wait_ready(&D, 200, 10000), "readyz");
 
 	test_enqueue(&k, c);

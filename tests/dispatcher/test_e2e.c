@@ -61,7 +61,7 @@ static int ended(void *arg)
 	char st[32] = "", err[128];
 
 	return rn_runstate_get(C, "runnel", arg, "status", st, sizeof st, err, sizeof err) == 1 &&
-	       strcmp(st, "cancelled") == 0;
+	        strcmp(st, "cancelled") == 0;
 }
 
 int main(void)
@@ -92,9 +92,13 @@ int main(void)
 	{
 		char *argv[] = { WORKER_BIN, NULL };
 		const char *env[] = {
-			th_strf("RUNNEL_KAFKA_BROKERS=%s", k.bootstrap), th_strf("RUNNEL_REDIS_URL=%s", red.url),
-			th_strf("RUNNEL_WORK_DIR=%s/work", th_tmpdir()), "RUNNEL_WORKER_ID=w-e2e",
-			"RUNNEL_METRICS_LISTEN=127.0.0.1:0", "RUNNEL_SLOTS=2", "RUNNEL_KILL_GRACE_MS=500",
+			th_strf("RUNNEL_KAFKA_BROKERS=%s", k.bootstrap),
+			th_strf("RUNNEL_REDIS_URL=%s", red.url),
+			th_strf("RUNNEL_WORK_DIR=%s/work", th_tmpdir()),
+			"RUNNEL_WORKER_ID=w-e2e",
+			"RUNNEL_METRICS_LISTEN=127.0.0.1:0",
+			"RUNNEL_SLOTS=2",
+			"RUNNEL_KILL_GRACE_MS=500",
 			"RUNNEL_LOG_LEVEL=debug",
 			"RUNNEL_KAFKA_PROPERTIES=topic.metadata.refresh.interval.ms=1000;session.timeout.ms=6000;heartbeat.interval.ms=500",
 			NULL,
@@ -128,7 +132,8 @@ int main(void)
 		}
 		TH_CHECK(same && off == s1.rx.len, "streamed lines differ from the run's stream:\n%s", s1.rx.body);
 		TH_CHECK(n > 0 && th_line_type(lines[n - 1], type, sizeof type, code, sizeof code) == 0 &&
-		         strcmp(type, "result") == 0, "last line %s", n ? lines[n - 1] : "");
+		                 strcmp(type, "result") == 0,
+		         "last line %s", n ? lines[n - 1] : "");
 	}
 	th_strv_free(lines, n);
 	dt_stream_close(&m, &s1);
@@ -148,7 +153,8 @@ int main(void)
 		char type[16], code[32];
 
 		TH_CHECK(th_line_type(lines[n - 1], type, sizeof type, code, sizeof code) == 0 &&
-		         strcmp(type, "error") == 0 && strcmp(code, "cancelled") == 0, "%s", lines[n - 1]);
+		                 strcmp(type, "error") == 0 && strcmp(code, "cancelled") == 0,
+		         "%s", lines[n - 1]);
 	}
 	th_strv_free(lines, n);
 	TH_CHECK(dev_stub_total_calls(stub, o2.session) >= 0);

@@ -41,7 +41,7 @@ static int tails_attached(void *arg)
 	dt_resp_t r;
 	char *want = th_strf("runnel_dispatcher_tail_callers %d\n", *(int *)arg);
 	int ok = dt_http(&r, "GET", th_strf("%s/metrics", D.base), NULL, NULL, 0, 5000) == 0 &&
-	         strstr(r.body, want) != NULL;
+	        strstr(r.body, want) != NULL;
 
 	dt_resp_free(&r);
 	return ok;

@@ -61,7 +61,8 @@ static void test_kafka_down(th_kafka_t *k)
 	TH_REQUIRE(th_kafka_broker_up(k, 1) == 0);
 	TH_CHECK(dt_wait_ready(&D, 200, 15000), "readyz not back");
 	TH_CHECK(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("kd_1", NULL), -1, 20000) == 0 &&
-	         r.status == 202, "retry: %ld %s", r.status, r.body);
+	                 r.status == 202,
+	         "retry: %ld %s", r.status, r.body);
 	dt_resp_free(&r);
 }
 
@@ -138,8 +139,9 @@ static void test_redis_down(void)
 		redisReply *x = redisCommand(C, "XRANGE runnel:{rd_left}:ctl - +");
 
 		TH_CHECK(x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 1 &&
-		         strcmp(x->element[0]->element[1]->element[1]->str,
-		                "{\"type\":\"cancel\",\"reason\":\"client_closed\"}") == 0, "not exactly one cancel");
+		                 strcmp(x->element[0]->element[1]->element[1]->str,
+		                        "{\"type\":\"cancel\",\"reason\":\"client_closed\"}") == 0,
+		         "not exactly one cancel");
 		if (x != NULL)
 			freeReplyObject(x);
 	}
@@ -171,10 +173,12 @@ static void test_lost_sweep(void)
 	TH_CHECK(th_wait_stream_terminal(C, "runnel:{lost_1}:out", 8000), "run not ended by the sweep");
 	TH_REQUIRE(th_stream_read_all(C, "runnel:{lost_1}:out", &lines, NULL, &n) == 0 && n == 1);
 	TH_CHECK(th_line_type(lines[0], type, sizeof type, code, sizeof code) == 0 &&
-	         strcmp(type, "error") == 0 && strcmp(code, "worker_lost") == 0, "%s", lines[0]);
+	                 strcmp(type, "error") == 0 && strcmp(code, "worker_lost") == 0,
+	         "%s", lines[0]);
 	th_strv_free(lines, n);
 	TH_CHECK(rn_runstate_get(C, "runnel", "lost_1", "status", type, sizeof type, err, sizeof err) == 1 &&
-	         strcmp(type, "lost") == 0, "%s", type);
+	                 strcmp(type, "lost") == 0,
+	         "%s", type);
 }
 
 /*
@@ -231,9 +235,7 @@ int main(void)
 	TH_REQUIRE(th_kafka_create_topic(&k, "runnel.jobs", 1) == 0);
 	C = th_redis_connect(&RED);
 	TH_REQUIRE(C != NULL);
-	TH_REQUIRE(dt_disp_start(&D, &RED, &k, (const char *const[]){
-		"RUNNEL_ENQUEUE_TIMEOUT_MS=3000", "RUNNEL_SWEEP_MS=200",
-		"RUNNEL_KAFKA_PROPERTIES=reconnect.backoff.max.ms=200", NULL }) == 0);
+	TH_REQUIRE(dt_disp_start(&D, &RED, &k, (const char *const[]){ "RUNNEL_ENQUEUE_TIMEOUT_MS=3000", "RUNNEL_SWEEP_MS=200", "RUNNEL_KAFKA_PROPERTIES=reconnect.backoff.max.ms=200", NULL }) == 0);
 	TH_REQUIRE(dt_wait_ready(&D, 200, 10000));
 	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("warm", NULL), -1, 15000) == 0 &&
 	           r.status == 202);

@@ -26,7 +26,7 @@
 static dt_disp_t D;
 static redisContext *C;
 static dev_stub_t *S;
-static const char *TMP;   /* one scratch dir (th_tmpdir makes a new one each call) */
+static const char *TMP; /* one scratch dir (th_tmpdir makes a new one each call) */
 static const char *const CT[] = { "Content-Type: application/json", NULL };
 
 static const char *url(const char *path)
@@ -126,9 +126,13 @@ int main(void)
 	{
 		char *argv[] = { WORKER_BIN, NULL };
 		const char *env[] = {
-			th_strf("RUNNEL_KAFKA_BROKERS=%s", k.bootstrap), th_strf("RUNNEL_REDIS_URL=%s", red.url),
-			th_strf("RUNNEL_WORK_DIR=%s/work", TMP), "RUNNEL_WORKER_ID=w-replies",
-			"RUNNEL_METRICS_LISTEN=127.0.0.1:0", "RUNNEL_SLOTS=4", "RUNNEL_KILL_GRACE_MS=500",
+			th_strf("RUNNEL_KAFKA_BROKERS=%s", k.bootstrap),
+			th_strf("RUNNEL_REDIS_URL=%s", red.url),
+			th_strf("RUNNEL_WORK_DIR=%s/work", TMP),
+			"RUNNEL_WORKER_ID=w-replies",
+			"RUNNEL_METRICS_LISTEN=127.0.0.1:0",
+			"RUNNEL_SLOTS=4",
+			"RUNNEL_KILL_GRACE_MS=500",
 			"RUNNEL_LOG_LEVEL=debug",
 			"RUNNEL_KAFKA_PROPERTIES=topic.metadata.refresh.interval.ms=1000;session.timeout.ms=6000;heartbeat.interval.ms=500",
 			NULL,

@@ -81,7 +81,8 @@ static void test_bad_bodies(void)
 		const char *b = "{" GOOD ",\"prompt\":\"p\",\"permission_mode\":\"ask\"}";
 
 		TH_CHECK(dispatcher_request_parse(b, strlen(b), DISPATCHER_REQ_STRICT, 28800, 1000, &job, err,
-		                                  sizeof err) == 0, "%s", err);
+		                                  sizeof err) == 0,
+		         "%s", err);
 		TH_CHECK(strcmp(job.permission_mode, "ask") == 0 && job.meta == NULL, "permission_mode taken");
 		proto_job_clear(&job);
 	}
@@ -107,7 +108,8 @@ static void test_good(void)
 	const char *b2 = "{" GOOD ",\"prompt\":\"hello\",\"otp_upload\":\"u1\",\"history\":[1],\"session\":\"s\"}";
 
 	TH_CHECK(dispatcher_request_parse(b1, strlen(b1), DISPATCHER_REQ_STRICT, 28800, 1234, &job,
-	                                  err, sizeof err) == 0, "%s", err);
+	                                  err, sizeof err) == 0,
+	         "%s", err);
 	TH_CHECK(strcmp(job.run_id, "run_a-1") == 0);
 	TH_CHECK(th_streq(job.agent_url, "https://ws.example/api/s1"));
 	TH_CHECK(th_streq(job.otp_setup, "s1") && th_streq(job.otp_run, "r1") && job.otp_upload == NULL);
@@ -119,7 +121,8 @@ static void test_good(void)
 
 	/* /stream: unknown fields travel in meta; a run id is minted. */
 	TH_CHECK(dispatcher_request_parse(b2, strlen(b2), DISPATCHER_REQ_LENIENT, 28800, 1, &job,
-	                                  err, sizeof err) == 0, "%s", err);
+	                                  err, sizeof err) == 0,
+	         "%s", err);
 	TH_CHECK(strncmp(job.run_id, "run_", 4) == 0 && strlen(job.run_id) == 26, "%s", job.run_id);
 	TH_CHECK(th_streq(job.otp_upload, "u1"));
 	TH_CHECK(json_is_array(json_object_get(job.meta, "history")));

@@ -11,14 +11,14 @@
 #include "proto/job.h"
 #include "tests/dispatcher/dtest.h"
 
-#define TOKEN "tok_Secret_0123456789"
+#define TOKEN  "tok_Secret_0123456789"
 #define KEYHEX "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
 
 static dt_disp_t D;
 
 static const char *const AUTH[] = { "Authorization: Bearer " TOKEN, "Content-Type: application/json", NULL };
 static const char UNAUTH[] =
-	"{\"error\":{\"code\":\"unauthorized\",\"message\":\"authorization: a valid bearer token is required\"}}\n";
+        "{\"error\":{\"code\":\"unauthorized\",\"message\":\"authorization: a valid bearer token is required\"}}\n";
 
 static void expect401(const char *method, const char *path, const char *const *hdrs, const char *body)
 {
@@ -56,8 +56,7 @@ int main(void)
 	TH_REQUIRE(th_kafka_create_topic(&k, "runnel.jobs", 1) == 0);
 	c = th_redis_connect(&red);
 	TH_REQUIRE(c != NULL);
-	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){
-		"RUNNEL_API_TOKEN=" TOKEN, "RUNNEL_JOB_KEY=" KEYHEX, NULL }) == 0);
+	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){ "RUNNEL_API_TOKEN=" TOKEN, "RUNNEL_JOB_KEY=" KEYHEX, NULL }) == 0);
 
 	TH_CHECK(dt_http(&r, "GET", th_strf("%s/healthz", D.base), NULL, NULL, 0, 5000) == 0 && r.status == 200);
 	dt_resp_free(&r);
@@ -79,7 +78,8 @@ int main(void)
 	         "%ld", r.status);
 	dt_resp_free(&r);
 	TH_CHECK(dt_http(&r, "DELETE", th_strf("%s/v1/runs/sec_1", D.base), AUTH, NULL, 0, 5000) == 0 &&
-	         r.status == 405, "%ld", r.status);
+	                 r.status == 405,
+	         "%ld", r.status);
 	dt_resp_free(&r);
 	/* /healthz stays open whatever the method; preflights need no token. */
 	TH_CHECK(dt_http(&r, "POST", th_strf("%s/healthz", D.base), NULL, "{}", -1, 5000) == 0 && r.status == 405,
@@ -94,7 +94,8 @@ int main(void)
 	TH_CHECK(r.status == 202, "%ld %s", r.status, r.body);
 	dt_resp_free(&r);
 	TH_CHECK(dt_http(&r, "GET", th_strf("%s/v1/runs/sec_1", D.base), AUTH, NULL, 0, 5000) == 0 &&
-	         r.status == 200, "%ld", r.status);
+	                 r.status == 200,
+	         "%ld", r.status);
 	dt_resp_free(&r);
 	TH_CHECK(dt_http(&r, "GET", th_strf("%s/readyz", D.base), AUTH, NULL, 0, 5000) == 0);
 	dt_resp_free(&r);
@@ -103,7 +104,7 @@ int main(void)
 	TH_REQUIRE(th_kafka_consume_one(&k, "runnel.jobs", 10000, &m) == 1);
 	TH_CHECK(th_streq(m.key, "sec_1"));
 	TH_CHECK(!has(m.value, m.len, "otp_SETUP_SECRET_1") && !has(m.value, m.len, "otp_RUN_SECRET_2") &&
-	         !has(m.value, m.len, "otp_UPLOAD_SECRET_3") && !has(m.value, m.len, "PROMPT_TEXT_4"),
+	                 !has(m.value, m.len, "otp_UPLOAD_SECRET_3") && !has(m.value, m.len, "PROMPT_TEXT_4"),
 	         "plaintext secret on Kafka: %.*s", (int)m.len, m.value);
 	TH_CHECK(has(m.value, m.len, "\"sealed\""));
 	TH_CHECK(proto_job_parse(m.value, m.len, NULL, 0, &job, err, sizeof err) == -1, "opened without a key");
@@ -117,7 +118,7 @@ int main(void)
 
 	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
 	for (const char *const *s = (const char *const[]){ "otp_SETUP_SECRET_1", "otp_RUN_SECRET_2",
-	                                                  "otp_UPLOAD_SECRET_3", "PROMPT_TEXT_4", TOKEN, KEYHEX, NULL };
+	                                                   "otp_UPLOAD_SECRET_3", "PROMPT_TEXT_4", TOKEN, KEYHEX, NULL };
 	     *s != NULL; s++) {
 		TH_CHECK(th_redis_scan_contains(c, *s) == 0, "%s in Redis", *s);
 		TH_CHECK(!th_file_contains(D.log, *s), "%s in the log", *s);

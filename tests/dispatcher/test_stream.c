@@ -309,7 +309,8 @@ static void test_resume(dt_multi_t *m)
 		dt_resp_free(&r);
 		TH_CHECK(dt_http(&r, "GET", url("/v1/runs/st_resume/events"), NULL, NULL, 0, 10000) == 0);
 		TH_CHECK(r.status == 200 && dt_header(&r, "Content-Type", hdr, sizeof hdr) &&
-		         strcmp(hdr, "application/x-ndjson") == 0, "%s", hdr);
+		                 strcmp(hdr, "application/x-ndjson") == 0,
+		         "%s", hdr);
 		{
 			size_t lines_seen = 0;
 
@@ -540,7 +541,7 @@ static void test_curl_binary(void)
 {
 	const char *out = th_strf("%s/curl.out", th_tmpdir());
 	char *argv[] = { "curl", "-sS", "-N", "-X", "POST", url("/stream"), "-H", "Content-Type: application/json",
-	                 "-d", dt_job_body("st_curl", NULL), "-o", (char *)out, NULL };
+		         "-d", dt_job_body("st_curl", NULL), "-o", (char *)out, NULL };
 	state_arg_t sa = { "st_curl" };
 	pid_t pid = th_spawn(argv, NULL, th_strf("%s/curl.log", th_tmpdir()));
 	char *body, *want;
@@ -571,10 +572,7 @@ int main(void)
 	TH_REQUIRE(C != NULL);
 	/* A small ASan quarantine, so that the dispatcher's RSS shows what it
 	 * holds rather than what it freed recently. */
-	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){
-		"RUNNEL_HEARTBEAT_SEC=1",
-		th_strf("ASAN_OPTIONS=%s%squarantine_size_mb=4", getenv("ASAN_OPTIONS") != NULL ? getenv("ASAN_OPTIONS") : "",
-		        getenv("ASAN_OPTIONS") != NULL ? ":" : ""), NULL }) == 0);
+	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){ "RUNNEL_HEARTBEAT_SEC=1", th_strf("ASAN_OPTIONS=%s%squarantine_size_mb=4", getenv("ASAN_OPTIONS") != NULL ? getenv("ASAN_OPTIONS") : "", getenv("ASAN_OPTIONS") != NULL ? ":" : ""), NULL }) == 0);
 	TH_REQUIRE(dt_multi_init(&m) == 0);
 
 	test_ndjson(&m);

@@ -112,7 +112,7 @@ int64_t fleet_wait_pct(const fleet_run_t *runs, int n, int want_long, double pct
 }
 
 typedef struct {
-	wt_t       *t;
+	wt_t *t;
 	const char *name;
 } ready_arg_t;
 

@@ -13,17 +13,17 @@
 #include "tests/worker/wtest.h"
 
 typedef struct fleet_run {
-	char            id[48];
-	char            script[64];
-	int             is_long;
+	char id[48];
+	char script[64];
+	int is_long;
 	dev_stub_otps_t o;
 	/* Filled by fleet_collect: */
-	int             ended;        /* a terminal line was seen */
-	int             terminals;    /* terminal lines in the stream */
-	int             config_calls; /* /config redemptions: 1 = started once */
-	char            code[64];     /* terminal code, "" for a result */
-	char            status[32];   /* state hash status */
-	int64_t         wait_ms;      /* started_at - enqueued_at, -1 unknown */
+	int ended;        /* a terminal line was seen */
+	int terminals;    /* terminal lines in the stream */
+	int config_calls; /* /config redemptions: 1 = started once */
+	char code[64];    /* terminal code, "" for a result */
+	char status[32];  /* state hash status */
+	int64_t wait_ms;  /* started_at - enqueued_at, -1 unknown */
 } fleet_run_t;
 
 /* Produces one run (mock agent script) with id PREFIX_<i>.  0 or -1. */
@@ -55,10 +55,10 @@ void fleet_pause_ms(int ms);
  * cap) and returns how many were submitted. */
 typedef struct fleet_wait_opts {
 	int workers, slots, partitions;
-	int longs;          /* long runs first */
-	int long_sec;       /* their length */
-	int shorts;         /* then this many short runs */
-	int gap_ms;         /* between two short runs */
+	int longs;    /* long runs first */
+	int long_sec; /* their length */
+	int shorts;   /* then this many short runs */
+	int gap_ms;   /* between two short runs */
 } fleet_wait_opts_t;
 int fleet_wait_scenario(wt_t *t, const fleet_wait_opts_t *o, fleet_run_t *runs, int cap);
 

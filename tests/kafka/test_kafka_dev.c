@@ -43,8 +43,7 @@ int main(int argc, char **argv)
 	                ARGS(th_strf("TMPDIR=%s", tmp)), 120000, &p);
 	TH_NOTE("runnel dev --kafka --demo --once: exit %d in %lld ms", rc, (long long)(th_now_ms() - t0));
 	TH_CHECK(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, p.out, p.err);
-	TH_CHECK(strstr(p.out, th_strf("  kafka       %s (external broker; topics %s, %s.dlq)\n", k.bootstrap,
-	                               topic, topic)) != NULL, "%s", p.out);
+	TH_CHECK(strstr(p.out, th_strf("  kafka       %s (external broker; topics %s, %s.dlq)\n", k.bootstrap, topic, topic)) != NULL, "%s", p.out);
 	TH_CHECK(strstr(p.out, "\nresult  ") != NULL, "no result line:\n%s", p.out);
 	clirun_free(&p);
 	/* The demo's job went through the real broker's topic. */

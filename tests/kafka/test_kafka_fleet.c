@@ -43,8 +43,7 @@ static void report(const char *what, int n)
 static void scenario_wait(void)
 {
 	wt_setup(&T, NULL, 12);
-	fleet_wait_opts_t o = { .workers = 3, .slots = 2, .partitions = 12,
-	                        .longs = 2, .long_sec = 12, .shorts = 30, .gap_ms = 150 };
+	fleet_wait_opts_t o = { .workers = 3, .slots = 2, .partitions = 12, .longs = 2, .long_sec = 12, .shorts = 30, .gap_ms = 150 };
 	int n = fleet_wait_scenario(&T, &o, R, CAP);
 	TH_CHECK(n == 32, "%d runs submitted", n);
 	int ended = fleet_collect(&T, R, n, 120000);
@@ -90,7 +89,7 @@ static void scenario_churn(void)
 	 * the kill did so on a live worker. */
 	for (int i = 0; i < n; i++)
 		if (th_streq(R[i].status, "succeeded"))
-			TH_CHECK(!th_streq(wt_state(&T, R[i].id, "worker"), "") , "%s has a worker", R[i].id);
+			TH_CHECK(!th_streq(wt_state(&T, R[i].id, "worker"), ""), "%s has a worker", R[i].id);
 	TH_NOTE("collected %lld ms after the kill", (long long)(th_now_ms() - killed_at));
 	report("churn", n);
 	int s = th_stop(w2, 20000);

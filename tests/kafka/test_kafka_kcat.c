@@ -35,7 +35,7 @@ int main(void)
 	TH_REQUIRE(th_file_write(file, line, strlen(line)) == 0);
 	free(s);
 	char *argv[] = { "kcat", "-P", "-b", T.kafka.bootstrap, "-t", T.topic, "-k", "run_kcat",
-	                 "-l", (char *)file, NULL };
+		         "-l", (char *)file, NULL };
 	pid_t k = th_spawn(argv, NULL, th_strf("%s/kcat.log", T.dir));
 	TH_REQUIRE(k > 0, "kcat started");
 	int st = 0;

@@ -25,12 +25,12 @@ static wt_t T;
 
 /* A loopback HTTP server that records what reaches it. */
 typedef struct srv {
-	int  lfd;
-	int  port;
+	int lfd;
+	int port;
 	pthread_t thread;
 	pthread_mutex_t mu;
-	char seen[8192];     /* first line of each request, or "TLS" */
-	int  stop;
+	char seen[8192]; /* first line of each request, or "TLS" */
+	int stop;
 } srv_t;
 
 static void *srv_main(void *arg)
@@ -94,7 +94,7 @@ static void srv_start(srv_t *s)
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	socklen_t al = sizeof(a);
 	TH_REQUIRE(s->lfd >= 0 && bind(s->lfd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	           listen(s->lfd, 16) == 0 && getsockname(s->lfd, (struct sockaddr *)&a, &al) == 0,
+	                   listen(s->lfd, 16) == 0 && getsockname(s->lfd, (struct sockaddr *)&a, &al) == 0,
 	           "test server");
 	s->port = ntohs(a.sin_port);
 	TH_REQUIRE(pthread_create(&s->thread, NULL, srv_main, s) == 0, "server thread");
@@ -120,12 +120,12 @@ static srv_t A, B;
 /* What the sandbox tries; $1 = A's port, $2 = B's.  The result message
  * lists each HTTP status (000: no connection). */
 static const char *const PROBE =
-	"read t; "
-	"a=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://127.0.0.1:$1/a); "
-	"b=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://127.0.0.1:$2/b); "
-	"curl -sk -o /dev/null --max-time 10 https://127.0.0.1:$1/tls; "
-	"r=$(curl -s -o /dev/null -w '%{http_code}' --noproxy '*' --max-time 5 http://127.0.0.1:$2/raw); "
-	"echo \"{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"a=$a b=$b raw=$r\\\"}\"";
+        "read t; "
+        "a=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://127.0.0.1:$1/a); "
+        "b=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://127.0.0.1:$2/b); "
+        "curl -sk -o /dev/null --max-time 10 https://127.0.0.1:$1/tls; "
+        "r=$(curl -s -o /dev/null -w '%{http_code}' --noproxy '*' --max-time 5 http://127.0.0.1:$2/raw); "
+        "echo \"{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"a=$a b=$b raw=$r\\\"}\"";
 
 static void run_probe(const char *run_id, const char *network, char *msg, size_t msgsz)
 {

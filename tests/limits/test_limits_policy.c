@@ -30,7 +30,7 @@
 
 typedef struct notes {
 	char text[16][512];
-	int  n;
+	int n;
 } notes_t;
 
 static void collect(const char *level, const char *message, void *arg)
@@ -102,9 +102,15 @@ static worker_guard_t *guard(const worker_limits_env_t *env, const char *kind, c
 	char *meta = th_strf("%s/meta", th_tmpdir());
 	mkdir(meta, 0700);
 	worker_guard_args_t a = {
-		.run_id = "run_policy", .kind = kind, .config = cfg, .variables = vars,
-		.ws_api_url = "https://ws.example.com/api", .workspace_dir = th_tmpdir(),
-		.assets_dir = NULL, .meta_dir = meta, .driver = WORKER_SANDBOX_BWRAP,
+		.run_id = "run_policy",
+		.kind = kind,
+		.config = cfg,
+		.variables = vars,
+		.ws_api_url = "https://ws.example.com/api",
+		.workspace_dir = th_tmpdir(),
+		.assets_dir = NULL,
+		.meta_dir = meta,
+		.driver = WORKER_SANDBOX_BWRAP,
 	};
 	char err[256];
 	memset(notes, 0, sizeof(*notes));
@@ -121,7 +127,7 @@ static void test_limits_lowered_not_raised(void)
 	worker_limits_env_t env = env_of(WORKER_EGRESS_NONE, "");
 	notes_t n;
 	worker_guard_t *g = guard(&env, "command",
-		"{\"limits\":{\"memory_mb\":4096,\"pids\":64,\"cpus\":0.5,\"tmp_mb\":\"big\"}}", NULL, &n);
+	                          "{\"limits\":{\"memory_mb\":4096,\"pids\":64,\"cpus\":0.5,\"tmp_mb\":\"big\"}}", NULL, &n);
 	if (g) {
 		const worker_limits_t *l = worker_guard_limits(g);
 		TH_CHECK(l->memory_mb == 512, "memory %ld", l->memory_mb);
@@ -216,7 +222,7 @@ static void test_egress_narrowing(void)
 
 typedef struct got_notes {
 	char text[8][256];
-	int  n;
+	int n;
 } got_notes_t;
 
 static void take_note(const char *note, void *arg)
@@ -406,7 +412,12 @@ static void test_cgroup_v2_files(void)
 	char *dir = th_strf("%s/runnel-%ld-run_v2", base, (long)getpid());
 	mkdir(dir, 0755);
 	static const char *const files[] = {
-		"cgroup.procs", "memory.max", "memory.swap.max", "memory.oom.group", "pids.max", "cpu.max",
+		"cgroup.procs",
+		"memory.max",
+		"memory.swap.max",
+		"memory.oom.group",
+		"pids.max",
+		"cpu.max",
 	};
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
 		TH_REQUIRE(th_file_write(th_strf("%s/%s", dir, files[i]), "", 0) == 0, "fake %s", files[i]);
@@ -442,7 +453,8 @@ static void test_cgroup_v2_files(void)
 		th_file_write(th_strf("%s/%s", dir, counters[i][0]), counters[i][1], strlen(counters[i][1]));
 	TH_CHECK(worker_cgroup_events(&cg, &ev) == 0);
 	TH_CHECK(ev.oom_kills == 2 && ev.memory_max_hits == 7 && ev.pids_max_hits == 3 &&
-	         ev.cpu_throttled_us == 4242, "events %llu %llu %llu %llu",
+	                 ev.cpu_throttled_us == 4242,
+	         "events %llu %llu %llu %llu",
 	         (unsigned long long)ev.oom_kills, (unsigned long long)ev.memory_max_hits,
 	         (unsigned long long)ev.pids_max_hits, (unsigned long long)ev.cpu_throttled_us);
 	worker_cgroup_destroy(&cg, 0);
@@ -493,8 +505,14 @@ static void test_workspace_resize(void)
 	json_error_t je;
 	json_t *cfg = json_loads("{\"limits\":{\"disk_mb\":16}}", 0, &je);
 	worker_guard_args_t a = {
-		.run_id = "run_resize", .kind = "command", .config = cfg, .variables = NULL,
-		.workspace_dir = ws, .assets_dir = assets, .meta_dir = meta, .driver = WORKER_SANDBOX_BWRAP,
+		.run_id = "run_resize",
+		.kind = "command",
+		.config = cfg,
+		.variables = NULL,
+		.workspace_dir = ws,
+		.assets_dir = assets,
+		.meta_dir = meta,
+		.driver = WORKER_SANDBOX_BWRAP,
 	};
 	worker_guard_t *g = worker_guard_new(&env, &a, NULL, NULL, err, sizeof(err));
 	TH_CHECK(g != NULL, "guard: %s", err);
@@ -521,8 +539,12 @@ static void test_disk_watch(void)
 	json_error_t je;
 	json_t *cfg = json_loads("{}", 0, &je);
 	worker_guard_args_t a = {
-		.run_id = "run_watch", .kind = "command", .config = cfg, .workspace_dir = ws,
-		.meta_dir = ws, .driver = WORKER_SANDBOX_BWRAP,
+		.run_id = "run_watch",
+		.kind = "command",
+		.config = cfg,
+		.workspace_dir = ws,
+		.meta_dir = ws,
+		.driver = WORKER_SANDBOX_BWRAP,
 	};
 	char err[256];
 	worker_guard_t *g = worker_guard_new(&env, &a, NULL, NULL, err, sizeof(err));
@@ -536,7 +558,8 @@ static void test_disk_watch(void)
 	TH_CHECK(worker_guard_final(g) == WORKER_LIMIT_NONE, "an empty workspace");
 	char *big = calloc(1, 768 * 1024);
 	TH_REQUIRE(big && th_file_write(th_strf("%s/a", ws), big, 768 * 1024) == 0 &&
-	           th_file_write(th_strf("%s/b", ws), big, 768 * 1024) == 0, "fill");
+	                   th_file_write(th_strf("%s/b", ws), big, 768 * 1024) == 0,
+	           "fill");
 	free(big);
 	TH_CHECK(worker_guard_final(g) == WORKER_LIMIT_DISK, "1.5 MiB in a 1 MiB workspace");
 	char msg[128];
@@ -568,7 +591,8 @@ static void test_attach_tree(void)
 	char warn[1024], err[256];
 	worker_limits_t max = { .memory_mb = 256, .pids = 64 };
 	TH_REQUIRE(worker_limits_setup(&env, &max, "auto", th_tmpdir(), "none", "", "none",
-	                               warn, sizeof(warn), err, sizeof(err)) == 0, "setup: %s", err);
+	                               warn, sizeof(warn), err, sizeof(err)) == 0,
+	           "setup: %s", err);
 	if (env.cgroup.mode == WORKER_CGROUP_NONE) {
 		fprintf(stderr, "# skipped the tree attach: %s", warn);
 		worker_limits_env_free(&env);
@@ -597,8 +621,12 @@ static void test_attach_tree(void)
 	json_t *cfg = json_loads("{}", 0, &je);
 	const char *ws = th_tmpdir();
 	worker_guard_args_t a = {
-		.run_id = "run_attach", .kind = "command", .config = cfg, .workspace_dir = ws,
-		.meta_dir = ws, .driver = WORKER_SANDBOX_BWRAP,
+		.run_id = "run_attach",
+		.kind = "command",
+		.config = cfg,
+		.workspace_dir = ws,
+		.meta_dir = ws,
+		.driver = WORKER_SANDBOX_BWRAP,
 	};
 	worker_guard_t *g = worker_guard_new(&env, &a, NULL, NULL, err, sizeof(err));
 	TH_REQUIRE(g != NULL, "guard: %s", err);
@@ -611,7 +639,7 @@ static void test_attach_tree(void)
 	pid_t grand = kids ? (pid_t)strtol(kids, NULL, 10) : 0;
 	free(kids);
 	TH_CHECK(grand > 0 && in_cgroup(grand, name), "its child too");
-	worker_guard_free(g);   /* removes the cgroup, killing what is in it */
+	worker_guard_free(g); /* removes the cgroup, killing what is in it */
 	int st = 0;
 	TH_CHECK(waitpid(child, &st, 0) == child && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
 	         "the tree died with the run's cgroup");

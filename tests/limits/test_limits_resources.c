@@ -50,7 +50,6 @@ static void submit_normal(const char *run_id)
 }
 
 
-
 static void check_normal(const char *run_id)
 {
 	char msg[256];
@@ -80,7 +79,8 @@ static void test_memory_hog(void)
 	/* An open step first: it must be closed before the terminal line. */
 	submit_sh("run_hog",
 	          "read t; echo '{\"type\":\"step\",\"id\":\"s1\",\"name\":\"eat\",\"status\":\"running\"}'; "
-	          "tail /dev/zero", NULL, 0);
+	          "tail /dev/zero",
+	          NULL, 0);
 	submit_normal("run_hog_ok");
 	char msg[256];
 	const char *code = wt_ended(&T, "run_hog", 30000, msg, sizeof(msg));
@@ -120,7 +120,8 @@ static void test_disk_filler(void)
 	 * ending the run. */
 	submit_sh("run_tmp",
 	          "read t; if head -c 67108864 /dev/zero > /tmp/big 2>/dev/null; then r=wrote; else r=refused; fi; "
-	          "echo \"{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"tmp $r\\\"}\"", NULL, 0);
+	          "echo \"{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"tmp $r\\\"}\"",
+	          NULL, 0);
 	code = wt_ended(&T, "run_tmp", 30000, msg, sizeof(msg));
 	TH_CHECK(th_streq(code, ""), "tmp run: %s %s", code, msg);
 	TH_CHECK(th_streq(msg, "tmp refused"), "a 64 MiB file in a 16 MiB /tmp: %s", msg);
@@ -189,7 +190,7 @@ static void test_raise_refused(void)
 	const char *code = wt_ended(&T, "run_raise", 30000, msg, sizeof(msg));
 	TH_CHECK(th_streq(code, ""), "raise: %s %s", code, msg);
 	TH_CHECK(wt_stream_has(&T, "run_raise",
-	                    "limits.memory_mb 4096 is above this worker's limit of 64 MiB; using 64 MiB"),
+	                       "limits.memory_mb 4096 is above this worker's limit of 64 MiB; using 64 MiB"),
 	         "a log line refuses the raise");
 	TH_CHECK(wt_log_has(&T, "w1", "memory 64 MiB, pids 32,"), "the worker's memory limit and the lowered pids were used");
 }
@@ -213,8 +214,12 @@ int main(void)
 	th_init("limits_resources");
 	wt_setup(&T, NULL, 4);
 	const char *env[] = {
-		"RUNNEL_RUN_MEMORY_MB=64", "RUNNEL_RUN_PIDS=64", "RUNNEL_RUN_DISK_MB=16",
-		"RUNNEL_RUN_TMP_MB=16", "RUNNEL_RUN_CPUS=1", NULL,
+		"RUNNEL_RUN_MEMORY_MB=64",
+		"RUNNEL_RUN_PIDS=64",
+		"RUNNEL_RUN_DISK_MB=16",
+		"RUNNEL_RUN_TMP_MB=16",
+		"RUNNEL_RUN_CPUS=1",
+		NULL,
 	};
 	W = wt_worker(&T, "w1", env);
 	wt_warmup(&T);

@@ -27,8 +27,8 @@ static int can_run_unprivileged(void)
 	if (geteuid() != 0)
 		return -1;
 	char *argv[] = { "setpriv", "--reuid=" NOBODY, "--regid=" NOBODY, "--clear-groups",
-	                 "bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/",
-	                 "--proc", "/proc", "--dev", "/dev", "true", NULL };
+		         "bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/",
+		         "--proc", "/proc", "--dev", "/dev", "true", NULL };
 	const char *log = th_strf("%s/probe.log", th_tmpdir());
 	return th_run(argv, NULL, log, 20000) == 0 ? 0 : -1;
 }

@@ -85,7 +85,7 @@ int main(void)
 		len += 7;
 		TH_CHECK(proto_ctl_parse(msg, len, &ctl, err, sizeof err) == 0, "long reason");
 		TH_CHECK(strlen(ctl.reason) == 127 && ctl.reason[126] == 'r', "cut at boundary: %zu",
-		      strlen(ctl.reason));
+		         strlen(ctl.reason));
 	}
 
 	/* Serialize and round trip. */
@@ -99,8 +99,8 @@ int main(void)
 		proto_ctl_t back;
 
 		TH_CHECK(proto_ctl_parse(buf, (size_t)n, &back, err, sizeof err) == 0 &&
-		      back.type == PROTO_CTL_CANCEL && strcmp(back.reason, "client_closed") == 0,
-		      "round trip");
+		                 back.type == PROTO_CTL_CANCEL && strcmp(back.reason, "client_closed") == 0,
+		         "round trip");
 	}
 	ctl.reason[0] = '\0';
 	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
@@ -118,9 +118,11 @@ int main(void)
 
 	/* Replies. */
 	TH_CHECK(proto_ctl_parse("{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}", 51, &ctl,
-	                      err, sizeof err) == 0, "reply option: %s", err);
+	                         err, sizeof err) == 0,
+	         "reply option: %s", err);
 	TH_CHECK(ctl.type == PROTO_CTL_REPLY && ctl.reply == PROTO_REPLY_OPTION &&
-	      strcmp(ctl.id, "ask_1") == 0 && strcmp(ctl.option, "allow_once") == 0, "reply option fields");
+	                 strcmp(ctl.id, "ask_1") == 0 && strcmp(ctl.option, "allow_once") == 0,
+	         "reply option fields");
 	parse_reply_ok("{\"type\":\"reply\",\"id\":\"a\",\"text\":\"use rm\"}", PROTO_REPLY_TEXT);
 	parse_reply_ok("{\"type\":\"reply\",\"id\":\"a\",\"reject\":true}", PROTO_REPLY_REJECT);
 	parse_reply_ok("{\"type\":\"reply\",\"id\":\"a\",\"reject\":true,\"expired\":true}", PROTO_REPLY_REJECT);
@@ -143,13 +145,15 @@ int main(void)
 		memset(t, 'x', PROTO_CTL_TEXT_MAX + 1);
 		t[PROTO_CTL_TEXT_MAX + 1] = '\0';
 		TH_CHECK(proto_ctl_reply_set(&ctl, "a", NULL, t, 0, err, sizeof err) == -1 &&
-		      strcmp(err, "text: longer than 3072 bytes") == 0, "long text: %s", err);
+		                 strcmp(err, "text: longer than 3072 bytes") == 0,
+		         "long text: %s", err);
 		t[PROTO_CTL_TEXT_MAX] = '\0';
 		TH_CHECK(proto_ctl_reply_set(&ctl, "a", NULL, t, 0, err, sizeof err) == 0, "text at cap");
 		free(t);
 	}
 	TH_CHECK(proto_ctl_reply_set(&ctl, "a", NULL, "bad \xff", 0, err, sizeof err) == -1 &&
-	      strcmp(err, "text: not valid UTF-8") == 0, "bad UTF-8 text: %s", err);
+	                 strcmp(err, "text: not valid UTF-8") == 0,
+	         "bad UTF-8 text: %s", err);
 	TH_CHECK(proto_ctl_reply_set(&ctl, "ask_1", "allow_once", NULL, 0, err, sizeof err) == 0, "set option");
 	n = proto_ctl_serialize(&ctl, buf, sizeof buf);
 	TH_CHECK_STR("reply option", buf, "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}");
@@ -163,7 +167,8 @@ int main(void)
 		proto_ctl_t back;
 
 		TH_CHECK(proto_ctl_parse(buf, (size_t)n, &back, err, sizeof err) == 0 &&
-		      back.type == PROTO_CTL_REPLY && back.reply == PROTO_REPLY_REJECT, "reply round trip");
+		                 back.type == PROTO_CTL_REPLY && back.reply == PROTO_REPLY_REJECT,
+		         "reply round trip");
 	}
 	return th_done();
 }

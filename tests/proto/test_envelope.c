@@ -18,11 +18,11 @@
 typedef struct env_case {
 	const char *name;
 	const char *in;
-	size_t      in_len;
-	const char *want;      /* exact published line */
-	const char *reason;    /* NULL: the line is valid */
+	size_t in_len;
+	const char *want;   /* exact published line */
+	const char *reason; /* NULL: the line is valid */
 	proto_env_type_t type;
-	int         terminal;
+	int terminal;
 } env_case_t;
 
 static const env_case_t cases[] = {
@@ -43,7 +43,9 @@ static const env_case_t cases[] = {
 	  "{ \"type\" : \"log\", \"level\":\"info\", \"message\":\"hi\" ,\"ts\":5}",
 	  NULL, PROTO_ENV_LOG, 0 },
 	{ "trailing CR stripped",
-	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"Loaded 3 skills\",\"ts\":1700000000000}\x0d""", 77,
+	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"Loaded 3 skills\",\"ts\":1700000000000}\x0d"
+	  "",
+	  77,
 	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"Loaded 3 skills\",\"ts\":1700000000000}",
 	  NULL, PROTO_ENV_LOG, 0 },
 	{ "leading blanks kept",
@@ -91,8 +93,19 @@ static const env_case_t cases[] = {
 	  "{\"type\":\"step\",\"id\":\"s\",\"name\":\"n\",\"status\":\"failed\",\"error\":false,\"ts\":7}",
 	  NULL, PROTO_ENV_STEP, 0 },
 	{ "unicode message kept as printed",
-	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"caf\xc3""\xa9"" \\u00e9 \xe2""\x98""\x83""\",\"ts\":1}", 65,
-	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"caf\xc3""\xa9"" \\u00e9 \xe2""\x98""\x83""\",\"ts\":1}",
+	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"caf\xc3"
+	  "\xa9"
+	  " \\u00e9 \xe2"
+	  "\x98"
+	  "\x83"
+	  "\",\"ts\":1}",
+	  65,
+	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"caf\xc3"
+	  "\xa9"
+	  " \\u00e9 \xe2"
+	  "\x98"
+	  "\x83"
+	  "\",\"ts\":1}",
 	  NULL, PROTO_ENV_LOG, 0 },
 	{ "result is terminal",
 	  "{\"type\":\"result\",\"message\":\"Added an Inference node\",\"ts\":9}", 60,
@@ -247,35 +260,79 @@ static const env_case_t cases[] = {
 	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: number out of range: {\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"m\\\",\\\"ts\\\":9999999999999999\",\"ts\":5}",
 	  "number out of range", PROTO_ENV_LOG, 0 },
 	{ "invalid UTF-8",
-	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"\xff""\xfe""\"}", 44,
-	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: invalid UTF-8: {\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"\xef""\xbf""\xbd""\xef""\xbf""\xbd""\\\"}\",\"ts\":5}",
+	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"\xff"
+	  "\xfe"
+	  "\"}",
+	  44,
+	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: invalid UTF-8: {\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"\xef"
+	  "\xbf"
+	  "\xbd"
+	  "\xef"
+	  "\xbf"
+	  "\xbd"
+	  "\\\"}\",\"ts\":5}",
 	  "invalid UTF-8", PROTO_ENV_LOG, 0 },
 	{ "invalid UTF-8 overlong",
-	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"\xc0""\xaf""\"}", 44,
-	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: invalid UTF-8: {\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"\xef""\xbf""\xbd""\xef""\xbf""\xbd""\\\"}\",\"ts\":5}",
+	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"\xc0"
+	  "\xaf"
+	  "\"}",
+	  44,
+	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: invalid UTF-8: {\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"\xef"
+	  "\xbf"
+	  "\xbd"
+	  "\xef"
+	  "\xbf"
+	  "\xbd"
+	  "\\\"}\",\"ts\":5}",
 	  "invalid UTF-8", PROTO_ENV_LOG, 0 },
 	{ "invalid UTF-8 surrogate",
-	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"\xed""\xa0""\x80""\"}", 45,
-	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: invalid UTF-8: {\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"\xef""\xbf""\xbd""\xef""\xbf""\xbd""\xef""\xbf""\xbd""\\\"}\",\"ts\":5}",
+	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"\xed"
+	  "\xa0"
+	  "\x80"
+	  "\"}",
+	  45,
+	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: invalid UTF-8: {\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"\xef"
+	  "\xbf"
+	  "\xbd"
+	  "\xef"
+	  "\xbf"
+	  "\xbd"
+	  "\xef"
+	  "\xbf"
+	  "\xbd"
+	  "\\\"}\",\"ts\":5}",
 	  "invalid UTF-8", PROTO_ENV_LOG, 0 },
 	{ "escaped NUL rejected",
 	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"a\\u0000b\"}", 50,
 	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: contains a NUL byte: {\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"a\\\\u0000b\\\"}\",\"ts\":5}",
 	  "contains a NUL byte", PROTO_ENV_LOG, 0 },
 	{ "raw NUL byte",
-	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"a\x00""b\"}", 45,
-	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: contains a NUL byte: {\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"a\xef""\xbf""\xbd""b\\\"}\",\"ts\":5}",
+	  "{\"type\":\"log\",\"level\":\"info\",\"message\":\"a\x00"
+	  "b\"}",
+	  45,
+	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: contains a NUL byte: {\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"a\xef"
+	  "\xbf"
+	  "\xbd"
+	  "b\\\"}\",\"ts\":5}",
 	  "contains a NUL byte", PROTO_ENV_LOG, 0 },
 	{ "invalid line with CR: echo without the CR",
-	  "oops\x0d""", 5,
+	  "oops\x0d"
+	  "",
+	  5,
 	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: not JSON: oops\",\"ts\":5}",
 	  "not JSON", PROTO_ENV_LOG, 0 },
 	{ "echo escapes quotes and backslashes and controls",
-	  "nope \"q\" \\ \x09""\x01""", 13,
+	  "nope \"q\" \\ \x09"
+	  "\x01"
+	  "",
+	  13,
 	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: not JSON: nope \\\"q\\\" \\\\ \\t\\u0001\",\"ts\":5}",
 	  "not JSON", PROTO_ENV_LOG, 0 },
 	{ "echo cut at a character boundary",
-	  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3""\xa9"" tail", 70,
+	  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3"
+	  "\xa9"
+	  " tail",
+	  70,
 	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: not JSON: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"ts\":5}",
 	  "not JSON", PROTO_ENV_LOG, 0 },
 	{ "echo quotes at most 64 bytes",
@@ -283,8 +340,13 @@ static const env_case_t cases[] = {
 	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: not JSON: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\",\"ts\":5}",
 	  "not JSON", PROTO_ENV_LOG, 0 },
 	{ "echo replaces bad bytes",
-	  "\xff""aaaaaaaaaa", 11,
-	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: invalid UTF-8: \xef""\xbf""\xbd""aaaaaaaaaa\",\"ts\":5}",
+	  "\xff"
+	  "aaaaaaaaaa",
+	  11,
+	  "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: invalid UTF-8: \xef"
+	  "\xbf"
+	  "\xbd"
+	  "aaaaaaaaaa\",\"ts\":5}",
 	  "invalid UTF-8", PROTO_ENV_LOG, 0 },
 };
 
@@ -314,7 +376,7 @@ static void run_table(void)
 
 			proto_env_process(env, c->want, len, NOW, &again);
 			TH_CHECK(again.valid && again.len == len, "%s: output re-validates: %s", c->name,
-			      again.reason);
+			         again.reason);
 		}
 		proto_env_free(env);
 	}
@@ -357,7 +419,8 @@ static void test_size_cap(void)
 	/* Exactly at the cap: valid and published unchanged. */
 	proto_env_process(env, max, PROTO_ENV_LINE_MAX_DEFAULT, NOW, &out);
 	TH_CHECK(out.valid && out.len == PROTO_ENV_LINE_MAX_DEFAULT &&
-	      memcmp(out.text, max, out.len) == 0, "1 MiB line kept: %s", out.reason);
+	                 memcmp(out.text, max, out.len) == 0,
+	         "1 MiB line kept: %s", out.reason);
 	/* Exactly at the cap plus a CR: still valid. */
 	max = realloc(max, PROTO_ENV_LINE_MAX_DEFAULT + 1);
 	max[PROTO_ENV_LINE_MAX_DEFAULT] = '\r';
@@ -382,7 +445,7 @@ static void test_size_cap(void)
 	free(big);
 	/* Adding ts may take a line past the cap: it is still published whole. */
 	big = log_line_of(100);
-	memcpy(big + 100 - 9, "\"}       ", 9);  /* drop the ts, pad with blanks */
+	memcpy(big + 100 - 9, "\"}       ", 9); /* drop the ts, pad with blanks */
 	proto_env_process(env, big, 100, 1700000000000LL, &out);
 	TH_CHECK(out.valid && out.len == 100 + 19, "ts added at the cap: %zu %s", out.len, out.reason);
 	free(big);
@@ -410,9 +473,9 @@ static void test_deep_nesting(void)
 }
 
 typedef struct collect {
-	char   lines[8][256];
+	char lines[8][256];
 	size_t n;
-	size_t stop_at;  /* refuse the line with this index (1-based), 0 = never */
+	size_t stop_at; /* refuse the line with this index (1-based), 0 = never */
 } collect_t;
 
 static int collect_emit(const char *line, size_t len, void *arg)
@@ -468,9 +531,9 @@ static void test_steps(void)
 	n = proto_env_close_steps(env, 9, "agent exited", collect_emit, &c);
 	TH_CHECK(n == 2 && c.n == 2, "closed %zu", n);
 	TH_CHECK_STR("close 1", c.lines[0],
-	          "{\"type\":\"step\",\"id\":\"s1\",\"name\":\"a\",\"status\":\"failed\",\"error\":\"agent exited\",\"ts\":9}");
+	             "{\"type\":\"step\",\"id\":\"s1\",\"name\":\"a\",\"status\":\"failed\",\"error\":\"agent exited\",\"ts\":9}");
 	TH_CHECK_STR("close 2", c.lines[1],
-	          "{\"type\":\"step\",\"id\":\"s3\",\"name\":\"c\",\"status\":\"failed\",\"error\":\"agent exited\",\"ts\":9}");
+	             "{\"type\":\"step\",\"id\":\"s3\",\"name\":\"c\",\"status\":\"failed\",\"error\":\"agent exited\",\"ts\":9}");
 	TH_CHECK_MEM("terminal text intact", out.text, out.len, "{\"type\":\"result\",\"message\":\"done\",\"ts\":1}");
 	TH_CHECK(proto_env_open_steps(env) == 0, "none open");
 	proto_env_free(env);
@@ -487,12 +550,12 @@ static void test_steps(void)
 	n = proto_env_close_steps(env, 9, "cancelled \"now\"", collect_emit, &c);
 	TH_CHECK(n == 1 && proto_env_open_steps(env) == 1, "stopped after 1: %zu", n);
 	TH_CHECK_STR("close escaped", c.lines[0],
-	          "{\"type\":\"step\",\"id\":\"a\",\"name\":\"n \\\"q\\\"\",\"status\":\"failed\",\"error\":\"cancelled \\\"now\\\"\",\"ts\":9}");
+	             "{\"type\":\"step\",\"id\":\"a\",\"name\":\"n \\\"q\\\"\",\"status\":\"failed\",\"error\":\"cancelled \\\"now\\\"\",\"ts\":9}");
 	memset(&c, 0, sizeof c);
 	n = proto_env_close_steps(env, 10, NULL, collect_emit, &c);
 	TH_CHECK(n == 1, "retry closes b");
 	TH_CHECK_STR("default why", c.lines[0],
-	          "{\"type\":\"step\",\"id\":\"b\",\"name\":\"n\",\"status\":\"failed\",\"error\":\"run ended\",\"ts\":10}");
+	             "{\"type\":\"step\",\"id\":\"b\",\"name\":\"n\",\"status\":\"failed\",\"error\":\"run ended\",\"ts\":10}");
 	proto_env_free(env);
 
 	/* Over the cap the oldest open step is forgotten. */
@@ -507,7 +570,7 @@ static void test_steps(void)
 	n = proto_env_close_steps(env, 1, "x", collect_emit, &c);
 	TH_CHECK(n == PROTO_ENV_STEPS_MAX, "closed all");
 	TH_CHECK_STR("oldest kept is s1", c.lines[0],
-	          "{\"type\":\"step\",\"id\":\"s1\",\"name\":\"n\",\"status\":\"failed\",\"error\":\"x\",\"ts\":1}");
+	             "{\"type\":\"step\",\"id\":\"s1\",\"name\":\"n\",\"status\":\"failed\",\"error\":\"x\",\"ts\":1}");
 	proto_env_free(env);
 }
 
@@ -545,7 +608,7 @@ static void ask_bad(proto_env_t *env, const char *line, const char *want_reason)
 
 	feed(env, line, &out);
 	TH_CHECK(!out.valid && strcmp(out.reason, want_reason) == 0, "%s: reason \"%s\", want \"%s\"",
-	      line, out.reason, want_reason);
+	         line, out.reason, want_reason);
 }
 
 #define ASK_OPTS "\"options\":[{\"id\":\"allow_once\",\"label\":\"Allow\"},{\"id\":\"reject_once\",\"label\":\"Reject\"}]"
@@ -589,20 +652,20 @@ static void test_asks(void)
 
 	TH_CHECK(proto_env_settle_ask(env, "zz", "rejected", NULL, NULL, 9, &line, &len) == PROTO_ASK_UNKNOWN, "unknown");
 	TH_CHECK(proto_env_settle_ask(env, "a1", "answered", "always", NULL, 9, &line, &len) == PROTO_ASK_BAD_OPTION,
-	      "foreign option");
+	         "foreign option");
 	TH_CHECK(proto_env_settle_ask(env, "a1", "answered", "allow_once", NULL, 9, &line, &len) == PROTO_ASK_SETTLED,
-	      "settled");
+	         "settled");
 	TH_CHECK_STR("settlement", line,
-	          "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"permission\",\"title\":\"Run: ls\",\"status\":\"answered\",\"option\":\"allow_once\",\"ts\":9}");
+	             "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"permission\",\"title\":\"Run: ls\",\"status\":\"answered\",\"option\":\"allow_once\",\"ts\":9}");
 	free(line);
 	TH_CHECK(proto_env_settle_ask(env, "a1", "rejected", NULL, NULL, 9, &line, &len) == PROTO_ASK_CLOSED, "closed");
 	ask_bad(env, "{\"type\":\"ask\",\"id\":\"a1\",\"kind\":\"question\",\"question\":\"q\",\"status\":\"open\"}",
 	        "ask: id already used");
 	TH_CHECK(strcmp(proto_env_oldest_ask(env, NULL), "q1") == 0, "oldest q1");
 	TH_CHECK(proto_env_settle_ask(env, "q1", "answered", NULL, "the \"red\" one", 10, &line, &len) == PROTO_ASK_SETTLED,
-	      "text");
+	         "text");
 	TH_CHECK_STR("text settlement", line,
-	          "{\"type\":\"ask\",\"id\":\"q1\",\"kind\":\"question\",\"status\":\"answered\",\"text\":\"the \\\"red\\\" one\",\"ts\":10}");
+	             "{\"type\":\"ask\",\"id\":\"q1\",\"kind\":\"question\",\"status\":\"answered\",\"text\":\"the \\\"red\\\" one\",\"ts\":10}");
 	free(line);
 	TH_CHECK(proto_env_oldest_ask(env, NULL) == NULL && proto_env_open_asks(env) == 0, "none open");
 
@@ -615,10 +678,10 @@ static void test_asks(void)
 	c.stop_at = 2;
 	TH_CHECK(proto_env_close_asks(env, 11, "rejected", collect_emit, NULL, &c) == 1, "one closed");
 	TH_CHECK_STR("close ask", c.lines[0],
-	          "{\"type\":\"ask\",\"id\":\"b1\",\"kind\":\"question\",\"status\":\"rejected\",\"ts\":11}");
+	             "{\"type\":\"ask\",\"id\":\"b1\",\"kind\":\"question\",\"status\":\"rejected\",\"ts\":11}");
 	memset(&c, 0, sizeof c);
 	TH_CHECK(proto_env_close_asks(env, 12, "rejected", collect_emit, NULL, &c) == 1 && proto_env_open_asks(env) == 0,
-	      "retry closes b2");
+	         "retry closes b2");
 	proto_env_free(env);
 
 	/* Open asks are capped. */
@@ -642,16 +705,16 @@ static void test_builders(void)
 
 	p = proto_env_make_log("warn", "say \"hi\"\\ \n\ttab \x01 caf\xc3\xa9 \xff end", 42, &len);
 	TH_CHECK_STR("make_log", p,
-	          "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"say \\\"hi\\\"\\\\ \\n\\ttab \\u0001 caf\xc3\xa9 \xef\xbf\xbd end\",\"ts\":42}");
+	             "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"say \\\"hi\\\"\\\\ \\n\\ttab \\u0001 caf\xc3\xa9 \xef\xbf\xbd end\",\"ts\":42}");
 	TH_CHECK(p != NULL && len == strlen(p), "make_log len");
 	free(p);
 	p = proto_env_make_error(PROTO_ERR_RUNTIME_CAP, "The run hit its 60 s limit / stopped", 7, NULL);
 	TH_CHECK_STR("make_error", p,
-	          "{\"type\":\"error\",\"code\":\"runtime_cap\",\"message\":\"The run hit its 60 s limit / stopped\",\"ts\":7}");
+	             "{\"type\":\"error\",\"code\":\"runtime_cap\",\"message\":\"The run hit its 60 s limit / stopped\",\"ts\":7}");
 	free(p);
 	p = proto_env_make_error(PROTO_ERR_INTERNAL, NULL, 0, &len);
 	TH_CHECK_STR("make_error empty", p,
-	          "{\"type\":\"error\",\"code\":\"internal\",\"message\":\"\",\"ts\":0}");
+	             "{\"type\":\"error\",\"code\":\"internal\",\"message\":\"\",\"ts\":0}");
 	free(p);
 
 	/* What the builders write passes validation as a terminal line. */

@@ -21,12 +21,12 @@
 #define MARK_PROMPT "PromptSekr1t"
 
 static const char base_job[] =
-	"{\"v\":1,\"run_id\":\"run_8Jd3kQ\","
-	"\"agent_url\":\"https://ws.example/api/assistant/sandbox/sess_1\","
-	"\"otp_setup\":\"setup-" MARK_OTP "-1\",\"otp_run\":\"run-" MARK_OTP "-2\","
-	"\"otp_upload\":\"upload-" MARK_OTP "-3\",\"prompt\":\"Add an inference node " MARK_PROMPT "\","
-	"\"caller\":\"assistant\",\"enqueued_at\":1700000000000,\"max_runtime_sec\":28800,"
-	"\"meta\":{\"k\":\"v\"}}";
+        "{\"v\":1,\"run_id\":\"run_8Jd3kQ\","
+        "\"agent_url\":\"https://ws.example/api/assistant/sandbox/sess_1\","
+        "\"otp_setup\":\"setup-" MARK_OTP "-1\",\"otp_run\":\"run-" MARK_OTP "-2\","
+        "\"otp_upload\":\"upload-" MARK_OTP "-3\",\"prompt\":\"Add an inference node " MARK_PROMPT "\","
+        "\"caller\":\"assistant\",\"enqueued_at\":1700000000000,\"max_runtime_sec\":28800,"
+        "\"meta\":{\"k\":\"v\"}}";
 
 static const char key_hex[] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 static const char key2_hex[] = "ff0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
@@ -38,7 +38,8 @@ static void check_no_secret(const char *what, const char *err)
 {
 	leak_checked++;
 	TH_CHECK(strstr(err, MARK_OTP) == NULL && strstr(err, "upload-") == NULL &&
-	      strstr(err, MARK_PROMPT) == NULL, "%s: error quotes a secret: %s", what, err);
+	                 strstr(err, MARK_PROMPT) == NULL,
+	         "%s: error quotes a secret: %s", what, err);
 }
 
 static int parse_str(const char *s, const uint8_t *key, int require, proto_job_t *job,
@@ -77,8 +78,8 @@ static char *mutate(const char *field, const char *value)
 
 typedef struct job_case {
 	const char *field;
-	const char *value;   /* JSON text; NULL removes the field */
-	const char *err;     /* NULL: accepted */
+	const char *value; /* JSON text; NULL removes the field */
+	const char *err;   /* NULL: accepted */
 } job_case_t;
 
 #define OTPERR(f) f ": only visible ASCII characters (0x21-0x7e) are allowed"
@@ -140,8 +141,14 @@ static const job_case_t cases[] = {
 	{ "tenant", "\"a b\"", "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)" },
 	{ "tenant", "\"a/b\"", "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)" },
 	{ "tenant", "\"caf\u00e9\"", "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)" },
-	{ "tenant", "\"" "0123456789012345678901234567890123456789012345678901234567890123" "\"", NULL },
-	{ "tenant", "\"" "0123456789012345678901234567890123456789012345678901234567890123x" "\"", "tenant: longer than 64 characters" },
+	{ "tenant", "\""
+	            "0123456789012345678901234567890123456789012345678901234567890123"
+	            "\"",
+	  NULL },
+	{ "tenant", "\""
+	            "0123456789012345678901234567890123456789012345678901234567890123x"
+	            "\"",
+	  "tenant: longer than 64 characters" },
 	{ "enqueued_at", NULL, NULL },
 	{ "enqueued_at", "0", NULL },
 	{ "enqueued_at", "-1", "enqueued_at: must not be negative" },
@@ -181,12 +188,13 @@ static void run_table(void)
 
 		if (c->err == NULL) {
 			TH_CHECK(rc == 0, "%s=%s: want accepted, got %s", c->field,
-			      c->value ? c->value : "(removed)", err);
+			         c->value ? c->value : "(removed)", err);
 		} else {
 			TH_CHECK(rc == -1, "%s=%s: want rejected", c->field, c->value ? c->value : "(removed)");
 			TH_CHECK_STR(c->field, err, c->err);
 			TH_CHECK(job.agent_url == NULL && job.otp_setup == NULL && job.prompt == NULL &&
-			      job.meta == NULL, "cleared on failure");
+			                 job.meta == NULL,
+			         "cleared on failure");
 		}
 		proto_job_clear(&job);
 		free(s);
@@ -213,16 +221,19 @@ static void test_valid(void)
 	TH_CHECK(job.enqueued_at == 1700000000000LL, "enqueued_at");
 	TH_CHECK(job.max_runtime_sec == 28800, "max_runtime_sec");
 	TH_CHECK(json_is_object(job.meta) &&
-	      strcmp(json_string_value(json_object_get(job.meta, "k")), "v") == 0, "meta");
+	                 strcmp(json_string_value(json_object_get(job.meta, "k")), "v") == 0,
+	         "meta");
 	proto_job_clear(&job);
 	TH_CHECK(job.agent_url == NULL && job.otp_setup == NULL && job.meta == NULL &&
-	      job.run_id[0] == '\0' && job.v == 0, "clear zeroes");
+	                 job.run_id[0] == '\0' && job.v == 0,
+	         "clear zeroes");
 
 	TH_CHECK(parse_str(minimal, NULL, 0, &job, err, sizeof err) == 0, "minimal: %s", err);
 	TH_CHECK(job.otp_upload == NULL && job.caller == NULL && job.enqueued_at == 0 &&
-	      job.max_runtime_sec == 0 && job.meta == NULL, "minimal defaults");
+	                 job.max_runtime_sec == 0 && job.meta == NULL,
+	         "minimal defaults");
 	proto_job_clear(&job);
-	proto_job_clear(&job);  /* twice is harmless */
+	proto_job_clear(&job); /* twice is harmless */
 }
 
 static void test_raw(void)
@@ -242,21 +253,23 @@ static void test_raw(void)
 	TH_CHECK_STR("dup", err, "job: duplicate key at line 1 column 10");
 	/* A duplicate secret key: jansson's own message would quote it. */
 	TH_CHECK(parse_str("{\"otp_run\":\"x-" MARK_OTP "\",\"otp_run\":\"y-" MARK_OTP "\"}",
-	                NULL, 0, &job, err, sizeof err) == -1, "dup otp");
+	                   NULL, 0, &job, err, sizeof err) == -1,
+	         "dup otp");
 	TH_CHECK_STR("dup otp", err, "job: duplicate key at line 1 column 31");
 	/* A bad escape inside an OTP: jansson's message would quote it. */
 	TH_CHECK(parse_str("{\"otp_run\":\"x-" MARK_OTP "\\q\"}", NULL, 0, &job, err, sizeof err) == -1,
-	      "bad escape");
+	         "bad escape");
 	TH_CHECK_STR("bad escape", err, "job: not valid JSON at line 1 column 22");
 	TH_CHECK(parse_str("{\"v\":1,\"prompt\":\"\xff\"}", NULL, 0, &job, err, sizeof err) == -1, "utf8");
 	TH_CHECK_STR("utf8", err, "job: invalid UTF-8 at line 1 column 17");
 	TH_CHECK(proto_job_parse("{\"v\":1}\0", 8, NULL, 0, &job, err, sizeof err) == -1, "nul");
 	TH_CHECK_STR("nul", err, "job: not valid JSON at line 1 column 8");
 	TH_CHECK(parse_str("{\"v\":1,\"prompt\":\"a\\u0000b\"}", NULL, 0, &job, err, sizeof err) == -1,
-	      "escaped nul");
+	         "escaped nul");
 	TH_CHECK_STR("escaped nul", err, "job: contains a NUL byte at line 1 column 26");
 	TH_CHECK(parse_str("{\"v\":1,\"enqueued_at\":99999999999999999999}", NULL, 0, &job, err,
-	                sizeof err) == -1, "overflow");
+	                   sizeof err) == -1,
+	         "overflow");
 	TH_CHECK_STR("overflow", err, "job: number out of range at line 1 column 41");
 
 	/* Oversized prompt: one byte over the cap, job still under its own cap. */
@@ -352,7 +365,9 @@ static void test_key_parse(void)
 	TH_CHECK(proto_job_key_parse(key_hex, key, err, sizeof err) == 0, "key: %s", err);
 	TH_CHECK(key[0] == 0 && key[1] == 1 && key[31] == 0x1f, "key bytes");
 	TH_CHECK(proto_job_key_parse("000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F",
-	                          key, err, sizeof err) == 0 && key[10] == 0x0a, "upper case");
+	                             key, err, sizeof err) == 0 &&
+	                 key[10] == 0x0a,
+	         "upper case");
 	TH_CHECK(proto_job_key_parse(NULL, key, err, sizeof err) == -1, "null");
 	TH_CHECK_STR("null", err, "job key: missing");
 	TH_CHECK(proto_job_key_parse("", key, err, sizeof err) == -1, "empty");
@@ -378,10 +393,10 @@ static int same_job(const proto_job_t *a, const proto_job_t *b)
 {
 #define SAME(f) ((a->f == NULL && b->f == NULL) || (a->f && b->f && strcmp(a->f, b->f) == 0))
 	return a->v == b->v && strcmp(a->run_id, b->run_id) == 0 && SAME(agent_url) &&
-	       SAME(otp_setup) && SAME(otp_run) && SAME(otp_upload) && SAME(prompt) &&
-	       SAME(caller) && a->enqueued_at == b->enqueued_at &&
-	       a->max_runtime_sec == b->max_runtime_sec &&
-	       ((a->meta == NULL && b->meta == NULL) || json_equal(a->meta, b->meta));
+	        SAME(otp_setup) && SAME(otp_run) && SAME(otp_upload) && SAME(prompt) &&
+	        SAME(caller) && a->enqueued_at == b->enqueued_at &&
+	        a->max_runtime_sec == b->max_runtime_sec &&
+	        ((a->meta == NULL && b->meta == NULL) || json_equal(a->meta, b->meta));
 #undef SAME
 }
 
@@ -414,7 +429,8 @@ static void test_sealed(void)
 	s = proto_job_serialize(&job, key, &len, err, sizeof err);
 	TH_CHECK(s != NULL && len == strlen(s), "serialize sealed: %s", err);
 	TH_CHECK(strstr(s, MARK_OTP) == NULL && strstr(s, MARK_PROMPT) == NULL &&
-	      strstr(s, "otp_") == NULL && strstr(s, "prompt") == NULL, "no plaintext: %s", s);
+	                 strstr(s, "otp_") == NULL && strstr(s, "prompt") == NULL,
+	         "no plaintext: %s", s);
 	TH_CHECK(strstr(s, "\"sealed\":\"") != NULL, "has sealed");
 	TH_CHECK(parse_str(s, key, 1, &back, err, sizeof err) == 0, "parse sealed: %s", err);
 	TH_CHECK(same_job(&job, &back), "sealed round trip");
@@ -430,15 +446,16 @@ static void test_sealed(void)
 		unsigned long long plen = 0;
 
 		TH_CHECK(sodium_base642bin(bin, sizeof bin, sealed, strlen(sealed), NULL, &bin_len, NULL,
-		                        sodium_base64_VARIANT_ORIGINAL) == 0, "base64 original");
+		                           sodium_base64_VARIANT_ORIGINAL) == 0,
+		         "base64 original");
 		TH_CHECK(crypto_aead_xchacha20poly1305_ietf_decrypt(
-		          (unsigned char *)plain_json, &plen, NULL, bin + 24, bin_len - 24,
-		          (const unsigned char *)"run_8Jd3kQ", 10, bin, key) == 0, "open by hand");
+		                 (unsigned char *)plain_json, &plen, NULL, bin + 24, bin_len - 24,
+		                 (const unsigned char *)"run_8Jd3kQ", 10, bin, key) == 0,
+		         "open by hand");
 		plain_json[plen] = '\0';
 		TH_CHECK_STR("sealed content", plain_json,
-		          "{\"otp_setup\":\"setup-" MARK_OTP "-1\",\"otp_run\":\"run-" MARK_OTP "-2\","
-		          "\"otp_upload\":\"upload-" MARK_OTP "-3\",\"prompt\":\"Add an inference node "
-		          MARK_PROMPT "\"}");
+		             "{\"otp_setup\":\"setup-" MARK_OTP "-1\",\"otp_run\":\"run-" MARK_OTP "-2\","
+		             "\"otp_upload\":\"upload-" MARK_OTP "-3\",\"prompt\":\"Add an inference node " MARK_PROMPT "\"}");
 	}
 
 	/* Two seals of the same job differ (random nonce). */
@@ -478,7 +495,7 @@ static void test_sealed(void)
 	}
 	{
 		static const char *const junk[] = { "", "!!!!", "AAAA", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==",
-		                                    "AAAA AAAA" };
+			                            "AAAA AAAA" };
 		size_t i;
 
 		for (i = 0; i < sizeof junk / sizeof junk[0]; i++) {
@@ -524,13 +541,13 @@ static void test_sealed(void)
 	/* Round trip, unsealed; and sealed without otp_upload / optionals. */
 	s = proto_job_serialize(&job, NULL, &len, err, sizeof err);
 	TH_CHECK_STR("unsealed serialize", s,
-	          "{\"v\":1,\"run_id\":\"run_8Jd3kQ\",\"agent_url\":\"https://ws.example/api/assistant/sandbox/sess_1\","
-	          "\"otp_setup\":\"setup-" MARK_OTP "-1\",\"otp_run\":\"run-" MARK_OTP "-2\","
-	          "\"otp_upload\":\"upload-" MARK_OTP "-3\",\"prompt\":\"Add an inference node " MARK_PROMPT "\","
-	          "\"caller\":\"assistant\",\"enqueued_at\":1700000000000,\"max_runtime_sec\":28800,"
-	          "\"meta\":{\"k\":\"v\"}}");
+	             "{\"v\":1,\"run_id\":\"run_8Jd3kQ\",\"agent_url\":\"https://ws.example/api/assistant/sandbox/sess_1\","
+	             "\"otp_setup\":\"setup-" MARK_OTP "-1\",\"otp_run\":\"run-" MARK_OTP "-2\","
+	             "\"otp_upload\":\"upload-" MARK_OTP "-3\",\"prompt\":\"Add an inference node " MARK_PROMPT "\","
+	             "\"caller\":\"assistant\",\"enqueued_at\":1700000000000,\"max_runtime_sec\":28800,"
+	             "\"meta\":{\"k\":\"v\"}}");
 	TH_CHECK(parse_str(s, NULL, 0, &back, err, sizeof err) == 0 && same_job(&job, &back),
-	      "unsealed round trip");
+	         "unsealed round trip");
 	proto_job_clear(&back);
 	free(s);
 
@@ -544,13 +561,14 @@ static void test_sealed(void)
 	job.max_runtime_sec = 0;
 	s = proto_job_serialize(&job, NULL, &len, err, sizeof err);
 	TH_CHECK_STR("minimal serialize", s,
-	          "{\"v\":1,\"run_id\":\"run_8Jd3kQ\",\"agent_url\":\"https://ws.example/api/assistant/sandbox/sess_1\","
-	          "\"otp_setup\":\"setup-" MARK_OTP "-1\",\"otp_run\":\"run-" MARK_OTP "-2\","
-	          "\"prompt\":\"Add an inference node " MARK_PROMPT "\"}");
+	             "{\"v\":1,\"run_id\":\"run_8Jd3kQ\",\"agent_url\":\"https://ws.example/api/assistant/sandbox/sess_1\","
+	             "\"otp_setup\":\"setup-" MARK_OTP "-1\",\"otp_run\":\"run-" MARK_OTP "-2\","
+	             "\"prompt\":\"Add an inference node " MARK_PROMPT "\"}");
 	free(s);
 	s = proto_job_serialize(&job, key, &len, err, sizeof err);
 	TH_CHECK(parse_str(s, key, 0, &back, err, sizeof err) == 0 && same_job(&job, &back) &&
-	      back.otp_upload == NULL, "sealed round trip without upload: %s", err);
+	                 back.otp_upload == NULL,
+	         "sealed round trip without upload: %s", err);
 	proto_job_clear(&back);
 	free(s);
 

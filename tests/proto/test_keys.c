@@ -28,7 +28,8 @@ static void test_key_names(void)
 	TH_CHECK(proto_key(buf, sizeof buf, "my.app:v2", "r-1_x", PROTO_KEY_STATE) == 23, "state len");
 	TH_CHECK_STR("state", buf, "my.app:v2:{r-1_x}:state");
 	TH_CHECK(proto_key(buf, sizeof buf, PROTO_KEY_PREFIX_DEFAULT, "a", PROTO_KEY_OUT) > 0 &&
-	      strcmp(buf, "runnel:{a}:out") == 0, "default prefix");
+	                 strcmp(buf, "runnel:{a}:out") == 0,
+	         "default prefix");
 
 	/* The longest key fits PROTO_KEY_MAX. */
 	memset(id64, 'i', 64);
@@ -36,7 +37,7 @@ static void test_key_names(void)
 	memset(prefix64, 'p', 64);
 	prefix64[64] = '\0';
 	TH_CHECK(proto_key(buf, sizeof buf, prefix64, id64, PROTO_KEY_STATE) == 64 + 2 + 64 + 7,
-	      "longest key");
+	         "longest key");
 
 	TH_CHECK(proto_key(small, sizeof small, "runnel", "r", PROTO_KEY_OUT) == -1, "too small");
 	TH_CHECK(proto_key(buf, sizeof buf, "runnel", "bad id", PROTO_KEY_OUT) == -1, "bad id");
@@ -83,7 +84,7 @@ static void test_validity(void)
 static void test_mint(void)
 {
 	enum { N = 10000 };
-	char (*ids)[27] = calloc(N, sizeof *ids);
+	char(*ids)[27] = calloc(N, sizeof *ids);
 	int i, j, dups = 0;
 
 	for (i = 0; i < N; i++) {

@@ -15,50 +15,92 @@
 
 typedef struct {
 	const char *name;
-	int         ok;
+	int ok;
 } name_case_t;
 
 typedef struct {
-	const char        *what;
-	int              (*valid)(const char *);
-	char               fill;
-	size_t             max;
+	const char *what;
+	int (*valid)(const char *);
+	char fill;
+	size_t max;
 	const name_case_t *cases;
 } name_rule_t;
 
 static const name_case_t run_id_cases[] = {
-	{ "a", 1 }, { "A-z_0-9", 1 }, { "", 0 }, { "a b", 0 }, { "a.b", 0 },
-	{ "a{b}", 0 }, { "a:b", 0 }, { "a/b", 0 }, { "caf\xc3\xa9", 0 }, { NULL, 0 },
+	{ "a", 1 },
+	{ "A-z_0-9", 1 },
+	{ "", 0 },
+	{ "a b", 0 },
+	{ "a.b", 0 },
+	{ "a{b}", 0 },
+	{ "a:b", 0 },
+	{ "a/b", 0 },
+	{ "caf\xc3\xa9", 0 },
+	{ NULL, 0 },
 };
 
 static const name_case_t tenant_cases[] = {
-	{ "default", 1 }, { "acme.eu-1_x", 1 }, { ".", 1 }, { "", 0 }, { "a b", 0 },
-	{ "a/b", 0 }, { "a:b", 0 }, { "a{b}", 0 }, { "caf\xc3\xa9", 0 }, { NULL, 0 },
+	{ "default", 1 },
+	{ "acme.eu-1_x", 1 },
+	{ ".", 1 },
+	{ "", 0 },
+	{ "a b", 0 },
+	{ "a/b", 0 },
+	{ "a:b", 0 },
+	{ "a{b}", 0 },
+	{ "caf\xc3\xa9", 0 },
+	{ NULL, 0 },
 };
 
 static const name_case_t env_cases[] = {
-	{ "PATH", 1 }, { "_x", 1 }, { "a1_B2", 1 }, { "_", 1 }, { "", 0 },
-	{ "1A", 0 }, { "A-B", 0 }, { "A=B", 0 }, { "A B", 0 }, { "A.B", 0 },
-	{ "A\tB", 0 }, { "caf\xc3\xa9", 0 }, { NULL, 0 },
+	{ "PATH", 1 },
+	{ "_x", 1 },
+	{ "a1_B2", 1 },
+	{ "_", 1 },
+	{ "", 0 },
+	{ "1A", 0 },
+	{ "A-B", 0 },
+	{ "A=B", 0 },
+	{ "A B", 0 },
+	{ "A.B", 0 },
+	{ "A\tB", 0 },
+	{ "caf\xc3\xa9", 0 },
+	{ NULL, 0 },
 };
 
 static const name_case_t skill_cases[] = {
-	{ "pdf", 1 }, { "my-skill_2.0", 1 }, { "...", 1 }, { ".hidden", 1 }, { "", 0 },
-	{ ".", 0 }, { "..", 0 }, { "a/b", 0 }, { "a b", 0 }, { "a$b", 0 },
-	{ "caf\xc3\xa9", 0 }, { NULL, 0 },
+	{ "pdf", 1 },
+	{ "my-skill_2.0", 1 },
+	{ "...", 1 },
+	{ ".hidden", 1 },
+	{ "", 0 },
+	{ ".", 0 },
+	{ "..", 0 },
+	{ "a/b", 0 },
+	{ "a b", 0 },
+	{ "a$b", 0 },
+	{ "caf\xc3\xa9", 0 },
+	{ NULL, 0 },
 };
 
 static const name_case_t mcp_cases[] = {
-	{ "github", 1 }, { "my-server_2", 1 }, { "", 0 }, { "a.b", 0 }, { "a b", 0 },
-	{ "a/b", 0 }, { "a__b", 1 }, { "caf\xc3\xa9", 0 }, { NULL, 0 },
+	{ "github", 1 },
+	{ "my-server_2", 1 },
+	{ "", 0 },
+	{ "a.b", 0 },
+	{ "a b", 0 },
+	{ "a/b", 0 },
+	{ "a__b", 1 },
+	{ "caf\xc3\xa9", 0 },
+	{ NULL, 0 },
 };
 
 static const name_rule_t rules[] = {
-	{ "run id",   proto_run_id_valid,     'r', PROTO_RUN_ID_MAX,     run_id_cases },
-	{ "tenant",   proto_tenant_valid,     't', PROTO_TENANT_MAX,     tenant_cases },
-	{ "env name", proto_env_name_valid,   'E', PROTO_ENV_NAME_MAX,   env_cases },
-	{ "skill",    proto_skill_name_valid, 's', PROTO_SKILL_NAME_MAX, skill_cases },
-	{ "mcp",      proto_mcp_name_valid,   'm', PROTO_MCP_NAME_MAX,   mcp_cases },
+	{ "run id", proto_run_id_valid, 'r', PROTO_RUN_ID_MAX, run_id_cases },
+	{ "tenant", proto_tenant_valid, 't', PROTO_TENANT_MAX, tenant_cases },
+	{ "env name", proto_env_name_valid, 'E', PROTO_ENV_NAME_MAX, env_cases },
+	{ "skill", proto_skill_name_valid, 's', PROTO_SKILL_NAME_MAX, skill_cases },
+	{ "mcp", proto_mcp_name_valid, 'm', PROTO_MCP_NAME_MAX, mcp_cases },
 };
 
 static void test_rule(const name_rule_t *r)
@@ -68,7 +110,7 @@ static void test_rule(const name_rule_t *r)
 
 	for (c = r->cases; c->name != NULL; c++)
 		TH_CHECK(r->valid(c->name) == c->ok, "%s \"%s\": want %s", r->what, c->name,
-		      c->ok ? "valid" : "invalid");
+		         c->ok ? "valid" : "invalid");
 	TH_CHECK(!r->valid(NULL), "%s NULL", r->what);
 
 	s = malloc(r->max + 2);

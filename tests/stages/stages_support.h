@@ -21,12 +21,12 @@
 #define SBX_OUT_MAX (16u << 20)
 
 typedef struct sbx_out {
-	char   *out;      /* stdout, NUL-terminated (malloc'd) */
-	size_t  out_len;
-	char   *err;      /* stderr, NUL-terminated (malloc'd) */
-	size_t  err_len;
-	int     status;   /* waitpid status */
-	int     exited;   /* 1 when reaped before the deadline */
+	char *out; /* stdout, NUL-terminated (malloc'd) */
+	size_t out_len;
+	char *err; /* stderr, NUL-terminated (malloc'd) */
+	size_t err_len;
+	int status; /* waitpid status */
+	int exited; /* 1 when reaped before the deadline */
 } sbx_out_t;
 
 static inline void sbx_out_free(sbx_out_t *o)

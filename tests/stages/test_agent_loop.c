@@ -26,13 +26,13 @@ static const char *ws_dir;
 
 /* The sink: the envelope validator plus a record of what was published. */
 typedef struct sink {
-	proto_env_t    *env;
-	char            lines[32][512];
-	size_t          n;
-	int             stderr_lines;
-	worker_inbox_t *inbox;       /* replies pushed from here (as the control thread would) */
-	const char     *reply;       /* pushed when the ask opens, or NULL */
-	int             cancel_on_ask;
+	proto_env_t *env;
+	char lines[32][512];
+	size_t n;
+	int stderr_lines;
+	worker_inbox_t *inbox; /* replies pushed from here (as the control thread would) */
+	const char *reply;     /* pushed when the ask opens, or NULL */
+	int cancel_on_ask;
 	worker_stopword_t stop;
 } sink_t;
 
@@ -81,7 +81,8 @@ static int s_settle(void *arg, const worker_agent_reply_t *r)
 	sink_t *s = arg;
 	char *line = NULL;
 	size_t len = 0;
-	proto_ask_rc_t rc = proto_env_settle_ask(s->env, r->ask_id, r->expired ? "expired" : r->reject ? "rejected" : "answered",
+	proto_ask_rc_t rc = proto_env_settle_ask(s->env, r->ask_id, r->expired ? "expired" : r->reject ? "rejected"
+	                                                                                               : "answered",
 	                                         r->option, r->text, rn_now_ms(), &line, &len);
 	if (rc == PROTO_ASK_SETTLED) {
 		record(s, line, len);
@@ -119,8 +120,7 @@ static worker_loop_end_t run_loop(char *const *argv, const char *mode, int64_t a
 	memset(&job, 0, sizeof(job));
 	memset(&boot, 0, sizeof(boot));
 	job.prompt = "make assets";
-	worker_agent_ctx_t actx = { .run_id = "run_loop", .job = &job, .boot = &boot,
-	                            .permission_mode = mode, .ask_timeout_sec = ask_timeout_ms / 1000 };
+	worker_agent_ctx_t actx = { .run_id = "run_loop", .job = &job, .boot = &boot, .permission_mode = mode, .ask_timeout_sec = ask_timeout_ms / 1000 };
 
 	char *envp[] = { "PATH=/usr/bin:/bin", NULL };
 	worker_sandbox_spec_t spec;
@@ -133,12 +133,9 @@ static worker_loop_end_t run_loop(char *const *argv, const char *mode, int64_t a
 	char err[256];
 	TH_REQUIRE(worker_sandbox_spawn(&spec, &sb, err, sizeof(err)) == 0, "%s", err);
 
-	worker_line_sink_t sink = { .arg = s, .line = s_line, .stderr_line = s_stderr, .terminated = s_terminated,
-	                            .settle = s_settle, .oldest_ask = s_oldest };
+	worker_line_sink_t sink = { .arg = s, .line = s_line, .stderr_line = s_stderr, .terminated = s_terminated, .settle = s_settle, .oldest_ask = s_oldest };
 	worker_stop_source_t stop = { .arg = s, .wake_fd = wake, .stop = s_stop, .inbox = s->inbox };
-	worker_loop_params_t p = { .run_id = "run_loop", .ops = worker_agent_find("command"), .actx = &actx,
-	                           .cap_deadline = rn_mono_ms() + 20000, .kill_grace_ms = 500,
-	                           .line_max = 1 << 20, .ask_timeout_ms = ask_timeout_ms };
+	worker_loop_params_t p = { .run_id = "run_loop", .ops = worker_agent_find("command"), .actx = &actx, .cap_deadline = rn_mono_ms() + 20000, .kill_grace_ms = 500, .line_max = 1 << 20, .ask_timeout_ms = ask_timeout_ms };
 	worker_loop_end_t end = worker_agent_loop(&p, &sb, &sink, &stop);
 	if (sb.stdin_fd >= 0) {
 		close(sb.stdin_fd);

@@ -47,14 +47,14 @@ static void test_success(void)
 	json_t *env = json_pack("{s:{s:s,s:s},s:s}", "variables", "API_KEY", "k-123", "MODE", "test",
 	                        "setup_script", "echo setting up\n");
 	json_t *cfg = json_pack(
-		"{s:s,s:s,s:[{s:s,s:s}],s:[],s:[{s:s}],s:{s:s},s:{s:s,s:s},s:{s:s,s:s},s:i}",
-		"system_prompt", "You are helpful.", "model", "m-1",
-		"skills", "name", "tables", "zip_url", "http://127.0.0.1:1/blobs/tables.zip",
-		"mcp_servers", "history", "role", "user",
-		"assets", "zip_url", "http://127.0.0.1:1/blobs/bag.zip?sig=abc",
-		"workspace_api", "url", "http://ws.example/api", "token", "asbx_tok",
-		"agent", "kind", "mock", "script", "echo",
-		"max_runtime_sec", 600);
+	        "{s:s,s:s,s:[{s:s,s:s}],s:[],s:[{s:s}],s:{s:s},s:{s:s,s:s},s:{s:s,s:s},s:i}",
+	        "system_prompt", "You are helpful.", "model", "m-1",
+	        "skills", "name", "tables", "zip_url", "http://127.0.0.1:1/blobs/tables.zip",
+	        "mcp_servers", "history", "role", "user",
+	        "assets", "zip_url", "http://127.0.0.1:1/blobs/bag.zip?sig=abc",
+	        "workspace_api", "url", "http://ws.example/api", "token", "asbx_tok",
+	        "agent", "kind", "mock", "script", "echo",
+	        "max_runtime_sec", 600);
 	dev_stub_run_t run = { .env = env, .config = cfg };
 	dev_stub_otps_t o;
 	add_run(&run, &o);
@@ -64,7 +64,8 @@ static void test_success(void)
 	worker_boot_t boot;
 	char err[512] = "";
 	TH_REQUIRE(worker_bootstrap_fetch(o.agent_url, o.otp_setup, o.otp_run, NULL, &boot,
-	                                  err, sizeof(err)) == 0, "%s", err);
+	                                  err, sizeof(err)) == 0,
+	           "%s", err);
 	TH_CHECK(th_streq(json_string_value(json_object_get(boot.variables, "API_KEY")), "k-123"));
 	TH_CHECK(json_object_size(boot.variables) == 2);
 	TH_CHECK(th_streq(boot.setup_script, "echo setting up\n"));
@@ -92,7 +93,8 @@ static void test_success(void)
 	/* Defaults: empty env, config without optional fields. */
 	add_run(NULL, &o);
 	TH_REQUIRE(worker_bootstrap_fetch(o.agent_url, o.otp_setup, o.otp_run, NULL, &boot,
-	                                  err, sizeof(err)) == 0, "%s", err);
+	                                  err, sizeof(err)) == 0,
+	           "%s", err);
 	TH_CHECK(json_is_object(boot.variables) && json_object_size(boot.variables) == 0);
 	TH_CHECK(boot.setup_script == NULL && boot.zip_url == NULL && boot.max_runtime_sec == 0);
 	worker_boot_clear(&boot);

@@ -43,11 +43,16 @@ static void test_backoff(void)
 {
 	static const struct {
 		unsigned attempt;
-		long     min, max, want; /* the delay before jitter */
+		long min, max, want; /* the delay before jitter */
 	} cases[] = {
-		{ 0, 50, 2000, 50 },   { 1, 50, 2000, 100 },  { 5, 50, 2000, 1600 },
-		{ 6, 50, 2000, 2000 }, { 40, 50, 2000, 2000 }, { 3, 100, 2000, 800 },
-		{ 9, 50, 1000, 1000 }, { 0, 1, 1, 1 },
+		{ 0, 50, 2000, 50 },
+		{ 1, 50, 2000, 100 },
+		{ 5, 50, 2000, 1600 },
+		{ 6, 50, 2000, 2000 },
+		{ 40, 50, 2000, 2000 },
+		{ 3, 100, 2000, 800 },
+		{ 9, 50, 1000, 1000 },
+		{ 0, 1, 1, 1 },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -90,7 +95,8 @@ static void test_connect(void)
 	TH_REQUIRE(th_redis_start(&r, "requirepass s3cret-pw\n") == 0, "redis");
 
 	TH_REQUIRE(rn_redis_url_parse(th_strf("redis://:s3cret-pw@127.0.0.1:%d/3", r.port), &u, err,
-	                              sizeof(err)) == 0, "%s", err);
+	                              sizeof(err)) == 0,
+	           "%s", err);
 	redisContext *c = rn_redis_connect(&u, 1000, 1000, err, sizeof(err));
 	TH_REQUIRE(c != NULL, "%s", err);
 	redisReply *rep = redisCommand(c, "CLIENT INFO");

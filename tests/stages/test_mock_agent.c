@@ -19,18 +19,18 @@
 #include "worker/sandbox.h"
 
 #define TURN "{\"run_id\":\"run_mock\",\"prompt\":\"Add an inference node\",\"system_prompt\":null," \
-             "\"model\":null,\"skills\":[],\"mcp_servers\":[],\"history\":[]}\n"
+	     "\"model\":null,\"skills\":[],\"mcp_servers\":[],\"history\":[]}\n"
 
 static const char *mock_agent;
 static const char *ws_dir;
 
 typedef struct verdict {
 	size_t lines, valid, invalid, published, dropped;
-	int    terminated;
-	int    last_type;       /* type of the last published line */
+	int terminated;
+	int last_type; /* type of the last published line */
 	size_t open_steps_at_end;
-	char   last_text[512];  /* last published line (truncated) */
-	char   reasons[1024];   /* invalid reasons, joined */
+	char last_text[512]; /* last published line (truncated) */
+	char reasons[1024];  /* invalid reasons, joined */
 } verdict_t;
 
 /* Feeds every stdout line through proto_env_process. */

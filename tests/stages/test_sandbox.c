@@ -22,7 +22,7 @@
 
 static const char *ws_dir;
 static const char *mock_agent;
-static const char *warm_init;   /* set: bwrap sandboxes start warm */
+static const char *warm_init; /* set: bwrap sandboxes start warm */
 
 /* worker_sandbox_spawn, or a warm start then the launch (same contract). */
 static int sbx_spawn(const worker_sandbox_spec_t *s, worker_sandbox_t *sb, char *err, size_t errsz)
@@ -253,7 +253,7 @@ static void test_exec_failure(void)
 
 struct group_arg {
 	pid_t pgid;
-	int   want;  /* wait for count >= want, or == 0 when want is 0 */
+	int want; /* wait for count >= want, or == 0 when want is 0 */
 };
 
 static int group_cond(void *p)

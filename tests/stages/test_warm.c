@@ -102,7 +102,7 @@ static void test_isolation(void)
 {
 	worker_warm_pool_t *p = pool_new(2, 0);
 	worker_warm_sb_t *a = take(p, 2);
-	worker_warm_sb_t *b = take(p, 3);   /* the pool refilled behind a */
+	worker_warm_sb_t *b = take(p, 3); /* the pool refilled behind a */
 	TH_CHECK(strcmp(a->ws.workspace, b->ws.workspace) != 0, "two sandboxes share a workspace");
 
 	char *env_a[] = { "PATH=/usr/bin:/bin", "HOME=/root", "RUN_A_SECRET=warm-secret-a", NULL };
@@ -119,7 +119,8 @@ static void test_isolation(void)
 	/* Run a leaves traces everywhere it can, and a process behind.  Its
 	 * secret never reaches bwrap's command line or environment. */
 	TH_REQUIRE(run_in(a, "echo a > /tmp/trace-a; echo a > /root/workspace/trace-a; "
-	                     "(sleep 30 &) ; env", env_a, &o) == 0);
+	                     "(sleep 30 &) ; env",
+	                  env_a, &o) == 0);
 	TH_CHECK(strstr(o.out, "RUN_A_SECRET=warm-secret-a\n") != NULL, "env: %s", o.out);
 	sbx_out_free(&o);
 	TH_CHECK(!th_file_contains(th_strf("/proc/%ld/cmdline", (long)b->sb.pid), "warm-secret-a"));
@@ -142,7 +143,8 @@ static void test_isolation(void)
 	worker_warm_free(c, 0);
 
 	TH_REQUIRE(run_in(b, "ls -A /tmp /root/workspace; env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; "
-	                     "ls /proc | grep -c '^[0-9]'", env_b, &o) == 0);
+	                     "ls /proc | grep -c '^[0-9]'",
+	                  env_b, &o) == 0);
 	TH_CHECK(strstr(o.out, "trace-a") == NULL, "run b sees run a's files: %s", o.out);
 	TH_CHECK(strstr(o.out, "warm-secret-a") == NULL, "run b sees run a's environment: %s", o.out);
 	TH_CHECK(strstr(o.out, "sleep") == NULL, "run b sees run a's process: %s", o.out);

@@ -25,14 +25,19 @@
 #include "tests/support/harness.h"
 #include "worker/workspace.h"
 
-enum ent_kind { E_FILE, E_DIR, E_LINK, E_HARD, E_FIFO, E_ZEROS };
+enum ent_kind { E_FILE,
+	        E_DIR,
+	        E_LINK,
+	        E_HARD,
+	        E_FIFO,
+	        E_ZEROS };
 
 typedef struct ent {
 	enum ent_kind kind;
-	const char   *name;
-	const char   *data;    /* file content, link target */
-	size_t        size;    /* E_ZEROS: bytes of zeros */
-	int           mode;    /* permission bits, 0 = default; E_ZEROS: -1 = no size */
+	const char *name;
+	const char *data; /* file content, link target */
+	size_t size;      /* E_ZEROS: bytes of zeros */
+	int mode;         /* permission bits, 0 = default; E_ZEROS: -1 = no size */
 } ent_t;
 
 /* Writes the entries to path as a zip (tar when tar is set: zip cannot
@@ -64,7 +69,7 @@ static int build_archive(const char *path, const ent_t *ents, size_t n, int tar)
 		case E_ZEROS:
 			archive_entry_set_filetype(ae, AE_IFREG);
 			archive_entry_set_perm(ae, 0644);
-			if (e->mode != -1)  /* -1: leave the size undeclared */
+			if (e->mode != -1) /* -1: leave the size undeclared */
 				archive_entry_set_size(ae, (la_int64_t)e->size);
 			break;
 		case E_DIR:
@@ -149,8 +154,8 @@ static int try_extract(const ent_t *ents, size_t n, int tar, const worker_bag_li
 }
 
 struct feeder {
-	int    fd;
-	char  *data;
+	int fd;
+	char *data;
 	size_t len;
 };
 
@@ -161,7 +166,7 @@ static void *feed(void *arg)
 	while (off < f->len) {
 		ssize_t n = write(f->fd, f->data + off, f->len - off);
 		if (n <= 0)
-			break;  /* the reader stopped early (EPIPE): fine */
+			break; /* the reader stopped early (EPIPE): fine */
 		off += (size_t)n;
 	}
 	close(f->fd);
@@ -439,8 +444,7 @@ static void test_fetch(void)
 	worker_bag_limits_t small = { .max_download = (uint64_t)st.st_size - 1 };
 	TH_CHECK(worker_ws_fetch_zip(signed_url, dest2, &small, &reject, err, sizeof(err)) == -1);
 	TH_CHECK(reject == 1);
-	TH_CHECK(th_streq(err, th_strf("download of %s is larger than %llu bytes", url,
-	                               (unsigned long long)st.st_size - 1)), "%s", err);
+	TH_CHECK(th_streq(err, th_strf("download of %s is larger than %llu bytes", url, (unsigned long long)st.st_size - 1)), "%s", err);
 	TH_CHECK(th_streq(list_dir(dest2), ""), "extracted: %s", list_dir(dest2));
 
 	/* A refused archive over HTTP reports reject = 1 too. */
@@ -491,10 +495,13 @@ static void test_fetch(void)
 	TH_CHECK(worker_ws_fetch_zip(th_strf("http://127.0.0.1:%d/bag.zip?sig=S", closed), dest2, NULL, &reject,
 	                             err, sizeof(err)) == -1);
 	TH_CHECK(th_streq(err, th_strf("download of http://127.0.0.1:%d/bag.zip: could not connect to "
-	                               "127.0.0.1:%d (Connection refused)", closed, closed)), "%s", err);
+	                               "127.0.0.1:%d (Connection refused)",
+	                               closed, closed)),
+	         "%s", err);
 	TH_CHECK(worker_ws_fetch_zip("file:///etc/passwd", dest2, NULL, &reject, err, sizeof(err)) == -1);
 	TH_CHECK(th_streq(err, "download of (invalid URL): unsupported URL scheme (only http and "
-	                       "https are allowed)"), "%s", err);
+	                       "https are allowed)"),
+	         "%s", err);
 	TH_CHECK(th_streq(list_dir(dest2), ""), "extracted: %s", list_dir(dest2));
 	dev_stub_stop(stub);
 }

@@ -68,7 +68,8 @@ static void test_upload(void)
 	size_t nf = 99, ns = 99;
 	char err[512] = "";
 	TH_CHECK(worker_writeback_upload(o.agent_url, o.otp_upload, a, NULL, &nf, &ns,
-	                                 err, sizeof(err)) == 0, "%s", err);
+	                                 err, sizeof(err)) == 0,
+	         "%s", err);
 	TH_CHECK(nf == 4, "nfiles %zu", nf);
 	TH_CHECK(ns == 3, "nskipped %zu (leak, etc-dir, pipe)", ns);
 	TH_CHECK(results_calls(o.session) == 1);
@@ -128,7 +129,8 @@ static void test_caps_and_nothing(void)
 	TH_REQUIRE(symlink("/etc/shadow", th_strf("%s/leak", b)) == 0);
 	TH_REQUIRE(mkfifo(th_strf("%s/pipe", b), 0644) == 0);
 	TH_CHECK(worker_writeback_upload(o.agent_url, o.otp_upload, b, NULL, &nf, &ns,
-	                                 err, sizeof(err)) == 0, "%s", err);
+	                                 err, sizeof(err)) == 0,
+	         "%s", err);
 	TH_CHECK(nf == 0 && ns == 2, "nf %zu ns %zu", nf, ns);
 
 	/* assets/ missing, or itself a link: nothing to send. */
@@ -144,7 +146,8 @@ static void test_caps_and_nothing(void)
 
 	/* The OTP was never spent: a real upload still works. */
 	TH_CHECK(worker_writeback_upload(o.agent_url, o.otp_upload, a, NULL, &nf, &ns,
-	                                 err, sizeof(err)) == 0, "%s", err);
+	                                 err, sizeof(err)) == 0,
+	         "%s", err);
 	TH_CHECK(nf == 4);
 }
 

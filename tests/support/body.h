@@ -30,13 +30,13 @@ typedef enum th_body_policy {
 } th_body_policy_t;
 
 typedef struct th_body {
-	char            *body;       /* NUL-terminated once anything arrived; malloc'd */
-	size_t           len;
-	size_t           cap;        /* allocated bytes */
-	size_t           max;        /* 0: TH_BODY_MAX */
+	char *body; /* NUL-terminated once anything arrived; malloc'd */
+	size_t len;
+	size_t cap; /* allocated bytes */
+	size_t max; /* 0: TH_BODY_MAX */
 	th_body_policy_t policy;
-	size_t           truncated;  /* bytes dropped (TH_BODY_TRUNCATE) */
-	int              over;       /* 1 once a write went past max */
+	size_t truncated; /* bytes dropped (TH_BODY_TRUNCATE) */
+	int over;         /* 1 once a write went past max */
 } th_body_t;
 
 /* A zeroed th_body_t is a valid empty body with the FAIL policy at

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char       th_name[128];
+static char th_name[128];
 static atomic_int th_nchecks;
 static atomic_int th_nfailed;
 

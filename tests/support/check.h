@@ -89,7 +89,7 @@ void th_count_check(void);
 void th_check_failed(const char *file, int line, const char *cond,
                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void th_note(const char *file, int line, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+        __attribute__((format(printf, 3, 4)));
 void th_abort_test(void) __attribute__((noreturn));
 
 #endif

@@ -43,14 +43,14 @@ extern char **environ;
 #define TH_TMP_PREFIX   "runnel-th-"
 
 static volatile pid_t th_children[TH_MAX_CHILDREN];
-static char           th_dirs[TH_MAX_DIRS][PATH_MAX];
-static volatile int   th_ndirs;
-static int            th_inited;
-static int            th_keep;
+static char th_dirs[TH_MAX_DIRS][PATH_MAX];
+static volatile int th_ndirs;
+static int th_inited;
+static int th_keep;
 
 /* th_strf's arena: freed at exit so LeakSanitizer stays quiet. */
-static char  **th_arena;
-static size_t  th_arena_n, th_arena_cap;
+static char **th_arena;
+static size_t th_arena_n, th_arena_cap;
 
 static void th_register_child(pid_t pid)
 {
@@ -133,7 +133,8 @@ static void th_kill_orphans(void)
 
 static int th_rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
-	(void)st; (void)ftw;
+	(void)st;
+	(void)ftw;
 	if (flag == FTW_DP || flag == FTW_D)
 		rmdir(path);
 	else
@@ -174,8 +175,8 @@ static void th_cleanup_atexit(void)
 
 /* The handlers we replaced (AddressSanitizer's SIGSEGV report, say): ours
  * cleans up, then hands the signal on to them. */
-static const int        th_sigs[] = { SIGINT, SIGTERM, SIGABRT, SIGSEGV, SIGHUP };
-#define TH_NSIGS        (sizeof th_sigs / sizeof th_sigs[0])
+static const int th_sigs[] = { SIGINT, SIGTERM, SIGABRT, SIGSEGV, SIGHUP };
+#define TH_NSIGS (sizeof th_sigs / sizeof th_sigs[0])
 static struct sigaction th_old_sa[TH_NSIGS];
 
 /*
@@ -467,7 +468,7 @@ int th_file_contains(const char *path, const char *needle)
 
 /* nftw has no user pointer: the needle of the walk in progress. */
 static const void *th_walk_needle;
-static size_t      th_walk_needle_len;
+static size_t th_walk_needle_len;
 
 static int th_contains_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -555,7 +556,7 @@ static int th_env_has_name(char **env, size_t n, const char *kv)
 char **th_env_new(const char *const extra_env[])
 {
 	static const char *const pass[] = { "PATH", "HOME", "TMPDIR", "ASAN_OPTIONS",
-	                                    "UBSAN_OPTIONS", "LSAN_OPTIONS", NULL };
+		                            "UBSAN_OPTIONS", "LSAN_OPTIONS", NULL };
 	size_t nextra = 0;
 	while (extra_env && extra_env[nextra])
 		nextra++;
@@ -737,7 +738,8 @@ int th_run(char *const argv[], const char *const extra_env[], const char *log_pa
 		th_kill(pid);
 		return -1;
 	}
-	return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st)
+	                                                         : -1;
 }
 
 int th_signal(pid_t pid, int sig)
@@ -1091,7 +1093,8 @@ int th_stream_read_all(redisContext *c, const char *key, char ***lines, char ***
 		if (d)
 			d[i] = (e->type == REDIS_REPLY_ARRAY && e->elements > 0 &&
 			        e->element[0]->type == REDIS_REPLY_STRING)
-			               ? strdup(e->element[0]->str) : strdup("");
+			        ? strdup(e->element[0]->str)
+			        : strdup("");
 	}
 	freeReplyObject(rep);
 	*lines = l;
@@ -1167,7 +1170,7 @@ int th_line_type(const char *line, char *type, size_t type_size, char *code, siz
 
 typedef struct th_term_arg {
 	redisContext *c;
-	const char   *key;
+	const char *key;
 } th_term_arg_t;
 
 static int th_last_is_terminal(void *p)

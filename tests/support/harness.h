@@ -163,10 +163,13 @@ pid_t th_spawn(char *const argv[], const char *const extra_env[], const char *lo
  */
 typedef struct th_spawn_opts {
 	const char *log_path;
-	int         stdin_fd, stdout_fd, stderr_fd;
-	int         ctty;
+	int stdin_fd, stdout_fd, stderr_fd;
+	int ctty;
 } th_spawn_opts_t;
-#define TH_SPAWN_OPTS_INIT { NULL, -1, -1, -1, 0 }
+#define TH_SPAWN_OPTS_INIT \
+	{ \
+		NULL, -1, -1, -1, 0 \
+	}
 
 pid_t th_spawn_opts(char *const argv[], const char *const extra_env[], const th_spawn_opts_t *o);
 
@@ -228,13 +231,13 @@ int th_alive(pid_t pid);
  * ------------------------------------------------------------------------ */
 
 typedef struct th_redis {
-	int   port;           /* loopback port it listens on */
-	char  url[192];       /* "redis://127.0.0.1:PORT" */
-	char  dir[PATH_MAX];  /* private dir: redis.conf, redis.log, AOF/RDB */
-	char  log_path[PATH_MAX];
-	pid_t pid;            /* 0 when not running */
-	char *extra;          /* private: extra config lines, kept for restart */
-	char  password[128];  /* from a "requirepass" extra line, else "" */
+	int port;           /* loopback port it listens on */
+	char url[192];      /* "redis://127.0.0.1:PORT" */
+	char dir[PATH_MAX]; /* private dir: redis.conf, redis.log, AOF/RDB */
+	char log_path[PATH_MAX];
+	pid_t pid;          /* 0 when not running */
+	char *extra;        /* private: extra config lines, kept for restart */
+	char password[128]; /* from a "requirepass" extra line, else "" */
 } th_redis_t;
 
 /*
@@ -320,22 +323,22 @@ int th_redis_scan_contains(redisContext *c, const char *needle);
 /* Runs one command and returns its integer reply (TTL, XLEN, LLEN, ...),
  * or dflt when the command failed or answered something else. */
 long long th_redis_int(redisContext *c, long long dflt, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+        __attribute__((format(printf, 3, 4)));
 
 /* ------------------------------------------------------------------------
  * Kafka: librdkafka's mock cluster, in the test's own process
  * ------------------------------------------------------------------------ */
 
 typedef struct th_kafka {
-	rd_kafka_t              *rk;        /* handle that owns the mock cluster */
+	rd_kafka_t *rk; /* handle that owns the mock cluster */
 	rd_kafka_mock_cluster_t *mcluster;
-	rd_kafka_t              *producer;  /* private: created on first produce */
-	int                      brokers;
-	char                     bootstrap[512]; /* "127.0.0.1:p1,127.0.0.1:p2" */
+	rd_kafka_t *producer; /* private: created on first produce */
+	int brokers;
+	char bootstrap[512]; /* "127.0.0.1:p1,127.0.0.1:p2" */
 	/* Real broker mode (see th_kafka_start); mcluster is NULL then. */
-	int                      real;      /* 1 shared broker, 2 private one */
-	rd_kafka_t              *admin;     /* private: topic creation */
-	char                     state_dir[PATH_MAX]; /* private broker's */
+	int real;                 /* 1 shared broker, 2 private one */
+	rd_kafka_t *admin;        /* private: topic creation */
+	char state_dir[PATH_MAX]; /* private broker's */
 } th_kafka_t;
 
 /*
@@ -382,15 +385,15 @@ int th_kafka_produce(th_kafka_t *k, const char *topic, int partition,
 /* One consumed message; every buffer is owned by the struct (NUL-terminated
  * copies) and freed by th_kafka_msg_free. */
 typedef struct th_kafka_msg {
-	char    *key;        /* NULL when the message had no key */
-	size_t   key_len;
-	char    *value;      /* NULL when the message had no value */
-	size_t   len;
-	size_t   n_headers;
-	char   **header_names;
-	char   **header_values;  /* NULL entry for a header without value */
-	int32_t  partition;
-	int64_t  offset;
+	char *key; /* NULL when the message had no key */
+	size_t key_len;
+	char *value; /* NULL when the message had no value */
+	size_t len;
+	size_t n_headers;
+	char **header_names;
+	char **header_values; /* NULL entry for a header without value */
+	int32_t partition;
+	int64_t offset;
 } th_kafka_msg_t;
 
 /* The value of the first header called name, or NULL. */

@@ -57,7 +57,8 @@ static int th_kafka_script(th_kafka_t *k, const char *cmd)
 		th_strf("RUNNEL_KAFKA_WATCH_PID=%ld", (long)getpid()),
 		th_strf("RUNNEL_KAFKA_DATA_PARENT=%s", k->state_dir),
 		home ? th_strf("RUNNEL_KAFKA_HOME=%s", home) : NULL,
-		NULL, NULL,
+		NULL,
+		NULL,
 	};
 	if (opts)
 		env[home ? 3 : 2] = th_strf("RUNNEL_KAFKA_JAVA_OPTS=%s", opts);
@@ -93,7 +94,8 @@ static int th_kafka_real_addr(th_kafka_t *k)
 	if (!addr || !*addr) {
 		free(addr);
 		fprintf(stderr, "# kafka: no broker address in %s (the kafka_broker fixture starts the broker: "
-		        "ctest -L kafka, or set RUNNEL_TEST_KAFKA_BROKERS)\n", path);
+		                "ctest -L kafka, or set RUNNEL_TEST_KAFKA_BROKERS)\n",
+		        path);
 		return -1;
 	}
 	addr[strcspn(addr, "\r\n")] = '\0';
@@ -194,7 +196,7 @@ static int th_kafka_create_topic_real(th_kafka_t *k, const char *topic, int part
 	} else {
 		size_t n = 0;
 		const rd_kafka_topic_result_t **res =
-			rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+		        rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
 		rd_kafka_resp_err_t e = n == 1 ? rd_kafka_topic_result_error(res[0]) : RD_KAFKA_RESP_ERR__FAIL;
 		if (e == RD_KAFKA_RESP_ERR_NO_ERROR || e == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
 			rc = 0;
@@ -233,13 +235,14 @@ int th_kafka_create_topic(th_kafka_t *k, const char *topic, int partitions)
 }
 
 typedef struct th_dr {
-	int                 done;
+	int done;
 	rd_kafka_resp_err_t err;
 } th_dr_t;
 
 static void th_kafka_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
-	(void)rk; (void)opaque;
+	(void)rk;
+	(void)opaque;
 	th_dr_t *dr = m->_private;
 	if (dr) {
 		dr->err = m->err;
@@ -281,14 +284,14 @@ int th_kafka_produce(th_kafka_t *k, const char *topic, int partition, const char
 	}
 	th_dr_t dr = { 0, RD_KAFKA_RESP_ERR_NO_ERROR };
 	rd_kafka_resp_err_t err = rd_kafka_producev(
-		p, RD_KAFKA_V_TOPIC(topic),
-		RD_KAFKA_V_PARTITION(partition < 0 ? RD_KAFKA_PARTITION_UA : partition),
-		RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
-		RD_KAFKA_V_VALUE((void *)value, value ? len : 0),
-		RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-		RD_KAFKA_V_HEADERS(hdrs),
-		RD_KAFKA_V_OPAQUE(&dr),
-		RD_KAFKA_V_END);
+	        p, RD_KAFKA_V_TOPIC(topic),
+	        RD_KAFKA_V_PARTITION(partition < 0 ? RD_KAFKA_PARTITION_UA : partition),
+	        RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+	        RD_KAFKA_V_VALUE((void *)value, value ? len : 0),
+	        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+	        RD_KAFKA_V_HEADERS(hdrs),
+	        RD_KAFKA_V_OPAQUE(&dr),
+	        RD_KAFKA_V_END);
 	if (err) {
 		/* On failure the headers stay ours. */
 		if (hdrs)
@@ -464,9 +467,9 @@ int th_kafka_consumer_next(th_kafka_consumer_t *c, int timeout_ms, th_kafka_msg_
 			continue;
 		if (m->err) {
 			int fatal = m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF &&
-			            m->err != RD_KAFKA_RESP_ERR__TRANSPORT &&
-			            m->err != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN &&
-			            m->err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+			        m->err != RD_KAFKA_RESP_ERR__TRANSPORT &&
+			        m->err != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN &&
+			        m->err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
 			if (fatal)
 				fprintf(stderr, "# kafka: consumer: %s\n", rd_kafka_message_errstr(m));
 			rd_kafka_message_destroy(m);

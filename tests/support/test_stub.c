@@ -23,9 +23,9 @@
 
 typedef struct resp {
 	CURLcode rc;
-	long     status;
-	th_body_t rx;   /* TH_BODY_FAIL at TH_BODY_MAX */
-	char     location[512];
+	long status;
+	th_body_t rx; /* TH_BODY_FAIL at TH_BODY_MAX */
+	char location[512];
 } resp_t;
 
 static void resp_free(resp_t *r)
@@ -334,7 +334,8 @@ static void test_upload(dev_stub_t *s, const char *results_dir)
 	         memcmp(data, "hello assets\n", 13) == 0);
 	free(data);
 	TH_CHECK(dev_stub_file_get(s, o.session, "sub/dir/data.bin", &data, &len) == 1 &&
-	         len == sizeof bin - 1 && memcmp(data, bin, len) == 0, "binary part intact (%zu)", len);
+	                 len == sizeof bin - 1 && memcmp(data, bin, len) == 0,
+	         "binary part intact (%zu)", len);
 	free(data);
 	TH_CHECK(dev_stub_file_get(s, o.session, "leak.txt", &data, &len) == 0);
 	/* Written under results_dir/<session>/ too. */
@@ -499,7 +500,7 @@ static void test_folder(void)
 	http(&r, ep_url(&o, "config"), o.otp_run, NULL, 0, 5000, 0);
 	json_t *j = r.rx.body ? json_loads(r.rx.body, 0, NULL) : NULL;
 	const char *zip = json_string_value(json_object_get(json_object_get(j, "assets"), "zip_url"));
-	zip = zip ? th_strf("%s", zip) : NULL;  /* outlives j */
+	zip = zip ? th_strf("%s", zip) : NULL; /* outlives j */
 	TH_CHECK(th_streq(zip, th_strf("%s/blobs/bag.zip", dev_stub_url(s))), "placeholder: %s", zip);
 	TH_CHECK(th_streq(json_string_value(json_object_get(json_object_get(j, "agent"), "kind")), "mock"));
 	json_decref(j);
@@ -549,7 +550,7 @@ static void test_folder(void)
 
 typedef struct url_wait {
 	const char *log;
-	char        url[128];
+	char url[128];
 } url_wait_t;
 
 static int stub_listening(void *arg)
@@ -578,7 +579,7 @@ static void test_program(void)
 	TH_REQUIRE(dir != NULL);
 	url_wait_t w = { th_strf("%s/stub.log", dir), "" };
 	char *argv[] = { STUB_PROGRAM, "--listen", "127.0.0.1:0", "--agents", EXAMPLES_AGENTS_DIR,
-	                 "--results", th_strf("%s/results", dir), NULL };
+		         "--results", th_strf("%s/results", dir), NULL };
 	pid_t pid = th_spawn(argv, NULL, w.log);
 	TH_REQUIRE(pid > 0);
 	TH_REQUIRE(th_wait_until(stub_listening, &w, 10000), "stub program did not start");

@@ -35,7 +35,8 @@ int main(void)
 		TH_CHECK(th_streq(wt_field(l[2], "status"), "open"), "%s", l[2]);
 		TH_CHECK(th_streq(wt_field(l[3], "type"), "ask") && th_streq(wt_field(l[3], "status"), "expired"), "%s", l[3]);
 		TH_CHECK(th_streq(wt_field(l[4], "status"), "failed") &&
-		         th_streq(wt_field(l[4], "error"), "the permission request expired"), "%s", l[4]);
+		                 th_streq(wt_field(l[4], "error"), "the permission request expired"),
+		         "%s", l[4]);
 		long long opened = strtoll(wt_field(l[2], "ts"), NULL, 10), settled = strtoll(wt_field(l[3], "ts"), NULL, 10);
 		TH_CHECK(settled - opened >= 1000 && settled - opened < 5000, "expired after %lld ms", settled - opened);
 	}

@@ -31,7 +31,7 @@ static void submit_ask(const char *run_id, const char *mode)
 typedef struct {
 	const char *run_id;
 	const char *status;
-	int         count;   /* how many ask lines with that status */
+	int count; /* how many ask lines with that status */
 } ask_wait_t;
 
 static int ask_seen(void *arg)
@@ -68,11 +68,13 @@ static void test_allow(void)
 	if (n == 6) {
 		TH_CHECK(th_streq(wt_field(l[1], "status"), "running"), "%s", l[1]);
 		TH_CHECK(th_streq(wt_field(l[2], "type"), "ask") && th_streq(wt_field(l[2], "id"), "ask_1") &&
-		         th_streq(wt_field(l[2], "kind"), "permission") && th_streq(wt_field(l[2], "status"), "open") &&
-		         th_streq(wt_field(l[2], "title"), "Run: mkdir -p assets"), "%s", l[2]);
+		                 th_streq(wt_field(l[2], "kind"), "permission") && th_streq(wt_field(l[2], "status"), "open") &&
+		                 th_streq(wt_field(l[2], "title"), "Run: mkdir -p assets"),
+		         "%s", l[2]);
 		TH_CHECK(th_streq(wt_field(l[3], "type"), "ask") && th_streq(wt_field(l[3], "id"), "ask_1") &&
-		         th_streq(wt_field(l[3], "status"), "answered") &&
-		         th_streq(wt_field(l[3], "option"), "allow_once"), "%s", l[3]);
+		                 th_streq(wt_field(l[3], "status"), "answered") &&
+		                 th_streq(wt_field(l[3], "option"), "allow_once"),
+		         "%s", l[3]);
 		TH_CHECK(th_streq(wt_field(l[4], "status"), "succeeded"), "%s", l[4]);
 		TH_CHECK(th_streq(wt_field(l[5], "message"), "Done: make assets"), "%s", l[5]);
 	}
@@ -149,7 +151,8 @@ static void test_cancel_open(void)
 	TH_CHECK(n == 6, "%zu lines", n);
 	if (n == 6) {
 		TH_CHECK(th_streq(wt_field(l[3], "type"), "ask") && th_streq(wt_field(l[3], "status"), "rejected") &&
-		         th_streq(wt_field(l[3], "id"), "ask_1"), "%s", l[3]);
+		                 th_streq(wt_field(l[3], "id"), "ask_1"),
+		         "%s", l[3]);
 		TH_CHECK(th_streq(wt_field(l[4], "type"), "step") && th_streq(wt_field(l[4], "status"), "failed"), "%s", l[4]);
 	}
 	TH_CHECK(th_streq(wt_check_terminal(l, n), "cancelled"));
@@ -180,9 +183,9 @@ static void test_modes(void)
 	dev_stub_otps_t o;
 	dev_stub_run_t run = { 0 };
 	run.config = wt_agent_config(
-		"{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
-		"\"read t; echo '{\\\"type\\\":\\\"ask\\\",\\\"id\\\":\\\"a\\\",\\\"kind\\\":\\\"question\\\",\\\"question\\\":\\\"q\\\",\\\"status\\\":\\\"open\\\"}';"
-		" echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"ok\\\"}'\"]}");
+	        "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
+	        "\"read t; echo '{\\\"type\\\":\\\"ask\\\",\\\"id\\\":\\\"a\\\",\\\"kind\\\":\\\"question\\\",\\\"question\\\":\\\"q\\\",\\\"status\\\":\\\"open\\\"}';"
+	        " echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"ok\\\"}'\"]}");
 	wt_submit(&T, "run_askbypass", &run, "p", 0, 0, &o);
 	json_decref(run.config);
 	TH_REQUIRE(wt_wait_terminal(&T, "run_askbypass", 20000), "ended");
@@ -191,7 +194,8 @@ static void test_modes(void)
 	if (n == 2)
 		TH_CHECK(th_streq(wt_field(l[0], "message"),
 		                  "invalid agent output: ask: the run's permission_mode is not ask: "
-		                  "{\"type\":\"ask\",\"id\":\"a\",\"kind\":\"question\",\"question\":\"q\",\"status\""), "%s", l[0]);
+		                  "{\"type\":\"ask\",\"id\":\"a\",\"kind\":\"question\",\"question\":\"q\",\"status\""),
+		         "%s", l[0]);
 	th_strv_free(l, n);
 }
 
@@ -202,8 +206,8 @@ static void test_job_mode_and_turn(void)
 	dev_stub_otps_t o;
 	dev_stub_run_t run = { 0 };
 	run.config = wt_agent_config("{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
-		"\"read t; printf '%s' \\\"$t\\\" | grep -q '\\\"permission_mode\\\":\\\"deny\\\",\\\"ask_timeout_sec\\\":600'"
-		" && echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"turn ok\\\"}'\"]}");
+	                             "\"read t; printf '%s' \\\"$t\\\" | grep -q '\\\"permission_mode\\\":\\\"deny\\\",\\\"ask_timeout_sec\\\":600'"
+	                             " && echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"turn ok\\\"}'\"]}");
 	TH_REQUIRE(dev_stub_add_run(T.stub, &run, &o) == 0, "stub add run");
 	json_decref(run.config);
 	json_t *j = json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s}", "v", 1, "run_id", "run_jobmode",

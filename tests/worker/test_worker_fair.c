@@ -15,9 +15,9 @@
 
 #include "common/util.h"
 
-#define BURST 200
+#define BURST   200
 #define RUN_02S "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\"," \
-	"\"read turn; sleep 0.2; echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"done\\\"}'\"]}"
+	        "\"read turn; sleep 0.2; echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"done\\\"}'\"]}"
 
 static wt_t T;
 static long long b_started;

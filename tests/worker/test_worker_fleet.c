@@ -75,7 +75,8 @@ static void test_drain(void)
 	int s = 0;
 	TH_CHECK(th_wait_exit(a, 30000, &s) == 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "a drained, exit 0");
 	TH_CHECK(th_streq(wt_state(&T, "run_busy1", "status"), "succeeded") &&
-	         th_streq(wt_state(&T, "run_busy2", "status"), "succeeded"), "a's own runs finished");
+	                 th_streq(wt_state(&T, "run_busy2", "status"), "succeeded"),
+	         "a's own runs finished");
 }
 
 static void test_exactly_once(void)

@@ -16,7 +16,7 @@ int main(void)
 	rn_redis_url_t url;
 	memset(&url, 0, sizeof(url));
 	snprintf(url.host, sizeof(url.host), "127.0.0.1");
-	url.port = th_free_port();   /* nobody listens there */
+	url.port = th_free_port(); /* nobody listens there */
 	worker_stopword_t give_up;
 	worker_stopword_init(&give_up);
 	worker_stopword_give_up(&give_up);

@@ -92,7 +92,8 @@ static void test_cancel_and_cap(void)
 	submit("run_cap2", "sleep 1", "capped", &o);
 	submit("run_other", "sleep 1", "other", &o);
 	TH_CHECK(wt_wait_terminal(&T, "run_cap1", 30000) && wt_wait_terminal(&T, "run_cap2", 30000) &&
-	         wt_wait_terminal(&T, "run_other", 30000), "all three ran");
+	                 wt_wait_terminal(&T, "run_other", 30000),
+	         "all three ran");
 	long long c1_end = ms_of("run_cap1", "ended_at"), c2_start = ms_of("run_cap2", "started_at");
 	long long o_start = ms_of("run_other", "started_at");
 	TH_NOTE("cap1 ended %lld, cap2 started %lld, other started %lld", c1_end, c2_start, o_start);
@@ -123,7 +124,7 @@ static void test_bad_caps(void)
 	int s = 0;
 	TH_CHECK(th_wait_exit(p, 20000, &s) == 0 && WIFEXITED(s) && WEXITSTATUS(s) == 2, "exit 2");
 	TH_CHECK(wt_log_has(&T, "qbad", "RUNNEL_TENANT_MAX_RUNS_FOR/--tenant-max-runs-for: \\\"bad tenant=1\\\" "
-	                                 "is not tenant=N (tenant [A-Za-z0-9_.-]{1,64}, N 0..1000000)"),
+	                                "is not tenant=N (tenant [A-Za-z0-9_.-]{1,64}, N 0..1000000)"),
 	         "exact message");
 }
 
@@ -137,7 +138,7 @@ static void test_wait_replicas(void)
 	const char *topic = th_strf("%s.wait", T.topic);
 	TH_REQUIRE(th_kafka_create_topic(&T.kafka, topic, 1) == 0);
 	const char *env[] = { "RUNNEL_QUEUE_WAIT_REPLICAS=1", th_strf("RUNNEL_JOBS_TOPIC=%s", topic),
-	                      th_strf("RUNNEL_GROUP=%s.wait", T.group), NULL };
+		              th_strf("RUNNEL_GROUP=%s.wait", T.group), NULL };
 	pid_t p = wt_worker(&T, "qwait", env);
 	dev_stub_otps_t o;
 	dev_stub_run_t run = { 0 };
@@ -145,7 +146,8 @@ static void test_wait_replicas(void)
 	TH_REQUIRE(dev_stub_add_run(T.stub, &run, &o) == 0);
 	json_decref(run.config);
 	char *job = th_strf("{\"v\":1,\"run_id\":\"run_wait\",\"agent_url\":\"%s\",\"otp_setup\":\"%s\","
-	                    "\"otp_run\":\"%s\",\"prompt\":\"w\"}", o.agent_url, o.otp_setup, o.otp_run);
+	                    "\"otp_run\":\"%s\",\"prompt\":\"w\"}",
+	                    o.agent_url, o.otp_setup, o.otp_run);
 	TH_REQUIRE(th_kafka_produce(&T.kafka, topic, 0, "run_wait", job, strlen(job), NULL) == 0);
 	TH_CHECK(th_wait_until(wait_warned, NULL, 30000), "WAIT short of replicas: offset not stored");
 	TH_CHECK(wt_wait_terminal(&T, "run_wait", 30000), "the run still ran once");

@@ -67,7 +67,8 @@ int main(void)
 	redisReply *h = redisCommand(c, "HMGET rq:{run_m}:state status tenant enqueued_at");
 	TH_REQUIRE(h && h->type == REDIS_REPLY_ARRAY && h->elements == 3);
 	TH_CHECK(th_streq(h->element[0]->str, "queued") && th_streq(h->element[1]->str, "acme") &&
-	         th_streq(h->element[2]->str, "1700000000000"), "mark fields");
+	                 th_streq(h->element[2]->str, "1700000000000"),
+	         "mark fields");
 	freeReplyObject(h);
 	freeReplyObject(redisCommand(c, "HSET rq:{run_m}:state status running"));
 	TH_CHECK(rn_runqueue_mark(c, "rq", "run_m", "acme", 0, 60, err, sizeof(err)) == 0);
@@ -97,8 +98,11 @@ int main(void)
 		const char *got = take(NULL, 60000, 60000);
 		TH_CHECK(th_streq(got, want[i]), "take %zu: %s, want %s", i, got, want[i]);
 		if (got[0])
-			TH_CHECK(rn_runqueue_ack(c, "rq", got, got[4] == 'a' ? "a" : got[4] == 'b' ? "b" : "c", 0,
-			                         err, sizeof(err)) == 0, "%s", err);
+			TH_CHECK(rn_runqueue_ack(c, "rq", got, got[4] == 'a' ? "a" : got[4] == 'b' ? "b"
+			                                                                           : "c",
+			                         0,
+			                         err, sizeof(err)) == 0,
+			         "%s", err);
 	}
 	TH_CHECK(llen("rq:{q}:depth") == 0, "depth list empty");
 	TH_CHECK(rn_runqueue_push(c, "rq", "run_a1", "a", "entry-of-run_a1", 15, err, sizeof(err)) == 1,
@@ -176,7 +180,8 @@ int main(void)
 
 	/* Bad input. */
 	TH_CHECK(rn_runqueue_push(c, "rq", "", "a", "x", 1, err, sizeof(err)) == -1 &&
-	         th_streq(err, "invalid run id or tenant"), "%s", err);
+	                 th_streq(err, "invalid run id or tenant"),
+	         "%s", err);
 
 	redisFree(c);
 	th_redis_stop(&r);

@@ -33,9 +33,12 @@ static void test_demo(void)
 	char **l = wt_lines(&T, "run_demo", &n);
 	static const char *const want[][3] = {
 		{ "log", "", "" },
-		{ "step", "step_1", "running" }, { "step", "step_1", "succeeded" },
-		{ "step", "step_2", "running" }, { "step", "step_2", "succeeded" },
-		{ "step", "step_3", "running" }, { "step", "step_3", "succeeded" },
+		{ "step", "step_1", "running" },
+		{ "step", "step_1", "succeeded" },
+		{ "step", "step_2", "running" },
+		{ "step", "step_2", "succeeded" },
+		{ "step", "step_3", "running" },
+		{ "step", "step_3", "succeeded" },
 		{ "result", "", "" },
 	};
 	TH_CHECK(n == 8, "demo: %zu lines", n);
@@ -97,7 +100,8 @@ static void test_files(void)
 	char *data = NULL;
 	size_t len = 0;
 	TH_CHECK(dev_stub_file_get(T.stub, o.session, "file_1.txt", &data, &len) == 1 &&
-	         len == 7 && !memcmp(data, "file 1\n", 7), "file_1 content");
+	                 len == 7 && !memcmp(data, "file 1\n", 7),
+	         "file_1 content");
 	free(data);
 	TH_CHECK(th_streq(wt_state(&T, "run_files", "status"), "succeeded"));
 }
@@ -108,9 +112,9 @@ static void test_command(void)
 	dev_stub_run_t run = { 0 };
 	/* A command agent: a shell that reads its turn and prints two lines. */
 	run.config = wt_agent_config(
-		"{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
-		"\"read turn; echo '{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"hi from sh\\\"}';"
-		" echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"sh done\\\"}'\"]}");
+	        "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
+	        "\"read turn; echo '{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"hi from sh\\\"}';"
+	        " echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"sh done\\\"}'\"]}");
 	wt_submit(&T, "run_cmd", &run, "p", 0, 0, &o);
 	json_decref(run.config);
 	TH_REQUIRE(wt_wait_terminal(&T, "run_cmd", 20000), "command ended");
@@ -219,10 +223,10 @@ static void test_cancel_during(void)
 	char *marker = th_strf("37.%ld", (long)getpid() % 100000);
 	/* Ignores SIGTERM: the kill must escalate to SIGKILL of the tree. */
 	char *agent = th_strf(
-		"{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
-		"\"trap '' TERM; read t; echo '{\\\"type\\\":\\\"step\\\",\\\"id\\\":\\\"s1\\\",\\\"name\\\":\\\"wait\\\",\\\"status\\\":\\\"running\\\"}';"
-		" echo '{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"waiting\\\"}'; sleep $0; echo never\",\"%s\"]}",
-		marker);
+	        "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
+	        "\"trap '' TERM; read t; echo '{\\\"type\\\":\\\"step\\\",\\\"id\\\":\\\"s1\\\",\\\"name\\\":\\\"wait\\\",\\\"status\\\":\\\"running\\\"}';"
+	        " echo '{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"waiting\\\"}'; sleep $0; echo never\",\"%s\"]}",
+	        marker);
 	dev_stub_run_t run = { 0 };
 	run.config = wt_agent_config(agent);
 	/* A file in assets/ would be uploaded after a result; never after a cancel. */
@@ -244,7 +248,8 @@ static void test_cancel_during(void)
 		TH_CHECK(th_streq(wt_field(l[1], "message"), "waiting"), "%s", l[1]);
 		/* The open step is closed failed before the terminal line. */
 		TH_CHECK(th_streq(wt_field(l[2], "type"), "step") && th_streq(wt_field(l[2], "id"), "s1") &&
-		         th_streq(wt_field(l[2], "status"), "failed") && wt_field(l[2], "error")[0], "%s", l[2]);
+		                 th_streq(wt_field(l[2], "status"), "failed") && wt_field(l[2], "error")[0],
+		         "%s", l[2]);
 	}
 	check_error(l, n, "cancelled", "The run was cancelled (client_closed).");
 	th_strv_free(l, n);
@@ -399,10 +404,10 @@ static void test_bag_and_skill(void)
 	dev_stub_blob_url(T.stub, "skill.zip", surl, sizeof(surl));
 	dev_stub_run_t run = { 0 };
 	run.config = wt_agent_config(
-		"{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
-		"\"read t; b=$(cat /root/workspace/hello.txt); s=$(cat /root/skills/tables/SKILL.md);"
-		" if touch /root/skills/tables/x 2>/dev/null; then w=writable; else w=readonly; fi;"
-		" echo \\\"{\\\\\\\"type\\\\\\\":\\\\\\\"result\\\\\\\",\\\\\\\"message\\\\\\\":\\\\\\\"$b $s $w\\\\\\\"}\\\"\"]}");
+	        "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
+	        "\"read t; b=$(cat /root/workspace/hello.txt); s=$(cat /root/skills/tables/SKILL.md);"
+	        " if touch /root/skills/tables/x 2>/dev/null; then w=writable; else w=readonly; fi;"
+	        " echo \\\"{\\\\\\\"type\\\\\\\":\\\\\\\"result\\\\\\\",\\\\\\\"message\\\\\\\":\\\\\\\"$b $s $w\\\\\\\"}\\\"\"]}");
 	json_object_set_new(run.config, "assets", json_pack("{s:s}", "zip_url", url));
 	json_object_set_new(run.config, "skills", json_pack("[{s:s,s:s}]", "name", "tables", "zip_url", surl));
 	dev_stub_otps_t o;
@@ -467,8 +472,7 @@ static void test_bootstrap_failures(void)
 	l = run_agent("run_badkind", "{\"kind\":\"teleport\"}", NULL, 0, 0, &o, &n);
 	/* The list of kinds grows with the adapters built in: only its start is fixed. */
 	check_error(l, n, "bootstrap_failed", NULL);
-	TH_CHECK(n && !strncmp(wt_field(l[n - 1], "message"),
-	                       "The agent cannot be started: agent.kind \"teleport\" is not supported (command, mock", 82),
+	TH_CHECK(n && !strncmp(wt_field(l[n - 1], "message"), "The agent cannot be started: agent.kind \"teleport\" is not supported (command, mock", 82),
 	         "%s", n ? l[n - 1] : "-");
 	th_strv_free(l, n);
 
@@ -492,11 +496,11 @@ static void test_stderr_caps(void)
 	size_t n;
 	/* One 20000-byte line, then 3000 lines of 399 bytes + newline. */
 	char **l = run_agent("run_stderrcap",
-		"{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
-		"\"read t; printf '%20000s\\\\n' x >&2;"
-		" i=0; while [ $i -lt 3000 ]; do printf '%399s\\\\n' y; i=$((i+1)); done >&2;"
-		" echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"capped\\\"}'\"]}",
-		NULL, 0, 0, &o, &n);
+	                     "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
+	                     "\"read t; printf '%20000s\\\\n' x >&2;"
+	                     " i=0; while [ $i -lt 3000 ]; do printf '%399s\\\\n' y; i=$((i+1)); done >&2;"
+	                     " echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"capped\\\"}'\"]}",
+	                     NULL, 0, 0, &o, &n);
 	/* 8192 + 2600 * 399 = 1045592 <= 1 MiB; the next line passes the cap. */
 	size_t want_b = (1048576 - 8192) / 399;
 	TH_CHECK(n == 1 + want_b + 1 + 1, "%zu lines, want %zu", n, 1 + want_b + 2);

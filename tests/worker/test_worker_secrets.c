@@ -116,12 +116,12 @@ static void test_secrets(void)
 	dev_stub_run_t run = { 0 };
 	run.env_json = "{\"variables\":{\"MY_VAR\":\"my value\"},\"setup_script\":null}";
 	run.config = wt_agent_config(
-		"{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
-		"\"read turn; cd /root/workspace; mkdir -p assets; env > assets/env.txt;"
-		" cat /proc/1/environ > assets/p1.txt 2>&1; cat /proc/self/environ > assets/self.txt 2>&1;"
-		" for p in /proc/[0-9]*; do cat $p/environ; done > assets/all.txt 2>/dev/null;"
-		" echo \\\"$turn\\\" | grep -c prompt-secret > assets/turn.txt;"
-		" echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"dumped\\\"}'\"]}");
+	        "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
+	        "\"read turn; cd /root/workspace; mkdir -p assets; env > assets/env.txt;"
+	        " cat /proc/1/environ > assets/p1.txt 2>&1; cat /proc/self/environ > assets/self.txt 2>&1;"
+	        " for p in /proc/[0-9]*; do cat $p/environ; done > assets/all.txt 2>/dev/null;"
+	        " echo \\\"$turn\\\" | grep -c prompt-secret > assets/turn.txt;"
+	        " echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"dumped\\\"}'\"]}");
 	json_object_set_new(run.config, "workspace_api",
 	                    json_pack("{s:s,s:s}", "url", "http://127.0.0.1:1/api", "token", "asbx_wstoken"));
 	submit_sealed("run_secret", &run, prompt, &o);
@@ -208,7 +208,11 @@ static void test_bad_config(void)
 /* Flags on the command line: -X, --help, an unknown flag. */
 static void test_flags(void)
 {
-	static const struct { const char *a1, *a2; int status; const char *want; } cases[] = {
+	static const struct {
+		const char *a1, *a2;
+		int status;
+		const char *want;
+	} cases[] = {
 		{ "-X", "no.such.property=1", 2, "-X no.such.property: No such configuration property" },
 		{ "--slots", "x", 2, "--slots: \\\"x\\\" is not an integer" },
 		{ "--frobnicate", NULL, 2, "unknown option --frobnicate (see --help)" },

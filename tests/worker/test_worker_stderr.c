@@ -16,7 +16,7 @@
 static wt_t T;
 
 typedef struct {
-	int next;   /* runs before this one have ended */
+	int next; /* runs before this one have ended */
 } progress_t;
 
 static int all_ended(void *arg)

@@ -130,7 +130,7 @@ int wt_wait_terminal(wt_t *t, const char *run_id, int timeout_ms)
 }
 
 typedef struct {
-	wt_t       *t;
+	wt_t *t;
 	const char *run_id;
 } wt_run_ref_t;
 

@@ -14,8 +14,8 @@
 #include "tests/support/harness.h"
 
 typedef struct wt {
-	th_redis_t  redis;
-	th_kafka_t  kafka;
+	th_redis_t redis;
+	th_kafka_t kafka;
 	dev_stub_t *stub;
 	redisContext *rc;
 	const char *dir;
