@@ -707,7 +707,7 @@ int main(int argc, char **argv)
 	}
 	rd_kafka_flush(P, 30000);
 
-	const char *env[] = {
+	const char *base_env[] = {
 		th_strf("RUNNEL_KAFKA_BROKERS=%s", brokers),
 		th_strf("RUNNEL_JOBS_TOPIC=%s", topic),
 		th_strf("RUNNEL_GROUP=bench-%ld", (long)getpid()),
@@ -719,11 +719,27 @@ int main(int argc, char **argv)
 		th_strf("RUNNEL_KAFKA_PROPERTIES=%s%sauto.offset.reset=earliest", xprops, xprops[0] ? ";" : ""),
 		getenv("BENCH_LOG_LEVEL") ? th_strf("RUNNEL_LOG_LEVEL=%s", getenv("BENCH_LOG_LEVEL")) : "RUNNEL_LOG_LEVEL=warn",
 		warm ? th_strf("RUNNEL_WARM=%s", warm) : "X_UNUSED=1",
-		/* A job key: queue entries hold the sealed job instead of a
-		 * reference that the claim reads back from Kafka. */
-		getenv("RUNNEL_JOB_KEY") ? th_strf("RUNNEL_JOB_KEY=%s", getenv("RUNNEL_JOB_KEY")) : "X_UNUSED2=1",
 		NULL,
 	};
+	/* Any other RUNNEL_* setting of the bench's own environment reaches the
+	 * worker too (RUNNEL_JOB_KEY: sealed queue entries instead of Kafka
+	 * references; RUNNEL_CGROUP=off, RUNNEL_RUN_DISK_MB=0: what limits cost). */
+	const char *env[128];
+	size_t ne = 0;
+	for (size_t i = 0; base_env[i]; i++)
+		env[ne++] = base_env[i];
+	for (char **e = environ; *e && ne < sizeof(env) / sizeof(env[0]) - 1; e++) {
+		const char *eq = strchr(*e, '=');
+		if (strncmp(*e, "RUNNEL_", 7) || !strncmp(*e, "RUNNEL_TEST_", 12) || !eq)
+			continue;
+		int set = 0;
+		for (size_t i = 0; base_env[i]; i++)
+			if (!strncmp(base_env[i], *e, (size_t)(eq - *e) + 1))
+				set = 1;
+		if (!set)
+			env[ne++] = *e;
+	}
+	env[ne] = NULL;
 	char *wargv[] = { (char *)worker_bin, NULL };
 	la = loadavg();
 	int64_t t0 = now_us();
