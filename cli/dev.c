@@ -300,6 +300,11 @@ static int create_topics(rd_kafka_t *rk, rd_kafka_NewTopic_t **nt, const char *b
 	rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 15000);
 	if (!ev) {
 		say("--kafka %s: no answer from the broker", b);
+	} else if (rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR__TIMED_OUT) {
+		/* librdkafka words this differently by where the wait ran out
+		 * ("Timed out waiting for controller", "Failed while waiting for
+		 * controller: Local: Timed out"): one message of ours instead. */
+		say("--kafka %s: no broker answered within 10 s", b);
 	} else if (rd_kafka_event_error(ev)) {
 		say("--kafka %s: %s", b, rd_kafka_event_error_string(ev));
 	} else {

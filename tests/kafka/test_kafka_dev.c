@@ -56,7 +56,7 @@ int main(int argc, char **argv)
 	int port = th_free_port();
 	TH_REQUIRE(port > 0);
 	const char *dead = th_strf("127.0.0.1:%d", port);
-	bad(dead, th_strf("runnel dev: --kafka %s: Failed while waiting for controller: Local: Timed out\n", dead),
+	bad(dead, th_strf("runnel dev: --kafka %s: no broker answered within 10 s\n", dead),
 	    60000);
 	th_kafka_stop(&k);
 	return th_done();
