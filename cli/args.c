@@ -43,17 +43,42 @@ int cli_args_check_run_id(const cli_verb_t *v, const char *run_id)
 	return -1;
 }
 
-int cli_args_check_redis_url(const cli_verb_t *v, const char *flag, const char *url)
+int cli_args_check_redis(const cli_verb_t *v, const char *url, const char *prefix)
 {
 	rn_redis_url_t u;
 	char err[200];
 
-	if (rn_redis_url_parse(url, &u, err, sizeof(err)) == 0) {
+	if (url) {
+		if (rn_redis_url_parse(url, &u, err, sizeof(err)) < 0) {
+			cli_args_usage_error(v, "--redis-url: %s", err);
+			return -1;
+		}
 		memset(u.password, 0, sizeof(u.password));
-		return 0;
 	}
-	cli_args_usage_error(v, "--%s: %s", flag, err);
+	if (!proto_key_prefix_valid(prefix)) {
+		cli_args_usage_error(v, "--key-prefix: invalid prefix \"%.70s\"", prefix);
+		return -1;
+	}
+	return 0;
+}
+
+int cli_args_check_choice(const cli_verb_t *v, const char *flag, const char *val, const char *a,
+                          const char *b)
+{
+	if (!strcmp(val, a) || !strcmp(val, b))
+		return 0;
+	cli_args_usage_error(v, "--%s: expected %s or %s, got \"%.40s\"", flag, a, b, val);
 	return -1;
+}
+
+int cli_args_begin(const cli_verb_t *v, int argc, char **argv, cli_args_t *out, int *exit_code)
+{
+	int rc = cli_args_parse(v, argc, argv, out);
+	if (rc == 0)
+		return 0;
+	rn_conf_free(v->opts);
+	*exit_code = rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+	return 1;
 }
 
 int cli_args_parse(const cli_verb_t *v, int argc, char **argv, cli_args_t *out)

@@ -37,14 +37,10 @@ static const rn_opt_t cancel_opts[] = {
 	  "write the control message to Redis, or ask the dispatcher", 0, 0 },
 	{ "force", 0, "RUNNEL_CANCEL_FORCE", RN_OPT_BOOL, &g_opt.force, "false", NULL,
 	  "write the cancel even when Redis knows no such run yet (a job still in Kafka)", 0, 0 },
-	{ "redis-url", 0, "RUNNEL_REDIS_URL", RN_OPT_STR, &g_opt.redis_url, "redis://127.0.0.1:6379", "URL",
-	  "Redis holding the run streams", 0, 0 },
-	{ "key-prefix", 0, "RUNNEL_KEY_PREFIX", RN_OPT_STR, &g_opt.prefix, "runnel", "PREFIX",
-	  "Redis key prefix", 0, 0 },
-	{ "dispatcher-url", 0, "RUNNEL_DISPATCHER_URL", RN_OPT_STR, &g_opt.dispatcher_url,
-	  "http://127.0.0.1:8080", "URL", "dispatcher base URL (--via dispatcher)", 0, 0 },
-	{ "api-token", 0, "RUNNEL_API_TOKEN", RN_OPT_STR, &g_opt.api_token, NULL, "TOKEN",
-	  "dispatcher bearer token (prefer the variable: flags show in ps)", 0, 0 },
+	CLI_OPT_REDIS_URL(&g_opt.redis_url, CLI_REDIS_URL_DEFAULT, "Redis holding the run streams"),
+	CLI_OPT_KEY_PREFIX(&g_opt.prefix),
+	CLI_OPT_DISPATCHER_URL(&g_opt.dispatcher_url, "dispatcher base URL (--via dispatcher)"),
+	CLI_OPT_API_TOKEN(&g_opt.api_token, "dispatcher bearer token (prefer the variable: flags show in ps)"),
 	RN_OPT_END,
 };
 
@@ -135,11 +131,7 @@ static int cancel_dispatcher(const char *run_id)
 	char err[512], url[1024], msg[256];
 	cli_http_resp_t resp;
 
-	const char *base = g_opt.dispatcher_url;
-	size_t bl = strlen(base);
-	while (bl && base[bl - 1] == '/')
-		bl--;
-	snprintf(url, sizeof(url), "%.*s/v1/runs/%s/cancel", (int)bl, base, run_id);
+	cli_http_url(url, sizeof(url), g_opt.dispatcher_url, "/v1/runs/%s/cancel", run_id);
 	json_t *body = json_pack("{s:s}", "reason", g_opt.reason);
 	char *text = json_dumps(body, JSON_COMPACT);
 	json_decref(body);
@@ -168,31 +160,24 @@ int cli_cancel_main(int argc, char **argv)
 {
 	char msg[PROTO_CTL_MAX_BYTES];
 	cli_args_t a;
+	int rc;
 
-	int rc = cli_args_parse(&cancel_verb, argc, argv, &a);
-	if (rc != 0) {
-		rn_conf_free(cancel_opts);
-		return rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
-	}
+	if (cli_args_begin(&cancel_verb, argc, argv, &a, &rc))
+		return rc;
 	if (cli_args_check_run_id(&cancel_verb, a.pos[0]) < 0) {
 		rc = CLI_EXIT_USAGE;
 		goto out;
 	}
-	if (strcmp(g_opt.via, "redis") && strcmp(g_opt.via, "dispatcher")) {
-		rc = cli_args_usage_error(&cancel_verb, "--via: expected redis or dispatcher, got \"%.40s\"",
-		                          g_opt.via);
+	if (cli_args_check_choice(&cancel_verb, "via", g_opt.via, "redis", "dispatcher") < 0) {
+		rc = CLI_EXIT_USAGE;
 		goto out;
 	}
 	if (!g_opt.reason[0] || strlen(g_opt.reason) > PROTO_CTL_REASON_MAX) {
 		rc = cli_args_usage_error(&cancel_verb, "--reason: must be 1 to %d bytes", PROTO_CTL_REASON_MAX);
 		goto out;
 	}
-	if (cli_args_check_redis_url(&cancel_verb, "redis-url", g_opt.redis_url) < 0) {
+	if (cli_args_check_redis(&cancel_verb, g_opt.redis_url, g_opt.prefix) < 0) {
 		rc = CLI_EXIT_USAGE;
-		goto out;
-	}
-	if (!proto_key_prefix_valid(g_opt.prefix)) {
-		rc = cli_args_usage_error(&cancel_verb, "--key-prefix: invalid prefix \"%.70s\"", g_opt.prefix);
 		goto out;
 	}
 	proto_ctl_t ctl = { .type = PROTO_CTL_CANCEL };

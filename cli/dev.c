@@ -84,8 +84,7 @@ static const rn_opt_t dev_opts[] = {
 	  "agent definition the demo and the printed curl line use", 0, 0 },
 	{ "prompt", 0, "RUNNEL_DEV_PROMPT", RN_OPT_STR, &g_opt.prompt, "Add an inference node", "TEXT",
 	  "prompt of the demo run", 0, 0 },
-	{ "redis-url", 0, "RUNNEL_REDIS_URL", RN_OPT_STR, &g_opt.redis_url, NULL, "URL",
-	  "use this Redis instead of starting one", 0, 0 },
+	CLI_OPT_REDIS_URL(&g_opt.redis_url, NULL, "use this Redis instead of starting one"),
 	{ "redis-server", 0, "RUNNEL_REDIS_SERVER", RN_OPT_STR, &g_opt.redis_server, "redis-server", "PATH",
 	  "redis-server binary to start", 0, 0 },
 	{ "worker-bin", 0, "RUNNEL_WORKER_BIN", RN_OPT_STR, &g_opt.worker_bin, NULL, "PATH",
@@ -94,8 +93,7 @@ static const rn_opt_t dev_opts[] = {
 	  "runnel-dispatcher binary (default: next to runnel, or the build tree's dispatcher/)", 0, 0 },
 	{ "sandbox", 0, "RUNNEL_SANDBOX", RN_OPT_STR, &g_opt.sandbox, NULL, "bwrap|process",
 	  "worker sandbox (default: bwrap when it works here, else process with a warning)", 0, 0 },
-	{ "key-prefix", 0, "RUNNEL_KEY_PREFIX", RN_OPT_STR, &g_opt.prefix, "runnel", "PREFIX",
-	  "Redis key prefix", 0, 0 },
+	CLI_OPT_KEY_PREFIX(&g_opt.prefix),
 	{ "jobs-topic", 0, "RUNNEL_JOBS_TOPIC", RN_OPT_STR, &g_opt.jobs_topic, "runnel.jobs", "TOPIC",
 	  "job topic (the DLQ is <topic>.dlq)", 0, 0 },
 	{ "keep", 0, "RUNNEL_DEV_KEEP", RN_OPT_BOOL, &g_opt.keep, "false", NULL,
@@ -736,24 +734,15 @@ int cli_dev_main(int argc, char **argv)
 	int rc;
 
 	memset(&s, 0, sizeof(s));
-	rc = cli_args_parse(&dev_verb, argc, argv, &a);
-	if (rc != 0) {
-		rn_conf_free(dev_opts);
-		return rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
-	}
+	if (cli_args_begin(&dev_verb, argc, argv, &a, &rc))
+		return rc;
 	if (g_opt.once)
 		g_opt.demo = 1;
 	rc = CLI_EXIT_USAGE;
-	if (g_opt.redis_url && cli_args_check_redis_url(&dev_verb, "redis-url", g_opt.redis_url) < 0)
+	if (cli_args_check_redis(&dev_verb, g_opt.redis_url, g_opt.prefix) < 0)
 		goto out_conf;
-	if (!proto_key_prefix_valid(g_opt.prefix)) {
-		cli_args_usage_error(&dev_verb, "--key-prefix: invalid prefix \"%.70s\"", g_opt.prefix);
+	if (g_opt.sandbox && cli_args_check_choice(&dev_verb, "sandbox", g_opt.sandbox, "bwrap", "process") < 0)
 		goto out_conf;
-	}
-	if (g_opt.sandbox && strcmp(g_opt.sandbox, "bwrap") && strcmp(g_opt.sandbox, "process")) {
-		cli_args_usage_error(&dev_verb, "--sandbox: expected bwrap or process, got \"%.40s\"", g_opt.sandbox);
-		goto out_conf;
-	}
 	rc = CLI_EXIT_RUN_ERROR;
 	if (find_program(g_opt.dispatcher_bin, "dispatcher", "runnel-dispatcher", s.dispatcher_bin,
 	                 sizeof(s.dispatcher_bin)) < 0) {

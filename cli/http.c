@@ -3,6 +3,7 @@
  */
 #include "http.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,4 +123,19 @@ void cli_http_resp_free(cli_http_resp_t *resp)
 {
 	free(resp->body);
 	memset(resp, 0, sizeof(*resp));
+}
+
+char *cli_http_url(char *buf, size_t size, const char *base, const char *fmt, ...)
+{
+	char path[512];
+	va_list ap;
+
+	size_t bl = strlen(base);
+	while (bl && base[bl - 1] == '/')
+		bl--;
+	va_start(ap, fmt);
+	vsnprintf(path, sizeof(path), fmt, ap);
+	va_end(ap);
+	snprintf(buf, size, "%.*s%s", (int)bl, base, path);
+	return buf;
 }

@@ -31,4 +31,9 @@ char *cli_http_error_message(const cli_http_resp_t *resp, char *buf, size_t size
 
 void cli_http_resp_free(cli_http_resp_t *resp);
 
+/* The dispatcher's base URL (its trailing slashes dropped) followed by the
+ * path that fmt makes ("/v1/runs/%s/cancel"), into buf.  Returns buf. */
+char *cli_http_url(char *buf, size_t size, const char *base, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+
 #endif

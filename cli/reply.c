@@ -38,14 +38,10 @@ static const rn_opt_t reply_opts[] = {
 	  "reject the ask", 0, 0 },
 	{ "via", 0, "RUNNEL_REPLY_VIA", RN_OPT_STR, &g_opt.via, "redis", "redis|dispatcher",
 	  "write the reply to Redis, or ask the dispatcher", 0, 0 },
-	{ "redis-url", 0, "RUNNEL_REDIS_URL", RN_OPT_STR, &g_opt.redis_url, "redis://127.0.0.1:6379", "URL",
-	  "Redis holding the run streams", 0, 0 },
-	{ "key-prefix", 0, "RUNNEL_KEY_PREFIX", RN_OPT_STR, &g_opt.prefix, "runnel", "PREFIX",
-	  "Redis key prefix", 0, 0 },
-	{ "dispatcher-url", 0, "RUNNEL_DISPATCHER_URL", RN_OPT_STR, &g_opt.dispatcher_url,
-	  "http://127.0.0.1:8080", "URL", "dispatcher base URL (--via dispatcher)", 0, 0 },
-	{ "api-token", 0, "RUNNEL_API_TOKEN", RN_OPT_STR, &g_opt.api_token, NULL, "TOKEN",
-	  "dispatcher bearer token (prefer the variable: flags show in ps)", 0, 0 },
+	CLI_OPT_REDIS_URL(&g_opt.redis_url, CLI_REDIS_URL_DEFAULT, "Redis holding the run streams"),
+	CLI_OPT_KEY_PREFIX(&g_opt.prefix),
+	CLI_OPT_DISPATCHER_URL(&g_opt.dispatcher_url, "dispatcher base URL (--via dispatcher)"),
+	CLI_OPT_API_TOKEN(&g_opt.api_token, "dispatcher bearer token (prefer the variable: flags show in ps)"),
 	RN_OPT_END,
 };
 
@@ -112,11 +108,7 @@ static int reply_dispatcher(const char *run_id, const char *ask_id, const proto_
 	char err[512], url[1024], msg[256];
 	cli_http_resp_t resp;
 
-	const char *base = g_opt.dispatcher_url;
-	size_t bl = strlen(base);
-	while (bl && base[bl - 1] == '/')
-		bl--;
-	snprintf(url, sizeof(url), "%.*s/v1/runs/%s/replies/%s", (int)bl, base, run_id, ask_id);
+	cli_http_url(url, sizeof(url), g_opt.dispatcher_url, "/v1/runs/%s/replies/%s", run_id, ask_id);
 	json_t *body = ctl->reply == PROTO_REPLY_OPTION ? json_pack("{s:s}", "option", ctl->option) : ctl->reply == PROTO_REPLY_TEXT ? json_pack("{s:s}", "text", ctl->text)
 	                                                                                                                             : json_pack("{s:b}", "reject", 1);
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -151,12 +143,10 @@ int cli_reply_main(int argc, char **argv)
 	char msg[PROTO_CTL_MAX_BYTES + 1], err[128];
 	cli_args_t a;
 	proto_ctl_t *ctl = NULL;
+	int rc;
 
-	int rc = cli_args_parse(&reply_verb, argc, argv, &a);
-	if (rc != 0) {
-		rn_conf_free(reply_opts);
-		return rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
-	}
+	if (cli_args_begin(&reply_verb, argc, argv, &a, &rc))
+		return rc;
 	if (cli_args_check_run_id(&reply_verb, a.pos[0]) < 0) {
 		rc = CLI_EXIT_USAGE;
 		goto out;
@@ -171,16 +161,12 @@ int cli_reply_main(int argc, char **argv)
 		rc = cli_args_usage_error(&reply_verb, "give exactly one of OPTION, --text, --reject");
 		goto out;
 	}
-	if (strcmp(g_opt.via, "redis") && strcmp(g_opt.via, "dispatcher")) {
-		rc = cli_args_usage_error(&reply_verb, "--via: expected redis or dispatcher, got \"%.40s\"", g_opt.via);
-		goto out;
-	}
-	if (cli_args_check_redis_url(&reply_verb, "redis-url", g_opt.redis_url) < 0) {
+	if (cli_args_check_choice(&reply_verb, "via", g_opt.via, "redis", "dispatcher") < 0) {
 		rc = CLI_EXIT_USAGE;
 		goto out;
 	}
-	if (!proto_key_prefix_valid(g_opt.prefix)) {
-		rc = cli_args_usage_error(&reply_verb, "--key-prefix: invalid prefix \"%.70s\"", g_opt.prefix);
+	if (cli_args_check_redis(&reply_verb, g_opt.redis_url, g_opt.prefix) < 0) {
+		rc = CLI_EXIT_USAGE;
 		goto out;
 	}
 	ctl = malloc(sizeof(*ctl));

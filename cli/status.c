@@ -24,12 +24,9 @@ static struct {
 } g_opt;
 
 static const rn_opt_t status_opts[] = {
-	{ "json", 0, "RUNNEL_JSON", RN_OPT_BOOL, &g_opt.json, "false", NULL,
-	  "print the state as one JSON object", 0, 0 },
-	{ "redis-url", 0, "RUNNEL_REDIS_URL", RN_OPT_STR, &g_opt.redis_url, "redis://127.0.0.1:6379", "URL",
-	  "Redis holding the run state", 0, 0 },
-	{ "key-prefix", 0, "RUNNEL_KEY_PREFIX", RN_OPT_STR, &g_opt.prefix, "runnel", "PREFIX",
-	  "Redis key prefix", 0, 0 },
+	CLI_OPT_JSON(&g_opt.json, "print the state as one JSON object"),
+	CLI_OPT_REDIS_URL(&g_opt.redis_url, CLI_REDIS_URL_DEFAULT, "Redis holding the run state"),
+	CLI_OPT_KEY_PREFIX(&g_opt.prefix),
 	RN_OPT_END,
 };
 
@@ -206,22 +203,16 @@ int cli_status_main(int argc, char **argv)
 	cli_args_t a;
 	redisContext *c = NULL;
 	redisReply *h = NULL, *x = NULL;
+	int rc;
 
-	int rc = cli_args_parse(&status_verb, argc, argv, &a);
-	if (rc != 0) {
-		rn_conf_free(status_opts);
-		return rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
-	}
+	if (cli_args_begin(&status_verb, argc, argv, &a, &rc))
+		return rc;
 	if (a.npos > 0 && cli_args_check_run_id(&status_verb, a.pos[0]) < 0) {
 		rc = CLI_EXIT_USAGE;
 		goto out;
 	}
-	if (cli_args_check_redis_url(&status_verb, "redis-url", g_opt.redis_url) < 0) {
+	if (cli_args_check_redis(&status_verb, g_opt.redis_url, g_opt.prefix) < 0) {
 		rc = CLI_EXIT_USAGE;
-		goto out;
-	}
-	if (!proto_key_prefix_valid(g_opt.prefix)) {
-		rc = cli_args_usage_error(&status_verb, "--key-prefix: invalid prefix \"%.70s\"", g_opt.prefix);
 		goto out;
 	}
 	c = cli_rconn_open(g_opt.redis_url, err, sizeof(err));

@@ -79,12 +79,9 @@ static const rn_opt_t submit_opts[] = {
 	  "enqueue through the dispatcher's POST /v1/runs, or produce the job to Kafka", 0, 0 },
 	{ "no-tail", 0, "RUNNEL_NO_TAIL", RN_OPT_BOOL, &g_opt.no_tail, "false", NULL,
 	  "print the run id and exit without following the run", 0, 0 },
-	{ "json", 0, "RUNNEL_JSON", RN_OPT_BOOL, &g_opt.json, "false", NULL,
-	  "print {\"run_id\",\"stream\",\"control\"}, then the raw envelope lines", 0, 0 },
-	{ "dispatcher-url", 0, "RUNNEL_DISPATCHER_URL", RN_OPT_STR, &g_opt.dispatcher_url,
-	  "http://127.0.0.1:8080", "URL", "dispatcher base URL", 0, 0 },
-	{ "api-token", 0, "RUNNEL_API_TOKEN", RN_OPT_STR, &g_opt.api_token, NULL, "TOKEN",
-	  "dispatcher bearer token (prefer the variable)", 0, 0 },
+	CLI_OPT_JSON(&g_opt.json, "print {\"run_id\",\"stream\",\"control\"}, then the raw envelope lines"),
+	CLI_OPT_DISPATCHER_URL(&g_opt.dispatcher_url, "dispatcher base URL"),
+	CLI_OPT_API_TOKEN(&g_opt.api_token, "dispatcher bearer token (prefer the variable)"),
 	{ "kafka-brokers", 0, "RUNNEL_KAFKA_BROKERS", RN_OPT_STR, &g_opt.kafka_brokers, "localhost:9092", "LIST",
 	  "Kafka bootstrap servers (--via kafka)", 0, 0 },
 	{ "jobs-topic", 0, "RUNNEL_JOBS_TOPIC", RN_OPT_STR, &g_opt.jobs_topic, "runnel.jobs", "TOPIC",
@@ -93,10 +90,8 @@ static const rn_opt_t submit_opts[] = {
 	  "64 hex digits: seal the job's secrets (--via kafka; prefer the variable)", 0, 0 },
 	{ "kafka-property", 'X', "RUNNEL_KAFKA_PROPERTIES", RN_OPT_KV, &g_opt.kafka_props, NULL, "KEY=VALUE",
 	  "librdkafka producer property (repeatable; env \"k=v;k=v\")", 0, 0 },
-	{ "redis-url", 0, "RUNNEL_REDIS_URL", RN_OPT_STR, &g_opt.redis_url, "redis://127.0.0.1:6379", "URL",
-	  "Redis to follow the run from", 0, 0 },
-	{ "key-prefix", 0, "RUNNEL_KEY_PREFIX", RN_OPT_STR, &g_opt.prefix, "runnel", "PREFIX",
-	  "Redis key prefix", 0, 0 },
+	CLI_OPT_REDIS_URL(&g_opt.redis_url, CLI_REDIS_URL_DEFAULT, "Redis to follow the run from"),
+	CLI_OPT_KEY_PREFIX(&g_opt.prefix),
 	RN_OPT_END,
 };
 
@@ -231,11 +226,7 @@ static int submit_dispatcher(char *run_id_out, size_t run_id_size, json_t **answ
 		return CLI_EXIT_USAGE;
 	}
 
-	const char *base = g_opt.dispatcher_url;
-	size_t bl = strlen(base);
-	while (bl && base[bl - 1] == '/')
-		bl--;
-	snprintf(url, sizeof(url), "%.*s/v1/runs", (int)bl, base);
+	cli_http_url(url, sizeof(url), g_opt.dispatcher_url, "/v1/runs");
 	int rc = cli_http_request("POST", url, g_opt.api_token, body, &resp, err, sizeof(err));
 	sodium_memzero(body, strlen(body));
 	free(body);
@@ -415,21 +406,19 @@ int cli_submit_main(int argc, char **argv)
 	char err[512], run_id[PROTO_RUN_ID_MAX + 1] = "";
 	cli_args_t a;
 	json_t *answer = NULL;
+	int rc;
 
-	int rc = cli_args_parse(&submit_verb, argc, argv, &a);
-	if (rc != 0) {
-		rn_conf_free(submit_opts);
-		return rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
-	}
+	if (cli_args_begin(&submit_verb, argc, argv, &a, &rc))
+		return rc;
 	if (g_opt.otp_file && load_otp_file(err, sizeof(err)) < 0) {
 		rc = cli_args_usage_error(&submit_verb, "%s", err);
 		goto out;
 	}
-	int via_kafka = !strcmp(g_opt.via, "kafka");
-	if (!via_kafka && strcmp(g_opt.via, "dispatcher")) {
-		rc = cli_args_usage_error(&submit_verb, "--via: expected dispatcher or kafka, got \"%.40s\"", g_opt.via);
+	if (cli_args_check_choice(&submit_verb, "via", g_opt.via, "dispatcher", "kafka") < 0) {
+		rc = CLI_EXIT_USAGE;
 		goto out;
 	}
+	int via_kafka = !strcmp(g_opt.via, "kafka");
 	static const struct {
 		const char *flag;
 		char **val;
@@ -450,12 +439,8 @@ int cli_submit_main(int argc, char **argv)
 		                          g_opt.run_id);
 		goto out;
 	}
-	if (cli_args_check_redis_url(&submit_verb, "redis-url", g_opt.redis_url) < 0) {
+	if (cli_args_check_redis(&submit_verb, g_opt.redis_url, g_opt.prefix) < 0) {
 		rc = CLI_EXIT_USAGE;
-		goto out;
-	}
-	if (!proto_key_prefix_valid(g_opt.prefix)) {
-		rc = cli_args_usage_error(&submit_verb, "--key-prefix: invalid prefix \"%.70s\"", g_opt.prefix);
 		goto out;
 	}
 	cli_interrupt_install();

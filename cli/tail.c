@@ -333,14 +333,11 @@ static struct {
 static const rn_opt_t tail_opts[] = {
 	{ "after", 0, "RUNNEL_TAIL_AFTER", RN_OPT_STR, &g_opt.after, NULL, "ID",
 	  "resume after this stream entry id (exclusive)", 0, 0 },
-	{ "json", 0, "RUNNEL_JSON", RN_OPT_BOOL, &g_opt.json, "false", NULL,
-	  "print the raw envelope lines, one per line", 0, 0 },
+	CLI_OPT_JSON(&g_opt.json, "print the raw envelope lines, one per line"),
 	{ "wait", 0, "RUNNEL_TAIL_WAIT", RN_OPT_BOOL, &g_opt.wait, "false", NULL,
 	  "wait for a run that does not exist yet (a job still in Kafka) instead of exiting 3", 0, 0 },
-	{ "redis-url", 0, "RUNNEL_REDIS_URL", RN_OPT_STR, &g_opt.redis_url, "redis://127.0.0.1:6379", "URL",
-	  "Redis holding the run streams", 0, 0 },
-	{ "key-prefix", 0, "RUNNEL_KEY_PREFIX", RN_OPT_STR, &g_opt.prefix, "runnel", "PREFIX",
-	  "Redis key prefix", 0, 0 },
+	CLI_OPT_REDIS_URL(&g_opt.redis_url, CLI_REDIS_URL_DEFAULT, "Redis holding the run streams"),
+	CLI_OPT_KEY_PREFIX(&g_opt.prefix),
 	RN_OPT_END,
 };
 
@@ -373,11 +370,10 @@ static int stream_id_valid(const char *s)
 int cli_tail_main(int argc, char **argv)
 {
 	cli_args_t a;
-	int rc = cli_args_parse(&tail_verb, argc, argv, &a);
-	if (rc != 0) {
-		rn_conf_free(tail_opts);
-		return rc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
-	}
+	int rc;
+
+	if (cli_args_begin(&tail_verb, argc, argv, &a, &rc))
+		return rc;
 	if (cli_args_check_run_id(&tail_verb, a.pos[0]) < 0) {
 		rc = CLI_EXIT_USAGE;
 		goto out;
@@ -387,12 +383,8 @@ int cli_tail_main(int argc, char **argv)
 		                          g_opt.after);
 		goto out;
 	}
-	if (cli_args_check_redis_url(&tail_verb, "redis-url", g_opt.redis_url) < 0) {
+	if (cli_args_check_redis(&tail_verb, g_opt.redis_url, g_opt.prefix) < 0) {
 		rc = CLI_EXIT_USAGE;
-		goto out;
-	}
-	if (!proto_key_prefix_valid(g_opt.prefix)) {
-		rc = cli_args_usage_error(&tail_verb, "--key-prefix: invalid prefix \"%.70s\"", g_opt.prefix);
 		goto out;
 	}
 	cli_interrupt_install();
