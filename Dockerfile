@@ -48,6 +48,7 @@ RUN apt-get update \
       nodejs npm ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY agents/ /src/agents/
+COPY scripts/npm_prefix.sh /src/scripts/
 RUN /src/agents/install.sh /opt/runnel/agents && rm -rf /root/.npm
 
 # ---- runtime: the shared libraries, bubblewrap, CA certificates -----------

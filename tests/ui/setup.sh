@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs playwright-core (tests/ui/package.json, pinned by
 # package-lock.json) into a directory of the build tree
-# (tests/support/npm_prefix.sh), and checks that Debian's chromium is there
+# (scripts/npm_prefix.sh), and checks that Debian's chromium is there
 # (scripts/deps.sh installs it).  Playwright's own browser download is
 # never used.
 #
@@ -13,4 +13,4 @@ if [ ! -x /usr/bin/chromium ]; then
 	echo "setup.sh: /usr/bin/chromium is missing (apt-get install chromium; scripts/deps.sh does)" >&2
 	exit 2
 fi
-exec "$here/../support/npm_prefix.sh" setup.sh "$here" "$dir" 18 node_modules/playwright-core
+exec "$here/../../scripts/npm_prefix.sh" setup.sh "$here" "$dir" 18 node_modules/playwright-core
