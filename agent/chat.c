@@ -123,15 +123,8 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg)
 	/* An error body or an answer sent whole: keep the first part. */
 	size_t room = CHAT_BODY_MAX - a->body_len;
 	size_t take = len < room ? len : room;
-	if (take > 0) {
-		char *p = realloc(a->body, a->body_len + take + 1);
-		if (!p)
-			return 0;
-		memcpy(p + a->body_len, buf, take);
-		a->body = p;
-		a->body_len += take;
-		a->body[a->body_len] = '\0';
-	}
+	if (take > 0 && rn_buf_append(&a->body, &a->body_len, buf, take) < 0)
+		return 0;
 	return len;
 }
 

@@ -335,15 +335,8 @@ static size_t http_body(char *buf, size_t size, size_t n, void *arg)
 		}
 		return len;
 	}
-	if (c->body_len + len > MCP_LINE_MAX)
+	if (c->body_len + len > MCP_LINE_MAX || rn_buf_append(&c->body, &c->body_len, buf, len) < 0)
 		return 0;
-	char *p = realloc(c->body, c->body_len + len + 1);
-	if (!p)
-		return 0;
-	memcpy(p + c->body_len, buf, len);
-	c->body = p;
-	c->body_len += len;
-	c->body[c->body_len] = '\0';
 	return len;
 }
 

@@ -11,6 +11,8 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "common/util.h"
+
 typedef struct body_acc {
 	char *p;
 	size_t len;
@@ -23,15 +25,8 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
 	size_t keep = n;
 	if (b->len + keep > CLI_HTTP_BODY_MAX)
 		keep = CLI_HTTP_BODY_MAX - b->len;
-	if (keep) {
-		char *p = realloc(b->p, b->len + keep + 1);
-		if (!p)
-			return 0;
-		memcpy(p + b->len, ptr, keep);
-		b->p = p;
-		b->len += keep;
-		b->p[b->len] = '\0';
-	}
+	if (keep && rn_buf_append(&b->p, &b->len, ptr, keep) < 0)
+		return 0;
 	return n;
 }
 

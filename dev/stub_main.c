@@ -8,6 +8,7 @@
  */
 #include "common/conf.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "dev/stub.h"
 
 #include <curl/curl.h>
@@ -69,15 +70,8 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
 	body_t *b = arg;
 	size_t add = size * n;
-	if (b->len + add > STUB_MINT_BODY_MAX)
+	if (b->len + add > STUB_MINT_BODY_MAX || rn_buf_append(&b->buf, &b->len, p, add) < 0)
 		return 0;
-	char *nb = realloc(b->buf, b->len + add + 1);
-	if (!nb)
-		return 0;
-	memcpy(nb + b->len, p, add);
-	b->buf = nb;
-	b->len += add;
-	b->buf[b->len] = 0;
 	return add;
 }
 
