@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/io.h"
+
 /* ------------------------------------------------------------------------
  * Small utilities
  * ------------------------------------------------------------------------ */
@@ -396,20 +398,13 @@ int dev_stub_add_blob_file(dev_stub_t *s, const char *name, const char *path)
 		close(fd);
 		return -1;
 	}
-	size_t len = (size_t)st.st_size, off = 0;
+	size_t len = (size_t)st.st_size;
 	char *buf = malloc(len ? len : 1);
 	if (!buf) {
 		close(fd);
 		return -1;
 	}
-	while (off < len) {
-		ssize_t r = read(fd, buf + off, len - off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		off += (size_t)r;
-	}
+	size_t off = rn_read_full(fd, buf, len);
 	close(fd);
 	int rc = off == len ? dev_stub_add_blob(s, name, buf, len) : -1;
 	free(buf);
