@@ -27,6 +27,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
+#include "common/io.h"
+
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
@@ -320,17 +322,7 @@ int th_port_open(int port)
 
 int th_send_all(int fd, const void *p, size_t n)
 {
-	const char *b = p;
-	while (n > 0) {
-		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		b += w;
-		n -= (size_t)w;
-	}
-	return 0;
+	return rn_write_all(fd, p, n, RN_IO_SOCKET);
 }
 
 int th_port_open_cond(void *arg)
