@@ -186,6 +186,19 @@ static int stub_handle_blob(dev_stub_t *s, struct evhttp_request *req, const cha
 	return delay;
 }
 
+/* A 200 with the JSON j (taken; NULL after a failed json_pack: a 500). */
+static void stub_reply_json(stub_reply_t *rp, json_t *j)
+{
+	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (text) {
+		stub_reply_set(rp, 200, "application/json", text);
+		free(text);
+	} else {
+		stub_reply_set(rp, 500, "application/json", "{\"error\":\"out of memory\"}");
+	}
+}
+
 static void stub_handle_mint(dev_stub_t *s, struct evhttp_request *req, stub_reply_t *rp)
 {
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
@@ -203,14 +216,7 @@ static void stub_handle_mint(dev_stub_t *s, struct evhttp_request *req, stub_rep
 		json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s}", "agent_url", o.agent_url,
 		                      "otp_setup", o.otp_setup, "otp_run", o.otp_run,
 		                      "otp_upload", o.otp_upload, "session", o.session);
-		char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-		json_decref(j);
-		if (text) {
-			stub_reply_set(rp, 200, "application/json", text);
-			free(text);
-		} else {
-			stub_reply_set(rp, 500, "application/json", "{\"error\":\"out of memory\"}");
-		}
+		stub_reply_json(rp, j);
 	}
 	evhttp_clear_headers(&q);
 }
@@ -264,15 +270,7 @@ static void stub_handle_agents(dev_stub_t *s, stub_reply_t *rp)
 			free(v);
 		}
 	}
-	json_t *o = names ? json_pack("{s:o}", "agents", names) : NULL;
-	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	json_decref(o);
-	if (text) {
-		stub_reply_set(rp, 200, "application/json", text);
-		free(text);
-	} else {
-		stub_reply_set(rp, 500, "application/json", "{\"error\":\"out of memory\"}");
-	}
+	stub_reply_json(rp, names ? json_pack("{s:o}", "agents", names) : NULL);
 }
 
 void stub_request_cb(struct evhttp_request *req, void *arg)
