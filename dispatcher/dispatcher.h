@@ -108,6 +108,10 @@ int dispatcher_http_listen(dispatcher_t *d, const char *host, unsigned short por
 void dispatcher_count(dispatcher_t *d, dispatcher_route_t route, int status);
 /* Adds the CORS headers an allowed Origin gets (nothing otherwise). */
 void dispatcher_cors(dispatcher_t *d, struct evhttp_request *req);
+/* Sends status with the len bytes at body (none when len is 0) and counts
+ * it; the headers are the caller's. */
+void dispatcher_send(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route, int status,
+                     const void *body, size_t len);
 /* Sends body (stolen; compact JSON + "\n") with status. */
 void dispatcher_reply_json(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
                            int status, json_t *body);
@@ -134,6 +138,13 @@ void dispatcher_runs_abort_all(dispatcher_t *d);
 void dispatcher_request_abandon(struct evhttp_request *req);
 /* The request body as a pointer into evhttp's buffer (NUL not guaranteed). */
 const char *dispatcher_body(struct evhttp_request *req, size_t *len);
+/*
+ * The parameters of the request URL's query into q (empty without one; the
+ * caller clears it with evhttp_clear_headers).  0, or -1 after answering
+ * 400 "query: not a valid query string".
+ */
+int dispatcher_query(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
+                     struct evkeyvalq *q);
 
 /* ---- recent runs (recent.c) and the viewer (ui.c) ---- */
 

@@ -164,20 +164,27 @@ static int token_ok(const dispatcher_t *d, struct evhttp_request *req)
 	return ok;
 }
 
-static void reply_text(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
-                       int status, const char *ctype, const char *text, size_t len)
+void dispatcher_send(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route, int status,
+                     const void *body, size_t len)
 {
 	struct evbuffer *buf = evbuffer_new();
 
-	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", ctype);
-	evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
-	dispatcher_cors(d, req);
-	if (buf != NULL)
-		evbuffer_add(buf, text, len);
+	/* evhttp leaves the body out of a HEAD answer by itself. */
+	if (buf != NULL && len > 0)
+		evbuffer_add(buf, body, len);
 	dispatcher_count(d, route, status);
 	evhttp_send_reply(req, status, NULL, buf);
 	if (buf != NULL)
 		evbuffer_free(buf);
+}
+
+static void reply_text(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
+                       int status, const char *ctype, const char *text, size_t len)
+{
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", ctype);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
+	dispatcher_cors(d, req);
+	dispatcher_send(d, req, route, status, text, len);
 }
 
 static void handle_readyz(dispatcher_t *d, struct evhttp_request *req)
@@ -362,6 +369,20 @@ void dispatcher_request_abandon(struct evhttp_request *req)
 {
 	if (req != NULL && evhttp_request_get_connection(req) == NULL)
 		evhttp_request_free(req);
+}
+
+int dispatcher_query(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
+                     struct evkeyvalq *q)
+{
+	const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+
+	q->tqh_first = NULL;
+	q->tqh_last = &q->tqh_first;
+	if (query != NULL && evhttp_parse_query_str(query, q) < 0) {
+		dispatcher_reply_error(d, req, route, 400, "bad_request", "query: not a valid query string");
+		return -1;
+	}
+	return 0;
 }
 
 const char *dispatcher_body(struct evhttp_request *req, size_t *len)

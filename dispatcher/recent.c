@@ -204,40 +204,30 @@ static void on_ids(redisReply *r, void *arg)
 
 void dispatcher_runs_list(dispatcher_t *d, struct evhttp_request *req)
 {
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-	const char *query = evhttp_uri_get_query(uri);
 	long limit = RECENT_LIST_DEFAULT;
 	char key[PROTO_KEY_PREFIX_MAX + 32], stop[32];
 	const char *argv[] = { "ZREVRANGE", key, "0", stop };
+	struct evkeyvalq q;
+	const char *l;
 	list_op_t *op;
 
 	if (limit > d->cfg->recent_runs)
 		limit = d->cfg->recent_runs;
-	if (query != NULL) {
-		struct evkeyvalq q;
-		const char *l;
+	if (dispatcher_query(d, req, DISPATCHER_ROUTE_RUNS_LIST, &q) < 0)
+		return;
+	l = evhttp_find_header(&q, "limit");
+	if (l != NULL) {
+		char *end = NULL;
 
-		q.tqh_first = NULL;
-		q.tqh_last = &q.tqh_first;
-		if (evhttp_parse_query_str(query, &q) < 0) {
+		limit = strtol(l, &end, 10);
+		if (end == l || *end != '\0' || limit < 1 || limit > d->cfg->recent_runs) {
+			evhttp_clear_headers(&q);
 			dispatcher_reply_error(d, req, DISPATCHER_ROUTE_RUNS_LIST, 400, "bad_request",
-			                       "query: not a valid query string");
+			                       "limit: must be an integer 1..%ld", d->cfg->recent_runs);
 			return;
 		}
-		l = evhttp_find_header(&q, "limit");
-		if (l != NULL) {
-			char *end = NULL;
-
-			limit = strtol(l, &end, 10);
-			if (end == l || *end != '\0' || limit < 1 || limit > d->cfg->recent_runs) {
-				evhttp_clear_headers(&q);
-				dispatcher_reply_error(d, req, DISPATCHER_ROUTE_RUNS_LIST, 400, "bad_request",
-				                       "limit: must be an integer 1..%ld", d->cfg->recent_runs);
-				return;
-			}
-		}
-		evhttp_clear_headers(&q);
 	}
+	evhttp_clear_headers(&q);
 	op = calloc(1, sizeof *op);
 	if (op == NULL || (op->runs = json_array()) == NULL) {
 		free(op);

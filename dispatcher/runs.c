@@ -293,11 +293,14 @@ static simple_op_t *op_new(dispatcher_t *d, struct evhttp_request *req, dispatch
 	return op;
 }
 
-/* The request, if its caller is still there; the op is freed. */
-static struct evhttp_request *op_finish(simple_op_t *op)
+/* The request, if its caller is still there; the op is freed, its run id
+ * copied to run_id first (when not NULL: PROTO_RUN_ID_MAX + 1 bytes). */
+static struct evhttp_request *op_finish(simple_op_t *op, char *run_id)
 {
 	struct evhttp_request *req = op->req;
 
+	if (run_id != NULL)
+		memcpy(run_id, op->run_id, sizeof op->run_id);
 	if (req != NULL)
 		evhttp_connection_set_closecb(op->evcon, NULL, NULL);
 	free(op);
@@ -311,8 +314,7 @@ static void on_get(int rc, json_t *state, void *arg)
 	char run_id[PROTO_RUN_ID_MAX + 1];
 	struct evhttp_request *req;
 
-	snprintf(run_id, sizeof run_id, "%s", op->run_id);
-	req = op_finish(op);
+	req = op_finish(op, run_id);
 	if (req == NULL) {
 		json_decref(state);
 		return;
@@ -336,7 +338,7 @@ void dispatcher_runs_get(dispatcher_t *d, struct evhttp_request *req, const char
 		return;
 	}
 	if (dispatcher_store_get(d->store, run_id, on_get, op) < 0) {
-		op_finish(op);
+		op_finish(op, NULL);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_RUN, 503, "redis_unavailable", "redis: not connected");
 	}
 }
@@ -352,8 +354,7 @@ static void on_probe(int rc, const char *last_id, const char *last_line, size_t 
 	int sse = op->sse, ended = 0;
 	struct evhttp_request *req;
 
-	snprintf(run_id, sizeof run_id, "%s", op->run_id);
-	req = op_finish(op);
+	req = op_finish(op, run_id);
 	if (req == NULL)
 		return;
 	if (rc == DISPATCHER_STORE_ABSENT) {
@@ -379,33 +380,23 @@ static void on_probe(int rc, const char *last_id, const char *last_line, size_t 
 
 void dispatcher_runs_events(dispatcher_t *d, struct evhttp_request *req, const char *run_id)
 {
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-	const char *query = evhttp_uri_get_query(uri);
 	const char *last_event = evhttp_find_header(evhttp_request_get_input_headers(req), "Last-Event-ID");
 	dispatcher_sid_t after = { 0, 0 };
 	int sse = wants_sse(req);
+	struct evkeyvalq q;
+	const char *a;
 	simple_op_t *op;
 
-	if (query != NULL) {
-		struct evkeyvalq q;
-		const char *a;
-
-		q.tqh_first = NULL;
-		q.tqh_last = &q.tqh_first;
-		if (evhttp_parse_query_str(query, &q) < 0) {
-			dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 400, "bad_request",
-			                       "query: not a valid query string");
-			return;
-		}
-		a = evhttp_find_header(&q, "after");
-		if (a != NULL && dispatcher_sid_parse(a, &after) < 0) {
-			evhttp_clear_headers(&q);
-			dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 400, "bad_request",
-			                       "after: must be a stream id <ms>-<seq>");
-			return;
-		}
+	if (dispatcher_query(d, req, DISPATCHER_ROUTE_EVENTS, &q) < 0)
+		return;
+	a = evhttp_find_header(&q, "after");
+	if (a != NULL && dispatcher_sid_parse(a, &after) < 0) {
 		evhttp_clear_headers(&q);
+		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 400, "bad_request",
+		                       "after: must be a stream id <ms>-<seq>");
+		return;
 	}
+	evhttp_clear_headers(&q);
 	/* An EventSource reconnecting says where it stopped; that wins over
 	 * the after= of the URL it was first opened with. */
 	if (sse && last_event != NULL && last_event[0] != '\0' &&
@@ -422,7 +413,7 @@ void dispatcher_runs_events(dispatcher_t *d, struct evhttp_request *req, const c
 	op->after = after;
 	op->sse = sse;
 	if (dispatcher_store_probe(d->store, run_id, on_probe, op) < 0) {
-		op_finish(op);
+		op_finish(op, NULL);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 503, "redis_unavailable", "redis: not connected");
 	}
 }
@@ -436,8 +427,7 @@ static void on_cancel(int rc, const char *status, void *arg)
 	char run_id[PROTO_RUN_ID_MAX + 1];
 	struct evhttp_request *req;
 
-	snprintf(run_id, sizeof run_id, "%s", op->run_id);
-	req = op_finish(op);
+	req = op_finish(op, run_id);
 	if (rc == DISPATCHER_STORE_OK) {
 		rn_counter_add(d->c_cancels, 1);
 		rn_log_info(run_id, "cancel_requested", "cancel written to the control stream");
@@ -502,7 +492,7 @@ void dispatcher_runs_cancel(dispatcher_t *d, struct evhttp_request *req, const c
 		return;
 	}
 	if (dispatcher_store_cancel(d->store, run_id, reason, 1, state_ttl(d, 0), on_cancel, op) < 0) {
-		op_finish(op);
+		op_finish(op, NULL);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_CANCEL, 503, "redis_unavailable", "redis: not connected");
 	}
 }
@@ -521,9 +511,8 @@ static void on_reply(int rc, const char *what, const char *options, void *arg)
 	char run_id[PROTO_RUN_ID_MAX + 1], ask_id[PROTO_CTL_ID_MAX + 1];
 	struct evhttp_request *req;
 
-	snprintf(run_id, sizeof run_id, "%s", ro->op->run_id);
 	snprintf(ask_id, sizeof ask_id, "%s", ro->ask_id);
-	req = op_finish(ro->op);
+	req = op_finish(ro->op, run_id);
 	free(ro);
 	if (rc == DISPATCHER_STORE_OK && strcmp(what, "written") == 0)
 		rn_log_info(run_id, "reply_requested", "reply to ask %s written to the control stream", ask_id);
@@ -630,7 +619,7 @@ void dispatcher_runs_reply(dispatcher_t *d, struct evhttp_request *req, const ch
 	if (dispatcher_store_reply(d->store, run_id, ask_id, msg,
 	                           ctl->reply == PROTO_REPLY_OPTION ? ctl->option : NULL,
 	                           state_ttl(d, 0), on_reply, ro) < 0) {
-		op_finish(ro->op);
+		op_finish(ro->op, NULL);
 		free(ro);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 503, "redis_unavailable", "redis: not connected");
 	}

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <event2/buffer.h>
 #include <sodium.h>
 
 /*
@@ -64,19 +63,6 @@ static void security_headers(dispatcher_t *d, struct evkeyvalq *out)
 	evhttp_add_header(out, "Cross-Origin-Resource-Policy", "same-origin");
 }
 
-static void send_body(dispatcher_t *d, struct evhttp_request *req, int status, const void *data, size_t len)
-{
-	struct evbuffer *buf = evbuffer_new();
-
-	/* evhttp leaves the body out of a HEAD answer by itself. */
-	if (buf != NULL && len > 0)
-		evbuffer_add(buf, data, len);
-	dispatcher_count(d, DISPATCHER_ROUTE_UI, status);
-	evhttp_send_reply(req, status, NULL, buf);
-	if (buf != NULL)
-		evbuffer_free(buf);
-}
-
 static void serve_config(dispatcher_t *d, struct evhttp_request *req)
 {
 	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
@@ -89,10 +75,10 @@ static void serve_config(dispatcher_t *d, struct evhttp_request *req)
 	evhttp_add_header(out, "Content-Type", "application/json");
 	evhttp_add_header(out, "Cache-Control", "no-store");
 	if (text == NULL) {
-		send_body(d, req, 500, "{}\n", 3);
+		dispatcher_send(d, req, DISPATCHER_ROUTE_UI, 500, "{}\n", 3);
 		return;
 	}
-	send_body(d, req, 200, text, strlen(text));
+	dispatcher_send(d, req, DISPATCHER_ROUTE_UI, 200, text, strlen(text));
 	free(text);
 }
 
@@ -107,7 +93,7 @@ void dispatcher_ui_serve(dispatcher_t *d, struct evhttp_request *req, const char
 	if (strcmp(path, "/ui") == 0) {
 		evhttp_add_header(out, "Location", "/ui/");
 		evhttp_add_header(out, "Cache-Control", "no-cache");
-		send_body(d, req, 301, NULL, 0);
+		dispatcher_send(d, req, DISPATCHER_ROUTE_UI, 301, NULL, 0);
 		return;
 	}
 	if (strcmp(path, "/ui/config.json") == 0) {
@@ -131,9 +117,9 @@ void dispatcher_ui_serve(dispatcher_t *d, struct evhttp_request *req, const char
 	evhttp_add_header(out, "Cache-Control", "no-cache");
 	inm = evhttp_find_header(evhttp_request_get_input_headers(req), "If-None-Match");
 	if (inm != NULL && strstr(inm, etag) != NULL) {
-		send_body(d, req, 304, NULL, 0);
+		dispatcher_send(d, req, DISPATCHER_ROUTE_UI, 304, NULL, 0);
 		return;
 	}
 	evhttp_add_header(out, "Content-Type", f->ctype);
-	send_body(d, req, 200, f->data, f->len);
+	dispatcher_send(d, req, DISPATCHER_ROUTE_UI, 200, f->data, f->len);
 }
