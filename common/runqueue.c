@@ -402,15 +402,10 @@ int rn_runqueue_touch(redisContext *c, const char *prefix, const char *const *ru
 	int ret = 0;
 	for (size_t i = 0; i < sent; i++) {
 		redisReply *r = NULL;
-		if (redisGetReply(c, (void **)&r) != REDIS_OK) {
-			snprintf(errstr, errstr_size, "redis queue touch: %s",
-			         c->errstr[0] ? c->errstr : "connection lost");
-			return -1;
-		}
-		if (r->type == REDIS_REPLY_ERROR) {
-			snprintf(errstr, errstr_size, "redis queue touch: %.160s", r->str);
+		if (redisGetReply(c, (void **)&r) != REDIS_OK)
+			return rn_redis_reply_check(c, NULL, "queue touch", errstr, errstr_size);
+		if (rn_redis_reply_check(c, r, "queue touch", errstr, errstr_size) < 0)
 			ret = -1;
-		}
 		freeReplyObject(r);
 	}
 	return ret;

@@ -230,14 +230,11 @@ int rn_runstate_heartbeat(redisContext *c, const char *prefix,
 	int ret = 0;
 	for (size_t i = 0; i < n; i++) {
 		redisReply *r = NULL;
-		if (redisGetReply(c, (void **)&r) != REDIS_OK) {
-			snprintf(errstr, errstr_size, "redis heartbeat: %s",
-			         c->errstr[0] ? c->errstr : "connection lost");
-			return -1;
-		}
+		if (redisGetReply(c, (void **)&r) != REDIS_OK)
+			return rn_redis_reply_check(c, NULL, "heartbeat", errstr, errstr_size);
 		if (r->type == REDIS_REPLY_ERROR) {
 			if (ret == 0)
-				snprintf(errstr, errstr_size, "redis heartbeat: %.160s", r->str);
+				rn_redis_reply_check(c, r, "heartbeat", errstr, errstr_size);
 			ret = -1;
 			owned[i] = 1; /* unknown: do not stop a run on a script error */
 		} else {
