@@ -118,24 +118,30 @@ int proto_job_key_parse(const char *hex, uint8_t key[PROTO_JOB_KEY_BYTES],
 
 /* ---- validation of values (shared by parse and validate) ---- */
 
+/* A name field (run_id, tenant): at most max characters that valid()
+ * accepts; allowed lists them for the error. */
+static int check_name(const char *field, const char *s, size_t max, int (*valid)(const char *),
+                      const char *allowed, char *errstr, size_t size)
+{
+	if (strnlen(s, max + 1) > max) {
+		seterr(errstr, size, "%s: longer than %zu characters", field, max);
+		return -1;
+	}
+	if (!valid(s)) {
+		seterr(errstr, size, "%s: invalid character (allowed: %s)", field, allowed);
+		return -1;
+	}
+	return 0;
+}
+
 static int check_run_id(const char *run_id, char *errstr, size_t size)
 {
-	size_t n;
-
 	if (run_id == NULL || run_id[0] == '\0') {
 		seterr(errstr, size, "run_id: empty");
 		return -1;
 	}
-	n = strnlen(run_id, PROTO_RUN_ID_MAX + 1);
-	if (n > PROTO_RUN_ID_MAX) {
-		seterr(errstr, size, "run_id: longer than %d characters", PROTO_RUN_ID_MAX);
-		return -1;
-	}
-	if (!proto_run_id_valid(run_id)) {
-		seterr(errstr, size, "run_id: invalid character (allowed: A-Z a-z 0-9 _ -)");
-		return -1;
-	}
-	return 0;
+	return check_name("run_id", run_id, PROTO_RUN_ID_MAX, proto_run_id_valid, "A-Z a-z 0-9 _ -", errstr,
+	                  size);
 }
 
 int proto_tenant_valid(const char *s)
@@ -152,15 +158,7 @@ static int check_tenant(const char *t, char *errstr, size_t size)
 {
 	if (t[0] == '\0')
 		return 0; /* absent: the default tenant */
-	if (strnlen(t, PROTO_TENANT_MAX + 1) > PROTO_TENANT_MAX) {
-		seterr(errstr, size, "tenant: longer than %d characters", PROTO_TENANT_MAX);
-		return -1;
-	}
-	if (!proto_tenant_valid(t)) {
-		seterr(errstr, size, "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)");
-		return -1;
-	}
-	return 0;
+	return check_name("tenant", t, PROTO_TENANT_MAX, proto_tenant_valid, "A-Z a-z 0-9 _ . -", errstr, size);
 }
 
 static int check_url(const char *url, char *errstr, size_t size)
