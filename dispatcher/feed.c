@@ -20,6 +20,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include "common/list.h"
 #include "common/log.h"
 #include "proto/keys.h"
 
@@ -68,12 +69,7 @@ static void feed_free(dispatcher_feed_t *f)
 		event_free(f->ev_heartbeat);
 	if (f->chunk != NULL)
 		evbuffer_free(f->chunk);
-	if (f->prev != NULL)
-		f->prev->next = f->next;
-	else if (d->feeds == f)
-		d->feeds = f->next;
-	if (f->next != NULL)
-		f->next->prev = f->prev;
+	RN_LIST_UNLINK(d->feeds, f);
 	rn_gauge_add(d->g_streams, -1);
 	free(f);
 }
@@ -242,10 +238,7 @@ void dispatcher_feed_start(dispatcher_t *d, struct evhttp_request *req, dispatch
 	f->sse = sse;
 	f->cancel_on_close = cancel_on_close;
 	snprintf(f->run_id, sizeof f->run_id, "%s", run_id);
-	f->next = d->feeds;
-	if (d->feeds != NULL)
-		d->feeds->prev = f;
-	d->feeds = f;
+	RN_LIST_PUSH(d->feeds, f);
 	rn_gauge_add(d->g_streams, 1);
 
 	evhttp_add_header(out, "Content-Type", sse ? "text/event-stream" : "application/x-ndjson");

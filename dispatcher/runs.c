@@ -24,6 +24,7 @@
 #include <event2/keyvalq_struct.h>
 #include <sodium.h>
 
+#include "common/list.h"
 #include "common/log.h"
 #include "dispatcher/request.h"
 #include "proto/control.h"
@@ -57,13 +58,7 @@ static void enqueue_unlink(dispatcher_enqueue_t *e)
 {
 	dispatcher_t *d = e->d;
 
-	if (e->prev != NULL)
-		e->prev->next = e->next;
-	else if (d->enqueues == e)
-		d->enqueues = e->next;
-	if (e->next != NULL)
-		e->next->prev = e->prev;
-	e->next = e->prev = NULL;
+	RN_LIST_UNLINK(d->enqueues, e);
 }
 
 static void enqueue_free(dispatcher_enqueue_t *e)
@@ -238,10 +233,7 @@ void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatc
 		return;
 	}
 	evhttp_connection_set_closecb(e->evcon, on_enqueue_close, e);
-	e->next = d->enqueues;
-	if (d->enqueues != NULL)
-		d->enqueues->prev = e;
-	d->enqueues = e;
+	RN_LIST_PUSH(d->enqueues, e);
 }
 
 void dispatcher_runs_abort_all(dispatcher_t *d)

@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 
+#include "common/list.h"
 #include "common/log.h"
 #include "dispatcher/rconn.h"
 #include "proto/job.h"
@@ -143,12 +144,7 @@ static void run_free(tail_run_t *r)
 		free(s);
 		s = n;
 	}
-	if (r->prev != NULL)
-		r->prev->next = r->next;
-	else
-		c->runs = r->next;
-	if (r->next != NULL)
-		r->next->prev = r->prev;
+	RN_LIST_UNLINK(c->runs, r);
 	c->nruns--;
 	rn_gauge_add(c->t->g_runs, -1);
 	free(r);
@@ -165,12 +161,7 @@ static void run_gc(tail_run_t *r)
 		dispatcher_tail_sub_t *n = s->next;
 
 		if (s->dead) {
-			if (s->prev != NULL)
-				s->prev->next = s->next;
-			else
-				r->subs = s->next;
-			if (s->next != NULL)
-				s->next->prev = s->prev;
+			RN_LIST_UNLINK(r->subs, s);
 			free(s);
 		}
 		s = n;
@@ -564,10 +555,7 @@ dispatcher_tail_sub_t *dispatcher_tail_attach(dispatcher_tail_t *t, const char *
 		snprintf(run->run_id, sizeof run->run_id, "%s", run_id);
 		proto_key(run->key, sizeof run->key, t->prefix, run_id, PROTO_KEY_OUT);
 		run->conn = c;
-		run->next = c->runs;
-		if (c->runs != NULL)
-			c->runs->prev = run;
-		c->runs = run;
+		RN_LIST_PUSH(c->runs, run);
 		c->nruns++;
 		rn_gauge_add(t->g_runs, 1);
 	}
@@ -576,10 +564,7 @@ dispatcher_tail_sub_t *dispatcher_tail_attach(dispatcher_tail_t *t, const char *
 	s->cursor = after;
 	s->cb = cb;
 	s->arg = arg;
-	s->next = run->subs;
-	if (run->subs != NULL)
-		run->subs->prev = s;
-	run->subs = s;
+	RN_LIST_PUSH(run->subs, s);
 	run->nsubs++;
 	t->nsubs++;
 	rn_gauge_add(t->g_callers, 1);
