@@ -12,25 +12,46 @@
 
 static const char *g_bin;
 
-/* Runs runnel with args; checks exit code and exact stderr (NULL: skip). */
-static void expect(const char *const *args, const char *const *env, int code, const char *err)
+/* Runs runnel with args and env and checks its exit code; the output stays
+ * in *p for the caller (clirun_free).  shown gets the arguments, for
+ * messages. */
+static void run_code(const char *const *args, const char *const *env, int code, clirun_t *p, char *shown,
+                     size_t shown_size)
 {
 	const char *argv[16] = { g_bin };
 	int n = 1;
-	char shown[512] = "";
 	size_t off = 0;
+	shown[0] = '\0';
 	for (int i = 0; args[i] && n < 15; i++) {
 		argv[n++] = args[i];
-		int w = snprintf(shown + off, sizeof(shown) - off, " %s", args[i]);
+		int w = snprintf(shown + off, shown_size - off, " %s", args[i]);
 		if (w > 0)
-			off += (size_t)w < sizeof(shown) - off ? (size_t)w : sizeof(shown) - off - 1;
+			off += (size_t)w < shown_size - off ? (size_t)w : shown_size - off - 1;
 	}
 	argv[n] = NULL;
+	int rc = clirun(argv, env, 20000, p);
+	TH_CHECK(rc == code, "runnel%s: exit %d, want %d (stderr: %s)", shown, rc, code, p->err);
+}
+
+/* Runs runnel with args; checks exit code and exact stderr (NULL: skip). */
+static void expect(const char *const *args, const char *const *env, int code, const char *err)
+{
+	char shown[512];
 	clirun_t p;
-	int rc = clirun(argv, env, 20000, &p);
-	TH_CHECK(rc == code, "runnel%s: exit %d, want %d (stderr: %s)", shown, rc, code, p.err);
+	run_code(args, env, code, &p, shown, sizeof(shown));
 	if (err)
 		TH_CHECK(th_streq(p.err, err), "runnel%s: stderr\n%s\nwant\n%s", shown, p.err, err);
+	clirun_free(&p);
+}
+
+/* The same, for a stderr that starts with err. */
+static void expect_prefix(const char *const *args, const char *const *env, int code, const char *err)
+{
+	char shown[512];
+	clirun_t p;
+	run_code(args, env, code, &p, shown, sizeof(shown));
+	TH_CHECK(strncmp(p.err, err, strlen(err)) == 0, "runnel%s: stderr\n%s\nwant it to start with\n%s", shown,
+	         p.err, err);
 	clirun_free(&p);
 }
 
@@ -59,27 +80,12 @@ int main(int argc, char **argv)
 	g_bin = argv[1];
 
 	/* The program and its verbs. */
-	expect((const char *const[]){ NULL }, NULL, 2, NULL);
+	expect_prefix((const char *const[]){ NULL }, NULL, 2, "runnel: missing verb\nusage: runnel VERB");
+	expect_prefix(ARGS("frob"), NULL, 2, "runnel: unknown verb \"frob\"\n");
 	{
-		const char *a[] = { g_bin, NULL };
+		char shown[512];
 		clirun_t p;
-		clirun(a, NULL, 20000, &p);
-		TH_CHECK(strncmp(p.err, "runnel: missing verb\nusage: runnel VERB", 39) == 0, "%s", p.err);
-		clirun_free(&p);
-	}
-	{
-		const char *a[] = { g_bin, "frob", NULL };
-		clirun_t p;
-		int rc = clirun(a, NULL, 20000, &p);
-		TH_CHECK(rc == 2);
-		TH_CHECK(strncmp(p.err, "runnel: unknown verb \"frob\"\n", 28) == 0, "%s", p.err);
-		clirun_free(&p);
-	}
-	{
-		const char *a[] = { g_bin, "--help", NULL };
-		clirun_t p;
-		int rc = clirun(a, NULL, 20000, &p);
-		TH_CHECK(rc == 0);
+		run_code(ARGS("--help"), NULL, 0, &p, shown, sizeof(shown));
 		TH_CHECK(strstr(p.out, "usage: runnel VERB") && strstr(p.out, "submit") &&
 		                 strstr(p.out, "tail") && strstr(p.out, "cancel") && strstr(p.out, "status") &&
 		                 strstr(p.out, "dev"),
@@ -192,23 +198,14 @@ int main(int argc, char **argv)
 	expect(ARGS("cancel", "run_a"), ARGS(env), 4, want);
 	char *durl = th_strf("http://127.0.0.1:%d", port);
 	char *denv = th_strf("RUNNEL_DISPATCHER_URL=%s", durl);
+	expect_prefix(ARGS("cancel", "run_a", "--via", "dispatcher"), ARGS(denv), 4,
+	              th_strf("runnel cancel: cannot reach the dispatcher at %s/v1/runs/run_a/cancel: ", durl));
 	{
-		const char *a[] = { g_bin, "cancel", "run_a", "--via", "dispatcher", NULL };
-		const char *e[] = { denv, NULL };
+		char shown[512];
 		clirun_t p;
-		int rc = clirun(a, e, 20000, &p);
-		TH_CHECK(rc == 4, "cancel via dispatcher: %d %s", rc, p.err);
-		want = th_strf("runnel cancel: cannot reach the dispatcher at %s/v1/runs/run_a/cancel: ", durl);
-		TH_CHECK(strncmp(p.err, want, strlen(want)) == 0, "%s", p.err);
-		clirun_free(&p);
-	}
-	{
-		const char *a[] = { g_bin, "submit", "--agent-url", "http://h/ws", "--otp-setup", "otp_s3cret",
-			            "--otp-run", "otp_r3cret", "--prompt", "p", NULL };
-		const char *e[] = { denv, NULL };
-		clirun_t p;
-		int rc = clirun(a, e, 20000, &p);
-		TH_CHECK(rc == 4, "submit via dispatcher: %d %s", rc, p.err);
+		run_code(ARGS("submit", "--agent-url", "http://h/ws", "--otp-setup", "otp_s3cret", "--otp-run",
+		              "otp_r3cret", "--prompt", "p"),
+		         ARGS(denv), 4, &p, shown, sizeof(shown));
 		want = th_strf("runnel submit: cannot reach the dispatcher at %s/v1/runs: ", durl);
 		TH_CHECK(strncmp(p.err, want, strlen(want)) == 0, "%s", p.err);
 		TH_CHECK(!strstr(p.err, "r3cret") && !strstr(p.out, "r3cret"));
