@@ -12,13 +12,11 @@
 #include <unistd.h>
 #include <sys/wait.h>
 
+#include "tests/cli/cliredis.h"
 #include "tests/cli/clirun.h"
 #include "tests/support/harness.h"
 
-static const char *g_bin;
-static th_redis_t g_r;
-static redisContext *g_c;
-static char *g_env_url;
+static cli_redis_t T;
 
 static const char *const LINES[] = {
 	"{\"type\":\"log\",\"level\":\"info\",\"message\":\"Loaded 3 skills\",\"ts\":1700000000000}",
@@ -32,21 +30,21 @@ static const char *ERROR_LINE =
 static void xadd(const char *prefix, const char *run, const char *id, const char *line)
 {
 	char *key = th_strf("%s:{%s}:out", prefix, run);
-	redisReply *r = redisCommand(g_c, "XADD %s %s line %s", key, id, line);
+	redisReply *r = redisCommand(T.c, "XADD %s %s line %s", key, id, line);
 	TH_REQUIRE(r && r->type == REDIS_REPLY_STRING, "XADD %s %s", key, id);
 	freeReplyObject(r);
 }
 
 static void hset_status(const char *run, const char *status)
 {
-	redisReply *r = redisCommand(g_c, "HSET runnel:{%s}:state status %s enqueued_at 1700000000000", run, status);
+	redisReply *r = redisCommand(T.c, "HSET runnel:{%s}:state status %s enqueued_at 1700000000000", run, status);
 	TH_REQUIRE(r && r->type == REDIS_REPLY_INTEGER);
 	freeReplyObject(r);
 }
 
 static int run_tail(const char *const *extra, const char *const *env, clirun_t *p)
 {
-	return clirun_argv(g_bin, ARGS("tail"), extra, ARGS(g_env_url), env, 20000, p);
+	return clirun_argv(T.bin, ARGS("tail"), extra, ARGS(T.env_url), env, 20000, p);
 }
 
 static char *joined(size_t from, size_t to, const char *last)
@@ -170,8 +168,8 @@ static void test_tty_ask(void)
 	const int cols = 160, rows = 30;
 	clirun_t p;
 	hset_status("run_tty_ask", "running");
-	const char *argv[] = { g_bin, "tail", "run_tty_ask", NULL };
-	const char *env[] = { g_env_url, "TERM=xterm", NULL };
+	const char *argv[] = { T.bin, "tail", "run_tty_ask", NULL };
+	const char *env[] = { T.env_url, "TERM=xterm", NULL };
 	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
 	clirun_pump(&p, 300);
 	xadd("runnel", "run_tty_ask", "1-1",
@@ -205,8 +203,8 @@ static void test_follow_live(void)
 {
 	clirun_t p;
 	hset_status("run_live", "queued");
-	const char *argv[] = { g_bin, "tail", "run_live", "--json", NULL };
-	const char *env[] = { g_env_url, NULL };
+	const char *argv[] = { T.bin, "tail", "run_live", "--json", NULL };
+	const char *env[] = { T.env_url, NULL };
 	TH_REQUIRE(clirun_start(&p, argv, env, 0, 0) == 0);
 	clirun_pump(&p, 300);
 	TH_CHECK(p.out_len == 0 && p.pid > 0, "printed before any line: %s", p.out);
@@ -220,7 +218,7 @@ static void test_follow_live(void)
 
 	/* Ctrl-C stops tailing only: exit 130, nothing written to the control stream. */
 	hset_status("run_int", "queued");
-	const char *argv2[] = { g_bin, "tail", "run_int", NULL };
+	const char *argv2[] = { T.bin, "tail", "run_int", NULL };
 	TH_REQUIRE(clirun_start(&p, argv2, env, 0, 0) == 0);
 	clirun_pump(&p, 300);
 	int64_t t0 = th_now_ms();
@@ -228,7 +226,7 @@ static void test_follow_live(void)
 	TH_CHECK(clirun_wait(&p, 5000) == 130, "exit %d: %s", p.exit_code, p.err);
 	TH_CHECK(th_now_ms() - t0 < 5000, "took %lld ms", (long long)(th_now_ms() - t0));
 	clirun_free(&p);
-	redisReply *r = redisCommand(g_c, "EXISTS runnel:{run_int}:ctl");
+	redisReply *r = redisCommand(T.c, "EXISTS runnel:{run_int}:ctl");
 	TH_CHECK(r && r->integer == 0, "tail wrote a control message");
 	freeReplyObject(r);
 }
@@ -239,8 +237,8 @@ static void test_tty(void)
 	const int cols = 100, rows = 40;
 	clirun_t p;
 	hset_status("run_tty", "running");
-	const char *argv[] = { g_bin, "tail", "run_tty", NULL };
-	const char *env[] = { g_env_url, "TERM=xterm", NULL };
+	const char *argv[] = { T.bin, "tail", "run_tty", NULL };
+	const char *env[] = { T.env_url, "TERM=xterm", NULL };
 	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
 	clirun_pump(&p, 300);
 	xadd("runnel", "run_tty", "1-1", LINES[0]);
@@ -298,8 +296,8 @@ static void test_tty_narrow(void)
 {
 	const int cols = 30, rows = 40;
 	clirun_t p;
-	const char *argv[] = { g_bin, "tail", "run_tty", NULL };
-	const char *env[] = { g_env_url, NULL };
+	const char *argv[] = { T.bin, "tail", "run_tty", NULL };
+	const char *env[] = { T.env_url, NULL };
 	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
 	TH_CHECK(clirun_wait(&p, 10000) == 0, "exit %d", p.exit_code);
 	char *screen = vt_screen(p.out, p.out_len, cols);
@@ -322,8 +320,8 @@ static void test_tty_scrolled(void)
 	const int cols = 80, rows = 5;
 	clirun_t p;
 	hset_status("run_scroll", "running");
-	const char *argv[] = { g_bin, "tail", "run_scroll", NULL };
-	const char *env[] = { g_env_url, NULL };
+	const char *argv[] = { T.bin, "tail", "run_scroll", NULL };
+	const char *env[] = { T.env_url, NULL };
 	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
 	xadd("runnel", "run_scroll", "1-1", LINES[1]);
 	for (int i = 0; i < 8; i++)
@@ -354,8 +352,8 @@ static void test_tty_scrolled(void)
 static void test_tty_dumb(void)
 {
 	clirun_t p;
-	const char *argv[] = { g_bin, "tail", "run_err", NULL };
-	const char *env[] = { g_env_url, "TERM=dumb", NULL };
+	const char *argv[] = { T.bin, "tail", "run_err", NULL };
+	const char *env[] = { T.env_url, "TERM=dumb", NULL };
 	TH_REQUIRE(clirun_start(&p, argv, env, 80, 24) == 0);
 	TH_CHECK(clirun_wait(&p, 10000) == 1, "exit %d", p.exit_code);
 	TH_CHECK(strchr(p.out, '\033') == NULL, "%s", p.out);
@@ -370,14 +368,14 @@ static void test_caps(void)
 {
 	const int nsteps = 4100;
 	for (int i = 0; i < nsteps; i++) {
-		redisAppendCommand(g_c, "XADD runnel:{run_caps}:out * line %s",
+		redisAppendCommand(T.c, "XADD runnel:{run_caps}:out * line %s",
 		                   th_strf("{\"type\":\"step\",\"id\":\"s%d\",\"name\":\"s%d\",\"status\":\"running\"}", i, i));
-		redisAppendCommand(g_c, "XADD runnel:{run_caps}:out * line %s",
+		redisAppendCommand(T.c, "XADD runnel:{run_caps}:out * line %s",
 		                   th_strf("{\"type\":\"step\",\"id\":\"s%d\",\"name\":\"s%d\",\"status\":\"succeeded\",\"durationMs\":5}", i, i));
 	}
 	for (int i = 0; i < 2 * nsteps; i++) {
 		redisReply *r = NULL;
-		TH_REQUIRE(redisGetReply(g_c, (void **)&r) == REDIS_OK && r && r->type == REDIS_REPLY_STRING);
+		TH_REQUIRE(redisGetReply(T.c, (void **)&r) == REDIS_OK && r && r->type == REDIS_REPLY_STRING);
 		freeReplyObject(r);
 	}
 	char *longname = malloc(5001);
@@ -414,8 +412,8 @@ static void test_caps(void)
 static void test_wait(void)
 {
 	clirun_t p;
-	const char *argv[] = { g_bin, "tail", "run_later", "--wait", "--json", NULL };
-	const char *env[] = { g_env_url, NULL };
+	const char *argv[] = { T.bin, "tail", "run_later", "--wait", "--json", NULL };
+	const char *env[] = { T.env_url, NULL };
 	TH_REQUIRE(clirun_start(&p, argv, env, 0, 0) == 0);
 	clirun_pump(&p, 500);
 	TH_CHECK(waitpid(p.pid, NULL, WNOHANG) == 0, "tail --wait exited early: %s", p.err);
@@ -440,7 +438,7 @@ static void test_reconnect(void)
 
 	clirun_t p;
 	char *env_url = th_strf("RUNNEL_REDIS_URL=%s", r2.url);
-	const char *argv[] = { g_bin, "tail", "run_rc", "--json", NULL };
+	const char *argv[] = { T.bin, "tail", "run_rc", "--json", NULL };
 	const char *env[] = { env_url, NULL };
 	TH_REQUIRE(clirun_start(&p, argv, env, 0, 0) == 0);
 	for (int i = 0; i < 100 && !strstr(p.out, "\n"); i++)
@@ -476,7 +474,7 @@ static void test_reconnect(void)
 	TH_REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
 	freeReplyObject(rep);
 	redisFree(c2);
-	const char *argv2[] = { g_bin, "tail", "run_gone", "--json", NULL };
+	const char *argv2[] = { T.bin, "tail", "run_gone", "--json", NULL };
 	TH_REQUIRE(clirun_start(&p, argv2, env, 0, 0) == 0);
 	/* Kill Redis only once the tail is reading (it printed the first line). */
 	for (int i = 0; i < 200 && !strchr(p.out, '\n'); i++)
@@ -493,12 +491,7 @@ static void test_reconnect(void)
 
 int main(int argc, char **argv)
 {
-	TH_REQUIRE(argc == 2, "usage: test_cli_tail RUNNEL_BINARY");
-	g_bin = argv[1];
-	TH_REQUIRE(th_redis_start(&g_r, NULL) == 0, "redis");
-	g_c = th_redis_connect(&g_r);
-	TH_REQUIRE(g_c != NULL);
-	g_env_url = th_strf("RUNNEL_REDIS_URL=%s", g_r.url);
+	cli_redis_start(&T, argc, argv, "test_cli_tail");
 
 	test_json_and_codes();
 	test_plain();
@@ -513,6 +506,6 @@ int main(int argc, char **argv)
 	test_caps();
 	test_reconnect();
 
-	redisFree(g_c);
+	redisFree(T.c);
 	return th_done();
 }
