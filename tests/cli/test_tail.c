@@ -47,6 +47,20 @@ static int run_tail(const char *const *extra, const char *const *env, clirun_t *
 	return clirun_argv(T.bin, ARGS("tail"), extra, ARGS(T.env_url), env, 20000, p);
 }
 
+/* Starts `runnel tail args...` against the test's Redis, with env added
+ * (NULL, or NAME=value entries that win over the defaults), on a cols x rows
+ * terminal (0, 0: pipes). */
+static void start_tail(clirun_t *p, const char *const *args, const char *const *env, int cols, int rows)
+{
+	const char *argv[16] = { T.bin, "tail" };
+	const char *envv[8] = { T.env_url };
+	for (size_t i = 0; args[i] && i < 13; i++)
+		argv[i + 2] = args[i];
+	for (size_t i = 0; env && env[i] && i < 6; i++)
+		envv[i + 1] = env[i];
+	TH_REQUIRE(clirun_start(p, argv, envv, cols, rows) == 0, "runnel tail %s", args[0]);
+}
+
 static char *joined(size_t from, size_t to, const char *last)
 {
 	char *s = th_strf("%s", "");
@@ -168,9 +182,7 @@ static void test_tty_ask(void)
 	const int cols = 160, rows = 30;
 	clirun_t p;
 	hset_status("run_tty_ask", "running");
-	const char *argv[] = { T.bin, "tail", "run_tty_ask", NULL };
-	const char *env[] = { T.env_url, "TERM=xterm", NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
+	start_tail(&p, ARGS("run_tty_ask"), ARGS("TERM=xterm"), cols, rows);
 	clirun_pump(&p, 300);
 	xadd("runnel", "run_tty_ask", "1-1",
 	     "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"title\":\"Run: ls\","
@@ -203,9 +215,7 @@ static void test_follow_live(void)
 {
 	clirun_t p;
 	hset_status("run_live", "queued");
-	const char *argv[] = { T.bin, "tail", "run_live", "--json", NULL };
-	const char *env[] = { T.env_url, NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, 0, 0) == 0);
+	start_tail(&p, ARGS("run_live", "--json"), NULL, 0, 0);
 	clirun_pump(&p, 300);
 	TH_CHECK(p.out_len == 0 && p.pid > 0, "printed before any line: %s", p.out);
 	for (size_t i = 0; i < 4; i++) {
@@ -218,8 +228,7 @@ static void test_follow_live(void)
 
 	/* Ctrl-C stops tailing only: exit 130, nothing written to the control stream. */
 	hset_status("run_int", "queued");
-	const char *argv2[] = { T.bin, "tail", "run_int", NULL };
-	TH_REQUIRE(clirun_start(&p, argv2, env, 0, 0) == 0);
+	start_tail(&p, ARGS("run_int"), NULL, 0, 0);
 	clirun_pump(&p, 300);
 	int64_t t0 = th_now_ms();
 	clirun_signal(&p, SIGINT);
@@ -237,9 +246,7 @@ static void test_tty(void)
 	const int cols = 100, rows = 40;
 	clirun_t p;
 	hset_status("run_tty", "running");
-	const char *argv[] = { T.bin, "tail", "run_tty", NULL };
-	const char *env[] = { T.env_url, "TERM=xterm", NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
+	start_tail(&p, ARGS("run_tty"), ARGS("TERM=xterm"), cols, rows);
 	clirun_pump(&p, 300);
 	xadd("runnel", "run_tty", "1-1", LINES[0]);
 	xadd("runnel", "run_tty", "1-2", LINES[1]);
@@ -296,9 +303,7 @@ static void test_tty_narrow(void)
 {
 	const int cols = 30, rows = 40;
 	clirun_t p;
-	const char *argv[] = { T.bin, "tail", "run_tty", NULL };
-	const char *env[] = { T.env_url, NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
+	start_tail(&p, ARGS("run_tty"), NULL, cols, rows);
 	TH_CHECK(clirun_wait(&p, 10000) == 0, "exit %d", p.exit_code);
 	char *screen = vt_screen(p.out, p.out_len, cols);
 	TH_NOTE("narrow screen:\n%s", screen);
@@ -320,9 +325,7 @@ static void test_tty_scrolled(void)
 	const int cols = 80, rows = 5;
 	clirun_t p;
 	hset_status("run_scroll", "running");
-	const char *argv[] = { T.bin, "tail", "run_scroll", NULL };
-	const char *env[] = { T.env_url, NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
+	start_tail(&p, ARGS("run_scroll"), NULL, cols, rows);
 	xadd("runnel", "run_scroll", "1-1", LINES[1]);
 	for (int i = 0; i < 8; i++)
 		xadd("runnel", "run_scroll", th_strf("1-%d", i + 2),
@@ -352,9 +355,7 @@ static void test_tty_scrolled(void)
 static void test_tty_dumb(void)
 {
 	clirun_t p;
-	const char *argv[] = { T.bin, "tail", "run_err", NULL };
-	const char *env[] = { T.env_url, "TERM=dumb", NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, 80, 24) == 0);
+	start_tail(&p, ARGS("run_err"), ARGS("TERM=dumb"), 80, 24);
 	TH_CHECK(clirun_wait(&p, 10000) == 1, "exit %d", p.exit_code);
 	TH_CHECK(strchr(p.out, '\033') == NULL, "%s", p.out);
 	TH_CHECK(strstr(p.out, "step    recipes/add-node.sh succeeded 412ms\r\n") != NULL, "%s", p.out);
@@ -412,9 +413,7 @@ static void test_caps(void)
 static void test_wait(void)
 {
 	clirun_t p;
-	const char *argv[] = { T.bin, "tail", "run_later", "--wait", "--json", NULL };
-	const char *env[] = { T.env_url, NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, 0, 0) == 0);
+	start_tail(&p, ARGS("run_later", "--wait", "--json"), NULL, 0, 0);
 	clirun_pump(&p, 500);
 	TH_CHECK(waitpid(p.pid, NULL, WNOHANG) == 0, "tail --wait exited early: %s", p.err);
 	xadd("runnel", "run_later", "9-1", LINES[3]);
@@ -438,9 +437,7 @@ static void test_reconnect(void)
 
 	clirun_t p;
 	char *env_url = th_strf("RUNNEL_REDIS_URL=%s", r2.url);
-	const char *argv[] = { T.bin, "tail", "run_rc", "--json", NULL };
-	const char *env[] = { env_url, NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, 0, 0) == 0);
+	start_tail(&p, ARGS("run_rc", "--json"), ARGS(env_url), 0, 0);
 	for (int i = 0; i < 100 && !strstr(p.out, "\n"); i++)
 		clirun_pump(&p, 50);
 	TH_CHECK(th_streq(p.out, joined(0, 1, NULL)), "before the restart: %s", p.out);
@@ -474,8 +471,7 @@ static void test_reconnect(void)
 	TH_REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
 	freeReplyObject(rep);
 	redisFree(c2);
-	const char *argv2[] = { T.bin, "tail", "run_gone", "--json", NULL };
-	TH_REQUIRE(clirun_start(&p, argv2, env, 0, 0) == 0);
+	start_tail(&p, ARGS("run_gone", "--json"), ARGS(env_url), 0, 0);
 	/* Kill Redis only once the tail is reading (it printed the first line). */
 	for (int i = 0; i < 200 && !strchr(p.out, '\n'); i++)
 		clirun_pump(&p, 50);
