@@ -302,13 +302,7 @@ int main(void)
 	th_kafka_t k;
 	redisContext *c;
 
-	th_init("dispatcher_api");
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	TH_REQUIRE(th_redis_start(&red, NULL) == 0, "redis");
-	TH_REQUIRE(th_kafka_start(&k, 1) == 0, "kafka");
-	TH_REQUIRE(th_kafka_create_topic(&k, "runnel.jobs", 1) == 0);
-	c = th_redis_connect(&red);
-	TH_REQUIRE(c != NULL);
+	dt_servers_start("dispatcher_api", &red, &k, 1, &c);
 	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){ "RUNNEL_CORS_ORIGINS=https://app.example, https://other.example", NULL }) == 0, "dispatcher");
 	TH_REQUIRE(dt_wait_ready(&D, 200, 10000), "readyz");
 

@@ -228,13 +228,7 @@ int main(void)
 	th_kafka_t k;
 	dt_resp_t r;
 
-	th_init("dispatcher_faults");
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	TH_REQUIRE(th_redis_start(&RED, NULL) == 0);
-	TH_REQUIRE(th_kafka_start(&k, 1) == 0);
-	TH_REQUIRE(th_kafka_create_topic(&k, "runnel.jobs", 1) == 0);
-	C = th_redis_connect(&RED);
-	TH_REQUIRE(C != NULL);
+	dt_servers_start("dispatcher_faults", &RED, &k, 1, &C);
 	TH_REQUIRE(dt_disp_start(&D, &RED, &k, (const char *const[]){ "RUNNEL_ENQUEUE_TIMEOUT_MS=3000", "RUNNEL_SWEEP_MS=200", "RUNNEL_KAFKA_PROPERTIES=reconnect.backoff.max.ms=200", NULL }) == 0);
 	TH_REQUIRE(dt_wait_ready(&D, 200, 10000));
 	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("warm", NULL), -1, 15000) == 0 &&

@@ -563,12 +563,7 @@ int main(void)
 	th_kafka_t k;
 	dt_multi_t m;
 
-	th_init("dispatcher_stream");
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	TH_REQUIRE(th_redis_start(&red, NULL) == 0, "redis");
-	TH_REQUIRE(th_kafka_start(&k, 1) == 0, "kafka");
-	C = th_redis_connect(&red);
-	TH_REQUIRE(C != NULL);
+	dt_servers_start("dispatcher_stream", &red, &k, 0, &C);
 	/* A small ASan quarantine, so that the dispatcher's RSS shows what it
 	 * holds rather than what it freed recently. */
 	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){ "RUNNEL_HEARTBEAT_SEC=1", th_strf("ASAN_OPTIONS=%s%squarantine_size_mb=4", getenv("ASAN_OPTIONS") != NULL ? getenv("ASAN_OPTIONS") : "", getenv("ASAN_OPTIONS") != NULL ? ":" : ""), NULL }) == 0);
