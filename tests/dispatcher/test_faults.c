@@ -66,6 +66,18 @@ static void test_kafka_down(th_kafka_t *k)
 	dt_resp_free(&r);
 }
 
+/* With the broker down, opens a request that submits run on m (started
+ * here) and waits up to 5 s until the run's state exists.  1 when it does. */
+static int post_while_broker_down(th_kafka_t *k, dt_multi_t *m, dt_stream_t *s, const char *path, const char *run)
+{
+	TH_REQUIRE(dt_multi_init(m) == 0);
+	TH_REQUIRE(th_kafka_broker_down(k, 1) == 0);
+	TH_REQUIRE(dt_stream_open(m, s, url(path), JSON_CT, dt_job_body(run, NULL)) == 0);
+	for (int64_t end = th_now_ms() + 5000; th_now_ms() < end && !state_exists((void *)run);)
+		dt_multi_pump(m, 20);
+	return state_exists((void *)run);
+}
+
 /* A /stream caller leaves while Kafka is slow: once the job is delivered,
  * the run is cancelled (nobody will watch it). */
 static void test_leave_before_delivery(th_kafka_t *k)
@@ -73,12 +85,7 @@ static void test_leave_before_delivery(th_kafka_t *k)
 	dt_multi_t m;
 	dt_stream_t s;
 
-	TH_REQUIRE(dt_multi_init(&m) == 0);
-	TH_REQUIRE(th_kafka_broker_down(k, 1) == 0);
-	TH_REQUIRE(dt_stream_open(&m, &s, url("/stream"), JSON_CT, dt_job_body("kd_left", NULL)) == 0);
-	for (int64_t end = th_now_ms() + 5000; th_now_ms() < end && !state_exists("kd_left");)
-		dt_multi_pump(&m, 20);
-	TH_CHECK(state_exists("kd_left"));
+	TH_CHECK(post_while_broker_down(k, &m, &s, "/stream", "kd_left"));
 	dt_stream_close(&m, &s);
 	dt_multi_cleanup(&m);
 	TH_REQUIRE(th_kafka_broker_up(k, 1) == 0);
@@ -199,12 +206,7 @@ static void test_shutdown_answers(th_kafka_t *k)
 	dt_resp_t r;
 	int st = -1;
 
-	TH_REQUIRE(dt_multi_init(&m) == 0);
-	TH_REQUIRE(th_kafka_broker_down(k, 1) == 0);
-	TH_REQUIRE(dt_stream_open(&m, &s, url("/v1/runs"), JSON_CT, dt_job_body("kd_term", NULL)) == 0);
-	for (int64_t end = th_now_ms() + 5000; th_now_ms() < end && !state_exists("kd_term");)
-		dt_multi_pump(&m, 20);
-	TH_REQUIRE(state_exists("kd_term"));
+	TH_REQUIRE(post_while_broker_down(k, &m, &s, "/v1/runs", "kd_term"));
 	TH_REQUIRE(kill(D.pid, SIGTERM) == 0);
 	dt_multi_pump(&m, 300);
 	/* Draining: new connections are no longer taken. */
