@@ -1,9 +1,10 @@
 /*
  * tests/support/httpd.h - the one loopback HTTP server core of the tests'
  * fake upstreams (tests/acp/fakeprov.c, tests/builtin/fakechat.c, the
- * dispatcher in tests/cli/test_submit_dispatcher.c): a listener on a free 127.0.0.1 port, an accept loop on its own thread, the
- * reading of one request (head, then a Content-Length or chunked body) and
- * a printf onto the connection.  What to answer is the caller's: it gets
+ * dispatcher in tests/cli/test_submit_dispatcher.c): a listener on a free
+ * 127.0.0.1 port, an accept loop on its own thread, the reading of one
+ * request (head, then a Content-Length or chunked body) and a printf onto
+ * the connection.  What to answer is the caller's: it gets
  * each request in a serve callback and writes the response itself.  Every
  * connection carries one request and is closed after the callback returns.
  *
