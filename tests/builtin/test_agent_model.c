@@ -101,7 +101,8 @@ static int count_steps(const ap_t *a, const char *status)
  * type/code/message.  requests: how many requests the server must have had
  * (ANY: not checked); succeeded: when above 0, how many steps must have
  * succeeded; max_ms: the run's time limit (0: none); absent: a string the
- * output must not hold (NULL: none).
+ * output must not hold (NULL: none); check: the case's own further checks
+ * (NULL: none).
  */
 typedef struct model_case {
 	const char *name;
@@ -113,12 +114,14 @@ typedef struct model_case {
 	int requests, succeeded;
 	int64_t max_ms;
 	const char *absent;
+	void (*check)(const char *ws, fakechat_t *f, ap_t *a); /* further checks, or NULL */
 } model_case_t;
 
 #define SCRIPT(...) \
 	.script = (const fc_resp_t[]){ __VA_ARGS__ }, \
 	.nscript = (int)(sizeof((const fc_resp_t[]){ __VA_ARGS__ }) / sizeof(fc_resp_t))
-#define ANY -1
+#define SCRIPT_OF(a) .script = (a), .nscript = (int)(sizeof(a) / sizeof((a)[0]))
+#define ANY          -1
 #define FLAGS(...) \
 	.flags = (const char *const[]) \
 	{ \
@@ -153,22 +156,19 @@ static void case_end(fakechat_t *f, ap_t *a)
 	fakechat_stop(f);
 }
 
-static void test_text_deltas(const char *ws)
+static const fc_resp_t text_deltas_script[] = { {
+	.body = FC_TEXT("Hel") "\x1e" FC_TEXT("lo, ") "\x1e"
+	                                              "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"wor\x1e"
+	                                              "ld\"}}]}\r\n\r\n"
+	                                              ": keep-alive\n\n" FC_STOP "\x1e" FC_DONE,
+} };
+
+static void text_deltas(const char *ws, fakechat_t *f, ap_t *a)
 {
-	static const fc_resp_t script[] = { {
-		.body = FC_TEXT("Hel") "\x1e" FC_TEXT("lo, ") "\x1e"
-		                                              "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"wor\x1e"
-		                                              "ld\"}}]}\r\n\r\n"
-		                                              ": keep-alive\n\n" FC_STOP "\x1e" FC_DONE,
-	} };
-	fakechat_t f;
-	ap_t a;
-	case_run(ws,
-	         &(model_case_t){ .name = "text deltas", .script = script, .nscript = 1, .type = "result", .message = "Hello, world", .requests = 1 },
-	         &f, &a);
-	TH_CHECK(WIFEXITED(a.status) && WEXITSTATUS(a.status) == 0);
-	TH_CHECK(th_streq(f.auth[0], "Bearer " KEY), "auth %s", f.auth[0] ? f.auth[0] : "-");
-	json_t *req = json_loads(f.bodies[0], 0, NULL);
+	(void)ws;
+	TH_CHECK(WIFEXITED(a->status) && WEXITSTATUS(a->status) == 0);
+	TH_CHECK(th_streq(f->auth[0], "Bearer " KEY), "auth %s", f->auth[0] ? f->auth[0] : "-");
+	json_t *req = json_loads(f->bodies[0], 0, NULL);
 	TH_CHECK(th_streq(json_string_value(json_object_get(req, "model")), "fake-model"));
 	TH_CHECK(json_is_true(json_object_get(req, "stream")));
 	TH_CHECK(th_streq(json_string_value(json_object_get(req, "tool_choice")), "auto"));
@@ -193,40 +193,35 @@ static void test_text_deltas(const char *ws)
 		have_list |= th_streq(n, "list_files");
 	}
 	TH_CHECK(have_bash && have_read && have_write && have_list, "built-in tools offered");
-	TH_CHECK(!strstr(f.bodies[0], KEY), "the key is not in the request body");
+	TH_CHECK(!strstr(f->bodies[0], KEY), "the key is not in the request body");
 	json_decref(req);
-	case_end(&f, &a);
 }
 
-static void test_split_tool_args(const char *ws)
+/* write_file's arguments arrive in four pieces, frames cut mid-way. */
+static const fc_resp_t split_tool_args_script[] = {
+	{ .body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,"
+	          "\"id\":\"call_w\",\"type\":\"function\",\"function\":{\"name\":\"write_file\",\"arguments\":\"\"}}]}}]}\n\n"
+	          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
+	          "\"{\\\"pa\"}}]}}]}\n\n\x1e"
+	          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"argu\x1e"
+	          "ments\":\"th\\\":\\\"assets/out.txt\\\",\"}}]}}]}\n\n"
+	          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
+	          "\"\\\"content\\\":\\\"hi \\\\u00e9\"}}]}}]}\n\n"
+	          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
+	          "\"\\\"}\"}}]}}]}\n\n" FC_CALLS FC_DONE },
+	{ .body = FC_TEXT("Wrote it.") FC_STOP FC_DONE },
+};
+
+static void split_tool_args(const char *ws, fakechat_t *f, ap_t *a)
 {
-	/* write_file's arguments arrive in four pieces, frames cut mid-way. */
-	static const fc_resp_t script[] = {
-		{ .body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,"
-		          "\"id\":\"call_w\",\"type\":\"function\",\"function\":{\"name\":\"write_file\",\"arguments\":\"\"}}]}}]}\n\n"
-		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
-		          "\"{\\\"pa\"}}]}}]}\n\n\x1e"
-		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"argu\x1e"
-		          "ments\":\"th\\\":\\\"assets/out.txt\\\",\"}}]}}]}\n\n"
-		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
-		          "\"\\\"content\\\":\\\"hi \\\\u00e9\"}}]}}]}\n\n"
-		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
-		          "\"\\\"}\"}}]}}]}\n\n" FC_CALLS FC_DONE },
-		{ .body = FC_TEXT("Wrote it.") FC_STOP FC_DONE },
-	};
-	fakechat_t f;
-	ap_t a;
-	case_run(ws,
-	         &(model_case_t){ .name = "split tool arguments", .script = script, .nscript = 2, .type = "result", .message = "Wrote it.", .requests = 2 },
-	         &f, &a);
-	TH_CHECK(count_steps(&a, "running") == 1 && count_steps(&a, "succeeded") == 1, "%s", a.out);
-	TH_CHECK(strstr(a.out, "\"args\":{\"path\":\"assets/out.txt\",\"content\":\"hi \xc3\xa9\"}") != NULL,
-	         "step args: %s", a.out);
-	TH_CHECK(strstr(a.out, "\"durationMs\":") != NULL);
+	TH_CHECK(count_steps(a, "running") == 1 && count_steps(a, "succeeded") == 1, "%s", a->out);
+	TH_CHECK(strstr(a->out, "\"args\":{\"path\":\"assets/out.txt\",\"content\":\"hi \xc3\xa9\"}") != NULL,
+	         "step args: %s", a->out);
+	TH_CHECK(strstr(a->out, "\"durationMs\":") != NULL);
 	char *content = th_file_read(th_strf("%s/assets/out.txt", ws), NULL);
 	TH_CHECK(th_streq(content, "hi \xc3\xa9"), "file: %s", content ? content : "-");
 	free(content);
-	json_t *req = json_loads(f.bodies[1], 0, NULL);
+	json_t *req = json_loads(f->bodies[1], 0, NULL);
 	json_t *msgs = json_object_get(req, "messages");
 	json_t *asst = json_array_get(msgs, json_array_size(msgs) - 2);
 	json_t *tool = json_array_get(msgs, json_array_size(msgs) - 1);
@@ -238,28 +233,24 @@ static void test_split_tool_args(const char *ws)
 	TH_CHECK(th_streq(json_string_value(json_object_get(tool, "role")), "tool"));
 	TH_CHECK(th_streq(json_string_value(json_object_get(tool, "tool_call_id")), "call_w"));
 	json_decref(req);
-	case_end(&f, &a);
 }
 
-static void test_two_calls(const char *ws)
+/* Two calls, their deltas interleaved by index. */
+static const fc_resp_t two_calls_script[] = {
+	{ .body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":["
+	          "{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{\\\"comm\"}},"
+	          "{\"index\":1,\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"list_files\",\"arguments\":\"{\\\"pa\"}}]}}]}\n\n"
+	          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\"th\\\":\\\".\\\"}\"}}]}}]}\n\n"
+	          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"and\\\":\\\"echo one; touch made\\\"}\"}}]}}]}\n\n" FC_CALLS FC_DONE },
+	{ .body = FC_TEXT("Both done.") FC_STOP FC_DONE },
+};
+
+static void two_calls(const char *ws, fakechat_t *f, ap_t *a)
 {
-	/* Two calls, their deltas interleaved by index. */
-	static const fc_resp_t script[] = {
-		{ .body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":["
-		          "{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{\\\"comm\"}},"
-		          "{\"index\":1,\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"list_files\",\"arguments\":\"{\\\"pa\"}}]}}]}\n\n"
-		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\"th\\\":\\\".\\\"}\"}}]}}]}\n\n"
-		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"and\\\":\\\"echo one; touch made\\\"}\"}}]}}]}\n\n" FC_CALLS FC_DONE },
-		{ .body = FC_TEXT("Both done.") FC_STOP FC_DONE },
-	};
-	fakechat_t f;
-	ap_t a;
-	case_run(ws,
-	         &(model_case_t){ .name = "two calls", .script = script, .nscript = 2, .type = "result", .message = "Both done.", .requests = 2, .succeeded = 2 },
-	         &f, &a);
-	TH_CHECK(strstr(a.out, "\"name\":\"bash\"") && strstr(a.out, "\"name\":\"list_files\""));
-	TH_CHECK(strstr(a.out, "\"exitCode\":0,\"output\":\"one\\n\"") != NULL, "%s", a.out);
-	json_t *req = json_loads(f.bodies[1], 0, NULL);
+	(void)ws;
+	TH_CHECK(strstr(a->out, "\"name\":\"bash\"") && strstr(a->out, "\"name\":\"list_files\""));
+	TH_CHECK(strstr(a->out, "\"exitCode\":0,\"output\":\"one\\n\"") != NULL, "%s", a->out);
+	json_t *req = json_loads(f->bodies[1], 0, NULL);
 	json_t *msgs = json_object_get(req, "messages");
 	size_t n = json_array_size(msgs);
 	TH_CHECK(th_streq(json_string_value(json_object_get(json_array_get(msgs, n - 2), "tool_call_id")), "c1"));
@@ -267,25 +258,20 @@ static void test_two_calls(const char *ws)
 	TH_CHECK(strstr(json_string_value(json_object_get(json_array_get(msgs, n - 1), "content")), "made") != NULL,
 	         "list_files ran after bash made the file");
 	json_decref(req);
-	case_end(&f, &a);
 }
 
-static void test_429(const char *ws)
+static const fc_resp_t retry_after_script[] = {
+	{ .status = 429, .content_type = "application/json", .headers = "Retry-After: 1\r\n", .body = "{\"error\":{\"message\":\"Rate limit reached\"}}" },
+	{ .body = FC_TEXT("after the wait") FC_STOP FC_DONE },
+};
+
+static void retry_after(const char *ws, fakechat_t *f, ap_t *a)
 {
-	static const fc_resp_t script[] = {
-		{ .status = 429, .content_type = "application/json", .headers = "Retry-After: 1\r\n", .body = "{\"error\":{\"message\":\"Rate limit reached\"}}" },
-		{ .body = FC_TEXT("after the wait") FC_STOP FC_DONE },
-	};
-	fakechat_t f;
-	ap_t a;
-	case_run(ws,
-	         &(model_case_t){ .name = "429", .script = script, .nscript = 2, .type = "result", .message = "after the wait", .requests = 2 },
-	         &f, &a);
-	TH_CHECK(strstr(a.out, "The model provider answered HTTP 429: Rate limit reached; retrying in 1.0 s (1 of 3)") != NULL,
-	         "%s", a.out);
-	long long gap = (f.at_us[1] - f.at_us[0]) / 1000;
+	(void)ws;
+	TH_CHECK(strstr(a->out, "The model provider answered HTTP 429: Rate limit reached; retrying in 1.0 s (1 of 3)") != NULL,
+	         "%s", a->out);
+	long long gap = (f->at_us[1] - f->at_us[0]) / 1000;
 	TH_CHECK(gap >= 900, "Retry-After honoured: %lld ms between requests", gap);
-	case_end(&f, &a);
 }
 
 static void test_unreachable(const char *ws)
@@ -308,25 +294,52 @@ static void test_unreachable(const char *ws)
 
 
 /* The key is for the provider only: bash does not inherit it. */
-static void test_key_not_in_tools(const char *ws)
+static const fc_resp_t key_not_in_tools_script[] = {
+	{ .body = FC_CALL(0, "c", "bash", "{\\\"command\\\":\\\"env; echo key=[$OPENAI_API_KEY]\\\"}") FC_CALLS FC_DONE },
+	{ .body = FC_TEXT("done") FC_STOP FC_DONE },
+};
+
+static void key_not_in_tools(const char *ws, fakechat_t *f, ap_t *a)
 {
-	static const fc_resp_t script[] = {
-		{ .body = FC_CALL(0, "c", "bash", "{\\\"command\\\":\\\"env; echo key=[$OPENAI_API_KEY]\\\"}") FC_CALLS FC_DONE },
-		{ .body = FC_TEXT("done") FC_STOP FC_DONE },
-	};
-	fakechat_t f;
-	ap_t a;
-	case_run(ws,
-	         &(model_case_t){ .name = "key not in tools", .script = script, .nscript = 2, .type = "result", .message = "done", .requests = 2 },
-	         &f, &a);
-	TH_CHECK(strstr(a.out, "key=[]") != NULL, "%s", a.out);
-	TH_CHECK(!strstr(a.out, "OPENAI_API_KEY="));
-	TH_CHECK(!strstr(f.bodies[1], KEY), "the tool result sent back has no key");
-	case_end(&f, &a);
+	(void)ws;
+	TH_CHECK(strstr(a->out, "key=[]") != NULL, "%s", a->out);
+	TH_CHECK(!strstr(a->out, "OPENAI_API_KEY="));
+	TH_CHECK(!strstr(f->bodies[1], KEY), "the tool result sent back has no key");
 }
 
-/* The exchanges that need no checks beyond what a case states. */
+/* Every scripted exchange, in the order they run. */
 static const model_case_t cases[] = {
+	{ .name = "text deltas",
+	  SCRIPT_OF(text_deltas_script),
+	  .type = "result",
+	  .message = "Hello, world",
+	  .requests = 1,
+	  .check = text_deltas },
+	{ .name = "split tool arguments",
+	  SCRIPT_OF(split_tool_args_script),
+	  .type = "result",
+	  .message = "Wrote it.",
+	  .requests = 2,
+	  .check = split_tool_args },
+	{ .name = "two calls",
+	  SCRIPT_OF(two_calls_script),
+	  .type = "result",
+	  .message = "Both done.",
+	  .requests = 2,
+	  .succeeded = 2,
+	  .check = two_calls },
+	{ .name = "429",
+	  SCRIPT_OF(retry_after_script),
+	  .type = "result",
+	  .message = "after the wait",
+	  .requests = 2,
+	  .check = retry_after },
+	{ .name = "key not in tools",
+	  SCRIPT_OF(key_not_in_tools_script),
+	  .type = "result",
+	  .message = "done",
+	  .requests = 2,
+	  .check = key_not_in_tools },
 	{ .name = "500 retried, then given up",
 	  SCRIPT({ .status = 500, .content_type = "application/json", .body = "{\"error\":{\"message\":\"upstream exploded (key " KEY ")\"}}" }),
 	  FLAGS("--retries", "2"),
@@ -421,17 +434,14 @@ int main(int argc, char **argv)
 	agent_bin = argv[1];
 	const char *ws = th_tmpdir();
 	TH_REQUIRE(ws != NULL);
-	test_text_deltas(ws);
-	test_split_tool_args(ws);
-	test_two_calls(ws);
-	test_429(ws);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		fakechat_t f;
 		ap_t a;
 		case_run(ws, &cases[i], &f, &a);
+		if (cases[i].check)
+			cases[i].check(ws, &f, &a);
 		case_end(&f, &a);
 	}
 	test_unreachable(ws);
-	test_key_not_in_tools(ws);
 	return th_done();
 }
