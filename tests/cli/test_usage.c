@@ -12,6 +12,8 @@
 
 static const char *g_bin;
 
+#define SUBMIT_USAGE "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n"
+
 /* Runs runnel with args and env and checks its exit code; the output stays
  * in *p for the caller (clirun_free).  shown gets the arguments, for
  * messages. */
@@ -152,8 +154,7 @@ int main(int argc, char **argv)
 	       "runnel dev: --redis-url: redis url: must start with redis://\n"
 	       "usage: runnel dev [options] (see runnel dev --help)\n");
 	expect(ARGS("submit", "--agent-url", "http://h/ws"), NULL, 2,
-	       "runnel submit: --otp-setup is required\n"
-	       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
+	       "runnel submit: --otp-setup is required\n" SUBMIT_USAGE);
 
 	/* --otp-file has a cap (the largest job plus 4 KiB). */
 	{
@@ -166,22 +167,19 @@ int main(int argc, char **argv)
 		TH_REQUIRE(th_file_write(path, big, n) == 0);
 		free(big);
 		expect(ARGS("submit", "--otp-file", path), NULL, 2,
-		       "runnel submit: --otp-file: over 925696 bytes\n"
-		       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
-		char *bad = th_strf("%s/bad.json", dir);
-		TH_REQUIRE(th_file_write(bad, "[1,2]", 5) == 0);
-		expect(ARGS("submit", "--otp-file", bad), NULL, 2,
-		       "runnel submit: --otp-file: not a JSON object\n"
-		       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
-		TH_REQUIRE(th_file_write(bad, "{\n\"otp_setup\": otp_x", 20) == 0);
-		expect(ARGS("submit", "--otp-file", bad), NULL, 2,
-		       "runnel submit: --otp-file: not valid JSON (line 2)\n"
-		       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
-		char *num = th_strf("%s/num.json", dir);
-		TH_REQUIRE(th_file_write(num, "{\"otp_setup\":5}", 15) == 0);
-		expect(ARGS("submit", "--otp-file", num), NULL, 2,
-		       "runnel submit: --otp-file: otp_setup must be a string\n"
-		       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
+		       "runnel submit: --otp-file: over 925696 bytes\n" SUBMIT_USAGE);
+		/* Files that are not an object with string OTPs. */
+		static const char *const otp_files[][2] = {
+			{ "[1,2]", "not a JSON object" },
+			{ "{\n\"otp_setup\": otp_x", "not valid JSON (line 2)" },
+			{ "{\"otp_setup\":5}", "otp_setup must be a string" },
+		};
+		for (size_t i = 0; i < sizeof otp_files / sizeof otp_files[0]; i++) {
+			char *bad = th_strf("%s/bad%zu.json", dir, i);
+			TH_REQUIRE(th_file_write(bad, otp_files[i][0], strlen(otp_files[i][0])) == 0);
+			expect(ARGS("submit", "--otp-file", bad), NULL, 2,
+			       th_strf("runnel submit: --otp-file: %s\n" SUBMIT_USAGE, otp_files[i][1]));
+		}
 	}
 
 	/* Nothing listens: exit 4, the flag and its RUNNEL_REDIS_URL twin alike. */
