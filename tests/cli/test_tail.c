@@ -61,6 +61,20 @@ static void start_tail(clirun_t *p, const char *const *args, const char *const *
 	TH_REQUIRE(clirun_start(p, argv, envv, cols, rows) == 0, "runnel tail %s", args[0]);
 }
 
+/* Reads the live view for up to 5 s until its screen (cols wide) shows
+ * needle.  1 when it did. */
+static int screen_shows(clirun_t *p, int cols, const char *needle)
+{
+	int seen = 0;
+	for (int i = 0; i < 100 && !seen; i++) {
+		clirun_pump(p, 50);
+		char *sc = vt_screen(p->out, p->out_len, cols);
+		seen = strstr(sc, needle) != NULL;
+		free(sc);
+	}
+	return seen;
+}
+
 static char *joined(size_t from, size_t to, const char *last)
 {
 	char *s = th_strf("%s", "");
@@ -187,14 +201,7 @@ static void test_tty_ask(void)
 	xadd("runnel", "run_tty_ask", "1-1",
 	     "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"title\":\"Run: ls\","
 	     "\"options\":[{\"id\":\"allow_once\",\"label\":\"Allow\"}],\"status\":\"open\",\"ts\":1}");
-	int waiting = 0;
-	for (int i = 0; i < 100 && !waiting; i++) {
-		clirun_pump(&p, 50);
-		char *sc = vt_screen(p.out, p.out_len, cols);
-		waiting = strstr(sc, "waiting for a reply (1 open ask)") != NULL;
-		free(sc);
-	}
-	TH_CHECK(waiting, "no waiting footer:\n%s", p.out);
+	TH_CHECK(screen_shows(&p, cols, "waiting for a reply (1 open ask)"), "no waiting footer:\n%s", p.out);
 	xadd("runnel", "run_tty_ask", "1-2",
 	     "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"status\":\"answered\",\"option\":\"allow_once\",\"ts\":2}");
 	xadd("runnel", "run_tty_ask", "1-3", "{\"type\":\"result\",\"message\":\"ok\",\"ts\":3}");
@@ -251,14 +258,7 @@ static void test_tty(void)
 	xadd("runnel", "run_tty", "1-1", LINES[0]);
 	xadd("runnel", "run_tty", "1-2", LINES[1]);
 	/* Wait until the running row is on screen (spinner frames keep coming). */
-	int seen_running = 0;
-	for (int i = 0; i < 100 && !seen_running; i++) {
-		clirun_pump(&p, 50);
-		char *s = vt_screen(p.out, p.out_len, cols);
-		seen_running = strstr(s, "recipes/add-node.sh  running") != NULL;
-		free(s);
-	}
-	TH_CHECK(seen_running, "no running row:\n%s", p.out);
+	TH_CHECK(screen_shows(&p, cols, "recipes/add-node.sh  running"), "no running row:\n%s", p.out);
 	xadd("runnel", "run_tty", "1-3",
 	     "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"evil \\u001b[2J text\\nsecond line\",\"ts\":1}");
 	xadd("runnel", "run_tty", "1-4", LINES[2]);
