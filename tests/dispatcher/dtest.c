@@ -123,6 +123,14 @@ void dt_servers_start(const char *test_name, th_redis_t *red, th_kafka_t *k, int
 	TH_REQUIRE(*c != NULL, "connect to %s", red->url);
 }
 
+void dt_servers_stop(redisContext *c, th_kafka_t *k)
+{
+	if (c != NULL)
+		redisFree(c);
+	th_kafka_stop(k);
+	curl_global_cleanup();
+}
+
 pid_t dt_worker_start(const char *worker_bin, const th_redis_t *red, const th_kafka_t *k, const char *dir,
                       const char *worker_id, int slots)
 {

@@ -25,6 +25,10 @@
  */
 void dt_servers_start(const char *test_name, th_redis_t *red, th_kafka_t *k, int partitions, redisContext **c);
 
+/* The other end of dt_servers_start: closes c (NULL ok), destroys the mock
+ * cluster and cleans up libcurl (Redis goes at exit with the harness). */
+void dt_servers_stop(redisContext *c, th_kafka_t *k);
+
 /*
  * Starts the real worker (worker_bin) against red and k as worker_id with
  * slots slots, its work dir and worker.log under dir, at debug level, with a

@@ -333,8 +333,6 @@ int main(void)
 	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
 	TH_CHECK(!th_file_contains(D.log, "otp_S1") && !th_file_contains(D.log, "otp_R1") &&
 	         !th_file_contains(D.log, "otp_U1") && !th_file_contains(D.log, "inference node"));
-	redisFree(c);
-	th_kafka_stop(&k);
-	curl_global_cleanup();
+	dt_servers_stop(c, &k);
 	return th_done();
 }

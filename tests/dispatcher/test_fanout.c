@@ -135,8 +135,6 @@ int main(void)
 		TH_CHECK(th_wait_until(tails_attached, &zero, 5000), "tails left over");
 	}
 	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
-	redisFree(C);
-	th_kafka_stop(&k);
-	curl_global_cleanup();
+	dt_servers_stop(C, &k);
 	return th_done();
 }

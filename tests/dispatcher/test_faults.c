@@ -246,9 +246,6 @@ int main(void)
 
 	if (D.pid > 0)
 		TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
-	if (C != NULL)
-		redisFree(C);
-	th_kafka_stop(&k);
-	curl_global_cleanup();
+	dt_servers_stop(C, &k);
 	return th_done();
 }

@@ -177,8 +177,6 @@ int main(void)
 	th_stop(worker, 30000);
 	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
 	dev_stub_stop(S);
-	redisFree(C);
-	th_kafka_stop(&k);
-	curl_global_cleanup();
+	dt_servers_stop(C, &k);
 	return th_done();
 }

@@ -117,8 +117,6 @@ int main(void)
 		TH_CHECK(th_redis_scan_contains(c, *s) == 0, "%s in Redis", *s);
 		TH_CHECK(!th_file_contains(D.log, *s), "%s in the log", *s);
 	}
-	redisFree(c);
-	th_kafka_stop(&k);
-	curl_global_cleanup();
+	dt_servers_stop(c, &k);
 	return th_done();
 }

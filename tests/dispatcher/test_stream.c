@@ -582,8 +582,6 @@ int main(void)
 
 	dt_multi_cleanup(&m);
 	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
-	redisFree(C);
-	th_kafka_stop(&k);
-	curl_global_cleanup();
+	dt_servers_stop(C, &k);
 	return th_done();
 }
