@@ -49,41 +49,6 @@ static void test_key_names(void)
 	TH_CHECK(proto_key(buf, sizeof buf, "runnel", NULL, PROTO_KEY_OUT) == -1, "null id");
 }
 
-/* Each name check: what it accepts, what it refuses, and its length limit
- * (max bytes of fill pass, one more fails). */
-static const struct validity_case {
-	const char *name;
-	int (*valid)(const char *);
-	const char *good[3];
-	const char *bad[6];
-	char fill;
-	size_t max;
-} validity_cases[] = {
-	{ "run id", proto_run_id_valid, { "a", "A-z_0-9" }, { "", "a b", "a{b}", "a:b", "caf\xc3\xa9" }, 'x', 64 },
-	{ "prefix", proto_key_prefix_valid, { "runnel", "a.b:c-d_e" }, { "", "a b", "a{" }, 'p', 64 },
-};
-
-static void test_validity(void)
-{
-	char s[80];
-
-	for (size_t i = 0; i < sizeof validity_cases / sizeof validity_cases[0]; i++) {
-		const struct validity_case *c = &validity_cases[i];
-
-		for (size_t j = 0; j < 3 && c->good[j]; j++)
-			TH_CHECK(c->valid(c->good[j]), "%s \"%s\" refused", c->name, c->good[j]);
-		for (size_t j = 0; j < 6 && c->bad[j]; j++)
-			TH_CHECK(!c->valid(c->bad[j]), "%s \"%s\" accepted", c->name, c->bad[j]);
-		memset(s, c->fill, c->max + 1);
-		s[c->max] = '\0';
-		TH_CHECK(c->valid(s), "%s of %zu bytes refused", c->name, c->max);
-		s[c->max] = c->fill;
-		s[c->max + 1] = '\0';
-		TH_CHECK(!c->valid(s), "%s of %zu bytes accepted", c->name, c->max + 1);
-	}
-	TH_CHECK(!proto_run_id_valid(NULL), "null");
-}
-
 static void test_mint(void)
 {
 	enum { N = 10000 };
@@ -114,7 +79,6 @@ static void test_mint(void)
 int main(void)
 {
 	test_key_names();
-	test_validity();
 	test_mint();
 	return th_done();
 }
