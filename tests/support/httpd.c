@@ -67,83 +67,88 @@ static size_t dechunk(char *body, size_t have)
 	return out;
 }
 
+/* What is known of a request once its head is in. */
+typedef struct req_shape {
+	size_t hlen; /* bytes of the head, with its blank line; 0 until it is in */
+	long clen;   /* Content-Length, or -1 */
+	int chunked;
+} req_shape_t;
+
+/* 1 once buf (n bytes) holds the whole head (sh->hlen == 0) or, after it,
+ * the whole body. */
+static int request_done(const char *buf, size_t n, const req_shape_t *sh)
+{
+	if (!sh->hlen)
+		return memmem(buf, n, "\r\n\r\n", 4) != NULL;
+	const char *body = buf + sh->hlen;
+	size_t have = n - sh->hlen;
+	if (!sh->chunked)
+		return sh->clen < 0 || have >= (size_t)sh->clen;
+	return memmem(body, have, "\r\n0\r\n\r\n", 7) || (have >= 5 && !memcmp(body, "0\r\n\r\n", 5));
+}
+
+/* Reads from fd into *buf (growing it, at most TH_HTTPD_REQ_MAX) until
+ * request_done, the peer stops or timeout_ms pass without data. */
+static void recv_request(int fd, int timeout_ms, char **buf, size_t *len, size_t *cap, const req_shape_t *sh)
+{
+	while (*buf && !request_done(*buf, *len, sh)) {
+		if (*len == *cap) {
+			if (*cap >= TH_HTTPD_REQ_MAX)
+				break;
+			*cap *= 2;
+			char *n = realloc(*buf, *cap + 1);
+			if (!n)
+				break;
+			*buf = n;
+		}
+		ssize_t r = recv_some(fd, *buf + *len, *cap - *len, timeout_ms);
+		if (r <= 0)
+			break;
+		*len += (size_t)r;
+	}
+}
+
 int th_http_read_request(int fd, int timeout_ms, th_http_req_t *req)
 {
 	memset(req, 0, sizeof(*req));
+	req_shape_t sh = { 0, -1, 0 };
 	size_t cap = 65536, len = 0;
 	char *buf = malloc(cap + 1);
-	char *end = NULL;
-	while (buf && !(end = memmem(buf, len, "\r\n\r\n", 4))) {
-		if (len == cap) {
-			if (cap >= TH_HTTPD_REQ_MAX)
-				break;
-			cap *= 2;
-			char *n = realloc(buf, cap + 1);
-			if (!n)
-				break;
-			buf = n;
-		}
-		ssize_t r = recv_some(fd, buf + len, cap - len, timeout_ms);
-		if (r <= 0)
-			break;
-		len += (size_t)r;
-	}
+	recv_request(fd, timeout_ms, &buf, &len, &cap, &sh);
+	char *end = buf ? memmem(buf, len, "\r\n\r\n", 4) : NULL;
 	if (!end) {
 		free(buf);
 		return -1;
 	}
-	size_t hlen = (size_t)(end - buf) + 4;
-	char *head = strndup(buf, hlen);
-	long clen = -1;
-	int chunked = 0;
+	sh.hlen = (size_t)(end - buf) + 4;
+	char *head = strndup(buf, sh.hlen);
 	for (char *l = head; l && *l;) {
 		char *nl = strstr(l, "\r\n");
 		if (nl)
 			*nl = '\0';
 		if (!strncasecmp(l, "content-length:", 15))
-			clen = strtol(l + 15, NULL, 10);
+			sh.clen = strtol(l + 15, NULL, 10);
 		if (!strncasecmp(l, "transfer-encoding:", 18) && strcasestr(l, "chunked"))
-			chunked = 1;
+			sh.chunked = 1;
 		if (nl)
 			*nl = '\r';
 		l = nl ? nl + 2 : NULL;
 	}
-	/* Everything after the head, then the rest of the body. */
-	size_t have = len - hlen, bcap = have;
+	recv_request(fd, timeout_ms, &buf, &len, &cap, &sh);
+	size_t have = len - sh.hlen;
 	char *body = malloc(have + 1);
-	if (body)
-		memcpy(body, buf + hlen, have);
-	free(buf);
-	while (body && head) {
-		if (!chunked && (clen < 0 || have >= (size_t)clen))
-			break;
-		if (chunked && memmem(body, have, "\r\n0\r\n\r\n", 7))
-			break;
-		if (chunked && have >= 5 && !memcmp(body, "0\r\n\r\n", 5))
-			break;
-		if (bcap - have < 65536) {
-			if (bcap > TH_HTTPD_REQ_MAX)
-				break;
-			bcap = bcap * 2 + 65536;
-			char *n = realloc(body, bcap + 1);
-			if (!n)
-				break;
-			body = n;
-		}
-		ssize_t r = recv_some(fd, body + have, bcap - have, timeout_ms);
-		if (r <= 0)
-			break;
-		have += (size_t)r;
-	}
 	if (!body || !head) {
+		free(buf);
 		free(body);
 		free(head);
 		return -1;
 	}
-	if (chunked)
+	memcpy(body, buf + sh.hlen, have);
+	free(buf);
+	if (sh.chunked)
 		have = dechunk(body, have);
-	else if (clen >= 0 && have > (size_t)clen)
-		have = (size_t)clen;
+	else if (sh.clen >= 0 && have > (size_t)sh.clen)
+		have = (size_t)sh.clen;
 	body[have] = '\0';
 	req->head = head;
 	req->body = body;

@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-/* Requests larger than this (head or body) are cut off there. */
+/* A request (head and body) larger than this is cut off there. */
 #define TH_HTTPD_REQ_MAX ((size_t)16 << 20)
 
 /* One request as read from a connection. */
