@@ -128,10 +128,11 @@ typedef struct model_case {
 		__VA_ARGS__, NULL \
 	}
 
-/* Runs case c and checks what it states; f and a stay for the caller's
- * further checks until case_end. */
-static void case_run(const char *ws, const model_case_t *c, fakechat_t *f, ap_t *a)
+/* Runs case c and checks what it states. */
+static void play_case(const char *ws, const model_case_t *c)
 {
+	fakechat_t fs, *f = &fs;
+	ap_t as, *a = &as;
 	TH_NOTE("%s", c->name);
 	TH_REQUIRE(fakechat_start(f, c->script, c->nscript) == 0, "%s: fake server", c->name);
 	int64_t t0 = th_now_ms();
@@ -148,10 +149,8 @@ static void case_run(const char *ws, const model_case_t *c, fakechat_t *f, ap_t 
 	if (c->absent)
 		TH_CHECK(!strstr(a->out ? a->out : "", c->absent), "%s: output holds %s: %s", c->name, c->absent,
 		         a->out);
-}
-
-static void case_end(fakechat_t *f, ap_t *a)
-{
+	if (c->check)
+		c->check(ws, f, a);
 	ap_free(a);
 	fakechat_stop(f);
 }
@@ -434,14 +433,8 @@ int main(int argc, char **argv)
 	agent_bin = argv[1];
 	const char *ws = th_tmpdir();
 	TH_REQUIRE(ws != NULL);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		fakechat_t f;
-		ap_t a;
-		case_run(ws, &cases[i], &f, &a);
-		if (cases[i].check)
-			cases[i].check(ws, &f, &a);
-		case_end(&f, &a);
-	}
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		play_case(ws, &cases[i]);
 	test_unreachable(ws);
 	return th_done();
 }
