@@ -1,5 +1,6 @@
 /*
- * tests/acp/fakeprov.c - the scripted fake providers (see fakeprov.h).
+ * tests/acp/fakeprov.c - the scripted fake providers (see fakeprov.h), on
+ * the loopback server core of tests/support/httpd.h.
  */
 #include "tests/acp/fakeprov.h"
 #include "tests/support/harness.h"
