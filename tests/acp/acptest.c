@@ -98,6 +98,19 @@ long at_wait_line(at_t *t, const char *run_id, const char *type, const char *sta
 	return r.idx;
 }
 
+const char *at_upload(at_t *t, const dev_stub_otps_t *o, const char *name)
+{
+	char *data = NULL;
+	size_t len = 0;
+	if (dev_stub_file_get(t->w.stub, o->session, name, &data, &len) != 1) {
+		free(data);
+		return NULL;
+	}
+	char *copy = th_strf("%s", data);
+	free(data);
+	return copy;
+}
+
 int at_process_with(const char *needle)
 {
 	DIR *d = opendir("/proc");

@@ -44,6 +44,10 @@ void at_submit(at_t *t, const char *run_id, const char *agent_json, const char *
  * returns its index, or -1 at the deadline. */
 long at_wait_line(at_t *t, const char *run_id, const char *type, const char *status, int timeout_ms);
 
+/* The content of file name the run of o uploaded (harness-owned), or NULL
+ * when the workspace stub received none. */
+const char *at_upload(at_t *t, const dev_stub_otps_t *o, const char *name);
+
 /* 1 when some process on the machine has needle in its command line. */
 int at_process_with(const char *needle);
 

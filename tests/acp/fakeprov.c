@@ -1,33 +1,25 @@
 /*
- * tests/acp/fakeprov.c - the scripted fake providers (see fakeprov.h).
+ * tests/acp/fakeprov.c - the scripted fake providers (see fakeprov.h), on
+ * the loopback server core of tests/support/httpd.h.
  */
 #include "tests/acp/fakeprov.h"
 #include "tests/support/harness.h"
+#include "tests/support/httpd.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
-#define FP_REQ_MAX  (16 * 1024 * 1024)
 #define FP_SEEN_MAX (8 * 1024 * 1024) /* bytes of requests kept for fp_seen */
 
 struct fp {
 	fp_kind_t kind;
-	int lfd;
+	th_httpd_t *srv;
 	char url[64];
-	pthread_t accept_thread;
 	pthread_mutex_t mu;
 	char *cmd, *final;
 	int status, delay_ms;
@@ -35,126 +27,12 @@ struct fp {
 	unsigned seq;
 	char *seen;
 	size_t seen_len;
-	atomic_int stopping;
-	atomic_int active;
 };
-
-typedef struct conn {
-	fp_t *p;
-	int fd;
-} conn_t;
 
 static void sleep_ms(int ms)
 {
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
 	nanosleep(&ts, NULL);
-}
-
-static int writef(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int writef(int fd, const char *fmt, ...)
-{
-	char *s = NULL;
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vasprintf(&s, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return -1;
-	int rc = th_send_all(fd, s, (size_t)n);
-	free(s);
-	return rc;
-}
-
-/* Reads one request: head (NUL-terminated) and body (dechunked). */
-static int read_request(int fd, char **headp, char **bodyp, size_t *blen)
-{
-	size_t cap = 65536, len = 0;
-	char *buf = malloc(cap + 1);
-	char *end = NULL;
-	while (buf && !(end = memmem(buf, len, "\r\n\r\n", 4))) {
-		if (len == cap) {
-			if (cap >= FP_REQ_MAX)
-				break;
-			cap *= 2;
-			char *n = realloc(buf, cap + 1);
-			if (!n)
-				break;
-			buf = n;
-		}
-		ssize_t r = recv(fd, buf + len, cap - len, 0);
-		if (r <= 0)
-			break;
-		len += (size_t)r;
-	}
-	if (!end) {
-		free(buf);
-		return -1;
-	}
-	size_t hlen = (size_t)(end - buf) + 4;
-	char *head = strndup(buf, hlen);
-	long clen = -1;
-	int chunked = 0;
-	for (char *l = head; l && *l;) {
-		char *nl = strstr(l, "\r\n");
-		if (nl)
-			*nl = '\0';
-		if (!strncasecmp(l, "content-length:", 15))
-			clen = strtol(l + 15, NULL, 10);
-		if (!strncasecmp(l, "transfer-encoding:", 18) && strcasestr(l, "chunked"))
-			chunked = 1;
-		if (nl)
-			*nl = '\r';
-		l = nl ? nl + 2 : NULL;
-	}
-	/* Everything after the head. */
-	size_t have = len - hlen;
-	char *body = malloc(have + 1);
-	memcpy(body, buf + hlen, have);
-	free(buf);
-	size_t bcap = have;
-	for (;;) {
-		if (!chunked && (clen < 0 || have >= (size_t)clen))
-			break;
-		if (chunked && memmem(body, have, "\r\n0\r\n\r\n", 7))
-			break;
-		if (chunked && have >= 5 && !memcmp(body, "0\r\n\r\n", 5))
-			break;
-		if (bcap - have < 65536) {
-			if (bcap > FP_REQ_MAX)
-				break;
-			bcap = bcap * 2 + 65536;
-			body = realloc(body, bcap + 1);
-		}
-		ssize_t r = recv(fd, body + have, bcap - have, 0);
-		if (r <= 0)
-			break;
-		have += (size_t)r;
-	}
-	if (chunked) {
-		/* Dechunk in place. */
-		size_t in = 0, out = 0;
-		while (in < have) {
-			char *e;
-			unsigned long n = strtoul(body + in, &e, 16);
-			char *crlf = strstr(e, "\r\n");
-			if (!crlf || n == 0)
-				break;
-			in = (size_t)(crlf - body) + 2;
-			if (in + n > have)
-				n = have - in;
-			memmove(body + out, body + in, n);
-			out += n;
-			in += n + 2;
-		}
-		have = out;
-	} else if (clen >= 0 && have > (size_t)clen) {
-		have = (size_t)clen;
-	}
-	body[have] = '\0';
-	*headp = head;
-	*bodyp = body;
-	*blen = have;
-	return 0;
 }
 
 static void remember(fp_t *p, const char *a, size_t n)
@@ -174,9 +52,9 @@ static void remember(fp_t *p, const char *a, size_t n)
 
 static void answer_json(int fd, int status, const char *body)
 {
-	writef(fd, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-	           "Connection: close\r\n\r\n%s",
-	       status, status == 200 ? "OK" : "Error", strlen(body), body);
+	th_httpd_writef(fd, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+	                    "Connection: close\r\n\r\n%s",
+	                status, status == 200 ? "OK" : "Error", strlen(body), body);
 }
 
 static void sse(int fd, const char *event, json_t *data)
@@ -184,16 +62,16 @@ static void sse(int fd, const char *event, json_t *data)
 	char *d = json_dumps(data, JSON_COMPACT);
 	json_decref(data);
 	if (event)
-		writef(fd, "event: %s\ndata: %s\n\n", event, d ? d : "{}");
+		th_httpd_writef(fd, "event: %s\ndata: %s\n\n", event, d ? d : "{}");
 	else
-		writef(fd, "data: %s\n\n", d ? d : "{}");
+		th_httpd_writef(fd, "data: %s\n\n", d ? d : "{}");
 	free(d);
 }
 
 static void sse_head(int fd)
 {
-	writef(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-	           "Connection: close\r\n\r\n");
+	th_httpd_writef(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+	                    "Connection: close\r\n\r\n");
 }
 
 /* 1 when some element of array arr (or of its elements' content arrays)
@@ -346,87 +224,40 @@ static void openai_answer(fp_t *p, int fd, json_t *req, const char *cmd, const c
 	openai_ev(fd, "response.completed", json_pack("{s:o}", "response", base), &n);
 }
 
-static void *conn_main(void *arg)
-{
-	conn_t *c = arg;
-	fp_t *p = c->p;
-	char *head = NULL, *body = NULL;
-	size_t blen = 0;
-	if (read_request(c->fd, &head, &body, &blen) == 0) {
-		remember(p, head, strlen(head));
-		remember(p, body, blen);
-		char method[16] = "", path[512] = "";
-		sscanf(head, "%15s %511s", method, path);
-		char *q = strchr(path, '?');
-		if (q)
-			*q = '\0';
-		const char *route = p->kind == FP_ANTHROPIC ? "/v1/messages" : "/v1/responses";
-		size_t pl = strlen(path), rl = strlen(route);
-		if (!strcmp(method, "HEAD")) {
-			writef(c->fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-		} else if (strcmp(method, "POST") || pl < rl || strcmp(path + pl - rl, route)) {
-			answer_json(c->fd, 200, !strcmp(method, "GET") ? "{\"data\":[],\"object\":\"list\"}" : "{}");
-		} else {
-			pthread_mutex_lock(&p->mu);
-			char *cmd = p->cmd ? strdup(p->cmd) : NULL;
-			char *final = strdup(p->final ? p->final : "Done.");
-			int status = p->status, delay = p->delay_ms;
-			unsigned seq = ++p->seq;
-			p->calls++;
-			pthread_mutex_unlock(&p->mu);
-			for (int waited = 0; waited < delay && !atomic_load(&p->stopping); waited += 20)
-				sleep_ms(20);
-			if (status) {
-				answer_json(c->fd, status, p->kind == FP_ANTHROPIC ? "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"fake provider failure\"}}" : "{\"error\":{\"message\":\"fake provider failure\",\"type\":\"server_error\",\"code\":null}}");
-			} else {
-				json_t *req = json_loadb(body, blen, 0, NULL);
-				if (p->kind == FP_ANTHROPIC)
-					anthropic_answer(p, c->fd, req, cmd, final, seq);
-				else
-					openai_answer(p, c->fd, req, cmd, final, seq);
-				json_decref(req);
-			}
-			free(cmd);
-			free(final);
-		}
-	}
-	free(head);
-	free(body);
-	shutdown(c->fd, SHUT_WR);
-	close(c->fd);
-	free(c);
-	atomic_fetch_sub(&p->active, 1);
-	return NULL;
-}
-
-static void *accept_main(void *arg)
+static void serve(th_httpd_t *srv, void *arg, int fd, th_http_req_t *req)
 {
 	fp_t *p = arg;
-	while (!atomic_load(&p->stopping)) {
-		struct pollfd pf = { p->lfd, POLLIN, 0 };
-		if (poll(&pf, 1, 100) <= 0)
-			continue;
-		int fd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
-			continue;
-		conn_t *c = malloc(sizeof(*c));
-		pthread_t t;
-		if (!c) {
-			close(fd);
-			continue;
+	remember(p, req->head, strlen(req->head));
+	remember(p, req->body, req->body_len);
+	const char *route = p->kind == FP_ANTHROPIC ? "/v1/messages" : "/v1/responses";
+	size_t pl = strlen(req->path), rl = strlen(route);
+	if (!strcmp(req->method, "HEAD")) {
+		th_httpd_writef(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+	} else if (strcmp(req->method, "POST") || pl < rl || strcmp(req->path + pl - rl, route)) {
+		answer_json(fd, 200, !strcmp(req->method, "GET") ? "{\"data\":[],\"object\":\"list\"}" : "{}");
+	} else {
+		pthread_mutex_lock(&p->mu);
+		char *cmd = p->cmd ? strdup(p->cmd) : NULL;
+		char *final = strdup(p->final ? p->final : "Done.");
+		int status = p->status, delay = p->delay_ms;
+		unsigned seq = ++p->seq;
+		p->calls++;
+		pthread_mutex_unlock(&p->mu);
+		for (int waited = 0; waited < delay && !th_httpd_stopping(srv); waited += 20)
+			sleep_ms(20);
+		if (status) {
+			answer_json(fd, status, p->kind == FP_ANTHROPIC ? "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"fake provider failure\"}}" : "{\"error\":{\"message\":\"fake provider failure\",\"type\":\"server_error\",\"code\":null}}");
+		} else {
+			json_t *jreq = json_loadb(req->body, req->body_len, 0, NULL);
+			if (p->kind == FP_ANTHROPIC)
+				anthropic_answer(p, fd, jreq, cmd, final, seq);
+			else
+				openai_answer(p, fd, jreq, cmd, final, seq);
+			json_decref(jreq);
 		}
-		c->p = p;
-		c->fd = fd;
-		atomic_fetch_add(&p->active, 1);
-		if (pthread_create(&t, NULL, conn_main, c) != 0) {
-			atomic_fetch_sub(&p->active, 1);
-			close(fd);
-			free(c);
-			continue;
-		}
-		pthread_detach(t);
+		free(cmd);
+		free(final);
 	}
-	return NULL;
 }
 
 fp_t *fp_start(fp_kind_t kind)
@@ -436,25 +267,14 @@ fp_t *fp_start(fp_kind_t kind)
 		return NULL;
 	p->kind = kind;
 	pthread_mutex_init(&p->mu, NULL);
-	p->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { 0 };
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t al = sizeof(a);
-	if (p->lfd < 0 || bind(p->lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(p->lfd, 64) < 0 ||
-	    getsockname(p->lfd, (struct sockaddr *)&a, &al) < 0) {
-		fprintf(stderr, "# fakeprov: cannot listen: %s\n", strerror(errno));
-		if (p->lfd >= 0)
-			close(p->lfd);
+	th_httpd_opts_t o = { serve, p, 1, -1 };
+	p->srv = th_httpd_start("fakeprov", &o);
+	if (!p->srv) {
+		pthread_mutex_destroy(&p->mu);
 		free(p);
 		return NULL;
 	}
-	snprintf(p->url, sizeof(p->url), "http://127.0.0.1:%d", ntohs(a.sin_port));
-	if (pthread_create(&p->accept_thread, NULL, accept_main, p) != 0) {
-		close(p->lfd);
-		free(p);
-		return NULL;
-	}
+	snprintf(p->url, sizeof(p->url), "http://127.0.0.1:%d", th_httpd_port(p->srv));
 	return p;
 }
 
@@ -495,15 +315,15 @@ void fp_stop(fp_t *p)
 {
 	if (!p)
 		return;
-	atomic_store(&p->stopping, 1);
-	pthread_join(p->accept_thread, NULL);
-	close(p->lfd);
-	for (int i = 0; i < 500 && atomic_load(&p->active) > 0; i++)
-		sleep_ms(10);
+	int ended = th_httpd_stop(p->srv) == 0;
+	pthread_mutex_lock(&p->mu);
 	free(p->cmd);
 	free(p->final);
 	free(p->seen);
-	if (atomic_load(&p->active) == 0) {
+	p->cmd = p->final = p->seen = NULL;
+	p->seen_len = 0;
+	pthread_mutex_unlock(&p->mu);
+	if (ended) {
 		pthread_mutex_destroy(&p->mu);
 		free(p);
 	}

@@ -42,11 +42,7 @@ static void test_happy(void)
 	}
 	TH_CHECK(th_streq(wt_field(l[n - 1], "message"), "Created assets/out.txt."), "result text: %s", l[n - 1]);
 	th_strv_free(l, n);
-	char *data = NULL;
-	size_t len = 0;
-	TH_CHECK(dev_stub_file_get(T.w.stub, o.session, "out.txt", &data, &len) == 1 && th_streq(data, "hello\n"),
-	         "assets/out.txt uploaded by the writeback");
-	free(data);
+	TH_CHECK(th_streq(at_upload(&T, &o, "out.txt"), "hello\n"), "assets/out.txt uploaded by the writeback");
 	TH_CHECK(th_streq(wt_state(&T.w, "run_claude_ok", "status"), "succeeded"), "state succeeded");
 }
 
@@ -68,11 +64,7 @@ static void test_raw_argv(void)
 	TH_CHECK(th_lines_find(l, n, 0, "ask", NULL) < 0, "no ask");
 	TH_CHECK(n && th_streq(wt_field(l[n - 1], "message"), "Raw done."), "result text");
 	th_strv_free(l, n);
-	char *data = NULL;
-	size_t len = 0;
-	TH_CHECK(dev_stub_file_get(T.w.stub, o.session, "out.txt", &data, &len) == 1 && th_streq(data, "raw\n"),
-	         "assets/out.txt uploaded");
-	free(data);
+	TH_CHECK(th_streq(at_upload(&T, &o, "out.txt"), "raw\n"), "assets/out.txt uploaded");
 }
 
 /* Bad acp configs end bootstrap_failed with the reason. */
@@ -157,16 +149,12 @@ static void test_secrets(void)
 		}
 		free(data);
 	}
-	char *ro = NULL;
-	size_t rl = 0;
-	TH_CHECK(dev_stub_file_get(T.w.stub, o.session, "ro.txt", &ro, &rl) == 1 && th_streq(ro, "read-only\n"),
-	         "the agents' prefix and node are read-only in the sandbox (%s)", ro ? ro : "missing");
-	free(ro);
+	const char *ro = at_upload(&T, &o, "ro.txt");
+	TH_CHECK(th_streq(ro, "read-only\n"), "the agents' prefix and node are read-only in the sandbox (%s)",
+	         ro ? ro : "missing");
 	TH_CHECK(access(th_strf("%s/pwn", T.prefix), F_OK) != 0, "nothing written into the prefix");
-	char *np = NULL;
-	TH_CHECK(dev_stub_file_get(T.w.stub, o.session, "nproc.txt", &np, &rl) == 1 && np && strtol(np, NULL, 10) < 40,
-	         "the sandbox sees only its own processes (%s)", np ? np : "missing");
-	free(np);
+	const char *np = at_upload(&T, &o, "nproc.txt");
+	TH_CHECK(np && strtol(np, NULL, 10) < 40, "the sandbox sees only its own processes (%s)", np ? np : "missing");
 	TH_CHECK(fp_seen(T.anthropic, AT_ANTHROPIC_KEY), "the provider got the key");
 	for (size_t i = 0; i < 3; i++) {
 		TH_CHECK(th_redis_scan_contains(T.w.rc, otps[i]) == 0, "OTP in Redis");

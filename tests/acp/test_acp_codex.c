@@ -47,11 +47,7 @@ int main(int argc, char **argv)
 	wt_warmup(&T.w);
 	dev_stub_otps_t o;
 	run_codex("run_codex_ok", "mkdir -p assets && echo codex > assets/out.txt", 0, &o);
-	char *data = NULL;
-	size_t len = 0;
-	TH_CHECK(dev_stub_file_get(T.w.stub, o.session, "out.txt", &data, &len) == 1 && th_streq(data, "codex\n"),
-	         "assets/out.txt uploaded");
-	free(data);
+	TH_CHECK(th_streq(at_upload(&T, &o, "out.txt"), "codex\n"), "assets/out.txt uploaded");
 	TH_CHECK(fp_seen(T.openai, "You run inside runnel's tests."), "the system prompt reached the model");
 	run_codex("run_codex_fail", "echo partial; exit 3", 1, &o);
 	TH_CHECK(th_redis_scan_contains(T.w.rc, AT_OPENAI_KEY) == 0, "API key in Redis");
@@ -64,10 +60,7 @@ int main(int argc, char **argv)
 	const char *proc_env[] = { "RUNNEL_SANDBOX=process", NULL };
 	w = at_worker(&T, "wp", proc_env);
 	run_codex("run_codex_process", "mkdir -p assets && echo process > assets/out.txt", 0, &o);
-	data = NULL;
-	TH_CHECK(dev_stub_file_get(T.w.stub, o.session, "out.txt", &data, &len) == 1 && th_streq(data, "process\n"),
-	         "process driver: assets/out.txt uploaded");
-	free(data);
+	TH_CHECK(th_streq(at_upload(&T, &o, "out.txt"), "process\n"), "process driver: assets/out.txt uploaded");
 	st = th_stop(w, 10000);
 	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);
 	at_teardown(&T);

@@ -33,23 +33,11 @@ typedef struct rec {
 	size_t nw;
 } rec_t;
 
-/* A NUL-terminated copy of exactly n bytes (the loop's buffers are not
- * terminated, and strndup may look past n for the terminator). */
-static char *dup_bytes(const char *p, size_t n)
-{
-	char *s = malloc(n + 1);
-	if (s) {
-		memcpy(s, p, n);
-		s[n] = '\0';
-	}
-	return s;
-}
-
 static void emit_cb(void *loop, const char *line, size_t len)
 {
 	rec_t *r = loop;
 	r->emitted = realloc(r->emitted, (r->ne + 1) * sizeof(char *));
-	r->emitted[r->ne++] = dup_bytes(line, len);
+	r->emitted[r->ne++] = th_memdup0(line, len);
 }
 
 static int write_cb(void *loop, const char *buf, size_t len)
@@ -57,7 +45,7 @@ static int write_cb(void *loop, const char *buf, size_t len)
 	rec_t *r = loop;
 	TH_CHECK(len > 0 && buf[len - 1] == '\n', "stdin writes are whole lines");
 	r->written = realloc(r->written, (r->nw + 1) * sizeof(char *));
-	r->written[r->nw++] = dup_bytes(buf, len - 1);
+	r->written[r->nw++] = th_memdup0(buf, len - 1);
 	return 0;
 }
 
@@ -245,6 +233,22 @@ static void test_codex_permission(void)
 	rec_free(&r);
 }
 
+/* Sessions that end in one answer: what the agent sends after the start
+ * (or after a handshake), and the one line runnel then emits (or writes to
+ * the agent). */
+static const struct one_answer {
+	const char *name;
+	worker_acp_perm_t perm;
+	int handshake;
+	const char *feed[2];
+	int written;
+	const char *want;
+} one_answer[] = {
+	{ "version", WORKER_ACP_PERM_BYPASS, 0, { "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":2}}" }, 0, "{\"type\":\"error\",\"code\":\"agent_error\",\"message\":\"The agent speaks ACP version 2; runnel speaks version 1.\"}" },
+	{ "session/new", WORKER_ACP_PERM_BYPASS, 0, { "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1}}", "{\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{\"code\":-32000,\"message\":\"Authentication required\"}}" }, 0, "{\"type\":\"error\",\"code\":\"agent_error\",\"message\":\"The agent could not start a session: Authentication required\"}" },
+	{ "deny", WORKER_ACP_PERM_DENY, 1, { "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"session/request_permission\",\"params\":{\"toolCall\":{\"toolCallId\":\"x\"},\"options\":[{\"optionId\":\"a\",\"kind\":\"allow_always\"},{\"optionId\":\"r\",\"kind\":\"reject_always\"}]}}" }, 1, "{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{\"outcome\":{\"outcome\":\"selected\",\"optionId\":\"r\"}}}" },
+};
+
 static void test_ends(void)
 {
 	static const struct {
@@ -274,33 +278,27 @@ static void test_ends(void)
 		worker_acp_free(s);
 		rec_free(&r);
 	}
-	/* Handshake failures. */
+	/* Handshake failures, and deny answering at once. */
+	for (size_t i = 0; i < sizeof one_answer / sizeof one_answer[0]; i++) {
+		const struct one_answer *c = &one_answer[i];
+		rec_t r = { 0 };
+		worker_agent_io_t io = { emit_cb, write_cb, &r };
+		worker_acp_t *s = session(WORKER_ACP_PRESET_NONE, c->perm, NULL, NULL);
+		if (c->handshake)
+			handshake(s, &io, &r, "[]");
+		else
+			worker_acp_start(s, &io);
+		for (size_t f = 0; f < 2 && c->feed[f]; f++)
+			feed(s, &io, c->feed[f]);
+		const char *got = c->written ? last_written(&r) : last_emitted(&r);
+		TH_CHECK(th_streq(got, c->want), "%s: %s", c->name, got);
+		worker_acp_free(s);
+		rec_free(&r);
+	}
+	/* In ask mode a cancel answers the open asks. */
 	rec_t r = { 0 };
 	worker_agent_io_t io = { emit_cb, write_cb, &r };
-	worker_acp_t *s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_BYPASS, NULL, NULL);
-	worker_acp_start(s, &io);
-	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":2}}");
-	TH_CHECK(th_streq(last_emitted(&r), "{\"type\":\"error\",\"code\":\"agent_error\",\"message\":\"The agent speaks ACP version 2; runnel speaks version 1.\"}"),
-	         "version: %s", last_emitted(&r));
-	worker_acp_free(s);
-	rec_free(&r);
-	s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_BYPASS, NULL, NULL);
-	worker_acp_start(s, &io);
-	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1}}");
-	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{\"code\":-32000,\"message\":\"Authentication required\"}}");
-	TH_CHECK(th_streq(last_emitted(&r), "{\"type\":\"error\",\"code\":\"agent_error\",\"message\":\"The agent could not start a session: Authentication required\"}"),
-	         "session/new: %s", last_emitted(&r));
-	worker_acp_free(s);
-	rec_free(&r);
-	/* Deny and bypass answer at once; a cancel answers open asks. */
-	s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_DENY, NULL, NULL);
-	handshake(s, &io, &r, "[]");
-	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"session/request_permission\",\"params\":{\"toolCall\":{\"toolCallId\":\"x\"},\"options\":[{\"optionId\":\"a\",\"kind\":\"allow_always\"},{\"optionId\":\"r\",\"kind\":\"reject_always\"}]}}");
-	TH_CHECK(th_streq(last_written(&r), "{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{\"outcome\":{\"outcome\":\"selected\",\"optionId\":\"r\"}}}"),
-	         "deny: %s", last_written(&r));
-	worker_acp_free(s);
-	rec_free(&r);
-	s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_ASK, NULL, NULL);
+	worker_acp_t *s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_ASK, NULL, NULL);
 	handshake(s, &io, &r, "[]");
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"session/request_permission\",\"params\":{\"toolCall\":{\"toolCallId\":\"x\",\"rawInput\":{\"a\":1}},\"options\":[{\"optionId\":\"a\",\"kind\":\"allow_once\"}]}}");
 	TH_CHECK(th_streq(str_at(last_emitted(&r), "type", NULL), "ask"), "ask");

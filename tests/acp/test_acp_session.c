@@ -33,18 +33,6 @@
 #define OAI_KEY "sk-oai-test-secret-0123456789"
 
 static const char *prefix;
-/* A NUL-terminated copy of exactly n bytes (the loop's buffers are not
- * terminated, and strndup may look past n for the terminator). */
-static char *dup_bytes(const char *p, size_t n)
-{
-	char *s = malloc(n + 1);
-	if (s) {
-		memcpy(s, p, n);
-		s[n] = '\0';
-	}
-	return s;
-}
-
 static char node[4096];
 static fp_t *anthropic, *openai;
 
@@ -67,7 +55,7 @@ static void emit_cb(void *loop, const char *line, size_t len)
 {
 	sess_t *t = loop;
 	t->lines = realloc(t->lines, (t->n + 1) * sizeof(char *));
-	t->lines[t->n++] = dup_bytes(line, len);
+	t->lines[t->n++] = th_memdup0(line, len);
 	if (getenv("ACP_TEST_VERBOSE"))
 		fprintf(stderr, "# emit %.*s\n", (int)(len > 300 ? 300 : len), line);
 	json_t *j = json_loadb(line, len, 0, NULL);

@@ -13,6 +13,8 @@
 
 #include <pthread.h>
 
+#include "tests/support/httpd.h"
+
 #define FC_MAX_RESP 32
 #define FC_MAX_REQ  256
 
@@ -36,9 +38,7 @@ typedef struct fakechat {
 	long long at_us[FC_MAX_REQ]; /* monotonic arrival time (µs) */
 	int nreq;
 	/* private */
-	int lfd;
-	int stop_pipe[2];
-	pthread_t thread;
+	th_httpd_t *srv;
 } fakechat_t;
 
 /* Starts the server with the script (copied by pointer: keep it alive).

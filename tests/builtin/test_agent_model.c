@@ -95,23 +95,79 @@ static int count_steps(const ap_t *a, const char *status)
 	return n;
 }
 
-static void test_text_deltas(const char *ws)
+/*
+ * One scripted exchange: the fake server plays script, the agent runs with
+ * flags and turn (NULL: the default turn), and its last line must be
+ * type/code/message.  requests: how many requests the server must have had
+ * (ANY: not checked); succeeded: when above 0, how many steps must have
+ * succeeded; max_ms: the run's time limit (0: none); absent: a string the
+ * output must not hold (NULL: none); check: the case's own further checks
+ * (NULL: none).
+ */
+typedef struct model_case {
+	const char *name;
+	const fc_resp_t *script;
+	int nscript;
+	const char *const *flags;
+	const char *turn;
+	const char *type, *code, *message;
+	int requests, succeeded;
+	int64_t max_ms;
+	const char *absent;
+	void (*check)(const char *ws, fakechat_t *f, ap_t *a); /* further checks, or NULL */
+} model_case_t;
+
+#define SCRIPT(...) \
+	.script = (const fc_resp_t[]){ __VA_ARGS__ }, \
+	.nscript = (int)(sizeof((const fc_resp_t[]){ __VA_ARGS__ }) / sizeof(fc_resp_t))
+#define SCRIPT_OF(a) .script = (a), .nscript = (int)(sizeof(a) / sizeof((a)[0]))
+#define ANY          -1
+#define FLAGS(...) \
+	.flags = (const char *const[]) \
+	{ \
+		__VA_ARGS__, NULL \
+	}
+
+/* Runs case c and checks what it states. */
+static void play_case(const char *ws, const model_case_t *c)
 {
-	static const fc_resp_t script[] = { {
-		.body = FC_TEXT("Hel") "\x1e" FC_TEXT("lo, ") "\x1e"
-		                                              "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"wor\x1e"
-		                                              "ld\"}}]}\r\n\r\n"
-		                                              ": keep-alive\n\n" FC_STOP "\x1e" FC_DONE,
-	} };
-	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
-	ap_t a;
-	run(&a, &f, ws, NULL, NULL);
-	expect_last(&a, "result", NULL, "Hello, world");
-	TH_CHECK(WIFEXITED(a.status) && WEXITSTATUS(a.status) == 0);
-	TH_REQUIRE(fakechat_requests(&f) == 1);
-	TH_CHECK(th_streq(f.auth[0], "Bearer " KEY), "auth %s", f.auth[0] ? f.auth[0] : "-");
-	json_t *req = json_loads(f.bodies[0], 0, NULL);
+	fakechat_t fs, *f = &fs;
+	ap_t as, *a = &as;
+	TH_NOTE("%s", c->name);
+	TH_REQUIRE(fakechat_start(f, c->script, c->nscript) == 0, "%s: fake server", c->name);
+	int64_t t0 = th_now_ms();
+	run(a, f, ws, c->flags, c->turn);
+	int64_t took = th_now_ms() - t0;
+	expect_last(a, c->type, c->code, c->message);
+	if (c->requests >= 0)
+		TH_REQUIRE(fakechat_requests(f) == c->requests, "%s: %d requests, want %d", c->name,
+		           fakechat_requests(f), c->requests);
+	if (c->succeeded > 0)
+		TH_CHECK(count_steps(a, "succeeded") == c->succeeded, "%s: %s", c->name, a->out);
+	if (c->max_ms)
+		TH_CHECK(took < c->max_ms, "%s: took %lld ms", c->name, (long long)took);
+	if (c->absent)
+		TH_CHECK(!strstr(a->out ? a->out : "", c->absent), "%s: output holds %s: %s", c->name, c->absent,
+		         a->out);
+	if (c->check)
+		c->check(ws, f, a);
+	ap_free(a);
+	fakechat_stop(f);
+}
+
+static const fc_resp_t text_deltas_script[] = { {
+	.body = FC_TEXT("Hel") "\x1e" FC_TEXT("lo, ") "\x1e"
+	                                              "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"wor\x1e"
+	                                              "ld\"}}]}\r\n\r\n"
+	                                              ": keep-alive\n\n" FC_STOP "\x1e" FC_DONE,
+} };
+
+static void text_deltas(const char *ws, fakechat_t *f, ap_t *a)
+{
+	(void)ws;
+	TH_CHECK(WIFEXITED(a->status) && WEXITSTATUS(a->status) == 0);
+	TH_CHECK(th_streq(f->auth[0], "Bearer " KEY), "auth %s", f->auth[0] ? f->auth[0] : "-");
+	json_t *req = json_loads(f->bodies[0], 0, NULL);
 	TH_CHECK(th_streq(json_string_value(json_object_get(req, "model")), "fake-model"));
 	TH_CHECK(json_is_true(json_object_get(req, "stream")));
 	TH_CHECK(th_streq(json_string_value(json_object_get(req, "tool_choice")), "auto"));
@@ -136,42 +192,35 @@ static void test_text_deltas(const char *ws)
 		have_list |= th_streq(n, "list_files");
 	}
 	TH_CHECK(have_bash && have_read && have_write && have_list, "built-in tools offered");
-	TH_CHECK(!strstr(f.bodies[0], KEY), "the key is not in the request body");
+	TH_CHECK(!strstr(f->bodies[0], KEY), "the key is not in the request body");
 	json_decref(req);
-	ap_free(&a);
-	fakechat_stop(&f);
 }
 
-static void test_split_tool_args(const char *ws)
+/* write_file's arguments arrive in four pieces, frames cut mid-way. */
+static const fc_resp_t split_tool_args_script[] = {
+	{ .body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,"
+	          "\"id\":\"call_w\",\"type\":\"function\",\"function\":{\"name\":\"write_file\",\"arguments\":\"\"}}]}}]}\n\n"
+	          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
+	          "\"{\\\"pa\"}}]}}]}\n\n\x1e"
+	          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"argu\x1e"
+	          "ments\":\"th\\\":\\\"assets/out.txt\\\",\"}}]}}]}\n\n"
+	          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
+	          "\"\\\"content\\\":\\\"hi \\\\u00e9\"}}]}}]}\n\n"
+	          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
+	          "\"\\\"}\"}}]}}]}\n\n" FC_CALLS FC_DONE },
+	{ .body = FC_TEXT("Wrote it.") FC_STOP FC_DONE },
+};
+
+static void split_tool_args(const char *ws, fakechat_t *f, ap_t *a)
 {
-	/* write_file's arguments arrive in four pieces, frames cut mid-way. */
-	static const fc_resp_t script[] = {
-		{ .body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,"
-		          "\"id\":\"call_w\",\"type\":\"function\",\"function\":{\"name\":\"write_file\",\"arguments\":\"\"}}]}}]}\n\n"
-		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
-		          "\"{\\\"pa\"}}]}}]}\n\n\x1e"
-		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"argu\x1e"
-		          "ments\":\"th\\\":\\\"assets/out.txt\\\",\"}}]}}]}\n\n"
-		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
-		          "\"\\\"content\\\":\\\"hi \\\\u00e9\"}}]}}]}\n\n"
-		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
-		          "\"\\\"}\"}}]}}]}\n\n" FC_CALLS FC_DONE },
-		{ .body = FC_TEXT("Wrote it.") FC_STOP FC_DONE },
-	};
-	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, script, 2) == 0);
-	ap_t a;
-	run(&a, &f, ws, NULL, NULL);
-	expect_last(&a, "result", NULL, "Wrote it.");
-	TH_CHECK(count_steps(&a, "running") == 1 && count_steps(&a, "succeeded") == 1, "%s", a.out);
-	TH_CHECK(strstr(a.out, "\"args\":{\"path\":\"assets/out.txt\",\"content\":\"hi \xc3\xa9\"}") != NULL,
-	         "step args: %s", a.out);
-	TH_CHECK(strstr(a.out, "\"durationMs\":") != NULL);
+	TH_CHECK(count_steps(a, "running") == 1 && count_steps(a, "succeeded") == 1, "%s", a->out);
+	TH_CHECK(strstr(a->out, "\"args\":{\"path\":\"assets/out.txt\",\"content\":\"hi \xc3\xa9\"}") != NULL,
+	         "step args: %s", a->out);
+	TH_CHECK(strstr(a->out, "\"durationMs\":") != NULL);
 	char *content = th_file_read(th_strf("%s/assets/out.txt", ws), NULL);
 	TH_CHECK(th_streq(content, "hi \xc3\xa9"), "file: %s", content ? content : "-");
 	free(content);
-	TH_REQUIRE(fakechat_requests(&f) == 2);
-	json_t *req = json_loads(f.bodies[1], 0, NULL);
+	json_t *req = json_loads(f->bodies[1], 0, NULL);
 	json_t *msgs = json_object_get(req, "messages");
 	json_t *asst = json_array_get(msgs, json_array_size(msgs) - 2);
 	json_t *tool = json_array_get(msgs, json_array_size(msgs) - 1);
@@ -183,31 +232,24 @@ static void test_split_tool_args(const char *ws)
 	TH_CHECK(th_streq(json_string_value(json_object_get(tool, "role")), "tool"));
 	TH_CHECK(th_streq(json_string_value(json_object_get(tool, "tool_call_id")), "call_w"));
 	json_decref(req);
-	ap_free(&a);
-	fakechat_stop(&f);
 }
 
-static void test_two_calls(const char *ws)
+/* Two calls, their deltas interleaved by index. */
+static const fc_resp_t two_calls_script[] = {
+	{ .body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":["
+	          "{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{\\\"comm\"}},"
+	          "{\"index\":1,\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"list_files\",\"arguments\":\"{\\\"pa\"}}]}}]}\n\n"
+	          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\"th\\\":\\\".\\\"}\"}}]}}]}\n\n"
+	          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"and\\\":\\\"echo one; touch made\\\"}\"}}]}}]}\n\n" FC_CALLS FC_DONE },
+	{ .body = FC_TEXT("Both done.") FC_STOP FC_DONE },
+};
+
+static void two_calls(const char *ws, fakechat_t *f, ap_t *a)
 {
-	/* Two calls, their deltas interleaved by index. */
-	static const fc_resp_t script[] = {
-		{ .body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":["
-		          "{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{\\\"comm\"}},"
-		          "{\"index\":1,\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"list_files\",\"arguments\":\"{\\\"pa\"}}]}}]}\n\n"
-		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\"th\\\":\\\".\\\"}\"}}]}}]}\n\n"
-		          "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"and\\\":\\\"echo one; touch made\\\"}\"}}]}}]}\n\n" FC_CALLS FC_DONE },
-		{ .body = FC_TEXT("Both done.") FC_STOP FC_DONE },
-	};
-	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, script, 2) == 0);
-	ap_t a;
-	run(&a, &f, ws, NULL, NULL);
-	expect_last(&a, "result", NULL, "Both done.");
-	TH_CHECK(count_steps(&a, "succeeded") == 2, "%s", a.out);
-	TH_CHECK(strstr(a.out, "\"name\":\"bash\"") && strstr(a.out, "\"name\":\"list_files\""));
-	TH_CHECK(strstr(a.out, "\"exitCode\":0,\"output\":\"one\\n\"") != NULL, "%s", a.out);
-	TH_REQUIRE(fakechat_requests(&f) == 2);
-	json_t *req = json_loads(f.bodies[1], 0, NULL);
+	(void)ws;
+	TH_CHECK(strstr(a->out, "\"name\":\"bash\"") && strstr(a->out, "\"name\":\"list_files\""));
+	TH_CHECK(strstr(a->out, "\"exitCode\":0,\"output\":\"one\\n\"") != NULL, "%s", a->out);
+	json_t *req = json_loads(f->bodies[1], 0, NULL);
 	json_t *msgs = json_object_get(req, "messages");
 	size_t n = json_array_size(msgs);
 	TH_CHECK(th_streq(json_string_value(json_object_get(json_array_get(msgs, n - 2), "tool_call_id")), "c1"));
@@ -215,134 +257,20 @@ static void test_two_calls(const char *ws)
 	TH_CHECK(strstr(json_string_value(json_object_get(json_array_get(msgs, n - 1), "content")), "made") != NULL,
 	         "list_files ran after bash made the file");
 	json_decref(req);
-	ap_free(&a);
-	fakechat_stop(&f);
 }
 
-static void test_429(const char *ws)
+static const fc_resp_t retry_after_script[] = {
+	{ .status = 429, .content_type = "application/json", .headers = "Retry-After: 1\r\n", .body = "{\"error\":{\"message\":\"Rate limit reached\"}}" },
+	{ .body = FC_TEXT("after the wait") FC_STOP FC_DONE },
+};
+
+static void retry_after(const char *ws, fakechat_t *f, ap_t *a)
 {
-	static const fc_resp_t script[] = {
-		{ .status = 429, .content_type = "application/json", .headers = "Retry-After: 1\r\n", .body = "{\"error\":{\"message\":\"Rate limit reached\"}}" },
-		{ .body = FC_TEXT("after the wait") FC_STOP FC_DONE },
-	};
-	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, script, 2) == 0);
-	ap_t a;
-	run(&a, &f, ws, NULL, NULL);
-	expect_last(&a, "result", NULL, "after the wait");
-	TH_CHECK(strstr(a.out, "The model provider answered HTTP 429: Rate limit reached; retrying in 1.0 s (1 of 3)") != NULL,
-	         "%s", a.out);
-	TH_REQUIRE(fakechat_requests(&f) == 2);
-	long long gap = (f.at_us[1] - f.at_us[0]) / 1000;
+	(void)ws;
+	TH_CHECK(strstr(a->out, "The model provider answered HTTP 429: Rate limit reached; retrying in 1.0 s (1 of 3)") != NULL,
+	         "%s", a->out);
+	long long gap = (f->at_us[1] - f->at_us[0]) / 1000;
 	TH_CHECK(gap >= 900, "Retry-After honoured: %lld ms between requests", gap);
-	ap_free(&a);
-	fakechat_stop(&f);
-}
-
-static void test_500(const char *ws)
-{
-	static const fc_resp_t script[] = {
-		{ .status = 500, .content_type = "application/json", .body = "{\"error\":{\"message\":\"upstream exploded (key " KEY ")\"}}" },
-	};
-	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
-	ap_t a;
-	const char *flags[] = { "--retries", "2", NULL };
-	run(&a, &f, ws, flags, NULL);
-	expect_last(&a, "error", "model_error", "The model provider answered HTTP 500: upstream exploded (key [redacted])");
-	TH_CHECK(fakechat_requests(&f) == 3, "1 + 2 retries: %d", fakechat_requests(&f));
-	ap_free(&a);
-	fakechat_stop(&f);
-}
-
-static void test_400(const char *ws)
-{
-	static const fc_resp_t script[] = {
-		{ .status = 400, .content_type = "application/json", .body = "{\"error\":{\"message\":\"The model `fake-model` does not exist\"}}" },
-	};
-	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
-	ap_t a;
-	run(&a, &f, ws, NULL, NULL);
-	expect_last(&a, "error", "model_error", "The model provider answered HTTP 400: The model `fake-model` does not exist");
-	TH_CHECK(fakechat_requests(&f) == 1, "a 400 is not retried");
-	ap_free(&a);
-	fakechat_stop(&f);
-}
-
-static void test_stall(const char *ws)
-{
-	static const fc_resp_t script[] = { { .body = FC_TEXT("partial"), .stall = 1 } };
-	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
-	ap_t a;
-	const char *flags[] = { "--request-timeout-sec", "1", NULL };
-	int64_t t0 = th_now_ms();
-	run(&a, &f, ws, flags, NULL);
-	int64_t took = th_now_ms() - t0;
-	expect_last(&a, "error", "model_timeout", "The model sent nothing for 1 s");
-	TH_CHECK(took < 5000, "timed out in %lld ms", (long long)took);
-	ap_free(&a);
-	fakechat_stop(&f);
-}
-
-static void test_malformed(const char *ws)
-{
-	static const fc_resp_t script[] = { { .body = FC_TEXT("ok so far") "data: {\"choices\":[{\"delta\":\n\n" FC_DONE } };
-	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
-	ap_t a;
-	run(&a, &f, ws, NULL, NULL);
-	expect_last(&a, "error", "model_error", "the model provider sent a malformed stream event");
-	ap_free(&a);
-	fakechat_stop(&f);
-}
-
-static void test_max_steps(const char *ws)
-{
-	static const fc_resp_t script[] = { { .body = FC_CALL(0, "c", "bash", "{\\\"command\\\":\\\"true\\\"}") FC_CALLS FC_DONE } };
-	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
-	ap_t a;
-	const char *flags[] = { "--max-steps", "3", NULL };
-	run(&a, &f, ws, flags, NULL);
-	expect_last(&a, "error", "max_steps", "The model was still calling tools after 3 steps (the limit)");
-	TH_CHECK(fakechat_requests(&f) == 3);
-	TH_CHECK(count_steps(&a, "succeeded") == 3);
-	ap_free(&a);
-	fakechat_stop(&f);
-}
-
-static void test_no_model(const char *ws)
-{
-	static const fc_resp_t script[] = { { .body = FC_DONE } };
-	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
-	ap_t a;
-	run(&a, &f, ws, NULL, "{\"run_id\":\"r\",\"prompt\":\"x\",\"model\":null}");
-	expect_last(&a, "error", "model_error", "The config names no model (set \"model\" in the workspace config)");
-	TH_CHECK(fakechat_requests(&f) == 0);
-	ap_free(&a);
-	fakechat_stop(&f);
-}
-
-/* A turn line that is not JSON: the error says so without quoting it (it
- * holds the prompt). */
-static void test_bad_turn(const char *ws)
-{
-	static const fc_resp_t script[] = { { .body = FC_DONE } };
-	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
-	ap_t a;
-	run(&a, &f, ws, NULL, "{\"run_id\":\"r\",\"prompt\":secret-prompt-words}");
-	expect_last(&a, "error", "model_error", "runnel-agent could not read its turn line: not valid JSON");
-	TH_CHECK(!strstr(a.out ? a.out : "", "secret-prompt-words"), "the prompt is quoted: %s", a.out);
-	ap_free(&a);
-	run(&a, &f, ws, NULL, "[\"secret-prompt-words\"]");
-	expect_last(&a, "error", "model_error", "runnel-agent could not read its turn line: not a JSON object");
-	TH_CHECK(fakechat_requests(&f) == 0);
-	ap_free(&a);
-	fakechat_stop(&f);
 }
 
 static void test_unreachable(const char *ws)
@@ -364,65 +292,139 @@ static void test_unreachable(const char *ws)
 }
 
 
-static void test_stream_error_and_cut(const char *ws)
-{
-	static const fc_resp_t s1[] = { { .body = FC_TEXT("partial") "data: {\"error\":{\"message\":\"Overloaded, try later\",\"type\":\"server_error\"}}\n\n" } };
-	static const fc_resp_t s2[] = { { .body = FC_TEXT("cut off mid-answer") } };
-	static const fc_resp_t s3[] = { { .content_type = "application/json",
-		                          .body = "{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"whole answer\"},\"finish_reason\":\"stop\"}]}" } };
-	const fc_resp_t *scripts[] = { s1, s2, s3 };
-	const char *type[] = { "error", "error", "result" };
-	const char *code[] = { "model_error", "model_error", NULL };
-	const char *msg[] = { "Overloaded, try later", "The model stream ended before the answer was complete", "whole answer" };
-	for (int i = 0; i < 3; i++) {
-		fakechat_t f;
-		TH_REQUIRE(fakechat_start(&f, scripts[i], 1) == 0);
-		ap_t a;
-		run(&a, &f, ws, NULL, NULL);
-		expect_last(&a, type[i], code[i], msg[i]);
-		TH_CHECK(fakechat_requests(&f) == 1);
-		ap_free(&a);
-		fakechat_stop(&f);
-	}
-}
-
-static void test_retry_after_too_long(const char *ws)
-{
-	static const fc_resp_t script[] = {
-		{ .status = 503, .content_type = "application/json", .headers = "Retry-After: 3600\r\n", .body = "{\"error\":{\"message\":\"Service unavailable\"}}" },
-	};
-	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, script, 1) == 0);
-	ap_t a;
-	int64_t t0 = th_now_ms();
-	const char *flags[] = { "--retry-max-sec", "5", NULL };
-	run(&a, &f, ws, flags, NULL);
-	expect_last(&a, "error", "model_error", "The model provider answered HTTP 503: Service unavailable");
-	TH_CHECK(fakechat_requests(&f) == 1, "a Retry-After past --retry-max-sec gives up at once");
-	TH_CHECK(th_now_ms() - t0 < 3000);
-	ap_free(&a);
-	fakechat_stop(&f);
-}
-
 /* The key is for the provider only: bash does not inherit it. */
-static void test_key_not_in_tools(const char *ws)
+static const fc_resp_t key_not_in_tools_script[] = {
+	{ .body = FC_CALL(0, "c", "bash", "{\\\"command\\\":\\\"env; echo key=[$OPENAI_API_KEY]\\\"}") FC_CALLS FC_DONE },
+	{ .body = FC_TEXT("done") FC_STOP FC_DONE },
+};
+
+static void key_not_in_tools(const char *ws, fakechat_t *f, ap_t *a)
 {
-	static const fc_resp_t script[] = {
-		{ .body = FC_CALL(0, "c", "bash", "{\\\"command\\\":\\\"env; echo key=[$OPENAI_API_KEY]\\\"}") FC_CALLS FC_DONE },
-		{ .body = FC_TEXT("done") FC_STOP FC_DONE },
-	};
-	fakechat_t f;
-	TH_REQUIRE(fakechat_start(&f, script, 2) == 0);
-	ap_t a;
-	run(&a, &f, ws, NULL, NULL);
-	expect_last(&a, "result", NULL, "done");
-	TH_CHECK(strstr(a.out, "key=[]") != NULL, "%s", a.out);
-	TH_CHECK(!strstr(a.out, "OPENAI_API_KEY="));
-	TH_REQUIRE(fakechat_requests(&f) == 2);
-	TH_CHECK(!strstr(f.bodies[1], KEY), "the tool result sent back has no key");
-	ap_free(&a);
-	fakechat_stop(&f);
+	(void)ws;
+	TH_CHECK(strstr(a->out, "key=[]") != NULL, "%s", a->out);
+	TH_CHECK(!strstr(a->out, "OPENAI_API_KEY="));
+	TH_CHECK(!strstr(f->bodies[1], KEY), "the tool result sent back has no key");
 }
+
+/* Every scripted exchange, in the order they run. */
+static const model_case_t cases[] = {
+	{ .name = "text deltas",
+	  SCRIPT_OF(text_deltas_script),
+	  .type = "result",
+	  .message = "Hello, world",
+	  .requests = 1,
+	  .check = text_deltas },
+	{ .name = "split tool arguments",
+	  SCRIPT_OF(split_tool_args_script),
+	  .type = "result",
+	  .message = "Wrote it.",
+	  .requests = 2,
+	  .check = split_tool_args },
+	{ .name = "two calls",
+	  SCRIPT_OF(two_calls_script),
+	  .type = "result",
+	  .message = "Both done.",
+	  .requests = 2,
+	  .succeeded = 2,
+	  .check = two_calls },
+	{ .name = "429",
+	  SCRIPT_OF(retry_after_script),
+	  .type = "result",
+	  .message = "after the wait",
+	  .requests = 2,
+	  .check = retry_after },
+	{ .name = "key not in tools",
+	  SCRIPT_OF(key_not_in_tools_script),
+	  .type = "result",
+	  .message = "done",
+	  .requests = 2,
+	  .check = key_not_in_tools },
+	{ .name = "500 retried, then given up",
+	  SCRIPT({ .status = 500, .content_type = "application/json", .body = "{\"error\":{\"message\":\"upstream exploded (key " KEY ")\"}}" }),
+	  FLAGS("--retries", "2"),
+	  .type = "error",
+	  .code = "model_error",
+	  .message = "The model provider answered HTTP 500: upstream exploded (key [redacted])",
+	  .requests = 3 /* 1 + 2 retries */ },
+	{ .name = "400 not retried",
+	  SCRIPT({ .status = 400, .content_type = "application/json", .body = "{\"error\":{\"message\":\"The model `fake-model` does not exist\"}}" }),
+	  .type = "error",
+	  .code = "model_error",
+	  .message = "The model provider answered HTTP 400: The model `fake-model` does not exist",
+	  .requests = 1 },
+	{ .name = "stalled stream",
+	  SCRIPT({ .body = FC_TEXT("partial"), .stall = 1 }),
+	  FLAGS("--request-timeout-sec", "1"),
+	  .type = "error",
+	  .code = "model_timeout",
+	  .message = "The model sent nothing for 1 s",
+	  .requests = ANY,
+	  .max_ms = 5000 },
+	{ .name = "malformed frame",
+	  SCRIPT({ .body = FC_TEXT("ok so far") "data: {\"choices\":[{\"delta\":\n\n" FC_DONE }),
+	  .type = "error",
+	  .code = "model_error",
+	  .message = "the model provider sent a malformed stream event",
+	  .requests = ANY },
+	{ .name = "max steps",
+	  SCRIPT({ .body = FC_CALL(0, "c", "bash", "{\\\"command\\\":\\\"true\\\"}") FC_CALLS FC_DONE }),
+	  FLAGS("--max-steps", "3"),
+	  .type = "error",
+	  .code = "max_steps",
+	  .message = "The model was still calling tools after 3 steps (the limit)",
+	  .requests = 3,
+	  .succeeded = 3 },
+	{ .name = "no model",
+	  SCRIPT({ .body = FC_DONE }),
+	  .turn = "{\"run_id\":\"r\",\"prompt\":\"x\",\"model\":null}",
+	  .type = "error",
+	  .code = "model_error",
+	  .message = "The config names no model (set \"model\" in the workspace config)",
+	  .requests = 0 },
+	/* A turn line that is not JSON: the error says so without quoting it
+	 * (it holds the prompt). */
+	{ .name = "turn not JSON",
+	  SCRIPT({ .body = FC_DONE }),
+	  .turn = "{\"run_id\":\"r\",\"prompt\":secret-prompt-words}",
+	  .type = "error",
+	  .code = "model_error",
+	  .message = "runnel-agent could not read its turn line: not valid JSON",
+	  .requests = 0,
+	  .absent = "secret-prompt-words" },
+	{ .name = "turn not an object",
+	  SCRIPT({ .body = FC_DONE }),
+	  .turn = "[\"secret-prompt-words\"]",
+	  .type = "error",
+	  .code = "model_error",
+	  .message = "runnel-agent could not read its turn line: not a JSON object",
+	  .requests = 0 },
+	{ .name = "error event in the stream",
+	  SCRIPT({ .body = FC_TEXT("partial") "data: {\"error\":{\"message\":\"Overloaded, try later\",\"type\":\"server_error\"}}\n\n" }),
+	  .type = "error",
+	  .code = "model_error",
+	  .message = "Overloaded, try later",
+	  .requests = 1 },
+	{ .name = "stream cut",
+	  SCRIPT({ .body = FC_TEXT("cut off mid-answer") }),
+	  .type = "error",
+	  .code = "model_error",
+	  .message = "The model stream ended before the answer was complete",
+	  .requests = 1 },
+	{ .name = "whole JSON answer",
+	  SCRIPT({ .content_type = "application/json",
+	           .body = "{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"whole answer\"},\"finish_reason\":\"stop\"}]}" }),
+	  .type = "result",
+	  .message = "whole answer",
+	  .requests = 1 },
+	{ .name = "Retry-After past --retry-max-sec gives up at once",
+	  SCRIPT({ .status = 503, .content_type = "application/json", .headers = "Retry-After: 3600\r\n", .body = "{\"error\":{\"message\":\"Service unavailable\"}}" }),
+	  FLAGS("--retry-max-sec", "5"),
+	  .type = "error",
+	  .code = "model_error",
+	  .message = "The model provider answered HTTP 503: Service unavailable",
+	  .requests = 1,
+	  .max_ms = 3000 },
+};
 
 int main(int argc, char **argv)
 {
@@ -431,20 +433,8 @@ int main(int argc, char **argv)
 	agent_bin = argv[1];
 	const char *ws = th_tmpdir();
 	TH_REQUIRE(ws != NULL);
-	test_text_deltas(ws);
-	test_split_tool_args(ws);
-	test_two_calls(ws);
-	test_429(ws);
-	test_500(ws);
-	test_400(ws);
-	test_stall(ws);
-	test_malformed(ws);
-	test_max_steps(ws);
-	test_no_model(ws);
-	test_bad_turn(ws);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		play_case(ws, &cases[i]);
 	test_unreachable(ws);
-	test_stream_error_and_cut(ws);
-	test_retry_after_too_long(ws);
-	test_key_not_in_tools(ws);
 	return th_done();
 }

@@ -4,39 +4,15 @@
  * workspace on the host, finds the skills beside it, runs a skill's script
  * and its files come back on /results.
  */
-#include <archive.h>
-#include <archive_entry.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tests/builtin/fakechat.h"
+#include "tests/builtin/skillblob.h"
 #include "tests/worker/wtest.h"
 
 static wt_t T;
-
-static void make_skill_zip(const char *path)
-{
-	static const char md[] = "---\nname: notes\ndescription: Write notes\n---\n";
-	static const char sh[] = "mkdir -p assets && echo noted > assets/notes.txt && pwd\n";
-	struct archive *a = archive_write_new();
-	archive_write_set_format_zip(a);
-	TH_REQUIRE(archive_write_open_filename(a, path) == ARCHIVE_OK);
-	const char *names[] = { "SKILL.md", "run.sh" };
-	const char *data[] = { md, sh };
-	for (int i = 0; i < 2; i++) {
-		struct archive_entry *e = archive_entry_new();
-		archive_entry_set_pathname(e, names[i]);
-		archive_entry_set_size(e, (la_int64_t)strlen(data[i]));
-		archive_entry_set_filetype(e, AE_IFREG);
-		archive_entry_set_perm(e, 0644);
-		archive_write_header(a, e);
-		archive_write_data(a, data[i], strlen(data[i]));
-		archive_entry_free(e);
-	}
-	archive_write_close(a);
-	archive_write_free(a);
-}
 
 int main(void)
 {
@@ -52,11 +28,12 @@ int main(void)
 	pid_t w = wt_worker(&T, "w1", env);
 	wt_warmup(&T);
 
-	char *zip = th_strf("%s/notes.zip", T.dir);
-	make_skill_zip(zip);
-	TH_REQUIRE(dev_stub_add_blob_file(T.stub, "notes.zip", zip) == 0);
+	static const skill_file_t notes[] = {
+		{ "SKILL.md", "---\nname: notes\ndescription: Write notes\n---\n", 0644 },
+		{ "run.sh", "mkdir -p assets && echo noted > assets/notes.txt && pwd\n", 0644 },
+	};
 	char url[256];
-	dev_stub_blob_url(T.stub, "notes.zip", url, sizeof(url));
+	skill_blob(&T, "notes.zip", notes, 2, url, sizeof(url));
 	dev_stub_run_t run = { 0 };
 	run.env = json_pack("{s:{s:s,s:s},s:n}", "variables", "OPENAI_BASE_URL", f.base_url, "OPENAI_API_KEY",
 	                    "sk-process-test", "setup_script");

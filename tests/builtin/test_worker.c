@@ -13,8 +13,6 @@
  *
  *   test_builtin_worker MCP_DIR
  */
-#include <archive.h>
-#include <archive_entry.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -24,6 +22,7 @@
 #include <unistd.h>
 
 #include "tests/builtin/fakechat.h"
+#include "tests/builtin/skillblob.h"
 #include "tests/worker/wtest.h"
 
 #define KEY "sk-worker-test-5a4b3c2d1e"
@@ -48,30 +47,6 @@ static const char skill_mcp[] =
         "  else return send({ jsonrpc: '2.0', id: m.id, error: { code: -32601, message: 'no' } });\n"
         "  send({ jsonrpc: '2.0', id: m.id, result: r });\n"
         "});\n";
-
-static void add_entry(struct archive *a, const char *name, const char *data, int mode)
-{
-	struct archive_entry *e = archive_entry_new();
-	archive_entry_set_pathname(e, name);
-	archive_entry_set_size(e, (la_int64_t)strlen(data));
-	archive_entry_set_filetype(e, AE_IFREG);
-	archive_entry_set_perm(e, mode);
-	archive_write_header(a, e);
-	archive_write_data(a, data, strlen(data));
-	archive_entry_free(e);
-}
-
-static void make_skill_zip(const char *path)
-{
-	struct archive *a = archive_write_new();
-	archive_write_set_format_zip(a);
-	TH_REQUIRE(archive_write_open_filename(a, path) == ARCHIVE_OK);
-	add_entry(a, "SKILL.md", skill_md, 0644);
-	add_entry(a, "run.sh", skill_sh, 0755);
-	add_entry(a, "mcp.js", skill_mcp, 0644);
-	archive_write_close(a);
-	archive_write_free(a);
-}
 
 static const char *find_step(char **l, size_t n, const char *name, const char *status)
 {
@@ -212,11 +187,13 @@ int main(int argc, char **argv)
 	pid_t w = wt_worker(&T, "w1", wenv);
 	wt_warmup(&T);
 
-	char *szip = th_strf("%s/tables.zip", T.dir);
-	make_skill_zip(szip);
-	TH_REQUIRE(dev_stub_add_blob_file(T.stub, "tables.zip", szip) == 0);
+	const skill_file_t tables[] = {
+		{ "SKILL.md", skill_md, 0644 },
+		{ "run.sh", skill_sh, 0755 },
+		{ "mcp.js", skill_mcp, 0644 },
+	};
 	char surl[256];
-	dev_stub_blob_url(T.stub, "tables.zip", surl, sizeof(surl));
+	skill_blob(&T, "tables.zip", tables, 3, surl, sizeof(surl));
 
 	dev_stub_run_t run = { 0 };
 	run.env = json_pack("{s:{s:s,s:s},s:n}", "variables", "OPENAI_BASE_URL", f.base_url, "OPENAI_API_KEY", KEY,

@@ -268,6 +268,28 @@ static int state_exists(void *arg)
 	return ok;
 }
 
+/* Submits a slow run as run_id, waits until it runs, cancels it with
+ * `runnel cancel run_id opt val` and checks that its tail ends cancelled. */
+static void cancel_running(stack_t_ *s, const char *run_id, const char *opt, const char *val)
+{
+	clirun_t p;
+	char type[64], code[64];
+	char *fs = write_tmp(th_strf("%s.json", run_id), mint(s, "slow"));
+	int rc = run_cli(s, ARGS("submit", "--otp-file", fs, "--prompt", "x", "--run-id", run_id, "--no-tail"), &p);
+	TH_CHECK(rc == 0 && th_streq(p.out, th_strf("%s\n", run_id)), "submit %s: %d %s %s", run_id, rc, p.out, p.err);
+	clirun_free(&p);
+	const char *wr[] = { s->redis, run_id, "running" };
+	TH_CHECK(th_wait_until(state_exists, wr, 30000), "the slow run %s never ran", run_id);
+	rc = run_cli(s, ARGS("cancel", run_id, opt, val), &p);
+	TH_CHECK(rc == 0, "cancel %s %s %s: %d %s", run_id, opt, val, rc, p.err);
+	clirun_free(&p);
+	rc = run_cli(s, ARGS("tail", run_id, "--json"), &p);
+	TH_CHECK(rc == 1, "tail cancelled %s: %d", run_id, rc);
+	last_line_type(p.out, type, sizeof(type), code, sizeof(code));
+	TH_CHECK(th_streq(type, "error") && th_streq(code, "cancelled"), "%s", p.out);
+	clirun_free(&p);
+}
+
 static void test_stack(void)
 {
 	stack_t_ s;
@@ -409,35 +431,8 @@ static void test_stack(void)
 	clirun_free(&p);
 
 	/* cancel a running run (Redis control stream, then via the dispatcher). */
-	char *fs = write_tmp("slow.json", mint(&s, "slow"));
-	rc = run_cli(&s, ARGS("submit", "--otp-file", fs, "--prompt", "x", "--run-id", "run_slow", "--no-tail"), &p);
-	TH_CHECK(rc == 0 && th_streq(p.out, "run_slow\n"), "%d %s %s", rc, p.out, p.err);
-	clirun_free(&p);
-	const char *wr[] = { s.redis, "run_slow", "running" };
-	TH_CHECK(th_wait_until(state_exists, wr, 30000), "the slow run never ran");
-	rc = run_cli(&s, ARGS("cancel", "run_slow", "--reason", "test"), &p);
-	TH_CHECK(rc == 0, "cancel: %d %s", rc, p.err);
-	clirun_free(&p);
-	rc = run_cli(&s, ARGS("tail", "run_slow", "--json"), &p);
-	TH_CHECK(rc == 1, "tail cancelled: %d", rc);
-	last_line_type(p.out, type, sizeof(type), code, sizeof(code));
-	TH_CHECK(th_streq(type, "error") && th_streq(code, "cancelled"), "%s", p.out);
-	clirun_free(&p);
-
-	fs = write_tmp("slow2.json", mint(&s, "slow"));
-	rc = run_cli(&s, ARGS("submit", "--otp-file", fs, "--prompt", "x", "--run-id", "run_slow2", "--no-tail"), &p);
-	TH_CHECK(rc == 0);
-	clirun_free(&p);
-	const char *wr2[] = { s.redis, "run_slow2", "running" };
-	TH_CHECK(th_wait_until(state_exists, wr2, 30000), "the second slow run never ran");
-	rc = run_cli(&s, ARGS("cancel", "run_slow2", "--via", "dispatcher"), &p);
-	TH_CHECK(rc == 0, "cancel via dispatcher: %d %s", rc, p.err);
-	clirun_free(&p);
-	rc = run_cli(&s, ARGS("tail", "run_slow2", "--json"), &p);
-	TH_CHECK(rc == 1, "tail cancelled: %d", rc);
-	last_line_type(p.out, type, sizeof(type), code, sizeof(code));
-	TH_CHECK(th_streq(code, "cancelled"), "%s", p.out);
-	clirun_free(&p);
+	cancel_running(&s, "run_slow", "--reason", "test");
+	cancel_running(&s, "run_slow2", "--via", "dispatcher");
 	rc = run_cli(&s, ARGS("cancel", "run_nope", "--via", "dispatcher"), &p);
 	TH_CHECK(rc == 3, "cancel unknown via dispatcher: %d %s", rc, p.err);
 	clirun_free(&p);

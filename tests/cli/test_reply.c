@@ -7,21 +7,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tests/cli/cliredis.h"
 #include "tests/cli/clirun.h"
 #include "tests/support/harness.h"
 
-static const char *g_bin;
-static redisContext *g_c;
-static char *g_env_url;
+static cli_redis_t T;
 
 static int run(const char *const *args, clirun_t *p)
 {
-	return clirun_argv(g_bin, ARGS("reply"), args, ARGS(g_env_url), NULL, 20000, p);
+	return clirun_argv(T.bin, ARGS("reply"), args, ARGS(T.env_url), NULL, 20000, p);
 }
 
 static void out_line(const char *run, const char *line)
 {
-	redisReply *r = redisCommand(g_c, "XADD runnel:{%s}:out * line %s", run, line);
+	redisReply *r = redisCommand(T.c, "XADD runnel:{%s}:out * line %s", run, line);
 	TH_REQUIRE(r && r->type == REDIS_REPLY_STRING);
 	freeReplyObject(r);
 }
@@ -29,16 +28,7 @@ static void out_line(const char *run, const char *line)
 /* The "msg" fields of a run's control stream, one per line. */
 static char *ctl_msgs(const char *run)
 {
-	redisReply *r = redisCommand(g_c, "XRANGE runnel:{%s}:ctl - +", run);
-	char *s = th_strf("%s", "");
-	for (size_t i = 0; r && i < r->elements; i++) {
-		redisReply *f = r->element[i]->element[1];
-		for (size_t k = 0; k + 1 < f->elements; k += 2)
-			s = th_strf("%s%s\n", s, f->element[k + 1]->str);
-	}
-	if (r)
-		freeReplyObject(r);
-	return s;
+	return cli_stream_text(T.c, th_strf("runnel:{%s}:ctl", run), 0);
 }
 
 #define OPEN_ASK "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"title\":\"Run: ls\"," \
@@ -46,19 +36,13 @@ static char *ctl_msgs(const char *run)
 
 int main(int argc, char **argv)
 {
-	th_redis_t red;
 	clirun_t p;
 
-	TH_REQUIRE(argc == 2, "usage: test_cli_reply RUNNEL_BINARY");
-	g_bin = argv[1];
-	TH_REQUIRE(th_redis_start(&red, NULL) == 0, "redis");
-	g_c = th_redis_connect(&red);
-	TH_REQUIRE(g_c != NULL);
-	g_env_url = th_strf("RUNNEL_REDIS_URL=%s", red.url);
+	cli_redis_start(&T, argc, argv, "test_cli_reply");
 
-	redisReply *r = redisCommand(g_c, "HSET runnel:{run_a}:state status running");
+	redisReply *r = redisCommand(T.c, "HSET runnel:{run_a}:state status running");
 	freeReplyObject(r);
-	r = redisCommand(g_c, "EXPIRE runnel:{run_a}:state 1000");
+	r = redisCommand(T.c, "EXPIRE runnel:{run_a}:state 1000");
 	freeReplyObject(r);
 	out_line("run_a", OPEN_ASK);
 	out_line("run_a", "{\"type\":\"ask\",\"id\":\"q_1\",\"kind\":\"question\",\"question\":\"?\",\"status\":\"open\",\"ts\":2}");
@@ -72,7 +56,7 @@ int main(int argc, char **argv)
 	                  "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}\n"
 	                  "{\"type\":\"reply\",\"id\":\"q_1\",\"text\":\"the \\\"red\\\" one\"}\n"),
 	         "%s", ctl_msgs("run_a"));
-	r = redisCommand(g_c, "PTTL runnel:{run_a}:ctl");
+	r = redisCommand(T.c, "PTTL runnel:{run_a}:ctl");
 	TH_CHECK(r && r->integer > 0 && r->integer <= 1000000, "ctl expiry follows the state's: %lld", r ? r->integer : -9);
 	freeReplyObject(r);
 
@@ -88,7 +72,7 @@ int main(int argc, char **argv)
 	TH_CHECK(th_streq(p.err, "runnel reply: ask ask_1 of run run_a is already settled\n"), "%s", p.err);
 	clirun_free(&p);
 	/* A run that ended with the ask open (lost worker): settled too. */
-	r = redisCommand(g_c, "HSET runnel:{run_a}:state status lost");
+	r = redisCommand(T.c, "HSET runnel:{run_a}:state status lost");
 	freeReplyObject(r);
 	TH_CHECK(run(ARGS("run_a", "q_1", "--reject"), &p) == 1, "exit %d", p.exit_code);
 	clirun_free(&p);
@@ -126,12 +110,12 @@ int main(int argc, char **argv)
 
 	/* Unreachable Redis: exit 4. */
 	{
-		const char *argv2[] = { g_bin, "reply", "run_a", "ask_1", "--reject", NULL };
+		const char *argv2[] = { T.bin, "reply", "run_a", "ask_1", "--reject", NULL };
 		const char *e[] = { th_strf("RUNNEL_REDIS_URL=redis://127.0.0.1:%d", th_free_port()), NULL };
 		TH_CHECK(clirun(argv2, e, 20000, &p) == 4, "exit %d: %s", p.exit_code, p.err);
 		clirun_free(&p);
 	}
-	redisFree(g_c);
-	th_redis_stop(&red);
+	redisFree(T.c);
+	th_redis_stop(&T.r);
 	return th_done();
 }

@@ -9,43 +9,33 @@
 #include <jansson.h>
 
 #include "common/runqueue.h"
+#include "tests/cli/cliredis.h"
 #include "tests/cli/clirun.h"
 #include "tests/support/harness.h"
 
-static const char *g_bin;
-static redisContext *g_c;
-static char *g_env_url;
+static cli_redis_t T;
 
 static int run(const char *const *args, const char *const *env, clirun_t *p)
 {
-	return clirun_argv(g_bin, NULL, args, ARGS(g_env_url), env, 20000, p);
+	return clirun_argv(T.bin, NULL, args, ARGS(T.env_url), env, 20000, p);
 }
 
 static void cmd(const char *fmt, const char *a)
 {
-	redisReply *r = redisCommand(g_c, fmt, a);
+	redisReply *r = redisCommand(T.c, fmt, a);
 	TH_REQUIRE(r && r->type != REDIS_REPLY_ERROR, "%s", fmt);
 	freeReplyObject(r);
 }
 
 static long long pttl(const char *key)
 {
-	return th_redis_int(g_c, -3, "PTTL %s", key);
+	return th_redis_int(T.c, -3, "PTTL %s", key);
 }
 
-/* The "msg" fields of a control stream, in order. */
+/* The fields of a control stream, in order ("msg=..." lines). */
 static char *ctl_msgs(const char *key)
 {
-	redisReply *r = redisCommand(g_c, "XRANGE %s - +", key);
-	char *s = th_strf("%s", "");
-	for (size_t i = 0; r && i < r->elements; i++) {
-		redisReply *f = r->element[i]->element[1];
-		for (size_t k = 0; k + 1 < f->elements; k += 2)
-			s = th_strf("%s%s=%s\n", s, f->element[k]->str, f->element[k + 1]->str);
-	}
-	if (r)
-		freeReplyObject(r);
-	return s;
+	return cli_stream_text(T.c, key, 1);
 }
 
 static void test_status(void)
@@ -58,7 +48,7 @@ static void test_status(void)
 	cmd("HSET runnel:{%s}:state status succeeded worker w-1 enqueued_at 1700000000000 "
 	    "started_at 1700000000500 ended_at 1700000002750 out_seq_base 1700000000400 lease_until 0",
 	    "run_s");
-	redisReply *hr = redisCommand(g_c, "HSET runnel:{run_s}:state code %s", "");
+	redisReply *hr = redisCommand(T.c, "HSET runnel:{run_s}:state code %s", "");
 	TH_REQUIRE(hr && hr->type == REDIS_REPLY_INTEGER);
 	freeReplyObject(hr);
 	cmd("XADD runnel:{%s}:out 1700000000400-1 line {\"type\":\"result\",\"message\":\"ok\",\"ts\":1}", "run_s");
@@ -158,7 +148,7 @@ static void test_queue(void)
 	clirun_free(&p);
 	const char *runs[][2] = { { "run_q1", "acme" }, { "run_q2", "acme" }, { "run_q3", "beta" } };
 	for (int i = 0; i < 3; i++)
-		TH_CHECK(rn_runqueue_push(g_c, "runnel", runs[i][0], runs[i][1], "{\"ref\":{}}", 10,
+		TH_CHECK(rn_runqueue_push(T.c, "runnel", runs[i][0], runs[i][1], "{\"ref\":{}}", 10,
 		                          err, sizeof(err)) == 1,
 		         "%s", err);
 	TH_CHECK(run(ARGS("status"), NULL, &p) == 0, "%s", p.err);
@@ -181,16 +171,10 @@ static void test_queue(void)
 
 int main(int argc, char **argv)
 {
-	th_redis_t r;
-	TH_REQUIRE(argc == 2, "usage: test_cli_status_cancel RUNNEL_BINARY");
-	g_bin = argv[1];
-	TH_REQUIRE(th_redis_start(&r, NULL) == 0, "redis");
-	g_c = th_redis_connect(&r);
-	TH_REQUIRE(g_c != NULL);
-	g_env_url = th_strf("RUNNEL_REDIS_URL=%s", r.url);
+	cli_redis_start(&T, argc, argv, "test_cli_status_cancel");
 	test_status();
 	test_cancel();
 	test_queue();
-	redisFree(g_c);
+	redisFree(T.c);
 	return th_done();
 }

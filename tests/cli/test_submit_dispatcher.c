@@ -1,23 +1,19 @@
 /*
  * tests/cli/test_submit_dispatcher.c - `runnel submit` and `runnel cancel
- * --via dispatcher` against a small HTTP server in this test that records
- * each request and answers what the case programs: the exact request
- * (route, bearer token, JSON body), the answer handling (202, a refusal
- * with the dispatcher's error message, an answer over the 1 MiB cap, an
- * answer without run_id, 404, 401).
+ * --via dispatcher` against a small HTTP server in this test (on
+ * tests/support/httpd.h) that records each request and answers what the
+ * case programs: the exact request (route, bearer token, JSON body), the
+ * answer handling (202, a refusal with the dispatcher's error message, an
+ * answer over the 1 MiB cap, an answer without run_id, 404, 401).
  */
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include "tests/cli/clirun.h"
 #include "tests/support/harness.h"
+#include "tests/support/httpd.h"
 
 static const char *g_bin;
 
@@ -26,56 +22,27 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_status;
 static char *g_answer;
 static char *g_request; /* request line + headers + body as received */
-static int g_listen_fd;
 
-static void *serve(void *arg)
+static void serve(th_httpd_t *srv, void *arg, int fd, th_http_req_t *req)
 {
+	(void)srv;
 	(void)arg;
-	for (;;) {
-		int fd = accept(g_listen_fd, NULL, NULL);
-		if (fd < 0) {
-			if (errno == EINTR)
-				continue;
-			return NULL;
-		}
-		size_t cap = 1 << 16, len = 0;
-		char *buf = malloc(cap + 1);
-		long need = -1;
-		for (;;) {
-			ssize_t n = read(fd, buf + len, cap - len);
-			if (n <= 0)
-				break;
-			len += (size_t)n;
-			buf[len] = '\0';
-			char *end = strstr(buf, "\r\n\r\n");
-			if (end && need < 0) {
-				const char *cl = strcasestr(buf, "Content-Length:");
-				need = (long)(end + 4 - buf) + (cl && cl < end ? strtol(cl + 15, NULL, 10) : 0);
-			}
-			if (need >= 0 && (long)len >= need)
-				break;
-			if (len == cap)
-				break;
-		}
-		buf[len] = '\0';
-		pthread_mutex_lock(&g_mu);
-		free(g_request);
-		g_request = buf;
-		char *head = th_strf("HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-		                     "Connection: close\r\n\r\n",
-		                     g_status, strlen(g_answer));
-		const char *ans = g_answer;
-		pthread_mutex_unlock(&g_mu);
-		(void)!write(fd, head, strlen(head));
-		size_t off = 0, al = strlen(ans);
-		while (off < al) {
-			ssize_t w = write(fd, ans + off, al - off);
-			if (w <= 0)
-				break;
-			off += (size_t)w;
-		}
-		close(fd);
+	size_t hl = strlen(req->head);
+	char *got = malloc(hl + req->body_len + 1);
+	if (got) {
+		memcpy(got, req->head, hl);
+		memcpy(got + hl, req->body, req->body_len + 1);
 	}
+	pthread_mutex_lock(&g_mu);
+	free(g_request);
+	g_request = got;
+	int status = g_status;
+	const char *ans = g_answer;
+	pthread_mutex_unlock(&g_mu);
+	th_httpd_writef(fd,
+	                "HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+	                "Connection: close\r\n\r\n%s",
+	                status, strlen(ans), ans);
 }
 
 static void program(int status, const char *answer)
@@ -113,16 +80,10 @@ int main(int argc, char **argv)
 	TH_REQUIRE(argc == 2, "usage: test_cli_submit_dispatcher RUNNEL_BINARY");
 	g_bin = argv[1];
 
-	g_listen_fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	TH_REQUIRE(bind(g_listen_fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(g_listen_fd, 8) == 0);
-	socklen_t alen = sizeof(a);
-	getsockname(g_listen_fd, (struct sockaddr *)&a, &alen);
-	char *url = th_strf("http://127.0.0.1:%d", ntohs(a.sin_port));
-	pthread_t th;
-	TH_REQUIRE(pthread_create(&th, NULL, serve, NULL) == 0);
-	pthread_detach(th);
+	th_httpd_opts_t hopts = { serve, NULL, 0, 10000 };
+	th_httpd_t *srv = th_httpd_start("fake dispatcher", &hopts);
+	TH_REQUIRE(srv != NULL);
+	char *url = th_strf("http://127.0.0.1:%d", th_httpd_port(srv));
 
 	char *env_url = th_strf("RUNNEL_DISPATCHER_URL=%s/", url); /* a trailing slash is fine */
 	const char *const env[] = { env_url, "RUNNEL_API_TOKEN=tok_5ecret", "RUNNEL_OTP_SETUP=otp_s",
@@ -216,6 +177,6 @@ int main(int argc, char **argv)
 	TH_CHECK(!strstr(p.err, "5ecret"));
 	clirun_free(&p);
 
-	close(g_listen_fd);
+	th_httpd_stop(srv);
 	return th_done();
 }

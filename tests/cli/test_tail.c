@@ -12,13 +12,11 @@
 #include <unistd.h>
 #include <sys/wait.h>
 
+#include "tests/cli/cliredis.h"
 #include "tests/cli/clirun.h"
 #include "tests/support/harness.h"
 
-static const char *g_bin;
-static th_redis_t g_r;
-static redisContext *g_c;
-static char *g_env_url;
+static cli_redis_t T;
 
 static const char *const LINES[] = {
 	"{\"type\":\"log\",\"level\":\"info\",\"message\":\"Loaded 3 skills\",\"ts\":1700000000000}",
@@ -32,21 +30,49 @@ static const char *ERROR_LINE =
 static void xadd(const char *prefix, const char *run, const char *id, const char *line)
 {
 	char *key = th_strf("%s:{%s}:out", prefix, run);
-	redisReply *r = redisCommand(g_c, "XADD %s %s line %s", key, id, line);
+	redisReply *r = redisCommand(T.c, "XADD %s %s line %s", key, id, line);
 	TH_REQUIRE(r && r->type == REDIS_REPLY_STRING, "XADD %s %s", key, id);
 	freeReplyObject(r);
 }
 
 static void hset_status(const char *run, const char *status)
 {
-	redisReply *r = redisCommand(g_c, "HSET runnel:{%s}:state status %s enqueued_at 1700000000000", run, status);
+	redisReply *r = redisCommand(T.c, "HSET runnel:{%s}:state status %s enqueued_at 1700000000000", run, status);
 	TH_REQUIRE(r && r->type == REDIS_REPLY_INTEGER);
 	freeReplyObject(r);
 }
 
 static int run_tail(const char *const *extra, const char *const *env, clirun_t *p)
 {
-	return clirun_argv(g_bin, ARGS("tail"), extra, ARGS(g_env_url), env, 20000, p);
+	return clirun_argv(T.bin, ARGS("tail"), extra, ARGS(T.env_url), env, 20000, p);
+}
+
+/* Starts `runnel tail args...` against the test's Redis, with env added
+ * (NULL, or NAME=value entries that win over the defaults), on a cols x rows
+ * terminal (0, 0: pipes). */
+static void start_tail(clirun_t *p, const char *const *args, const char *const *env, int cols, int rows)
+{
+	const char *argv[16] = { T.bin, "tail" };
+	const char *envv[8] = { T.env_url };
+	for (size_t i = 0; args[i] && i < 13; i++)
+		argv[i + 2] = args[i];
+	for (size_t i = 0; env && env[i] && i < 6; i++)
+		envv[i + 1] = env[i];
+	TH_REQUIRE(clirun_start(p, argv, envv, cols, rows) == 0, "runnel tail %s", args[0]);
+}
+
+/* Reads the live view for up to 5 s until its screen (cols wide) shows
+ * needle.  1 when it did. */
+static int screen_shows(clirun_t *p, int cols, const char *needle)
+{
+	int seen = 0;
+	for (int i = 0; i < 100 && !seen; i++) {
+		clirun_pump(p, 50);
+		char *sc = vt_screen(p->out, p->out_len, cols);
+		seen = strstr(sc, needle) != NULL;
+		free(sc);
+	}
+	return seen;
 }
 
 static char *joined(size_t from, size_t to, const char *last)
@@ -170,21 +196,12 @@ static void test_tty_ask(void)
 	const int cols = 160, rows = 30;
 	clirun_t p;
 	hset_status("run_tty_ask", "running");
-	const char *argv[] = { g_bin, "tail", "run_tty_ask", NULL };
-	const char *env[] = { g_env_url, "TERM=xterm", NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
+	start_tail(&p, ARGS("run_tty_ask"), ARGS("TERM=xterm"), cols, rows);
 	clirun_pump(&p, 300);
 	xadd("runnel", "run_tty_ask", "1-1",
 	     "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"title\":\"Run: ls\","
 	     "\"options\":[{\"id\":\"allow_once\",\"label\":\"Allow\"}],\"status\":\"open\",\"ts\":1}");
-	int waiting = 0;
-	for (int i = 0; i < 100 && !waiting; i++) {
-		clirun_pump(&p, 50);
-		char *sc = vt_screen(p.out, p.out_len, cols);
-		waiting = strstr(sc, "waiting for a reply (1 open ask)") != NULL;
-		free(sc);
-	}
-	TH_CHECK(waiting, "no waiting footer:\n%s", p.out);
+	TH_CHECK(screen_shows(&p, cols, "waiting for a reply (1 open ask)"), "no waiting footer:\n%s", p.out);
 	xadd("runnel", "run_tty_ask", "1-2",
 	     "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"status\":\"answered\",\"option\":\"allow_once\",\"ts\":2}");
 	xadd("runnel", "run_tty_ask", "1-3", "{\"type\":\"result\",\"message\":\"ok\",\"ts\":3}");
@@ -205,9 +222,7 @@ static void test_follow_live(void)
 {
 	clirun_t p;
 	hset_status("run_live", "queued");
-	const char *argv[] = { g_bin, "tail", "run_live", "--json", NULL };
-	const char *env[] = { g_env_url, NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, 0, 0) == 0);
+	start_tail(&p, ARGS("run_live", "--json"), NULL, 0, 0);
 	clirun_pump(&p, 300);
 	TH_CHECK(p.out_len == 0 && p.pid > 0, "printed before any line: %s", p.out);
 	for (size_t i = 0; i < 4; i++) {
@@ -220,15 +235,14 @@ static void test_follow_live(void)
 
 	/* Ctrl-C stops tailing only: exit 130, nothing written to the control stream. */
 	hset_status("run_int", "queued");
-	const char *argv2[] = { g_bin, "tail", "run_int", NULL };
-	TH_REQUIRE(clirun_start(&p, argv2, env, 0, 0) == 0);
+	start_tail(&p, ARGS("run_int"), NULL, 0, 0);
 	clirun_pump(&p, 300);
 	int64_t t0 = th_now_ms();
 	clirun_signal(&p, SIGINT);
 	TH_CHECK(clirun_wait(&p, 5000) == 130, "exit %d: %s", p.exit_code, p.err);
 	TH_CHECK(th_now_ms() - t0 < 5000, "took %lld ms", (long long)(th_now_ms() - t0));
 	clirun_free(&p);
-	redisReply *r = redisCommand(g_c, "EXISTS runnel:{run_int}:ctl");
+	redisReply *r = redisCommand(T.c, "EXISTS runnel:{run_int}:ctl");
 	TH_CHECK(r && r->integer == 0, "tail wrote a control message");
 	freeReplyObject(r);
 }
@@ -239,21 +253,12 @@ static void test_tty(void)
 	const int cols = 100, rows = 40;
 	clirun_t p;
 	hset_status("run_tty", "running");
-	const char *argv[] = { g_bin, "tail", "run_tty", NULL };
-	const char *env[] = { g_env_url, "TERM=xterm", NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
+	start_tail(&p, ARGS("run_tty"), ARGS("TERM=xterm"), cols, rows);
 	clirun_pump(&p, 300);
 	xadd("runnel", "run_tty", "1-1", LINES[0]);
 	xadd("runnel", "run_tty", "1-2", LINES[1]);
 	/* Wait until the running row is on screen (spinner frames keep coming). */
-	int seen_running = 0;
-	for (int i = 0; i < 100 && !seen_running; i++) {
-		clirun_pump(&p, 50);
-		char *s = vt_screen(p.out, p.out_len, cols);
-		seen_running = strstr(s, "recipes/add-node.sh  running") != NULL;
-		free(s);
-	}
-	TH_CHECK(seen_running, "no running row:\n%s", p.out);
+	TH_CHECK(screen_shows(&p, cols, "recipes/add-node.sh  running"), "no running row:\n%s", p.out);
 	xadd("runnel", "run_tty", "1-3",
 	     "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"evil \\u001b[2J text\\nsecond line\",\"ts\":1}");
 	xadd("runnel", "run_tty", "1-4", LINES[2]);
@@ -298,9 +303,7 @@ static void test_tty_narrow(void)
 {
 	const int cols = 30, rows = 40;
 	clirun_t p;
-	const char *argv[] = { g_bin, "tail", "run_tty", NULL };
-	const char *env[] = { g_env_url, NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
+	start_tail(&p, ARGS("run_tty"), NULL, cols, rows);
 	TH_CHECK(clirun_wait(&p, 10000) == 0, "exit %d", p.exit_code);
 	char *screen = vt_screen(p.out, p.out_len, cols);
 	TH_NOTE("narrow screen:\n%s", screen);
@@ -322,9 +325,7 @@ static void test_tty_scrolled(void)
 	const int cols = 80, rows = 5;
 	clirun_t p;
 	hset_status("run_scroll", "running");
-	const char *argv[] = { g_bin, "tail", "run_scroll", NULL };
-	const char *env[] = { g_env_url, NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, cols, rows) == 0);
+	start_tail(&p, ARGS("run_scroll"), NULL, cols, rows);
 	xadd("runnel", "run_scroll", "1-1", LINES[1]);
 	for (int i = 0; i < 8; i++)
 		xadd("runnel", "run_scroll", th_strf("1-%d", i + 2),
@@ -354,9 +355,7 @@ static void test_tty_scrolled(void)
 static void test_tty_dumb(void)
 {
 	clirun_t p;
-	const char *argv[] = { g_bin, "tail", "run_err", NULL };
-	const char *env[] = { g_env_url, "TERM=dumb", NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, 80, 24) == 0);
+	start_tail(&p, ARGS("run_err"), ARGS("TERM=dumb"), 80, 24);
 	TH_CHECK(clirun_wait(&p, 10000) == 1, "exit %d", p.exit_code);
 	TH_CHECK(strchr(p.out, '\033') == NULL, "%s", p.out);
 	TH_CHECK(strstr(p.out, "step    recipes/add-node.sh succeeded 412ms\r\n") != NULL, "%s", p.out);
@@ -370,14 +369,14 @@ static void test_caps(void)
 {
 	const int nsteps = 4100;
 	for (int i = 0; i < nsteps; i++) {
-		redisAppendCommand(g_c, "XADD runnel:{run_caps}:out * line %s",
+		redisAppendCommand(T.c, "XADD runnel:{run_caps}:out * line %s",
 		                   th_strf("{\"type\":\"step\",\"id\":\"s%d\",\"name\":\"s%d\",\"status\":\"running\"}", i, i));
-		redisAppendCommand(g_c, "XADD runnel:{run_caps}:out * line %s",
+		redisAppendCommand(T.c, "XADD runnel:{run_caps}:out * line %s",
 		                   th_strf("{\"type\":\"step\",\"id\":\"s%d\",\"name\":\"s%d\",\"status\":\"succeeded\",\"durationMs\":5}", i, i));
 	}
 	for (int i = 0; i < 2 * nsteps; i++) {
 		redisReply *r = NULL;
-		TH_REQUIRE(redisGetReply(g_c, (void **)&r) == REDIS_OK && r && r->type == REDIS_REPLY_STRING);
+		TH_REQUIRE(redisGetReply(T.c, (void **)&r) == REDIS_OK && r && r->type == REDIS_REPLY_STRING);
 		freeReplyObject(r);
 	}
 	char *longname = malloc(5001);
@@ -414,9 +413,7 @@ static void test_caps(void)
 static void test_wait(void)
 {
 	clirun_t p;
-	const char *argv[] = { g_bin, "tail", "run_later", "--wait", "--json", NULL };
-	const char *env[] = { g_env_url, NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, 0, 0) == 0);
+	start_tail(&p, ARGS("run_later", "--wait", "--json"), NULL, 0, 0);
 	clirun_pump(&p, 500);
 	TH_CHECK(waitpid(p.pid, NULL, WNOHANG) == 0, "tail --wait exited early: %s", p.err);
 	xadd("runnel", "run_later", "9-1", LINES[3]);
@@ -440,9 +437,7 @@ static void test_reconnect(void)
 
 	clirun_t p;
 	char *env_url = th_strf("RUNNEL_REDIS_URL=%s", r2.url);
-	const char *argv[] = { g_bin, "tail", "run_rc", "--json", NULL };
-	const char *env[] = { env_url, NULL };
-	TH_REQUIRE(clirun_start(&p, argv, env, 0, 0) == 0);
+	start_tail(&p, ARGS("run_rc", "--json"), ARGS(env_url), 0, 0);
 	for (int i = 0; i < 100 && !strstr(p.out, "\n"); i++)
 		clirun_pump(&p, 50);
 	TH_CHECK(th_streq(p.out, joined(0, 1, NULL)), "before the restart: %s", p.out);
@@ -476,8 +471,7 @@ static void test_reconnect(void)
 	TH_REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
 	freeReplyObject(rep);
 	redisFree(c2);
-	const char *argv2[] = { g_bin, "tail", "run_gone", "--json", NULL };
-	TH_REQUIRE(clirun_start(&p, argv2, env, 0, 0) == 0);
+	start_tail(&p, ARGS("run_gone", "--json"), ARGS(env_url), 0, 0);
 	/* Kill Redis only once the tail is reading (it printed the first line). */
 	for (int i = 0; i < 200 && !strchr(p.out, '\n'); i++)
 		clirun_pump(&p, 50);
@@ -493,12 +487,7 @@ static void test_reconnect(void)
 
 int main(int argc, char **argv)
 {
-	TH_REQUIRE(argc == 2, "usage: test_cli_tail RUNNEL_BINARY");
-	g_bin = argv[1];
-	TH_REQUIRE(th_redis_start(&g_r, NULL) == 0, "redis");
-	g_c = th_redis_connect(&g_r);
-	TH_REQUIRE(g_c != NULL);
-	g_env_url = th_strf("RUNNEL_REDIS_URL=%s", g_r.url);
+	cli_redis_start(&T, argc, argv, "test_cli_tail");
 
 	test_json_and_codes();
 	test_plain();
@@ -513,6 +502,6 @@ int main(int argc, char **argv)
 	test_caps();
 	test_reconnect();
 
-	redisFree(g_c);
+	redisFree(T.c);
 	return th_done();
 }

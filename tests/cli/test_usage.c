@@ -12,25 +12,48 @@
 
 static const char *g_bin;
 
-/* Runs runnel with args; checks exit code and exact stderr (NULL: skip). */
-static void expect(const char *const *args, const char *const *env, int code, const char *err)
+#define SUBMIT_USAGE "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n"
+
+/* Runs runnel with args and env and checks its exit code; the output stays
+ * in *p for the caller (clirun_free).  shown gets the arguments, for
+ * messages. */
+static void run_code(const char *const *args, const char *const *env, int code, clirun_t *p, char *shown,
+                     size_t shown_size)
 {
 	const char *argv[16] = { g_bin };
 	int n = 1;
-	char shown[512] = "";
 	size_t off = 0;
+	shown[0] = '\0';
 	for (int i = 0; args[i] && n < 15; i++) {
 		argv[n++] = args[i];
-		int w = snprintf(shown + off, sizeof(shown) - off, " %s", args[i]);
+		int w = snprintf(shown + off, shown_size - off, " %s", args[i]);
 		if (w > 0)
-			off += (size_t)w < sizeof(shown) - off ? (size_t)w : sizeof(shown) - off - 1;
+			off += (size_t)w < shown_size - off ? (size_t)w : shown_size - off - 1;
 	}
 	argv[n] = NULL;
+	int rc = clirun(argv, env, 20000, p);
+	TH_CHECK(rc == code, "runnel%s: exit %d, want %d (stderr: %s)", shown, rc, code, p->err);
+}
+
+/* Runs runnel with args; checks exit code and exact stderr (NULL: skip). */
+static void expect(const char *const *args, const char *const *env, int code, const char *err)
+{
+	char shown[512];
 	clirun_t p;
-	int rc = clirun(argv, env, 20000, &p);
-	TH_CHECK(rc == code, "runnel%s: exit %d, want %d (stderr: %s)", shown, rc, code, p.err);
+	run_code(args, env, code, &p, shown, sizeof(shown));
 	if (err)
 		TH_CHECK(th_streq(p.err, err), "runnel%s: stderr\n%s\nwant\n%s", shown, p.err, err);
+	clirun_free(&p);
+}
+
+/* The same, for a stderr that starts with err. */
+static void expect_prefix(const char *const *args, const char *const *env, int code, const char *err)
+{
+	char shown[512];
+	clirun_t p;
+	run_code(args, env, code, &p, shown, sizeof(shown));
+	TH_CHECK(strncmp(p.err, err, strlen(err)) == 0, "runnel%s: stderr\n%s\nwant it to start with\n%s", shown,
+	         p.err, err);
 	clirun_free(&p);
 }
 
@@ -59,27 +82,12 @@ int main(int argc, char **argv)
 	g_bin = argv[1];
 
 	/* The program and its verbs. */
-	expect((const char *const[]){ NULL }, NULL, 2, NULL);
+	expect_prefix((const char *const[]){ NULL }, NULL, 2, "runnel: missing verb\nusage: runnel VERB");
+	expect_prefix(ARGS("frob"), NULL, 2, "runnel: unknown verb \"frob\"\n");
 	{
-		const char *a[] = { g_bin, NULL };
+		char shown[512];
 		clirun_t p;
-		clirun(a, NULL, 20000, &p);
-		TH_CHECK(strncmp(p.err, "runnel: missing verb\nusage: runnel VERB", 39) == 0, "%s", p.err);
-		clirun_free(&p);
-	}
-	{
-		const char *a[] = { g_bin, "frob", NULL };
-		clirun_t p;
-		int rc = clirun(a, NULL, 20000, &p);
-		TH_CHECK(rc == 2);
-		TH_CHECK(strncmp(p.err, "runnel: unknown verb \"frob\"\n", 28) == 0, "%s", p.err);
-		clirun_free(&p);
-	}
-	{
-		const char *a[] = { g_bin, "--help", NULL };
-		clirun_t p;
-		int rc = clirun(a, NULL, 20000, &p);
-		TH_CHECK(rc == 0);
+		run_code(ARGS("--help"), NULL, 0, &p, shown, sizeof(shown));
 		TH_CHECK(strstr(p.out, "usage: runnel VERB") && strstr(p.out, "submit") &&
 		                 strstr(p.out, "tail") && strstr(p.out, "cancel") && strstr(p.out, "status") &&
 		                 strstr(p.out, "dev"),
@@ -146,8 +154,7 @@ int main(int argc, char **argv)
 	       "runnel dev: --redis-url: redis url: must start with redis://\n"
 	       "usage: runnel dev [options] (see runnel dev --help)\n");
 	expect(ARGS("submit", "--agent-url", "http://h/ws"), NULL, 2,
-	       "runnel submit: --otp-setup is required\n"
-	       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
+	       "runnel submit: --otp-setup is required\n" SUBMIT_USAGE);
 
 	/* --otp-file has a cap (the largest job plus 4 KiB). */
 	{
@@ -160,22 +167,19 @@ int main(int argc, char **argv)
 		TH_REQUIRE(th_file_write(path, big, n) == 0);
 		free(big);
 		expect(ARGS("submit", "--otp-file", path), NULL, 2,
-		       "runnel submit: --otp-file: over 925696 bytes\n"
-		       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
-		char *bad = th_strf("%s/bad.json", dir);
-		TH_REQUIRE(th_file_write(bad, "[1,2]", 5) == 0);
-		expect(ARGS("submit", "--otp-file", bad), NULL, 2,
-		       "runnel submit: --otp-file: not a JSON object\n"
-		       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
-		TH_REQUIRE(th_file_write(bad, "{\n\"otp_setup\": otp_x", 20) == 0);
-		expect(ARGS("submit", "--otp-file", bad), NULL, 2,
-		       "runnel submit: --otp-file: not valid JSON (line 2)\n"
-		       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
-		char *num = th_strf("%s/num.json", dir);
-		TH_REQUIRE(th_file_write(num, "{\"otp_setup\":5}", 15) == 0);
-		expect(ARGS("submit", "--otp-file", num), NULL, 2,
-		       "runnel submit: --otp-file: otp_setup must be a string\n"
-		       "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n");
+		       "runnel submit: --otp-file: over 925696 bytes\n" SUBMIT_USAGE);
+		/* Files that are not an object with string OTPs. */
+		static const char *const otp_files[][2] = {
+			{ "[1,2]", "not a JSON object" },
+			{ "{\n\"otp_setup\": otp_x", "not valid JSON (line 2)" },
+			{ "{\"otp_setup\":5}", "otp_setup must be a string" },
+		};
+		for (size_t i = 0; i < sizeof otp_files / sizeof otp_files[0]; i++) {
+			char *bad = th_strf("%s/bad%zu.json", dir, i);
+			TH_REQUIRE(th_file_write(bad, otp_files[i][0], strlen(otp_files[i][0])) == 0);
+			expect(ARGS("submit", "--otp-file", bad), NULL, 2,
+			       th_strf("runnel submit: --otp-file: %s\n" SUBMIT_USAGE, otp_files[i][1]));
+		}
 	}
 
 	/* Nothing listens: exit 4, the flag and its RUNNEL_REDIS_URL twin alike. */
@@ -192,23 +196,14 @@ int main(int argc, char **argv)
 	expect(ARGS("cancel", "run_a"), ARGS(env), 4, want);
 	char *durl = th_strf("http://127.0.0.1:%d", port);
 	char *denv = th_strf("RUNNEL_DISPATCHER_URL=%s", durl);
+	expect_prefix(ARGS("cancel", "run_a", "--via", "dispatcher"), ARGS(denv), 4,
+	              th_strf("runnel cancel: cannot reach the dispatcher at %s/v1/runs/run_a/cancel: ", durl));
 	{
-		const char *a[] = { g_bin, "cancel", "run_a", "--via", "dispatcher", NULL };
-		const char *e[] = { denv, NULL };
+		char shown[512];
 		clirun_t p;
-		int rc = clirun(a, e, 20000, &p);
-		TH_CHECK(rc == 4, "cancel via dispatcher: %d %s", rc, p.err);
-		want = th_strf("runnel cancel: cannot reach the dispatcher at %s/v1/runs/run_a/cancel: ", durl);
-		TH_CHECK(strncmp(p.err, want, strlen(want)) == 0, "%s", p.err);
-		clirun_free(&p);
-	}
-	{
-		const char *a[] = { g_bin, "submit", "--agent-url", "http://h/ws", "--otp-setup", "otp_s3cret",
-			            "--otp-run", "otp_r3cret", "--prompt", "p", NULL };
-		const char *e[] = { denv, NULL };
-		clirun_t p;
-		int rc = clirun(a, e, 20000, &p);
-		TH_CHECK(rc == 4, "submit via dispatcher: %d %s", rc, p.err);
+		run_code(ARGS("submit", "--agent-url", "http://h/ws", "--otp-setup", "otp_s3cret", "--otp-run",
+		              "otp_r3cret", "--prompt", "p"),
+		         ARGS(denv), 4, &p, shown, sizeof(shown));
 		want = th_strf("runnel submit: cannot reach the dispatcher at %s/v1/runs: ", durl);
 		TH_CHECK(strncmp(p.err, want, strlen(want)) == 0, "%s", p.err);
 		TH_CHECK(!strstr(p.err, "r3cret") && !strstr(p.out, "r3cret"));

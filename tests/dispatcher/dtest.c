@@ -111,6 +111,47 @@ static int answers(void *arg)
 	return ok;
 }
 
+void dt_servers_start(const char *test_name, th_redis_t *red, th_kafka_t *k, int partitions, redisContext **c)
+{
+	th_init(test_name);
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	TH_REQUIRE(th_redis_start(red, NULL) == 0, "redis");
+	TH_REQUIRE(th_kafka_start(k, 1) == 0, "kafka");
+	if (partitions > 0)
+		TH_REQUIRE(th_kafka_create_topic(k, "runnel.jobs", partitions) == 0, "topic runnel.jobs");
+	*c = th_redis_connect(red);
+	TH_REQUIRE(*c != NULL, "connect to %s", red->url);
+}
+
+void dt_servers_stop(redisContext *c, th_kafka_t *k)
+{
+	if (c != NULL)
+		redisFree(c);
+	th_kafka_stop(k);
+	curl_global_cleanup();
+}
+
+pid_t dt_worker_start(const char *worker_bin, const th_redis_t *red, const th_kafka_t *k, const char *dir,
+                      const char *worker_id, int slots)
+{
+	char *argv[] = { (char *)worker_bin, NULL };
+	const char *env[] = {
+		th_strf("RUNNEL_KAFKA_BROKERS=%s", k->bootstrap),
+		th_strf("RUNNEL_REDIS_URL=%s", red->url),
+		th_strf("RUNNEL_WORK_DIR=%s/work", dir),
+		th_strf("RUNNEL_WORKER_ID=%s", worker_id),
+		"RUNNEL_METRICS_LISTEN=127.0.0.1:0",
+		th_strf("RUNNEL_SLOTS=%d", slots),
+		"RUNNEL_KILL_GRACE_MS=500",
+		"RUNNEL_LOG_LEVEL=debug",
+		"RUNNEL_KAFKA_PROPERTIES=topic.metadata.refresh.interval.ms=1000;session.timeout.ms=6000;heartbeat.interval.ms=500",
+		NULL,
+	};
+	pid_t pid = th_spawn(argv, env, th_strf("%s/worker.log", dir));
+	TH_REQUIRE(pid > 0, "worker %s", worker_bin);
+	return pid;
+}
+
 int dt_disp_start(dt_disp_t *d, const th_redis_t *r, const th_kafka_t *k,
                   const char *const *extra_env)
 {

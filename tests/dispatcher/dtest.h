@@ -17,6 +17,27 @@
 #include "tests/support/body.h"
 #include "tests/support/harness.h"
 
+/*
+ * What every dispatcher test starts first: names the test (th_init),
+ * initialises libcurl, starts Redis and the mock cluster, creates the jobs
+ * topic "runnel.jobs" with partitions partitions (0: none; it is then made
+ * on first use) and connects *c to Redis.  Ends the test when any step fails.
+ */
+void dt_servers_start(const char *test_name, th_redis_t *red, th_kafka_t *k, int partitions, redisContext **c);
+
+/* The other end of dt_servers_start: closes c (NULL ok), destroys the mock
+ * cluster and cleans up libcurl (Redis goes at exit with the harness). */
+void dt_servers_stop(redisContext *c, th_kafka_t *k);
+
+/*
+ * Starts the real worker (worker_bin) against red and k as worker_id with
+ * slots slots, its work dir and worker.log under dir, at debug level, with a
+ * 500 ms kill grace and a quick Kafka metadata refresh and group session.
+ * Returns the pid; ends the test when it does not start.
+ */
+pid_t dt_worker_start(const char *worker_bin, const th_redis_t *red, const th_kafka_t *k, const char *dir,
+                      const char *worker_id, int slots);
+
 typedef struct dt_disp {
 	pid_t pid;
 	int port;

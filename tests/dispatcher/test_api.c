@@ -255,31 +255,46 @@ static void test_cancel(redisContext *c)
 	(void)lines;
 }
 
+/* CORS: the listed origin is allowed (a preflight names the headers), any
+ * other is refused on a preflight and gets no allow header on a request. */
+static const struct cors_case {
+	const char *method, *path, *origin;
+	int preflight; /* with Access-Control-Request-Method; checks the allowed headers */
+	long status;
+	int allowed;      /* Access-Control-Allow-Origin: https://app.example, else none */
+	const char *body; /* NULL: not checked */
+} cors_cases[] = {
+	{ "OPTIONS", "/v1/runs", "Origin: https://app.example", 1, 204, 1, NULL },
+	{ "OPTIONS", "/v1/runs", "Origin: https://evil.example", 0, 403, 0, NULL },
+	{ "GET", "/healthz", "Origin: https://app.example", 0, 200, 1, "{\"status\":\"ok\"}\n" },
+	{ "GET", "/healthz", "Origin: https://evil.example", 0, 200, 0, NULL },
+};
+
 static void test_cors_health_metrics(void)
 {
 	dt_resp_t r;
 	char v[256] = "";
 
-	TH_CHECK(dt_http(&r, "OPTIONS", url("/v1/runs"), (const char *const[]){ "Origin: https://app.example", "Access-Control-Request-Method: POST", NULL }, NULL, 0, 5000) == 0 && r.status == 204);
-	TH_CHECK(dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v) && strcmp(v, "https://app.example") == 0);
-	TH_CHECK(dt_header(&r, "Access-Control-Allow-Headers", v, sizeof v) && strstr(v, "Authorization") != NULL);
-	dt_resp_free(&r);
-	TH_CHECK(dt_http(&r, "OPTIONS", url("/v1/runs"), (const char *const[]){ "Origin: https://evil.example", NULL },
-	                 NULL, 0, 5000) == 0 &&
-	         r.status == 403);
-	TH_CHECK(!dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v));
-	dt_resp_free(&r);
-	TH_CHECK(dt_http(&r, "GET", url("/healthz"), (const char *const[]){ "Origin: https://app.example", NULL },
-	                 NULL, 0, 5000) == 0 &&
-	         r.status == 200);
-	TH_CHECK(dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v) && strcmp(v, "https://app.example") == 0);
-	TH_CHECK(strcmp(r.body, "{\"status\":\"ok\"}\n") == 0);
-	dt_resp_free(&r);
-	TH_CHECK(dt_http(&r, "GET", url("/healthz"), (const char *const[]){ "Origin: https://evil.example", NULL },
-	                 NULL, 0, 5000) == 0 &&
-	         r.status == 200);
-	TH_CHECK(!dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v));
-	dt_resp_free(&r);
+	for (size_t i = 0; i < sizeof cors_cases / sizeof cors_cases[0]; i++) {
+		const struct cors_case *c = &cors_cases[i];
+		const char *const hdrs[] = { c->origin, c->preflight ? "Access-Control-Request-Method: POST" : NULL, NULL };
+
+		TH_CHECK(dt_http(&r, c->method, url(c->path), hdrs, NULL, 0, 5000) == 0 && r.status == c->status,
+		         "%s %s %s: %ld", c->method, c->path, c->origin, r.status);
+		if (c->allowed)
+			TH_CHECK(dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v) &&
+			                 strcmp(v, "https://app.example") == 0,
+			         "%s %s: allow origin %s", c->method, c->path, v);
+		else
+			TH_CHECK(!dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v), "%s %s %s", c->method,
+			         c->path, c->origin);
+		if (c->preflight)
+			TH_CHECK(dt_header(&r, "Access-Control-Allow-Headers", v, sizeof v) &&
+			         strstr(v, "Authorization") != NULL);
+		if (c->body)
+			TH_CHECK(strcmp(r.body, c->body) == 0, "%s", r.body);
+		dt_resp_free(&r);
+	}
 
 	TH_CHECK(dt_http(&r, "GET", url("/readyz"), NULL, NULL, 0, 5000) == 0 && r.status == 200);
 	TH_CHECK(strcmp(r.body, "{\"status\":\"ok\",\"kafka\":\"ok\",\"redis\":\"ok\"}\n") == 0, "%s", r.body);
@@ -302,13 +317,7 @@ int main(void)
 	th_kafka_t k;
 	redisContext *c;
 
-	th_init("dispatcher_api");
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	TH_REQUIRE(th_redis_start(&red, NULL) == 0, "redis");
-	TH_REQUIRE(th_kafka_start(&k, 1) == 0, "kafka");
-	TH_REQUIRE(th_kafka_create_topic(&k, "runnel.jobs", 1) == 0);
-	c = th_redis_connect(&red);
-	TH_REQUIRE(c != NULL);
+	dt_servers_start("dispatcher_api", &red, &k, 1, &c);
 	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){ "RUNNEL_CORS_ORIGINS=https://app.example, https://other.example", NULL }) == 0, "dispatcher");
 	TH_REQUIRE(dt_wait_ready(&D, 200, 10000), "readyz");
 
@@ -324,8 +333,6 @@ int main(void)
 	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
 	TH_CHECK(!th_file_contains(D.log, "otp_S1") && !th_file_contains(D.log, "otp_R1") &&
 	         !th_file_contains(D.log, "otp_U1") && !th_file_contains(D.log, "inference node"));
-	redisFree(c);
-	th_kafka_stop(&k);
-	curl_global_cleanup();
+	dt_servers_stop(c, &k);
 	return th_done();
 }

@@ -80,12 +80,7 @@ int main(void)
 	int max_conns = 0, n, want_tails = NSTREAMS + NSHARED;
 	int64_t t0;
 
-	th_init("dispatcher_fanout");
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	TH_REQUIRE(th_redis_start(&red, NULL) == 0);
-	TH_REQUIRE(th_kafka_start(&k, 1) == 0);
-	C = th_redis_connect(&red);
-	TH_REQUIRE(C != NULL);
+	dt_servers_start("dispatcher_fanout", &red, &k, 0, &C);
 	TH_REQUIRE(dt_disp_start(&D, &red, &k, NULL) == 0);
 	TH_REQUIRE(dt_multi_init(&m) == 0);
 
@@ -140,8 +135,6 @@ int main(void)
 		TH_CHECK(th_wait_until(tails_attached, &zero, 5000), "tails left over");
 	}
 	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
-	redisFree(C);
-	th_kafka_stop(&k);
-	curl_global_cleanup();
+	dt_servers_stop(C, &k);
 	return th_done();
 }

@@ -66,6 +66,18 @@ static void test_kafka_down(th_kafka_t *k)
 	dt_resp_free(&r);
 }
 
+/* With the broker down, opens a request that submits run on m (started
+ * here) and waits up to 5 s until the run's state exists.  1 when it does. */
+static int post_while_broker_down(th_kafka_t *k, dt_multi_t *m, dt_stream_t *s, const char *path, const char *run)
+{
+	TH_REQUIRE(dt_multi_init(m) == 0);
+	TH_REQUIRE(th_kafka_broker_down(k, 1) == 0);
+	TH_REQUIRE(dt_stream_open(m, s, url(path), JSON_CT, dt_job_body(run, NULL)) == 0);
+	for (int64_t end = th_now_ms() + 5000; th_now_ms() < end && !state_exists((void *)run);)
+		dt_multi_pump(m, 20);
+	return state_exists((void *)run);
+}
+
 /* A /stream caller leaves while Kafka is slow: once the job is delivered,
  * the run is cancelled (nobody will watch it). */
 static void test_leave_before_delivery(th_kafka_t *k)
@@ -73,12 +85,7 @@ static void test_leave_before_delivery(th_kafka_t *k)
 	dt_multi_t m;
 	dt_stream_t s;
 
-	TH_REQUIRE(dt_multi_init(&m) == 0);
-	TH_REQUIRE(th_kafka_broker_down(k, 1) == 0);
-	TH_REQUIRE(dt_stream_open(&m, &s, url("/stream"), JSON_CT, dt_job_body("kd_left", NULL)) == 0);
-	for (int64_t end = th_now_ms() + 5000; th_now_ms() < end && !state_exists("kd_left");)
-		dt_multi_pump(&m, 20);
-	TH_CHECK(state_exists("kd_left"));
+	TH_CHECK(post_while_broker_down(k, &m, &s, "/stream", "kd_left"));
 	dt_stream_close(&m, &s);
 	dt_multi_cleanup(&m);
 	TH_REQUIRE(th_kafka_broker_up(k, 1) == 0);
@@ -199,12 +206,7 @@ static void test_shutdown_answers(th_kafka_t *k)
 	dt_resp_t r;
 	int st = -1;
 
-	TH_REQUIRE(dt_multi_init(&m) == 0);
-	TH_REQUIRE(th_kafka_broker_down(k, 1) == 0);
-	TH_REQUIRE(dt_stream_open(&m, &s, url("/v1/runs"), JSON_CT, dt_job_body("kd_term", NULL)) == 0);
-	for (int64_t end = th_now_ms() + 5000; th_now_ms() < end && !state_exists("kd_term");)
-		dt_multi_pump(&m, 20);
-	TH_REQUIRE(state_exists("kd_term"));
+	TH_REQUIRE(post_while_broker_down(k, &m, &s, "/v1/runs", "kd_term"));
 	TH_REQUIRE(kill(D.pid, SIGTERM) == 0);
 	dt_multi_pump(&m, 300);
 	/* Draining: new connections are no longer taken. */
@@ -228,13 +230,7 @@ int main(void)
 	th_kafka_t k;
 	dt_resp_t r;
 
-	th_init("dispatcher_faults");
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	TH_REQUIRE(th_redis_start(&RED, NULL) == 0);
-	TH_REQUIRE(th_kafka_start(&k, 1) == 0);
-	TH_REQUIRE(th_kafka_create_topic(&k, "runnel.jobs", 1) == 0);
-	C = th_redis_connect(&RED);
-	TH_REQUIRE(C != NULL);
+	dt_servers_start("dispatcher_faults", &RED, &k, 1, &C);
 	TH_REQUIRE(dt_disp_start(&D, &RED, &k, (const char *const[]){ "RUNNEL_ENQUEUE_TIMEOUT_MS=3000", "RUNNEL_SWEEP_MS=200", "RUNNEL_KAFKA_PROPERTIES=reconnect.backoff.max.ms=200", NULL }) == 0);
 	TH_REQUIRE(dt_wait_ready(&D, 200, 10000));
 	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("warm", NULL), -1, 15000) == 0 &&
@@ -250,9 +246,6 @@ int main(void)
 
 	if (D.pid > 0)
 		TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
-	if (C != NULL)
-		redisFree(C);
-	th_kafka_stop(&k);
-	curl_global_cleanup();
+	dt_servers_stop(C, &k);
 	return th_done();
 }

@@ -111,35 +111,13 @@ int main(void)
 	char err[256];
 	pid_t worker;
 
-	th_init("dispatcher_replies");
+	dt_servers_start("dispatcher_replies", &red, &k, 1, &C);
 	TMP = th_tmpdir();
 	TH_REQUIRE(TMP != NULL);
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	TH_REQUIRE(th_redis_start(&red, NULL) == 0);
-	TH_REQUIRE(th_kafka_start(&k, 1) == 0);
-	TH_REQUIRE(th_kafka_create_topic(&k, "runnel.jobs", 1) == 0);
-	C = th_redis_connect(&red);
-	TH_REQUIRE(C != NULL);
 	S = dev_stub_start(NULL, err, sizeof err);
 	TH_REQUIRE(S != NULL, "stub: %s", err);
 	TH_REQUIRE(dt_disp_start(&D, &red, &k, NULL) == 0);
-	{
-		char *argv[] = { WORKER_BIN, NULL };
-		const char *env[] = {
-			th_strf("RUNNEL_KAFKA_BROKERS=%s", k.bootstrap),
-			th_strf("RUNNEL_REDIS_URL=%s", red.url),
-			th_strf("RUNNEL_WORK_DIR=%s/work", TMP),
-			"RUNNEL_WORKER_ID=w-replies",
-			"RUNNEL_METRICS_LISTEN=127.0.0.1:0",
-			"RUNNEL_SLOTS=4",
-			"RUNNEL_KILL_GRACE_MS=500",
-			"RUNNEL_LOG_LEVEL=debug",
-			"RUNNEL_KAFKA_PROPERTIES=topic.metadata.refresh.interval.ms=1000;session.timeout.ms=6000;heartbeat.interval.ms=500",
-			NULL,
-		};
-		worker = th_spawn(argv, env, th_strf("%s/worker.log", TMP));
-		TH_REQUIRE(worker > 0);
-	}
+	worker = dt_worker_start(WORKER_BIN, &red, &k, TMP, "w-replies", 4);
 
 	/* 1. HTTP: allow, then the settled ask answers 409. */
 	start_run("rp_http", "ask");
@@ -199,8 +177,6 @@ int main(void)
 	th_stop(worker, 30000);
 	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
 	dev_stub_stop(S);
-	redisFree(C);
-	th_kafka_stop(&k);
-	curl_global_cleanup();
+	dt_servers_stop(C, &k);
 	return th_done();
 }

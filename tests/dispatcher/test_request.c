@@ -24,57 +24,53 @@ static void bad(const char *body, dispatcher_req_mode_t mode, const char *want)
 	proto_job_clear(&job);
 }
 
+/* Bodies the parser refuses, with the exact message. */
+static const struct bad_case {
+	const char *body;
+	dispatcher_req_mode_t mode;
+	const char *want;
+} bad_cases[] = {
+	{ "", DISPATCHER_REQ_STRICT, "body: empty (expected a JSON object)" },
+	{ "not json", DISPATCHER_REQ_STRICT, "body: not valid JSON (line 1, column 3)" },
+	{ "[1,2]", DISPATCHER_REQ_STRICT, "body: must be a JSON object" },
+	{ "\"str\"", DISPATCHER_REQ_STRICT, "body: not valid JSON (line 1, column 5)" },
+	{ "{" GOOD "}", DISPATCHER_REQ_STRICT, "prompt: missing" },
+	{ "{\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}", DISPATCHER_REQ_STRICT, "agent_url: missing" },
+	{ "{\"agent_url\":\"https://x/y\",\"otp_setup\":\"a\",\"prompt\":\"p\"}", DISPATCHER_REQ_STRICT, "otp_run: missing" },
+	{ "{\"agent_url\":42,\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}", DISPATCHER_REQ_STRICT, "agent_url: must be a string" },
+	{ "{" GOOD ",\"prompt\":[\"x\"]}", DISPATCHER_REQ_STRICT, "prompt: must be a string" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"otp_upload\":7}", DISPATCHER_REQ_STRICT, "otp_upload: must be a string or null" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"run_id\":\"bad id!\"}", DISPATCHER_REQ_STRICT, "run_id: invalid character (allowed: A-Z a-z 0-9 _ -)" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"run_id\":\"\"}", DISPATCHER_REQ_STRICT, "run_id: empty" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"run_id\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", DISPATCHER_REQ_STRICT, "run_id: longer than 64 characters" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"run_id\":5}", DISPATCHER_REQ_STRICT, "run_id: must be a string" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"tenant\":\"acme corp\"}", DISPATCHER_REQ_STRICT, "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"tenant\":\"a/b\"}", DISPATCHER_REQ_LENIENT, "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"tenant\":\"\"}", DISPATCHER_REQ_STRICT, "tenant: empty" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"tenant\":7}", DISPATCHER_REQ_STRICT, "tenant: must be a string or null" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"tenant\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", DISPATCHER_REQ_STRICT, "tenant: longer than 64 characters" },
+	{ "{\"agent_url\":\"https://x/y\",\"otp_setup\":\"a\\nb\",\"otp_run\":\"b\",\"prompt\":\"p\"}", DISPATCHER_REQ_STRICT, "otp_setup: only visible ASCII characters (0x21-0x7e) are allowed" },
+	{ "{\"agent_url\":\"https://x/y\",\"otp_setup\":\"\",\"otp_run\":\"b\",\"prompt\":\"p\"}", DISPATCHER_REQ_STRICT, "otp_setup: empty" },
+	{ "{\"agent_url\":\"ftp://x/y\",\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}", DISPATCHER_REQ_STRICT, "agent_url: must start with http:// or https://" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"otp_run\":\"again\"}", DISPATCHER_REQ_STRICT, "otp_run: duplicate key" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"zz\":1,\"zz\":2}", DISPATCHER_REQ_LENIENT, "body: duplicate key" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"colour\":\"red\"}", DISPATCHER_REQ_STRICT, "colour: unknown field" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":0}", DISPATCHER_REQ_STRICT, "max_runtime_sec: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":\"60\"}", DISPATCHER_REQ_STRICT, "max_runtime_sec: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":99999}", DISPATCHER_REQ_STRICT, "max_runtime_sec: over this dispatcher's cap of 28800" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"meta\":[1]}", DISPATCHER_REQ_STRICT, "meta: must be an object" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"caller\":{}}", DISPATCHER_REQ_STRICT, "caller: must be a string" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"permission_mode\":\"always\"}", DISPATCHER_REQ_STRICT, "permission_mode: must be bypass, ask or deny" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"permission_mode\":true}", DISPATCHER_REQ_LENIENT, "permission_mode: must be bypass, ask or deny" },
+};
+
 static void test_bad_bodies(void)
 {
 	char *big;
 	size_t n = PROTO_JOB_PROMPT_MAX + 10;
 
-	bad("", DISPATCHER_REQ_STRICT, "body: empty (expected a JSON object)");
-	bad("not json", DISPATCHER_REQ_STRICT, "body: not valid JSON (line 1, column 3)");
-	bad("[1,2]", DISPATCHER_REQ_STRICT, "body: must be a JSON object");
-	bad("\"str\"", DISPATCHER_REQ_STRICT, "body: not valid JSON (line 1, column 5)");
-	bad("{" GOOD "}", DISPATCHER_REQ_STRICT, "prompt: missing");
-	bad("{\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}", DISPATCHER_REQ_STRICT, "agent_url: missing");
-	bad("{\"agent_url\":\"https://x/y\",\"otp_setup\":\"a\",\"prompt\":\"p\"}", DISPATCHER_REQ_STRICT, "otp_run: missing");
-	bad("{\"agent_url\":42,\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}", DISPATCHER_REQ_STRICT,
-	    "agent_url: must be a string");
-	bad("{" GOOD ",\"prompt\":[\"x\"]}", DISPATCHER_REQ_STRICT, "prompt: must be a string");
-	bad("{" GOOD ",\"prompt\":\"p\",\"otp_upload\":7}", DISPATCHER_REQ_STRICT, "otp_upload: must be a string or null");
-	bad("{" GOOD ",\"prompt\":\"p\",\"run_id\":\"bad id!\"}", DISPATCHER_REQ_STRICT,
-	    "run_id: invalid character (allowed: A-Z a-z 0-9 _ -)");
-	bad("{" GOOD ",\"prompt\":\"p\",\"run_id\":\"\"}", DISPATCHER_REQ_STRICT, "run_id: empty");
-	bad("{" GOOD ",\"prompt\":\"p\",\"run_id\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
-	    DISPATCHER_REQ_STRICT, "run_id: longer than 64 characters");
-	bad("{" GOOD ",\"prompt\":\"p\",\"run_id\":5}", DISPATCHER_REQ_STRICT, "run_id: must be a string");
-	bad("{" GOOD ",\"prompt\":\"p\",\"tenant\":\"acme corp\"}", DISPATCHER_REQ_STRICT,
-	    "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)");
-	bad("{" GOOD ",\"prompt\":\"p\",\"tenant\":\"a/b\"}", DISPATCHER_REQ_LENIENT,
-	    "tenant: invalid character (allowed: A-Z a-z 0-9 _ . -)");
-	bad("{" GOOD ",\"prompt\":\"p\",\"tenant\":\"\"}", DISPATCHER_REQ_STRICT, "tenant: empty");
-	bad("{" GOOD ",\"prompt\":\"p\",\"tenant\":7}", DISPATCHER_REQ_STRICT, "tenant: must be a string or null");
-	bad("{" GOOD ",\"prompt\":\"p\",\"tenant\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
-	    DISPATCHER_REQ_STRICT, "tenant: longer than 64 characters");
-	bad("{\"agent_url\":\"https://x/y\",\"otp_setup\":\"a\\nb\",\"otp_run\":\"b\",\"prompt\":\"p\"}",
-	    DISPATCHER_REQ_STRICT, "otp_setup: only visible ASCII characters (0x21-0x7e) are allowed");
-	bad("{\"agent_url\":\"https://x/y\",\"otp_setup\":\"\",\"otp_run\":\"b\",\"prompt\":\"p\"}",
-	    DISPATCHER_REQ_STRICT, "otp_setup: empty");
-	bad("{\"agent_url\":\"ftp://x/y\",\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}",
-	    DISPATCHER_REQ_STRICT, "agent_url: must start with http:// or https://");
-	bad("{" GOOD ",\"prompt\":\"p\",\"otp_run\":\"again\"}", DISPATCHER_REQ_STRICT, "otp_run: duplicate key");
-	bad("{" GOOD ",\"prompt\":\"p\",\"zz\":1,\"zz\":2}", DISPATCHER_REQ_LENIENT, "body: duplicate key");
-	bad("{" GOOD ",\"prompt\":\"p\",\"colour\":\"red\"}", DISPATCHER_REQ_STRICT, "colour: unknown field");
-	bad("{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":0}", DISPATCHER_REQ_STRICT,
-	    "max_runtime_sec: must be a positive integer");
-	bad("{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":\"60\"}", DISPATCHER_REQ_STRICT,
-	    "max_runtime_sec: must be a positive integer");
-	bad("{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":99999}", DISPATCHER_REQ_STRICT,
-	    "max_runtime_sec: over this dispatcher's cap of 28800");
-	bad("{" GOOD ",\"prompt\":\"p\",\"meta\":[1]}", DISPATCHER_REQ_STRICT, "meta: must be an object");
-	bad("{" GOOD ",\"prompt\":\"p\",\"caller\":{}}", DISPATCHER_REQ_STRICT, "caller: must be a string");
-	bad("{" GOOD ",\"prompt\":\"p\",\"permission_mode\":\"always\"}", DISPATCHER_REQ_STRICT,
-	    "permission_mode: must be bypass, ask or deny");
-	bad("{" GOOD ",\"prompt\":\"p\",\"permission_mode\":true}", DISPATCHER_REQ_LENIENT,
-	    "permission_mode: must be bypass, ask or deny");
+	for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++)
+		bad(bad_cases[i].body, bad_cases[i].mode, bad_cases[i].want);
 	{
 		proto_job_t job;
 		char err[256] = "";

@@ -49,13 +49,7 @@ int main(void)
 	char err[256];
 	const char *body;
 
-	th_init("dispatcher_secure");
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	TH_REQUIRE(th_redis_start(&red, NULL) == 0);
-	TH_REQUIRE(th_kafka_start(&k, 1) == 0);
-	TH_REQUIRE(th_kafka_create_topic(&k, "runnel.jobs", 1) == 0);
-	c = th_redis_connect(&red);
-	TH_REQUIRE(c != NULL);
+	dt_servers_start("dispatcher_secure", &red, &k, 1, &c);
 	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){ "RUNNEL_API_TOKEN=" TOKEN, "RUNNEL_JOB_KEY=" KEYHEX, NULL }) == 0);
 
 	TH_CHECK(dt_http(&r, "GET", th_strf("%s/healthz", D.base), NULL, NULL, 0, 5000) == 0 && r.status == 200);
@@ -123,8 +117,6 @@ int main(void)
 		TH_CHECK(th_redis_scan_contains(c, *s) == 0, "%s in Redis", *s);
 		TH_CHECK(!th_file_contains(D.log, *s), "%s in the log", *s);
 	}
-	redisFree(c);
-	th_kafka_stop(&k);
-	curl_global_cleanup();
+	dt_servers_stop(c, &k);
 	return th_done();
 }

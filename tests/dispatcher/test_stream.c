@@ -432,6 +432,24 @@ static long rss_kb(pid_t pid)
 	return kb;
 }
 
+/* Reads from fd into buf (at most cap - 1 bytes, from *len on) until the
+ * bytes read hold stop (NULL: until the peer closes) or timeout_ms pass. */
+static void read_until(int fd, char *buf, size_t cap, size_t *len, const char *stop, int timeout_ms)
+{
+	for (int64_t end = th_now_ms() + timeout_ms;
+	     th_now_ms() < end && !(stop && memmem(buf, *len, stop, strlen(stop)));) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		ssize_t got;
+
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		got = read(fd, buf + *len, cap - 1 - *len);
+		if (got <= 0)
+			break;
+		*len += (size_t)got;
+	}
+}
+
 /*
  * A caller that keeps sending bytes after its request while its answer
  * streams: the dispatcher discards them instead of buffering them without
@@ -460,17 +478,7 @@ static void test_flooding_caller(void)
 	TH_REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
 	TH_REQUIRE(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
 	/* The answer's head first: the stream is open. */
-	for (end = th_now_ms() + 5000; th_now_ms() < end && memmem(buf, len, "\r\n\r\n", 4) == NULL;) {
-		struct pollfd p = { fd, POLLIN, 0 };
-		ssize_t got;
-
-		if (poll(&p, 1, 100) <= 0)
-			continue;
-		got = read(fd, buf + len, sizeof buf - 1 - len);
-		if (got <= 0)
-			break;
-		len += (size_t)got;
-	}
+	read_until(fd, buf, sizeof buf, &len, "\r\n\r\n", 5000);
 	TH_REQUIRE(memmem(buf, len, "\r\n\r\n", 4) != NULL, "no answer head");
 	TH_CHECK(memmem(buf, len, "Connection: close\r\n", 19) != NULL, "%.*s", (int)len, buf);
 	before = rss_kb(D.pid);
@@ -491,17 +499,8 @@ static void test_flooding_caller(void)
 	         after - before, sent >> 20);
 	/* The stream still works and ends after the terminal line. */
 	free(dt_xadd_line(C, "runnel:{st_flood}:out", "{\"type\":\"result\",\"message\":\"flood over\",\"ts\":1}"));
-	for (len = 0, end = th_now_ms() + 10000; th_now_ms() < end;) {
-		struct pollfd p = { fd, POLLIN, 0 };
-		ssize_t got;
-
-		if (poll(&p, 1, 100) <= 0)
-			continue;
-		got = read(fd, buf + len, sizeof buf - 1 - len);
-		if (got <= 0)
-			break;
-		len += (size_t)got;
-	}
+	len = 0;
+	read_until(fd, buf, sizeof buf, &len, NULL, 10000);
 	buf[len] = '\0';
 	TH_CHECK(strstr(buf, "flood over") != NULL && strstr(buf, "0\r\n\r\n") != NULL, "got %s", buf);
 	close(fd);
@@ -564,12 +563,7 @@ int main(void)
 	th_kafka_t k;
 	dt_multi_t m;
 
-	th_init("dispatcher_stream");
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	TH_REQUIRE(th_redis_start(&red, NULL) == 0, "redis");
-	TH_REQUIRE(th_kafka_start(&k, 1) == 0, "kafka");
-	C = th_redis_connect(&red);
-	TH_REQUIRE(C != NULL);
+	dt_servers_start("dispatcher_stream", &red, &k, 0, &C);
 	/* A small ASan quarantine, so that the dispatcher's RSS shows what it
 	 * holds rather than what it freed recently. */
 	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){ "RUNNEL_HEARTBEAT_SEC=1", th_strf("ASAN_OPTIONS=%s%squarantine_size_mb=4", getenv("ASAN_OPTIONS") != NULL ? getenv("ASAN_OPTIONS") : "", getenv("ASAN_OPTIONS") != NULL ? ":" : ""), NULL }) == 0);
@@ -588,8 +582,6 @@ int main(void)
 
 	dt_multi_cleanup(&m);
 	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
-	redisFree(C);
-	th_kafka_stop(&k);
-	curl_global_cleanup();
+	dt_servers_stop(C, &k);
 	return th_done();
 }

@@ -49,38 +49,6 @@ static void test_key_names(void)
 	TH_CHECK(proto_key(buf, sizeof buf, "runnel", NULL, PROTO_KEY_OUT) == -1, "null id");
 }
 
-static void test_validity(void)
-{
-	char s[80];
-
-	TH_CHECK(proto_run_id_valid("a"), "a");
-	TH_CHECK(proto_run_id_valid("A-z_0-9"), "A-z_0-9");
-	TH_CHECK(!proto_run_id_valid(""), "empty");
-	TH_CHECK(!proto_run_id_valid(NULL), "null");
-	TH_CHECK(!proto_run_id_valid("a b"), "space");
-	TH_CHECK(!proto_run_id_valid("a{b}"), "brace");
-	TH_CHECK(!proto_run_id_valid("a:b"), "colon");
-	TH_CHECK(!proto_run_id_valid("caf\xc3\xa9"), "non-ASCII");
-	memset(s, 'x', 64);
-	s[64] = '\0';
-	TH_CHECK(proto_run_id_valid(s), "64");
-	s[64] = 'x';
-	s[65] = '\0';
-	TH_CHECK(!proto_run_id_valid(s), "65");
-
-	TH_CHECK(proto_key_prefix_valid("runnel"), "runnel");
-	TH_CHECK(proto_key_prefix_valid("a.b:c-d_e"), "punct");
-	TH_CHECK(!proto_key_prefix_valid(""), "empty prefix");
-	TH_CHECK(!proto_key_prefix_valid("a b"), "space prefix");
-	TH_CHECK(!proto_key_prefix_valid("a{"), "brace prefix");
-	memset(s, 'p', 64);
-	s[64] = '\0';
-	TH_CHECK(proto_key_prefix_valid(s), "64 prefix");
-	s[64] = 'p';
-	s[65] = '\0';
-	TH_CHECK(!proto_key_prefix_valid(s), "65 prefix");
-}
-
 static void test_mint(void)
 {
 	enum { N = 10000 };
@@ -111,7 +79,6 @@ static void test_mint(void)
 int main(void)
 {
 	test_key_names();
-	test_validity();
 	test_mint();
 	return th_done();
 }

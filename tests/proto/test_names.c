@@ -1,8 +1,8 @@
 /*
  * tests/proto/test_names.c - every name check in proto/ against a table of
- * names: run ids, tenants, /env variable names, skill names, MCP server
- * names, each at its length limit and one past it; and the JSON failure
- * words.
+ * names: run ids, Redis key prefixes, tenants, /env variable names, skill
+ * names, MCP server names, each at its length limit and one past it; and
+ * the JSON failure words.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -95,8 +95,18 @@ static const name_case_t mcp_cases[] = {
 	{ NULL, 0 },
 };
 
+static const name_case_t prefix_cases[] = {
+	{ "runnel", 1 },
+	{ "a.b:c-d_e", 1 },
+	{ "", 0 },
+	{ "a b", 0 },
+	{ "a{", 0 },
+	{ NULL, 0 },
+};
+
 static const name_rule_t rules[] = {
 	{ "run id", proto_run_id_valid, 'r', PROTO_RUN_ID_MAX, run_id_cases },
+	{ "key prefix", proto_key_prefix_valid, 'p', PROTO_KEY_PREFIX_MAX, prefix_cases },
 	{ "tenant", proto_tenant_valid, 't', PROTO_TENANT_MAX, tenant_cases },
 	{ "env name", proto_env_name_valid, 'E', PROTO_ENV_NAME_MAX, env_cases },
 	{ "skill", proto_skill_name_valid, 's', PROTO_SKILL_NAME_MAX, skill_cases },

@@ -489,6 +489,17 @@ int th_dir_contains(const char *dir, const void *needle, size_t needle_len)
 	return nftw(dir, th_contains_cb, 16, FTW_PHYS) == 1;
 }
 
+char *th_memdup0(const void *p, size_t len)
+{
+	char *s = malloc(len + 1);
+	if (!s)
+		return NULL;
+	if (len)
+		memcpy(s, p, len);
+	s[len] = 0;
+	return s;
+}
+
 void th_strv_free(char **v, size_t n)
 {
 	if (!v)

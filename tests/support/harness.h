@@ -114,6 +114,10 @@ int th_file_contains(const char *path, const char *needle);
  */
 int th_dir_contains(const char *dir, const void *needle, size_t needle_len);
 
+/* A NUL-terminated malloc'd copy of exactly len bytes (the caller frees;
+ * strndup would stop at a NUL or look past len).  NULL when out of memory. */
+char *th_memdup0(const void *p, size_t len);
+
 /* Frees an array of n malloc'd strings and the array itself (NULL ok). */
 void th_strv_free(char **v, size_t n);
 

@@ -339,17 +339,6 @@ void th_kafka_msg_free(th_kafka_msg_t *m)
 	memset(m, 0, sizeof *m);
 }
 
-static char *th_memdup0(const void *p, size_t len)
-{
-	char *s = malloc(len + 1);
-	if (!s)
-		return NULL;
-	if (len)
-		memcpy(s, p, len);
-	s[len] = 0;
-	return s;
-}
-
 static void th_kafka_msg_copy(const rd_kafka_message_t *rm, th_kafka_msg_t *out)
 {
 	memset(out, 0, sizeof *out);

@@ -257,6 +257,14 @@ async function startFromForm(page, dev, agent, perm) {
   return decodeURIComponent(/#\/runs\/(.+)$/.exec(page.url())[1]);
 }
 
+// A fresh stack and browser page with a run of agent started from the form.
+async function openRun(agent, perm) {
+  const dev = await startDev();
+  const page = await browser();
+  const runId = await startFromForm(page, dev, agent, perm);
+  return { dev, page, runId };
+}
+
 async function waitStatus(page, status, timeoutMs = 30000) {
   await waitFor(`status ${status}`, async () => (await page.textContent('#state .badge')) === status, timeoutMs);
 }
@@ -279,9 +287,7 @@ function checkTicks(lines, n) {
 
 const cases = {
   async steps() {
-    const dev = await startDev();
-    const page = await browser();
-    const runId = await startFromForm(page, dev, 'steps');
+    const { dev, page, runId } = await openRun('steps');
     await page.waitForSelector('#result .result h4');
     await waitStatus(page, 'succeeded');
     const rs = await rows(page);
@@ -359,9 +365,7 @@ const cases = {
   },
 
   async cancel() {
-    const dev = await startDev();
-    const page = await browser();
-    await startFromForm(page, dev, 'slow');
+    const { page } = await openRun('slow');
     await page.waitForSelector('#steps tr.step[data-status="running"]');
     await waitStatus(page, 'running');
     await page.click('#cancel');
@@ -377,9 +381,7 @@ const cases = {
   },
 
   async reload() {
-    const dev = await startDev();
-    const page = await browser();
-    await startFromForm(page, dev, 'counted');
+    const { page } = await openRun('counted');
     await page.waitForSelector('#steps tr.step[data-step="step_a"]');
     await waitFor('tick 25', async () => (await logLines(page)).some((l) => l.endsWith('tick 25')));
     await page.reload();
@@ -429,9 +431,7 @@ const cases = {
   },
 
   async xss() {
-    const dev = await startDev();
-    const page = await browser();
-    await startFromForm(page, dev, 'xss');
+    const { page } = await openRun('xss');
     await waitStatus(page, 'succeeded');
     await page.waitForSelector('#result .result');
     await page.click('#logs summary');
