@@ -1,7 +1,7 @@
 /*
- * tests/stages/stages_support.h - helpers shared by the stage tests: run a
- * sandbox to completion collecting its output, and look for processes of a
- * process group in /proc.
+ * tests/stages/stages_support.h - helpers shared by the stage tests: a
+ * sandbox spec, run a sandbox to completion collecting its output, and
+ * look for processes of a process group in /proc.
  */
 #ifndef RUNNEL_TESTS_STAGES_SUPPORT_H
 #define RUNNEL_TESTS_STAGES_SUPPORT_H
@@ -117,6 +117,40 @@ static inline int sbx_collect(worker_sandbox_t *sb, const char *stdin_data, int 
 		}
 	}
 	return -1;
+}
+
+/* A spec of driver running argv with envp over workspace_dir; every other
+ * field zero (no binds, limits, network or setup) for the test to add. */
+static inline worker_sandbox_spec_t sbx_spec(worker_sandbox_driver_t driver, const char *workspace_dir,
+                                             char *const *argv, char *const *envp)
+{
+	worker_sandbox_spec_t s;
+	memset(&s, 0, sizeof(s));
+	s.driver = driver;
+	s.workspace_dir = workspace_dir;
+	s.argv = argv;
+	s.envp = envp;
+	return s;
+}
+
+/* Starts s with spawn (worker_sandbox_spawn or a test's variant with the
+ * same contract), then sbx_collect with stdin_data, close_stdin and
+ * timeout_ms, and destroys the sandbox.  sbx_collect's result, or -1 when
+ * the spawn failed (noted; *o zeroed). */
+static inline int sbx_run(int (*spawn)(const worker_sandbox_spec_t *, worker_sandbox_t *, char *, size_t),
+                          const worker_sandbox_spec_t *s, const char *stdin_data, int close_stdin,
+                          int timeout_ms, sbx_out_t *o)
+{
+	worker_sandbox_t sb;
+	char err[256] = "";
+	if (spawn(s, &sb, err, sizeof(err)) != 0) {
+		TH_NOTE("spawn failed: %s", err);
+		memset(o, 0, sizeof(*o));
+		return -1;
+	}
+	int rc = sbx_collect(&sb, stdin_data, close_stdin, timeout_ms, o);
+	worker_sandbox_destroy(&sb);
+	return rc;
 }
 
 /* Number of live (non-zombie) processes whose process group is pgid. */
