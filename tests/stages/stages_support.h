@@ -6,7 +6,6 @@
 #ifndef RUNNEL_TESTS_STAGES_SUPPORT_H
 #define RUNNEL_TESTS_STAGES_SUPPORT_H
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -153,39 +152,24 @@ static inline int sbx_run(int (*spawn)(const worker_sandbox_spec_t *, worker_san
 	return rc;
 }
 
+typedef struct sbx_group_arg {
+	pid_t pgid;
+	int count;
+} sbx_group_arg_t;
+
+static inline int sbx_group_member(const th_proc_t *p, void *arg)
+{
+	sbx_group_arg_t *a = arg;
+	if (p->pgrp == a->pgid && p->state != 'Z')
+		a->count++;
+	return 0;
+}
+
 /* Number of live (non-zombie) processes whose process group is pgid. */
 static inline int sbx_group_count(pid_t pgid)
 {
-	DIR *d = opendir("/proc");
-	if (!d)
-		return -1;
-	int count = 0;
-	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
-		char *end;
-		long v = strtol(de->d_name, &end, 10);
-		if (*end || v <= 0)
-			continue;
-		char path[64], buf[512];
-		snprintf(path, sizeof(path), "/proc/%ld/stat", v);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		ssize_t n = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
-		if (n <= 0)
-			continue;
-		buf[n] = '\0';
-		char *p = strrchr(buf, ')');
-		char state;
-		int ppid, pgrp;
-		if (!p || sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) != 3)
-			continue;
-		if (pgrp == (int)pgid && state != 'Z')
-			count++;
-	}
-	closedir(d);
-	return count;
+	sbx_group_arg_t a = { pgid, 0 };
+	return th_proc_each(sbx_group_member, &a) == 0 ? a.count : -1;
 }
 
 #endif

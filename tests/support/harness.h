@@ -222,6 +222,21 @@ int th_kill(pid_t pid);
  */
 int th_stop(pid_t pid, int timeout_ms);
 
+/* One process as /proc/<pid>/stat shows it. */
+typedef struct th_proc {
+	pid_t pid;
+	char state; /* 'R', 'S', 'Z', ... */
+	pid_t ppid;
+	pid_t pgrp;
+} th_proc_t;
+
+/*
+ * Calls fn for every process of the system whose stat can be read, until
+ * fn returns non-zero.  0, or -1 when /proc cannot be read.  May be called
+ * from the cleanup handlers (no allocation beyond opendir's).
+ */
+int th_proc_each(int (*fn)(const th_proc_t *p, void *arg), void *arg);
+
 /* 1 when pid is a registered child that has not exited yet, else 0.
  * Looks without reaping: th_wait_exit still gets the status later. */
 int th_alive(pid_t pid);
