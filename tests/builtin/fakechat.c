@@ -7,10 +7,8 @@
 #include "tests/builtin/fakechat.h"
 #include "tests/support/harness.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,16 +162,9 @@ int fakechat_start(fakechat_t *f, const fc_resp_t *script, int n)
 		return -1;
 	memcpy(f->script, script, sizeof(*script) * (size_t)n);
 	f->nscript = n;
-	f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof(a));
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t al = sizeof(a);
-	if (f->lfd < 0 || bind(f->lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(f->lfd, 16) < 0 ||
-	    getsockname(f->lfd, (struct sockaddr *)&a, &al) < 0)
+	f->lfd = th_listen_loopback(16, &f->port);
+	if (f->lfd < 0)
 		return -1;
-	f->port = ntohs(a.sin_port);
 	snprintf(f->base_url, sizeof(f->base_url), "http://127.0.0.1:%d/v1", f->port);
 	if (pipe2(f->stop_pipe, O_CLOEXEC) < 0)
 		return -1;

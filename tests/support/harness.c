@@ -353,7 +353,7 @@ int th_port_open_cond(void *arg)
 	return th_port_open(*(int *)arg);
 }
 
-int th_free_port(void)
+int th_listen_loopback(int backlog, int *port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -364,10 +364,21 @@ int th_free_port(void)
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	a.sin_port = 0;
 	socklen_t len = sizeof a;
-	int port = -1;
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
+	if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, backlog) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+		close(fd);
+		return -1;
+	}
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+int th_free_port(void)
+{
+	int port;
+	int fd = th_listen_loopback(1, &port);
+	if (fd < 0)
+		return -1;
 	close(fd);
 	return port;
 }

@@ -77,6 +77,10 @@ const char *th_tmpdir(void);
  */
 int th_free_port(void);
 
+/* A listening TCP socket (CLOEXEC) on 127.0.0.1 on a port the kernel
+ * picks, for a test's own server; *port gets the port.  The fd, or -1. */
+int th_listen_loopback(int backlog, int *port);
+
 /* 1 when something accepts TCP connections on 127.0.0.1:port, else 0.
  * th_port_open_cond is the same for th_wait_until, arg an int *. */
 int th_port_open(int port);
