@@ -1320,6 +1320,26 @@ long long th_redis_int(redisContext *c, long long dflt, const char *fmt, ...)
 	return v;
 }
 
+int th_redis_clients(redisContext *c, const char *needle)
+{
+	redisReply *r = redisCommand(c, "CLIENT LIST");
+	int n = -1;
+	if (r && r->type == REDIS_REPLY_STRING) {
+		n = 0;
+		/* One line per connection. */
+		for (const char *l = r->str; *l;) {
+			const char *nl = strchr(l, '\n');
+			size_t len = nl ? (size_t)(nl - l) : strlen(l);
+			if (!needle || memmem(l, len, needle, strlen(needle)))
+				n++;
+			l += nl ? len + 1 : len;
+		}
+	}
+	if (r)
+		freeReplyObject(r);
+	return n;
+}
+
 int th_redis_scan_contains(redisContext *c, const char *needle)
 {
 	/* A connection of our own, so that SELECT leaves the caller's

@@ -339,6 +339,10 @@ size_t th_lines_count(char **lines, size_t n, const char *type, const char *stat
  */
 int th_redis_scan_contains(redisContext *c, const char *needle);
 
+/* How many connections Redis lists (CLIENT LIST) whose line contains
+ * needle (NULL: every one, the caller's own included); -1 on error. */
+int th_redis_clients(redisContext *c, const char *needle);
+
 /* Runs one command and returns its integer reply (TTL, XLEN, LLEN, ...),
  * or dflt when the command failed or answered something else. */
 long long th_redis_int(redisContext *c, long long dflt, const char *fmt, ...)
