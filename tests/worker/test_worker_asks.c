@@ -56,13 +56,20 @@ static void open_ask(const char *run_id)
 	TH_REQUIRE(th_wait_until(ask_seen, &w, 20000), "the ask line appeared");
 }
 
+/* Opens an ask, sends msg on the control stream and returns the run's
+ * lines once it ended. */
+static char **reply_and_end(const char *run_id, const char *msg, size_t *n)
+{
+	open_ask(run_id);
+	wt_ctl(&T, run_id, msg);
+	return wt_ended_lines(&T, run_id, 20000, n);
+}
+
 /* Allowed: log, step running, ask open, ask answered, step succeeded, result. */
 static void test_allow(void)
 {
-	open_ask("run_allow");
-	wt_ctl(&T, "run_allow", "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}");
 	size_t n;
-	char **l = wt_ended_lines(&T, "run_allow", 20000, &n);
+	char **l = reply_and_end("run_allow", "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}", &n);
 	TH_CHECK(n == 6, "%zu lines", n);
 	if (n == 6) {
 		TH_CHECK(th_streq(wt_field(l[1], "status"), "running"), "%s", l[1]);
@@ -86,10 +93,8 @@ static void test_allow(void)
 static void test_reject(const char *run_id, const char *reply, const char *status,
                         const char *field, const char *value, const char *step_error)
 {
-	open_ask(run_id);
-	wt_ctl(&T, run_id, reply);
 	size_t n;
-	char **l = wt_ended_lines(&T, run_id, 20000, &n);
+	char **l = reply_and_end(run_id, reply, &n);
 	int a = (int)th_lines_find(l, n, 0, "ask", status);
 	TH_CHECK(a >= 0, "%s: ask %s", run_id, status);
 	if (a >= 0 && field)
@@ -134,10 +139,8 @@ static void test_ignored(void)
 /* A cancel while the ask is open: ask rejected, step failed, then cancelled. */
 static void test_cancel_open(void)
 {
-	open_ask("run_cask");
-	wt_ctl(&T, "run_cask", "{\"type\":\"cancel\",\"reason\":\"user\"}");
 	size_t n;
-	char **l = wt_ended_lines(&T, "run_cask", 20000, &n);
+	char **l = reply_and_end("run_cask", "{\"type\":\"cancel\",\"reason\":\"user\"}", &n);
 	TH_CHECK(n == 6, "%zu lines", n);
 	if (n == 6) {
 		TH_CHECK(th_streq(wt_field(l[3], "type"), "ask") && th_streq(wt_field(l[3], "status"), "rejected") &&

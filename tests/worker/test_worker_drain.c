@@ -36,13 +36,8 @@ int main(void)
 	TH_REQUIRE(wt_wait_log(&T, "wd", "\"drain_start\"", 3000), "drain logged");
 	/* Draining: not ready for jobs, but alive (a liveness probe must not
 	 * restart a worker that is letting its runs finish). */
-	long hst;
-	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/readyz", port), &hst);
-	TH_CHECK(hst == 503 && body && !strcmp(body, "draining\n"), "readyz %ld %s", hst, body);
-	free(body);
-	body = wt_http_get(th_strf("http://127.0.0.1:%d/healthz", port), &hst);
-	TH_CHECK(hst == 200 && body && !strcmp(body, "draining\n"), "healthz %ld %s", hst, body);
-	free(body);
+	wt_check_probe(port, "/readyz", 503, "draining\n");
+	wt_check_probe(port, "/healthz", 200, "draining\n");
 
 	int st = 0;
 	TH_CHECK(th_wait_exit(w, 15000, &st) == 0, "worker exited");

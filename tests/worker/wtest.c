@@ -112,6 +112,27 @@ json_t *wt_agent_config(const char *agent_json)
 	return cfg;
 }
 
+/* The job of a run the stub knows (o), produced to the job topic. */
+static void produce_job(wt_t *t, const char *run_id, const dev_stub_otps_t *o, const char *prompt,
+                        int partition, const char *tenant, int upload, long max_runtime)
+{
+	json_t *j = json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:I}",
+	                      "v", 1, "run_id", run_id, "agent_url", o->agent_url,
+	                      "otp_setup", o->otp_setup, "otp_run", o->otp_run,
+	                      "prompt", prompt ? prompt : "hello", "caller", "test",
+	                      "enqueued_at", (json_int_t)rn_now_ms());
+	if (upload)
+		json_object_set_new(j, "otp_upload", json_string(o->otp_upload));
+	if (max_runtime > 0)
+		json_object_set_new(j, "max_runtime_sec", json_integer(max_runtime));
+	if (tenant)
+		json_object_set_new(j, "tenant", json_string(tenant));
+	char *s = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
+	TH_REQUIRE(th_kafka_produce(&t->kafka, t->topic, partition, run_id, s, strlen(s), NULL) == 0, "produce");
+	free(s);
+}
+
 void wt_submit_agent(wt_t *t, const char *run_id, const char *agent_json, const char *prompt,
                      int upload, long max_runtime, dev_stub_otps_t *o)
 {
@@ -123,10 +144,10 @@ void wt_submit_agent_to(wt_t *t, const char *run_id, const char *agent_json, con
                         dev_stub_otps_t *o)
 {
 	dev_stub_otps_t own;
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config(agent_json);
-	wt_submit_to(t, run_id, &run, prompt, partition, tenant, upload, max_runtime, o ? o : &own);
-	json_decref(run.config);
+	if (!o)
+		o = &own;
+	wt_add_agent_run(t, agent_json, o);
+	produce_job(t, run_id, o, prompt, partition, tenant, upload, max_runtime);
 }
 
 void wt_add_agent_run(wt_t *t, const char *agent_json, dev_stub_otps_t *o)
@@ -148,21 +169,7 @@ void wt_submit_to(wt_t *t, const char *run_id, const dev_stub_run_t *run, const 
                   dev_stub_otps_t *o)
 {
 	TH_REQUIRE(dev_stub_add_run(t->stub, run, o) == 0, "stub add run");
-	json_t *j = json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:I}",
-	                      "v", 1, "run_id", run_id, "agent_url", o->agent_url,
-	                      "otp_setup", o->otp_setup, "otp_run", o->otp_run,
-	                      "prompt", prompt ? prompt : "hello", "caller", "test",
-	                      "enqueued_at", (json_int_t)rn_now_ms());
-	if (upload)
-		json_object_set_new(j, "otp_upload", json_string(o->otp_upload));
-	if (max_runtime > 0)
-		json_object_set_new(j, "max_runtime_sec", json_integer(max_runtime));
-	if (tenant)
-		json_object_set_new(j, "tenant", json_string(tenant));
-	char *s = json_dumps(j, JSON_COMPACT);
-	json_decref(j);
-	TH_REQUIRE(th_kafka_produce(&t->kafka, t->topic, partition, run_id, s, strlen(s), NULL) == 0, "produce");
-	free(s);
+	produce_job(t, run_id, o, prompt, partition, tenant, upload, max_runtime);
 }
 
 void wt_produce_raw(wt_t *t, const char *key, const void *v, size_t len)
@@ -337,6 +344,14 @@ char *wt_http_get(const char *url, long *status)
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
 	curl_easy_cleanup(h);
 	return b.body;
+}
+
+void wt_check_probe(int port, const char *path, long want_status, const char *want_body)
+{
+	long status;
+	char *body = wt_http_get(th_strf("http://127.0.0.1:%d%s", port, path), &status);
+	TH_CHECK(status == want_status && body && !strcmp(body, want_body), "%s %ld %s", path, status, body);
+	free(body);
 }
 
 const char *wt_ended(wt_t *t, const char *run_id, int timeout_ms, char *msg, size_t msgsz)

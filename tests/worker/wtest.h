@@ -131,6 +131,10 @@ int wt_metrics_port(wt_t *t, const char *name);
  * in *status (0 when the request failed). */
 char *wt_http_get(const char *url, long *status);
 
+/* GET http://127.0.0.1:port<path> (a probe: /healthz, /readyz) and checks
+ * that it answers want_status with exactly want_body. */
+void wt_check_probe(int port, const char *path, long want_status, const char *want_body);
+
 /* Waits until the worker joined the group and is consuming: submits a
  * trivial run and waits for it (the first group join takes ~3 s). */
 void wt_warmup(wt_t *t);
