@@ -253,21 +253,6 @@ static double self_cpu_s(void)
 	        ru.ru_stime.tv_usec / 1e6;
 }
 
-static int redis_clients(redisContext *c)
-{
-	redisReply *r = redisCommand(c, "CLIENT LIST");
-	int n = -1;
-
-	if (r != NULL && r->type == REDIS_REPLY_STRING) {
-		n = 0;
-		for (const char *p = r->str; (p = strstr(p, "name=runnel-dispatcher")) != NULL; p++)
-			n++;
-	}
-	if (r != NULL)
-		freeReplyObject(r);
-	return n;
-}
-
 /* The simulated workers: every run gets line l before any gets l+1; a
  * round (one line for every run) is spread over round_ms. */
 static void *writer(void *arg)
@@ -500,7 +485,7 @@ int main(int argc, char **argv)
 			}
 		if (mono_us() - last_sample > 200000) {
 			long rss = proc_kb(pid, "VmRSS:");
-			int n = redis_clients(rc);
+			int n = th_redis_clients(rc, "name=runnel-dispatcher");
 
 			last_sample = mono_us();
 			peak_rss = rss > peak_rss ? rss : peak_rss;

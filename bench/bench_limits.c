@@ -48,17 +48,17 @@ static int64_t sandbox_true(const char *ws, const int *cg_fds, int ncg,
 {
 	char *argv[] = { "/bin/true", NULL };
 	char *envp[] = { "PATH=/usr/bin:/bin", NULL };
-	worker_sandbox_spec_t spec;
-	memset(&spec, 0, sizeof(spec));
-	spec.driver = WORKER_SANDBOX_BWRAP;
-	spec.workspace_dir = ws;
-	spec.argv = argv;
-	spec.envp = envp;
-	spec.cgroup_fds = cg_fds;
-	spec.ncgroup_fds = ncg;
-	spec.tmp_mb = 64;
-	spec.egress_bridge = bridge;
-	spec.egress_socket = sock;
+	worker_sandbox_spec_t spec = {
+		.driver = WORKER_SANDBOX_BWRAP,
+		.workspace_dir = ws,
+		.argv = argv,
+		.envp = envp,
+		.cgroup_fds = cg_fds,
+		.ncgroup_fds = ncg,
+		.tmp_mb = 64,
+		.egress_bridge = bridge,
+		.egress_socket = sock,
+	};
 	worker_sandbox_t sb;
 	char err[256];
 	int64_t t0 = rn_mono_us();

@@ -222,13 +222,13 @@ static void floor_start(fslot_t *s, const char *id)
 	floor_env[1] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 	floor_env[2] = th_strf("RUNNEL_RUN_ID=%s", id);
 	floor_env[3] = NULL;
-	worker_sandbox_spec_t spec;
-	memset(&spec, 0, sizeof(spec));
-	spec.driver = WORKER_SANDBOX_BWRAP;
-	spec.workspace_dir = s->dir;
-	spec.argv = argv;
-	spec.envp = floor_env;
-	spec.rlimit_nofile = 4096;
+	worker_sandbox_spec_t spec = {
+		.driver = WORKER_SANDBOX_BWRAP,
+		.workspace_dir = s->dir,
+		.argv = argv,
+		.envp = floor_env,
+		.rlimit_nofile = 4096,
+	};
 	char err[256];
 	if (worker_sandbox_spawn(&spec, &s->sb, err, sizeof(err)) != 0) {
 		fprintf(stderr, "floor: %s\n", err);

@@ -50,18 +50,8 @@ static int tails_attached(void *arg)
 /* Connections the dispatcher holds (every one but ours). */
 static int dispatcher_conns(void)
 {
-	redisReply *r = redisCommand(C, "CLIENT LIST");
-	int n = -1;
-
-	if (r != NULL && r->type == REDIS_REPLY_STRING) {
-		n = 0;
-		for (const char *p = r->str; (p = strchr(p, '\n')) != NULL; p++)
-			n++;
-		n -= 1;
-	}
-	if (r != NULL)
-		freeReplyObject(r);
-	return n;
+	int n = th_redis_clients(C, NULL);
+	return n < 0 ? n : n - 1;
 }
 
 static char *line(int run, int i)

@@ -22,10 +22,7 @@ void fleet_submit(wt_t *t, fleet_run_t *r, const char *prefix, int i, const char
 	snprintf(r->script, sizeof(r->script), "%s", script);
 	r->is_long = is_long;
 	r->wait_ms = -1;
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config(th_strf("{\"kind\":\"mock\",\"script\":\"%s\"}", script));
-	wt_submit(t, r->id, &run, "fleet", 0, 0, &r->o);
-	json_decref(run.config);
+	wt_submit_agent(t, r->id, th_strf("{\"kind\":\"mock\",\"script\":\"%s\"}", script), "fleet", 0, 0, &r->o);
 }
 
 static int64_t state_ms(wt_t *t, const char *id, const char *field)
@@ -111,21 +108,9 @@ int64_t fleet_wait_pct(const fleet_run_t *runs, int n, int want_long, double pct
 	return out;
 }
 
-typedef struct {
-	wt_t *t;
-	const char *name;
-} ready_arg_t;
-
-static int assigned(void *arg)
-{
-	ready_arg_t *a = arg;
-	return wt_log_has(a->t, a->name, "\"kafka_assigned\"");
-}
-
 int fleet_worker_ready(wt_t *t, const char *name, int timeout_ms)
 {
-	ready_arg_t a = { t, name };
-	return th_wait_until(assigned, &a, timeout_ms);
+	return wt_wait_log(t, name, "\"kafka_assigned\"", timeout_ms);
 }
 
 int fleet_wait_scenario(wt_t *t, const fleet_wait_opts_t *o, fleet_run_t *runs, int cap)

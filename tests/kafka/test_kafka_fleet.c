@@ -40,25 +40,40 @@ static void report(const char *what, int n)
 	        (long long)fleet_wait_pct(R, n, 1, 99));
 }
 
+/* Waits for runs[0..n) to end within timeout_ms and checks the fleet's
+ * invariants (lost_ok: worker_lost is an allowed end), then prints the
+ * waits. */
+static void collect(const char *what, int n, int timeout_ms, int lost_ok)
+{
+	int ended = fleet_collect(&T, R, n, timeout_ms);
+	TH_CHECK(ended == n, "%d of %d runs ended", ended, n);
+	fleet_check(R, n, lost_ok);
+	report(what, n);
+}
+
+/* Two workers fw0 and fw1 with env, consuming. */
+static void start_pair(const char *const *env, pid_t *w0, pid_t *w1)
+{
+	*w0 = wt_worker(&T, "fw0", env);
+	*w1 = wt_worker(&T, "fw1", env);
+	wt_warmup(&T);
+}
+
 static void scenario_wait(void)
 {
 	wt_setup(&T, NULL, 12);
 	fleet_wait_opts_t o = { .workers = 3, .slots = 2, .partitions = 12, .longs = 2, .long_sec = 12, .shorts = 30, .gap_ms = 150 };
 	int n = fleet_wait_scenario(&T, &o, R, CAP);
 	TH_CHECK(n == 32, "%d runs submitted", n);
-	int ended = fleet_collect(&T, R, n, 120000);
-	TH_CHECK(ended == n, "%d of %d runs ended", ended, n);
-	fleet_check(R, n, 0);
-	report("wait", n);
+	collect("wait", n, 120000, 0);
 }
 
 static void scenario_churn(void)
 {
 	wt_setup(&T, NULL, 12);
 	const char *env[] = { "RUNNEL_SLOTS=2", "RUNNEL_LEASE_SEC=3", "RUNNEL_DRAIN_SEC=30", NULL };
-	pid_t w0 = wt_worker(&T, "fw0", env);
-	pid_t w1 = wt_worker(&T, "fw1", env);
-	wt_warmup(&T);
+	pid_t w0, w1;
+	start_pair(env, &w0, &w1);
 	pid_t w2 = 0;
 	int n = 0;
 	int64_t killed_at = 0;
@@ -78,9 +93,7 @@ static void scenario_churn(void)
 		}
 		fleet_pause_ms(250);
 	}
-	int ended = fleet_collect(&T, R, n, 150000);
-	TH_CHECK(ended == n, "%d of %d runs ended", ended, n);
-	fleet_check(R, n, 1);
+	collect("churn", n, 150000, 1);
 	int st = 0;
 	TH_CHECK(th_wait_exit(w0, 40000, &st) == 0, "the drained worker exited");
 	TH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "drained worker status %d", st);
@@ -91,39 +104,27 @@ static void scenario_churn(void)
 		if (th_streq(R[i].status, "succeeded"))
 			TH_CHECK(!th_streq(wt_state(&T, R[i].id, "worker"), ""), "%s has a worker", R[i].id);
 	TH_NOTE("collected %lld ms after the kill", (long long)(th_now_ms() - killed_at));
-	report("churn", n);
-	int s = th_stop(w2, 20000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "fw2 exit %d", s);
+	wt_stop_worker(w2, 20000, "fw2");
 }
 
 static void scenario_redis(void)
 {
 	wt_setup(&T, "appendonly yes\nappendfsync always\n", 6);
 	const char *env[] = { "RUNNEL_SLOTS=2", NULL };
-	pid_t w0 = wt_worker(&T, "fw0", env);
-	pid_t w1 = wt_worker(&T, "fw1", env);
-	wt_warmup(&T);
+	pid_t w0, w1;
+	start_pair(env, &w0, &w1);
 	int n = 0;
 	for (int i = 0; i < 24; i++) {
 		fleet_submit(&T, &R[n++], "run_redis", i, "sleep 1", 0);
 		if (i == 8 || i == 16) {
-			redisFree(T.rc);
-			T.rc = NULL;
-			TH_REQUIRE(th_redis_restart(&T.redis) == 0, "redis restarted");
-			T.rc = th_redis_connect(&T.redis);
-			TH_REQUIRE(T.rc != NULL);
+			wt_redis_restart(&T, "redis restarted");
 			TH_NOTE("redis restarted");
 		}
 		fleet_pause_ms(200);
 	}
-	int ended = fleet_collect(&T, R, n, 120000);
-	TH_CHECK(ended == n, "%d of %d runs ended", ended, n);
-	fleet_check(R, n, 0);
-	report("redis", n);
-	int s = th_stop(w0, 20000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "fw0 exit %d", s);
-	s = th_stop(w1, 20000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "fw1 exit %d", s);
+	collect("redis", n, 120000, 0);
+	wt_stop_worker(w0, 20000, "fw0");
+	wt_stop_worker(w1, 20000, "fw1");
 }
 
 static void scenario_restart(void)
@@ -132,9 +133,8 @@ static void scenario_restart(void)
 	wt_setup(&T, NULL, 6);
 	TH_REQUIRE(T.kafka.real == 2, "restart needs RUNNEL_TEST_KAFKA=private");
 	const char *env[] = { "RUNNEL_SLOTS=2", NULL };
-	pid_t w0 = wt_worker(&T, "fw0", env);
-	pid_t w1 = wt_worker(&T, "fw1", env);
-	wt_warmup(&T);
+	pid_t w0, w1;
+	start_pair(env, &w0, &w1);
 	int n = 0;
 	/* Enough work that runs are running and queued when the broker goes. */
 	for (int i = 0; i < 16; i++)
@@ -149,14 +149,9 @@ static void scenario_restart(void)
 		fleet_submit(&T, &R[n++], "run_restart", i, "sleep 1", 0);
 		fleet_pause_ms(200);
 	}
-	int ended = fleet_collect(&T, R, n, 150000);
-	TH_CHECK(ended == n, "%d of %d runs ended", ended, n);
-	fleet_check(R, n, 0);
-	report("restart", n);
-	int s = th_stop(w0, 20000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "fw0 exit %d", s);
-	s = th_stop(w1, 20000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "fw1 exit %d", s);
+	collect("restart", n, 150000, 0);
+	wt_stop_worker(w0, 20000, "fw0");
+	wt_stop_worker(w1, 20000, "fw1");
 }
 
 int main(int argc, char **argv)

@@ -20,10 +20,7 @@ int main(void)
 	pid_t w = wt_worker(&T, "wk", NULL);
 
 	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"echo\"}");
-	TH_REQUIRE(dev_stub_add_run(T.stub, &run, &o) == 0, "stub add run");
-	json_decref(run.config);
+	wt_add_agent_run(&T, "{\"kind\":\"mock\",\"script\":\"echo\"}", &o);
 	json_t *j = json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:I}", "v", 1, "run_id", "run_kcat",
 	                      "agent_url", o.agent_url, "otp_setup", o.otp_setup, "otp_run", o.otp_run,
 	                      "prompt", "from kcat", "caller", "kcat", "enqueued_at", (json_int_t)rn_now_ms());
@@ -50,8 +47,7 @@ int main(void)
 		TH_CHECK(th_streq(wt_field(l[n - 1], "message"), "from kcat"), "%s", l[n - 1]);
 	th_strv_free(l, n);
 	TH_CHECK(th_streq(wt_state(&T, "run_kcat", "status"), "succeeded"));
-	int s2 = th_stop(w, 10000);
-	TH_CHECK(s2 >= 0 && WIFEXITED(s2) && WEXITSTATUS(s2) == 0, "worker exit %d", s2);
+	wt_stop_worker(w, 10000, "worker");
 	wt_teardown(&T);
 	return th_done();
 }

@@ -11,8 +11,6 @@
  */
 #include "tests/worker/wtest.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -87,16 +85,8 @@ static void srv_start(srv_t *s)
 {
 	memset(s, 0, sizeof(*s));
 	pthread_mutex_init(&s->mu, NULL);
-	s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof(a));
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t al = sizeof(a);
-	TH_REQUIRE(s->lfd >= 0 && bind(s->lfd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	                   listen(s->lfd, 16) == 0 && getsockname(s->lfd, (struct sockaddr *)&a, &al) == 0,
-	           "test server");
-	s->port = ntohs(a.sin_port);
+	s->lfd = th_listen_loopback(16, &s->port);
+	TH_REQUIRE(s->lfd >= 0, "test server");
 	TH_REQUIRE(pthread_create(&s->thread, NULL, srv_main, s) == 0, "server thread");
 }
 
@@ -187,11 +177,9 @@ int main(void)
 	th_init("limits_egress");
 	srv_start(&A);
 	srv_start(&B);
-	wt_setup(&T, NULL, 4);
 	char *allow = th_strf("RUNNEL_EGRESS_ALLOW=127.0.0.1:%d", A.port);
 	const char *env[] = { "RUNNEL_EGRESS=full", allow, NULL };
-	pid_t w = wt_worker(&T, "w1", env);
-	wt_warmup(&T);
+	pid_t w = wt_start(&T, "limits_egress", 4, "w1", env);
 
 	test_allowlist();
 	test_none();

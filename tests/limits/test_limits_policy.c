@@ -122,6 +122,31 @@ static worker_guard_t *guard(const worker_limits_env_t *env, const char *kind, c
 	return g;
 }
 
+/* A guard of a command run over the given dirs (assets may be NULL), no
+ * notes: what the disk and cgroup tests need.  NULL when refused (a failed
+ * check). */
+static worker_guard_t *guard_at(const worker_limits_env_t *env, const char *run_id, const char *config_json,
+                                const char *ws, const char *assets, const char *meta)
+{
+	json_error_t je;
+	json_t *cfg = json_loads(config_json, 0, &je);
+	TH_REQUIRE(cfg, "json");
+	worker_guard_args_t a = {
+		.run_id = run_id,
+		.kind = "command",
+		.config = cfg,
+		.workspace_dir = ws,
+		.assets_dir = assets,
+		.meta_dir = meta,
+		.driver = WORKER_SANDBOX_BWRAP,
+	};
+	char err[256];
+	worker_guard_t *g = worker_guard_new(env, &a, NULL, NULL, err, sizeof(err));
+	TH_CHECK(g != NULL, "guard: %s", err);
+	json_decref(cfg);
+	return g;
+}
+
 static void test_limits_lowered_not_raised(void)
 {
 	worker_limits_env_t env = env_of(WORKER_EGRESS_NONE, "");
@@ -502,20 +527,7 @@ static void test_workspace_resize(void)
 	char err[256];
 	TH_REQUIRE(worker_limits_mount_workspace(&env, ws, err, sizeof(err)) == 0, "mount: %s", err);
 	TH_CHECK(fs_size(ws) == 64ULL << 20, "warm workspace %llu bytes", (unsigned long long)fs_size(ws));
-	json_error_t je;
-	json_t *cfg = json_loads("{\"limits\":{\"disk_mb\":16}}", 0, &je);
-	worker_guard_args_t a = {
-		.run_id = "run_resize",
-		.kind = "command",
-		.config = cfg,
-		.variables = NULL,
-		.workspace_dir = ws,
-		.assets_dir = assets,
-		.meta_dir = meta,
-		.driver = WORKER_SANDBOX_BWRAP,
-	};
-	worker_guard_t *g = worker_guard_new(&env, &a, NULL, NULL, err, sizeof(err));
-	TH_CHECK(g != NULL, "guard: %s", err);
+	worker_guard_t *g = guard_at(&env, "run_resize", "{\"limits\":{\"disk_mb\":16}}", ws, assets, meta);
 	if (g) {
 		TH_CHECK(fs_size(ws) == 16ULL << 20, "the run's workspace %llu bytes", (unsigned long long)fs_size(ws));
 		struct stat st;
@@ -524,7 +536,6 @@ static void test_workspace_resize(void)
 		struct statfs sf;
 		TH_CHECK(statfs(ws, &sf) == 0 && sf.f_type != TMPFS_MAGIC, "unmounted at the end");
 	}
-	json_decref(cfg);
 	worker_limits_env_free(&env);
 }
 
@@ -536,19 +547,8 @@ static void test_disk_watch(void)
 	env.max.disk_mb = 1;
 	env.disk_mode = WORKER_DISK_WATCH;
 	const char *ws = th_tmpdir();
-	json_error_t je;
-	json_t *cfg = json_loads("{}", 0, &je);
-	worker_guard_args_t a = {
-		.run_id = "run_watch",
-		.kind = "command",
-		.config = cfg,
-		.workspace_dir = ws,
-		.meta_dir = ws,
-		.driver = WORKER_SANDBOX_BWRAP,
-	};
-	char err[256];
-	worker_guard_t *g = worker_guard_new(&env, &a, NULL, NULL, err, sizeof(err));
-	TH_REQUIRE(g != NULL, "guard: %s", err);
+	worker_guard_t *g = guard_at(&env, "run_watch", "{}", ws, NULL, ws);
+	TH_REQUIRE(g != NULL, "guard");
 	worker_sandbox_spec_t spec;
 	memset(&spec, 0, sizeof(spec));
 	worker_guard_sandbox_spec(g, &spec);
@@ -566,7 +566,6 @@ static void test_disk_watch(void)
 	worker_guard_message(g, WORKER_LIMIT_DISK, msg, sizeof(msg));
 	TH_CHECK(th_streq(msg, "The run wrote more than 1 MiB to its workspace."), "%s", msg);
 	worker_guard_free(g);
-	json_decref(cfg);
 	worker_limits_env_free(&env);
 }
 
@@ -617,19 +616,9 @@ static void test_attach_tree(void)
 	char c;
 	TH_REQUIRE(read(ready[0], &c, 1) == 1, "grandchild started");
 	close(ready[0]);
-	json_error_t je;
-	json_t *cfg = json_loads("{}", 0, &je);
 	const char *ws = th_tmpdir();
-	worker_guard_args_t a = {
-		.run_id = "run_attach",
-		.kind = "command",
-		.config = cfg,
-		.workspace_dir = ws,
-		.meta_dir = ws,
-		.driver = WORKER_SANDBOX_BWRAP,
-	};
-	worker_guard_t *g = worker_guard_new(&env, &a, NULL, NULL, err, sizeof(err));
-	TH_REQUIRE(g != NULL, "guard: %s", err);
+	worker_guard_t *g = guard_at(&env, "run_attach", "{}", ws, NULL, ws);
+	TH_REQUIRE(g != NULL, "guard");
 	TH_CHECK(worker_guard_attach(g, child, err, sizeof(err)) == 0, "attach: %s", err);
 	char *name = th_strf("runnel-%ld-run_attach", (long)getpid());
 	TH_CHECK(in_cgroup(child, name), "the leader is in the run's cgroup");
@@ -643,7 +632,6 @@ static void test_attach_tree(void)
 	int st = 0;
 	TH_CHECK(waitpid(child, &st, 0) == child && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
 	         "the tree died with the run's cgroup");
-	json_decref(cfg);
 	worker_limits_env_free(&env);
 }
 

@@ -42,11 +42,7 @@ static void submit_sh(const char *run_id, const char *script, const char *extra_
 
 static void submit_normal(const char *run_id)
 {
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"demo\"}");
-	dev_stub_otps_t o;
-	wt_submit(&T, run_id, &run, "normal", 0, 0, &o);
-	json_decref(run.config);
+	wt_submit_agent(&T, run_id, "{\"kind\":\"mock\",\"script\":\"demo\"}", "normal", 0, 0, NULL);
 }
 
 
@@ -58,16 +54,23 @@ static void check_normal(const char *run_id)
 	TH_CHECK(th_streq(wt_state(&T, run_id, "status"), "succeeded"), "%s status", run_id);
 }
 
+/* The run submitted at t0 ends resource_limit with the message want; what
+ * it was and how long it took are printed. */
+static void check_limited(const char *run_id, const char *what, int64_t t0, const char *want)
+{
+	char msg[256];
+	const char *code = wt_ended(&T, run_id, 30000, msg, sizeof(msg));
+	fprintf(stderr, "# %s ended %s after %lld ms: %s\n", what, code, (long long)(th_now_ms() - t0), msg);
+	TH_CHECK(th_streq(code, "resource_limit"), "%s: %s", what, code);
+	TH_CHECK(th_streq(msg, want), "%s", msg);
+}
+
 static void test_fork_bomb(void)
 {
 	int64_t t0 = th_now_ms();
 	submit_sh("run_bomb", "read t; b() { b | b & }; b; wait", NULL, 0);
 	submit_normal("run_bomb_ok");
-	char msg[256];
-	const char *code = wt_ended(&T, "run_bomb", 30000, msg, sizeof(msg));
-	fprintf(stderr, "# fork bomb ended %s after %lld ms: %s\n", code, (long long)(th_now_ms() - t0), msg);
-	TH_CHECK(th_streq(code, "resource_limit"), "fork bomb: %s", code);
-	TH_CHECK(th_streq(msg, "The run tried to run more than 64 processes at once."), "%s", msg);
+	check_limited("run_bomb", "fork bomb", t0, "The run tried to run more than 64 processes at once.");
 	TH_CHECK(th_streq(wt_state(&T, "run_bomb", "code"), "resource_limit"));
 	check_normal("run_bomb_ok");
 	TH_CHECK(th_alive(W), "the worker survived the fork bomb");
@@ -82,11 +85,7 @@ static void test_memory_hog(void)
 	          "tail /dev/zero",
 	          NULL, 0);
 	submit_normal("run_hog_ok");
-	char msg[256];
-	const char *code = wt_ended(&T, "run_hog", 30000, msg, sizeof(msg));
-	fprintf(stderr, "# memory hog ended %s after %lld ms: %s\n", code, (long long)(th_now_ms() - t0), msg);
-	TH_CHECK(th_streq(code, "resource_limit"), "memory hog: %s", code);
-	TH_CHECK(th_streq(msg, "The run used more than 64 MiB of memory."), "%s", msg);
+	check_limited("run_hog", "memory hog", t0, "The run used more than 64 MiB of memory.");
 	TH_CHECK(wt_stream_has(&T, "run_hog", "\"status\":\"failed\""), "the open step was closed");
 	check_normal("run_hog_ok");
 	TH_CHECK(th_alive(W), "the worker was not OOM-killed");
@@ -211,8 +210,6 @@ static void test_metrics(void)
 
 int main(void)
 {
-	th_init("limits_resources");
-	wt_setup(&T, NULL, 4);
 	const char *env[] = {
 		"RUNNEL_RUN_MEMORY_MB=64",
 		"RUNNEL_RUN_PIDS=64",
@@ -221,8 +218,7 @@ int main(void)
 		"RUNNEL_RUN_CPUS=1",
 		NULL,
 	};
-	W = wt_worker(&T, "w1", env);
-	wt_warmup(&T);
+	W = wt_start(&T, "limits_resources", 4, "w1", env);
 	TH_CHECK(wt_log_has(&T, "w1", "\"event\":\"limits\""), "the worker logs its limits at start");
 	/* Without a cgroup nothing would stop a fork bomb or a memory hog but
 	 * the machine itself: those cases need one. */

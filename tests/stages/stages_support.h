@@ -1,12 +1,11 @@
 /*
- * tests/stages/stages_support.h - helpers shared by the stage tests: run a
- * sandbox to completion collecting its output, and look for processes of a
- * process group in /proc.
+ * tests/stages/stages_support.h - helpers shared by the stage tests: a
+ * sandbox spec, run a sandbox to completion collecting its output, and
+ * look for processes of a process group in /proc.
  */
 #ifndef RUNNEL_TESTS_STAGES_SUPPORT_H
 #define RUNNEL_TESTS_STAGES_SUPPORT_H
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -119,39 +118,53 @@ static inline int sbx_collect(worker_sandbox_t *sb, const char *stdin_data, int 
 	return -1;
 }
 
+/* A spec of driver running argv with envp over workspace_dir; every other
+ * field zero (no binds, limits, network or setup) for the test to add. */
+static inline worker_sandbox_spec_t sbx_spec(worker_sandbox_driver_t driver, const char *workspace_dir,
+                                             char *const *argv, char *const *envp)
+{
+	worker_sandbox_spec_t s = { .driver = driver, .workspace_dir = workspace_dir, .argv = argv, .envp = envp };
+	return s;
+}
+
+/* Starts s with spawn (worker_sandbox_spawn or a test's variant with the
+ * same contract), then sbx_collect with stdin_data, close_stdin and
+ * timeout_ms, and destroys the sandbox.  sbx_collect's result, or -1 when
+ * the spawn failed (noted; *o zeroed). */
+static inline int sbx_run(int (*spawn)(const worker_sandbox_spec_t *, worker_sandbox_t *, char *, size_t),
+                          const worker_sandbox_spec_t *s, const char *stdin_data, int close_stdin,
+                          int timeout_ms, sbx_out_t *o)
+{
+	worker_sandbox_t sb;
+	char err[256] = "";
+	if (spawn(s, &sb, err, sizeof(err)) != 0) {
+		TH_NOTE("spawn failed: %s", err);
+		memset(o, 0, sizeof(*o));
+		return -1;
+	}
+	int rc = sbx_collect(&sb, stdin_data, close_stdin, timeout_ms, o);
+	worker_sandbox_destroy(&sb);
+	return rc;
+}
+
+typedef struct sbx_group_arg {
+	pid_t pgid;
+	int count;
+} sbx_group_arg_t;
+
+static inline int sbx_group_member(const th_proc_t *p, void *arg)
+{
+	sbx_group_arg_t *a = arg;
+	if (p->pgrp == a->pgid && p->state != 'Z')
+		a->count++;
+	return 0;
+}
+
 /* Number of live (non-zombie) processes whose process group is pgid. */
 static inline int sbx_group_count(pid_t pgid)
 {
-	DIR *d = opendir("/proc");
-	if (!d)
-		return -1;
-	int count = 0;
-	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
-		char *end;
-		long v = strtol(de->d_name, &end, 10);
-		if (*end || v <= 0)
-			continue;
-		char path[64], buf[512];
-		snprintf(path, sizeof(path), "/proc/%ld/stat", v);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		ssize_t n = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
-		if (n <= 0)
-			continue;
-		buf[n] = '\0';
-		char *p = strrchr(buf, ')');
-		char state;
-		int ppid, pgrp;
-		if (!p || sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) != 3)
-			continue;
-		if (pgrp == (int)pgid && state != 'Z')
-			count++;
-	}
-	closedir(d);
-	return count;
+	sbx_group_arg_t a = { pgid, 0 };
+	return th_proc_each(sbx_group_member, &a) == 0 ? a.count : -1;
 }
 
 #endif

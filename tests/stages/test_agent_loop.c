@@ -16,6 +16,7 @@
 #include "common/util.h"
 #include "proto/envelope.h"
 #include "tests/support/harness.h"
+#include "tests/stages/stages_support.h"
 #include "worker/agent.h"
 #include "worker/agent_loop.h"
 #include "worker/inbox.h"
@@ -123,12 +124,7 @@ static worker_loop_end_t run_loop(char *const *argv, const char *mode, int64_t a
 	worker_agent_ctx_t actx = { .run_id = "run_loop", .job = &job, .boot = &boot, .permission_mode = mode, .ask_timeout_sec = ask_timeout_ms / 1000 };
 
 	char *envp[] = { "PATH=/usr/bin:/bin", NULL };
-	worker_sandbox_spec_t spec;
-	memset(&spec, 0, sizeof(spec));
-	spec.driver = WORKER_SANDBOX_PROCESS;
-	spec.workspace_dir = ws_dir;
-	spec.argv = argv;
-	spec.envp = envp;
+	worker_sandbox_spec_t spec = sbx_spec(WORKER_SANDBOX_PROCESS, ws_dir, argv, envp);
 	worker_sandbox_t sb;
 	char err[256];
 	TH_REQUIRE(worker_sandbox_spawn(&spec, &sb, err, sizeof(err)) == 0, "%s", err);

@@ -78,24 +78,10 @@ static int run_mock(worker_sandbox_driver_t driver, char *const *argv_tail, cons
 		argv[n++] = argv_tail[i];
 	argv[n] = NULL;
 	char *envp[] = { "PATH=/usr/bin:/bin", "RUNNEL_RUN_ID=run_mock", NULL };
-	worker_sandbox_spec_t s;
-	memset(&s, 0, sizeof(s));
-	s.driver = driver;
-	s.workspace_dir = ws_dir;
-	s.argv = argv;
-	s.envp = envp;
+	worker_sandbox_spec_t s = sbx_spec(driver, ws_dir, argv, envp);
 	s.ro_binds = driver == WORKER_SANDBOX_BWRAP ? binds : NULL;
-	worker_sandbox_t sb;
-	char err[256];
-	if (worker_sandbox_spawn(&s, &sb, err, sizeof(err)) != 0) {
-		TH_NOTE("spawn: %s", err);
-		memset(o, 0, sizeof(*o));
-		return -1;
-	}
 	/* stdin stays open like the worker's; destroy closes it. */
-	int rc = sbx_collect(&sb, input, 0, 15000, o);
-	worker_sandbox_destroy(&sb);
-	return rc;
+	return sbx_run(worker_sandbox_spawn, &s, input, 0, 15000, o);
 }
 
 static int code_of(const sbx_out_t *o)

@@ -56,13 +56,14 @@ static char *env_base[] = {
 
 static worker_sandbox_spec_t spec_for(worker_sandbox_driver_t driver, char *const *argv)
 {
-	worker_sandbox_spec_t s;
-	memset(&s, 0, sizeof(s));
-	s.driver = driver;
-	s.workspace_dir = ws_dir;
-	s.argv = argv;
-	s.envp = env_base;
-	return s;
+	return sbx_spec(driver, ws_dir, argv, env_base);
+}
+
+/* Starts s (sbx_spawn); the test ends when it cannot. */
+static void spawn_ok(const worker_sandbox_spec_t *s, worker_sandbox_t *sb)
+{
+	char err[256];
+	TH_REQUIRE(sbx_spawn(s, sb, err, sizeof(err)) == 0, "%s", err);
 }
 
 /* Runs argv in the sandbox to completion; output in *o. */
@@ -72,16 +73,7 @@ static int run_sh(worker_sandbox_driver_t driver, const char *script, const char
 	char *argv[] = { "/bin/sh", "-c", (char *)script, NULL };
 	worker_sandbox_spec_t s = spec_for(driver, argv);
 	s.setup_script = setup;
-	worker_sandbox_t sb;
-	char err[256] = "";
-	if (sbx_spawn(&s, &sb, err, sizeof(err)) != 0) {
-		TH_NOTE("spawn failed: %s", err);
-		memset(o, 0, sizeof(*o));
-		return -1;
-	}
-	int rc = sbx_collect(&sb, NULL, 1, 10000, o);
-	worker_sandbox_destroy(&sb);
-	return rc;
+	return sbx_run(sbx_spawn, &s, NULL, 1, 10000, o);
 }
 
 static int exit_code(const sbx_out_t *o)
@@ -104,8 +96,7 @@ static void test_env(void)
 	char *argv[] = { "/bin/sh", "-c", "cat /proc/1/cmdline /proc/2/cmdline | tr '\\0' ' '", NULL };
 	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_BWRAP, argv);
 	worker_sandbox_t sb;
-	char err[256];
-	TH_REQUIRE(sbx_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	spawn_ok(&s, &sb);
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)sb.pid);
 	size_t len = 0;
@@ -183,8 +174,7 @@ static void test_setup_script(void)
 	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_BWRAP, argv);
 	s.setup_script = setup;
 	worker_sandbox_t sb;
-	char err[256];
-	TH_REQUIRE(sbx_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	spawn_ok(&s, &sb);
 	sbx_out_t o;
 	TH_CHECK(sbx_collect(&sb, "the-turn\n", 1, 10000, &o) == 0);
 	worker_sandbox_destroy(&sb);
@@ -243,7 +233,7 @@ static void test_exec_failure(void)
 	/* Inside bwrap, a missing agent is bwrap's exit, not a spawn error. */
 	char *argv4[] = { "/nonexistent/agent", NULL };
 	s = spec_for(WORKER_SANDBOX_BWRAP, argv4);
-	TH_REQUIRE(sbx_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	spawn_ok(&s, &sb);
 	sbx_out_t o;
 	TH_CHECK(sbx_collect(&sb, NULL, 1, 10000, &o) == 0);
 	worker_sandbox_destroy(&sb);
@@ -268,8 +258,7 @@ static void test_kill_tree(worker_sandbox_driver_t driver)
 	char *argv[] = { "/bin/sh", "-c", "sleep 1000 & sleep 1000", NULL };
 	worker_sandbox_spec_t s = spec_for(driver, argv);
 	worker_sandbox_t sb;
-	char err[256];
-	TH_REQUIRE(sbx_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	spawn_ok(&s, &sb);
 	/* bwrap: bwrap, its init, sh, two sleeps.  process: sh + two sleeps. */
 	struct group_arg a = { sb.pid, driver == WORKER_SANDBOX_BWRAP ? 5 : 3 };
 	TH_CHECK(th_wait_until(group_cond, &a, 5000), "only %d processes", sbx_group_count(sb.pid));
@@ -292,8 +281,7 @@ static void test_kill_tree(worker_sandbox_driver_t driver)
  * which must contain want: the agent is up. */
 static void start_mock(const worker_sandbox_spec_t *s, worker_sandbox_t *sb, const char *want)
 {
-	char err[256];
-	TH_REQUIRE(sbx_spawn(s, sb, err, sizeof(err)) == 0, "%s", err);
+	spawn_ok(s, sb);
 	const char *turn = "{\"run_id\":\"run_sbx\",\"prompt\":\"p\"}\n";
 	TH_CHECK(write(sb->stdin_fd, turn, strlen(turn)) == (ssize_t)strlen(turn));
 	char buf[4096];
@@ -363,8 +351,7 @@ static void test_process_driver(void)
 	char *argv[] = { "/bin/sh", "-c", "sleep 1000 & echo started", NULL };
 	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_PROCESS, argv);
 	worker_sandbox_t sb;
-	char err[256];
-	TH_REQUIRE(sbx_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	spawn_ok(&s, &sb);
 	pid_t pgid = sb.pid;
 	/* stdout stays open in the sleep, so wait for the exit, not EOF. */
 	int r = 0;
@@ -380,7 +367,7 @@ static void test_process_driver(void)
 	s = spec_for(WORKER_SANDBOX_BWRAP, argv2);
 	s.rlimit_nofile = 77;
 	s.rlimit_fsize_mb = 1;
-	TH_REQUIRE(sbx_spawn(&s, &sb, err, sizeof(err)) == 0, "%s", err);
+	spawn_ok(&s, &sb);
 	TH_CHECK(sbx_collect(&sb, NULL, 1, 10000, &o) == 0);
 	worker_sandbox_destroy(&sb);
 	TH_CHECK(th_streq(o.out, "77\n2048\n"), "ulimits: %s", o.out);

@@ -62,11 +62,7 @@ static worker_warm_sb_t *take(worker_warm_pool_t *p, unsigned long started)
 
 static void spec_init(worker_sandbox_spec_t *s, const worker_warm_sb_t *w, char **argv, char **envp)
 {
-	memset(s, 0, sizeof(*s));
-	s->driver = WORKER_SANDBOX_BWRAP;
-	s->workspace_dir = w->ws.workspace;
-	s->argv = argv;
-	s->envp = envp;
+	*s = sbx_spec(WORKER_SANDBOX_BWRAP, w->ws.workspace, argv, envp);
 	s->rlimit_nofile = 4096;
 }
 

@@ -92,25 +92,19 @@ static void th_kill_children_now(void)
 	}
 }
 
-/*
- * Orphans: the test is a child subreaper, so grandchildren whose parent
- * died (a worker's sandbox after the worker was killed) are reparented to
- * us.  Find them by their parent pid and kill them too.
- */
-static void th_kill_orphans(void)
+int th_proc_each(int (*fn)(const th_proc_t *p, void *arg), void *arg)
 {
 	DIR *d = opendir("/proc");
 	if (!d)
-		return;
-	pid_t self = getpid();
+		return -1;
 	struct dirent *de;
 	while ((de = readdir(d)) != NULL) {
 		char *end;
-		long p = strtol(de->d_name, &end, 10);
-		if (*end || p <= 0)
+		long pid = strtol(de->d_name, &end, 10);
+		if (*end || pid <= 0)
 			continue;
 		char path[64], buf[512];
-		snprintf(path, sizeof path, "/proc/%ld/stat", p);
+		snprintf(path, sizeof path, "/proc/%ld/stat", pid);
 		int fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			continue;
@@ -119,18 +113,39 @@ static void th_kill_orphans(void)
 		if (n <= 0)
 			continue;
 		buf[n] = 0;
-		/* "pid (comm) state ppid ..."; comm may contain spaces and ')'. */
+		/* "pid (comm) state ppid pgrp ..."; comm may contain spaces and ')'. */
 		char *rp = strrchr(buf, ')');
-		if (!rp)
+		th_proc_t p = { .pid = (pid_t)pid };
+		long ppid, pgrp;
+		if (!rp || sscanf(rp + 1, " %c %ld %ld", &p.state, &ppid, &pgrp) != 3)
 			continue;
-		char state;
-		long ppid;
-		if (sscanf(rp + 1, " %c %ld", &state, &ppid) == 2 && ppid == self) {
-			kill((pid_t)p, SIGKILL);
-			waitpid((pid_t)p, NULL, 0);
-		}
+		p.ppid = (pid_t)ppid;
+		p.pgrp = (pid_t)pgrp;
+		if (fn(&p, arg))
+			break;
 	}
 	closedir(d);
+	return 0;
+}
+
+static int th_kill_orphan(const th_proc_t *p, void *arg)
+{
+	if (p->ppid == *(pid_t *)arg) {
+		kill(p->pid, SIGKILL);
+		waitpid(p->pid, NULL, 0);
+	}
+	return 0;
+}
+
+/*
+ * Orphans: the test is a child subreaper, so grandchildren whose parent
+ * died (a worker's sandbox after the worker was killed) are reparented to
+ * us.  Find them by their parent pid and kill them too.
+ */
+static void th_kill_orphans(void)
+{
+	pid_t self = getpid();
+	th_proc_each(th_kill_orphan, &self);
 }
 
 static int th_rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -330,7 +345,7 @@ int th_port_open_cond(void *arg)
 	return th_port_open(*(int *)arg);
 }
 
-int th_free_port(void)
+int th_listen_loopback(int backlog, int *port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -341,10 +356,21 @@ int th_free_port(void)
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	a.sin_port = 0;
 	socklen_t len = sizeof a;
-	int port = -1;
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
+	if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, backlog) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+		close(fd);
+		return -1;
+	}
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+int th_free_port(void)
+{
+	int port;
+	int fd = th_listen_loopback(1, &port);
+	if (fd < 0)
+		return -1;
 	close(fd);
 	return port;
 }
@@ -1295,6 +1321,26 @@ long long th_redis_int(redisContext *c, long long dflt, const char *fmt, ...)
 	if (r)
 		freeReplyObject(r);
 	return v;
+}
+
+int th_redis_clients(redisContext *c, const char *needle)
+{
+	redisReply *r = redisCommand(c, "CLIENT LIST");
+	int n = -1;
+	if (r && r->type == REDIS_REPLY_STRING) {
+		n = 0;
+		/* One line per connection. */
+		for (const char *l = r->str; *l;) {
+			const char *nl = strchr(l, '\n');
+			size_t len = nl ? (size_t)(nl - l) : strlen(l);
+			if (!needle || memmem(l, len, needle, strlen(needle)))
+				n++;
+			l += nl ? len + 1 : len;
+		}
+	}
+	if (r)
+		freeReplyObject(r);
+	return n;
 }
 
 int th_redis_scan_contains(redisContext *c, const char *needle)

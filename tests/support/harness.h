@@ -77,6 +77,10 @@ const char *th_tmpdir(void);
  */
 int th_free_port(void);
 
+/* A listening TCP socket (CLOEXEC) on 127.0.0.1 on a port the kernel
+ * picks, for a test's own server; *port gets the port.  The fd, or -1. */
+int th_listen_loopback(int backlog, int *port);
+
 /* 1 when something accepts TCP connections on 127.0.0.1:port, else 0.
  * th_port_open_cond is the same for th_wait_until, arg an int *. */
 int th_port_open(int port);
@@ -226,6 +230,21 @@ int th_kill(pid_t pid);
  */
 int th_stop(pid_t pid, int timeout_ms);
 
+/* One process as /proc/<pid>/stat shows it. */
+typedef struct th_proc {
+	pid_t pid;
+	char state; /* 'R', 'S', 'Z', ... */
+	pid_t ppid;
+	pid_t pgrp;
+} th_proc_t;
+
+/*
+ * Calls fn for every process of the system whose stat can be read, until
+ * fn returns non-zero.  0, or -1 when /proc cannot be read.  May be called
+ * from the cleanup handlers (no allocation beyond opendir's).
+ */
+int th_proc_each(int (*fn)(const th_proc_t *p, void *arg), void *arg);
+
 /* 1 when pid is a registered child that has not exited yet, else 0.
  * Looks without reaping: th_wait_exit still gets the status later. */
 int th_alive(pid_t pid);
@@ -323,6 +342,10 @@ size_t th_lines_count(char **lines, size_t n, const char *type, const char *stat
  * "appendonly yes" to also catch values that were written and deleted.
  */
 int th_redis_scan_contains(redisContext *c, const char *needle);
+
+/* How many connections Redis lists (CLIENT LIST) whose line contains
+ * needle (NULL: every one, the caller's own included); -1 on error. */
+int th_redis_clients(redisContext *c, const char *needle);
 
 /* Runs one command and returns its integer reply (TTL, XLEN, LLEN, ...),
  * or dflt when the command failed or answered something else. */

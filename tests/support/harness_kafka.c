@@ -45,6 +45,19 @@ static rd_kafka_conf_t *th_kafka_conf(const th_kafka_t *k)
 	return conf;
 }
 
+/* rd_kafka_new, which takes conf only when it succeeds; what names the
+ * handle in the message printed on failure.  NULL on failure. */
+static rd_kafka_t *th_kafka_new(rd_kafka_type_t type, rd_kafka_conf_t *conf, const char *what)
+{
+	char errstr[512];
+	rd_kafka_t *rk = rd_kafka_new(type, conf, errstr, sizeof errstr);
+	if (!rk) {
+		rd_kafka_conf_destroy(conf);
+		fprintf(stderr, "# kafka: %s: %s\n", what, errstr);
+	}
+	return rk;
+}
+
 /* Runs tests/kafka/broker.sh CMD on k's private state dir; 0 or -1. */
 static int th_kafka_script(th_kafka_t *k, const char *cmd)
 {
@@ -134,7 +147,6 @@ static int th_kafka_start_real(th_kafka_t *k, const char *mode)
 int th_kafka_start(th_kafka_t *k, int brokers)
 {
 	memset(k, 0, sizeof *k);
-	char errstr[512];
 	const char *mode = getenv("RUNNEL_TEST_KAFKA");
 	if (mode && (!strcmp(mode, "real") || !strcmp(mode, "private"))) {
 		if (brokers != 1) {
@@ -143,13 +155,9 @@ int th_kafka_start(th_kafka_t *k, int brokers)
 		}
 		return th_kafka_start_real(k, mode);
 	}
-	rd_kafka_conf_t *conf = th_kafka_conf(NULL);
-	k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
-	if (!k->rk) {
-		rd_kafka_conf_destroy(conf);
-		fprintf(stderr, "# kafka: rd_kafka_new: %s\n", errstr);
+	k->rk = th_kafka_new(RD_KAFKA_PRODUCER, th_kafka_conf(NULL), "rd_kafka_new");
+	if (!k->rk)
 		return -1;
-	}
 	k->mcluster = rd_kafka_mock_cluster_new(k->rk, brokers);
 	if (!k->mcluster) {
 		fprintf(stderr, "# kafka: mock cluster of %d brokers failed\n", brokers);
@@ -168,15 +176,8 @@ static int th_kafka_partitions(rd_kafka_t *rk, const char *topic);
 static int th_kafka_create_topic_real(th_kafka_t *k, const char *topic, int partitions)
 {
 	char errstr[512];
-	if (!k->admin) {
-		rd_kafka_conf_t *conf = th_kafka_conf(k);
-		k->admin = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
-		if (!k->admin) {
-			rd_kafka_conf_destroy(conf);
-			fprintf(stderr, "# kafka: admin: %s\n", errstr);
-			return -1;
-		}
-	}
+	if (!k->admin && !(k->admin = th_kafka_new(RD_KAFKA_PRODUCER, th_kafka_conf(k), "admin")))
+		return -1;
 	rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, partitions, 1, errstr, sizeof errstr);
 	if (!nt) {
 		fprintf(stderr, "# kafka: new topic %s: %s\n", topic, errstr);
@@ -259,11 +260,7 @@ static rd_kafka_t *th_kafka_producer(th_kafka_t *k)
 	rd_kafka_conf_set(conf, "message.timeout.ms", "10000", errstr, sizeof errstr);
 	rd_kafka_conf_set(conf, "linger.ms", "0", errstr, sizeof errstr);
 	rd_kafka_conf_set_dr_msg_cb(conf, th_kafka_dr_cb);
-	k->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
-	if (!k->producer) {
-		rd_kafka_conf_destroy(conf);
-		fprintf(stderr, "# kafka: producer: %s\n", errstr);
-	}
+	k->producer = th_kafka_new(RD_KAFKA_PRODUCER, conf, "producer");
 	return k->producer;
 }
 
@@ -404,12 +401,9 @@ th_kafka_consumer_t *th_kafka_consumer_new(th_kafka_t *k, const char *topic, con
 	/* Short fetch waits: tests poll for one message and want it now. */
 	rd_kafka_conf_set(conf, "fetch.wait.max.ms", "50", errstr, sizeof errstr);
 	rd_kafka_conf_set(conf, "fetch.error.backoff.ms", "50", errstr, sizeof errstr);
-	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
-	if (!rk) {
-		rd_kafka_conf_destroy(conf);
-		fprintf(stderr, "# kafka: consumer: %s\n", errstr);
+	rd_kafka_t *rk = th_kafka_new(RD_KAFKA_CONSUMER, conf, "consumer");
+	if (!rk)
 		return NULL;
-	}
 	rd_kafka_poll_set_consumer(rk);
 	rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
 	rd_kafka_resp_err_t err;

@@ -265,17 +265,11 @@ th_httpd_t *th_httpd_start(const char *name, const th_httpd_opts_t *o)
 		return NULL;
 	s->o = *o;
 	s->stop_pipe[0] = s->stop_pipe[1] = -1;
-	s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { 0 };
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t al = sizeof(a);
-	if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s->lfd, 64) < 0 ||
-	    getsockname(s->lfd, (struct sockaddr *)&a, &al) < 0 || pipe2(s->stop_pipe, O_CLOEXEC) < 0) {
+	s->lfd = th_listen_loopback(64, &s->port);
+	if (s->lfd < 0 || pipe2(s->stop_pipe, O_CLOEXEC) < 0) {
 		fprintf(stderr, "# %s: cannot listen: %s\n", name, strerror(errno));
 		goto fail;
 	}
-	s->port = ntohs(a.sin_port);
 	if (pthread_create(&s->thread, NULL, accept_main, s) != 0) {
 		fprintf(stderr, "# %s: cannot start its thread\n", name);
 		goto fail;

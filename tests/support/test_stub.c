@@ -298,6 +298,17 @@ static void test_concurrency(dev_stub_t *s)
 	curl_easy_cleanup(c);
 }
 
+/* Adds a part called name to m: a file part when filename is set, else a
+ * plain field; len may be CURL_ZERO_TERMINATED. */
+static void mime_part(curl_mime *m, const char *name, const char *filename, const char *data, size_t len)
+{
+	curl_mimepart *p = curl_mime_addpart(m);
+	curl_mime_name(p, name);
+	if (filename)
+		curl_mime_filename(p, filename);
+	curl_mime_data(p, data, len);
+}
+
 static const char bin[] = "\x00\x01\r\n--not-a-boundary\r\n\xff";
 
 static void test_upload(dev_stub_t *s, const char *results_dir)
@@ -306,17 +317,9 @@ static void test_upload(dev_stub_t *s, const char *results_dir)
 	TH_REQUIRE(dev_stub_add_run(s, NULL, &o) == 0);
 	CURL *c = curl_easy_init();
 	curl_mime *m = curl_mime_init(c);
-	curl_mimepart *p = curl_mime_addpart(m);
-	curl_mime_name(p, "files");
-	curl_mime_filename(p, "out.txt");
-	curl_mime_data(p, "hello assets\n", CURL_ZERO_TERMINATED);
-	p = curl_mime_addpart(m);
-	curl_mime_name(p, "files");
-	curl_mime_filename(p, "sub/dir/data.bin");
-	curl_mime_data(p, bin, sizeof bin - 1);
-	p = curl_mime_addpart(m);
-	curl_mime_name(p, "note");
-	curl_mime_data(p, "not a file", CURL_ZERO_TERMINATED);
+	mime_part(m, "files", "out.txt", "hello assets\n", CURL_ZERO_TERMINATED);
+	mime_part(m, "files", "sub/dir/data.bin", bin, sizeof bin - 1);
+	mime_part(m, "note", NULL, "not a file", CURL_ZERO_TERMINATED);
 
 	resp_t r;
 	http(&r, ep_url(&o, "results"), o.otp_upload, m, 0, 5000, 0);
@@ -347,10 +350,7 @@ static void test_upload(dev_stub_t *s, const char *results_dir)
 
 	/* The upload OTP is spent now. */
 	m = curl_mime_init(c);
-	p = curl_mime_addpart(m);
-	curl_mime_name(p, "files");
-	curl_mime_filename(p, "again.txt");
-	curl_mime_data(p, "again", CURL_ZERO_TERMINATED);
+	mime_part(m, "files", "again.txt", "again", CURL_ZERO_TERMINATED);
 	http(&r, ep_url(&o, "results"), o.otp_upload, m, 0, 5000, 0);
 	TH_CHECK(r.status == 401, "%ld rc %d", r.status, (int)r.rc);
 	resp_free(&r);
@@ -386,10 +386,7 @@ static void test_results_status_and_cap(void)
 
 	CURL *c = curl_easy_init();
 	curl_mime *m = curl_mime_init(c);
-	curl_mimepart *p = curl_mime_addpart(m);
-	curl_mime_name(p, "files");
-	curl_mime_filename(p, "a.txt");
-	curl_mime_data(p, "a", CURL_ZERO_TERMINATED);
+	mime_part(m, "files", "a.txt", "a", CURL_ZERO_TERMINATED);
 	resp_t r;
 	http(&r, ep_url(&o, "results"), o.otp_upload, m, 0, 5000, 0);
 	TH_CHECK(r.status == 500, "results_status %ld", r.status);
@@ -399,10 +396,7 @@ static void test_results_status_and_cap(void)
 	char *blob = malloc(8192);
 	memset(blob, 'x', 8192);
 	m = curl_mime_init(c);
-	p = curl_mime_addpart(m);
-	curl_mime_name(p, "files");
-	curl_mime_filename(p, "big.txt");
-	curl_mime_data(p, blob, 8192);
+	mime_part(m, "files", "big.txt", blob, 8192);
 	http(&r, ep_url(&big, "results"), big.otp_upload, m, 0, 5000, 0);
 	TH_CHECK(r.status == 413, "over the cap: %ld", r.status);
 	resp_free(&r);
@@ -423,14 +417,8 @@ static void test_results_status_and_cap(void)
 		blob[i] = (char)('a' + i % 26);
 	c = curl_easy_init();
 	m = curl_mime_init(c);
-	p = curl_mime_addpart(m);
-	curl_mime_name(p, "files");
-	curl_mime_filename(p, "small.txt");
-	curl_mime_data(p, "small", CURL_ZERO_TERMINATED);
-	p = curl_mime_addpart(m);
-	curl_mime_name(p, "files");
-	curl_mime_filename(p, "big.bin");
-	curl_mime_data(p, blob, blen);
+	mime_part(m, "files", "small.txt", "small", CURL_ZERO_TERMINATED);
+	mime_part(m, "files", "big.bin", blob, blen);
 	http(&r, ep_url(&o, "results"), o.otp_upload, m, 0, 10000, 0);
 	TH_CHECK(r.status == 200 && th_streq(r.rx.body, "{\"ok\":true,\"files\":2}"), "2 MiB upload: %ld %s", r.status, r.rx.body);
 	resp_free(&r);

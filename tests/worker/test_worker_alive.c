@@ -18,21 +18,14 @@ static wt_t T;
 
 int main(void)
 {
-	th_init("worker_alive");
-	wt_setup(&T, NULL, 1);
 	const char *env[] = { "RUNNEL_LEASE_SEC=1", NULL };
-	pid_t w = wt_worker(&T, "w1", env);
-	wt_warmup(&T);
+	pid_t w = wt_start(&T, "worker_alive", 1, "w1", env);
 
 	char dlq[96];
 	snprintf(dlq, sizeof(dlq), "%s.dlq", T.topic);
 	rd_kafka_mock_topic_set_error(T.kafka.mcluster, dlq, RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE);
 
-	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"sleep 5\"}");
-	wt_submit(&T, "run_alive", &run, "hello", 0, 0, &o);
-	json_decref(run.config);
+	wt_submit_agent(&T, "run_alive", "{\"kind\":\"mock\",\"script\":\"sleep 5\"}", "hello", 0, 0, NULL);
 	TH_REQUIRE(wt_wait_started(&T, "run_alive", 20000), "run started");
 
 	/* An undecodable job: its DLQ produce waits (10 s) for a delivery
@@ -57,13 +50,9 @@ int main(void)
 	TH_CHECK(swept == 0, "the sweep ended %d live run(s)", swept);
 	TH_CHECK(th_streq(wt_state(&T, "run_alive", "status"), "succeeded"), "status %s",
 	         wt_state(&T, "run_alive", "status"));
-	size_t n;
-	char **l = wt_lines(&T, "run_alive", &n);
-	TH_CHECK(th_streq(wt_check_terminal(l, n), ""), "the run ended with its result");
-	th_strv_free(l, n);
+	TH_CHECK(th_streq(wt_run_code(&T, "run_alive", NULL), ""), "the run ended with its result");
 
-	int s = th_stop(w, 30000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "worker exit %d", s);
+	wt_stop_worker(w, 30000, "worker");
 	wt_teardown(&T);
 	return th_done();
 }

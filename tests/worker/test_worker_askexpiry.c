@@ -14,11 +14,8 @@ static wt_t T;
 
 int main(void)
 {
-	th_init("worker_askexpiry");
-	wt_setup(&T, NULL, 1);
 	const char *env[] = { "RUNNEL_ASK_TIMEOUT_SEC=1", NULL };
-	pid_t w = wt_worker(&T, "w1", env);
-	wt_warmup(&T);
+	pid_t w = wt_start(&T, "worker_askexpiry", 1, "w1", env);
 
 	dev_stub_otps_t o;
 	dev_stub_run_t run = { 0 };
@@ -27,9 +24,8 @@ int main(void)
 	int64_t t0 = th_now_ms();
 	wt_submit(&T, "run_expire", &run, "p", 0, 0, &o);
 	json_decref(run.config);
-	TH_REQUIRE(wt_wait_terminal(&T, "run_expire", 20000), "run ended");
 	size_t n;
-	char **l = wt_lines(&T, "run_expire", &n);
+	char **l = wt_ended_lines(&T, "run_expire", 20000, &n);
 	TH_CHECK(n == 6, "%zu lines", n);
 	if (n == 6) {
 		TH_CHECK(th_streq(wt_field(l[2], "status"), "open"), "%s", l[2]);
@@ -44,8 +40,7 @@ int main(void)
 	th_strv_free(l, n);
 	TH_CHECK(th_now_ms() - t0 < 15000, "timely");
 	TH_CHECK(wt_log_has(&T, "w1", "ask ask_1 expired"), "expiry logged");
-	int st = th_stop(w, 10000);
-	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);
+	wt_stop_worker(w, 10000, "worker");
 	wt_teardown(&T);
 	return th_done();
 }

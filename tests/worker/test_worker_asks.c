@@ -47,23 +47,29 @@ static int ask_seen(void *arg)
 	return c >= w->count;
 }
 
-static void xadd(const char *run_id, const char *msg)
+/* Starts the mock "ask" script under permission_mode ask and waits for its
+ * open ask line. */
+static void open_ask(const char *run_id)
 {
-	redisReply *r = redisCommand(T.rc, "XADD runnel:{%s}:ctl * msg %s", run_id, msg);
-	TH_CHECK(r && r->type == REDIS_REPLY_STRING, "XADD ctl");
-	freeReplyObject(r);
+	submit_ask(run_id, "ask");
+	ask_wait_t w = { run_id, "open", 1 };
+	TH_REQUIRE(th_wait_until(ask_seen, &w, 20000), "the ask line appeared");
+}
+
+/* Opens an ask, sends msg on the control stream and returns the run's
+ * lines once it ended. */
+static char **reply_and_end(const char *run_id, const char *msg, size_t *n)
+{
+	open_ask(run_id);
+	wt_ctl(&T, run_id, msg);
+	return wt_ended_lines(&T, run_id, 20000, n);
 }
 
 /* Allowed: log, step running, ask open, ask answered, step succeeded, result. */
 static void test_allow(void)
 {
-	submit_ask("run_allow", "ask");
-	ask_wait_t w = { "run_allow", "open", 1 };
-	TH_REQUIRE(th_wait_until(ask_seen, &w, 20000), "the ask line appeared");
-	xadd("run_allow", "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}");
-	TH_REQUIRE(wt_wait_terminal(&T, "run_allow", 20000), "run ended");
 	size_t n;
-	char **l = wt_lines(&T, "run_allow", &n);
+	char **l = reply_and_end("run_allow", "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}", &n);
 	TH_CHECK(n == 6, "%zu lines", n);
 	if (n == 6) {
 		TH_CHECK(th_streq(wt_field(l[1], "status"), "running"), "%s", l[1]);
@@ -87,13 +93,8 @@ static void test_allow(void)
 static void test_reject(const char *run_id, const char *reply, const char *status,
                         const char *field, const char *value, const char *step_error)
 {
-	submit_ask(run_id, "ask");
-	ask_wait_t w = { run_id, "open", 1 };
-	TH_REQUIRE(th_wait_until(ask_seen, &w, 20000), "the ask line appeared");
-	xadd(run_id, reply);
-	TH_REQUIRE(wt_wait_terminal(&T, run_id, 20000), "run ended");
 	size_t n;
-	char **l = wt_lines(&T, run_id, &n);
+	char **l = reply_and_end(run_id, reply, &n);
 	int a = (int)th_lines_find(l, n, 0, "ask", status);
 	TH_CHECK(a >= 0, "%s: ask %s", run_id, status);
 	if (a >= 0 && field)
@@ -112,17 +113,14 @@ static void test_reject(const char *run_id, const char *reply, const char *statu
  * ignored and logged; the run goes on. */
 static void test_ignored(void)
 {
-	submit_ask("run_ign", "ask");
-	ask_wait_t w = { "run_ign", "open", 1 };
-	TH_REQUIRE(th_wait_until(ask_seen, &w, 20000), "the ask line appeared");
-	xadd("run_ign", "{\"type\":\"reply\",\"id\":\"ask_404\",\"option\":\"allow_once\"}");
-	xadd("run_ign", "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"always\"}");
-	xadd("run_ign", "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\",\"reject\":true}");
-	xadd("run_ign", "{\"type\":\"reply\",\"id\":\"ask_1\",\"reject\":true}");
-	xadd("run_ign", "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}");
-	TH_REQUIRE(wt_wait_terminal(&T, "run_ign", 20000), "run ended");
+	open_ask("run_ign");
+	wt_ctl(&T, "run_ign", "{\"type\":\"reply\",\"id\":\"ask_404\",\"option\":\"allow_once\"}");
+	wt_ctl(&T, "run_ign", "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"always\"}");
+	wt_ctl(&T, "run_ign", "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\",\"reject\":true}");
+	wt_ctl(&T, "run_ign", "{\"type\":\"reply\",\"id\":\"ask_1\",\"reject\":true}");
+	wt_ctl(&T, "run_ign", "{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}");
 	size_t n;
-	char **l = wt_lines(&T, "run_ign", &n);
+	char **l = wt_ended_lines(&T, "run_ign", 20000, &n);
 	int asks = 0;
 	for (size_t i = 0; i < n; i++)
 		if (th_streq(wt_field(l[i], "type"), "ask"))
@@ -141,13 +139,8 @@ static void test_ignored(void)
 /* A cancel while the ask is open: ask rejected, step failed, then cancelled. */
 static void test_cancel_open(void)
 {
-	submit_ask("run_cask", "ask");
-	ask_wait_t w = { "run_cask", "open", 1 };
-	TH_REQUIRE(th_wait_until(ask_seen, &w, 20000), "the ask line appeared");
-	xadd("run_cask", "{\"type\":\"cancel\",\"reason\":\"user\"}");
-	TH_REQUIRE(wt_wait_terminal(&T, "run_cask", 20000), "run ended");
 	size_t n;
-	char **l = wt_lines(&T, "run_cask", &n);
+	char **l = reply_and_end("run_cask", "{\"type\":\"cancel\",\"reason\":\"user\"}", &n);
 	TH_CHECK(n == 6, "%zu lines", n);
 	if (n == 6) {
 		TH_CHECK(th_streq(wt_field(l[3], "type"), "ask") && th_streq(wt_field(l[3], "status"), "rejected") &&
@@ -164,32 +157,26 @@ static void test_cancel_open(void)
 static void test_modes(void)
 {
 	submit_ask("run_bypass", NULL);
-	TH_REQUIRE(wt_wait_terminal(&T, "run_bypass", 20000), "bypass ended");
 	size_t n;
-	char **l = wt_lines(&T, "run_bypass", &n);
+	char **l = wt_ended_lines(&T, "run_bypass", 20000, &n);
 	TH_CHECK((int)th_lines_find(l, n, 0, "ask", NULL) < 0, "no ask under bypass");
 	TH_CHECK((int)th_lines_find(l, n, 0, "step", "succeeded") >= 0, "tool ran under bypass");
 	th_strv_free(l, n);
 
 	submit_ask("run_deny", "deny");
-	TH_REQUIRE(wt_wait_terminal(&T, "run_deny", 20000), "deny ended");
-	l = wt_lines(&T, "run_deny", &n);
+	l = wt_ended_lines(&T, "run_deny", 20000, &n);
 	TH_CHECK((int)th_lines_find(l, n, 0, "ask", NULL) < 0, "no ask under deny");
 	int f = (int)th_lines_find(l, n, 0, "step", "failed");
 	TH_CHECK(f >= 0 && th_streq(wt_field(l[f], "error"), "permission_mode deny refuses tool calls"), "deny");
 	th_strv_free(l, n);
 
 	/* An agent printing an ask outside permission_mode ask: a warn line. */
-	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config(
-	        "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
-	        "\"read t; echo '{\\\"type\\\":\\\"ask\\\",\\\"id\\\":\\\"a\\\",\\\"kind\\\":\\\"question\\\",\\\"question\\\":\\\"q\\\",\\\"status\\\":\\\"open\\\"}';"
-	        " echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"ok\\\"}'\"]}");
-	wt_submit(&T, "run_askbypass", &run, "p", 0, 0, &o);
-	json_decref(run.config);
-	TH_REQUIRE(wt_wait_terminal(&T, "run_askbypass", 20000), "ended");
-	l = wt_lines(&T, "run_askbypass", &n);
+	wt_submit_agent(&T, "run_askbypass",
+	                "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
+	                "\"read t; echo '{\\\"type\\\":\\\"ask\\\",\\\"id\\\":\\\"a\\\",\\\"kind\\\":\\\"question\\\",\\\"question\\\":\\\"q\\\",\\\"status\\\":\\\"open\\\"}';"
+	                " echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"ok\\\"}'\"]}",
+	                "p", 0, 0, NULL);
+	l = wt_ended_lines(&T, "run_askbypass", 20000, &n);
 	TH_CHECK(n == 2, "%zu lines", n);
 	if (n == 2)
 		TH_CHECK(th_streq(wt_field(l[0], "message"),
@@ -204,12 +191,11 @@ static void test_modes(void)
 static void test_job_mode_and_turn(void)
 {
 	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config("{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
-	                             "\"read t; printf '%s' \\\"$t\\\" | grep -q '\\\"permission_mode\\\":\\\"deny\\\",\\\"ask_timeout_sec\\\":600'"
-	                             " && echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"turn ok\\\"}'\"]}");
-	TH_REQUIRE(dev_stub_add_run(T.stub, &run, &o) == 0, "stub add run");
-	json_decref(run.config);
+	wt_add_agent_run(&T,
+	                 "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
+	                 "\"read t; printf '%s' \\\"$t\\\" | grep -q '\\\"permission_mode\\\":\\\"deny\\\",\\\"ask_timeout_sec\\\":600'"
+	                 " && echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"turn ok\\\"}'\"]}",
+	                 &o);
 	json_t *j = json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s}", "v", 1, "run_id", "run_jobmode",
 	                      "agent_url", o.agent_url, "otp_setup", o.otp_setup, "otp_run", o.otp_run,
 	                      "prompt", "p", "permission_mode", "deny");
@@ -218,10 +204,7 @@ static void test_job_mode_and_turn(void)
 	wt_produce_raw(&T, "run_jobmode", s, strlen(s));
 	free(s);
 	TH_REQUIRE(wt_wait_terminal(&T, "run_jobmode", 20000), "ended");
-	size_t n;
-	char **l = wt_lines(&T, "run_jobmode", &n);
-	TH_CHECK(th_streq(wt_check_terminal(l, n), ""), "the turn had the job's mode");
-	th_strv_free(l, n);
+	TH_CHECK(th_streq(wt_run_code(&T, "run_jobmode", NULL), ""), "the turn had the job's mode");
 }
 
 /* A bad value: the run ends bootstrap_failed naming the field; a bad job
@@ -229,9 +212,8 @@ static void test_job_mode_and_turn(void)
 static void test_bad_mode(void)
 {
 	submit_ask("run_badmode", "sometimes");
-	TH_REQUIRE(wt_wait_terminal(&T, "run_badmode", 20000), "ended");
 	size_t n;
-	char **l = wt_lines(&T, "run_badmode", &n);
+	char **l = wt_ended_lines(&T, "run_badmode", 20000, &n);
 	TH_CHECK(n == 1, "%zu lines", n);
 	TH_CHECK(th_streq(wt_check_terminal(l, n), "bootstrap_failed"));
 	if (n)
@@ -243,10 +225,7 @@ static void test_bad_mode(void)
 
 int main(void)
 {
-	th_init("worker_asks");
-	wt_setup(&T, NULL, 2);
-	pid_t w = wt_worker(&T, "w1", NULL);
-	wt_warmup(&T);
+	pid_t w = wt_start(&T, "worker_asks", 2, "w1", NULL);
 	test_allow();
 	test_reject("run_rej", "{\"type\":\"reply\",\"id\":\"ask_1\",\"reject\":true}", "rejected", NULL, NULL,
 	            "the user rejected the tool call");
@@ -259,8 +238,7 @@ int main(void)
 	test_modes();
 	test_job_mode_and_turn();
 	test_bad_mode();
-	int st = th_stop(w, 10000);
-	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);
+	wt_stop_worker(w, 10000, "worker");
 	wt_teardown(&T);
 	return th_done();
 }

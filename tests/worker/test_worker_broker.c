@@ -15,20 +15,13 @@ static wt_t T;
 
 int main(void)
 {
-	th_init("worker_broker");
-	wt_setup(&T, NULL, 2);
 	const char *env[] = { "RUNNEL_SLOTS=2", NULL };
-	pid_t w = wt_worker(&T, "wk", env);
-	wt_warmup(&T);
+	pid_t w = wt_start(&T, "worker_broker", 2, "wk", env);
 
 	char ids[JOBS][32];
 	for (int i = 0; i < JOBS; i++) {
-		dev_stub_otps_t o;
-		dev_stub_run_t run = { 0 };
-		run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"sleep 1\"}");
 		snprintf(ids[i], sizeof(ids[i]), "run_b%d", i);
-		wt_submit(&T, ids[i], &run, "hello", 0, 0, &o);
-		json_decref(run.config);
+		wt_submit_agent(&T, ids[i], "{\"kind\":\"mock\",\"script\":\"sleep 1\"}", "hello", 0, 0, NULL);
 	}
 	TH_REQUIRE(th_kafka_broker_down(&T.kafka, 1) == 0);
 	int64_t t0 = th_now_ms();
@@ -40,13 +33,11 @@ int main(void)
 	for (int i = 0; i < JOBS; i++) {
 		TH_CHECK(wt_wait_terminal(&T, ids[i], 60000), "%s ran", ids[i]);
 		size_t n;
-		char **l = wt_lines(&T, ids[i], &n);
-		TH_CHECK(n == 2 && th_streq(wt_check_terminal(l, n), ""), "%s: %zu lines", ids[i], n);
-		th_strv_free(l, n);
+		const char *code = wt_run_code(&T, ids[i], &n);
+		TH_CHECK(n == 2 && th_streq(code, ""), "%s: %zu lines", ids[i], n);
 		TH_CHECK(th_streq(wt_state(&T, ids[i], "status"), "succeeded"), "%s succeeded", ids[i]);
 	}
-	int s = th_stop(w, 10000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "worker exit %d", s);
+	wt_stop_worker(w, 10000, "worker");
 	wt_teardown(&T);
 	return th_done();
 }

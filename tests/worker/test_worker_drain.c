@@ -13,29 +13,16 @@
 
 static wt_t T;
 
-static int draining(void *arg)
-{
-	(void)arg;
-	return wt_log_has(&T, "wd", "\"drain_start\"");
-}
-
 static void submit(const char *id, const char *script)
 {
-	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
 	char *agent = th_strf("{\"kind\":\"mock\",\"script\":\"%s\"}", script);
-	run.config = wt_agent_config(agent);
-	wt_submit(&T, id, &run, "hello", 0, 0, &o);
-	json_decref(run.config);
+	wt_submit_agent(&T, id, agent, "hello", 0, 0, NULL);
 }
 
 int main(void)
 {
-	th_init("worker_drain");
-	wt_setup(&T, NULL, 1);
 	const char *env[] = { "RUNNEL_DRAIN_SEC=3", NULL };
-	pid_t w = wt_worker(&T, "wd", env);
-	wt_warmup(&T);
+	pid_t w = wt_start(&T, "worker_drain", 1, "wd", env);
 
 	submit("run_short", "sleep 2");
 	submit("run_long", "sleep 60");
@@ -46,16 +33,11 @@ int main(void)
 	int64_t t0 = th_now_ms();
 	TH_REQUIRE(th_signal(w, SIGTERM) == 0);
 	submit("run_later", "echo");
-	TH_REQUIRE(th_wait_until(draining, &port, 3000), "drain logged");
+	TH_REQUIRE(wt_wait_log(&T, "wd", "\"drain_start\"", 3000), "drain logged");
 	/* Draining: not ready for jobs, but alive (a liveness probe must not
 	 * restart a worker that is letting its runs finish). */
-	long hst;
-	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/readyz", port), &hst);
-	TH_CHECK(hst == 503 && body && !strcmp(body, "draining\n"), "readyz %ld %s", hst, body);
-	free(body);
-	body = wt_http_get(th_strf("http://127.0.0.1:%d/healthz", port), &hst);
-	TH_CHECK(hst == 200 && body && !strcmp(body, "draining\n"), "healthz %ld %s", hst, body);
-	free(body);
+	wt_check_probe(port, "/readyz", 503, "draining\n");
+	wt_check_probe(port, "/healthz", 200, "draining\n");
 
 	int st = 0;
 	TH_CHECK(th_wait_exit(w, 15000, &st) == 0, "worker exited");
@@ -82,12 +64,10 @@ int main(void)
 	/* The next worker picks up what the drained one left. */
 	pid_t w2 = wt_worker(&T, "wd2", NULL);
 	TH_CHECK(wt_wait_terminal(&T, "run_later", 30000), "job left for the next worker ran");
-	l = wt_lines(&T, "run_later", &n);
-	TH_CHECK(n == 1 && th_streq(wt_check_terminal(l, n), ""), "run_later result");
-	th_strv_free(l, n);
+	const char *code = wt_run_code(&T, "run_later", &n);
+	TH_CHECK(n == 1 && th_streq(code, ""), "run_later result");
 	TH_CHECK(th_streq(wt_state(&T, "run_later", "worker"), "wd2"));
-	int s = th_stop(w2, 10000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "second worker exit %d", s);
+	wt_stop_worker(w2, 10000, "second worker");
 	wt_teardown(&T);
 	return th_done();
 }

@@ -43,27 +43,18 @@ static int a_flows(void *arg)
 
 int main(void)
 {
-	th_init("worker_fair");
-	wt_setup(&T, NULL, 2);
 	const char *env[] = { "RUNNEL_SLOTS=2", NULL };
-	pid_t w = wt_worker(&T, "fw", env);
-	wt_warmup(&T);
+	pid_t w = wt_start(&T, "worker_fair", 2, "fw", env);
 
-	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
 	int64_t t_burst = rn_now_ms();
 	for (int i = 0; i < BURST; i++) {
 		char id[32];
 		snprintf(id, sizeof(id), "run_a%d", i);
-		run.config = wt_agent_config(RUN_02S);
-		wt_submit_to(&T, id, &run, "a", i % 2, "tenant_a", 0, 0, &o);
-		json_decref(run.config);
+		wt_submit_agent_to(&T, id, RUN_02S, "a", i % 2, "tenant_a", 0, 0, NULL);
 	}
 	int64_t t0 = rn_now_ms();
 	TH_NOTE("200 runs of tenant_a produced in %lld ms", (long long)(t0 - t_burst));
-	run.config = wt_agent_config(RUN_02S);
-	wt_submit_to(&T, "run_b", &run, "b", 0, "tenant_b", 0, 0, &o);
-	json_decref(run.config);
+	wt_submit_agent_to(&T, "run_b", RUN_02S, "b", 0, "tenant_b", 0, 0, NULL);
 	TH_REQUIRE(wt_wait_terminal(&T, "run_b", 30000), "B's run ran");
 	b_started = ms_of("run_b", "started_at");
 	long long wait = b_started - t0;
@@ -83,8 +74,7 @@ int main(void)
 	TH_CHECK(th_wait_until(a_flows, NULL, 20000), "A's runs keep flowing after B's");
 
 	/* Drain: what ran ended once; the rest is still queued, none lost. */
-	int s = th_stop(w, 30000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "exit %d", s);
+	wt_stop_worker(w, 30000, "worker");
 	int ended = 0, queued = 0;
 	long long dur = 0;
 	for (int i = 0; i < BURST; i++) {
@@ -92,10 +82,7 @@ int main(void)
 		snprintf(id, sizeof(id), "run_a%d", i);
 		const char *st = wt_state(&T, id, "status");
 		if (th_streq(st, "succeeded")) {
-			size_t n;
-			char **l = wt_lines(&T, id, &n);
-			TH_CHECK(th_streq(wt_check_terminal(l, n), ""), "%s one result", id);
-			th_strv_free(l, n);
+			TH_CHECK(th_streq(wt_run_code(&T, id, NULL), ""), "%s one result", id);
 			dur += ms_of(id, "ended_at") - ms_of(id, "started_at");
 			ended++;
 		} else if (th_streq(st, "queued")) {

@@ -25,10 +25,7 @@ static pid_t b;
 
 static void submit(const char *id, const char *script, dev_stub_otps_t *o)
 {
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config(th_strf("{\"kind\":\"mock\",\"script\":\"%s\"}", script));
-	wt_submit_to(&T, id, &run, "hi", -1, "t1", 0, 0, o);
-	json_decref(run.config);
+	wt_submit_agent_to(&T, id, th_strf("{\"kind\":\"mock\",\"script\":\"%s\"}", script), "hi", -1, "t1", 0, 0, o);
 }
 
 static int all_queued(void *arg)
@@ -37,16 +34,6 @@ static int all_queued(void *arg)
 		if (!th_streq(wt_state(&T, th_strf("run_q%d", i), "status"), "queued"))
 			return 0;
 	return 1;
-}
-
-static int a_left(void *arg)
-{
-	return wt_log_has(&T, "fa", "drain_left_group");
-}
-
-static int c_assigned(void *arg)
-{
-	return wt_log_has(&T, "fc", "partition(s) assigned");
 }
 
 static void test_drain(void)
@@ -63,7 +50,7 @@ static void test_drain(void)
 		submit(th_strf("run_q%d", i), "echo", &o);
 	TH_REQUIRE(th_wait_until(all_queued, NULL, 10000), "runs queued behind the full slots");
 	TH_REQUIRE(th_signal(a, SIGTERM) == 0);
-	TH_CHECK(th_wait_until(a_left, NULL, 10000), "the draining worker left the group");
+	TH_CHECK(wt_wait_log(&T, "fa", "drain_left_group", 10000), "the draining worker left the group");
 	TH_CHECK(all_queued(NULL), "the draining worker started none of the queued runs");
 
 	b = wt_worker(&T, "fb", env);
@@ -83,14 +70,11 @@ static void test_exactly_once(void)
 {
 	const char *env[] = { "RUNNEL_SLOTS=4", NULL };
 	pid_t c = wt_worker(&T, "fc", env);
-	TH_CHECK(th_wait_until(c_assigned, NULL, 30000), "c joined");
+	TH_CHECK(wt_wait_log(&T, "fc", "partition(s) assigned", 30000), "c joined");
 	char sessions[DUPS][72];
 	for (int i = 0; i < DUPS; i++) {
 		dev_stub_otps_t o;
-		dev_stub_run_t run = { 0 };
-		run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"echo\"}");
-		TH_REQUIRE(dev_stub_add_run(T.stub, &run, &o) == 0);
-		json_decref(run.config);
+		wt_add_agent_run(&T, "{\"kind\":\"mock\",\"script\":\"echo\"}", &o);
 		snprintf(sessions[i], sizeof(sessions[i]), "%s", o.session);
 		char *id = th_strf("run_dup%d", i);
 		json_t *j = json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:I}", "v", 1, "run_id", id,
@@ -107,19 +91,14 @@ static void test_exactly_once(void)
 	for (int i = 0; i < DUPS; i++) {
 		const char *id = th_strf("run_dup%d", i);
 		TH_CHECK(wt_wait_terminal(&T, id, 30000), "%s ended", id);
-		size_t n;
-		char **l = wt_lines(&T, id, &n);
-		TH_CHECK(th_streq(wt_check_terminal(l, n), ""), "%s one result", id);
-		th_strv_free(l, n);
+		TH_CHECK(th_streq(wt_run_code(&T, id, NULL), ""), "%s one result", id);
 		TH_CHECK(dev_stub_total_calls(T.stub, sessions[i]) == 2, "%s: %d OTP calls (want 2: /env, /config)",
 		         id, dev_stub_total_calls(T.stub, sessions[i]));
 		by[th_streq(wt_state(&T, id, "worker"), "fc")]++;
 	}
 	TH_NOTE("duplicated runs: %d on fb, %d on fc", by[0], by[1]);
-	int s = th_stop(c, 20000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "c exit %d", s);
-	s = th_stop(b, 20000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "b exit %d", s);
+	wt_stop_worker(c, 20000, "c");
+	wt_stop_worker(b, 20000, "b");
 }
 
 int main(void)

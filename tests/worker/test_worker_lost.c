@@ -23,10 +23,7 @@ int main(void)
 	wt_warmup(&T);
 
 	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"sleep 60\"}");
-	wt_submit(&T, "run_lost", &run, "hello", 1, 0, &o);
-	json_decref(run.config);
+	wt_submit_agent(&T, "run_lost", "{\"kind\":\"mock\",\"script\":\"sleep 60\"}", "hello", 1, 0, &o);
 	TH_REQUIRE(wt_wait_started(&T, "run_lost", 20000), "run started");
 	char holder[64];
 	snprintf(holder, sizeof(holder), "%s", wt_state(&T, "run_lost", "worker"));
@@ -55,10 +52,7 @@ int main(void)
 
 	/* Give the survivor time to get the partition and the redelivered job. */
 	char *again = th_strf("run_after_lost_%ld", (long)getpid());
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"echo\"}");
-	dev_stub_otps_t o2;
-	wt_submit(&T, again, &run, "after", 0, 0, &o2);
-	json_decref(run.config);
+	wt_submit_agent(&T, again, "{\"kind\":\"mock\",\"script\":\"echo\"}", "after", 0, 0, NULL);
 	TH_CHECK(wt_wait_terminal(&T, again, 30000), "the survivor runs new jobs");
 	dev_stub_ep_stats_t st;
 	dev_stub_stats(T.stub, o.session, DEV_STUB_EP_CONFIG, &st);
@@ -69,8 +63,7 @@ int main(void)
 	TH_CHECK(n == 2, "still exactly one terminal line (%zu lines)", n);
 	th_strv_free(l, n);
 
-	int s = th_stop(survivor, 10000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "survivor exit %d", s);
+	wt_stop_worker(survivor, 10000, "survivor");
 	wt_teardown(&T);
 	return th_done();
 }

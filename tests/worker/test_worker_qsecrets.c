@@ -38,10 +38,7 @@ static void submit_meta(const char *id, const char *script, const char *prompt, 
                         json_t *meta)
 {
 	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config(th_strf("{\"kind\":\"mock\",\"script\":\"%s\"}", script));
-	TH_REQUIRE(dev_stub_add_run(T.stub, &run, &o) == 0);
-	json_decref(run.config);
+	wt_add_agent_run(&T, th_strf("{\"kind\":\"mock\",\"script\":\"%s\"}", script), &o);
 	proto_job_t j;
 	memset(&j, 0, sizeof(j));
 	j.v = 1;
@@ -137,18 +134,14 @@ static void mode(const char *name, const char *const *env, const uint8_t *key)
 		TH_CHECK(!strncmp(e, "{\"ref\":", 7), "%s: the entry is a reference: %.80s", name, e);
 	scan_all(th_strf("%s, queued", name));
 	TH_CHECK(wt_wait_terminal(&T, q1, 30000), "%s: q1 ran", name);
-	size_t n;
-	char **l = wt_lines(&T, q1, &n);
-	TH_CHECK(th_streq(wt_check_terminal(l, n), ""), "%s: q1 succeeded", name);
-	th_strv_free(l, n);
+	TH_CHECK(th_streq(wt_run_code(&T, q1, NULL), ""), "%s: q1 succeeded", name);
 	if (key) {
 		TH_CHECK(wt_wait_terminal(&T, q2, 30000) && th_streq(wt_state(&T, q2, "status"), "succeeded"),
 		         "%s: q2 ran", name);
 		TH_CHECK(wt_wait_terminal(&T, q3, 30000) && th_streq(wt_state(&T, q3, "status"), "succeeded"),
 		         "%s: q3 (by reference) ran", name);
 	}
-	int s = th_stop(w, 20000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "%s exit %d", name, s);
+	wt_stop_worker(w, 20000, name);
 }
 
 int main(void)

@@ -32,11 +32,8 @@ static long long ms_of(const char *run_id, const char *field)
 
 static void submit(const char *id, const char *script, const char *tenant, dev_stub_otps_t *o)
 {
-	dev_stub_run_t run = { 0 };
 	char *agent = th_strf("{\"kind\":\"mock\",\"script\":\"%s\"}", script);
-	run.config = wt_agent_config(agent);
-	wt_submit_to(&T, id, &run, "hi", -1, tenant, 0, 0, o);
-	json_decref(run.config);
+	wt_submit_agent_to(&T, id, agent, "hi", -1, tenant, 0, 0, o);
 }
 
 static void test_bad_tenant(void)
@@ -71,11 +68,7 @@ static void test_cancel_and_cap(void)
 	submit("run_c0", "demo", "acme", &oc);
 	TH_CHECK(th_wait_until(queued_c0, NULL, 10000), "run_c0 queued");
 	TH_CHECK(th_streq(wt_state(&T, "run_c0", "tenant"), "acme"), "tenant in the state hash");
-	redisReply *r = redisCommand(T.rc, "XADD runnel:{run_c0}:ctl * msg %s",
-	                             "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");
-	TH_CHECK(r && r->type == REDIS_REPLY_STRING);
-	if (r)
-		freeReplyObject(r);
+	wt_ctl(&T, "run_c0", "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");
 	TH_CHECK(wt_wait_terminal(&T, "run_c0", 30000), "queued run cancelled");
 	size_t n;
 	char **l = wt_lines(&T, "run_c0", &n);
@@ -128,11 +121,6 @@ static void test_bad_caps(void)
 	         "exact message");
 }
 
-static int wait_warned(void *arg)
-{
-	return wt_log_has(&T, "qwait", "0 of 1 replica(s) have the queued job; retrying");
-}
-
 static void test_wait_replicas(void)
 {
 	const char *topic = th_strf("%s.wait", T.topic);
@@ -141,35 +129,27 @@ static void test_wait_replicas(void)
 		              th_strf("RUNNEL_GROUP=%s.wait", T.group), NULL };
 	pid_t p = wt_worker(&T, "qwait", env);
 	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"echo\"}");
-	TH_REQUIRE(dev_stub_add_run(T.stub, &run, &o) == 0);
-	json_decref(run.config);
+	wt_add_agent_run(&T, "{\"kind\":\"mock\",\"script\":\"echo\"}", &o);
 	char *job = th_strf("{\"v\":1,\"run_id\":\"run_wait\",\"agent_url\":\"%s\",\"otp_setup\":\"%s\","
 	                    "\"otp_run\":\"%s\",\"prompt\":\"w\"}",
 	                    o.agent_url, o.otp_setup, o.otp_run);
 	TH_REQUIRE(th_kafka_produce(&T.kafka, topic, 0, "run_wait", job, strlen(job), NULL) == 0);
-	TH_CHECK(th_wait_until(wait_warned, NULL, 30000), "WAIT short of replicas: offset not stored");
+	TH_CHECK(wt_wait_log(&T, "qwait", "0 of 1 replica(s) have the queued job; retrying", 30000), "WAIT short of replicas: offset not stored");
 	TH_CHECK(wt_wait_terminal(&T, "run_wait", 30000), "the run still ran once");
 	TH_CHECK(dev_stub_total_calls(T.stub, o.session) == 2, "%d OTP calls", dev_stub_total_calls(T.stub, o.session));
-	int s = th_stop(p, 20000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "qwait exit %d", s);
+	wt_stop_worker(p, 20000, "qwait");
 }
 
 int main(void)
 {
-	th_init("worker_queue");
-	wt_setup(&T, NULL, 2);
 	const char *env[] = { "RUNNEL_SLOTS=2", "RUNNEL_TENANT_MAX_RUNS_FOR=capped=1", NULL };
-	pid_t w = wt_worker(&T, "qw", env);
-	wt_warmup(&T);
+	pid_t w = wt_start(&T, "worker_queue", 2, "qw", env);
 	test_bad_tenant();
 	test_cancel_and_cap();
 	test_metrics();
 	test_bad_caps();
 	test_wait_replicas();
-	int s = th_stop(w, 20000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "exit %d", s);
+	wt_stop_worker(w, 20000, "worker");
 	wt_teardown(&T);
 	return th_done();
 }

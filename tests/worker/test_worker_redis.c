@@ -30,12 +30,8 @@ int main(void)
 	pid_t w = wt_worker(&T, "wr", NULL);
 	wt_warmup(&T);
 
-	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
 	char *agent = th_strf("{\"kind\":\"mock\",\"script\":\"flood %d\"}", FLOOD);
-	run.config = wt_agent_config(agent);
-	wt_submit(&T, "run_flood", &run, "hello", 0, 0, &o);
-	json_decref(run.config);
+	wt_submit_agent(&T, "run_flood", agent, "hello", 0, 0, NULL);
 	long at = 5000;
 	TH_REQUIRE(th_wait_until(stream_len_at_least, &at, 30000), "flood started");
 	int64_t t0 = th_now_ms();
@@ -44,20 +40,11 @@ int main(void)
 	         "restart happens mid-flood (%lld lines in)", xl ? (long long)xl->integer : -1LL);
 	if (xl)
 		freeReplyObject(xl);
-	redisFree(T.rc);
-	T.rc = NULL;
-	TH_REQUIRE(th_redis_restart(&T.redis) == 0, "redis restarted");
-	T.rc = th_redis_connect(&T.redis);
-	TH_REQUIRE(T.rc != NULL);
+	wt_redis_restart(&T, "redis restarted");
 	/* A second outage, a little later. */
 	at = 30000;
-	if (th_wait_until(stream_len_at_least, &at, 30000)) {
-		redisFree(T.rc);
-		T.rc = NULL;
-		TH_REQUIRE(th_redis_restart(&T.redis) == 0, "redis restarted again");
-		T.rc = th_redis_connect(&T.redis);
-		TH_REQUIRE(T.rc != NULL);
-	}
+	if (th_wait_until(stream_len_at_least, &at, 30000))
+		wt_redis_restart(&T, "redis restarted again");
 	TH_REQUIRE(wt_wait_terminal(&T, "run_flood", 90000), "flood ended");
 	TH_NOTE("flood with two restarts: %lld ms", (long long)(th_now_ms() - t0));
 	redisReply *r = redisCommand(T.rc, "INFO persistence");
@@ -95,9 +82,7 @@ int main(void)
 	redisFree(T.rc);
 	T.rc = NULL;
 	TH_REQUIRE(th_redis_stop(&T.redis) == 0, "redis stopped");
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"echo\"}");
-	wt_submit(&T, "run_wait_redis", &run, "patience", 0, 0, &o);
-	json_decref(run.config);
+	wt_submit_agent(&T, "run_wait_redis", "{\"kind\":\"mock\",\"script\":\"echo\"}", "patience", 0, 0, NULL);
 	int64_t t1 = th_now_ms();
 	while (th_now_ms() - t1 < 2000) {
 		struct timespec ts = { 0, 50 * 1000000L };
@@ -113,8 +98,7 @@ int main(void)
 	TH_CHECK(th_streq(wt_state(&T, "run_wait_redis", "status"), "succeeded"));
 	TH_CHECK(wt_log_has(&T, "wr", "\"redis_unreachable\""), "the outage was logged");
 
-	int s = th_stop(w, 10000);
-	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "worker exit %d", s);
+	wt_stop_worker(w, 10000, "worker");
 	wt_teardown(&T);
 	return th_done();
 }

@@ -20,17 +20,23 @@
 
 static wt_t T;
 
+/* What the state hash says of a run: its status and, when code is not
+ * NULL, its code. */
+static void check_state(const char *run_id, const char *status, const char *code)
+{
+	TH_CHECK(th_streq(wt_state(&T, run_id, "status"), status), "%s status %s, want %s", run_id,
+	         wt_state(&T, run_id, "status"), status);
+	if (code)
+		TH_CHECK(th_streq(wt_state(&T, run_id, "code"), code), "%s code %s, want %s", run_id,
+		         wt_state(&T, run_id, "code"), code);
+}
+
 static void test_demo(void)
 {
 	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"demo\"}");
-	wt_submit(&T, "run_demo", &run, "add a node", 1, 0, &o);
-	json_decref(run.config);
-	TH_REQUIRE(wt_wait_terminal(&T, "run_demo", 20000), "demo ended");
-
+	wt_submit_agent(&T, "run_demo", "{\"kind\":\"mock\",\"script\":\"demo\"}", "add a node", 1, 0, &o);
 	size_t n;
-	char **l = wt_lines(&T, "run_demo", &n);
+	char **l = wt_ended_lines(&T, "run_demo", 20000, &n);
 	static const char *const want[][3] = {
 		{ "log", "", "" },
 		{ "step", "step_1", "running" },
@@ -57,8 +63,7 @@ static void test_demo(void)
 		TH_CHECK(th_streq(wt_field(l[7], "message"), "Done: add a node"), "%s", l[7]);
 	TH_CHECK(th_streq(wt_check_terminal(l, n), ""));
 	th_strv_free(l, n);
-	TH_CHECK(th_streq(wt_state(&T, "run_demo", "status"), "succeeded"));
-	TH_CHECK(th_streq(wt_state(&T, "run_demo", "code"), ""));
+	check_state("run_demo", "succeeded", "");
 	TH_CHECK(th_streq(wt_state(&T, "run_demo", "worker"), "w1"));
 	/* No files: no upload request. */
 	dev_stub_ep_stats_t st;
@@ -73,13 +78,9 @@ static void test_demo(void)
 static void test_files(void)
 {
 	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"files 3\"}");
-	wt_submit(&T, "run_files", &run, "write files", 1, 0, &o);
-	json_decref(run.config);
-	TH_REQUIRE(wt_wait_terminal(&T, "run_files", 20000), "files ended");
+	wt_submit_agent(&T, "run_files", "{\"kind\":\"mock\",\"script\":\"files 3\"}", "write files", 1, 0, &o);
 	size_t n;
-	char **l = wt_lines(&T, "run_files", &n);
+	char **l = wt_ended_lines(&T, "run_files", 20000, &n);
 	TH_CHECK(n == 1, "%zu lines", n);
 	TH_CHECK(th_streq(wt_check_terminal(l, n), ""));
 	if (n)
@@ -103,23 +104,20 @@ static void test_files(void)
 	                 len == 7 && !memcmp(data, "file 1\n", 7),
 	         "file_1 content");
 	free(data);
-	TH_CHECK(th_streq(wt_state(&T, "run_files", "status"), "succeeded"));
+	check_state("run_files", "succeeded", NULL);
 }
 
 static void test_command(void)
 {
-	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
 	/* A command agent: a shell that reads its turn and prints two lines. */
-	run.config = wt_agent_config(
+	wt_submit_agent(
+	        &T, "run_cmd",
 	        "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
 	        "\"read turn; echo '{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"hi from sh\\\"}';"
-	        " echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"sh done\\\"}'\"]}");
-	wt_submit(&T, "run_cmd", &run, "p", 0, 0, &o);
-	json_decref(run.config);
-	TH_REQUIRE(wt_wait_terminal(&T, "run_cmd", 20000), "command ended");
+	        " echo '{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"sh done\\\"}'\"]}",
+	        "p", 0, 0, NULL);
 	size_t n;
-	char **l = wt_lines(&T, "run_cmd", &n);
+	char **l = wt_ended_lines(&T, "run_cmd", 20000, &n);
 	TH_CHECK(n == 2, "%zu lines", n);
 	if (n == 2) {
 		TH_CHECK(th_streq(wt_field(l[0], "message"), "hi from sh"), "%s", l[0]);
@@ -127,7 +125,7 @@ static void test_command(void)
 	}
 	TH_CHECK(th_streq(wt_check_terminal(l, n), ""));
 	th_strv_free(l, n);
-	TH_CHECK(th_streq(wt_state(&T, "run_cmd", "status"), "succeeded"));
+	check_state("run_cmd", "succeeded", NULL);
 }
 
 
@@ -156,14 +154,10 @@ static void check_error(char **l, size_t n, const char *code, const char *messag
 		TH_CHECK(th_streq(wt_field(l[n - 1], "message"), message), "message: %s", l[n - 1]);
 }
 
-/* Lines of the cancel/ctl stream helpers. */
+/* A client's cancel on the run's control stream. */
 static void cancel(const char *run_id)
 {
-	redisReply *r = redisCommand(T.rc, "XADD runnel:{%s}:ctl * msg %s", run_id,
-	                             "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");
-	TH_CHECK(r && r->type == REDIS_REPLY_STRING, "XADD ctl");
-	if (r)
-		freeReplyObject(r);
+	wt_ctl(&T, run_id, "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");
 }
 
 static void test_cancel_before_start(void)
@@ -177,8 +171,7 @@ static void test_cancel_before_start(void)
 	th_strv_free(l, n);
 	TH_CHECK(dev_stub_total_calls(T.stub, o.session) == 0, "no OTP used: %d calls",
 	         dev_stub_total_calls(T.stub, o.session));
-	TH_CHECK(th_streq(wt_state(&T, "run_cancel0", "status"), "cancelled"));
-	TH_CHECK(th_streq(wt_state(&T, "run_cancel0", "code"), "cancelled"));
+	check_state("run_cancel0", "cancelled", "cancelled");
 }
 
 /* Processes whose command line has an argument equal to arg. */
@@ -227,11 +220,8 @@ static void test_cancel_during(void)
 	        "\"trap '' TERM; read t; echo '{\\\"type\\\":\\\"step\\\",\\\"id\\\":\\\"s1\\\",\\\"name\\\":\\\"wait\\\",\\\"status\\\":\\\"running\\\"}';"
 	        " echo '{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"waiting\\\"}'; sleep $0; echo never\",\"%s\"]}",
 	        marker);
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config(agent);
 	/* A file in assets/ would be uploaded after a result; never after a cancel. */
-	wt_submit(&T, "run_cancel1", &run, "hello", 1, 0, &o);
-	json_decref(run.config);
+	wt_submit_agent(&T, "run_cancel1", agent, "hello", 1, 0, &o);
 	TH_REQUIRE(th_wait_until(has_line_count, "run_cancel1", 20000), "agent started");
 	TH_CHECK(count_procs_with_arg(marker) >= 1, "agent process visible");
 	int64_t t0 = th_now_ms();
@@ -256,7 +246,7 @@ static void test_cancel_during(void)
 	dev_stub_ep_stats_t st;
 	dev_stub_stats(T.stub, o.session, DEV_STUB_EP_RESULTS, &st);
 	TH_CHECK(st.calls == 0, "no writeback after cancel (%d)", st.calls);
-	TH_CHECK(th_streq(wt_state(&T, "run_cancel1", "status"), "cancelled"));
+	check_state("run_cancel1", "cancelled", NULL);
 }
 
 static void test_runtime_cap(void)
@@ -272,8 +262,7 @@ static void test_runtime_cap(void)
 		TH_CHECK(th_streq(wt_field(l[0], "message"), "hanging"), "%s", l[0]);
 	check_error(l, n, "runtime_cap", "The run reached its runtime cap of 2 seconds and was stopped.");
 	th_strv_free(l, n);
-	TH_CHECK(th_streq(wt_state(&T, "run_cap", "status"), "failed"));
-	TH_CHECK(th_streq(wt_state(&T, "run_cap", "code"), "runtime_cap"));
+	check_state("run_cap", "failed", "runtime_cap");
 }
 
 static void test_agent_exit(void)
@@ -307,8 +296,7 @@ static void test_agent_exit(void)
 	TH_CHECK(n == 1, "%zu lines", n);
 	check_error(l, n, "agent_error", "the mock agent failed on purpose");
 	th_strv_free(l, n);
-	TH_CHECK(th_streq(wt_state(&T, "run_agenterr", "status"), "failed"));
-	TH_CHECK(th_streq(wt_state(&T, "run_agenterr", "code"), "agent_error"));
+	check_state("run_agenterr", "failed", "agent_error");
 }
 
 static void test_after_terminal(void)
@@ -319,7 +307,7 @@ static void test_after_terminal(void)
 	TH_CHECK(n == 1, "%zu lines", n);
 	check_error(l, n, "", "first and only result");
 	th_strv_free(l, n);
-	TH_CHECK(th_streq(wt_state(&T, "run_after", "status"), "succeeded"));
+	check_state("run_after", "succeeded", NULL);
 }
 
 static void test_garbage(void)
@@ -342,7 +330,7 @@ static void test_garbage(void)
 		TH_CHECK(strstr(wt_field(l[5], "message"), "line too long") != NULL, "%s", l[5]);
 	check_error(l, n, "", "garbage done");
 	th_strv_free(l, n);
-	TH_CHECK(th_streq(wt_state(&T, "run_garbage", "status"), "succeeded"));
+	check_state("run_garbage", "succeeded", NULL);
 
 	l = run_agent("run_stderr", "{\"kind\":\"mock\",\"script\":\"stderr\"}", NULL, 0, 0, &o, &n);
 	TH_CHECK(n == 3, "%zu lines", n);
@@ -354,25 +342,7 @@ static void test_garbage(void)
 	th_strv_free(l, n);
 }
 
-/* A zip whose single entry climbs out of the workspace. */
-static void make_evil_zip(const char *path)
-{
-	struct archive *a = archive_write_new();
-	archive_write_set_format_zip(a);
-	TH_REQUIRE(archive_write_open_filename(a, path) == ARCHIVE_OK);
-	struct archive_entry *e = archive_entry_new();
-	archive_entry_set_pathname(e, "../evil.txt");
-	archive_entry_set_size(e, 4);
-	archive_entry_set_filetype(e, AE_IFREG);
-	archive_entry_set_perm(e, 0644);
-	archive_write_header(a, e);
-	archive_write_data(a, "evil", 4);
-	archive_entry_free(e);
-	archive_write_close(a);
-	archive_write_free(a);
-}
-
-/* A zip with one file name -> content. */
+/* A zip with one file name -> content (name may climb out: "../evil.txt"). */
 static void make_zip(const char *path, const char *name, const char *content)
 {
 	struct archive *a = archive_write_new();
@@ -388,6 +358,14 @@ static void make_zip(const char *path, const char *name, const char *content)
 	archive_entry_free(e);
 	archive_write_close(a);
 	archive_write_free(a);
+}
+
+/* A stub run of the mock "demo" script whose workspace bag is at url. */
+static json_t *bag_config(const char *url)
+{
+	json_t *cfg = wt_agent_config("{\"kind\":\"mock\",\"script\":\"demo\"}");
+	json_object_set_new(cfg, "assets", json_pack("{s:s}", "zip_url", url));
+	return cfg;
 }
 
 /* The bag lands in /root/workspace, a skill in /root/skills/<name> (read-only). */
@@ -428,12 +406,11 @@ static void test_bootstrap_failures(void)
 
 	/* A bag with "..": refused. */
 	char *zip = th_strf("%s/evil.zip", T.dir);
-	make_evil_zip(zip);
+	make_zip(zip, "../evil.txt", "evil");
 	TH_REQUIRE(dev_stub_add_blob_file(T.stub, "evil.zip", zip) == 0);
 	dev_stub_blob_url(T.stub, "evil.zip", url, sizeof(url));
 	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"demo\"}");
-	json_object_set_new(run.config, "assets", json_pack("{s:s}", "zip_url", url));
+	run.config = bag_config(url);
 	l = run_agent("run_evil", NULL, &run, 1, 0, &o, &n);
 	json_decref(run.config);
 	TH_CHECK(n == 1, "%zu lines", n);
@@ -445,8 +422,7 @@ static void test_bootstrap_failures(void)
 	/* A bag that cannot be downloaded. */
 	dev_stub_blob_url(T.stub, "missing.zip", url, sizeof(url));
 	memset(&run, 0, sizeof(run));
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"demo\"}");
-	json_object_set_new(run.config, "assets", json_pack("{s:s}", "zip_url", url));
+	run.config = bag_config(url);
 	l = run_agent("run_nobag", NULL, &run, 1, 0, &o, &n);
 	json_decref(run.config);
 	check_error(l, n, "bootstrap_failed", NULL);
@@ -531,14 +507,10 @@ static void test_metrics(void)
 {
 	int port = wt_metrics_port(&T, "w1");
 	TH_REQUIRE(port > 0, "metrics address logged");
+	wt_check_probe(port, "/healthz", 200, "ok\n");
+	wt_check_probe(port, "/readyz", 200, "ok\n");
 	long st;
-	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/healthz", port), &st);
-	TH_CHECK(st == 200 && body && !strcmp(body, "ok\n"), "healthz %ld %s", st, body);
-	free(body);
-	body = wt_http_get(th_strf("http://127.0.0.1:%d/readyz", port), &st);
-	TH_CHECK(st == 200 && body && !strcmp(body, "ok\n"), "readyz %ld %s", st, body);
-	free(body);
-	body = wt_http_get(th_strf("http://127.0.0.1:%d/metrics", port), &st);
+	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/metrics", port), &st);
 	TH_REQUIRE(st == 200 && body, "metrics %ld", st);
 	TH_CHECK(metric(body, "runnel_worker_runs_total{outcome=\"succeeded\"}") >= 8, "succeeded runs: %g", metric(body, "runnel_worker_runs_total{outcome=\"succeeded\"}"));
 	TH_CHECK(metric(body, "runnel_worker_runs_total{outcome=\"cancelled\"}") == 2, "cancelled runs");
@@ -562,6 +534,21 @@ static int blob_requested(void *arg)
 	return dev_stub_blob_stats(T.stub, arg, &st) == 0 && st.calls >= 1;
 }
 
+/* Cancels a run stalled in a request to the stub (what: "download",
+ * "upload"): it ends at once, with the cancel as its only line. */
+static void cancel_stalled(const char *run_id, const char *what)
+{
+	int64_t t0 = th_now_ms();
+	cancel(run_id);
+	TH_CHECK(wt_wait_terminal(&T, run_id, 5000), "cancel ended the %s", what);
+	TH_NOTE("cancel during %s to terminal: %lld ms", what, (long long)(th_now_ms() - t0));
+	size_t n;
+	char **l = wt_lines(&T, run_id, &n);
+	TH_CHECK(n == 1, "%zu lines", n);
+	check_error(l, n, "cancelled", "The run was cancelled (client_closed).");
+	th_strv_free(l, n);
+}
+
 /* A cancel during a bag download that does not answer ends the run at once. */
 static void test_cancel_during_download(void)
 {
@@ -571,21 +558,12 @@ static void test_cancel_during_download(void)
 	TH_REQUIRE(dev_stub_set_blob_fault(T.stub, "slow.zip", &f) == 0);
 	dev_stub_blob_url(T.stub, "slow.zip", url, sizeof(url));
 	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"demo\"}");
-	json_object_set_new(run.config, "assets", json_pack("{s:s}", "zip_url", url));
+	run.config = bag_config(url);
 	dev_stub_otps_t o;
 	wt_submit(&T, "run_cancel_dl", &run, "hello", 1, 0, &o);
 	json_decref(run.config);
 	TH_REQUIRE(th_wait_until(blob_requested, "slow.zip", 20000), "download started");
-	int64_t t0 = th_now_ms();
-	cancel("run_cancel_dl");
-	TH_CHECK(wt_wait_terminal(&T, "run_cancel_dl", 5000), "cancel ended the download");
-	TH_NOTE("cancel during download to terminal: %lld ms", (long long)(th_now_ms() - t0));
-	size_t n;
-	char **l = wt_lines(&T, "run_cancel_dl", &n);
-	TH_CHECK(n == 1, "%zu lines", n);
-	check_error(l, n, "cancelled", "The run was cancelled (client_closed).");
-	th_strv_free(l, n);
+	cancel_stalled("run_cancel_dl", "download");
 }
 
 static int results_requested(void *arg)
@@ -605,16 +583,8 @@ static void test_cancel_during_writeback(void)
 	wt_submit(&T, "run_cancel_wb", &run, "write files", 1, 0, &o);
 	json_decref(run.config);
 	TH_REQUIRE(th_wait_until(results_requested, o.session, 20000), "upload started");
-	int64_t t0 = th_now_ms();
-	cancel("run_cancel_wb");
-	TH_CHECK(wt_wait_terminal(&T, "run_cancel_wb", 5000), "cancel ended the upload");
-	TH_NOTE("cancel during writeback to terminal: %lld ms", (long long)(th_now_ms() - t0));
-	size_t n;
-	char **l = wt_lines(&T, "run_cancel_wb", &n);
-	TH_CHECK(n == 1, "%zu lines", n);
-	check_error(l, n, "cancelled", "The run was cancelled (client_closed).");
-	th_strv_free(l, n);
-	TH_CHECK(th_streq(wt_state(&T, "run_cancel_wb", "status"), "cancelled"));
+	cancel_stalled("run_cancel_wb", "upload");
+	check_state("run_cancel_wb", "cancelled", NULL);
 }
 
 /* A burst of tiny invalid lines (thousands per read) is published whole,
@@ -654,10 +624,7 @@ static int count_run_dirs(int skip_warm)
 
 int main(void)
 {
-	th_init("worker_runs");
-	wt_setup(&T, NULL, 2);
-	pid_t w = wt_worker(&T, "w1", NULL);
-	wt_warmup(&T);
+	pid_t w = wt_start(&T, "worker_runs", 2, "w1", NULL);
 	test_demo();
 	test_files();
 	test_command();
@@ -676,8 +643,7 @@ int main(void)
 	test_tiny_lines();
 	/* Every run's directory is gone (idle warm sandboxes keep theirs). */
 	TH_CHECK(count_run_dirs(1) == 0, "run directories removed (%d left)", count_run_dirs(1));
-	int st = th_stop(w, 10000);
-	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);
+	wt_stop_worker(w, 10000, "worker");
 	/* ... and the worker's exit removed those too. */
 	TH_CHECK(count_run_dirs(0) == 0, "directories left after the worker stopped (%d)", count_run_dirs(0));
 	wt_teardown(&T);

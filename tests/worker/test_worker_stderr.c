@@ -35,11 +35,8 @@ static int all_ended(void *arg)
 
 int main(void)
 {
-	th_init("worker_stderr");
-	wt_setup(&T, NULL, 2);
 	const char *env[] = { "RUNNEL_SLOTS=8", "RUNNEL_LOG_LEVEL=info", NULL };
-	pid_t w = wt_worker(&T, "w1", env);
-	wt_warmup(&T);
+	pid_t w = wt_start(&T, "worker_stderr", 2, "w1", env);
 
 	json_t *cfg = wt_agent_config("{\"kind\":\"mock\",\"script\":\"stderr-race\"}");
 	for (int i = 0; i < RUNS; i++) {
@@ -69,8 +66,7 @@ int main(void)
 	}
 	TH_CHECK(lost == 0, "stderr lost in %d of %d runs", lost, RUNS);
 	TH_CHECK(bad == 0, "%d runs with unexpected lines", bad);
-	int st = th_stop(w, 10000);
-	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);
+	wt_stop_worker(w, 10000, "worker");
 	wt_teardown(&T);
 	return th_done();
 }

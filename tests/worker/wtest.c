@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -32,6 +33,31 @@ void wt_setup(wt_t *t, const char *redis_extra, int partitions)
 	char err[256];
 	t->stub = dev_stub_start(NULL, err, sizeof(err));
 	TH_REQUIRE(t->stub != NULL, "stub: %s", err);
+}
+
+pid_t wt_start(wt_t *t, const char *test_name, int partitions, const char *name,
+               const char *const *extra_env)
+{
+	th_init(test_name);
+	wt_setup(t, NULL, partitions);
+	pid_t pid = wt_worker(t, name, extra_env);
+	wt_warmup(t);
+	return pid;
+}
+
+void wt_stop_worker(pid_t pid, int timeout_ms, const char *what)
+{
+	int s = th_stop(pid, timeout_ms);
+	TH_CHECK(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0, "%s exit status %d", what, s);
+}
+
+void wt_redis_restart(wt_t *t, const char *what)
+{
+	redisFree(t->rc);
+	t->rc = NULL;
+	TH_REQUIRE(th_redis_restart(&t->redis) == 0, "%s", what);
+	t->rc = th_redis_connect(&t->redis);
+	TH_REQUIRE(t->rc != NULL, "redis connect after: %s", what);
 }
 
 void wt_teardown(wt_t *t)
@@ -86,17 +112,10 @@ json_t *wt_agent_config(const char *agent_json)
 	return cfg;
 }
 
-void wt_submit(wt_t *t, const char *run_id, const dev_stub_run_t *run, const char *prompt,
-               int upload, long max_runtime, dev_stub_otps_t *o)
+/* The job of a run the stub knows (o), produced to the job topic. */
+static void produce_job(wt_t *t, const char *run_id, const dev_stub_otps_t *o, const char *prompt,
+                        int partition, const char *tenant, int upload, long max_runtime)
 {
-	wt_submit_to(t, run_id, run, prompt, -1, NULL, upload, max_runtime, o);
-}
-
-void wt_submit_to(wt_t *t, const char *run_id, const dev_stub_run_t *run, const char *prompt,
-                  int partition, const char *tenant, int upload, long max_runtime,
-                  dev_stub_otps_t *o)
-{
-	TH_REQUIRE(dev_stub_add_run(t->stub, run, o) == 0, "stub add run");
 	json_t *j = json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:I}",
 	                      "v", 1, "run_id", run_id, "agent_url", o->agent_url,
 	                      "otp_setup", o->otp_setup, "otp_run", o->otp_run,
@@ -114,6 +133,45 @@ void wt_submit_to(wt_t *t, const char *run_id, const dev_stub_run_t *run, const 
 	free(s);
 }
 
+void wt_submit_agent(wt_t *t, const char *run_id, const char *agent_json, const char *prompt,
+                     int upload, long max_runtime, dev_stub_otps_t *o)
+{
+	wt_submit_agent_to(t, run_id, agent_json, prompt, -1, NULL, upload, max_runtime, o);
+}
+
+void wt_submit_agent_to(wt_t *t, const char *run_id, const char *agent_json, const char *prompt,
+                        int partition, const char *tenant, int upload, long max_runtime,
+                        dev_stub_otps_t *o)
+{
+	dev_stub_otps_t own;
+	if (!o)
+		o = &own;
+	wt_add_agent_run(t, agent_json, o);
+	produce_job(t, run_id, o, prompt, partition, tenant, upload, max_runtime);
+}
+
+void wt_add_agent_run(wt_t *t, const char *agent_json, dev_stub_otps_t *o)
+{
+	dev_stub_run_t run = { 0 };
+	run.config = wt_agent_config(agent_json);
+	TH_REQUIRE(dev_stub_add_run(t->stub, &run, o) == 0, "stub add run");
+	json_decref(run.config);
+}
+
+void wt_submit(wt_t *t, const char *run_id, const dev_stub_run_t *run, const char *prompt,
+               int upload, long max_runtime, dev_stub_otps_t *o)
+{
+	wt_submit_to(t, run_id, run, prompt, -1, NULL, upload, max_runtime, o);
+}
+
+void wt_submit_to(wt_t *t, const char *run_id, const dev_stub_run_t *run, const char *prompt,
+                  int partition, const char *tenant, int upload, long max_runtime,
+                  dev_stub_otps_t *o)
+{
+	TH_REQUIRE(dev_stub_add_run(t->stub, run, o) == 0, "stub add run");
+	produce_job(t, run_id, o, prompt, partition, tenant, upload, max_runtime);
+}
+
 void wt_produce_raw(wt_t *t, const char *key, const void *v, size_t len)
 {
 	TH_REQUIRE(th_kafka_produce(&t->kafka, t->topic, -1, key, v, len, NULL) == 0, "produce raw");
@@ -129,24 +187,39 @@ int wt_wait_terminal(wt_t *t, const char *run_id, int timeout_ms)
 	return th_wait_stream_terminal(t->rc, key_of(run_id, "out"), timeout_ms);
 }
 
+/* What a th_wait_until condition of the fixture looks at: a run (what),
+ * or a worker's log (what) and a needle. */
 typedef struct {
 	wt_t *t;
-	const char *run_id;
-} wt_run_ref_t;
+	const char *what;
+	const char *needle;
+} wt_ref_t;
 
 static int has_lines(void *arg)
 {
-	wt_run_ref_t *ref = arg;
+	wt_ref_t *ref = arg;
 	size_t n;
-	char **l = wt_lines(ref->t, ref->run_id, &n);
+	char **l = wt_lines(ref->t, ref->what, &n);
 	th_strv_free(l, n);
 	return n >= 1;
 }
 
 int wt_wait_started(wt_t *t, const char *run_id, int timeout_ms)
 {
-	wt_run_ref_t ref = { t, run_id };
+	wt_ref_t ref = { t, run_id, NULL };
 	return th_wait_until(has_lines, &ref, timeout_ms);
+}
+
+static int log_has(void *arg)
+{
+	wt_ref_t *ref = arg;
+	return wt_log_has(ref->t, ref->what, ref->needle);
+}
+
+int wt_wait_log(wt_t *t, const char *name, const char *needle, int timeout_ms)
+{
+	wt_ref_t ref = { t, name, needle };
+	return th_wait_until(log_has, &ref, timeout_ms);
 }
 
 char **wt_lines(wt_t *t, const char *run_id, size_t *n)
@@ -156,6 +229,32 @@ char **wt_lines(wt_t *t, const char *run_id, size_t *n)
 	if (th_stream_read_all(t->rc, key_of(run_id, "out"), &lines, NULL, n) < 0)
 		return NULL;
 	return lines;
+}
+
+char **wt_ended_lines(wt_t *t, const char *run_id, int timeout_ms, size_t *n)
+{
+	TH_REQUIRE(wt_wait_terminal(t, run_id, timeout_ms), "%s ended", run_id);
+	return wt_lines(t, run_id, n);
+}
+
+const char *wt_run_code(wt_t *t, const char *run_id, size_t *n)
+{
+	static char code[64];
+	size_t len;
+	char **l = wt_lines(t, run_id, &len);
+	snprintf(code, sizeof(code), "%s", wt_check_terminal(l, len));
+	th_strv_free(l, len);
+	if (n)
+		*n = len;
+	return code;
+}
+
+void wt_ctl(wt_t *t, const char *run_id, const char *msg)
+{
+	redisReply *r = redisCommand(t->rc, "XADD runnel:{%s}:ctl * msg %s", run_id, msg);
+	TH_CHECK(r && r->type == REDIS_REPLY_STRING, "XADD ctl of %s", run_id);
+	if (r)
+		freeReplyObject(r);
 }
 
 const char *wt_state(wt_t *t, const char *run_id, const char *field)
@@ -212,13 +311,9 @@ int wt_log_has(wt_t *t, const char *name, const char *needle)
 
 void wt_warmup(wt_t *t)
 {
-	dev_stub_otps_t o;
-	dev_stub_run_t run = { 0 };
-	run.config = wt_agent_config("{\"kind\":\"mock\",\"script\":\"echo\"}");
 	char id[64];
 	snprintf(id, sizeof(id), "run_warmup_%ld", (long)getpid());
-	wt_submit(t, id, &run, "warm", 0, 0, &o);
-	json_decref(run.config);
+	wt_submit_agent(t, id, "{\"kind\":\"mock\",\"script\":\"echo\"}", "warm", 0, 0, NULL);
 	TH_REQUIRE(wt_wait_terminal(t, id, 30000), "warm-up run finished");
 }
 
@@ -249,6 +344,14 @@ char *wt_http_get(const char *url, long *status)
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
 	curl_easy_cleanup(h);
 	return b.body;
+}
+
+void wt_check_probe(int port, const char *path, long want_status, const char *want_body)
+{
+	long status;
+	char *body = wt_http_get(th_strf("http://127.0.0.1:%d%s", port, path), &status);
+	TH_CHECK(status == want_status && body && !strcmp(body, want_body), "%s %ld %s", path, status, body);
+	free(body);
 }
 
 const char *wt_ended(wt_t *t, const char *run_id, int timeout_ms, char *msg, size_t msgsz)

@@ -28,6 +28,21 @@ typedef struct wt {
 void wt_setup(wt_t *t, const char *redis_extra, int partitions);
 void wt_teardown(wt_t *t);
 
+/* Restarts redis-server on its port and data (th_redis_restart) and
+ * reconnects t->rc; what names the step in a failure.  Ends the test on
+ * failure. */
+void wt_redis_restart(wt_t *t, const char *what);
+
+/* The usual start of a worker test: names the test (th_init), wt_setup
+ * without extra redis config, spawns one worker called name with extra_env
+ * (see wt_worker) and waits until it consumes (wt_warmup).  Returns its pid. */
+pid_t wt_start(wt_t *t, const char *test_name, int partitions, const char *name,
+               const char *const *extra_env);
+
+/* Stops a worker (th_stop, SIGTERM then up to timeout_ms) and checks that it
+ * drained and exited 0; what names it in the failure. */
+void wt_stop_worker(pid_t pid, int timeout_ms, const char *what);
+
 /* Spawns runnel-worker with the fixture's settings plus extra env (NULL-
  * terminated "NAME=value"; later wins).  Its log is <dir>/<name>.log. */
 pid_t wt_worker(wt_t *t, const char *name, const char *const *extra_env);
@@ -44,6 +59,19 @@ void wt_submit_to(wt_t *t, const char *run_id, const dev_stub_run_t *run, const 
                   int partition, const char *tenant, int upload, long max_runtime,
                   dev_stub_otps_t *o);
 
+/* wt_submit / wt_submit_to of a run whose config holds only the agent
+ * (agent_json, as for wt_agent_config).  o may be NULL when the caller
+ * needs no OTPs. */
+void wt_submit_agent(wt_t *t, const char *run_id, const char *agent_json, const char *prompt,
+                     int upload, long max_runtime, dev_stub_otps_t *o);
+void wt_submit_agent_to(wt_t *t, const char *run_id, const char *agent_json, const char *prompt,
+                        int partition, const char *tenant, int upload, long max_runtime,
+                        dev_stub_otps_t *o);
+
+/* Registers with the stub a run whose config holds only the agent, for a
+ * test that writes the job itself; fills *o. */
+void wt_add_agent_run(wt_t *t, const char *agent_json, dev_stub_otps_t *o);
+
 /* A stub run whose config.agent is the given JSON text (e.g.
  * {"kind":"mock","script":"demo"}); caller frees with json_decref. */
 json_t *wt_agent_config(const char *agent_json);
@@ -57,6 +85,10 @@ int wt_wait_started(wt_t *t, const char *run_id, int timeout_ms);
 /* Stream lines of a run (th_strv_free(lines, n) them). */
 char **wt_lines(wt_t *t, const char *run_id, size_t *n);
 
+/* Requires the run's terminal line within timeout_ms (the test ends
+ * otherwise: "<run_id> ended"), then returns its lines as wt_lines does. */
+char **wt_ended_lines(wt_t *t, const char *run_id, int timeout_ms, size_t *n);
+
 /* HGET of the state hash into a static buffer ("" when absent). */
 const char *wt_state(wt_t *t, const char *run_id, const char *field);
 
@@ -67,6 +99,10 @@ const char *wt_field(const char *line, const char *field);
  * code ("" for a result) in a static buffer. */
 const char *wt_check_terminal(char **lines, size_t n);
 
+/* wt_check_terminal over run_id's stream as it is now: its code in a
+ * static buffer; *n (may be NULL) gets the number of lines. */
+const char *wt_run_code(wt_t *t, const char *run_id, size_t *n);
+
 /* Waits up to timeout_ms for run_id's terminal line; returns its code (""
  * for a result, "(no terminal line)" at the deadline) in a static buffer,
  * and copies its message into msg. */
@@ -75,11 +111,17 @@ const char *wt_ended(wt_t *t, const char *run_id, int timeout_ms, char *msg, siz
 /* 1 when a line of run_id's stream contains needle, else 0. */
 int wt_stream_has(wt_t *t, const char *run_id, const char *needle);
 
+/* Appends a control message (JSON text, e.g. a cancel or a reply) to the
+ * run's ctl stream, as a client would; checks that redis took it. */
+void wt_ctl(wt_t *t, const char *run_id, const char *msg);
+
 /* Produces raw bytes as a job. */
 void wt_produce_raw(wt_t *t, const char *key, const void *v, size_t len);
 
 /* 1 when the worker log contains needle. */
 int wt_log_has(wt_t *t, const char *name, const char *needle);
+/* Waits until it does: 1, or 0 at the deadline. */
+int wt_wait_log(wt_t *t, const char *name, const char *needle, int timeout_ms);
 
 /* The port of the worker's /healthz, /readyz and /metrics, read from its
  * "metrics 127.0.0.1:PORT" log line; -1 when not logged. */
@@ -88,6 +130,10 @@ int wt_metrics_port(wt_t *t, const char *name);
 /* GET url; returns the body (caller frees, may be NULL) and the HTTP status
  * in *status (0 when the request failed). */
 char *wt_http_get(const char *url, long *status);
+
+/* GET http://127.0.0.1:port<path> (a probe: /healthz, /readyz) and checks
+ * that it answers want_status with exactly want_body. */
+void wt_check_probe(int port, const char *path, long want_status, const char *want_body);
 
 /* Waits until the worker joined the group and is consuming: submits a
  * trivial run and waits for it (the first group join takes ~3 s). */
