@@ -1,5 +1,5 @@
 /*
- * common/util.c - clocks and the Redis URL parser.
+ * common/util.c - clocks, timed waits and the Redis URL parser.
  */
 #include "util.h"
 
@@ -28,6 +28,19 @@ int64_t rn_mono_us(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int rn_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return pthread_cond_timedwait(cond, mu, &ts);
 }
 
 int rn_redis_url_parse(const char *url, rn_redis_url_t *out, char *errstr, size_t errstr_size)

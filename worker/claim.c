@@ -116,17 +116,9 @@ struct worker_claimer {
 /* Sleeps up to ms unless stopped. */
 static void nap(worker_claimer_t *cl, long ms)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&cl->mu);
 	if (!cl->stop)
-		pthread_cond_timedwait(&cl->cond, &cl->mu, &ts);
+		rn_cond_wait_ms(&cl->cond, &cl->mu, ms);
 	pthread_mutex_unlock(&cl->mu);
 }
 
