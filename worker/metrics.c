@@ -70,10 +70,9 @@ int worker_metrics_init(worker_metrics_t *m)
 	pthread_mutex_init(&m->tenant_mu, NULL);
 	/* Indexed by worker_limit_t; [0] (no limit) is never counted. */
 	_Static_assert(WORKER_METRICS_LIMITS == WORKER_LIMIT_COUNT, "limit_hits is indexed by worker_limit_t");
-	static const char *const limit_names[WORKER_METRICS_LIMITS] = { "none", "memory", "processes", "disk" };
 	for (int i = 1; i < WORKER_METRICS_LIMITS; i++) {
 		char labels[64];
-		snprintf(labels, sizeof(labels), "limit=\"%s\"", limit_names[i]);
+		snprintf(labels, sizeof(labels), "limit=\"%s\"", worker_limit_name((worker_limit_t)i));
 		m->limit_hits[i] = rn_metrics_counter(m->reg, "runnel_worker_limit_hits_total",
 		                                      "Runs ended resource_limit, by the limit they hit", labels);
 		if (!m->limit_hits[i])
