@@ -1,5 +1,5 @@
 /*
- * common/util.c - clocks, timed waits and the Redis URL parser.
+ * common/util.c - clocks, thread starts, timed waits and the Redis URL parser.
  */
 #include "util.h"
 
@@ -41,6 +41,19 @@ int rn_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, long ms)
 		ts.tv_nsec -= 1000000000L;
 	}
 	return pthread_cond_timedwait(cond, mu, &ts);
+}
+
+int rn_thread_start(pthread_t *t, size_t stack_size, int detached, void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	if (stack_size)
+		pthread_attr_setstacksize(&attr, stack_size);
+	if (detached)
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int e = pthread_create(t, &attr, fn, arg);
+	pthread_attr_destroy(&attr);
+	return e;
 }
 
 int rn_redis_url_parse(const char *url, rn_redis_url_t *out, char *errstr, size_t errstr_size)

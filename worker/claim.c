@@ -344,6 +344,8 @@ static void ready_cb(evutil_socket_t fd, short what, void *arg)
 
 static void claimer_free(worker_claimer_t *cl)
 {
+	pthread_mutex_destroy(&cl->mu);
+	pthread_cond_destroy(&cl->cond);
 	if (cl->ev_ready)
 		event_free(cl->ev_ready);
 	free(cl->ready);
@@ -361,6 +363,8 @@ worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_con
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
+	pthread_mutex_init(&cl->mu, NULL);
+	pthread_cond_init(&cl->cond, NULL);
 	cl->ready = calloc((size_t)slots, sizeof(*cl->ready));
 	cl->batch = calloc((size_t)slots, sizeof(*cl->batch));
 	cl->ev_ready = event_new(base, -1, EV_PERSIST, ready_cb, cl);
@@ -386,13 +390,9 @@ worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_con
 		cl->cap_names[i] = cfg->tenant_cap_names[i];
 	cl->caps.names = cl->cap_names;
 	cl->caps.caps = cfg->tenant_caps;
-	pthread_mutex_init(&cl->mu, NULL);
-	pthread_cond_init(&cl->cond, NULL);
-	int e = pthread_create(&cl->thread, NULL, claimer_main, cl);
+	int e = rn_thread_start(&cl->thread, 0, 0, claimer_main, cl);
 	if (e) {
 		snprintf(errstr, errstr_size, "claimer thread: %s", strerror(e));
-		pthread_mutex_destroy(&cl->mu);
-		pthread_cond_destroy(&cl->cond);
 		claimer_free(cl);
 		return NULL;
 	}
@@ -453,7 +453,5 @@ void worker_claimer_stop(worker_claimer_t *cl)
 	if (cl->rc)
 		redisFree(cl->rc);
 	worker_fetcher_free(cl->fetcher);
-	pthread_mutex_destroy(&cl->mu);
-	pthread_cond_destroy(&cl->cond);
 	claimer_free(cl);
 }

@@ -621,22 +621,17 @@ static void *accept_main(void *arg)
 		}
 		conn_t *c = calloc(1, sizeof(*c));
 		pthread_t t;
-		pthread_attr_t at;
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		pthread_attr_setstacksize(&at, 256 * 1024);
 		int ok = c && track(e, fd) == 0;
 		if (ok) {
 			c->e = e;
 			c->cfd = fd;
 			c->ufd = -1;
-			ok = pthread_create(&t, &at, conn_main, c) == 0;
+			ok = rn_thread_start(&t, 256 * 1024, 1, conn_main, c) == 0;
 			if (!ok)
 				untrack_close(e, fd);
 		} else {
 			close(fd);
 		}
-		pthread_attr_destroy(&at);
 		if (!ok) {
 			free(c);
 			conn_release(e);
@@ -710,7 +705,7 @@ worker_egress_t *worker_egress_start(const char *sock_path, char *const *allow, 
 		snprintf(errstr, errstr_size, "egress proxy: cannot listen on its socket: %s", strerror(errno));
 		goto fail;
 	}
-	if (pthread_create(&e->acceptor, NULL, accept_main, e) != 0) {
+	if (rn_thread_start(&e->acceptor, 0, 0, accept_main, e) != 0) {
 		snprintf(errstr, errstr_size, "egress proxy: cannot start its thread");
 		goto fail;
 	}

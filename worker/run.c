@@ -1041,13 +1041,7 @@ static void *run_main(void *arg)
 
 int worker_run_start(worker_run_t *run)
 {
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	size_t stack = RUN_STACK;
-	pthread_attr_setstacksize(&attr, stack);
-	int e = pthread_create(&run->thread, &attr, run_main, run);
-	pthread_attr_destroy(&attr);
-	if (e)
+	if (rn_thread_start(&run->thread, RUN_STACK, 0, run_main, run) != 0)
 		return -1;
 	run->started = 1;
 	return 0;
