@@ -129,6 +129,19 @@ rn_hist_t *rn_metrics_histogram(rn_metrics_t *m, const char *name, const char *h
 	return s;
 }
 
+void rn_metrics_register(rn_metrics_t *m, void *base, const rn_metric_def_t *defs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const rn_metric_def_t *d = &defs[i];
+		struct rn_metric **dst = (struct rn_metric **)((char *)base + d->offset);
+		if (d->kind == RN_METRIC_LATENCY)
+			*dst = rn_metrics_histogram(m, d->name, d->help, NULL, rn_metrics_latency_bounds,
+			                            rn_metrics_latency_nbounds);
+		else
+			*dst = reg(m, d->kind == RN_METRIC_GAUGE ? K_GAUGE : K_COUNTER, d->name, d->help, NULL);
+	}
+}
+
 void rn_counter_add(rn_counter_t *c, uint64_t v)
 {
 	atomic_fetch_add(&c->u, v);

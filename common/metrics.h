@@ -29,6 +29,24 @@ rn_gauge_t *rn_metrics_gauge(rn_metrics_t *m, const char *name, const char *help
 rn_hist_t *rn_metrics_histogram(rn_metrics_t *m, const char *name, const char *help,
                                 const char *labels, const double *bounds, size_t nbounds);
 
+/* A program's unlabelled series as a table: each row names the field of
+ * the program's struct that holds the series and what to register there. */
+typedef enum rn_metric_kind {
+	RN_METRIC_COUNTER,
+	RN_METRIC_GAUGE,
+	RN_METRIC_LATENCY, /* a histogram with rn_metrics_latency_bounds */
+} rn_metric_kind_t;
+
+typedef struct rn_metric_def {
+	size_t offset; /* offsetof(struct, its rn_counter_t/rn_gauge_t/rn_hist_t pointer) */
+	rn_metric_kind_t kind;
+	const char *name;
+	const char *help;
+} rn_metric_def_t;
+
+/* Registers defs[0..n) in table order (the order of /metrics). */
+void rn_metrics_register(rn_metrics_t *m, void *base, const rn_metric_def_t *defs, size_t n);
+
 void rn_counter_add(rn_counter_t *c, uint64_t v);
 void rn_gauge_set(rn_gauge_t *g, int64_t v);
 void rn_gauge_add(rn_gauge_t *g, int64_t v);

@@ -1,6 +1,6 @@
 /*
- * common/util.c - clocks, the Redis URL parser, the stop signals, the body
- * buffer.
+ * common/util.c - clocks, thread starts, timed waits, the Redis URL parser,
+ * the stop signals, the body buffer.
  */
 #include "util.h"
 
@@ -29,6 +29,32 @@ int64_t rn_mono_us(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int rn_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return pthread_cond_timedwait(cond, mu, &ts);
+}
+
+int rn_thread_start(pthread_t *t, size_t stack_size, int detached, void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	if (stack_size)
+		pthread_attr_setstacksize(&attr, stack_size);
+	if (detached)
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int e = pthread_create(t, &attr, fn, arg);
+	pthread_attr_destroy(&attr);
+	return e;
 }
 
 int rn_redis_url_parse(const char *url, rn_redis_url_t *out, char *errstr, size_t errstr_size)

@@ -63,6 +63,28 @@ void worker_agent_launch_free(worker_agent_launch_t *l)
 	rn_strv_free(&l->env);
 }
 
+int worker_agent_launch_argv(worker_agent_launch_t *l, const json_t *argv, char *errstr, size_t errstr_size)
+{
+	size_t i;
+	const json_t *v;
+	if (!json_is_array(argv) || json_array_size(argv) == 0 || json_array_size(argv) > 1024) {
+		snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
+		return -1;
+	}
+	json_array_foreach(argv, i, v)
+	{
+		if (!json_is_string(v) || (i == 0 && !*json_string_value(v))) {
+			snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
+			return -1;
+		}
+		if (rn_strv_add(&l->argv, json_string_value(v)) < 0) {
+			snprintf(errstr, errstr_size, "out of memory");
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* ------------------------------------------------------------------------
  * Envelope-native agents: the turn and the control lines
  * ------------------------------------------------------------------------ */

@@ -64,6 +64,12 @@ typedef struct worker_agent_launch {
 
 void worker_agent_launch_free(worker_agent_launch_t *l);
 
+/* Appends a job's agent.argv (1..1024 strings, the first not empty) to
+ * l->argv: the command kind's argv, and an ACP agent's without a preset.
+ * 0, or -1 with errstr ("agent.argv must be a non-empty array of strings",
+ * or "out of memory"). */
+int worker_agent_launch_argv(worker_agent_launch_t *l, const json_t *argv, char *errstr, size_t errstr_size);
+
 /* What an adapter sees of the run (borrowed; valid for the whole run). */
 typedef struct worker_agent_ctx {
 	const worker_config_t *cfg;

@@ -1328,24 +1328,10 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 			goto oom;
 		break;
 	}
-	case WORKER_ACP_PRESET_NONE: {
-		size_t i;
-		const json_t *v;
-		if (!json_is_array(argv) || json_array_size(argv) == 0 || json_array_size(argv) > 1024) {
-			snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
+	case WORKER_ACP_PRESET_NONE:
+		if (worker_agent_launch_argv(l, argv, errstr, errstr_size) < 0)
 			return -1;
-		}
-		json_array_foreach(argv, i, v)
-		{
-			if (!json_is_string(v) || (i == 0 && !*json_string_value(v))) {
-				snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
-				return -1;
-			}
-			if (rn_strv_add(&l->argv, json_string_value(v)) < 0)
-				goto oom;
-		}
 		break;
-	}
 	}
 	/* Contract: acp agents call a model, so they share the host network
 	 * (until the egress policy replaces this); HOME is the run's own. */

@@ -57,26 +57,8 @@ void worker_agent_native_free(void *state)
 static int command_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *launch,
                            void **state, char *errstr, size_t errstr_size)
 {
-	const json_t *a = json_object_get(ctx->agent, "argv");
-	size_t i;
-	const json_t *v;
 	*state = NULL;
-	if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > 1024) {
-		snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
-		return -1;
-	}
-	json_array_foreach(a, i, v)
-	{
-		if (!json_is_string(v) || (i == 0 && !*json_string_value(v))) {
-			snprintf(errstr, errstr_size, "agent.argv must be a non-empty array of strings");
-			return -1;
-		}
-		if (rn_strv_add(&launch->argv, json_string_value(v)) < 0) {
-			snprintf(errstr, errstr_size, "out of memory");
-			return -1;
-		}
-	}
-	return 0;
+	return worker_agent_launch_argv(launch, json_object_get(ctx->agent, "argv"), errstr, errstr_size);
 }
 
 const worker_agent_ops_t worker_agent_command = {

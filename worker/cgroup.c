@@ -27,14 +27,12 @@
 
 const char *worker_cgroup_mode_name(worker_cgroup_mode_t mode)
 {
-	switch (mode) {
-	case WORKER_CGROUP_V2:
-		return "v2";
-	case WORKER_CGROUP_V1:
-		return "v1";
-	default:
-		return "none";
-	}
+	static const char *const names[] = {
+		[WORKER_CGROUP_NONE] = "none",
+		[WORKER_CGROUP_V1] = "v1",
+		[WORKER_CGROUP_V2] = "v2",
+	};
+	return (unsigned)mode < sizeof(names) / sizeof(names[0]) ? names[mode] : "none";
 }
 
 /* Writes a short string to dir/file.  0 or -1 (errno set). */

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <event2/event.h>
 #include <jansson.h>
@@ -116,17 +115,9 @@ struct worker_claimer {
 /* Sleeps up to ms unless stopped. */
 static void nap(worker_claimer_t *cl, long ms)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&cl->mu);
 	if (!cl->stop)
-		pthread_cond_timedwait(&cl->cond, &cl->mu, &ts);
+		rn_cond_wait_ms(&cl->cond, &cl->mu, ms);
 	pthread_mutex_unlock(&cl->mu);
 }
 
@@ -352,6 +343,8 @@ static void ready_cb(evutil_socket_t fd, short what, void *arg)
 
 static void claimer_free(worker_claimer_t *cl)
 {
+	pthread_mutex_destroy(&cl->mu);
+	pthread_cond_destroy(&cl->cond);
 	if (cl->ev_ready)
 		event_free(cl->ev_ready);
 	free(cl->ready);
@@ -369,6 +362,8 @@ worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_con
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
+	pthread_mutex_init(&cl->mu, NULL);
+	pthread_cond_init(&cl->cond, NULL);
 	cl->ready = calloc((size_t)slots, sizeof(*cl->ready));
 	cl->batch = calloc((size_t)slots, sizeof(*cl->batch));
 	cl->ev_ready = event_new(base, -1, EV_PERSIST, ready_cb, cl);
@@ -394,13 +389,9 @@ worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_con
 		cl->cap_names[i] = cfg->tenant_cap_names[i];
 	cl->caps.names = cl->cap_names;
 	cl->caps.caps = cfg->tenant_caps;
-	pthread_mutex_init(&cl->mu, NULL);
-	pthread_cond_init(&cl->cond, NULL);
-	int e = pthread_create(&cl->thread, NULL, claimer_main, cl);
+	int e = rn_thread_start(&cl->thread, 0, 0, claimer_main, cl);
 	if (e) {
 		snprintf(errstr, errstr_size, "claimer thread: %s", strerror(e));
-		pthread_mutex_destroy(&cl->mu);
-		pthread_cond_destroy(&cl->cond);
 		claimer_free(cl);
 		return NULL;
 	}
@@ -461,7 +452,5 @@ void worker_claimer_stop(worker_claimer_t *cl)
 	if (cl->rc)
 		redisFree(cl->rc);
 	worker_fetcher_free(cl->fetcher);
-	pthread_mutex_destroy(&cl->mu);
-	pthread_cond_destroy(&cl->cond);
 	claimer_free(cl);
 }

@@ -99,7 +99,7 @@ void worker_config_usage(FILE *f)
 	fprintf(f, "  %-34s %s\n", "(environment only)", "RUNNEL_JOB_KEY: 64 hex digits, key of sealed jobs");
 }
 
-/* The directory of this binary, for finding runnel-mock-agent next to it. */
+/* The directory of this binary, for finding the programs installed next to it. */
 static int self_dir(char *buf, size_t size)
 {
 	char path[PATH_MAX];
@@ -113,6 +113,33 @@ static int self_dir(char *buf, size_t size)
 	*slash = '\0';
 	if ((size_t)snprintf(buf, size, "%s", path) >= size)
 		return -1;
+	return 0;
+}
+
+/*
+ * The host path of a program the worker hands to runs (runnel-mock-agent,
+ * runnel-agent, runnel-warm-init, runnel-egress-bridge): the one given,
+ * which must be executable, else name next to this binary, else "" (the
+ * runs that need it then fail with a clear message).
+ */
+static int program_path(char *out, size_t size, const char *given, const char *name,
+                        const char *option, char *errstr, size_t errstr_size)
+{
+	if (given) {
+		snprintf(out, size, "%s", given);
+		if (access(out, X_OK) != 0) {
+			snprintf(errstr, errstr_size, "%s: %.200s is not an executable file", option, given);
+			return -1;
+		}
+		return 0;
+	}
+	char dir[PATH_MAX];
+	out[0] = '\0';
+	if (self_dir(dir, sizeof(dir)) == 0) {
+		int n = snprintf(out, size, "%s/%s", dir, name);
+		if (n < 0 || (size_t)n >= size || access(out, X_OK) != 0)
+			out[0] = '\0';
+	}
 	return 0;
 }
 
@@ -275,21 +302,8 @@ static int limits_parse(worker_config_t *c, char *errstr, size_t errstr_size)
 		snprintf(errstr, errstr_size, "RUNNEL_EGRESS/--egress: \"%.32s\" is not none, allowlist or full", c->egress);
 		return -1;
 	}
-	if (c->egress_bridge) {
-		snprintf(c->egress_bridge_path, sizeof(c->egress_bridge_path), "%s", c->egress_bridge);
-		if (access(c->egress_bridge_path, X_OK) != 0) {
-			snprintf(errstr, errstr_size, "RUNNEL_EGRESS_BRIDGE/--egress-bridge: %.200s is not an executable file", c->egress_bridge);
-			return -1;
-		}
-	} else {
-		char dir[PATH_MAX];
-		if (self_dir(dir, sizeof(dir)) == 0) {
-			int n = snprintf(c->egress_bridge_path, sizeof(c->egress_bridge_path), "%s/runnel-egress-bridge", dir);
-			if (n < 0 || (size_t)n >= sizeof(c->egress_bridge_path) || access(c->egress_bridge_path, X_OK) != 0)
-				c->egress_bridge_path[0] = '\0'; /* allowlist runs fail with a clear message */
-		}
-	}
-	return 0;
+	return program_path(c->egress_bridge_path, sizeof(c->egress_bridge_path), c->egress_bridge,
+	                    "runnel-egress-bridge", "RUNNEL_EGRESS_BRIDGE/--egress-bridge", errstr, errstr_size);
 }
 
 int worker_config_limits(worker_config_t *c, char *warn, size_t warn_size,
@@ -405,44 +419,16 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		return -1;
 	}
 
-	if (c->mock_agent) {
-		snprintf(c->mock_agent_path, sizeof(c->mock_agent_path), "%s", c->mock_agent);
-	} else {
-		char dir[PATH_MAX];
-		if (self_dir(dir, sizeof(dir)) == 0) {
-			int n = snprintf(c->mock_agent_path, sizeof(c->mock_agent_path), "%s/runnel-mock-agent", dir);
-			if (n < 0 || (size_t)n >= sizeof(c->mock_agent_path))
-				c->mock_agent_path[0] = '\0';
-		}
-	}
-	if (c->mock_agent_path[0] && access(c->mock_agent_path, X_OK) != 0) {
-		if (c->mock_agent) {
-			snprintf(errstr, errstr_size, "RUNNEL_MOCK_AGENT/--mock-agent: %.200s is not an executable file", c->mock_agent);
-			return -1;
-		}
-		c->mock_agent_path[0] = '\0'; /* mock runs will fail with a clear message */
-	}
+	if (program_path(c->mock_agent_path, sizeof(c->mock_agent_path), c->mock_agent, "runnel-mock-agent",
+	                 "RUNNEL_MOCK_AGENT/--mock-agent", errstr, errstr_size) < 0)
+		return -1;
 
 	if (tenant_caps_parse(c, errstr, errstr_size) < 0)
 		return -1;
 	/* runnel-agent (agent kind builtin), found like the mock agent. */
-	if (c->builtin_agent) {
-		snprintf(c->builtin_agent_path, sizeof(c->builtin_agent_path), "%s", c->builtin_agent);
-	} else {
-		char dir[PATH_MAX];
-		if (self_dir(dir, sizeof(dir)) == 0) {
-			int n = snprintf(c->builtin_agent_path, sizeof(c->builtin_agent_path), "%s/runnel-agent", dir);
-			if (n < 0 || (size_t)n >= sizeof(c->builtin_agent_path))
-				c->builtin_agent_path[0] = '\0';
-		}
-	}
-	if (c->builtin_agent_path[0] && access(c->builtin_agent_path, X_OK) != 0) {
-		if (c->builtin_agent) {
-			snprintf(errstr, errstr_size, "RUNNEL_BUILTIN_AGENT/--builtin-agent: %.200s is not an executable file", c->builtin_agent);
-			return -1;
-		}
-		c->builtin_agent_path[0] = '\0'; /* builtin runs will fail with a clear message */
-	}
+	if (program_path(c->builtin_agent_path, sizeof(c->builtin_agent_path), c->builtin_agent, "runnel-agent",
+	                 "RUNNEL_BUILTIN_AGENT/--builtin-agent", errstr, errstr_size) < 0)
+		return -1;
 	if (acp_paths(c, errstr, errstr_size) < 0)
 		return -1;
 	if (limits_parse(c, errstr, errstr_size) < 0)
@@ -452,21 +438,10 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		c->warm = (c->slots + 3) / 4;
 	if (c->driver != WORKER_SANDBOX_BWRAP)
 		c->warm = 0;
-	if (c->warm_init) {
-		snprintf(c->warm_init_path, sizeof(c->warm_init_path), "%s", c->warm_init);
-	} else {
-		char dir[PATH_MAX];
-		if (self_dir(dir, sizeof(dir)) == 0) {
-			int n = snprintf(c->warm_init_path, sizeof(c->warm_init_path), "%s/runnel-warm-init", dir);
-			if (n < 0 || (size_t)n >= sizeof(c->warm_init_path))
-				c->warm_init_path[0] = '\0';
-		}
-	}
-	if (c->warm_init && access(c->warm_init_path, X_OK) != 0) {
-		snprintf(errstr, errstr_size, "RUNNEL_WARM_INIT/--warm-init: %.200s is not an executable file", c->warm_init);
+	if (program_path(c->warm_init_path, sizeof(c->warm_init_path), c->warm_init, "runnel-warm-init",
+	                 "RUNNEL_WARM_INIT/--warm-init", errstr, errstr_size) < 0)
 		return -1;
-	}
-	if (c->warm > 0 && (!c->warm_init_path[0] || access(c->warm_init_path, X_OK) != 0))
+	if (!c->warm_init_path[0])
 		c->warm = 0; /* no init next to us: every run starts cold */
 
 	/* The job key: environment only, removed once read. */

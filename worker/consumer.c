@@ -92,9 +92,10 @@ static int conf_set(rd_kafka_conf_t *conf, const char *k, const char *v,
 	return 0;
 }
 
-/* Builds a conf with the brokers and the -X properties last (they win). */
+/* Builds a conf with the brokers and the -X properties last (they win),
+ * but for group.id (group; NULL: none). */
 static rd_kafka_conf_t *conf_build(const worker_config_t *cfg, const char *const *defaults,
-                                   int producer, char *errstr, size_t errstr_size)
+                                   int producer, const char *group, char *errstr, size_t errstr_size)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	if (conf_set(conf, "bootstrap.servers", cfg->kafka_brokers, errstr, errstr_size) < 0)
@@ -115,12 +116,28 @@ static rd_kafka_conf_t *conf_build(const worker_config_t *cfg, const char *const
 			goto fail;
 		}
 	}
+	if (group && conf_set(conf, "group.id", group, errstr, errstr_size) < 0)
+		goto fail;
 	rd_kafka_conf_set_log_cb(conf, log_cb);
 	rd_kafka_conf_set_error_cb(conf, error_cb);
 	return conf;
 fail:
 	rd_kafka_conf_destroy(conf);
 	return NULL;
+}
+
+/* rd_kafka_new(), which takes ownership of conf on success only: on failure
+ * conf is destroyed and errstr says "kafka <what>: ...". */
+static rd_kafka_t *client_new(rd_kafka_type_t type, rd_kafka_conf_t *conf, const char *what,
+                              char *errstr, size_t errstr_size)
+{
+	char err[512];
+	rd_kafka_t *rk = rd_kafka_new(type, conf, err, sizeof(err));
+	if (!rk) {
+		rd_kafka_conf_destroy(conf);
+		snprintf(errstr, errstr_size, "kafka %s: %s", what, err);
+	}
+	return rk;
 }
 
 worker_consumer_t *worker_consumer_new(const worker_config_t *cfg,
@@ -162,24 +179,14 @@ worker_consumer_t *worker_consumer_new(const worker_config_t *cfg,
 	wc->cfg = cfg;
 	wc->pipefd[0] = wc->pipefd[1] = -1;
 
-	rd_kafka_conf_t *conf = conf_build(cfg, defaults, 0, errstr, errstr_size);
+	rd_kafka_conf_t *conf = conf_build(cfg, defaults, 0, cfg->group, errstr, errstr_size);
 	if (!conf)
 		goto fail;
-	if (conf_set(conf, "group.id", cfg->group, errstr, errstr_size) < 0) {
-		rd_kafka_conf_destroy(conf);
-		goto fail;
-	}
 	rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
 	rd_kafka_conf_set_opaque(conf, wc);
-
-	char err[512];
-	/* rd_kafka_new() takes ownership of conf on success only. */
-	wc->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
-	if (!wc->rk) {
-		rd_kafka_conf_destroy(conf);
-		snprintf(errstr, errstr_size, "kafka consumer: %s", err);
+	wc->rk = client_new(RD_KAFKA_CONSUMER, conf, "consumer", errstr, errstr_size);
+	if (!wc->rk)
 		goto fail;
-	}
 	rd_kafka_poll_set_consumer(wc->rk);
 	wc->q = rd_kafka_queue_get_consumer(wc->rk);
 
@@ -261,18 +268,14 @@ int worker_consumer_dlq_send(worker_consumer_t *wc, const rd_kafka_message_t *m,
 			"false",
 			NULL,
 		};
-		rd_kafka_conf_t *conf = conf_build(wc->cfg, defaults, 1, errstr, errstr_size);
+		rd_kafka_conf_t *conf = conf_build(wc->cfg, defaults, 1, NULL, errstr, errstr_size);
 		if (!conf)
 			return -1;
 		rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
 		rd_kafka_conf_set_opaque(conf, wc);
-		char err[512];
-		wc->dlq = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-		if (!wc->dlq) {
-			rd_kafka_conf_destroy(conf);
-			snprintf(errstr, errstr_size, "kafka producer: %s", err);
+		wc->dlq = client_new(RD_KAFKA_PRODUCER, conf, "producer", errstr, errstr_size);
+		if (!wc->dlq)
 			return -1;
-		}
 		/* Delivery reports wake the loop through the consumer's pipe. */
 		rd_kafka_queue_t *q = rd_kafka_queue_get_main(wc->dlq);
 		rd_kafka_queue_io_event_enable(q, wc->pipefd[1], "1", 1);
@@ -379,25 +382,13 @@ worker_fetcher_t *worker_fetcher_new(const worker_config_t *cfg, char *errstr, s
 		return NULL;
 	}
 	f->cfg = cfg;
-	rd_kafka_conf_t *conf = conf_build(cfg, defaults, 0, errstr, errstr_size);
-	if (!conf) {
-		free(f);
-		return NULL;
-	}
 	/* librdkafka wants a group.id for assign(); the reader never joins
 	 * (no subscribe) and commits nothing. */
 	char gid[300];
 	snprintf(gid, sizeof(gid), "%s.reader", cfg->group);
-	if (conf_set(conf, "group.id", gid, errstr, errstr_size) < 0) {
-		rd_kafka_conf_destroy(conf);
-		free(f);
-		return NULL;
-	}
-	char err[512];
-	f->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+	rd_kafka_conf_t *conf = conf_build(cfg, defaults, 0, gid, errstr, errstr_size);
+	f->rk = conf ? client_new(RD_KAFKA_CONSUMER, conf, "reader", errstr, errstr_size) : NULL;
 	if (!f->rk) {
-		rd_kafka_conf_destroy(conf);
-		snprintf(errstr, errstr_size, "kafka reader: %s", err);
 		free(f);
 		return NULL;
 	}

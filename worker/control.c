@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/redis.h"
+#include "common/util.h"
 #include "proto/keys.h"
 #include "worker/publish.h"
 
@@ -252,12 +253,8 @@ static void *control_main(void *arg)
 	for (;;) {
 		size_t n = 0;
 		pthread_mutex_lock(&wc->mu);
-		while (!wc->stop && wc->nused == 0) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += 1;
-			pthread_cond_timedwait(&wc->cond, &wc->mu, &ts);
-		}
+		while (!wc->stop && wc->nused == 0)
+			rn_cond_wait_ms(&wc->cond, &wc->mu, 1000);
 		if (wc->stop) {
 			pthread_mutex_unlock(&wc->mu);
 			break;
@@ -349,11 +346,7 @@ worker_control_t *worker_control_start(const worker_config_t *cfg, size_t max_ru
 	}
 	pthread_mutex_init(&wc->mu, NULL);
 	pthread_cond_init(&wc->cond, NULL);
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setstacksize(&attr, 512 * 1024);
-	int e = pthread_create(&wc->thread, &attr, control_main, wc);
-	pthread_attr_destroy(&attr);
+	int e = rn_thread_start(&wc->thread, 512 * 1024, 0, control_main, wc);
 	if (e) {
 		snprintf(errstr, errstr_size, "control thread: %s", strerror(e));
 		close(wc->wake_fd);

@@ -68,6 +68,23 @@ static int parse_port(const char *s, int *port)
 	return 0;
 }
 
+/* The host of "[v6]" or "[v6]:port" (s at the '['), not empty, into host;
+ * *port at the port's digits, or left NULL when none.  0 or -1. */
+static int split_bracketed(const char *s, char *host, size_t hsz, const char **port)
+{
+	const char *rb = strchr(s, ']');
+	if (!rb || rb == s + 1 || (size_t)(rb - s - 1) >= hsz)
+		return -1;
+	size_t hl = (size_t)(rb - s - 1);
+	memcpy(host, s + 1, hl);
+	host[hl] = '\0';
+	if (rb[1] == ':')
+		*port = rb + 2;
+	else if (rb[1])
+		return -1;
+	return 0;
+}
+
 /* host[:port], *.suffix[:port], *, [v6][:port].  0 or -1. */
 static int pat_parse(const char *s, pat_t *p)
 {
@@ -76,19 +93,11 @@ static int pat_parse(const char *s, pat_t *p)
 		return -1;
 	const char *port = NULL;
 	if (s[0] == '[') {
-		const char *rb = strchr(s, ']');
-		if (!rb || rb == s + 1)
+		if (split_bracketed(s, p->host, sizeof(p->host), &port) < 0)
 			return -1;
-		size_t hl = (size_t)(rb - s - 1);
-		memcpy(p->host, s + 1, hl);
-		p->host[hl] = '\0';
-		for (size_t i = 0; i < hl; i++)
-			if (!strchr("0123456789abcdefABCDEF:.", p->host[i]))
+		for (const char *c = p->host; *c; c++)
+			if (!strchr("0123456789abcdefABCDEF:.", *c))
 				return -1;
-		if (rb[1] == ':')
-			port = rb + 2;
-		else if (rb[1])
-			return -1;
 	} else {
 		const char *colon = strchr(s, ':');
 		if (colon && strchr(colon + 1, ':'))
@@ -307,17 +316,9 @@ static int split_target(const char *t, size_t len, char *host, size_t hsz, int *
 		return -1;
 	memcpy(tmp, t, len);
 	tmp[len] = '\0';
-	char *ps = NULL;
+	const char *ps = NULL;
 	if (tmp[0] == '[') {
-		char *rb = strchr(tmp, ']');
-		if (!rb)
-			return -1;
-		*rb = '\0';
-		if ((size_t)snprintf(host, hsz, "%s", tmp + 1) >= hsz)
-			return -1;
-		if (rb[1] == ':')
-			ps = rb + 2;
-		else if (rb[1])
+		if (split_bracketed(tmp, host, hsz, &ps) < 0)
 			return -1;
 	} else {
 		char *c = strrchr(tmp, ':');
@@ -574,6 +575,15 @@ static void serve(conn_t *c)
 		relay(c->cfd, ufd);
 }
 
+/* A connection ends (or never started): worker_egress_stop waits for none. */
+static void conn_release(worker_egress_t *e)
+{
+	pthread_mutex_lock(&e->mu);
+	e->nconn--;
+	pthread_cond_broadcast(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
 static void *conn_main(void *arg)
 {
 	conn_t *c = arg;
@@ -582,10 +592,7 @@ static void *conn_main(void *arg)
 	untrack_close(e, c->ufd);
 	untrack_close(e, c->cfd);
 	free(c);
-	pthread_mutex_lock(&e->mu);
-	e->nconn--;
-	pthread_cond_broadcast(&e->cv);
-	pthread_mutex_unlock(&e->mu);
+	conn_release(e);
 	return NULL;
 }
 
@@ -614,28 +621,20 @@ static void *accept_main(void *arg)
 		}
 		conn_t *c = calloc(1, sizeof(*c));
 		pthread_t t;
-		pthread_attr_t at;
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		pthread_attr_setstacksize(&at, 256 * 1024);
 		int ok = c && track(e, fd) == 0;
 		if (ok) {
 			c->e = e;
 			c->cfd = fd;
 			c->ufd = -1;
-			ok = pthread_create(&t, &at, conn_main, c) == 0;
+			ok = rn_thread_start(&t, 256 * 1024, 1, conn_main, c) == 0;
 			if (!ok)
 				untrack_close(e, fd);
 		} else {
 			close(fd);
 		}
-		pthread_attr_destroy(&at);
 		if (!ok) {
 			free(c);
-			pthread_mutex_lock(&e->mu);
-			e->nconn--;
-			pthread_cond_broadcast(&e->cv);
-			pthread_mutex_unlock(&e->mu);
+			conn_release(e);
 		}
 	}
 	return NULL;
@@ -706,7 +705,7 @@ worker_egress_t *worker_egress_start(const char *sock_path, char *const *allow, 
 		snprintf(errstr, errstr_size, "egress proxy: cannot listen on its socket: %s", strerror(errno));
 		goto fail;
 	}
-	if (pthread_create(&e->acceptor, NULL, accept_main, e) != 0) {
+	if (rn_thread_start(&e->acceptor, 0, 0, accept_main, e) != 0) {
 		snprintf(errstr, errstr_size, "egress proxy: cannot start its thread");
 		goto fail;
 	}

@@ -176,6 +176,23 @@ void worker_httpc_describe(CURL *h, CURLcode rc, const char *url, long connect_t
 	curl_off_t connected_us = 0;
 	curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connected_us);
 
+	/* The errors told in words of our own that name nothing of the request. */
+	static const struct {
+		CURLcode rc;
+		const char *text;
+	} fixed[] = {
+		{ CURLE_UNSUPPORTED_PROTOCOL, "unsupported URL scheme (only http and https are allowed)" },
+		{ CURLE_URL_MALFORMAT, "malformed URL" },
+		{ CURLE_GOT_NOTHING, "the server closed the connection without answering" },
+		{ CURLE_PARTIAL_FILE, "the answer was cut short" },
+		{ CURLE_TOO_MANY_REDIRECTS, "too many redirects" },
+	};
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
+		if (fixed[i].rc == rc) {
+			snprintf(out, out_size, "%s", fixed[i].text);
+			return;
+		}
+	}
 	switch (rc) {
 	case CURLE_OPERATION_TIMEDOUT:
 		if (connected_us == 0 && connect_timeout_ms > 0 && connect_timeout_ms < timeout_ms)
@@ -196,25 +213,10 @@ void worker_httpc_describe(CURL *h, CURLcode rc, const char *url, long connect_t
 		snprintf(out, out_size, "could not resolve host %s", host);
 		break;
 	}
-	case CURLE_UNSUPPORTED_PROTOCOL:
-		snprintf(out, out_size, "unsupported URL scheme (only http and https are allowed)");
-		break;
-	case CURLE_URL_MALFORMAT:
-		snprintf(out, out_size, "malformed URL");
-		break;
-	case CURLE_GOT_NOTHING:
-		snprintf(out, out_size, "the server closed the connection without answering");
-		break;
 	case CURLE_SEND_ERROR:
 	case CURLE_RECV_ERROR:
 		snprintf(out, out_size, "connection to %s broke (%s)", hp,
 		         os_errno ? strerror((int)os_errno) : curl_easy_strerror(rc));
-		break;
-	case CURLE_PARTIAL_FILE:
-		snprintf(out, out_size, "the answer was cut short");
-		break;
-	case CURLE_TOO_MANY_REDIRECTS:
-		snprintf(out, out_size, "too many redirects");
 		break;
 	case CURLE_PEER_FAILED_VERIFICATION:
 	case CURLE_SSL_CONNECT_ERROR:

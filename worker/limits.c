@@ -34,43 +34,38 @@
 #define ALLOW_MAX        256
 #define MIB              (1024ULL * 1024ULL)
 
+/* Indexed by worker_limit_t. */
+static const char *const limit_names[WORKER_LIMIT_COUNT] = {
+	[WORKER_LIMIT_NONE] = "none",
+	[WORKER_LIMIT_MEMORY] = "memory",
+	[WORKER_LIMIT_PROCESSES] = "processes",
+	[WORKER_LIMIT_DISK] = "disk",
+};
+
+/* Indexed by worker_egress_mode_t. */
+static const char *const egress_names[] = {
+	[WORKER_EGRESS_NONE] = "none",
+	[WORKER_EGRESS_ALLOWLIST] = "allowlist",
+	[WORKER_EGRESS_FULL] = "full",
+};
+#define EGRESS_MODES (sizeof(egress_names) / sizeof(egress_names[0]))
+
 const char *worker_limit_name(worker_limit_t l)
 {
-	switch (l) {
-	case WORKER_LIMIT_MEMORY:
-		return "memory";
-	case WORKER_LIMIT_PROCESSES:
-		return "processes";
-	case WORKER_LIMIT_DISK:
-		return "disk";
-	default:
-		return "none";
-	}
+	return (unsigned)l < WORKER_LIMIT_COUNT ? limit_names[l] : "none";
 }
 
 int worker_egress_mode_parse(const char *s)
 {
-	if (!s)
-		return -1;
-	if (!strcmp(s, "none"))
-		return WORKER_EGRESS_NONE;
-	if (!strcmp(s, "allowlist"))
-		return WORKER_EGRESS_ALLOWLIST;
-	if (!strcmp(s, "full"))
-		return WORKER_EGRESS_FULL;
+	for (size_t i = 0; s && i < EGRESS_MODES; i++)
+		if (!strcmp(s, egress_names[i]))
+			return (int)i;
 	return -1;
 }
 
 const char *worker_egress_mode_name(worker_egress_mode_t m)
 {
-	switch (m) {
-	case WORKER_EGRESS_ALLOWLIST:
-		return "allowlist";
-	case WORKER_EGRESS_FULL:
-		return "full";
-	default:
-		return "none";
-	}
+	return (unsigned)m < EGRESS_MODES ? egress_names[m] : "none";
 }
 
 /* Splits a comma-separated list into owned strings (empty items skipped). */

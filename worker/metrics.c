@@ -6,6 +6,7 @@
 
 #include "worker/limits.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,44 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+/* The unlabelled series, in the order /metrics shows them. */
+static const rn_metric_def_t plain_series[] = {
+	{ offsetof(worker_metrics_t, jobs_skipped), RN_METRIC_COUNTER, "runnel_worker_jobs_skipped_total",
+	  "Jobs not run: already done or held by a live worker" },
+	{ offsetof(worker_metrics_t, jobs_dlq), RN_METRIC_COUNTER, "runnel_worker_jobs_dlq_total",
+	  "Undecodable jobs sent to the dead-letter topic" },
+	{ offsetof(worker_metrics_t, runs_swept), RN_METRIC_COUNTER, "runnel_worker_runs_swept_total",
+	  "Runs of dead workers this worker ended worker_lost" },
+	{ offsetof(worker_metrics_t, slots_busy), RN_METRIC_GAUGE, "runnel_worker_slots_busy",
+	  "Slots running a run" },
+	{ offsetof(worker_metrics_t, slots_total), RN_METRIC_GAUGE, "runnel_worker_slots_total",
+	  "Slots of this worker" },
+	{ offsetof(worker_metrics_t, lines_published), RN_METRIC_COUNTER, "runnel_worker_lines_published_total",
+	  "Envelope lines written to run streams" },
+	{ offsetof(worker_metrics_t, lines_dropped), RN_METRIC_COUNTER, "runnel_worker_lines_dropped_total",
+	  "Agent lines dropped after the terminal line" },
+	{ offsetof(worker_metrics_t, lines_invalid), RN_METRIC_COUNTER, "runnel_worker_lines_invalid_total",
+	  "Agent lines replaced by a warning (invalid envelope)" },
+	{ offsetof(worker_metrics_t, redis_retries), RN_METRIC_COUNTER, "runnel_worker_redis_retries_total",
+	  "Redis writes retried after an error or reconnect" },
+	{ offsetof(worker_metrics_t, queue_wait), RN_METRIC_LATENCY, "runnel_worker_queue_wait_seconds",
+	  "From enqueued_at to the claim" },
+	{ offsetof(worker_metrics_t, sandbox_start), RN_METRIC_LATENCY, "runnel_worker_sandbox_start_seconds",
+	  "Time to spawn the sandbox" },
+	{ offsetof(worker_metrics_t, first_line), RN_METRIC_LATENCY, "runnel_worker_first_line_seconds",
+	  "From the claim to the first line in the stream" },
+	{ offsetof(worker_metrics_t, jobs_queued), RN_METRIC_COUNTER, "runnel_worker_jobs_queued_total",
+	  "Kafka records this worker moved into the run-time queue" },
+	{ offsetof(worker_metrics_t, queue_claims), RN_METRIC_COUNTER, "runnel_worker_queue_claims_total",
+	  "Runs this worker took from the run-time queue" },
+	{ offsetof(worker_metrics_t, queue_depth), RN_METRIC_GAUGE, "runnel_queue_depth",
+	  "Runs waiting in the run-time queue (fleet-wide)" },
+	{ offsetof(worker_metrics_t, queue_oldest_ms), RN_METRIC_GAUGE, "runnel_queue_oldest_age_ms",
+	  "Age of the oldest queued run in ms (fleet-wide)" },
+	{ offsetof(worker_metrics_t, queue_tenants), RN_METRIC_GAUGE, "runnel_queue_tenants",
+	  "Tenants with queued runs (fleet-wide)" },
+};
+
 int worker_metrics_init(worker_metrics_t *m)
 {
 	memset(m, 0, sizeof(*m));
@@ -27,48 +66,13 @@ int worker_metrics_init(worker_metrics_t *m)
 	                                            "Runs this worker ended, by outcome", "outcome=\"" #name "\"");
 	WORKER_OUTCOMES(X)
 #undef X
-	m->jobs_skipped = rn_metrics_counter(m->reg, "runnel_worker_jobs_skipped_total",
-	                                     "Jobs not run: already done or held by a live worker", NULL);
-	m->jobs_dlq = rn_metrics_counter(m->reg, "runnel_worker_jobs_dlq_total",
-	                                 "Undecodable jobs sent to the dead-letter topic", NULL);
-	m->runs_swept = rn_metrics_counter(m->reg, "runnel_worker_runs_swept_total",
-	                                   "Runs of dead workers this worker ended worker_lost", NULL);
-	m->slots_busy = rn_metrics_gauge(m->reg, "runnel_worker_slots_busy", "Slots running a run", NULL);
-	m->slots_total = rn_metrics_gauge(m->reg, "runnel_worker_slots_total", "Slots of this worker", NULL);
-	m->lines_published = rn_metrics_counter(m->reg, "runnel_worker_lines_published_total",
-	                                        "Envelope lines written to run streams", NULL);
-	m->lines_dropped = rn_metrics_counter(m->reg, "runnel_worker_lines_dropped_total",
-	                                      "Agent lines dropped after the terminal line", NULL);
-	m->lines_invalid = rn_metrics_counter(m->reg, "runnel_worker_lines_invalid_total",
-	                                      "Agent lines replaced by a warning (invalid envelope)", NULL);
-	m->redis_retries = rn_metrics_counter(m->reg, "runnel_worker_redis_retries_total",
-	                                      "Redis writes retried after an error or reconnect", NULL);
-	m->queue_wait = rn_metrics_histogram(m->reg, "runnel_worker_queue_wait_seconds",
-	                                     "From enqueued_at to the claim", NULL,
-	                                     rn_metrics_latency_bounds, rn_metrics_latency_nbounds);
-	m->sandbox_start = rn_metrics_histogram(m->reg, "runnel_worker_sandbox_start_seconds",
-	                                        "Time to spawn the sandbox", NULL,
-	                                        rn_metrics_latency_bounds, rn_metrics_latency_nbounds);
-	m->first_line = rn_metrics_histogram(m->reg, "runnel_worker_first_line_seconds",
-	                                     "From the claim to the first line in the stream", NULL,
-	                                     rn_metrics_latency_bounds, rn_metrics_latency_nbounds);
-	m->jobs_queued = rn_metrics_counter(m->reg, "runnel_worker_jobs_queued_total",
-	                                    "Kafka records this worker moved into the run-time queue", NULL);
-	m->queue_claims = rn_metrics_counter(m->reg, "runnel_worker_queue_claims_total",
-	                                     "Runs this worker took from the run-time queue", NULL);
-	m->queue_depth = rn_metrics_gauge(m->reg, "runnel_queue_depth",
-	                                  "Runs waiting in the run-time queue (fleet-wide)", NULL);
-	m->queue_oldest_ms = rn_metrics_gauge(m->reg, "runnel_queue_oldest_age_ms",
-	                                      "Age of the oldest queued run in ms (fleet-wide)", NULL);
-	m->queue_tenants = rn_metrics_gauge(m->reg, "runnel_queue_tenants",
-	                                    "Tenants with queued runs (fleet-wide)", NULL);
+	rn_metrics_register(m->reg, m, plain_series, sizeof(plain_series) / sizeof(plain_series[0]));
 	pthread_mutex_init(&m->tenant_mu, NULL);
 	/* Indexed by worker_limit_t; [0] (no limit) is never counted. */
 	_Static_assert(WORKER_METRICS_LIMITS == WORKER_LIMIT_COUNT, "limit_hits is indexed by worker_limit_t");
-	static const char *const limit_names[WORKER_METRICS_LIMITS] = { "none", "memory", "processes", "disk" };
 	for (int i = 1; i < WORKER_METRICS_LIMITS; i++) {
 		char labels[64];
-		snprintf(labels, sizeof(labels), "limit=\"%s\"", limit_names[i]);
+		snprintf(labels, sizeof(labels), "limit=\"%s\"", worker_limit_name((worker_limit_t)i));
 		m->limit_hits[i] = rn_metrics_counter(m->reg, "runnel_worker_limit_hits_total",
 		                                      "Runs ended resource_limit, by the limit they hit", labels);
 		if (!m->limit_hits[i])

@@ -411,35 +411,42 @@ int main(int argc, char **argv)
 	if (!prompt)
 		prompt = "";
 
+	/* The scripts that take a count: its default and its largest value. */
+	static const struct {
+		const char *name;
+		long def, max;
+	} counted[] = {
+		{ "sleep", 1, 86400 },
+		{ "flood", 1000, FLOOD_MAX },
+		{ "files", 3, FILES_MAX },
+		{ "exit", 1, 255 },
+	};
+	long count = 0;
+	for (size_t i = 0; i < sizeof(counted) / sizeof(counted[0]); i++)
+		if (strcmp(name, counted[i].name) == 0)
+			count = parse_count(arg, counted[i].def, counted[i].max);
+
 	int rc = 0;
-	if (strcmp(name, "demo") == 0) {
+	if (count < 0) {
+		usage_error(script);
+	} else if (strcmp(name, "demo") == 0) {
 		script_demo(prompt);
 	} else if (strcmp(name, "echo") == 0) {
 		emit_result(prompt);
 	} else if (strcmp(name, "error") == 0) {
 		emit_error("agent_error", "the mock agent failed on purpose");
 	} else if (strcmp(name, "sleep") == 0) {
-		long s = parse_count(arg, 1, 86400);
-		if (s < 0) {
-			usage_error(script);
-		} else {
-			emit_log("info", "sleeping");
-			wait_ms((int64_t)s * 1000);
-			emit_result("slept");
-		}
+		emit_log("info", "sleeping");
+		wait_ms((int64_t)count * 1000);
+		emit_result("slept");
 	} else if (strcmp(name, "flood") == 0) {
-		long n = parse_count(arg, 1000, FLOOD_MAX);
-		if (n < 0) {
-			usage_error(script);
-		} else {
-			char line[128];
-			for (long i = 0; i < n; i++) {
-				int len = snprintf(line, sizeof(line),
-				                   "{\"type\":\"log\",\"level\":\"debug\",\"message\":\"line %ld\"}\n", i);
-				write_all(1, line, (size_t)len);
-			}
-			emit_result("flood done");
+		char line[128];
+		for (long i = 0; i < count; i++) {
+			int len = snprintf(line, sizeof(line),
+			                   "{\"type\":\"log\",\"level\":\"debug\",\"message\":\"line %ld\"}\n", i);
+			write_all(1, line, (size_t)len);
 		}
+		emit_result("flood done");
 	} else if (strcmp(name, "hang") == 0) {
 		/* Ignores SIGTERM so the runner's SIGKILL path is exercised. */
 		signal(SIGTERM, SIG_IGN);
@@ -447,11 +454,7 @@ int main(int argc, char **argv)
 		for (;;)
 			pause();
 	} else if (strcmp(name, "files") == 0) {
-		long n = parse_count(arg, 3, FILES_MAX);
-		if (n < 0)
-			usage_error(script);
-		else
-			script_files(n);
+		script_files(count);
 	} else if (strcmp(name, "garbage") == 0) {
 		script_garbage();
 	} else if (strcmp(name, "after-terminal") == 0) {
@@ -459,13 +462,8 @@ int main(int argc, char **argv)
 		emit_log("info", "printed after the terminal line");
 		emit_result("a second result");
 	} else if (strcmp(name, "exit") == 0) {
-		long n = parse_count(arg, 1, 255);
-		if (n < 0) {
-			usage_error(script);
-		} else {
-			emit_log("info", "exiting without a terminal line");
-			rc = (int)n;
-		}
+		emit_log("info", "exiting without a terminal line");
+		rc = (int)count;
 	} else if (strcmp(name, "stderr") == 0) {
 		const char msg[] = "a line on stderr\nanother line on stderr\n";
 		write_all(2, msg, sizeof(msg) - 1);

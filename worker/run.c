@@ -188,6 +188,43 @@ static int emit_cb(const char *line, size_t len, void *arg)
 	return 0;
 }
 
+/* One run-state script call on c: >= 0 its answer, -1 with err. */
+typedef int (*state_call_fn)(run_io_t *io, redisContext *c, const void *arg, char *err, size_t err_size);
+
+/* Makes a run-state call, retrying across reconnects (each retry logged as
+ * event and counted in retries unless NULL); -1 once the stop word gave up. */
+static int state_call(run_io_t *io, state_call_fn fn, const void *arg, const char *event,
+                      rn_counter_t *retries)
+{
+	unsigned attempt = 0;
+	for (;;) {
+		char err[256];
+		redisContext *c = worker_pub_ctx(&io->pub);
+		if (!c)
+			return -1;
+		int rc = fn(io, c, arg, err, sizeof(err));
+		if (rc >= 0)
+			return rc;
+		rn_log_warn(io->run->run_id, event, "%s; retrying", err);
+		worker_pub_reset(&io->pub);
+		if (retries)
+			rn_counter_add(retries, 1);
+		worker_pub_backoff(&io->pub, attempt++);
+	}
+}
+
+typedef struct finish_args {
+	const char *line, *status, *code;
+	size_t len;
+} finish_args_t;
+
+static int finish_call(run_io_t *io, redisContext *c, const void *arg, char *err, size_t err_size)
+{
+	const finish_args_t *f = arg;
+	return rn_runstate_finish(c, io->cfg->key_prefix, io->run->run_id, f->line, f->len, f->status,
+	                          f->code, io->cfg->retention_sec, err, err_size);
+}
+
 /*
  * Writes the terminal line with the runstate script, retrying across
  * reconnects.  Everything published before must be flushed first.
@@ -198,27 +235,14 @@ static int io_finish(run_io_t *io, const char *line, size_t len, const char *sta
 	io_flush(io);
 	if (io->publish_failed)
 		return -1;
-	unsigned attempt = 0;
-	for (;;) {
-		char err[256];
-		redisContext *c = worker_pub_ctx(&io->pub);
-		if (!c)
-			return -1;
-		int rc = rn_runstate_finish(c, io->cfg->key_prefix, io->run->run_id, line, len,
-		                            status, code, io->cfg->retention_sec, err, sizeof(err));
-		if (rc >= 0) {
-			if (rc == 0)
-				rn_log_warn(io->run->run_id, "run_terminal_exists",
-				            "the run already had a terminal line; %s not written", code[0] ? code : "result");
-			else
-				rn_counter_add(io->m->lines_published, 1);
-			return rc;
-		}
-		rn_log_warn(io->run->run_id, "redis_finish", "%s; retrying", err);
-		worker_pub_reset(&io->pub);
-		rn_counter_add(io->m->redis_retries, 1);
-		worker_pub_backoff(&io->pub, attempt++);
-	}
+	const finish_args_t f = { .line = line, .status = status, .code = code, .len = len };
+	int rc = state_call(io, finish_call, &f, "redis_finish", io->m->redis_retries);
+	if (rc == 0)
+		rn_log_warn(io->run->run_id, "run_terminal_exists",
+		            "the run already had a terminal line; %s not written", code[0] ? code : "result");
+	else if (rc > 0)
+		rn_counter_add(io->m->lines_published, 1);
+	return rc;
 }
 
 /* Before any terminal line: open asks are settled rejected, then open
@@ -559,23 +583,16 @@ static worker_stop_t run_stop_of(worker_run_t *run)
  * The run
  * ------------------------------------------------------------------------ */
 
+static int start_call(run_io_t *io, redisContext *c, const void *arg, char *err, size_t err_size)
+{
+	(void)arg;
+	return rn_runstate_start(c, io->cfg->key_prefix, io->run->run_id, io->cfg->worker_id, err, err_size);
+}
+
 /* Marks the run running; 1 ok, 0 not ours, -1 gave up. */
 static int mark_running(run_io_t *io)
 {
-	unsigned attempt = 0;
-	for (;;) {
-		char err[256];
-		redisContext *c = worker_pub_ctx(&io->pub);
-		if (!c)
-			return -1;
-		int rc = rn_runstate_start(c, io->cfg->key_prefix, io->run->run_id,
-		                           io->cfg->worker_id, err, sizeof(err));
-		if (rc >= 0)
-			return rc;
-		rn_log_warn(io->run->run_id, "redis_start", "%s; retrying", err);
-		worker_pub_reset(&io->pub);
-		worker_pub_backoff(&io->pub, attempt++);
-	}
+	return state_call(io, start_call, NULL, "redis_start", NULL);
 }
 
 /* Ends the run for a stop that came before the agent started. */
@@ -1024,13 +1041,7 @@ static void *run_main(void *arg)
 
 int worker_run_start(worker_run_t *run)
 {
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	size_t stack = RUN_STACK;
-	pthread_attr_setstacksize(&attr, stack);
-	int e = pthread_create(&run->thread, &attr, run_main, run);
-	pthread_attr_destroy(&attr);
-	if (e)
+	if (rn_thread_start(&run->thread, RUN_STACK, 0, run_main, run) != 0)
 		return -1;
 	run->started = 1;
 	return 0;

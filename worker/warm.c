@@ -16,10 +16,10 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
 
 #define WARM_SETUP_MAX (8u << 20) /* matches runnel-warm-init's string cap */
 #define WARM_RETRY_MS  1000       /* after a failed start */
@@ -409,19 +409,6 @@ static worker_warm_sb_t *pool_start_one(worker_warm_pool_t *p, unsigned long seq
 	return w;
 }
 
-static void timed_wait(worker_warm_pool_t *p, long ms)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_cond_timedwait(&p->cv, &p->mu, &ts);
-}
-
 /*
  * The refill thread.  It forks every warm sandbox, so it must outlive
  * them all (PR_SET_PDEATHSIG follows the forking thread): it returns only
@@ -449,7 +436,7 @@ static void *pool_main(void *arg)
 				            err);
 			failing = 1;
 			if (!p->stopping)
-				timed_wait(p, WARM_RETRY_MS);
+				rn_cond_wait_ms(&p->cv, &p->mu, WARM_RETRY_MS);
 			continue;
 		}
 		failing = 0;
@@ -497,7 +484,7 @@ worker_warm_pool_t *worker_warm_pool_new(const worker_warm_pool_opts_t *o,
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
-	int e = pthread_create(&p->thread, NULL, pool_main, p);
+	int e = rn_thread_start(&p->thread, 0, 0, pool_main, p);
 	if (e) {
 		worker_warm_pool_free(p);
 		snprintf(errstr, errstr_size, "warm: cannot start the refill thread: %s", strerror(e));
