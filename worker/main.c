@@ -721,9 +721,10 @@ int main(int argc, char **argv)
 	w->ctx.m = &w->m;
 	w->ctx.on_done = on_run_done;
 	w->ctx.arg = w;
+	w->ctx.pub_pool = worker_pub_pool_new((size_t)w->cfg.slots);
 	w->base = event_base_new();
 	if (!w->runs || !w->done || !w->tenants || !w->s_runs || !w->s_tenants || !w->s_ids ||
-	    !w->s_tenant_ptrs || !w->s_owned || !w->base) {
+	    !w->s_tenant_ptrs || !w->s_owned || !w->ctx.pub_pool || !w->base) {
 		rn_log_error(NULL, "startup", "out of memory");
 		return 1;
 	}
@@ -856,6 +857,8 @@ int main(int argc, char **argv)
 		worker_warm_pool_free(w->ctx.warm); /* after every run ended */
 		w->ctx.warm = NULL;
 	}
+	worker_pub_pool_free(w->ctx.pub_pool); /* after every run ended */
+	w->ctx.pub_pool = NULL;
 	if (w->rc)
 		redisFree(w->rc);
 	free(w->runs);

@@ -1000,6 +1000,7 @@ static void *run_main(void *arg)
 	    !(io.env = proto_env_new((size_t)ctx->cfg->line_max))) {
 		rn_log_error(run->run_id, "run_internal", "out of memory");
 	} else {
+		io.pub.pool = ctx->pub_pool;
 		run_pipeline(&io);
 	}
 	if (io.publish_failed)
