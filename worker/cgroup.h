@@ -15,7 +15,8 @@
  *   none neither is writable: the caller warns once and falls back to
  *        rlimits.
  * A cgroup is entered by the sandbox's first process before it executes
- * bwrap (the child writes "0" to pre-opened cgroup.procs files), so
+ * bwrap (the child writes "0" to pre-opened files: v1 "tasks", v2
+ * "cgroup.procs"), so
  * nothing the agent starts is ever outside it.  A warm sandbox is started
  * in a cgroup of its own, which its run takes over with the run's limits
  * (worker_cgroup_set_limits): moving processes between cgroups waits for
@@ -72,7 +73,8 @@ typedef struct worker_cgroup {
 	const worker_cgroup_root_t *root;
 	int ndirs;
 	char dirs[WORKER_CGROUP_FDS][WORKER_CGROUP_PATH_MAX]; /* created dirs */
-	int procs_fd[WORKER_CGROUP_FDS];                      /* O_WRONLY|O_CLOEXEC cgroup.procs, -1 unused */
+	/* O_WRONLY|O_CLOEXEC, -1 unused: v1 "tasks", v2 "cgroup.procs" (see add_dir) */
+	int procs_fd[WORKER_CGROUP_FDS];
 } worker_cgroup_t;
 
 /*

@@ -37,6 +37,7 @@
 #include "worker/limits.h"
 #include "worker/publish.h"
 #include "worker/sandbox.h"
+#include "worker/reaper.h"
 #include "worker/warm.h"
 #include "worker/workspace.h"
 #include "worker/writeback.h"
@@ -972,16 +973,15 @@ out:
 	if (have_sb)
 		worker_sandbox_destroy(&sb);
 	worker_warm_free(warm, 1); /* its run directory is ws, removed below */
-	worker_guard_free(io->guard);
+	/* The cgroup, the proxy, the tmpfs and the run directory go on the
+	 * reaper's thread: the slot is free once this thread returns. */
+	worker_reaper_put(run->ctx->reaper, run->run_id, run->claimed_mono_ms, io->guard, have_ws ? &ws : NULL);
 	io->guard = NULL;
 	rn_strv_free(&envv);
 	worker_agent_launch_free(&launch);
 	if (ops && ops->free)
 		ops->free(astate);
 	worker_boot_clear(&boot);
-	if (have_ws && worker_ws_remove(&ws) < 0)
-		rn_log_warn(run->run_id, "workspace_remove", "could not remove %s", ws.dir);
-	rn_log_debug(run->run_id, "run_phase", "cleaned up at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 }
 
 static void *run_main(void *arg)

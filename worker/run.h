@@ -53,6 +53,9 @@ typedef struct worker_ctx {
 	struct worker_warm_pool *warm;
 	/* Publishing connections kept between runs, or NULL (worker/publish.h). */
 	struct worker_pub_pool *pub_pool;
+	/* Removes finished runs' cgroups and directories, or NULL: the run's
+	 * thread does (worker/reaper.h). */
+	struct worker_reaper *reaper;
 } worker_ctx_t;
 
 struct worker_run {
