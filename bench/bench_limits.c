@@ -111,7 +111,7 @@ int main(int argc, char **argv)
 		char id[32];
 		snprintf(id, sizeof(id), "bench%d", i);
 		int64_t t0 = rn_mono_us();
-		if (worker_cgroup_create(&cg, &root, id, &lim, err, sizeof(err)) < 0) {
+		if (worker_cgroup_create(&cg, &root, id, &lim, 0, err, sizeof(err)) < 0) {
 			fprintf(stderr, "cgroup: %s\n", err);
 			break;
 		}
@@ -158,7 +158,7 @@ int main(int argc, char **argv)
 		worker_cgroup_t cg;
 		char id[32];
 		snprintf(id, sizeof(id), "benchsb%d", i);
-		if (worker_cgroup_create(&cg, &root, id, &lim, err, sizeof(err)) < 0)
+		if (worker_cgroup_create(&cg, &root, id, &lim, 0, err, sizeof(err)) < 0)
 			break;
 		int64_t t = sandbox_true(ws, cg.procs_fd, cg.ndirs, NULL, NULL);
 		worker_cgroup_destroy(&cg, 1000);

@@ -98,18 +98,25 @@ static char *loadavg(void)
 	return la ? la : strdup("?");
 }
 
-/* CPU ms used by this process and its reaped children. */
-static double self_cpu_ms(void)
+static double ru_ms(const struct rusage *r)
+{
+	return (double)(r->ru_utime.tv_sec + r->ru_stime.tv_sec) * 1000.0 +
+	       (double)(r->ru_utime.tv_usec + r->ru_stime.tv_usec) / 1000.0;
+}
+
+/* CPU ms used by this process and its reaped children; *children: theirs. */
+static double self_cpu_ms(double *children)
 {
 	struct rusage a, b;
 	getrusage(RUSAGE_SELF, &a);
 	getrusage(RUSAGE_CHILDREN, &b);
-	return (a.ru_utime.tv_sec + b.ru_utime.tv_sec + a.ru_stime.tv_sec + b.ru_stime.tv_sec) * 1000.0 +
-	        (a.ru_utime.tv_usec + b.ru_utime.tv_usec + a.ru_stime.tv_usec + b.ru_stime.tv_usec) / 1000.0;
+	*children = ru_ms(&b);
+	return ru_ms(&a) + ru_ms(&b);
 }
 
-/* CPU ms of pid and its reaped children (utime+stime+cutime+cstime). */
-static double proc_cpu_ms(pid_t pid)
+/* CPU ms of pid and its reaped children (utime+stime+cutime+cstime);
+ * *children: the reaped children's alone. */
+static double proc_cpu_ms2(pid_t pid, double *children)
 {
 	char *s = th_file_read(th_strf("/proc/%ld/stat", (long)pid), NULL);
 	const char *p = s ? strrchr(s, ')') : NULL;
@@ -121,10 +128,19 @@ static double proc_cpu_ms(pid_t pid)
 		if (sscanf(p + 2, "%c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &st,
 		           &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11],
 		           &v[12], &v[13]) == 15)
+		{
 			ms = (double)(v[10] + v[11] + v[12] + v[13]) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+			*children = (double)(v[12] + v[13]) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+		}
 	}
 	free(s);
 	return ms;
+}
+
+static double proc_cpu_ms(pid_t pid)
+{
+	double children;
+	return proc_cpu_ms2(pid, &children);
 }
 
 static long rss_kb(pid_t pid)
@@ -309,14 +325,15 @@ static double floor_run(int n, int par, int64_t *lat, const char *tag)
 static void bench_floor(int runs, int lat_runs)
 {
 	char *la = loadavg();
-	double c0 = self_cpu_ms();
+	double k0, k1;
+	double c0 = self_cpu_ms(&k0);
 	double secs = floor_run(runs, SLOTS, NULL, "floor_tp");
-	double c1 = self_cpu_ms();
+	double c1 = self_cpu_ms(&k1);
 	floor_rps = runs / secs;
 	floor_cpu = (c1 - c0) / runs;
 	printf("(a) floor: %d runs, %d at a time, in %.2f s = %.0f runs/s, CPU %.2f ms per run "
-	       "(bench + bwrap + agent) [load %s]\n",
-	       runs, SLOTS, secs, floor_rps, floor_cpu, la);
+	       "(bench %.2f + bwrap and agent %.2f) [load %s]\n",
+	       runs, SLOTS, secs, floor_rps, floor_cpu, (c1 - c0 - (k1 - k0)) / runs, (k1 - k0) / runs, la);
 	free(la);
 	if (lat_runs > 0) {
 		int64_t *lat = calloc((size_t)lat_runs, sizeof(*lat));
@@ -750,12 +767,13 @@ int main(int argc, char **argv)
 	for (int i = 0; i < tp_runs; i++)
 		done += th_wait_stream_terminal(C, th_strf("runnel:{%s}:out", ids[i]), 120000);
 	double secs = (now_us() - t0) / 1e6;
-	double cpu = proc_cpu_ms(w);
+	double kids = 0;
+	double cpu = proc_cpu_ms2(w, &kids);
 	rn_rps = done / secs;
 	rn_cpu = done ? cpu / done : -1;
 	printf("(b) runnel: %d of %d pre-queued runs, %d slots, in %.2f s from worker start = %.0f runs/s, "
-	       "CPU %.2f ms per run (worker + bwrap + agent; the stub's side not counted) [load %s]\n",
-	       done, tp_runs, SLOTS, secs, rn_rps, rn_cpu, la);
+	       "CPU %.2f ms per run (worker %.2f + bwrap and agent %.2f; the stub's side not counted) [load %s]\n",
+	       done, tp_runs, SLOTS, secs, rn_rps, rn_cpu, done ? (cpu - kids) / done : -1, done ? kids / done : -1, la);
 	free(la);
 	free(ids);
 	sleep_ms(1500); /* the pool refills; the worker settles */

@@ -419,8 +419,9 @@ worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbo
 			exited = 1;
 			exited_at = now;
 		}
-		if (exited && !out_open && !err_open)
+		if (exited && !out_open && !err_open) {
 			break;
+		}
 		if (exited && end != WORKER_LOOP_NONE && end != WORKER_LOOP_EXITED)
 			break;
 

@@ -14,11 +14,14 @@
  *        memory.limit_in_bytes and cpu.cfs_quota_us;
  *   none neither is writable: the caller warns once and falls back to
  *        rlimits.
- * A run's cgroup is entered by the sandbox's first process before it
- * executes bwrap (worker_cgroup_attach_fds: the child writes "0" to
- * pre-opened cgroup.procs files), so nothing the agent starts is ever
- * outside it.  worker_cgroup_attach_tree moves an already running tree
- * (a warm sandbox assigned to a run).
+ * A cgroup is entered by the sandbox's first process before it executes
+ * bwrap (the child writes "0" to pre-opened files: v1 "tasks", v2
+ * "cgroup.procs"), so
+ * nothing the agent starts is ever outside it.  A warm sandbox is started
+ * in a cgroup of its own, which its run takes over with the run's limits
+ * (worker_cgroup_set_limits): moving processes between cgroups waits for
+ * an RCU grace period in the kernel (10-15 ms measured, on the run's
+ * critical path), writing a limit file does not.
  *
  * @locality worker_cgroup_probe: main thread, before any run; the rest:
  * the run's thread, one worker_cgroup_t per run.
@@ -70,7 +73,8 @@ typedef struct worker_cgroup {
 	const worker_cgroup_root_t *root;
 	int ndirs;
 	char dirs[WORKER_CGROUP_FDS][WORKER_CGROUP_PATH_MAX]; /* created dirs */
-	int procs_fd[WORKER_CGROUP_FDS];                      /* O_WRONLY|O_CLOEXEC cgroup.procs, -1 unused */
+	/* O_WRONLY|O_CLOEXEC, -1 unused: v1 "tasks", v2 "cgroup.procs" (see add_dir) */
+	int procs_fd[WORKER_CGROUP_FDS];
 } worker_cgroup_t;
 
 /*
@@ -87,22 +91,31 @@ worker_cgroup_mode_t worker_cgroup_probe(worker_cgroup_root_t *root, const char 
 /* "v2", "v1" or "none". */
 const char *worker_cgroup_mode_name(worker_cgroup_mode_t mode);
 
-/* Creates the run's cgroup and writes the limits.  0, or -1 with errstr
- * (nothing left behind). */
+/*
+ * Creates the cgroup "runnel-<worker pid>-<name>" and writes the limits.
+ * want_cpu: v1 makes the cpu hierarchy's cgroup even without a CPU limit
+ * (one made ahead of its run, which may set one).  0, or -1 with errstr
+ * (nothing left behind).
+ */
 int worker_cgroup_create(worker_cgroup_t *cg, const worker_cgroup_root_t *root,
-                         const char *run_id, const worker_cgroup_limits_t *lim,
+                         const char *name, const worker_cgroup_limits_t *lim, int want_cpu,
                          char *errstr, size_t errstr_size);
 
-/* Moves pid and every descendant into the run's cgroup.  0, or -1 with
- * errstr.  For a tree that is idle (a warm sandbox): a process forking
- * while it is moved may leave a child behind. */
-int worker_cgroup_attach_tree(worker_cgroup_t *cg, pid_t pid, char *errstr, size_t errstr_size);
+/* Writes every limit again (0 fields: unlimited), for a cgroup made ahead
+ * of its run.  0, or -1 with errstr naming the file. */
+int worker_cgroup_set_limits(worker_cgroup_t *cg, const worker_cgroup_limits_t *lim,
+                             char *errstr, size_t errstr_size);
+
+/* v1: renames the cgroup to "runnel-<worker pid>-<name>" (best effort:
+ * its processes, files and limits stay).  v2 cannot rename: a no-op. */
+void worker_cgroup_rename(worker_cgroup_t *cg, const char *name);
 
 /* Reads the counters.  0, or -1 when nothing could be read. */
 int worker_cgroup_events(const worker_cgroup_t *cg, worker_cgroup_events_t *ev);
 
 /* Kills every process in the cgroup (SIGKILL), waits for it to empty (at
- * most timeout_ms) and removes it.  Safe on a zeroed or failed cgroup. */
+ * most timeout_ms) and removes it.  Safe on a zeroed (never made: nothing is closed) or
+ * failed cgroup. */
 void worker_cgroup_destroy(worker_cgroup_t *cg, int timeout_ms);
 
 #endif

@@ -612,9 +612,20 @@ worker_guard_t *worker_guard_new(const worker_limits_env_t *env, const worker_gu
 			.pids = g->lim.pids,
 			.cpu_millis = g->lim.cpu_millis,
 		};
-		if (worker_cgroup_create(&g->cg, &env->cgroup, a->run_id, &cl, errstr, errstr_size) < 0)
-			goto fail;
-		g->have_cg = 1;
+		if (a->cgroup && a->cgroup->ndirs) {
+			g->cg = *a->cgroup;
+			memset(a->cgroup, 0, sizeof(*a->cgroup));
+			for (int i = 0; i < WORKER_CGROUP_FDS; i++)
+				a->cgroup->procs_fd[i] = -1;
+			g->have_cg = 1;
+			if (worker_cgroup_set_limits(&g->cg, &cl, errstr, errstr_size) < 0)
+				goto fail;
+			worker_cgroup_rename(&g->cg, a->run_id);
+		} else {
+			if (worker_cgroup_create(&g->cg, &env->cgroup, a->run_id, &cl, 0, errstr, errstr_size) < 0)
+				goto fail;
+			g->have_cg = 1;
+		}
 		for (int i = 0; i < g->cg.ndirs; i++)
 			if (g->cg.procs_fd[i] >= 0)
 				g->cgroup_fds[g->ncgroup_fds++] = g->cg.procs_fd[i];
@@ -676,13 +687,6 @@ void worker_guard_sandbox_spec(worker_guard_t *g, worker_sandbox_spec_t *spec)
 	}
 	if (g->lim.disk_mb > 0 && !g->mounted)
 		spec->rlimit_fsize_mb = g->lim.disk_mb;
-}
-
-int worker_guard_attach(worker_guard_t *g, pid_t pid, char *errstr, size_t errstr_size)
-{
-	if (!g || !g->have_cg)
-		return 0;
-	return worker_cgroup_attach_tree(&g->cg, pid, errstr, errstr_size);
 }
 
 int worker_guard_fd(const worker_guard_t *g)

@@ -95,9 +95,10 @@ void worker_limits_env_free(worker_limits_env_t *env);
  * the workspace tmpfs on dir with the worker's disk cap before the sandbox
  * binds it.  The run's guard then resizes it to the run's cap (and removes
  * it at the end).  0 (also when there is no cap or no mounting), or -1
- * with errstr.  Such a sandbox must then be moved into the run's cgroup
- * (worker_guard_attach) and may only serve runs without the egress
- * bridge (network none or full): the proxy socket is bound at start.
+ * with errstr.  Such a sandbox starts in a cgroup of its own, which its
+ * run's guard takes over (worker_guard_args_t.cgroup), and may only serve
+ * runs without the egress bridge (network none or full): the proxy socket
+ * is bound at start.
  */
 int worker_limits_mount_workspace(const worker_limits_env_t *env, const char *dir,
                                   char *errstr, size_t errstr_size);
@@ -123,6 +124,11 @@ typedef struct worker_guard_args {
 	const char *assets_dir;    /* its assets/ (re-created on the tmpfs) */
 	const char *meta_dir;      /* worker-private dir for the proxy socket */
 	worker_sandbox_driver_t driver;
+	/* A cgroup made ahead of the run, its sandbox already inside (a warm
+	 * one's): the guard takes it over (*cgroup is left empty), writes the
+	 * run's limits into it and renames it after the run, instead of making
+	 * one.  NULL: a new cgroup. */
+	worker_cgroup_t *cgroup;
 } worker_guard_args_t;
 
 /*
@@ -141,11 +147,6 @@ worker_egress_mode_t worker_guard_egress(const worker_guard_t *g);
 /* Fills the sandbox spec's limit and network fields (cgroup fds, tmpfs
  * size, rlimit fallbacks, network sharing, the egress bridge). */
 void worker_guard_sandbox_spec(worker_guard_t *g, worker_sandbox_spec_t *spec);
-
-/* Moves a sandbox started before its run (a warm one, its leader pid) and
- * everything under it into the run's cgroup.  0 (also without a cgroup),
- * or -1 with errstr. */
-int worker_guard_attach(worker_guard_t *g, pid_t pid, char *errstr, size_t errstr_size);
 
 /* An fd that becomes readable when the guard has something to say (an
  * egress refusal), or -1.  Poll it beside the agent's pipes. */

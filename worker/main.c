@@ -39,6 +39,7 @@
 #include "worker/control.h"
 #include "worker/metrics.h"
 #include "worker/publish.h"
+#include "worker/reaper.h"
 #include "worker/run.h"
 #include "worker/warm.h"
 #include "worker/sandbox.h"
@@ -721,9 +722,11 @@ int main(int argc, char **argv)
 	w->ctx.m = &w->m;
 	w->ctx.on_done = on_run_done;
 	w->ctx.arg = w;
+	w->ctx.pub_pool = worker_pub_pool_new((size_t)w->cfg.slots);
+	w->ctx.reaper = worker_reaper_new((size_t)w->cfg.slots, (size_t)w->cfg.slots, err, sizeof(err));
 	w->base = event_base_new();
 	if (!w->runs || !w->done || !w->tenants || !w->s_runs || !w->s_tenants || !w->s_ids ||
-	    !w->s_tenant_ptrs || !w->s_owned || !w->base) {
+	    !w->s_tenant_ptrs || !w->s_owned || !w->ctx.pub_pool || !w->ctx.reaper || !w->base) {
 		rn_log_error(NULL, "startup", "out of memory");
 		return 1;
 	}
@@ -856,6 +859,10 @@ int main(int argc, char **argv)
 		worker_warm_pool_free(w->ctx.warm); /* after every run ended */
 		w->ctx.warm = NULL;
 	}
+	worker_reaper_free(w->ctx.reaper); /* after every run ended */
+	w->ctx.reaper = NULL;
+	worker_pub_pool_free(w->ctx.pub_pool); /* after every run ended */
+	w->ctx.pub_pool = NULL;
 	if (w->rc)
 		redisFree(w->rc);
 	free(w->runs);

@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +49,70 @@ int worker_pub_init(worker_pub_t *p, const rn_redis_url_t *url, const char *pref
 	return 0;
 }
 
+struct worker_pub_pool {
+	pthread_mutex_t mu;
+	redisContext **idle;
+	size_t n, cap;
+};
+
+worker_pub_pool_t *worker_pub_pool_new(size_t cap)
+{
+	worker_pub_pool_t *pool = calloc(1, sizeof(*pool));
+	if (!pool || !(pool->idle = calloc(cap ? cap : 1, sizeof(*pool->idle)))) {
+		free(pool);
+		return NULL;
+	}
+	pool->cap = cap;
+	pthread_mutex_init(&pool->mu, NULL);
+	return pool;
+}
+
+void worker_pub_pool_free(worker_pub_pool_t *pool)
+{
+	if (!pool)
+		return;
+	for (size_t i = 0; i < pool->n; i++)
+		redisFree(pool->idle[i]);
+	pthread_mutex_destroy(&pool->mu);
+	free(pool->idle);
+	free(pool);
+}
+
+/* An idle connection the server has not closed, or NULL.  Redis never
+ * writes to an idle client, so anything readable is the close. */
+static redisContext *pool_take(worker_pub_pool_t *pool)
+{
+	for (;;) {
+		pthread_mutex_lock(&pool->mu);
+		redisContext *c = pool->n ? pool->idle[--pool->n] : NULL;
+		pthread_mutex_unlock(&pool->mu);
+		if (!c)
+			return NULL;
+		struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+		if (poll(&pfd, 1, 0) == 0)
+			return c;
+		redisFree(c);
+	}
+}
+
+static void pool_put(worker_pub_pool_t *pool, redisContext *c)
+{
+	pthread_mutex_lock(&pool->mu);
+	if (pool->n < pool->cap) {
+		pool->idle[pool->n++] = c;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&pool->mu);
+	if (c)
+		redisFree(c);
+}
+
 void worker_pub_free(worker_pub_t *p)
 {
-	if (p->c)
+	/* Nothing pending on it: the next run may use it as it is. */
+	if (p->c && p->pool && !p->inflight && !p->c->err)
+		pool_put(p->pool, p->c);
+	else if (p->c)
 		redisFree(p->c);
 	free(p->buf);
 	free(p->lens);
@@ -143,6 +206,8 @@ static int server_loading(redisContext *c)
 redisContext *worker_pub_ctx(worker_pub_t *p)
 {
 	unsigned attempt = 0;
+	if (!p->c && p->pool)
+		p->c = pool_take(p->pool);
 	while (!p->c) {
 		char err[256];
 		if (p->stop && worker_stopword_given_up(p->stop))

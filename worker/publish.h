@@ -33,6 +33,20 @@
 redisContext *worker_redis_connect(const rn_redis_url_t *url, int timeout_ms,
                                    char *errstr, size_t errstr_size);
 
+/*
+ * Idle publishing connections kept between runs, so that a run's first
+ * Redis call does not pay for a connect, AUTH, SELECT and the LOADING
+ * check.  A connection goes back only when nothing is pending on it; one
+ * the server closed meanwhile (a restart) is noticed when taken and
+ * dropped.  Thread-safe.
+ */
+typedef struct worker_pub_pool worker_pub_pool_t;
+
+/* NULL on allocation failure.  cap: connections kept at most. */
+worker_pub_pool_t *worker_pub_pool_new(size_t cap);
+/* Closes every idle connection; call after every run ended. */
+void worker_pub_pool_free(worker_pub_pool_t *pool);
+
 #define WORKER_PUB_BATCH_LINES 2048
 #define WORKER_PUB_BATCH_BYTES (128 * 1024)
 
@@ -54,6 +68,7 @@ typedef struct worker_pub {
 	uint64_t dropped;              /* lines refused after giving up on Redis */
 	const worker_stopword_t *stop; /* given up: a failing call stops retrying */
 	char run_id[PROTO_RUN_ID_MAX + 1];
+	worker_pub_pool_t *pool; /* borrowed; connections come from and return to it, or NULL */
 } worker_pub_t;
 
 /* Prepares a publisher (no connection yet).  0 or -1 (out of memory). */

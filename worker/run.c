@@ -37,6 +37,7 @@
 #include "worker/limits.h"
 #include "worker/publish.h"
 #include "worker/sandbox.h"
+#include "worker/reaper.h"
 #include "worker/warm.h"
 #include "worker/workspace.h"
 #include "worker/writeback.h"
@@ -446,7 +447,7 @@ static void guard_note(const char *level, const char *message, void *arg)
 /* Creates the run's guard (limits resolved, workspace mounted, cgroup,
  * proxy).  0, or -1 with errstr. */
 static int guard_start(run_io_t *io, const worker_boot_t *boot, const worker_ws_t *ws,
-                       char *errstr, size_t errstr_size)
+                       worker_cgroup_t *cgroup, char *errstr, size_t errstr_size)
 {
 	worker_guard_args_t a = {
 		.run_id = io->run->run_id,
@@ -458,6 +459,7 @@ static int guard_start(run_io_t *io, const worker_boot_t *boot, const worker_ws_
 		.assets_dir = ws->assets,
 		.meta_dir = ws->meta,
 		.driver = io->cfg->driver,
+		.cgroup = cgroup,
 	};
 	io->guard = worker_guard_new(&io->cfg->limits, &a, guard_note, io, errstr, errstr_size);
 	return io->guard ? 0 : -1;
@@ -692,7 +694,8 @@ static void run_pipeline(run_io_t *io)
 		goto out;
 	}
 	have_ws = 1;
-	if (guard_start(io, &boot, &ws, err, sizeof(err)) < 0) {
+	/* A warm sandbox's cgroup becomes the run's: its processes are in it. */
+	if (guard_start(io, &boot, &ws, warm ? &warm->cg : NULL, err, sizeof(err)) < 0) {
 		/* The details (host paths, cgroup files) are for the operator. */
 		rn_log_error(run->run_id, "limits", "%s", err);
 		io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not set up the run's limits.", "internal error");
@@ -839,16 +842,14 @@ static void run_pipeline(run_io_t *io)
 	}
 	if (warm) {
 		/*
-		 * The run's cgroup takes the warm sandbox's processes (bwrap, its
-		 * pid 1 and the waiting init: process group warm->sb.pid) before
-		 * the run's argv and environment reach the init, so nothing of the
-		 * run ever runs outside its limits.  Its workspace tmpfs was
-		 * mounted before bwrap bound it and the guard resized it to the
-		 * run's cap (worker_limits_mount_workspace).
+		 * The warm sandbox was started in the cgroup that is now the
+		 * run's, which the guard gave the run's limits before the run's
+		 * argv and environment reach the init: nothing of the run ever
+		 * runs outside its limits.  Its workspace tmpfs was mounted before
+		 * bwrap bound it and the guard resized it to the run's cap
+		 * (worker_limits_mount_workspace).
 		 */
-		rc = worker_guard_attach(io->guard, warm->sb.pid, err, sizeof(err));
-		if (rc == 0)
-			rc = worker_warm_launch(warm, &spec, &sb, err, sizeof(err));
+		rc = worker_warm_launch(warm, &spec, &sb, err, sizeof(err));
 		if (rc < 0) {
 			/* Nothing of the run ran in it: start cold instead. */
 			rn_log_warn(run->run_id, "warm_launch", "%s; starting cold", err);
@@ -989,16 +990,15 @@ out:
 	if (have_sb)
 		worker_sandbox_destroy(&sb);
 	worker_warm_free(warm, 1); /* its run directory is ws, removed below */
-	worker_guard_free(io->guard);
+	/* The cgroup, the proxy, the tmpfs and the run directory go on the
+	 * reaper's thread: the slot is free once this thread returns. */
+	worker_reaper_put(run->ctx->reaper, run->run_id, run->claimed_mono_ms, io->guard, have_ws ? &ws : NULL);
 	io->guard = NULL;
 	rn_strv_free(&envv);
 	worker_agent_launch_free(&launch);
 	if (ops && ops->free)
 		ops->free(astate);
 	worker_boot_clear(&boot);
-	if (have_ws && worker_ws_remove(&ws) < 0)
-		rn_log_warn(run->run_id, "workspace_remove", "could not remove %s", ws.dir);
-	rn_log_debug(run->run_id, "run_phase", "cleaned up at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
 }
 
 static void *run_main(void *arg)
@@ -1017,6 +1017,7 @@ static void *run_main(void *arg)
 	    !(io.env = proto_env_new((size_t)ctx->cfg->line_max))) {
 		rn_log_error(run->run_id, "run_internal", "out of memory");
 	} else {
+		io.pub.pool = ctx->pub_pool;
 		run_pipeline(&io);
 	}
 	if (io.publish_failed)

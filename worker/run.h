@@ -4,7 +4,8 @@
  * control, the runtime cap, writeback and the single terminal line.
  *
  * Each run has its own thread (blocking stages are blocking by design), its
- * own Redis connection for publishing and a poll() loop over the agent's
+ * own Redis connection for publishing (kept for the slot's next run) and a
+ * poll() loop over the agent's
  * stdout and stderr and an eventfd that wakes it for cancel, shutdown and
  * lease loss.
  *
@@ -50,6 +51,11 @@ typedef struct worker_ctx {
 	void *arg;
 	/* Warm sandboxes started ahead of need, or NULL (worker/warm.h). */
 	struct worker_warm_pool *warm;
+	/* Publishing connections kept between runs, or NULL (worker/publish.h). */
+	struct worker_pub_pool *pub_pool;
+	/* Removes finished runs' cgroups and directories, or NULL: the run's
+	 * thread does (worker/reaper.h). */
+	struct worker_reaper *reaper;
 } worker_ctx_t;
 
 struct worker_run {

@@ -179,8 +179,20 @@ static int resolve_exec(const char *name, const char *path, char *out, size_t ou
 	return -1;
 }
 
-/* Adds the host's system directories, read-only; symlinks stay symlinks. */
-static void add_host_root(strv_t *a)
+/*
+ * What of the host's system directories and /etc exists, as bwrap options
+ * ("--symlink TARGET PATH", "--ro-bind PATH PATH", ...).  Probed once per
+ * HOST_PROBE_MS rather than per sandbox: the lstat, readlink and access
+ * calls of some thirty paths were a tenth of the worker's own CPU per
+ * run.  A path that appears or disappears is seen within that time.
+ */
+#define HOST_PROBE_MS 5000
+
+static pthread_mutex_t host_mu = PTHREAD_MUTEX_INITIALIZER;
+static rn_strv_t host_args; /* guarded by host_mu */
+static int64_t host_probed_at = -1;
+
+static void probe_host_root(rn_strv_t *out)
 {
 	for (size_t i = 0; i < sizeof(host_ro_paths) / sizeof(host_ro_paths[0]); i++) {
 		const char *p = host_ro_paths[i];
@@ -193,16 +205,35 @@ static void add_host_root(strv_t *a)
 			if (n <= 0)
 				continue;
 			target[n] = '\0';
-			strv_push3(a, "--symlink", target, p);
+			strv_push3(out, "--symlink", target, p);
 		} else if (S_ISDIR(st.st_mode)) {
-			strv_push3(a, "--ro-bind", p, p);
+			strv_push3(out, "--ro-bind", p, p);
 		}
 	}
 	for (size_t i = 0; i < sizeof(host_etc_paths) / sizeof(host_etc_paths[0]); i++) {
 		const char *p = host_etc_paths[i];
 		if (access(p, F_OK) == 0) /* follows links: a dangling one is skipped */
-			strv_push3(a, "--ro-bind", p, p);
+			strv_push3(out, "--ro-bind", p, p);
 	}
+}
+
+/* Adds the host's system directories, read-only; symlinks stay symlinks. */
+static void add_host_root(strv_t *a)
+{
+	pthread_mutex_lock(&host_mu);
+	int64_t now = rn_mono_ms();
+	if (host_probed_at < 0 || now - host_probed_at >= HOST_PROBE_MS || host_args.oom) {
+		rn_strv_t fresh = { 0 };
+		probe_host_root(&fresh);
+		rn_strv_free(&host_args);
+		host_args = fresh;
+		host_probed_at = now;
+	}
+	for (size_t i = 0; i < host_args.n; i++)
+		strv_push(a, host_args.v[i]);
+	if (host_args.oom)
+		a->oom = 1;
+	pthread_mutex_unlock(&host_mu);
 }
 
 /* ------------------------------------------------------------------------

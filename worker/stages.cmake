@@ -5,6 +5,7 @@ add_library(runnel_worker_stages STATIC
   ${CMAKE_CURRENT_LIST_DIR}/workspace.c
   ${CMAKE_CURRENT_LIST_DIR}/sandbox.c
   ${CMAKE_CURRENT_LIST_DIR}/warm.c
+  ${CMAKE_CURRENT_LIST_DIR}/reaper.c
   ${CMAKE_CURRENT_LIST_DIR}/writeback.c
   ${CMAKE_CURRENT_LIST_DIR}/httpc.c
   # Per-run limits and egress: cgroups, the guard, the proxy.

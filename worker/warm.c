@@ -331,6 +331,8 @@ void worker_warm_discard(worker_warm_sb_t *w, int keep_ws)
 	if (w->sb.pid > 0)
 		worker_sandbox_destroy(&w->sb);
 	sb_blank(&w->sb);
+	/* Not taken over by a run: nothing of one is in it. */
+	worker_cgroup_destroy(&w->cg, 2000);
 	free(w->bwrap_path);
 	free(w->rootfs);
 	free(w->workspace_dir);
@@ -391,8 +393,31 @@ static worker_warm_sb_t *pool_start_one(worker_warm_pool_t *p, unsigned long seq
 		free(w);
 		return NULL;
 	}
+	/* Its cgroup, entered by bwrap's first process, bounded by the
+	 * worker's limits until its run sets its own. */
+	worker_cgroup_t cg;
+	int have_cg = 0;
+	int fds[WORKER_CGROUP_FDS], nfds = 0;
+	if (p->limits && p->limits->cgroup.mode != WORKER_CGROUP_NONE) {
+		worker_cgroup_limits_t cl = {
+			.memory_bytes = (uint64_t)p->limits->max.memory_mb * 1024 * 1024,
+			.pids = p->limits->max.pids,
+			.cpu_millis = p->limits->max.cpu_millis,
+		};
+		if (worker_cgroup_create(&cg, &p->limits->cgroup, name, &cl, 1, errstr, errstr_size) < 0) {
+			worker_warm_discard(w, 0);
+			free(w);
+			return NULL;
+		}
+		have_cg = 1;
+		for (int i = 0; i < cg.ndirs; i++)
+			if (cg.procs_fd[i] >= 0)
+				fds[nfds++] = cg.procs_fd[i];
+	}
 	worker_sandbox_spec_t t;
 	memset(&t, 0, sizeof(t));
+	t.cgroup_fds = nfds ? fds : NULL;
+	t.ncgroup_fds = nfds;
 	t.driver = WORKER_SANDBOX_BWRAP;
 	t.bwrap_path = p->bwrap_path;
 	t.rootfs = p->rootfs;
@@ -402,10 +427,14 @@ static worker_warm_sb_t *pool_start_one(worker_warm_pool_t *p, unsigned long seq
 	t.rlimit_nofile = p->rlimit_nofile;
 	t.tmp_mb = p->tmp_mb;
 	if (worker_warm_start(&t, p->init_path, w, errstr, errstr_size) != 0) {
+		if (have_cg)
+			worker_cgroup_destroy(&cg, 2000);
 		worker_warm_discard(w, 0);
 		free(w);
 		return NULL;
 	}
+	if (have_cg)
+		w->cg = cg;
 	return w;
 }
 

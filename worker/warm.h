@@ -45,6 +45,9 @@ typedef struct worker_warm_sb {
 	int share_net;
 	long rlimit_nofile, rlimit_nproc, rlimit_as_mb, rlimit_fsize_mb;
 	long tmp_mb;
+	/* The cgroup it was started in (the worker's limits until a run takes
+	 * it over: worker_guard_args_t.cgroup); empty without cgroups. */
+	worker_cgroup_t cg;
 } worker_warm_sb_t;
 
 /*
@@ -93,7 +96,9 @@ typedef struct worker_warm_pool_opts {
 	long rlimit_nofile;
 	long tmp_mb; /* the worker's /tmp size (a run's must match) */
 	/* The worker's limits (outlive the pool): each warm workspace gets its
-	 * tmpfs before bwrap binds it, and the run's guard resizes it. */
+	 * tmpfs before bwrap binds it, each sandbox a cgroup of its own before
+	 * bwrap starts, and the run's guard resizes the one and takes over the
+	 * other. */
 	const worker_limits_env_t *limits;
 } worker_warm_pool_opts_t;
 

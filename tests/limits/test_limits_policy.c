@@ -126,7 +126,7 @@ static worker_guard_t *guard(const worker_limits_env_t *env, const char *kind, c
  * notes: what the disk and cgroup tests need.  NULL when refused (a failed
  * check). */
 static worker_guard_t *guard_at(const worker_limits_env_t *env, const char *run_id, const char *config_json,
-                                const char *ws, const char *assets, const char *meta)
+                                const char *ws, const char *assets, const char *meta, worker_cgroup_t *cg)
 {
 	json_error_t je;
 	json_t *cfg = json_loads(config_json, 0, &je);
@@ -139,6 +139,7 @@ static worker_guard_t *guard_at(const worker_limits_env_t *env, const char *run_
 		.assets_dir = assets,
 		.meta_dir = meta,
 		.driver = WORKER_SANDBOX_BWRAP,
+		.cgroup = cg,
 	};
 	char err[256];
 	worker_guard_t *g = worker_guard_new(env, &a, NULL, NULL, err, sizeof(err));
@@ -454,7 +455,7 @@ static void test_cgroup_v2_files(void)
 	worker_cgroup_limits_t lim = { .memory_bytes = 512ULL << 20, .pids = 256, .cpu_millis = 1500 };
 	worker_cgroup_t cg;
 	char err[256];
-	TH_REQUIRE(worker_cgroup_create(&cg, &root, "run_v2", &lim, err, sizeof(err)) == 0, "create: %s", err);
+	TH_REQUIRE(worker_cgroup_create(&cg, &root, "run_v2", &lim, 0, err, sizeof(err)) == 0, "create: %s", err);
 	TH_CHECK(cg.ndirs == 1 && cg.procs_fd[0] >= 0);
 	char *v;
 	TH_CHECK(th_streq(v = slurp(dir, "memory.max"), "536870912"), "memory.max %s", v);
@@ -466,6 +467,19 @@ static void test_cgroup_v2_files(void)
 	TH_CHECK(th_streq(v = slurp(dir, "pids.max"), "256"), "pids.max %s", v);
 	free(v);
 	TH_CHECK(th_streq(v = slurp(dir, "cpu.max"), "150000 100000"), "cpu.max %s", v);
+	free(v);
+
+	/* Taken over by a run without limits: every limit lifted again. */
+	worker_cgroup_limits_t lifted = { 0 };
+	/* (A cgroup file takes each write whole; these stand-ins are emptied.) */
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+		th_file_write(th_strf("%s/%s", dir, files[i]), "", 0);
+	TH_REQUIRE(worker_cgroup_set_limits(&cg, &lifted, err, sizeof(err)) == 0, "set: %s", err);
+	TH_CHECK(th_streq(v = slurp(dir, "memory.max"), "max"), "memory.max %s", v);
+	free(v);
+	TH_CHECK(th_streq(v = slurp(dir, "pids.max"), "max"), "pids.max %s", v);
+	free(v);
+	TH_CHECK(th_streq(v = slurp(dir, "cpu.max"), "max 100000"), "cpu.max %s", v);
 	free(v);
 
 	worker_cgroup_events_t ev;
@@ -488,14 +502,14 @@ static void test_cgroup_v2_files(void)
 	/* Without limits nothing is written. */
 	th_file_write(th_strf("%s/pids.max", dir), "", 0);
 	worker_cgroup_limits_t none = { 0 };
-	TH_REQUIRE(worker_cgroup_create(&cg, &root, "run_v2", &none, err, sizeof(err)) == 0, "create: %s", err);
+	TH_REQUIRE(worker_cgroup_create(&cg, &root, "run_v2", &none, 0, err, sizeof(err)) == 0, "create: %s", err);
 	TH_CHECK(th_streq(v = slurp(dir, "pids.max"), ""), "pids.max untouched: %s", v);
 	free(v);
 	worker_cgroup_destroy(&cg, 0);
 
 	/* A base that is not there: a clear error, nothing left open. */
 	snprintf(root.v2_base, sizeof(root.v2_base), "%s/missing/deeper", base);
-	TH_CHECK(worker_cgroup_create(&cg, &root, "run_v2", &lim, err, sizeof(err)) < 0);
+	TH_CHECK(worker_cgroup_create(&cg, &root, "run_v2", &lim, 0, err, sizeof(err)) < 0);
 	TH_CHECK(strstr(err, "cannot create cgroup ") != NULL, "%s", err);
 }
 
@@ -527,7 +541,7 @@ static void test_workspace_resize(void)
 	char err[256];
 	TH_REQUIRE(worker_limits_mount_workspace(&env, ws, err, sizeof(err)) == 0, "mount: %s", err);
 	TH_CHECK(fs_size(ws) == 64ULL << 20, "warm workspace %llu bytes", (unsigned long long)fs_size(ws));
-	worker_guard_t *g = guard_at(&env, "run_resize", "{\"limits\":{\"disk_mb\":16}}", ws, assets, meta);
+	worker_guard_t *g = guard_at(&env, "run_resize", "{\"limits\":{\"disk_mb\":16}}", ws, assets, meta, NULL);
 	if (g) {
 		TH_CHECK(fs_size(ws) == 16ULL << 20, "the run's workspace %llu bytes", (unsigned long long)fs_size(ws));
 		struct stat st;
@@ -547,7 +561,7 @@ static void test_disk_watch(void)
 	env.max.disk_mb = 1;
 	env.disk_mode = WORKER_DISK_WATCH;
 	const char *ws = th_tmpdir();
-	worker_guard_t *g = guard_at(&env, "run_watch", "{}", ws, NULL, ws);
+	worker_guard_t *g = guard_at(&env, "run_watch", "{}", ws, NULL, ws, NULL);
 	TH_REQUIRE(g != NULL, "guard");
 	worker_sandbox_spec_t spec;
 	memset(&spec, 0, sizeof(spec));
@@ -580,11 +594,12 @@ static int in_cgroup(pid_t pid, const char *name)
 }
 
 /*
- * A process tree started before its run (a warm sandbox) moved into the
- * run's cgroup, and killed with it at the end.  Needs a writable cgroup
- * hierarchy (skipped without one).
+ * A cgroup made ahead of its run with a process tree inside (a warm
+ * sandbox's): the run's guard takes it over, writes the run's limits into
+ * it and renames it after the run (v1), and the tree dies with it at the
+ * end.  Needs a writable cgroup hierarchy (skipped without one).
  */
-static void test_attach_tree(void)
+static void test_adopt_cgroup(void)
 {
 	worker_limits_env_t env;
 	char warn[1024], err[256];
@@ -593,15 +608,23 @@ static void test_attach_tree(void)
 	                               warn, sizeof(warn), err, sizeof(err)) == 0,
 	           "setup: %s", err);
 	if (env.cgroup.mode == WORKER_CGROUP_NONE) {
-		fprintf(stderr, "# skipped the tree attach: %s", warn);
+		fprintf(stderr, "# skipped the cgroup takeover: %s", warn);
 		worker_limits_env_free(&env);
 		return;
 	}
+	worker_cgroup_t cg;
+	worker_cgroup_limits_t cl = { .memory_bytes = 256u << 20, .pids = 64 };
+	TH_REQUIRE(worker_cgroup_create(&cg, &env.cgroup, "warm_adopt", &cl, 1, err, sizeof(err)) == 0,
+	           "cgroup: %s", err);
 	int ready[2];
 	TH_REQUIRE(pipe(ready) == 0, "pipe");
 	pid_t child = fork();
 	if (child == 0) {
-		/* A leader with a child of its own, both idle. */
+		/* Enters the cgroup as a sandbox's first process does, then a
+		 * leader with a child of its own, both idle. */
+		for (int i = 0; i < cg.ndirs; i++)
+			if (write(cg.procs_fd[i], "0", 1) != 1)
+				_exit(1);
 		if (fork() == 0) {
 			close(ready[0]);
 			ssize_t w = write(ready[1], "g", 1);
@@ -616,18 +639,27 @@ static void test_attach_tree(void)
 	char c;
 	TH_REQUIRE(read(ready[0], &c, 1) == 1, "grandchild started");
 	close(ready[0]);
-	const char *ws = th_tmpdir();
-	worker_guard_t *g = guard_at(&env, "run_attach", "{}", ws, NULL, ws);
-	TH_REQUIRE(g != NULL, "guard");
-	TH_CHECK(worker_guard_attach(g, child, err, sizeof(err)) == 0, "attach: %s", err);
-	char *name = th_strf("runnel-%ld-run_attach", (long)getpid());
-	TH_CHECK(in_cgroup(child, name), "the leader is in the run's cgroup");
 	/* The grandchild: the only other child of `child`. */
 	size_t len;
 	char *kids = th_file_read(th_strf("/proc/%ld/task/%ld/children", (long)child, (long)child), &len);
 	pid_t grand = kids ? (pid_t)strtol(kids, NULL, 10) : 0;
 	free(kids);
-	TH_CHECK(grand > 0 && in_cgroup(grand, name), "its child too");
+	TH_CHECK(grand > 0 && in_cgroup(grand, th_strf("runnel-%ld-warm_adopt", (long)getpid())),
+	         "the tree starts in the cgroup made ahead");
+
+	const char *ws = th_tmpdir();
+	worker_guard_t *g = guard_at(&env, "run_attach", "{\"limits\":{\"pids\":16,\"memory_mb\":64}}", ws, NULL, ws, &cg);
+	TH_REQUIRE(g != NULL, "guard");
+	TH_CHECK(cg.ndirs == 0 && cg.procs_fd[0] == -1, "the guard owns the cgroup now");
+	int v1 = env.cgroup.mode == WORKER_CGROUP_V1;
+	char *name = th_strf("runnel-%ld-%s", (long)getpid(), v1 ? "run_attach" : "warm_adopt");
+	TH_CHECK(in_cgroup(child, name), "the leader is in the run's cgroup (%s)", name);
+	TH_CHECK(in_cgroup(grand, name), "its child too");
+	char *pids = th_file_read(v1 ? th_strf("%s/%s/pids.max", env.cgroup.v1_pids, name)
+	                             : th_strf("%s/%s/pids.max", env.cgroup.v2_base, name),
+	                          &len);
+	TH_CHECK(pids && strtol(pids, NULL, 10) == 16, "the run's pids limit replaced the worker's: %s", pids ? pids : "(none)");
+	free(pids);
 	worker_guard_free(g); /* removes the cgroup, killing what is in it */
 	int st = 0;
 	TH_CHECK(waitpid(child, &st, 0) == child && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
@@ -646,7 +678,7 @@ int main(void)
 	test_model_url_credentials();
 	test_cgroup_v2_files();
 	test_disk_watch();
-	test_attach_tree();
+	test_adopt_cgroup();
 	test_workspace_resize();
 	return th_done();
 }
