@@ -1,6 +1,7 @@
 /*
  * common/io.h - the one "write all of it" loop, the one "read until full
- * or EOF" loop and the one two-way socket relay.  Header-only (static
+ * or EOF" loop, the one "read all of a file" loop and the one two-way
+ * socket relay.  Header-only (static
  * inline, libc only), so that the small programs that link nothing of
  * runnel (runnel-egress-bridge, runnel-warm-init) share it too.  Any
  * thread; the fds are the caller's.
@@ -11,6 +12,8 @@
 #include <errno.h>
 #include <poll.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -56,6 +59,68 @@ static inline size_t rn_read_full(int fd, void *buf, size_t n)
 		got += (size_t)r;
 	}
 	return got;
+}
+
+#define RN_IO_WIPE 4 /* rn_read_alloc: wipe every buffer left behind (the data is a secret) */
+
+/*
+ * Reads fd to EOF into a malloc'd buffer, NUL-terminated (*len, when
+ * given, excludes the NUL).  NULL with errno set on a read error, ENOMEM,
+ * or EFBIG when there is more than max bytes.  flags: RN_IO_WIPE.
+ */
+static inline char *rn_read_alloc(int fd, size_t max, size_t *len, int flags)
+{
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap);
+
+	while (buf) {
+		if (n + 1 >= cap) {
+			if (n >= max) {
+				errno = EFBIG;
+				break;
+			}
+			char *nb = malloc(cap * 2);
+			if (!nb) {
+				errno = ENOMEM;
+				break;
+			}
+			memcpy(nb, buf, n);
+			if (flags & RN_IO_WIPE)
+				explicit_bzero(buf, cap);
+			free(buf);
+			buf = nb;
+			cap *= 2;
+		}
+		size_t want = cap - n - 1;
+		if (want > max + 1 - n)
+			want = max + 1 - n; /* one byte past max tells "too large" */
+		ssize_t r = read(fd, buf + n, want);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			break;
+		if (r == 0) {
+			buf[n] = '\0';
+			if (len)
+				*len = n;
+			return buf;
+		}
+		n += (size_t)r;
+		if (n > max) {
+			errno = EFBIG;
+			break;
+		}
+	}
+	if (buf) {
+		int e = errno;
+		if (flags & RN_IO_WIPE)
+			explicit_bzero(buf, cap);
+		free(buf);
+		errno = e;
+	} else {
+		errno = ENOMEM;
+	}
+	return NULL;
 }
 
 /*

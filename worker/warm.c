@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/io.h"
 #include "common/util.h"
 
 #define WARM_SETUP_MAX (8u << 20) /* matches runnel-warm-init's string cap */
@@ -201,52 +202,19 @@ static void msg_str(msg_t *m, const char *s, size_t n)
 	msg_put(m, s, n);
 }
 
-/* Reads the host's setup script (small: /env's answer is capped). */
+/* Reads the host's setup script (small: /env's answer is capped).  It
+ * carries secrets: no copy is left behind in freed memory. */
 static char *read_setup(const char *path, size_t *len, char *errstr, size_t errstr_size)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0) {
-		snprintf(errstr, errstr_size, "cannot read the setup script: %s", strerror(errno));
-		return NULL;
-	}
-	size_t cap = 4096, n = 0;
-	char *buf = malloc(cap);
-	while (buf) {
-		if (n == cap) {
-			if (cap >= WARM_SETUP_MAX) {
-				snprintf(errstr, errstr_size, "the setup script is larger than %u bytes", WARM_SETUP_MAX);
-				free(buf);
-				close(fd);
-				return NULL;
-			}
-			char *nb = realloc(buf, cap * 2);
-			if (!nb) {
-				free(buf);
-				buf = NULL;
-				break;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-		ssize_t r = read(fd, buf + n, cap - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			snprintf(errstr, errstr_size, "cannot read the setup script: %s", strerror(errno));
-			free(buf);
-			close(fd);
-			return NULL;
-		}
-		if (r == 0)
-			break;
-		n += (size_t)r;
-	}
-	close(fd);
-	if (!buf) {
-		snprintf(errstr, errstr_size, "out of memory");
-		return NULL;
-	}
-	*len = n;
+	char *buf = fd >= 0 ? rn_read_alloc(fd, WARM_SETUP_MAX, len, RN_IO_WIPE) : NULL;
+	int e = errno;
+	if (fd >= 0)
+		close(fd);
+	if (!buf && e == EFBIG)
+		snprintf(errstr, errstr_size, "the setup script is larger than %u bytes", WARM_SETUP_MAX);
+	else if (!buf)
+		snprintf(errstr, errstr_size, "cannot read the setup script: %s", strerror(e));
 	return buf;
 }
 

@@ -412,44 +412,8 @@ char *th_file_read(const char *path, size_t *len)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return NULL;
-	size_t cap = 4096, n = 0;
-	char *buf = malloc(cap);
-	if (!buf) {
-		close(fd);
-		return NULL;
-	}
-	for (;;) {
-		if (n + 1 >= cap) {
-			if (cap >= TH_FILE_MAX) {
-				free(buf);
-				close(fd);
-				return NULL;
-			}
-			char *nb = realloc(buf, cap * 2);
-			if (!nb) {
-				free(buf);
-				close(fd);
-				return NULL;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-		ssize_t r = read(fd, buf + n, cap - n - 1);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			free(buf);
-			close(fd);
-			return NULL;
-		}
-		if (r == 0)
-			break;
-		n += (size_t)r;
-	}
+	char *buf = rn_read_alloc(fd, TH_FILE_MAX, len, 0);
 	close(fd);
-	buf[n] = 0;
-	if (len)
-		*len = n;
 	return buf;
 }
 
