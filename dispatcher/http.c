@@ -6,6 +6,7 @@
  */
 #include "dispatcher/dispatcher.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -494,6 +495,23 @@ static void on_request(struct evhttp_request *req, void *arg)
 	}
 }
 
+/* The dispatcher's unlabelled series, in /metrics order. */
+static const rn_metric_def_t dispatcher_metrics[] = {
+	{ offsetof(dispatcher_t, g_streams), RN_METRIC_GAUGE, "runnel_dispatcher_active_streams",
+	  "Streaming answers (/stream and events) in progress" },
+	{ offsetof(dispatcher_t, h_enqueue), RN_METRIC_LATENCY, "runnel_dispatcher_enqueue_seconds",
+	  "Request received to Kafka delivery report" },
+	{ offsetof(dispatcher_t, c_enqueued), RN_METRIC_COUNTER, "runnel_dispatcher_enqueued_total", "Jobs Kafka confirmed" },
+	{ offsetof(dispatcher_t, c_enqueue_failed), RN_METRIC_COUNTER, "runnel_dispatcher_enqueue_failed_total",
+	  "Jobs Kafka did not take (answered 503)" },
+	{ offsetof(dispatcher_t, c_cancels), RN_METRIC_COUNTER, "runnel_dispatcher_cancels_total",
+	  "Cancel control messages written" },
+	{ offsetof(dispatcher_t, c_pauses), RN_METRIC_COUNTER, "runnel_dispatcher_stream_pauses_total",
+	  "Times a slow caller's stream was paused until its socket drained" },
+	{ offsetof(dispatcher_t, c_lost), RN_METRIC_COUNTER, "runnel_dispatcher_lost_runs_total",
+	  "Runs the lost-lease sweep of this dispatcher ended" },
+};
+
 void dispatcher_http_metrics(dispatcher_t *d)
 {
 	char labels[96];
@@ -507,21 +525,7 @@ void dispatcher_http_metrics(dispatcher_t *d)
 			d->c_requests[r][s] = rn_metrics_counter(d->metrics, "runnel_dispatcher_requests_total",
 			                                         "HTTP answers by route and status", labels);
 		}
-	d->g_streams = rn_metrics_gauge(d->metrics, "runnel_dispatcher_active_streams",
-	                                "Streaming answers (/stream and events) in progress", NULL);
-	d->h_enqueue = rn_metrics_histogram(d->metrics, "runnel_dispatcher_enqueue_seconds",
-	                                    "Request received to Kafka delivery report",
-	                                    NULL, rn_metrics_latency_bounds, rn_metrics_latency_nbounds);
-	d->c_enqueued = rn_metrics_counter(d->metrics, "runnel_dispatcher_enqueued_total",
-	                                   "Jobs Kafka confirmed", NULL);
-	d->c_enqueue_failed = rn_metrics_counter(d->metrics, "runnel_dispatcher_enqueue_failed_total",
-	                                         "Jobs Kafka did not take (answered 503)", NULL);
-	d->c_cancels = rn_metrics_counter(d->metrics, "runnel_dispatcher_cancels_total",
-	                                  "Cancel control messages written", NULL);
-	d->c_pauses = rn_metrics_counter(d->metrics, "runnel_dispatcher_stream_pauses_total",
-	                                 "Times a slow caller's stream was paused until its socket drained", NULL);
-	d->c_lost = rn_metrics_counter(d->metrics, "runnel_dispatcher_lost_runs_total",
-	                               "Runs the lost-lease sweep of this dispatcher ended", NULL);
+	rn_metrics_register(d->metrics, d, dispatcher_metrics, sizeof(dispatcher_metrics) / sizeof(dispatcher_metrics[0]));
 }
 
 int dispatcher_http_listen(dispatcher_t *d, const char *host, unsigned short port,

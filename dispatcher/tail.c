@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -452,6 +453,21 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* The tail pool's series, in /metrics order. */
+static const rn_metric_def_t tail_metrics[] = {
+	{ offsetof(dispatcher_tail_t, g_callers), RN_METRIC_GAUGE, "runnel_dispatcher_tail_callers",
+	  "Callers following a run's stream (events and /stream)" },
+	{ offsetof(dispatcher_tail_t, g_runs), RN_METRIC_GAUGE, "runnel_dispatcher_tail_runs", "Distinct runs being tailed" },
+	{ offsetof(dispatcher_tail_t, g_conns), RN_METRIC_GAUGE, "runnel_dispatcher_tail_connections",
+	  "Tail pool Redis connections that are up" },
+	{ offsetof(dispatcher_tail_t, c_reads), RN_METRIC_COUNTER, "runnel_dispatcher_tail_reads_total",
+	  "XREAD commands issued by the tail pool" },
+	{ offsetof(dispatcher_tail_t, c_entries), RN_METRIC_COUNTER, "runnel_dispatcher_tail_entries_total",
+	  "Stream entries read by the tail pool" },
+	{ offsetof(dispatcher_tail_t, c_unblocks), RN_METRIC_COUNTER, "runnel_dispatcher_tail_unblocks_total",
+	  "CLIENT UNBLOCKs sent to re-arm a tail connection" },
+};
+
 dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_url_t *url,
                                        const char *prefix, int nconns, long block_ms,
                                        long batch, dispatcher_store_t *store,
@@ -466,18 +482,7 @@ dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_u
 	t->block_ms = block_ms;
 	t->batch = batch;
 	t->store = store;
-	t->g_callers = rn_metrics_gauge(metrics, "runnel_dispatcher_tail_callers",
-	                                "Callers following a run's stream (events and /stream)", NULL);
-	t->g_runs = rn_metrics_gauge(metrics, "runnel_dispatcher_tail_runs",
-	                             "Distinct runs being tailed", NULL);
-	t->g_conns = rn_metrics_gauge(metrics, "runnel_dispatcher_tail_connections",
-	                              "Tail pool Redis connections that are up", NULL);
-	t->c_reads = rn_metrics_counter(metrics, "runnel_dispatcher_tail_reads_total",
-	                                "XREAD commands issued by the tail pool", NULL);
-	t->c_entries = rn_metrics_counter(metrics, "runnel_dispatcher_tail_entries_total",
-	                                  "Stream entries read by the tail pool", NULL);
-	t->c_unblocks = rn_metrics_counter(metrics, "runnel_dispatcher_tail_unblocks_total",
-	                                   "CLIENT UNBLOCKs sent to re-arm a tail connection", NULL);
+	rn_metrics_register(metrics, t, tail_metrics, sizeof(tail_metrics) / sizeof(tail_metrics[0]));
 	t->conns = calloc((size_t)nconns, sizeof *t->conns);
 	if (t->conns == NULL) {
 		free(t);
