@@ -101,7 +101,7 @@ static char *loadavg(void)
 static double ru_ms(const struct rusage *r)
 {
 	return (double)(r->ru_utime.tv_sec + r->ru_stime.tv_sec) * 1000.0 +
-	       (double)(r->ru_utime.tv_usec + r->ru_stime.tv_usec) / 1000.0;
+	        (double)(r->ru_utime.tv_usec + r->ru_stime.tv_usec) / 1000.0;
 }
 
 /* CPU ms used by this process and its reaped children; *children: theirs. */
@@ -127,8 +127,7 @@ static double proc_cpu_ms2(pid_t pid, double *children)
 		char st;
 		if (sscanf(p + 2, "%c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &st,
 		           &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11],
-		           &v[12], &v[13]) == 15)
-		{
+		           &v[12], &v[13]) == 15) {
 			ms = (double)(v[10] + v[11] + v[12] + v[13]) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
 			*children = (double)(v[12] + v[13]) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
 		}
