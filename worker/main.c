@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -46,6 +47,7 @@
 
 #define PENDING_MAX   64
 #define KAFKA_TICK_MS 100
+#define IDLE_TRIM_MS  1000  /* after the last run ended: malloc_trim */
 #define STATS_MS      2000  /* queue gauges */
 #define DLQ_WAIT_MS   10000 /* a DLQ delivery report, at most */
 
@@ -83,6 +85,7 @@ typedef struct worker {
 
 	struct event *ev_kafka, *ev_tick, *ev_done, *ev_hb, *ev_sweep, *ev_stats;
 	struct event *ev_term, *ev_int, *ev_drain, *ev_hard;
+	struct event *ev_trim; /* an idle worker hands its free heap back */
 	int draining;
 	int drain_expired;
 	int gave_up;             /* the drain's hard deadline passed */
@@ -193,6 +196,23 @@ static void done_cb(evutil_socket_t fd, short what, void *arg)
 	update_busy(w);
 	if (w->draining && w->busy == 0)
 		event_base_loopbreak(w->base);
+	if (w->busy == 0 && n > 0) {
+		struct timeval tv = { IDLE_TRIM_MS / 1000, (IDLE_TRIM_MS % 1000) * 1000 };
+		evtimer_add(w->ev_trim, &tv); /* from the last run's end */
+	}
+}
+
+/*
+ * A second after the last run ended: the heap memory the runs freed goes
+ * back to the system.  Each run thread may have used a malloc arena of its
+ * own, and freed chunks stay mapped until trimmed (several MB of an idle
+ * worker's RSS after a busy spell).
+ */
+static void trim_cb(evutil_socket_t fd, short what, void *arg)
+{
+	worker_t *w = arg;
+	if (w->busy == 0)
+		malloc_trim(0);
 }
 
 /* ------------------------------------------------------------------------
@@ -768,6 +788,7 @@ int main(int argc, char **argv)
 	w->ev_int = evsignal_new(w->base, SIGINT, signal_cb, w);
 	w->ev_drain = evtimer_new(w->base, drain_cb, w);
 	w->ev_hard = evtimer_new(w->base, hard_cb, w);
+	w->ev_trim = evtimer_new(w->base, trim_cb, w);
 	struct timeval tick = { 0, KAFKA_TICK_MS * 1000 };
 	long hb_ms = w->cfg.lease_sec * 1000 / 3;
 	struct timeval hb = { hb_ms / 1000, (hb_ms % 1000) * 1000 };
@@ -850,6 +871,7 @@ int main(int argc, char **argv)
 	event_free(w->ev_int);
 	event_free(w->ev_drain);
 	event_free(w->ev_hard);
+	event_free(w->ev_trim);
 	event_base_free(w->base);
 	if (w->ctx.warm) {
 		unsigned long taken, missed, started;
