@@ -23,6 +23,9 @@
 
 #define WAIT_MS  1000  /* one BLPOP on the wake list */
 #define FETCH_MS 10000 /* reading a referenced record back */
+/* Records remembered for this worker's own claims (reference mode). */
+#define RECENT_MAX   64
+#define RECENT_BYTES (4u << 20)
 
 char *worker_queue_entry(const worker_config_t *cfg, const proto_job_t *job,
                          const rd_kafka_message_t *m, size_t *len,
@@ -102,6 +105,17 @@ struct worker_claimer {
 	redisContext *rc;
 	unsigned attempt;
 	worker_fetcher_t *fetcher; /* reference mode, created on first use */
+	/* Reference mode: the records this worker queued itself, so that its
+	 * own claims need no read back from Kafka.  A ring under recent_mu
+	 * (main thread puts, claimer takes); wiped when taken or dropped. */
+	pthread_mutex_t recent_mu;
+	struct recent {
+		char *topic, *buf;
+		int32_t partition;
+		int64_t offset;
+		size_t len;
+	} recent[RECENT_MAX];
+	size_t recent_next, recent_bytes;
 	/* The hand-over: the claimer thread appends under mu, the loop's
 	 * ev_ready takes them.  At most slots entries (outstanding bounds them). */
 	struct event *ev_ready;
@@ -111,6 +125,62 @@ struct worker_claimer {
 	rn_tenant_caps_t caps;
 	const char **cap_names;
 };
+
+static void recent_drop(worker_claimer_t *cl, struct recent *r)
+{
+	if (r->buf) {
+		sodium_memzero(r->buf, r->len);
+		cl->recent_bytes -= r->len;
+	}
+	free(r->buf);
+	free(r->topic);
+	memset(r, 0, sizeof(*r));
+}
+
+void worker_claimer_remember(worker_claimer_t *cl, const rd_kafka_message_t *m)
+{
+	if (!m->payload || m->len > RECENT_BYTES / 4)
+		return;
+	struct recent n = { .topic = strdup(rd_kafka_topic_name(m->rkt)), .buf = malloc(m->len), .partition = m->partition, .offset = m->offset, .len = m->len };
+	if (!n.topic || !n.buf) {
+		free(n.topic);
+		free(n.buf);
+		return; /* the claim reads it back from Kafka */
+	}
+	memcpy(n.buf, m->payload, m->len);
+	pthread_mutex_lock(&cl->recent_mu);
+	/* Oldest first, until it fits. */
+	for (size_t i = 0; i < RECENT_MAX && (cl->recent[cl->recent_next].buf || cl->recent_bytes + n.len > RECENT_BYTES); i++) {
+		recent_drop(cl, &cl->recent[cl->recent_next]);
+		if (cl->recent_bytes + n.len > RECENT_BYTES)
+			cl->recent_next = (cl->recent_next + 1) % RECENT_MAX;
+	}
+	cl->recent[cl->recent_next] = n;
+	cl->recent_bytes += n.len;
+	cl->recent_next = (cl->recent_next + 1) % RECENT_MAX;
+	pthread_mutex_unlock(&cl->recent_mu);
+}
+
+/* The remembered record, taken out (the caller wipes and frees it), or NULL. */
+static char *recent_take(worker_claimer_t *cl, const char *topic, int32_t partition, int64_t offset,
+                         size_t *len)
+{
+	char *buf = NULL;
+	pthread_mutex_lock(&cl->recent_mu);
+	for (size_t i = 0; i < RECENT_MAX; i++) {
+		struct recent *r = &cl->recent[i];
+		if (r->buf && r->partition == partition && r->offset == offset && !strcmp(r->topic, topic)) {
+			buf = r->buf;
+			*len = r->len;
+			cl->recent_bytes -= r->len;
+			r->buf = NULL;
+			recent_drop(cl, r);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&cl->recent_mu);
+	return buf;
+}
 
 /* Sleeps up to ms unless stopped. */
 static void nap(worker_claimer_t *cl, long ms)
@@ -170,17 +240,16 @@ static int open_entry(worker_claimer_t *cl, const rn_queue_item_t *it, proto_job
 	const char *t = json_string_value(json_object_get(ref, "t"));
 	snprintf(topic, sizeof(topic), "%s", t ? t : cfg->jobs_topic);
 	json_decref(root);
-	if (!cl->fetcher) {
-		cl->fetcher = worker_fetcher_new(cfg, errstr, errstr_size);
-		if (!cl->fetcher)
-			return -1;
-	}
-	char *buf = NULL;
 	size_t len = 0;
-	int got = worker_fetcher_get(cl->fetcher, topic, (int32_t)p, (int64_t)o, FETCH_MS,
-	                             &buf, &len, errstr, errstr_size);
-	if (got < 0)
-		return got;
+	char *buf = recent_take(cl, topic, (int32_t)p, (int64_t)o, &len);
+	if (!buf) {
+		if (!cl->fetcher && !(cl->fetcher = worker_fetcher_new(cfg, errstr, errstr_size)))
+			return -1;
+		int got = worker_fetcher_get(cl->fetcher, topic, (int32_t)p, (int64_t)o, FETCH_MS, &buf, &len,
+		                             errstr, errstr_size);
+		if (got < 0)
+			return got;
+	}
 	int rc = proto_job_parse(buf, len, key, cfg->require_sealed, job, errstr, errstr_size);
 	sodium_memzero(buf, len);
 	free(buf);
@@ -343,6 +412,9 @@ static void ready_cb(evutil_socket_t fd, short what, void *arg)
 
 static void claimer_free(worker_claimer_t *cl)
 {
+	for (size_t i = 0; i < RECENT_MAX; i++)
+		recent_drop(cl, &cl->recent[i]);
+	pthread_mutex_destroy(&cl->recent_mu);
 	pthread_mutex_destroy(&cl->mu);
 	pthread_cond_destroy(&cl->cond);
 	if (cl->ev_ready)
@@ -364,6 +436,7 @@ worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_con
 	}
 	pthread_mutex_init(&cl->mu, NULL);
 	pthread_cond_init(&cl->cond, NULL);
+	pthread_mutex_init(&cl->recent_mu, NULL);
 	cl->ready = calloc((size_t)slots, sizeof(*cl->ready));
 	cl->batch = calloc((size_t)slots, sizeof(*cl->batch));
 	cl->ev_ready = event_new(base, -1, EV_PERSIST, ready_cb, cl);

@@ -12,7 +12,10 @@
  *   - without a key (or when the sealed job would exceed the job size cap):
  *     a reference {"ref":{"t":TOPIC,"p":PARTITION,"o":OFFSET}} to the record
  *     in the job topic, which the claiming worker reads back from
- *     Kafka (its secrets then only ever sit in Kafka, as before).
+ *     Kafka (its secrets then only ever sit in Kafka, as before), unless
+ *     it queued the record itself moments ago: the last records it queued
+ *     by reference (64, 4 MiB at most) stay in its memory for its own
+ *     claims (worker_claimer_remember), wiped when taken or dropped.
  *
  * The claimer thread, while this worker has fewer runs than slots and is
  * not draining, takes the next run fairly (rn_runqueue_take), opens its
@@ -90,6 +93,10 @@ typedef struct worker_claimer worker_claimer_t;
 worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_config_t *cfg,
                                        worker_metrics_t *m, long slots, worker_claim_cb cb,
                                        void *arg, char *errstr, size_t errstr_size);
+
+/* Main thread, before pushing record m's reference entry: keeps a copy for
+ * this worker's own claim of it (reference mode; see above).  Best effort. */
+void worker_claimer_remember(worker_claimer_t *cl, const rd_kafka_message_t *m);
 
 /* A handed-out run ended (its slot is free).  NULL: nothing. */
 void worker_claimer_done(worker_claimer_t *cl);

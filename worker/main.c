@@ -282,6 +282,9 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 		return 0;
 	}
 	int already = 0;
+	/* Reference mode: this worker's own claim of it needs no read back. */
+	if (!w->cfg.have_job_key)
+		worker_claimer_remember(w->claimer, m);
 	int q = worker_queue_push(c, &w->cfg, &job, m, &already, err, sizeof(err));
 	if (q != WORKER_QUEUE_PUSHED) {
 		if (q == WORKER_QUEUE_NO_ENTRY)
