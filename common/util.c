@@ -44,7 +44,8 @@ int rn_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, long ms)
 	return pthread_cond_timedwait(cond, mu, &ts);
 }
 
-int rn_thread_start(pthread_t *t, size_t stack_size, int detached, void *(*fn)(void *), void *arg)
+int rn_thread_start(pthread_t *t, const char *name, size_t stack_size, int detached, void *(*fn)(void *),
+                    void *arg)
 {
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
@@ -54,6 +55,8 @@ int rn_thread_start(pthread_t *t, size_t stack_size, int detached, void *(*fn)(v
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	int e = pthread_create(t, &attr, fn, arg);
 	pthread_attr_destroy(&attr);
+	if (e == 0 && name)
+		pthread_setname_np(*t, name);
 	return e;
 }
 

@@ -20,9 +20,11 @@ int64_t rn_mono_us(void);
 /* pthread_cond_timedwait for at most ms from now (the condition's clock is
  * CLOCK_REALTIME); the caller holds mu.  Returns its result (ETIMEDOUT). */
 int rn_cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mu, long ms);
-/* Starts fn(arg) on a new thread with a stack of stack_size bytes (0: the
+/* Starts fn(arg) on a new thread named name (at most 15 characters: what
+ * top -H, perf and /proc show), with a stack of stack_size bytes (0: the
  * default), detached when detached.  0, or pthread_create's error number. */
-int rn_thread_start(pthread_t *t, size_t stack_size, int detached, void *(*fn)(void *), void *arg);
+int rn_thread_start(pthread_t *t, const char *name, size_t stack_size, int detached, void *(*fn)(void *),
+                    void *arg);
 
 typedef struct rn_redis_url {
 	char host[256];

@@ -462,7 +462,7 @@ worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_con
 		cl->cap_names[i] = cfg->tenant_cap_names[i];
 	cl->caps.names = cl->cap_names;
 	cl->caps.caps = cfg->tenant_caps;
-	int e = rn_thread_start(&cl->thread, 0, 0, claimer_main, cl);
+	int e = rn_thread_start(&cl->thread, "runnel-claim", 0, 0, claimer_main, cl);
 	if (e) {
 		snprintf(errstr, errstr_size, "claimer thread: %s", strerror(e));
 		claimer_free(cl);

@@ -346,7 +346,7 @@ worker_control_t *worker_control_start(const worker_config_t *cfg, size_t max_ru
 	}
 	pthread_mutex_init(&wc->mu, NULL);
 	pthread_cond_init(&wc->cond, NULL);
-	int e = rn_thread_start(&wc->thread, 512 * 1024, 0, control_main, wc);
+	int e = rn_thread_start(&wc->thread, "runnel-control", 512 * 1024, 0, control_main, wc);
 	if (e) {
 		snprintf(errstr, errstr_size, "control thread: %s", strerror(e));
 		close(wc->wake_fd);

@@ -626,7 +626,7 @@ static void *accept_main(void *arg)
 			c->e = e;
 			c->cfd = fd;
 			c->ufd = -1;
-			ok = rn_thread_start(&t, 256 * 1024, 1, conn_main, c) == 0;
+			ok = rn_thread_start(&t, "runnel-egress", 256 * 1024, 1, conn_main, c) == 0;
 			if (!ok)
 				untrack_close(e, fd);
 		} else {
@@ -705,7 +705,7 @@ worker_egress_t *worker_egress_start(const char *sock_path, char *const *allow, 
 		snprintf(errstr, errstr_size, "egress proxy: cannot listen on its socket: %s", strerror(errno));
 		goto fail;
 	}
-	if (rn_thread_start(&e->acceptor, 0, 0, accept_main, e) != 0) {
+	if (rn_thread_start(&e->acceptor, "runnel-egress", 0, 0, accept_main, e) != 0) {
 		snprintf(errstr, errstr_size, "egress proxy: cannot start its thread");
 		goto fail;
 	}

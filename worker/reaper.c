@@ -82,7 +82,7 @@ worker_reaper_t *worker_reaper_new(size_t cap, size_t nthreads, char *errstr, si
 	pthread_cond_init(&r->room, NULL);
 	for (; r->nthreads < nthreads; r->nthreads++) {
 		/* nftw and the proxy's stop are the deepest calls made here. */
-		int e = rn_thread_start(&r->threads[r->nthreads], 256 * 1024, 0, reaper_main, r);
+		int e = rn_thread_start(&r->threads[r->nthreads], "runnel-reaper", 256 * 1024, 0, reaper_main, r);
 		if (e) {
 			snprintf(errstr, errstr_size, "cannot start a reaper thread: %s", strerror(e));
 			worker_reaper_free(r);

@@ -1042,7 +1042,7 @@ static void *run_main(void *arg)
 
 int worker_run_start(worker_run_t *run)
 {
-	if (rn_thread_start(&run->thread, RUN_STACK, 0, run_main, run) != 0)
+	if (rn_thread_start(&run->thread, "runnel-run", RUN_STACK, 0, run_main, run) != 0)
 		return -1;
 	run->started = 1;
 	return 0;

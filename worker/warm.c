@@ -481,7 +481,7 @@ worker_warm_pool_t *worker_warm_pool_new(const worker_warm_pool_opts_t *o,
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
-	int e = rn_thread_start(&p->thread, 0, 0, pool_main, p);
+	int e = rn_thread_start(&p->thread, "runnel-warm", 0, 0, pool_main, p);
 	if (e) {
 		worker_warm_pool_free(p);
 		snprintf(errstr, errstr_size, "warm: cannot start the refill thread: %s", strerror(e));
