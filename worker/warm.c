@@ -394,6 +394,10 @@ static worker_warm_sb_t *pool_start_one(worker_warm_pool_t *p, unsigned long seq
 	t.share_net = p->share_net;
 	t.rlimit_nofile = p->rlimit_nofile;
 	t.tmp_mb = p->tmp_mb;
+	/* Without cgroups a run's process cap is RLIMIT_NPROC (the guard's
+	 * fallback): the worker's own cap, so that runs that keep it fit. */
+	if (p->limits && p->limits->cgroup.mode == WORKER_CGROUP_NONE)
+		t.rlimit_nproc = p->limits->max.pids;
 	if (worker_warm_start(&t, p->init_path, w, errstr, errstr_size) != 0) {
 		if (have_cg)
 			worker_cgroup_destroy(&cg, 2000);
