@@ -61,6 +61,7 @@ static char *broker_state; /* set when the bench started the broker itself */
 /* Figures for the summary. */
 static double floor_rps, floor_cpu, floor_p50, floor_p99;
 static double rn_rps, rn_cpu, rn_p50, rn_p99;
+static double kafka_p50, kafka_p99;
 static double flood_lps, flood_ref, flood_ref1;
 static long rss_idle, rss_idle_tree, rss_per_run;
 
@@ -376,9 +377,9 @@ static void add_run(const char *agent, dev_stub_otps_t *o)
 	json_decref(cfg);
 }
 
-static void produce_async(const char *run_id, const char *json)
+static void produce_to(const char *to, const char *run_id, const char *json)
 {
-	while (rd_kafka_producev(P, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(run_id, strlen(run_id)),
+	while (rd_kafka_producev(P, RD_KAFKA_V_TOPIC(to), RD_KAFKA_V_KEY(run_id, strlen(run_id)),
 	                         RD_KAFKA_V_VALUE((void *)json, strlen(json)),
 	                         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) ==
 	       RD_KAFKA_RESP_ERR__QUEUE_FULL)
@@ -386,11 +387,16 @@ static void produce_async(const char *run_id, const char *json)
 	rd_kafka_poll(P, 0);
 }
 
+static void produce_async(const char *run_id, const char *json)
+{
+	produce_to(topic, run_id, json);
+}
+
 /* A topic of 8 partitions on the real broker (Admin API). */
-static int create_topic_real(void)
+static int create_topic_real(const char *name)
 {
 	char err[256];
-	rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, 8, 1, err, sizeof(err));
+	rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(name, 8, 1, err, sizeof(err));
 	rd_kafka_queue_t *q = rd_kafka_queue_new(P);
 	rd_kafka_CreateTopics(P, &nt, 1, NULL, q);
 	rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
@@ -402,11 +408,11 @@ static int create_topic_real(void)
 		if (tr && cnt == 1 && (!rd_kafka_topic_result_error(tr[0]) || rd_kafka_topic_result_error(tr[0]) == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS))
 			rc = 0;
 		else
-			fprintf(stderr, "create topic %s: %s\n", topic,
+			fprintf(stderr, "create topic %s: %s\n", name,
 			        tr && cnt ? rd_kafka_err2str(rd_kafka_topic_result_error(tr[0])) : "no result");
 		rd_kafka_event_destroy(ev);
 	} else {
-		fprintf(stderr, "create topic %s: timed out\n", topic);
+		fprintf(stderr, "create topic %s: timed out\n", name);
 	}
 	rd_kafka_queue_destroy(q);
 	rd_kafka_NewTopic_destroy(nt);
@@ -437,6 +443,82 @@ static int run_started(const char *id, long long *started)
 	if (a)
 		freeReplyObject(a);
 	return ok;
+}
+
+/*
+ * Kafka alone, for scale: the same producer and topic, a consumer of a
+ * group of its own polling in this process; produce -> record polled, one
+ * at a time.  What no worker can take off its enqueue -> first line.
+ */
+static void bench_kafka_alone(int runs)
+{
+	char err[256];
+	/* A topic of its own, shaped like the jobs topic (the worker must not
+	 * see these records). */
+	char *alone = th_strf("bench.kafka.%ld", (long)getpid());
+	if ((use_mock ? th_kafka_create_topic(&K, alone, 8) : create_topic_real(alone)) < 0)
+		return;
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err, sizeof(err));
+	rd_kafka_conf_set(conf, "group.id", th_strf("bench-kafka-%ld", (long)getpid()), err, sizeof(err));
+	rd_kafka_conf_set(conf, "auto.offset.reset", "latest", err, sizeof(err));
+	rd_kafka_conf_set(conf, "fetch.wait.max.ms", "100", err, sizeof(err)); /* the worker's */
+	rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+	if (!c) {
+		fprintf(stderr, "kafka alone: %s\n", err);
+		rd_kafka_conf_destroy(conf);
+		return;
+	}
+	rd_kafka_poll_set_consumer(c);
+	rd_kafka_topic_partition_list_t *t = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(t, alone, RD_KAFKA_PARTITION_UA);
+	rd_kafka_subscribe(c, t);
+	rd_kafka_topic_partition_list_destroy(t);
+	/* Joined once partitions are assigned and their positions fetched. */
+	int64_t deadline = now_us() + 30000000;
+	for (;;) {
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
+		if (m)
+			rd_kafka_message_destroy(m);
+		rd_kafka_topic_partition_list_t *a = NULL;
+		int n = rd_kafka_assignment(c, &a) == 0 && a ? a->cnt : 0;
+		if (a)
+			rd_kafka_topic_partition_list_destroy(a);
+		if ((n > 0 && now_us() > deadline - 28000000) || now_us() > deadline)
+			break;
+	}
+	int64_t *lat = calloc((size_t)runs, sizeof(*lat));
+	int got = 0;
+	char *la = loadavg();
+	/* The first few, while the consumer's fetches settle, are not counted. */
+	for (int i = -5; i < runs; i++) {
+		char key[32];
+		snprintf(key, sizeof(key), "kafka_alone_%d", i);
+		int64_t t0 = now_us();
+		produce_to(alone, key, "kafka-alone");
+		for (int64_t until = t0 + 5000000; now_us() < until;) {
+			rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 1000);
+			if (!m)
+				continue;
+			int mine = !m->err && m->key_len == strlen(key) && !memcmp(m->key, key, m->key_len);
+			rd_kafka_message_destroy(m);
+			if (mine) {
+				if (i >= 0)
+					lat[got++] = now_us() - t0;
+				break;
+			}
+		}
+		sleep_ms(20);
+	}
+	rd_kafka_flush(P, 5000);
+	pct(lat, got, &kafka_p50, &kafka_p99);
+	printf("(c) Kafka alone: produce -> record polled by a consumer, %d one at a time: p50 %.1f ms  p99 %.1f ms "
+	       "[load %s]\n",
+	       got, kafka_p50, kafka_p99, la);
+	free(la);
+	free(lat);
+	rd_kafka_consumer_close(c);
+	rd_kafka_destroy(c);
 }
 
 static void bench_latency(int runs)
@@ -708,7 +790,7 @@ int main(int argc, char **argv)
 	rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err, sizeof(err));
 	rd_kafka_conf_set(conf, "linger.ms", "0", err, sizeof(err));
 	P = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-	if (!P || (use_mock ? th_kafka_create_topic(&K, topic, 8) : create_topic_real()) < 0)
+	if (!P || (use_mock ? th_kafka_create_topic(&K, topic, 8) : create_topic_real(topic)) < 0)
 		return 1;
 
 	/* (b) runs queued before the worker starts. */
@@ -789,6 +871,7 @@ int main(int argc, char **argv)
 		bench_rss(w);
 		sleep_ms(1000);
 		bench_latency(lat_runs);
+		bench_kafka_alone(lat_runs);
 	}
 	if (flood > 0)
 		bench_flood(flood);
@@ -805,6 +888,7 @@ int main(int argc, char **argv)
 		verdict("first line p50 ms (runnel)", rn_p50, 5, 1);
 		verdict("first line p99 ms (runnel)", rn_p99, 15, 1);
 		printf("  %-58s %10.2f / %.2f ms\n", "first line p50 / p99 (floor)", floor_p50, floor_p99);
+		printf("  %-58s %10.2f / %.2f ms\n", "Kafka alone p50 / p99 (part of runnel's)", kafka_p50, kafka_p99);
 		verdict("idle worker RSS MB", rss_idle / 1024.0, 10, 1);
 		verdict("RSS per active run KB (worker process)", (double)rss_per_run, 256, 1);
 	}
