@@ -427,6 +427,14 @@ static char *slurp(const char *dir, const char *file)
 	return s;
 }
 
+/* Checks that dir/file holds want (a trailing newline aside). */
+static void check_file(const char *dir, const char *file, const char *want)
+{
+	char *v = slurp(dir, file);
+	TH_CHECK(th_streq(v, want), "%s: %s, not %s", file, v ? v : "(missing)", want);
+	free(v);
+}
+
 /*
  * The cgroup v2 files a run's cgroup gets, and the counters read back,
  * against a directory laid out like one (this machine may have no
@@ -457,17 +465,11 @@ static void test_cgroup_v2_files(void)
 	char err[256];
 	TH_REQUIRE(worker_cgroup_create(&cg, &root, "run_v2", &lim, 0, err, sizeof(err)) == 0, "create: %s", err);
 	TH_CHECK(cg.ndirs == 1 && cg.procs_fd[0] >= 0);
-	char *v;
-	TH_CHECK(th_streq(v = slurp(dir, "memory.max"), "536870912"), "memory.max %s", v);
-	free(v);
-	TH_CHECK(th_streq(v = slurp(dir, "memory.oom.group"), "1"), "memory.oom.group %s", v);
-	free(v);
-	TH_CHECK(th_streq(v = slurp(dir, "memory.swap.max"), "0"), "memory.swap.max %s", v);
-	free(v);
-	TH_CHECK(th_streq(v = slurp(dir, "pids.max"), "256"), "pids.max %s", v);
-	free(v);
-	TH_CHECK(th_streq(v = slurp(dir, "cpu.max"), "150000 100000"), "cpu.max %s", v);
-	free(v);
+	check_file(dir, "memory.max", "536870912");
+	check_file(dir, "memory.oom.group", "1");
+	check_file(dir, "memory.swap.max", "0");
+	check_file(dir, "pids.max", "256");
+	check_file(dir, "cpu.max", "150000 100000");
 
 	/* Taken over by a run without limits: every limit lifted again. */
 	worker_cgroup_limits_t lifted = { 0 };
@@ -475,12 +477,9 @@ static void test_cgroup_v2_files(void)
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
 		th_file_write(th_strf("%s/%s", dir, files[i]), "", 0);
 	TH_REQUIRE(worker_cgroup_set_limits(&cg, &lifted, err, sizeof(err)) == 0, "set: %s", err);
-	TH_CHECK(th_streq(v = slurp(dir, "memory.max"), "max"), "memory.max %s", v);
-	free(v);
-	TH_CHECK(th_streq(v = slurp(dir, "pids.max"), "max"), "pids.max %s", v);
-	free(v);
-	TH_CHECK(th_streq(v = slurp(dir, "cpu.max"), "max 100000"), "cpu.max %s", v);
-	free(v);
+	check_file(dir, "memory.max", "max");
+	check_file(dir, "pids.max", "max");
+	check_file(dir, "cpu.max", "max 100000");
 
 	worker_cgroup_events_t ev;
 	static const char *const counters[][2] = {
@@ -503,8 +502,7 @@ static void test_cgroup_v2_files(void)
 	th_file_write(th_strf("%s/pids.max", dir), "", 0);
 	worker_cgroup_limits_t none = { 0 };
 	TH_REQUIRE(worker_cgroup_create(&cg, &root, "run_v2", &none, 0, err, sizeof(err)) == 0, "create: %s", err);
-	TH_CHECK(th_streq(v = slurp(dir, "pids.max"), ""), "pids.max untouched: %s", v);
-	free(v);
+	check_file(dir, "pids.max", "");
 	worker_cgroup_destroy(&cg, 0);
 
 	/* A base that is not there: a clear error, nothing left open. */
