@@ -141,7 +141,13 @@ void worker_claimer_remember(worker_claimer_t *cl, const rd_kafka_message_t *m)
 {
 	if (!m->payload || m->len > RECENT_BYTES / 4)
 		return;
-	struct recent n = { .topic = strdup(rd_kafka_topic_name(m->rkt)), .buf = malloc(m->len), .partition = m->partition, .offset = m->offset, .len = m->len };
+	struct recent n = {
+		.topic = strdup(rd_kafka_topic_name(m->rkt)),
+		.buf = malloc(m->len),
+		.partition = m->partition,
+		.offset = m->offset,
+		.len = m->len,
+	};
 	if (!n.topic || !n.buf) {
 		free(n.topic);
 		free(n.buf);
@@ -149,12 +155,11 @@ void worker_claimer_remember(worker_claimer_t *cl, const rd_kafka_message_t *m)
 	}
 	memcpy(n.buf, m->payload, m->len);
 	pthread_mutex_lock(&cl->recent_mu);
-	/* Oldest first, until it fits. */
-	for (size_t i = 0; i < RECENT_MAX && (cl->recent[cl->recent_next].buf || cl->recent_bytes + n.len > RECENT_BYTES); i++) {
-		recent_drop(cl, &cl->recent[cl->recent_next]);
-		if (cl->recent_bytes + n.len > RECENT_BYTES)
-			cl->recent_next = (cl->recent_next + 1) % RECENT_MAX;
-	}
+	/* recent_next is the oldest slot: it is reused, and the ones after it
+	 * are dropped while the bytes would exceed the cap. */
+	recent_drop(cl, &cl->recent[cl->recent_next]);
+	for (size_t k = 1; k < RECENT_MAX && cl->recent_bytes + n.len > RECENT_BYTES; k++)
+		recent_drop(cl, &cl->recent[(cl->recent_next + k) % RECENT_MAX]);
 	cl->recent[cl->recent_next] = n;
 	cl->recent_bytes += n.len;
 	cl->recent_next = (cl->recent_next + 1) % RECENT_MAX;
