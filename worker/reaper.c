@@ -1,6 +1,6 @@
 /*
- * worker/reaper.c - removes finished runs' guards and run directories on a
- * thread of its own (see reaper.h).
+ * worker/reaper.c - removes finished runs' guards and run directories on
+ * threads of their own (see reaper.h).
  */
 #include "worker/reaper.h"
 
