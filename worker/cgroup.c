@@ -384,12 +384,35 @@ worker_cgroup_mode_t worker_cgroup_probe(worker_cgroup_root_t *root, const char 
 	return WORKER_CGROUP_NONE;
 }
 
+/* A cgroup's directory in a hierarchy: "<base>/runnel-<worker pid>-<name>".
+ * 0, or -1 when it does not fit. */
+static int cg_path(char out[WORKER_CGROUP_PATH_MAX], const char *base, const char *name)
+{
+	int n = snprintf(out, WORKER_CGROUP_PATH_MAX, "%s/runnel-%ld-%s", base, (long)getpid(), name);
+	return n < 0 || n >= WORKER_CGROUP_PATH_MAX ? -1 : 0;
+}
+
+/* v1: the hierarchy of dirs[i] (pids, memory, cpu: the order of create). */
+static const char *v1_base(const worker_cgroup_root_t *root, int i)
+{
+	return i == 0 ? root->v1_pids : i == 1 ? root->v1_mem
+	                                       : root->v1_cpu;
+}
+
+/* A never made (or emptied) cgroup: no directories, no fds. */
+static void blank(worker_cgroup_t *cg, const worker_cgroup_root_t *root)
+{
+	memset(cg, 0, sizeof(*cg));
+	for (int i = 0; i < WORKER_CGROUP_FDS; i++)
+		cg->procs_fd[i] = -1;
+	cg->root = root;
+}
+
 static int add_dir(worker_cgroup_t *cg, const char *base, const char *run_id,
                    char *errstr, size_t errstr_size)
 {
 	char *d = cg->dirs[cg->ndirs];
-	int n = snprintf(d, WORKER_CGROUP_PATH_MAX, "%s/runnel-%ld-%s", base, (long)getpid(), run_id);
-	if (n < 0 || n >= WORKER_CGROUP_PATH_MAX) {
+	if (cg_path(d, base, run_id) < 0) {
 		snprintf(errstr, errstr_size, "cgroup path too long");
 		return -1;
 	}
@@ -427,6 +450,15 @@ static int set_limit(const char *dir, const char *file, const char *val,
 	return -1;
 }
 
+/* x in decimal in v, or unlimited (x 0) as the file spells it. */
+static const char *limit_text(char *v, size_t size, uint64_t x, const char *unlimited)
+{
+	if (!x)
+		return unlimited;
+	snprintf(v, size, "%" PRIu64, x);
+	return v;
+}
+
 /*
  * Limits of a v2 cgroup (one directory).  all: unlimited fields are
  * written too ("max"), for a cgroup that had other limits; otherwise a
@@ -436,23 +468,18 @@ static int set_v2(const char *d, const worker_cgroup_limits_t *lim, int have_cpu
                   char *errstr, size_t errstr_size)
 {
 	char v[64];
+	uint64_t pids = lim->pids > 0 ? (uint64_t)lim->pids : 0;
+	if ((lim->memory_bytes || all) &&
+	    set_limit(d, "memory.max", limit_text(v, sizeof(v), lim->memory_bytes, "max"), errstr, errstr_size) < 0)
+		return -1;
 	if (lim->memory_bytes) {
-		snprintf(v, sizeof(v), "%" PRIu64, lim->memory_bytes);
-		if (set_limit(d, "memory.max", v, errstr, errstr_size) < 0)
-			return -1;
 		/* No swap: a run at its limit is stopped, not slowed to a crawl. */
 		write_file(d, "memory.swap.max", "0");
 		/* The OOM killer takes the whole run, not one of its processes. */
 		write_file(d, "memory.oom.group", "1");
-	} else if (all && set_limit(d, "memory.max", "max", errstr, errstr_size) < 0) {
+	}
+	if ((pids || all) && set_limit(d, "pids.max", limit_text(v, sizeof(v), pids, "max"), errstr, errstr_size) < 0)
 		return -1;
-	}
-	if (lim->pids > 0 || all) {
-		if (lim->pids > 0)
-			snprintf(v, sizeof(v), "%ld", lim->pids);
-		if (set_limit(d, "pids.max", lim->pids > 0 ? v : "max", errstr, errstr_size) < 0)
-			return -1;
-	}
 	if (have_cpu && (lim->cpu_millis > 0 || all)) {
 		if (lim->cpu_millis > 0)
 			snprintf(v, sizeof(v), "%ld %d", lim->cpu_millis * (CPU_PERIOD_US / 1000), CPU_PERIOD_US);
@@ -470,25 +497,20 @@ static int set_v1(const worker_cgroup_t *cg, const worker_cgroup_limits_t *lim, 
                   char *errstr, size_t errstr_size)
 {
 	char v[64];
-	if (lim->pids > 0 || all) {
-		if (lim->pids > 0)
-			snprintf(v, sizeof(v), "%ld", lim->pids);
-		if (set_limit(cg->dirs[0], "pids.max", lim->pids > 0 ? v : "max", errstr, errstr_size) < 0)
-			return -1;
-	}
+	uint64_t pids = lim->pids > 0 ? (uint64_t)lim->pids : 0;
+	if ((pids || all) &&
+	    set_limit(cg->dirs[0], "pids.max", limit_text(v, sizeof(v), pids, "max"), errstr, errstr_size) < 0)
+		return -1;
 	if (lim->memory_bytes || all) {
 		/* Memory plus swap (absent where swap accounting is off) may
 		 * never be below memory alone: lifted first, set after. */
-		if (lim->memory_bytes)
-			snprintf(v, sizeof(v), "%" PRIu64, lim->memory_bytes);
-		else
-			snprintf(v, sizeof(v), "-1");
+		const char *mem = limit_text(v, sizeof(v), lim->memory_bytes, "-1");
 		if (all)
 			write_file(cg->dirs[1], "memory.memsw.limit_in_bytes", "-1");
-		if (set_limit(cg->dirs[1], "memory.limit_in_bytes", v, errstr, errstr_size) < 0)
+		if (set_limit(cg->dirs[1], "memory.limit_in_bytes", mem, errstr, errstr_size) < 0)
 			return -1;
 		if (lim->memory_bytes) {
-			write_file(cg->dirs[1], "memory.memsw.limit_in_bytes", v);
+			write_file(cg->dirs[1], "memory.memsw.limit_in_bytes", mem);
 			write_file(cg->dirs[1], "memory.swappiness", "0");
 		}
 	}
@@ -523,21 +545,17 @@ int worker_cgroup_create(worker_cgroup_t *cg, const worker_cgroup_root_t *root,
                          const char *name, const worker_cgroup_limits_t *lim, int want_cpu,
                          char *errstr, size_t errstr_size)
 {
-	memset(cg, 0, sizeof(*cg));
-	for (int i = 0; i < WORKER_CGROUP_FDS; i++)
-		cg->procs_fd[i] = -1;
-	cg->root = root;
+	blank(cg, root);
 	if (root->mode == WORKER_CGROUP_V2) {
 		if (add_dir(cg, root->v2_base, name, errstr, errstr_size) < 0)
 			goto fail;
 	} else if (root->mode == WORKER_CGROUP_V1) {
 		/* The cpu hierarchy only where a CPU limit may be set: each
 		 * hierarchy is one more move for the sandbox's first process. */
-		if (add_dir(cg, root->v1_pids, name, errstr, errstr_size) < 0 ||
-		    add_dir(cg, root->v1_mem, name, errstr, errstr_size) < 0 ||
-		    (root->v1_cpu[0] && (want_cpu || lim->cpu_millis > 0) &&
-		     add_dir(cg, root->v1_cpu, name, errstr, errstr_size) < 0))
-			goto fail;
+		int n = root->v1_cpu[0] && (want_cpu || lim->cpu_millis > 0) ? 3 : 2;
+		for (int i = 0; i < n; i++)
+			if (add_dir(cg, v1_base(root, i), name, errstr, errstr_size) < 0)
+				goto fail;
 	} else {
 		snprintf(errstr, errstr_size, "no cgroup hierarchy");
 		return -1;
@@ -562,14 +580,15 @@ void worker_cgroup_rename(worker_cgroup_t *cg, const char *name)
 		return;
 	for (int i = 0; i < cg->ndirs; i++) {
 		char to[WORKER_CGROUP_PATH_MAX];
-		const char *slash = strrchr(cg->dirs[i], '/');
-		if (!slash)
-			continue;
-		int n = snprintf(to, sizeof(to), "%.*s/runnel-%ld-%s", (int)(slash - cg->dirs[i]), cg->dirs[i],
-		                 (long)getpid(), name);
-		if (n > 0 && (size_t)n < sizeof(to) && rename(cg->dirs[i], to) == 0)
-			memcpy(cg->dirs[i], to, (size_t)n + 1);
+		if (cg_path(to, v1_base(cg->root, i), name) == 0 && rename(cg->dirs[i], to) == 0)
+			memcpy(cg->dirs[i], to, sizeof(to));
 	}
+}
+
+void worker_cgroup_move(worker_cgroup_t *dst, worker_cgroup_t *src)
+{
+	*dst = *src;
+	blank(src, NULL);
 }
 
 int worker_cgroup_events(const worker_cgroup_t *cg, worker_cgroup_events_t *ev)
@@ -626,12 +645,12 @@ void worker_cgroup_destroy(worker_cgroup_t *cg, int timeout_ms)
 			close(cg->procs_fd[i]);
 		cg->procs_fd[i] = -1;
 	}
-	if (cg->root && cg->root->mode == WORKER_CGROUP_V2 && cg->ndirs)
+	if (cg->root->mode == WORKER_CGROUP_V2 && cg->ndirs)
 		write_file(cg->dirs[0], "cgroup.kill", "1");
 	int64_t deadline = rn_mono_ms() + timeout_ms;
 	/* The sandbox's last processes are usually gone within a fraction of
-	 * a millisecond of its leader: the first waits are short (a slot is
-	 * busy until its run's cgroup is removed), later ones up to 5 ms. */
+	 * a millisecond of its leader: the first waits are short (the reaper
+	 * has other runs queued), later ones up to 5 ms. */
 	long wait_us = 100;
 	for (int i = 0; i < cg->ndirs; i++) {
 		for (;;) {

@@ -110,6 +110,9 @@ int worker_cgroup_set_limits(worker_cgroup_t *cg, const worker_cgroup_limits_t *
  * its processes, files and limits stay).  v2 cannot rename: a no-op. */
 void worker_cgroup_rename(worker_cgroup_t *cg, const char *name);
 
+/* Hands src's cgroup over to dst; src is left as never made. */
+void worker_cgroup_move(worker_cgroup_t *dst, worker_cgroup_t *src);
+
 /* Reads the counters.  0, or -1 when nothing could be read. */
 int worker_cgroup_events(const worker_cgroup_t *cg, worker_cgroup_events_t *ev);
 

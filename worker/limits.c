@@ -310,8 +310,7 @@ struct worker_guard {
 	worker_egress_mode_t egress;
 	worker_sandbox_driver_t driver;
 	char run_id[80];
-	worker_cgroup_t cg;
-	int have_cg;
+	worker_cgroup_t cg; /* ndirs 0: none (no cgroups on this host) */
 	char ws_dir[4096];
 	int mounted;
 	worker_egress_t *proxy;
@@ -321,8 +320,6 @@ struct worker_guard {
 	int64_t next_check;
 	int64_t next_walk;
 	worker_limit_t hit;
-	int cgroup_fds[WORKER_CGROUP_FDS];
-	int ncgroup_fds;
 };
 
 static void gnote(worker_guard_t *g, const char *level, const char *fmt, ...)
@@ -546,6 +543,16 @@ static int mount_tmpfs(const char *dir, long disk_mb, char *errstr, size_t errst
 	return 0;
 }
 
+worker_cgroup_limits_t worker_limits_cgroup(const worker_limits_t *l)
+{
+	worker_cgroup_limits_t cl = {
+		.memory_bytes = (uint64_t)l->memory_mb * MIB,
+		.pids = l->pids,
+		.cpu_millis = l->cpu_millis,
+	};
+	return cl;
+}
+
 int worker_limits_mount_workspace(const worker_limits_env_t *env, const char *dir,
                                   char *errstr, size_t errstr_size)
 {
@@ -583,8 +590,6 @@ worker_guard_t *worker_guard_new(const worker_limits_env_t *env, const worker_gu
 	g->arg = arg;
 	snprintf(g->run_id, sizeof(g->run_id), "%s", a->run_id);
 	snprintf(g->ws_dir, sizeof(g->ws_dir), "%s", a->workspace_dir);
-	for (int i = 0; i < WORKER_CGROUP_FDS; i++)
-		g->cg.procs_fd[i] = -1;
 
 	const json_t *lj = json_object_get(a->config, "limits");
 	if (lj && !json_is_object(lj)) {
@@ -607,28 +612,15 @@ worker_guard_t *worker_guard_new(const worker_limits_env_t *env, const worker_gu
 	    mount_workspace(g, a, errstr, errstr_size) < 0)
 		goto fail;
 	if (env->cgroup.mode != WORKER_CGROUP_NONE) {
-		worker_cgroup_limits_t cl = {
-			.memory_bytes = (uint64_t)g->lim.memory_mb * MIB,
-			.pids = g->lim.pids,
-			.cpu_millis = g->lim.cpu_millis,
-		};
+		worker_cgroup_limits_t cl = worker_limits_cgroup(&g->lim);
 		if (a->cgroup && a->cgroup->ndirs) {
-			g->cg = *a->cgroup;
-			memset(a->cgroup, 0, sizeof(*a->cgroup));
-			for (int i = 0; i < WORKER_CGROUP_FDS; i++)
-				a->cgroup->procs_fd[i] = -1;
-			g->have_cg = 1;
+			worker_cgroup_move(&g->cg, a->cgroup);
 			if (worker_cgroup_set_limits(&g->cg, &cl, errstr, errstr_size) < 0)
 				goto fail;
 			worker_cgroup_rename(&g->cg, a->run_id);
-		} else {
-			if (worker_cgroup_create(&g->cg, &env->cgroup, a->run_id, &cl, 0, errstr, errstr_size) < 0)
-				goto fail;
-			g->have_cg = 1;
+		} else if (worker_cgroup_create(&g->cg, &env->cgroup, a->run_id, &cl, 0, errstr, errstr_size) < 0) {
+			goto fail;
 		}
-		for (int i = 0; i < g->cg.ndirs; i++)
-			if (g->cg.procs_fd[i] >= 0)
-				g->cgroup_fds[g->ncgroup_fds++] = g->cg.procs_fd[i];
 	}
 	if (g->egress == WORKER_EGRESS_ALLOWLIST) {
 		if (!env->bridge_path || !env->bridge_path[0]) {
@@ -668,15 +660,16 @@ worker_egress_mode_t worker_guard_egress(const worker_guard_t *g)
 
 void worker_guard_sandbox_spec(worker_guard_t *g, worker_sandbox_spec_t *spec)
 {
-	spec->cgroup_fds = g->ncgroup_fds ? g->cgroup_fds : NULL;
-	spec->ncgroup_fds = g->ncgroup_fds;
+	/* procs_fd[0..ndirs) are open: add_dir made them together. */
+	spec->cgroup_fds = g->cg.ndirs ? g->cg.procs_fd : NULL;
+	spec->ncgroup_fds = g->cg.ndirs;
 	spec->tmp_mb = g->lim.tmp_mb;
 	spec->share_net = g->egress == WORKER_EGRESS_FULL;
 	if (g->proxy) {
 		spec->egress_bridge = g->env->bridge_path;
 		spec->egress_socket = g->sock_path;
 	}
-	if (!g->have_cg) {
+	if (!g->cg.ndirs) {
 		/* The fallback for processes: the user's process count (all of
 		 * the user's processes, not the run's; see docs/operations.md).
 		 * None for memory: RLIMIT_AS counts address space, and V8, the
@@ -724,7 +717,7 @@ static worker_limit_t check(worker_guard_t *g, int64_t now, int final)
 {
 	if (g->hit)
 		return g->hit;
-	if (g->have_cg) {
+	if (g->cg.ndirs) {
 		worker_cgroup_events_t ev;
 		if (worker_cgroup_events(&g->cg, &ev) == 0) {
 			if (ev.oom_kills > 0 && g->lim.memory_mb > 0)
@@ -794,12 +787,7 @@ void worker_guard_free(worker_guard_t *g)
 	if (g->proxy)
 		worker_egress_stop(g->proxy);
 	g->proxy = NULL;
-	if (g->have_cg)
-		worker_cgroup_destroy(&g->cg, 2000);
-	else
-		for (int i = 0; i < WORKER_CGROUP_FDS; i++)
-			if (g->cg.procs_fd[i] >= 0)
-				close(g->cg.procs_fd[i]);
+	worker_cgroup_destroy(&g->cg, 2000); /* a no-op without one */
 	if (g->mounted && umount2(g->ws_dir, MNT_DETACH) != 0)
 		rn_log_warn(g->run_id, "limits", "cannot unmount the workspace: %s", strerror(errno));
 	free(g);

@@ -90,6 +90,9 @@ int worker_limits_setup(worker_limits_env_t *env, const worker_limits_t *max,
                         char *warn, size_t warn_size, char *errstr, size_t errstr_size);
 void worker_limits_env_free(worker_limits_env_t *env);
 
+/* What of limits a cgroup enforces (memory, processes, CPU). */
+worker_cgroup_limits_t worker_limits_cgroup(const worker_limits_t *l);
+
 /*
  * For a sandbox started before its run is known (a warm sandbox): mounts
  * the workspace tmpfs on dir with the worker's disk cap before the sandbox

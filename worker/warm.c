@@ -363,29 +363,19 @@ static worker_warm_sb_t *pool_start_one(worker_warm_pool_t *p, unsigned long seq
 	}
 	/* Its cgroup, entered by bwrap's first process, bounded by the
 	 * worker's limits until its run sets its own. */
-	worker_cgroup_t cg;
-	int have_cg = 0;
-	int fds[WORKER_CGROUP_FDS], nfds = 0;
+	worker_cgroup_t cg = { .ndirs = 0 };
 	if (p->limits && p->limits->cgroup.mode != WORKER_CGROUP_NONE) {
-		worker_cgroup_limits_t cl = {
-			.memory_bytes = (uint64_t)p->limits->max.memory_mb * 1024 * 1024,
-			.pids = p->limits->max.pids,
-			.cpu_millis = p->limits->max.cpu_millis,
-		};
+		worker_cgroup_limits_t cl = worker_limits_cgroup(&p->limits->max);
 		if (worker_cgroup_create(&cg, &p->limits->cgroup, name, &cl, 1, errstr, errstr_size) < 0) {
 			worker_warm_discard(w, 0);
 			free(w);
 			return NULL;
 		}
-		have_cg = 1;
-		for (int i = 0; i < cg.ndirs; i++)
-			if (cg.procs_fd[i] >= 0)
-				fds[nfds++] = cg.procs_fd[i];
 	}
 	worker_sandbox_spec_t t;
 	memset(&t, 0, sizeof(t));
-	t.cgroup_fds = nfds ? fds : NULL;
-	t.ncgroup_fds = nfds;
+	t.cgroup_fds = cg.ndirs ? cg.procs_fd : NULL;
+	t.ncgroup_fds = cg.ndirs;
 	t.driver = WORKER_SANDBOX_BWRAP;
 	t.bwrap_path = p->bwrap_path;
 	t.rootfs = p->rootfs;
@@ -399,14 +389,12 @@ static worker_warm_sb_t *pool_start_one(worker_warm_pool_t *p, unsigned long seq
 	if (p->limits && p->limits->cgroup.mode == WORKER_CGROUP_NONE)
 		t.rlimit_nproc = p->limits->max.pids;
 	if (worker_warm_start(&t, p->init_path, w, errstr, errstr_size) != 0) {
-		if (have_cg)
-			worker_cgroup_destroy(&cg, 2000);
+		worker_cgroup_destroy(&cg, 2000); /* a no-op without one */
 		worker_warm_discard(w, 0);
 		free(w);
 		return NULL;
 	}
-	if (have_cg)
-		w->cg = cg;
+	worker_cgroup_move(&w->cg, &cg);
 	return w;
 }
 
