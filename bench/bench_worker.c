@@ -474,17 +474,19 @@ static void bench_kafka_alone(int runs)
 	rd_kafka_topic_partition_list_add(t, alone, RD_KAFKA_PARTITION_UA);
 	rd_kafka_subscribe(c, t);
 	rd_kafka_topic_partition_list_destroy(t);
-	/* Joined once partitions are assigned and their positions fetched. */
-	int64_t deadline = now_us() + 30000000;
+	/* Joined once partitions are assigned and, two seconds on, their
+	 * positions fetched; 30 s at most. */
+	int64_t joining = now_us();
 	for (;;) {
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
 		if (m)
 			rd_kafka_message_destroy(m);
 		rd_kafka_topic_partition_list_t *a = NULL;
-		int n = rd_kafka_assignment(c, &a) == 0 && a ? a->cnt : 0;
+		int assigned = rd_kafka_assignment(c, &a) == 0 && a && a->cnt > 0;
 		if (a)
 			rd_kafka_topic_partition_list_destroy(a);
-		if ((n > 0 && now_us() > deadline - 28000000) || now_us() > deadline)
+		int64_t waited = now_us() - joining;
+		if ((assigned && waited > 2000000) || waited > 30000000)
 			break;
 	}
 	int64_t *lat = calloc((size_t)runs, sizeof(*lat));
