@@ -506,6 +506,8 @@ static size_t tenant_series(char *text, size_t cap, size_t o, const rn_queue_sta
 static void stats_cb(evutil_socket_t fd, short what, void *arg)
 {
 	worker_t *w = arg;
+	/* A sandbox init still exiting when its run was cleaned up. */
+	worker_sandbox_reap_orphans();
 	redisContext *c = main_redis(w);
 	if (!c)
 		return;
@@ -708,6 +710,12 @@ int main(int argc, char **argv)
 	worker_config_wipe_env("RUNNEL_REDIS_URL");
 	worker_config_wipe_env("RUNNEL_KAFKA_PROPERTIES");
 
+	/* Each sandbox's init comes back here when bwrap exits, and is reaped
+	 * (worker/sandbox.h), as it would be were this a container's pid 1. */
+	if (w->cfg.driver == WORKER_SANDBOX_BWRAP && worker_sandbox_adopt_orphans() < 0)
+		rn_log_warn(NULL, "subreaper", "cannot become a child subreaper (%s): the sandboxes' "
+		                               "inits are reaped by this process's parent",
+		            strerror(errno));
 	if (worker_sandbox_probe(w->cfg.driver, w->cfg.bwrap_path, err, sizeof(err)) < 0) {
 		rn_log_error(NULL, "config", "RUNNEL_SANDBOX=%s cannot run here: %s", w->cfg.sandbox, err);
 		worker_config_free(&w->cfg);

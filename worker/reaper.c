@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "proto/job.h"
+#include "worker/sandbox.h"
 
 typedef struct item {
 	char run_id[PROTO_RUN_ID_MAX + 1];
@@ -40,6 +41,8 @@ static void reap(item_t *it)
 	worker_guard_free(it->guard);
 	if (it->have_ws && worker_ws_remove(&it->ws) < 0)
 		rn_log_warn(it->run_id, "workspace_remove", "could not remove %s", it->ws.dir);
+	/* The sandbox's init, if it had not exited yet when bwrap was reaped. */
+	worker_sandbox_reap_orphans();
 	rn_log_debug(it->run_id, "run_phase", "cleaned up at +%" PRId64 " ms", rn_mono_ms() - it->claimed_mono_ms);
 }
 

@@ -722,6 +722,52 @@ static int read_small(const char *path, char *buf, size_t size)
 	return 0;
 }
 
+/*
+ * bwrap's outer process exits as soon as the sandbox's init (pid 1 of the
+ * run's pid namespace, bwrap too) reports the agent's exit status, before
+ * that init has exited itself.  The init is orphaned: the kernel hands it
+ * to the nearest child subreaper, or to pid 1 of the worker's namespace,
+ * and makes it a child of that process's first live thread.  A worker that
+ * is either (a container's pid 1, or worker_sandbox_adopt_orphans()) must
+ * reap these, or every run leaves a zombie behind.  Only zombies that live
+ * in a nested pid namespace are taken: the worker never starts a process
+ * of its own in one, so no status another thread waits for is stolen.
+ */
+static int orphan_zombie(pid_t pid)
+{
+	char path[64], buf[2048];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (read_small(path, buf, sizeof(buf)) < 0)
+		return 0;
+	const char *st = strstr(buf, "\nState:\t");
+	const char *ns = strstr(buf, "\nNSpid:\t");
+	if (!st || st[8] != 'Z' || !ns)
+		return 0;
+	/* "NSpid:\t310\t1": one id per namespace level, ours first. */
+	const char *end = strchr(ns + 8, '\n');
+	const char *tab = strchr(ns + 8, '\t');
+	return tab && (!end || tab < end);
+}
+
+void worker_sandbox_reap_orphans(void)
+{
+	char path[64], buf[4096];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
+	if (read_small(path, buf, sizeof(buf)) < 0)
+		return; /* none (or a kernel without CONFIG_PROC_CHILDREN) */
+	char *save = NULL;
+	for (char *tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save)) {
+		pid_t pid = (pid_t)strtol(tok, NULL, 10);
+		if (pid > 0 && orphan_zombie(pid))
+			waitpid(pid, NULL, WNOHANG);
+	}
+}
+
+int worker_sandbox_adopt_orphans(void)
+{
+	return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? 0 : -1;
+}
+
 /* Process group of pid as the host sees it, or -1. */
 static pid_t proc_pgid(pid_t pid)
 {
@@ -818,6 +864,7 @@ int worker_sandbox_reap(worker_sandbox_t *sb)
 	}
 	sb->status = status;
 	sb->exited = 1;
+	worker_sandbox_reap_orphans();
 	return 1;
 }
 
@@ -833,6 +880,7 @@ void worker_sandbox_destroy(worker_sandbox_t *sb)
 	for (;;) {
 		if (waitpid(sb->pid, &status, 0) >= 0) {
 			sb->status = status;
+			worker_sandbox_reap_orphans();
 			break;
 		}
 		if (errno != EINTR)
@@ -958,6 +1006,7 @@ int worker_sandbox_probe(worker_sandbox_driver_t driver, const char *bwrap_path,
 	};
 	char out[512];
 	int status = run_capture(argv, out, sizeof(out));
+	worker_sandbox_reap_orphans();
 	if (status < 0) {
 		snprintf(errstr, errstr_size, "cannot exec bwrap: %s", strerror(errno));
 		return -1;

@@ -98,6 +98,19 @@ void worker_sandbox_kill(worker_sandbox_t *sb, int sig);
  */
 int worker_sandbox_reap(worker_sandbox_t *sb);
 
+/*
+ * The sandbox's init outlives bwrap's outer process by a moment and is then
+ * orphaned.  worker_sandbox_adopt_orphans() makes this process a child
+ * subreaper (PR_SET_CHILD_SUBREAPER), so those inits come to it wherever it
+ * runs, as they do when it is a container's pid 1; 0 or -1 (errno).
+ * worker_sandbox_reap_orphans() reaps the ones that have exited (zombies in
+ * a nested pid namespace, never a child this process started itself);
+ * worker_sandbox_reap() and worker_sandbox_destroy() call it after each
+ * sandbox.  Thread-safe, never blocks.
+ */
+int worker_sandbox_adopt_orphans(void);
+void worker_sandbox_reap_orphans(void);
+
 /* Closes the fds, SIGKILLs the tree if it still runs, and reaps it (blocking). */
 void worker_sandbox_destroy(worker_sandbox_t *sb);
 

@@ -374,6 +374,67 @@ static void test_process_driver(void)
 	sbx_out_free(&o);
 }
 
+static int zombie_child(const th_proc_t *p, void *arg)
+{
+	if (p->ppid == getpid() && p->state == 'Z')
+		++*(int *)arg;
+	return 0;
+}
+
+static int zombie_children(void)
+{
+	int n = 0;
+	return th_proc_each(zombie_child, &n) == 0 ? n : -1;
+}
+
+static int reap_any(void *arg)
+{
+	(void)arg;
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+	return zombie_children() == 0;
+}
+
+static int orphans_reaped(void *arg)
+{
+	(void)arg;
+	worker_sandbox_reap_orphans();
+	return zombie_children() == 0;
+}
+
+/*
+ * bwrap's outer process exits before the sandbox's init; the init comes
+ * to this process (a subreaper, as the worker is) and must not stay a
+ * zombie.  The scan must not take a child it did not orphan: a zombie of
+ * our own keeps its status for waitpid.
+ */
+static void test_orphans(void)
+{
+	/* What the earlier tests orphaned (the process driver's sleeps). */
+	TH_REQUIRE(th_wait_until(reap_any, NULL, 5000), "%d zombie(s) before the test", zombie_children());
+	for (int i = 0; i < 5; i++) {
+		sbx_out_t o;
+		TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, "echo ok", NULL, &o) == 0);
+		TH_CHECK(exit_code(&o) == 0 && th_streq(o.out, "ok\n"), "out %s", o.out);
+		sbx_out_free(&o);
+		/* At most the last init, still exiting when bwrap was reaped. */
+		int z = zombie_children();
+		TH_CHECK(z >= 0 && z <= 1, "%d zombie(s) after %d sandbox(es)", z, i + 1);
+	}
+	TH_CHECK(th_wait_until(orphans_reaped, NULL, 5000), "%d zombie(s) left", zombie_children());
+
+	pid_t own = fork();
+	TH_REQUIRE(own >= 0);
+	if (own == 0)
+		_exit(7);
+	siginfo_t si;
+	TH_REQUIRE(waitid(P_PID, (id_t)own, &si, WEXITED | WNOWAIT) == 0); /* a zombie now */
+	worker_sandbox_reap_orphans();
+	int st = 0;
+	TH_CHECK(waitpid(own, &st, 0) == own && WIFEXITED(st) && WEXITSTATUS(st) == 7,
+	         "the scan took a child of our own (status %d)", st);
+}
+
 static void test_probe(void)
 {
 	char err[256] = "";
@@ -404,5 +465,6 @@ int main(int argc, char **argv)
 	test_signals(WORKER_SANDBOX_BWRAP);
 	test_signals(WORKER_SANDBOX_PROCESS);
 	test_process_driver();
+	test_orphans();
 	return th_done();
 }
