@@ -532,13 +532,22 @@ static int set_limits(worker_cgroup_t *cg, const worker_cgroup_limits_t *lim, in
 		snprintf(errstr, errstr_size, "no cgroup");
 		return -1;
 	}
-	if (cg->root->mode == WORKER_CGROUP_V2)
-		return set_v2(cg->dirs[0], lim, cg->root->have_cpu, all, errstr, errstr_size);
-	if (lim->cpu_millis > 0 && cg->root->v1_cpu[0] && cg->ndirs < 3) {
+	if (cg->have_limits && cg->limits.memory_bytes == lim->memory_bytes &&
+	    cg->limits.pids == lim->pids && cg->limits.cpu_millis == lim->cpu_millis)
+		return 0;
+	int rc;
+	if (cg->root->mode == WORKER_CGROUP_V2) {
+		rc = set_v2(cg->dirs[0], lim, cg->root->have_cpu, all, errstr, errstr_size);
+	} else if (lim->cpu_millis > 0 && cg->root->v1_cpu[0] && cg->ndirs < 3) {
 		snprintf(errstr, errstr_size, "cgroup %s has no cpu controller", cg->dirs[0]);
-		return -1;
+		rc = -1;
+	} else {
+		rc = set_v1(cg, lim, all, errstr, errstr_size);
 	}
-	return set_v1(cg, lim, all, errstr, errstr_size);
+	/* A failed write leaves the files partly changed: written in full next time. */
+	cg->limits = *lim;
+	cg->have_limits = rc == 0;
+	return rc;
 }
 
 int worker_cgroup_create(worker_cgroup_t *cg, const worker_cgroup_root_t *root,

@@ -75,6 +75,10 @@ typedef struct worker_cgroup {
 	char dirs[WORKER_CGROUP_FDS][WORKER_CGROUP_PATH_MAX]; /* created dirs */
 	/* O_WRONLY|O_CLOEXEC, -1 unused: v1 "tasks", v2 "cgroup.procs" (see add_dir) */
 	int procs_fd[WORKER_CGROUP_FDS];
+	/* The limits in force (have_limits): setting the same again writes
+	 * nothing (a CPU quota write walks every cgroup under a global mutex). */
+	worker_cgroup_limits_t limits;
+	int have_limits;
 } worker_cgroup_t;
 
 /*

@@ -509,14 +509,14 @@ static void resolve_egress(worker_guard_t *g, const worker_guard_args_t *a, list
 	list_free(&wl);
 }
 
-/* 1 when dir is itself a tmpfs mount (not a directory inside one). */
-static int is_tmpfs_mount(const char *dir)
+/* 1 when dir is itself a tmpfs mount (not a directory inside one); *sf
+ * is its statfs. */
+static int is_tmpfs_mount(const char *dir, struct statfs *sf)
 {
-	struct statfs sf;
 	struct stat st, up;
 	char parent[4200];
 	snprintf(parent, sizeof(parent), "%s/..", dir);
-	return statfs(dir, &sf) == 0 && sf.f_type == TMPFS_MAGIC &&
+	return statfs(dir, sf) == 0 && sf->f_type == TMPFS_MAGIC &&
 	        stat(dir, &st) == 0 && stat(parent, &up) == 0 && st.st_dev != up.st_dev;
 }
 
@@ -533,7 +533,12 @@ static int mount_tmpfs(const char *dir, long disk_mb, char *errstr, size_t errst
 	unsigned long long inodes = bytes / 4096 + 1024;
 	char opts[128];
 	snprintf(opts, sizeof(opts), "size=%llu,nr_inodes=%llu,mode=0755", bytes, inodes);
-	int remount = is_tmpfs_mount(dir);
+	struct statfs sf;
+	int remount = is_tmpfs_mount(dir, &sf);
+	/* Already this size (a warm sandbox's, and a run that keeps the cap). */
+	if (remount && (unsigned long long)sf.f_blocks * (unsigned long long)sf.f_bsize == bytes &&
+	    (unsigned long long)sf.f_files == inodes)
+		return 0;
 	unsigned long flags = MS_NOSUID | MS_NODEV | (remount ? MS_REMOUNT : 0);
 	if (mount("tmpfs", dir, "tmpfs", flags, opts) != 0) {
 		snprintf(errstr, errstr_size, "cannot %s the workspace: %s", remount ? "resize" : "mount",

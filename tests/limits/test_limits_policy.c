@@ -471,11 +471,16 @@ static void test_cgroup_v2_files(void)
 	check_file(dir, "pids.max", "256");
 	check_file(dir, "cpu.max", "150000 100000");
 
-	/* Taken over by a run without limits: every limit lifted again. */
-	worker_cgroup_limits_t lifted = { 0 };
 	/* (A cgroup file takes each write whole; these stand-ins are emptied.) */
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
 		th_file_write(th_strf("%s/%s", dir, files[i]), "", 0);
+	/* Taken over by a run with the same limits: nothing is written. */
+	TH_REQUIRE(worker_cgroup_set_limits(&cg, &lim, err, sizeof(err)) == 0, "set: %s", err);
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+		check_file(dir, files[i], "");
+
+	/* Taken over by a run without limits: every limit lifted again. */
+	worker_cgroup_limits_t lifted = { 0 };
 	TH_REQUIRE(worker_cgroup_set_limits(&cg, &lifted, err, sizeof(err)) == 0, "set: %s", err);
 	check_file(dir, "memory.max", "max");
 	check_file(dir, "pids.max", "max");
