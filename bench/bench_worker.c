@@ -12,7 +12,8 @@
  *       caller, for both (the floor's "enqueue" is the spawn decision);
  *   (d) one run flooding lines vs redis-benchmark -P 64 XADD;
  * plus idle RSS (worker and its warm sandboxes) and RSS per active run,
- * and the ratios against the targets.  Prints figures; asserts nothing.
+ * the whole machine's busy CPUs in (a) and (b) (/proc/stat), and the
+ * ratios against the targets.  Prints figures; asserts nothing.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -322,18 +323,53 @@ static double floor_run(int n, int par, int64_t *lat, const char *tag)
 	return secs;
 }
 
+/* The whole machine's CPU (/proc/stat), every process and the kernel's own
+ * threads: busy and total jiffies. */
+typedef struct machine_cpu {
+	unsigned long long busy, total;
+} machine_cpu_t;
+
+static machine_cpu_t machine_cpu(void)
+{
+	machine_cpu_t m = { 0, 0 };
+	char *st = th_file_read("/proc/stat", NULL);
+	unsigned long long v[10] = { 0 };
+	if (st && sscanf(st, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9]) >= 8) {
+		for (int i = 0; i < 8; i++)
+			m.total += v[i];
+		m.busy = m.total - v[3] - v[4]; /* idle, iowait */
+	}
+	free(st);
+	return m;
+}
+
+/* "machine: 1.72 of 2 CPUs busy, 10.9 ms per run": what a CPU-bound phase
+ * really costs (the rusage figures miss the kernel's own threads). */
+static void print_machine(machine_cpu_t a, machine_cpu_t b, double secs, int runs)
+{
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	double tot = (double)(b.total - a.total), busy = (double)(b.busy - a.busy);
+	if (tot <= 0 || runs <= 0)
+		return;
+	printf("    machine: %.2f of %ld CPUs busy, %.1f ms of machine CPU per run\n", ncpu * busy / tot, ncpu,
+	       ncpu * busy / tot * secs * 1000.0 / runs);
+}
+
 static void bench_floor(int runs, int lat_runs)
 {
 	char *la = loadavg();
 	double k0, k1;
 	double c0 = self_cpu_ms(&k0);
+	machine_cpu_t m0 = machine_cpu();
 	double secs = floor_run(runs, SLOTS, NULL, "floor_tp");
+	machine_cpu_t m1 = machine_cpu();
 	double c1 = self_cpu_ms(&k1);
 	floor_rps = runs / secs;
 	floor_cpu = (c1 - c0) / runs;
 	printf("(a) floor: %d runs, %d at a time, in %.2f s = %.0f runs/s, CPU %.2f ms per run "
 	       "(bench %.2f + bwrap and agent %.2f) [load %s]\n",
 	       runs, SLOTS, secs, floor_rps, floor_cpu, (c1 - c0 - (k1 - k0)) / runs, (k1 - k0) / runs, la);
+	print_machine(m0, m1, secs, runs);
 	free(la);
 	if (lat_runs > 0) {
 		int64_t *lat = calloc((size_t)lat_runs, sizeof(*lat));
@@ -843,6 +879,7 @@ int main(int argc, char **argv)
 	char *wargv[] = { (char *)worker_bin, NULL };
 	la = loadavg();
 	int64_t t0 = now_us();
+	machine_cpu_t m0 = machine_cpu();
 	pid_t w = th_spawn(wargv, env, getenv("BENCH_WORKER_LOG") ? getenv("BENCH_WORKER_LOG") : th_strf("%s/worker.log", workdir));
 	if (w < 0)
 		return 1;
@@ -850,6 +887,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < tp_runs; i++)
 		done += th_wait_stream_terminal(C, th_strf("runnel:{%s}:out", ids[i]), 120000);
 	double secs = (now_us() - t0) / 1e6;
+	machine_cpu_t m1 = machine_cpu();
 	double kids = 0;
 	double cpu = proc_cpu_ms2(w, &kids);
 	rn_rps = done / secs;
@@ -857,6 +895,7 @@ int main(int argc, char **argv)
 	printf("(b) runnel: %d of %d pre-queued runs, %d slots, in %.2f s from worker start = %.0f runs/s, "
 	       "CPU %.2f ms per run (worker %.2f + bwrap and agent %.2f; the stub's side not counted) [load %s]\n",
 	       done, tp_runs, SLOTS, secs, rn_rps, rn_cpu, done ? (cpu - kids) / done : -1, done ? kids / done : -1, la);
+	print_machine(m0, m1, secs, done);
 	free(la);
 	free(ids);
 	sleep_ms(1500); /* the pool refills; the worker settles */
