@@ -313,6 +313,7 @@ struct worker_guard {
 	worker_cgroup_t cg; /* ndirs 0: none (no cgroups on this host) */
 	char ws_dir[4096];
 	int mounted;
+	int detached; /* the tmpfs left the worker's namespace (ws_dir reaches it) */
 	worker_egress_t *proxy;
 	char sock_path[4200];
 	worker_guard_note_fn note;
@@ -658,6 +659,19 @@ const worker_limits_t *worker_guard_limits(const worker_guard_t *g)
 	return &g->lim;
 }
 
+int worker_guard_workspace_mounted(const worker_guard_t *g)
+{
+	return g && g->mounted && !g->detached;
+}
+
+void worker_guard_workspace_detached(worker_guard_t *g, const char *root)
+{
+	if (!g || !g->mounted)
+		return;
+	snprintf(g->ws_dir, sizeof(g->ws_dir), "%s", root);
+	g->detached = 1;
+}
+
 worker_egress_mode_t worker_guard_egress(const worker_guard_t *g)
 {
 	return g->egress;
@@ -793,7 +807,7 @@ void worker_guard_free(worker_guard_t *g)
 		worker_egress_stop(g->proxy);
 	g->proxy = NULL;
 	worker_cgroup_destroy(&g->cg, 2000); /* a no-op without one */
-	if (g->mounted && umount2(g->ws_dir, MNT_DETACH) != 0)
+	if (g->mounted && !g->detached && umount2(g->ws_dir, MNT_DETACH) != 0)
 		rn_log_warn(g->run_id, "limits", "cannot unmount the workspace: %s", strerror(errno));
 	free(g);
 }

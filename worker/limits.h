@@ -147,6 +147,14 @@ worker_guard_t *worker_guard_new(const worker_limits_env_t *env, const worker_gu
 const worker_limits_t *worker_guard_limits(const worker_guard_t *g);
 worker_egress_mode_t worker_guard_egress(const worker_guard_t *g);
 
+/* 1 when the guard mounted the run's workspace tmpfs in the worker's
+ * namespace and it is still there. */
+int worker_guard_workspace_mounted(const worker_guard_t *g);
+
+/* The workspace tmpfs left the worker's namespace (worker_ws_detach):
+ * root reaches it now, and nothing is unmounted at the end. */
+void worker_guard_workspace_detached(worker_guard_t *g, const char *root);
+
 /* Fills the sandbox spec's limit and network fields (cgroup fds, tmpfs
  * size, rlimit fallbacks, network sharing, the egress bridge). */
 void worker_guard_sandbox_spec(worker_guard_t *g, worker_sandbox_spec_t *spec);

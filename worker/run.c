@@ -866,6 +866,16 @@ static void run_pipeline(run_io_t *io)
 	}
 	have_sb = 1;
 	rn_hist_observe(io->m->sandbox_start, (double)(rn_mono_us() - t0) / 1e6);
+	/* Once the sandbox has its copy, the workspace tmpfs leaves the
+	 * worker's namespace, which every later sandbox copies (worker/workspace.h).
+	 * Not possible (yet): it stays, and is unmounted at the end as before. */
+	if (worker_guard_workspace_mounted(io->guard) && worker_sandbox_wait_cloned(&sb, 2000) == 1) {
+		char root[WORKER_PATH_MAX];
+		if (worker_ws_detach(&ws, root, err, sizeof(err)) == 0)
+			worker_guard_workspace_detached(io->guard, root);
+		else
+			rn_log_debug(run->run_id, "workspace", "stays mounted: %s", err);
+	}
 	rn_strv_free(&envv);
 	rn_log_info(run->run_id, "agent_started", "pid %ld, %s start, runtime cap %" PRId64 " s", (long)sb.pid,
 	            warm ? "warm" : "cold", cap_sec);

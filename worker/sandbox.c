@@ -36,11 +36,13 @@
 #include "common/util.h"
 #include "worker/egress.h"
 
-#define ARGV_MAX       4096 /* entries in bwrap's argv */
-#define SANDBOX_HOME   RN_SANDBOX_HOME
-#define SANDBOX_WS     RN_SANDBOX_WORKSPACE
-#define SANDBOX_SKILLS RN_SANDBOX_SKILLS
-#define SANDBOX_SETUP  WORKER_SANDBOX_SETUP_PATH
+#define ARGV_MAX            4096 /* entries in bwrap's argv */
+#define SANDBOX_INFO_FD     4    /* bwrap's --info-fd in the child */
+#define SANDBOX_INFO_FD_STR "4"
+#define SANDBOX_HOME        RN_SANDBOX_HOME
+#define SANDBOX_WS          RN_SANDBOX_WORKSPACE
+#define SANDBOX_SKILLS      RN_SANDBOX_SKILLS
+#define SANDBOX_SETUP       WORKER_SANDBOX_SETUP_PATH
 /* Host-side command lookup when the caller gives no PATH (not the
  * sandbox's PATH, which is RN_SANDBOX_PATH). */
 #define DEFAULT_PATH     "/usr/local/bin:/usr/bin:/bin"
@@ -332,6 +334,9 @@ static int build_bwrap_argv(const worker_sandbox_spec_t *spec, const char *bwrap
 	if (!spec->share_net)
 		strv_push(a, "--unshare-net");
 	strv_push(a, "--die-with-parent");
+	/* bwrap writes the sandbox's pid here once its namespaces exist
+	 * (worker_sandbox_wait_cloned). */
+	strv_push3(a, "--info-fd", SANDBOX_INFO_FD_STR, NULL);
 	/* bwrap keeps every capability for uid 0 in the sandbox by default. */
 	strv_push3(a, "--cap-drop", "ALL", NULL);
 	strv_push3(a, "--uid", "0", NULL);
@@ -397,6 +402,7 @@ struct child_plan {
 	int no_new_privs;
 	pid_t parent;
 	int in_r, out_w, err_w, rep_w;
+	int info_w;  /* bwrap's --info-fd, as fd 4 in the child; -1: none */
 	long max_fd; /* fallback when close_range() is missing */
 	struct {
 		int res;
@@ -436,8 +442,11 @@ static void child_exec(const struct child_plan *p)
 	int out_w = fcntl(p->out_w, F_DUPFD_CLOEXEC, 10);
 	int err_w = fcntl(p->err_w, F_DUPFD_CLOEXEC, 10);
 	int rep = fcntl(p->rep_w, F_DUPFD_CLOEXEC, 10);
+	int info = p->info_w >= 0 ? fcntl(p->info_w, F_DUPFD_CLOEXEC, 10) : -1;
 	if (rep < 0)
 		child_fail(p->rep_w, STAGE_FDS);
+	if (p->info_w >= 0 && info < 0)
+		child_fail(rep, STAGE_FDS);
 	if (in_r < 0 || out_w < 0 || err_w < 0)
 		child_fail(rep, STAGE_FDS);
 	if (dup2(in_r, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
@@ -445,8 +454,11 @@ static void child_exec(const struct child_plan *p)
 	if (dup3(rep, 3, O_CLOEXEC) < 0)
 		child_fail(rep, STAGE_FDS);
 	rep = 3;
-	if (syscall(SYS_close_range, 4U, ~0U, 0U) != 0)
-		for (long fd = 4; fd < p->max_fd; fd++)
+	if (info >= 0 && dup2(info, SANDBOX_INFO_FD) < 0) /* kept across execve */
+		child_fail(rep, STAGE_FDS);
+	unsigned first = info >= 0 ? SANDBOX_INFO_FD + 1 : SANDBOX_INFO_FD;
+	if (syscall(SYS_close_range, first, ~0U, 0U) != 0)
+		for (long fd = first; fd < p->max_fd; fd++)
 			close((int)fd);
 
 	/*
@@ -523,7 +535,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	memset(sb, 0, sizeof(*sb));
 	sb->pid = -1;
 	sb->driver = spec->driver;
-	sb->stdin_fd = sb->stdout_fd = sb->stderr_fd = -1;
+	sb->stdin_fd = sb->stdout_fd = sb->stderr_fd = sb->info_fd = -1;
 
 	if (!spec->argv || !spec->argv[0]) {
 		snprintf(errstr, errstr_size, "sandbox: no agent command");
@@ -596,8 +608,10 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	add_rlimit(&plan, RLIMIT_FSIZE, spec->rlimit_fsize_mb, 1024L * 1024L);
 
 	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 }, rep[2] = { -1, -1 };
+	int info[2] = { -1, -1 };
 	if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 ||
-	    pipe2(err, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0) {
+	    pipe2(err, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0 ||
+	    (spec->driver == WORKER_SANDBOX_BWRAP && pipe2(info, O_CLOEXEC) != 0)) {
 		snprintf(errstr, errstr_size, "sandbox: pipe: %s", strerror(errno));
 		goto fail;
 	}
@@ -616,6 +630,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	plan.out_w = out[1];
 	plan.err_w = err[1];
 	plan.rep_w = rep[1];
+	plan.info_w = info[1];
 	plan.cg_fds = spec->cgroup_fds;
 	plan.ncg = spec->cgroup_fds ? spec->ncgroup_fds : 0;
 
@@ -644,6 +659,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	close_fd(&out[1]);
 	close_fd(&err[1]);
 	close_fd(&rep[1]);
+	close_fd(&info[1]);
 
 	struct child_report r;
 	size_t got = 0;
@@ -691,6 +707,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	sb->stdin_fd = in[1];
 	sb->stdout_fd = out[0];
 	sb->stderr_fd = err[0];
+	sb->info_fd = info[0];
 	return 0;
 
 fail:
@@ -704,6 +721,8 @@ fail:
 	close_fd(&err[1]);
 	close_fd(&rep[0]);
 	close_fd(&rep[1]);
+	close_fd(&info[0]);
+	close_fd(&info[1]);
 	return -1;
 }
 
@@ -868,11 +887,42 @@ int worker_sandbox_reap(worker_sandbox_t *sb)
 	return 1;
 }
 
+int worker_sandbox_wait_cloned(worker_sandbox_t *sb, int timeout_ms)
+{
+	if (sb->info_fd < 0)
+		return 0;
+	/* bwrap writes {"child-pid": N, ...} after the clone that made the
+	 * namespaces, then closes the pipe: data then EOF.  EOF alone: it
+	 * ended before. */
+	int64_t deadline = rn_mono_ms() + timeout_ms;
+	size_t got = 0;
+	for (;;) {
+		int64_t left = deadline - rn_mono_ms();
+		struct pollfd pfd = { sb->info_fd, POLLIN, 0 };
+		int pr = left > 0 ? poll(&pfd, 1, (int)left) : 0;
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr <= 0)
+			return 0; /* not yet: the caller goes on without it */
+		char buf[256];
+		ssize_t n = read(sb->info_fd, buf, sizeof(buf));
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n > 0) {
+			got += (size_t)n;
+			continue;
+		}
+		close_fd(&sb->info_fd);
+		return got > 0;
+	}
+}
+
 void worker_sandbox_destroy(worker_sandbox_t *sb)
 {
 	close_fd(&sb->stdin_fd);
 	close_fd(&sb->stdout_fd);
 	close_fd(&sb->stderr_fd);
+	close_fd(&sb->info_fd);
 	if (sb->pid <= 0 || sb->exited)
 		return;
 	worker_sandbox_kill(sb, SIGKILL);

@@ -71,6 +71,7 @@ typedef struct worker_sandbox {
 	int stdin_fd;  /* write end, O_CLOEXEC, blocking */
 	int stdout_fd; /* read end, O_CLOEXEC|O_NONBLOCK */
 	int stderr_fd; /* read end, O_CLOEXEC|O_NONBLOCK */
+	int info_fd;   /* bwrap's --info-fd, read end (worker_sandbox_wait_cloned); -1 */
 	int exited;
 	int status;                     /* waitpid status once exited */
 	worker_sandbox_driver_t driver; /* set by worker_sandbox_spawn */
@@ -79,6 +80,15 @@ typedef struct worker_sandbox {
 /* Starts the sandbox.  0, or -1 with errstr (exec failure included). */
 int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb,
                          char *errstr, size_t errstr_size);
+
+/*
+ * Waits up to timeout_ms until bwrap has made the sandbox's namespaces
+ * (its --info-fd said so): from then on the sandbox has its own copy of
+ * every mount, and the worker may unmount its own without touching the
+ * sandbox's.  1 when it has, 0 otherwise (the process driver, bwrap
+ * ended first, or not yet).  Once per sandbox: it closes the pipe.
+ */
+int worker_sandbox_wait_cloned(worker_sandbox_t *sb, int timeout_ms);
 
 /*
  * Sends sig to the whole tree (process group; the pid namespace dies with its

@@ -65,7 +65,7 @@ static void sb_blank(worker_sandbox_t *sb)
 {
 	memset(sb, 0, sizeof(*sb));
 	sb->pid = -1;
-	sb->stdin_fd = sb->stdout_fd = sb->stderr_fd = -1;
+	sb->stdin_fd = sb->stdout_fd = sb->stderr_fd = sb->info_fd = -1;
 }
 
 int worker_warm_start(const worker_sandbox_spec_t *tmpl, const char *init_path,

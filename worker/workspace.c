@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -668,10 +669,41 @@ static int remove_contents(int dfd, int depth)
 	return rc;
 }
 
+int worker_ws_detach(worker_ws_t *ws, char *root, char *errstr, size_t errstr_size)
+{
+	if (ws->detached) {
+		snprintf(errstr, errstr_size, "the workspace is detached already");
+		return -1;
+	}
+	int fd = open(ws->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(errstr, errstr_size, "cannot open %s: %s", ws->workspace, strerror(errno));
+		return -1;
+	}
+	char assets[WORKER_PATH_MAX];
+	snprintf(assets, sizeof(assets), "/proc/self/fd/%d/assets", fd);
+	if (umount2(ws->workspace, MNT_DETACH) != 0) {
+		snprintf(errstr, errstr_size, "cannot unmount %s: %s", ws->workspace, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	/* "/." : the last component is no link, for opens with O_NOFOLLOW. */
+	snprintf(root, WORKER_PATH_MAX, "/proc/self/fd/%d/.", fd);
+	memcpy(ws->assets, assets, sizeof(assets));
+	ws->detached = 1;
+	ws->detached_fd = fd;
+	return 0;
+}
+
 int worker_ws_remove(worker_ws_t *ws)
 {
 	if (!ws || !ws->dir[0])
 		return -1;
+	if (ws->detached) {
+		close(ws->detached_fd);
+		ws->detached = 0;
+		ws->detached_fd = -1;
+	}
 	int dfd = open(ws->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0)
 		return errno == ENOENT ? 0 : -1;

@@ -57,7 +57,22 @@ typedef struct worker_ws {
 	char assets[WORKER_PATH_MAX];    /* .../workspace/assets */
 	char skills[WORKER_PATH_MAX];    /* .../skills */
 	char meta[WORKER_PATH_MAX];      /* .../meta */
+	/* worker_ws_detach: the workspace tmpfs, no longer mounted in the
+	 * worker's namespace, held open here (assets then reads through it). */
+	int detached;
+	int detached_fd;
 } worker_ws_t;
+
+/*
+ * Takes the workspace's own mount (a tmpfs) out of the worker's mount
+ * namespace once a sandbox has its copy: every bwrap copies, and unmounts
+ * again, each mount of the namespace it starts from, so each one left
+ * there costs every later sandbox.  The tmpfs lives on in the sandbox and
+ * in a descriptor kept here: ws->assets becomes "/proc/self/fd/N/assets"
+ * and *root (size WORKER_PATH_MAX) the tmpfs's root.  worker_ws_remove()
+ * closes it.  0, or -1 with errstr and ws unchanged.
+ */
+int worker_ws_detach(worker_ws_t *ws, char *root, char *errstr, size_t errstr_size);
 
 /* Creates a fresh tree (mode 0700 at the top).  Fails when it exists. */
 int worker_ws_create(worker_ws_t *ws, const char *root, const char *run_id,

@@ -374,6 +374,30 @@ static void test_process_driver(void)
 	sbx_out_free(&o);
 }
 
+/* bwrap says when the sandbox's namespaces exist; the process driver has
+ * none to wait for. */
+static void test_wait_cloned(void)
+{
+	char *argv[] = { "/bin/sh", "-c", "read t; echo up", NULL };
+	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_BWRAP, argv);
+	worker_sandbox_t sb;
+	spawn_ok(&s, &sb);
+	TH_CHECK(sb.info_fd >= 0);
+	TH_CHECK(worker_sandbox_wait_cloned(&sb, 10000) == 1, "bwrap never said it had cloned");
+	TH_CHECK(sb.info_fd == -1, "the pipe is closed once read");
+	sbx_out_t o;
+	TH_CHECK(sbx_collect(&sb, "go\n", 1, 10000, &o) == 0);
+	TH_CHECK(th_streq(o.out, "up\n"), "out %s", o.out);
+	sbx_out_free(&o);
+	worker_sandbox_destroy(&sb);
+
+	s = spec_for(WORKER_SANDBOX_PROCESS, argv);
+	spawn_ok(&s, &sb);
+	TH_CHECK(sb.info_fd == -1);
+	TH_CHECK(worker_sandbox_wait_cloned(&sb, 10000) == 0);
+	worker_sandbox_destroy(&sb);
+}
+
 static int zombie_child(const th_proc_t *p, void *arg)
 {
 	if (p->ppid == getpid() && p->state == 'Z')
@@ -465,6 +489,7 @@ int main(int argc, char **argv)
 	test_signals(WORKER_SANDBOX_BWRAP);
 	test_signals(WORKER_SANDBOX_PROCESS);
 	test_process_driver();
+	test_wait_cloned();
 	test_orphans();
 	return th_done();
 }

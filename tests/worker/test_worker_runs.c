@@ -201,6 +201,14 @@ static int no_marker(void *arg)
 	return count_procs_with_arg(arg) == 0;
 }
 
+static int has_first_line(void *arg)
+{
+	size_t n;
+	char **l = wt_lines(&T, arg, &n);
+	th_strv_free(l, n);
+	return n >= 1;
+}
+
 static int has_line_count(void *arg)
 {
 	const char *id = arg;
@@ -247,6 +255,41 @@ static void test_cancel_during(void)
 	dev_stub_stats(T.stub, o.session, DEV_STUB_EP_RESULTS, &st);
 	TH_CHECK(st.calls == 0, "no writeback after cancel (%d)", st.calls);
 	check_state("run_cancel1", "cancelled", NULL);
+}
+
+/*
+ * A run's workspace tmpfs is not in the worker's mount namespace while the
+ * run goes on: the sandbox has its own copy (every later bwrap would copy
+ * it again).  The agent prints its workspace's device; the worker's
+ * mountinfo must not hold it.  Without a workspace tmpfs (a worker that
+ * cannot mount) there is nothing to check.
+ */
+static void test_workspace_detached(pid_t worker)
+{
+	dev_stub_otps_t o;
+	const char *agent = "{\"kind\":\"command\",\"argv\":[\"/bin/sh\",\"-c\","
+	                    "\"read t; d=$(mountpoint -d /root/workspace) || d=none; "
+	                    "echo '{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"dev '$d'\\\"}'; "
+	                    "echo hi > assets/kept.txt; sleep 1000\"]}";
+	wt_submit_agent(&T, "run_detached", agent, "hello", 1, 0, &o);
+	TH_REQUIRE(th_wait_until(has_first_line, "run_detached", 20000), "agent started");
+	size_t n;
+	char **l = wt_lines(&T, "run_detached", &n);
+	const char *msg = n ? wt_field(l[0], "message") : "";
+	TH_CHECK(!strncmp(msg, "dev ", 4), "first line %s", n ? l[0] : "(none)");
+	if (!strncmp(msg, "dev ", 4) && strcmp(msg + 4, "none")) {
+		char *mi = th_file_read(th_strf("/proc/%d/mountinfo", (int)worker), NULL);
+		TH_REQUIRE(mi != NULL);
+		/* mountinfo's third field is the device, "0:123". */
+		char *needle = th_strf(" %s / ", msg + 4);
+		TH_CHECK(strstr(mi, needle) == NULL, "the run's workspace (%s) is still mounted in the worker", msg + 4);
+		free(mi);
+	} else {
+		TH_NOTE("no workspace tmpfs here: %s", msg);
+	}
+	th_strv_free(l, n);
+	cancel("run_detached");
+	TH_CHECK(wt_wait_terminal(&T, "run_detached", 10000), "cancel ended the run");
 }
 
 static void test_runtime_cap(void)
@@ -665,6 +708,7 @@ int main(void)
 	test_cancel_during_download();
 	test_cancel_during_writeback();
 	test_tiny_lines();
+	test_workspace_detached(w);
 	/* Every run's directory is gone (idle warm sandboxes keep theirs). */
 	TH_CHECK(count_run_dirs(1) == 0, "run directories removed (%d left)", count_run_dirs(1));
 	/* Each sandbox's init outlives bwrap and comes back to the worker (a
