@@ -323,6 +323,53 @@ static double floor_run(int n, int par, int64_t *lat, const char *tag)
 	return secs;
 }
 
+/* CPU (ms) of the programs around the runs, for the machine's account:
+ * this process (the floor, or the dev stub serving the OTPs), redis-server
+ * (INFO cpu), the Kafka broker (every java process) and the kernel's own
+ * threads (children of kthreadd; a kworker that exits meanwhile is missed). */
+typedef struct around {
+	double self, redis, kafka, kthreads;
+} around_t;
+
+static int around_proc(const th_proc_t *p, void *arg)
+{
+	around_t *a = arg;
+	int kthread = p->pid == 2 || p->ppid == 2;
+	char *comm = kthread ? NULL : th_file_read(th_strf("/proc/%ld/comm", (long)p->pid), NULL);
+	if (kthread || (comm && !strcmp(comm, "java\n"))) {
+		double kids = 0, ms = proc_cpu_ms2(p->pid, &kids);
+		if (ms > 0)
+			*(kthread ? &a->kthreads : &a->kafka) += ms - kids;
+	}
+	free(comm);
+	return 0;
+}
+
+static around_t around_now(void)
+{
+	around_t a = { 0, 0, 0, 0 };
+	double kids;
+	a.self = self_cpu_ms(&kids) - kids;
+	redisReply *r = redisCommand(C, "INFO cpu");
+	if (r && r->type == REDIS_REPLY_STRING) {
+		const char *u = strstr(r->str, "used_cpu_user:"), *y = strstr(r->str, "used_cpu_sys:");
+		a.redis = ((u ? atof(u + 14) : 0) + (y ? atof(y + 13) : 0)) * 1000.0;
+	}
+	if (r)
+		freeReplyObject(r);
+	th_proc_each(around_proc, &a);
+	return a;
+}
+
+static void print_around(const char *self_name, around_t a, around_t b, int runs)
+{
+	if (runs <= 0)
+		return;
+	printf("    around them per run: %s %.2f, redis-server %.2f, Kafka broker %.2f, kernel threads %.2f ms\n",
+	       self_name, (b.self - a.self) / runs, (b.redis - a.redis) / runs, (b.kafka - a.kafka) / runs,
+	       (b.kthreads - a.kthreads) / runs);
+}
+
 /* The whole machine's CPU (/proc/stat), every process and the kernel's own
  * threads: busy and total jiffies. */
 typedef struct machine_cpu {
@@ -360,9 +407,11 @@ static void bench_floor(int runs, int lat_runs)
 	char *la = loadavg();
 	double k0, k1;
 	double c0 = self_cpu_ms(&k0);
+	around_t a0 = around_now();
 	machine_cpu_t m0 = machine_cpu();
 	double secs = floor_run(runs, SLOTS, NULL, "floor_tp");
 	machine_cpu_t m1 = machine_cpu();
+	around_t a1 = around_now();
 	double c1 = self_cpu_ms(&k1);
 	floor_rps = runs / secs;
 	floor_cpu = (c1 - c0) / runs;
@@ -370,6 +419,7 @@ static void bench_floor(int runs, int lat_runs)
 	       "(bench %.2f + bwrap and agent %.2f) [load %s]\n",
 	       runs, SLOTS, secs, floor_rps, floor_cpu, (c1 - c0 - (k1 - k0)) / runs, (k1 - k0) / runs, la);
 	print_machine(m0, m1, secs, runs);
+	print_around("the bench (its XADDs)", a0, a1, runs);
 	free(la);
 	if (lat_runs > 0) {
 		int64_t *lat = calloc((size_t)lat_runs, sizeof(*lat));
@@ -879,6 +929,7 @@ int main(int argc, char **argv)
 	char *wargv[] = { (char *)worker_bin, NULL };
 	la = loadavg();
 	int64_t t0 = now_us();
+	around_t a0 = around_now();
 	machine_cpu_t m0 = machine_cpu();
 	pid_t w = th_spawn(wargv, env, getenv("BENCH_WORKER_LOG") ? getenv("BENCH_WORKER_LOG") : th_strf("%s/worker.log", workdir));
 	if (w < 0)
@@ -888,6 +939,7 @@ int main(int argc, char **argv)
 		done += th_wait_stream_terminal(C, th_strf("runnel:{%s}:out", ids[i]), 120000);
 	double secs = (now_us() - t0) / 1e6;
 	machine_cpu_t m1 = machine_cpu();
+	around_t a1 = around_now();
 	double kids = 0;
 	double cpu = proc_cpu_ms2(w, &kids);
 	rn_rps = done / secs;
@@ -896,6 +948,7 @@ int main(int argc, char **argv)
 	       "CPU %.2f ms per run (worker %.2f + bwrap and agent %.2f; the stub's side not counted) [load %s]\n",
 	       done, tp_runs, SLOTS, secs, rn_rps, rn_cpu, done ? (cpu - kids) / done : -1, done ? kids / done : -1, la);
 	print_machine(m0, m1, secs, done);
+	print_around("the bench (the dev stub)", a0, a1, done);
 	free(la);
 	free(ids);
 	sleep_ms(1500); /* the pool refills; the worker settles */
