@@ -44,6 +44,7 @@
 #include "worker/run.h"
 #include "worker/warm.h"
 #include "worker/sandbox.h"
+#include "worker/workspace.h"
 
 #define PENDING_MAX   64
 #define KAFKA_TICK_MS 100
@@ -902,6 +903,7 @@ int main(int argc, char **argv)
 		w->ctx.warm = NULL;
 	}
 	worker_reaper_free(w->ctx.reaper); /* after every run ended */
+	worker_ws_recycle_drain();
 	w->ctx.reaper = NULL;
 	worker_pub_pool_free(w->ctx.pub_pool); /* after every run ended */
 	w->ctx.pub_pool = NULL;

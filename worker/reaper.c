@@ -39,7 +39,7 @@ static void reap(item_t *it)
 	/* The guard first: the workspace tmpfs is unmounted before the run
 	 * directory under it is removed. */
 	worker_guard_free(it->guard);
-	if (it->have_ws && worker_ws_remove(&it->ws) < 0)
+	if (it->have_ws && worker_ws_recycle(&it->ws) < 0)
 		rn_log_warn(it->run_id, "workspace_remove", "could not remove %s", it->ws.dir);
 	/* The sandbox's init, if it had not exited yet when bwrap was reaped. */
 	worker_sandbox_reap_orphans();

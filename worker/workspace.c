@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,35 @@ static int mkdir_parents(const char *path, mode_t mode)
 	return 0;
 }
 
+/*
+ * Run directories made once and renamed into place for each run
+ * (worker_ws_recycle): on this project's CI host, ext4 allocating and
+ * freeing three directory inodes per run was a fifth of the worker's own
+ * CPU (docs/worker.md).  Full paths, all under one work directory.
+ */
+#define RECYCLE_MAX 64
+static pthread_mutex_t recycle_mu = PTHREAD_MUTEX_INITIALIZER;
+static char recycled[RECYCLE_MAX][WORKER_PATH_MAX];
+static size_t nrecycled;
+static unsigned long recycle_seq;
+
+/* Moves a recycled tree under root to dir; 1 when done. */
+static int recycle_take(const char *root, const char *dir)
+{
+	size_t rl = strlen(root);
+	int done = 0;
+	pthread_mutex_lock(&recycle_mu);
+	const char *from = nrecycled ? recycled[nrecycled - 1] : NULL;
+	if (from && !strncmp(from, root, rl) && from[rl] == '/') {
+		if (renameat2(AT_FDCWD, from, AT_FDCWD, dir, RENAME_NOREPLACE) == 0)
+			done = 1, nrecycled--;
+		else if (errno != EEXIST)
+			nrecycled--; /* gone from under us: forgotten */
+	}
+	pthread_mutex_unlock(&recycle_mu);
+	return done;
+}
+
 int worker_ws_create(worker_ws_t *ws, const char *root, const char *run_id,
                      char *errstr, size_t errstr_size)
 {
@@ -102,6 +132,8 @@ int worker_ws_create(worker_ws_t *ws, const char *root, const char *run_id,
 		memset(ws, 0, sizeof(*ws));
 		return -1;
 	}
+	if (recycle_take(root, ws->dir))
+		return 0; /* the same tree: dir, workspace/, workspace/assets/, all empty */
 	if (mkdir(ws->dir, 0700) != 0) {
 		snprintf(errstr, errstr_size, "workspace: cannot create %s: %s", ws->dir, strerror(errno));
 		memset(ws, 0, sizeof(*ws));
@@ -693,6 +725,101 @@ int worker_ws_detach(worker_ws_t *ws, char *root, char *errstr, size_t errstr_si
 	ws->detached = 1;
 	ws->detached_fd = fd;
 	return 0;
+}
+
+/* 1 when dir (open on dfd, consumed) holds exactly the names in want
+ * (NULL-terminated; "" for none), each of them a directory. */
+static int holds_only(int dfd, const char *const *want)
+{
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return 0;
+	}
+	size_t n = 0, seen = 0;
+	while (want[n])
+		n++;
+	int ok = 1;
+	struct dirent *de;
+	while (ok && (de = readdir(d)) != NULL) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		ok = 0;
+		for (size_t i = 0; i < n; i++)
+			if (!strcmp(de->d_name, want[i]) && de->d_type == DT_DIR)
+				ok = 1, seen++;
+	}
+	closedir(d);
+	return ok && seen == n;
+}
+
+/* Removes dir/name and everything under it; 0 when it is gone. */
+static int remove_sub(int dir, const char *name)
+{
+	int sub = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sub < 0)
+		return errno == ENOENT ? 0 : -1;
+	if (remove_contents(sub, 1) != 0)
+		return -1;
+	return unlinkat(dir, name, AT_REMOVEDIR);
+}
+
+int worker_ws_recycle(worker_ws_t *ws)
+{
+	if (!ws || !ws->dir[0] || !ws->detached)
+		return worker_ws_remove(ws);
+	close(ws->detached_fd);
+	ws->detached = 0;
+	ws->detached_fd = -1;
+	/* The run's files were in its tmpfs, gone now; what is left here is
+	 * the worker's own: meta/ and skills/ go, the rest must be exactly the
+	 * empty workspace/assets/ it made. */
+	int dfd = open(ws->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return errno == ENOENT ? 0 : -1;
+	static const char *const top[] = { "workspace", NULL }, *const in_ws[] = { "assets", NULL },
+	                         *const none[] = { NULL };
+	int ok = remove_sub(dfd, "meta") == 0 && remove_sub(dfd, "skills") == 0 &&
+	        holds_only(dup(dfd), top);
+	int wfd = ok ? openat(dfd, "workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+	ok = wfd >= 0 && holds_only(dup(wfd), in_ws);
+	int afd = ok ? openat(wfd, "assets", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+	ok = afd >= 0 && holds_only(afd, none);
+	if (wfd >= 0)
+		close(wfd);
+	close(dfd);
+	if (ok) {
+		char root[WORKER_PATH_MAX];
+		snprintf(root, sizeof(root), "%s", ws->dir);
+		char *slash = strrchr(root, '/');
+		if (slash && slash != root)
+			*slash = '\0';
+		pthread_mutex_lock(&recycle_mu);
+		if (nrecycled < RECYCLE_MAX) {
+			char *to = recycled[nrecycled];
+			int n = snprintf(to, WORKER_PATH_MAX, "%s/.recycled-%ld-%lu", root, (long)getpid(), ++recycle_seq);
+			if (n > 0 && n < WORKER_PATH_MAX &&
+			    renameat2(AT_FDCWD, ws->dir, AT_FDCWD, to, RENAME_NOREPLACE) == 0) {
+				nrecycled++;
+				pthread_mutex_unlock(&recycle_mu);
+				return 0;
+			}
+		}
+		pthread_mutex_unlock(&recycle_mu);
+	}
+	return worker_ws_remove(ws);
+}
+
+void worker_ws_recycle_drain(void)
+{
+	pthread_mutex_lock(&recycle_mu);
+	while (nrecycled > 0) {
+		worker_ws_t ws;
+		memset(&ws, 0, sizeof(ws));
+		snprintf(ws.dir, sizeof(ws.dir), "%s", recycled[--nrecycled]);
+		worker_ws_remove(&ws);
+	}
+	pthread_mutex_unlock(&recycle_mu);
 }
 
 int worker_ws_remove(worker_ws_t *ws)

@@ -74,7 +74,19 @@ typedef struct worker_ws {
  */
 int worker_ws_detach(worker_ws_t *ws, char *root, char *errstr, size_t errstr_size);
 
-/* Creates a fresh tree (mode 0700 at the top).  Fails when it exists. */
+/*
+ * Ends a run's directory like worker_ws_remove(), but keeps the tree for a
+ * later worker_ws_create() when nothing of the run can be in it: its
+ * workspace was a detached tmpfs, meta/ and skills/ are removed, and the
+ * rest must be exactly the empty workspace/assets/ the worker made (else
+ * it is removed).  A kept tree is renamed ".recycled-<pid>-<n>" in the same
+ * work directory (64 at most); worker_ws_recycle_drain() removes them.
+ */
+int worker_ws_recycle(worker_ws_t *ws);
+void worker_ws_recycle_drain(void);
+
+/* Creates a fresh tree (mode 0700 at the top), or renames a recycled one
+ * into place.  Fails when it exists. */
 int worker_ws_create(worker_ws_t *ws, const char *root, const char *run_id,
                      char *errstr, size_t errstr_size);
 

@@ -413,6 +413,53 @@ static void test_tree(void)
 	TH_CHECK(th_streq(list_dir(root), ""), "left: %s", list_dir(root));
 }
 
+/*
+ * A finished run's tree is kept for the next run only when nothing of the
+ * run can be in it (its workspace was a detached tmpfs: here a stand-in
+ * descriptor), and only with exactly the empty workspace/assets/ left.
+ */
+static void test_recycle(void)
+{
+	const char *root = th_strf("%s/recycle", base);
+	worker_ws_t ws;
+	char err[512];
+	TH_REQUIRE(worker_ws_create(&ws, root, "run_rc1", err, sizeof(err)) == 0, "%s", err);
+	TH_REQUIRE(mkdir(ws.meta, 0700) == 0 && th_file_write(th_strf("%s/setup.sh", ws.meta), "s", 1) == 0);
+	ws.detached = 1;
+	ws.detached_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	TH_CHECK(worker_ws_recycle(&ws) == 0);
+	char *left = list_dir(root);
+	TH_CHECK(!strncmp(left, ".recycled-", 10) && !strchr(left, ','), "left: %s", left);
+	TH_CHECK(th_streq(list_dir(th_strf("%s/%s", root, left)), "workspace"), "kept: %s",
+	         list_dir(th_strf("%s/%s", root, left)));
+
+	/* The next run gets that tree, renamed. */
+	TH_REQUIRE(worker_ws_create(&ws, root, "run_rc2", err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(th_streq(list_dir(root), "run_rc2"), "left: %s", list_dir(root));
+	struct stat st;
+	TH_CHECK(stat(ws.assets, &st) == 0 && S_ISDIR(st.st_mode));
+	TH_CHECK(th_streq(list_dir(ws.assets), ""), "assets: %s", list_dir(ws.assets));
+
+	/* Not a detached workspace, or anything more in it: removed. */
+	TH_CHECK(worker_ws_recycle(&ws) == 0);
+	TH_CHECK(th_streq(list_dir(root), ""), "left: %s", list_dir(root));
+	TH_REQUIRE(worker_ws_create(&ws, root, "run_rc3", err, sizeof(err)) == 0, "%s", err);
+	TH_REQUIRE(th_file_write(th_strf("%s/stray", ws.workspace), "x", 1) == 0);
+	ws.detached = 1;
+	ws.detached_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	TH_CHECK(worker_ws_recycle(&ws) == 0);
+	TH_CHECK(th_streq(list_dir(root), ""), "left: %s", list_dir(root));
+
+	/* The drain removes every kept tree. */
+	TH_REQUIRE(worker_ws_create(&ws, root, "run_rc4", err, sizeof(err)) == 0, "%s", err);
+	ws.detached = 1;
+	ws.detached_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	TH_CHECK(worker_ws_recycle(&ws) == 0);
+	TH_CHECK(strncmp(list_dir(root), ".recycled-", 10) == 0, "left: %s", list_dir(root));
+	worker_ws_recycle_drain();
+	TH_CHECK(th_streq(list_dir(root), ""), "left: %s", list_dir(root));
+}
+
 /* worker_ws_fetch_zip against the stub's blobs. */
 static void test_fetch(void)
 {
@@ -515,6 +562,7 @@ int main(void)
 	test_refusals();
 	test_good_bag();
 	test_tree();
+	test_recycle();
 	test_fetch();
 	curl_global_cleanup();
 	return th_done();
