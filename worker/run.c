@@ -868,7 +868,7 @@ static void run_pipeline(run_io_t *io)
 	rn_hist_observe(io->m->sandbox_start, (double)(rn_mono_us() - t0) / 1e6);
 	/* Once the sandbox has its copy, the workspace tmpfs leaves the
 	 * worker's namespace, which every later sandbox copies (worker/workspace.h).
-	 * Not possible (yet): it stays, and is unmounted at the end as before. */
+	 * When it cannot, it stays there and is unmounted at the end. */
 	if (worker_guard_workspace_mounted(io->guard) && worker_sandbox_wait_cloned(&sb, 2000) == 1) {
 		char root[WORKER_PATH_MAX];
 		if (worker_ws_detach(&ws, root, err, sizeof(err)) == 0)

@@ -80,7 +80,7 @@ static int mkdir_parents(const char *path, mode_t mode)
 /*
  * Run directories made once and renamed into place for each run
  * (worker_ws_recycle): on this project's CI host, ext4 allocating and
- * freeing three directory inodes per run was a fifth of the worker's own
+ * freeing three directory inodes per run was a third of the run threads'
  * CPU (docs/worker.md).  Full paths, all under one work directory.
  */
 #define RECYCLE_MAX 64
@@ -727,8 +727,8 @@ int worker_ws_detach(worker_ws_t *ws, char *root, char *errstr, size_t errstr_si
 	return 0;
 }
 
-/* 1 when dir (open on dfd, consumed) holds exactly the names in want
- * (NULL-terminated; "" for none), each of them a directory. */
+/* 1 when the directory open on dfd (consumed) holds exactly the names in
+ * want (NULL-terminated, possibly empty), each of them a directory. */
 static int holds_only(int dfd, const char *const *want)
 {
 	DIR *d = fdopendir(dfd);
