@@ -764,17 +764,26 @@ static int remove_sub(int dir, const char *name)
 	return unlinkat(dir, name, AT_REMOVEDIR);
 }
 
+/* Lets go of a detached workspace tmpfs (freed once its sandbox is gone
+ * too); then opens the run directory: its fd, or -1 (errno). */
+static int release_and_open(worker_ws_t *ws)
+{
+	if (ws->detached) {
+		close(ws->detached_fd);
+		ws->detached = 0;
+		ws->detached_fd = -1;
+	}
+	return open(ws->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
 int worker_ws_recycle(worker_ws_t *ws)
 {
 	if (!ws || !ws->dir[0] || !ws->detached)
 		return worker_ws_remove(ws);
-	close(ws->detached_fd);
-	ws->detached = 0;
-	ws->detached_fd = -1;
 	/* The run's files were in its tmpfs, gone now; what is left here is
 	 * the worker's own: meta/ and skills/ go, the rest must be exactly the
 	 * empty workspace/assets/ it made. */
-	int dfd = open(ws->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int dfd = release_and_open(ws);
 	if (dfd < 0)
 		return errno == ENOENT ? 0 : -1;
 	static const char *const top[] = { "workspace", NULL }, *const in_ws[] = { "assets", NULL },
@@ -826,12 +835,7 @@ int worker_ws_remove(worker_ws_t *ws)
 {
 	if (!ws || !ws->dir[0])
 		return -1;
-	if (ws->detached) {
-		close(ws->detached_fd);
-		ws->detached = 0;
-		ws->detached_fd = -1;
-	}
-	int dfd = open(ws->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int dfd = release_and_open(ws);
 	if (dfd < 0)
 		return errno == ENOENT ? 0 : -1;
 	int rc = remove_contents(dfd, 0);
