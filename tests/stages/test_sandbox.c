@@ -398,32 +398,19 @@ static void test_wait_cloned(void)
 	worker_sandbox_destroy(&sb);
 }
 
-static int zombie_child(const th_proc_t *p, void *arg)
-{
-	if (p->ppid == getpid() && p->state == 'Z')
-		++*(int *)arg;
-	return 0;
-}
-
-static int zombie_children(void)
-{
-	int n = 0;
-	return th_proc_each(zombie_child, &n) == 0 ? n : -1;
-}
-
 static int reap_any(void *arg)
 {
 	(void)arg;
 	while (waitpid(-1, NULL, WNOHANG) > 0)
 		;
-	return zombie_children() == 0;
+	return th_zombies_of(getpid()) == 0;
 }
 
 static int orphans_reaped(void *arg)
 {
 	(void)arg;
 	worker_sandbox_reap_orphans();
-	return zombie_children() == 0;
+	return th_zombies_of(getpid()) == 0;
 }
 
 /*
@@ -435,17 +422,17 @@ static int orphans_reaped(void *arg)
 static void test_orphans(void)
 {
 	/* What the earlier tests orphaned (the process driver's sleeps). */
-	TH_REQUIRE(th_wait_until(reap_any, NULL, 5000), "%d zombie(s) before the test", zombie_children());
+	TH_REQUIRE(th_wait_until(reap_any, NULL, 5000), "%d zombie(s) before the test", th_zombies_of(getpid()));
 	for (int i = 0; i < 5; i++) {
 		sbx_out_t o;
 		TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, "echo ok", NULL, &o) == 0);
 		TH_CHECK(exit_code(&o) == 0 && th_streq(o.out, "ok\n"), "out %s", o.out);
 		sbx_out_free(&o);
 		/* At most the last init, still exiting when bwrap was reaped. */
-		int z = zombie_children();
+		int z = th_zombies_of(getpid());
 		TH_CHECK(z >= 0 && z <= 1, "%d zombie(s) after %d sandbox(es)", z, i + 1);
 	}
-	TH_CHECK(th_wait_until(orphans_reaped, NULL, 5000), "%d zombie(s) left", zombie_children());
+	TH_CHECK(th_wait_until(orphans_reaped, NULL, 5000), "%d zombie(s) left", th_zombies_of(getpid()));
 
 	pid_t own = fork();
 	TH_REQUIRE(own >= 0);

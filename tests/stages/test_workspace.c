@@ -418,6 +418,13 @@ static void test_tree(void)
  * run can be in it (its workspace was a detached tmpfs: here a stand-in
  * descriptor), and only with exactly the empty workspace/assets/ left.
  */
+/* As if the workspace were a detached tmpfs: a descriptor to let go of. */
+static void stand_in_detached(worker_ws_t *ws)
+{
+	ws->detached = 1;
+	ws->detached_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
 static void test_recycle(void)
 {
 	const char *root = th_strf("%s/recycle", base);
@@ -425,8 +432,7 @@ static void test_recycle(void)
 	char err[512];
 	TH_REQUIRE(worker_ws_create(&ws, root, "run_rc1", err, sizeof(err)) == 0, "%s", err);
 	TH_REQUIRE(mkdir(ws.meta, 0700) == 0 && th_file_write(th_strf("%s/setup.sh", ws.meta), "s", 1) == 0);
-	ws.detached = 1;
-	ws.detached_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	stand_in_detached(&ws);
 	TH_CHECK(worker_ws_recycle(&ws) == 0);
 	char *left = list_dir(root);
 	TH_CHECK(!strncmp(left, ".recycled-", 10) && !strchr(left, ','), "left: %s", left);
@@ -445,15 +451,13 @@ static void test_recycle(void)
 	TH_CHECK(th_streq(list_dir(root), ""), "left: %s", list_dir(root));
 	TH_REQUIRE(worker_ws_create(&ws, root, "run_rc3", err, sizeof(err)) == 0, "%s", err);
 	TH_REQUIRE(th_file_write(th_strf("%s/stray", ws.workspace), "x", 1) == 0);
-	ws.detached = 1;
-	ws.detached_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	stand_in_detached(&ws);
 	TH_CHECK(worker_ws_recycle(&ws) == 0);
 	TH_CHECK(th_streq(list_dir(root), ""), "left: %s", list_dir(root));
 
 	/* The drain removes every kept tree. */
 	TH_REQUIRE(worker_ws_create(&ws, root, "run_rc4", err, sizeof(err)) == 0, "%s", err);
-	ws.detached = 1;
-	ws.detached_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	stand_in_detached(&ws);
 	TH_CHECK(worker_ws_recycle(&ws) == 0);
 	TH_CHECK(strncmp(list_dir(root), ".recycled-", 10) == 0, "left: %s", list_dir(root));
 	worker_ws_recycle_drain();

@@ -128,6 +128,25 @@ int th_proc_each(int (*fn)(const th_proc_t *p, void *arg), void *arg)
 	return 0;
 }
 
+struct th_zombies {
+	pid_t parent;
+	int n;
+};
+
+static int th_zombie_of(const th_proc_t *p, void *arg)
+{
+	struct th_zombies *z = arg;
+	if (p->ppid == z->parent && p->state == 'Z')
+		z->n++;
+	return 0;
+}
+
+int th_zombies_of(pid_t parent)
+{
+	struct th_zombies z = { parent, 0 };
+	return th_proc_each(th_zombie_of, &z) == 0 ? z.n : -1;
+}
+
 static int th_kill_orphan(const th_proc_t *p, void *arg)
 {
 	if (p->ppid == *(pid_t *)arg) {

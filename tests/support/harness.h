@@ -245,6 +245,9 @@ typedef struct th_proc {
  */
 int th_proc_each(int (*fn)(const th_proc_t *p, void *arg), void *arg);
 
+/* Zombie children of parent (exited, not yet reaped), or -1. */
+int th_zombies_of(pid_t parent);
+
 /* 1 when pid is a registered child that has not exited yet, else 0.
  * Looks without reaping: th_wait_exit still gets the status later. */
 int th_alive(pid_t pid);

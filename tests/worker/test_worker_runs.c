@@ -677,28 +677,9 @@ static int run_dirs_gone(void *arg)
 	return gone;
 }
 
-struct zombies {
-	pid_t parent;
-	int n;
-};
-
-static int zombie_of(const th_proc_t *p, void *arg)
-{
-	struct zombies *z = arg;
-	if (p->ppid == z->parent && p->state == 'Z')
-		z->n++;
-	return 0;
-}
-
-static int zombies_of(pid_t parent)
-{
-	struct zombies z = { parent, 0 };
-	return th_proc_each(zombie_of, &z) == 0 ? z.n : -1;
-}
-
 static int worker_reaped_all(void *arg)
 {
-	return zombies_of(*(pid_t *)arg) == 0;
+	return th_zombies_of(*(pid_t *)arg) == 0;
 }
 
 int main(void)
@@ -727,8 +708,8 @@ int main(void)
 	/* Each sandbox's init outlives bwrap and comes back to the worker (a
 	 * subreaper, as a container's pid 1 would be), which reaps it: none
 	 * stays a zombie there, none reaches this process. */
-	TH_CHECK(th_wait_until(worker_reaped_all, &w, 5000), "%d zombie(s) under the worker", zombies_of(w));
-	TH_CHECK(zombies_of(getpid()) == 0, "%d zombie(s) under the test", zombies_of(getpid()));
+	TH_CHECK(th_wait_until(worker_reaped_all, &w, 5000), "%d zombie(s) under the worker", th_zombies_of(w));
+	TH_CHECK(th_zombies_of(getpid()) == 0, "%d zombie(s) under the test", th_zombies_of(getpid()));
 	wt_stop_worker(w, 10000, "worker");
 	/* ... and the worker's exit removed those too. */
 	TH_CHECK(count_run_dirs(0) == 0, "directories left after the worker stopped (%d)", count_run_dirs(0));
