@@ -549,14 +549,11 @@ static size_t dl_write(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
-/*
- * An unnamed temp file next to dest_dir (O_TMPFILE: nothing to clean up,
- * even after a crash, and invisible in the directory).
- */
-static int open_temp_near(const char *dest_dir)
+/* The directory that holds path ("/" for a top-level one), in parent
+ * (WORKER_PATH_MAX). */
+static void parent_dir(const char *path, char *parent)
 {
-	char parent[WORKER_PATH_MAX];
-	snprintf(parent, sizeof(parent), "%s", dest_dir);
+	snprintf(parent, WORKER_PATH_MAX, "%s", path);
 	size_t len = strlen(parent);
 	while (len > 1 && parent[len - 1] == '/')
 		parent[--len] = '\0';
@@ -565,6 +562,16 @@ static int open_temp_near(const char *dest_dir)
 		*slash = '\0';
 	else if (slash)
 		slash[1] = '\0';
+}
+
+/*
+ * An unnamed temp file next to dest_dir (O_TMPFILE: nothing to clean up,
+ * even after a crash, and invisible in the directory).
+ */
+static int open_temp_near(const char *dest_dir)
+{
+	char parent[WORKER_PATH_MAX];
+	parent_dir(dest_dir, parent);
 	int fd = open(parent, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
 		return fd;
@@ -799,10 +806,7 @@ int worker_ws_recycle(worker_ws_t *ws)
 	close(dfd);
 	if (ok) {
 		char root[WORKER_PATH_MAX];
-		snprintf(root, sizeof(root), "%s", ws->dir);
-		char *slash = strrchr(root, '/');
-		if (slash && slash != root)
-			*slash = '\0';
+		parent_dir(ws->dir, root);
 		pthread_mutex_lock(&recycle_mu);
 		if (nrecycled < RECYCLE_MAX) {
 			char *to = recycled[nrecycled];
