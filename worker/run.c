@@ -76,6 +76,22 @@ typedef struct run_io {
 	/* Limits and egress of the run (worker/limits.h). */
 	worker_guard_t *guard;
 	worker_limit_t limit_hit;
+	/* What the stages build, in their order; run_release frees it. */
+	int64_t cap_sec;    /* the runtime cap in force (stage_boot) */
+	worker_boot_t boot; /* /env and /config (stage_boot) */
+	worker_ws_t ws;     /* the run directory (stage_workspace) */
+	int have_ws;
+	worker_warm_sb_t *warm; /* a warm sandbox the run took (it brings ws) */
+	int have_skills;
+	char setup_path[WORKER_PATH_MAX + 16];
+	worker_agent_ctx_t actx; /* stage_agent */
+	const worker_agent_ops_t *ops;
+	void *astate;
+	worker_agent_launch_t launch;
+	rn_strv_t envv;
+	worker_sandbox_t sb; /* stage_sandbox */
+	int have_sb;
+	worker_loop_end_t end; /* stage_io */
 } run_io_t;
 
 worker_run_t *worker_run_new(worker_ctx_t *ctx, proto_job_t *job, const rn_claim_t *claim)
@@ -258,16 +274,57 @@ static void io_close_open(run_io_t *io, const char *why)
 	proto_env_close_steps(io->env, rn_now_ms(), why, emit_cb, io);
 }
 
-/* Closes open asks and steps, then writes an error terminal line. */
-static void io_end_error(run_io_t *io, const char *code, const char *message, const char *why)
+/* The reason open steps and asks are closed with when a run ends with
+ * code: the terminal line names the code, the reason tells whoever reads a
+ * step that never finished why it did not. */
+static const char *close_reason(const char *code)
 {
+	static const struct {
+		const char *code, *why;
+	} reasons[] = {
+		{ PROTO_ERR_CANCELLED, "the run was cancelled" },
+		{ PROTO_ERR_RUNTIME_CAP, "the run reached its runtime cap" },
+		{ PROTO_ERR_WORKER_SHUTDOWN, "the worker shut down" },
+		{ PROTO_ERR_BOOTSTRAP_FAILED, "bootstrap failed" },
+		{ PROTO_ERR_BAG_REJECTED, "bag rejected" },
+		{ PROTO_ERR_AGENT_EXIT, "the agent exited" },
+		{ PROTO_ERR_WRITEBACK_FAILED, "writeback failed" },
+		{ PROTO_ERR_RESOURCE_LIMIT, "the run hit a resource limit" },
+	};
+	for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++)
+		if (!strcmp(code, reasons[i].code))
+			return reasons[i].why;
+	return "internal error";
+}
+
+/* A stage's outcome: go on with the next stage, or the run is over (its
+ * terminal line written, or none owed: not ours, lost, Redis gone). */
+typedef enum {
+	STAGE_NEXT = 0,
+	STAGE_DONE,
+} stage_t;
+
+/*
+ * Ends the run with an error terminal line: open asks and steps are closed
+ * with the code's reason, the status is "cancelled" for a cancel and
+ * "failed" for every other code, and the message is fmt's.  STAGE_DONE.
+ */
+static stage_t run_fail(run_io_t *io, const char *code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+static stage_t run_fail(run_io_t *io, const char *code, const char *fmt, ...)
+{
+	char message[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(message, sizeof(message), fmt, ap);
+	va_end(ap);
 	const char *status = !strcmp(code, PROTO_ERR_CANCELLED) ? "cancelled" : "failed";
-	io_close_open(io, why);
+	io_close_open(io, close_reason(code));
 	size_t len = 0;
 	char *line = proto_env_make_error(code, message, rn_now_ms(), &len);
 	if (!line) {
 		rn_log_error(io->run->run_id, "run_terminal", "out of memory building the terminal line");
-		return;
+		return STAGE_DONE;
 	}
 	if (io->env)
 		proto_env_set_terminated(io->env);
@@ -275,6 +332,7 @@ static void io_end_error(run_io_t *io, const char *code, const char *message, co
 	free(line);
 	snprintf(io->run->outcome, sizeof(io->run->outcome), "%s", code);
 	rn_log_info(io->run->run_id, "run_ended", "%s: %s", code, message);
+	return STAGE_DONE;
 }
 
 /* ------------------------------------------------------------------------
@@ -486,7 +544,7 @@ static void guard_end(run_io_t *io)
 	worker_guard_message(io->guard, io->limit_hit, msg, sizeof(msg));
 	if (io->limit_hit > WORKER_LIMIT_NONE && io->limit_hit < WORKER_LIMIT_COUNT)
 		rn_counter_add(io->m->limit_hits[io->limit_hit], 1);
-	io_end_error(io, PROTO_ERR_RESOURCE_LIMIT, msg, "the run hit a resource limit");
+	run_fail(io, PROTO_ERR_RESOURCE_LIMIT, "%s", msg);
 }
 
 /* ------------------------------------------------------------------------
@@ -561,7 +619,10 @@ oom:
 }
 
 /* ------------------------------------------------------------------------
- * The agent phase
+ * The run as a list of stages.  Each stage does one step of SPEC §4's run,
+ * keeps what it builds in run_io_t and returns STAGE_NEXT, or ends the run
+ * (run_fail, or a stop) and returns STAGE_DONE.  run_release frees what the
+ * stages built, however far they got.
  * ------------------------------------------------------------------------ */
 
 static void describe_exit(int status, char *buf, size_t size)
@@ -580,10 +641,6 @@ static worker_stop_t run_stop_of(worker_run_t *run)
 {
 	return worker_stopword_reason(&run->stop);
 }
-
-/* ------------------------------------------------------------------------
- * The run
- * ------------------------------------------------------------------------ */
 
 static int start_call(run_io_t *io, redisContext *c, const void *arg, char *err, size_t err_size)
 {
@@ -607,11 +664,10 @@ static int end_if_stopped(run_io_t *io)
 		return 0;
 	case WORKER_STOP_CANCEL:
 		worker_run_cancel_message(io->run->cancel_reason, msg, sizeof(msg));
-		io_end_error(io, PROTO_ERR_CANCELLED, msg, "the run was cancelled");
+		run_fail(io, PROTO_ERR_CANCELLED, "%s", msg);
 		return 1;
 	case WORKER_STOP_SHUTDOWN:
-		io_end_error(io, PROTO_ERR_WORKER_SHUTDOWN,
-		             "The worker shut down before the run finished.", "the worker shut down");
+		run_fail(io, PROTO_ERR_WORKER_SHUTDOWN, "The worker shut down before the run finished.");
 		return 1;
 	case WORKER_STOP_LOST:
 		snprintf(io->run->outcome, sizeof(io->run->outcome), "worker_lost");
@@ -621,226 +677,233 @@ static int end_if_stopped(run_io_t *io)
 	return 0;
 }
 
-static void run_pipeline(run_io_t *io)
+static void log_phase(run_io_t *io, const char *what)
+{
+	rn_log_debug(io->run->run_id, "run_phase", "%s at +%" PRId64 " ms", what, rn_mono_ms() - io->run->claimed_mono_ms);
+}
+
+/* The run is marked running and its setup redeemed (the setup and run
+ * OTPs); the runtime cap is the smallest of the worker's, the job's and the
+ * config's. */
+static stage_t stage_boot(run_io_t *io)
 {
 	worker_run_t *run = io->run;
-	const worker_config_t *cfg = io->cfg;
-	char err[512], msg[768];
-	worker_boot_t boot;
-	worker_ws_t ws;
-	int have_ws = 0;
-	rn_strv_t envv = { 0 };
-	worker_agent_launch_t launch;
-	const worker_agent_ops_t *ops = NULL;
-	void *astate = NULL;
-	memset(&launch, 0, sizeof(launch));
-	worker_sandbox_t sb;
-	int have_sb = 0;
-	worker_warm_sb_t *warm = NULL; /* a warm sandbox this run took (it brings ws) */
-	memset(&boot, 0, sizeof(boot));
-	memset(&sb, 0, sizeof(sb));
-
+	char err[512];
 	/* A cancel found at claim time ends the run before any OTP is used. */
 	if (end_if_stopped(io))
-		return;
+		return STAGE_DONE;
 	int rc = mark_running(io);
 	if (rc < 0)
-		return;
+		return STAGE_DONE;
 	if (rc == 0) {
 		rn_log_warn(run->run_id, "run_not_ours", "the run is no longer claimed by this worker; not started");
 		snprintf(run->outcome, sizeof(run->outcome), "skipped");
-		return;
+		return STAGE_DONE;
 	}
 	if (end_if_stopped(io))
-		return;
-
-	int64_t cap_sec = cfg->max_runtime_sec;
-	if (run->job.max_runtime_sec > 0 && run->job.max_runtime_sec < cap_sec)
-		cap_sec = run->job.max_runtime_sec;
-
-	/* 1-2: redeem the setup and run OTPs. */
-	worker_boot_opts_t bo = { 0 };
-	bo.stop = &run->stop;
-	if (worker_bootstrap_fetch(run->job.agent_url, run->job.otp_setup, run->job.otp_run,
-	                           &bo, &boot, err, sizeof(err)) < 0) {
+		return STAGE_DONE;
+	io->cap_sec = io->cfg->max_runtime_sec;
+	if (run->job.max_runtime_sec > 0 && run->job.max_runtime_sec < io->cap_sec)
+		io->cap_sec = run->job.max_runtime_sec;
+	worker_boot_opts_t bo = { .stop = &run->stop };
+	if (worker_bootstrap_fetch(run->job.agent_url, run->job.otp_setup, run->job.otp_run, &bo, &io->boot,
+	                           err, sizeof(err)) < 0) {
+		/* A stop interrupts the fetch: the stop, not the fetch, ends it. */
 		if (end_if_stopped(io))
-			goto out;
-		snprintf(msg, sizeof(msg), "Could not load the run's setup from the workspace: %s", err);
-		io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
-		goto out;
+			return STAGE_DONE;
+		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "Could not load the run's setup from the workspace: %s", err);
 	}
-	if (boot.max_runtime_sec > 0 && boot.max_runtime_sec < cap_sec)
-		cap_sec = boot.max_runtime_sec;
-	rn_log_debug(run->run_id, "run_phase", "bootstrap done at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
-	if (end_if_stopped(io))
-		goto out;
+	if (io->boot.max_runtime_sec > 0 && io->boot.max_runtime_sec < io->cap_sec)
+		io->cap_sec = io->boot.max_runtime_sec;
+	log_phase(io, "bootstrap done");
+	return end_if_stopped(io) ? STAGE_DONE : STAGE_NEXT;
+}
 
-	/* 3: the workspace, the bag and the skills. */
+/* The run directory: a warm sandbox's (it brings one) or a new one, then
+ * the guard (limits resolved, workspace mounted, cgroup, proxy). */
+static stage_t ws_take(run_io_t *io)
+{
+	worker_run_t *run = io->run;
+	const worker_config_t *cfg = io->cfg;
+	char err[512];
 	if (mkdir(cfg->work_dir, 0700) < 0 && errno != EEXIST) {
-		snprintf(msg, sizeof(msg), "The worker could not create its work directory.");
 		rn_log_error(run->run_id, "work_dir", "%s: %s", cfg->work_dir, strerror(errno));
-		io_end_error(io, PROTO_ERR_INTERNAL, msg, "internal error");
-		goto out;
+		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not create its work directory.");
 	}
 	/* warm: a sandbox started ahead of need brings its run directory
 	 * (worker/warm.h); one with skills starts cold (no /root/skills bind). */
-	if (!json_array_size(boot.skills))
-		warm = worker_warm_pool_take(run->ctx->warm, cfg->share_net);
-	if (warm) {
-		ws = warm->ws;
-	} else if (worker_ws_create(&ws, cfg->work_dir, run->run_id, err, sizeof(err)) < 0) {
+	if (!json_array_size(io->boot.skills))
+		io->warm = worker_warm_pool_take(run->ctx->warm, cfg->share_net);
+	if (io->warm) {
+		io->ws = io->warm->ws;
+	} else if (worker_ws_create(&io->ws, cfg->work_dir, run->run_id, err, sizeof(err)) < 0) {
 		rn_log_error(run->run_id, "workspace", "%s", err);
-		io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not create the run's workspace.", "internal error");
-		goto out;
+		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not create the run's workspace.");
 	}
-	have_ws = 1;
+	io->have_ws = 1;
 	/* A warm sandbox's cgroup becomes the run's: its processes are in it. */
-	if (guard_start(io, &boot, &ws, warm ? &warm->cg : NULL, err, sizeof(err)) < 0) {
+	if (guard_start(io, &io->boot, &io->ws, io->warm ? &io->warm->cg : NULL, err, sizeof(err)) < 0) {
 		/* The details (host paths, cgroup files) are for the operator. */
 		rn_log_error(run->run_id, "limits", "%s", err);
-		io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not set up the run's limits.", "internal error");
-		goto out;
+		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not set up the run's limits.");
 	}
+	return STAGE_NEXT;
+}
+
+/* The limits of the bag's and the skills' downloads. */
+static worker_bag_limits_t bag_limits(run_io_t *io)
+{
 	/* A stop (cancel, drain timeout, lost lease) ends a download or the
 	 * upload within about a second instead of waiting for its timeout. */
-	worker_bag_limits_t bag_lim = { .stop = &run->stop };
+	worker_bag_limits_t lim = { .stop = &io->run->stop };
 	/* A bag larger than the workspace cap is refused before it fills it. */
 	uint64_t disk_cap = (uint64_t)worker_guard_limits(io->guard)->disk_mb * 1024 * 1024;
 	if (disk_cap > 0 && disk_cap < (1ULL << 30))
-		bag_lim.max_bytes = disk_cap;
-	if (boot.zip_url) {
-		int reject = 0;
-		if (worker_ws_fetch_zip(boot.zip_url, ws.workspace, &bag_lim, &reject, err, sizeof(err)) < 0) {
-			if (end_if_stopped(io))
-				goto out;
-			if (reject) {
-				snprintf(msg, sizeof(msg), "The workspace bag was refused: %s", err);
-				io_end_error(io, PROTO_ERR_BAG_REJECTED, msg, "bag rejected");
-			} else {
-				snprintf(msg, sizeof(msg), "Could not download the workspace bag: %s", err);
-				io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
-			}
-			goto out;
-		}
-	}
+		lim.max_bytes = disk_cap;
+	return lim;
+}
+
+/* The bag (assets.zip_url) unpacked into the workspace. */
+static stage_t ws_bag(run_io_t *io)
+{
+	char err[512];
+	int reject = 0;
+	worker_bag_limits_t lim = bag_limits(io);
+	if (!io->boot.zip_url || worker_ws_fetch_zip(io->boot.zip_url, io->ws.workspace, &lim, &reject, err, sizeof(err)) == 0)
+		return STAGE_NEXT;
+	if (end_if_stopped(io))
+		return STAGE_DONE;
+	if (reject)
+		return run_fail(io, PROTO_ERR_BAG_REJECTED, "The workspace bag was refused: %s", err);
+	return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "Could not download the workspace bag: %s", err);
+}
+
+/* Each skill in skills/<name>/, unpacked from its zip_url when it has one. */
+static stage_t ws_skills(run_io_t *io)
+{
+	char err[512];
+	worker_bag_limits_t lim = bag_limits(io);
 	size_t si;
 	json_t *skill;
-	int have_skills = 0;
-	json_array_foreach(boot.skills, si, skill)
+	json_array_foreach(io->boot.skills, si, skill)
 	{
 		const char *name = json_string_value(json_object_get(skill, "name"));
 		const char *url = json_string_value(json_object_get(skill, "zip_url"));
 		char dir[WORKER_PATH_MAX + 160]; /* skills dir + "/" + a name of <= 128 */
-		if (!proto_skill_name_valid(name)) {
-			snprintf(msg, sizeof(msg), "Skill %zu has no usable name (letters, digits, . _ -).", si);
-			io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
-			goto out;
-		}
-		snprintf(dir, sizeof(dir), "%s/%s", ws.skills, name);
+		if (!proto_skill_name_valid(name))
+			return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "Skill %zu has no usable name (letters, digits, . _ -).", si);
+		snprintf(dir, sizeof(dir), "%s/%s", io->ws.skills, name);
 		/* skills/ is made on first need (worker_ws_create leaves it out). */
-		if ((mkdir(ws.skills, 0755) < 0 && errno != EEXIST) || (mkdir(dir, 0700) < 0 && errno != EEXIST)) {
-			io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not create a skill directory.", "internal error");
-			goto out;
-		}
-		have_skills = 1;
+		if ((mkdir(io->ws.skills, 0755) < 0 && errno != EEXIST) || (mkdir(dir, 0700) < 0 && errno != EEXIST))
+			return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not create a skill directory.");
+		io->have_skills = 1;
 		if (!url)
 			continue;
 		int reject = 0;
-		if (worker_ws_fetch_zip(url, dir, &bag_lim, &reject, err, sizeof(err)) < 0) {
+		if (worker_ws_fetch_zip(url, dir, &lim, &reject, err, sizeof(err)) < 0) {
 			if (end_if_stopped(io))
-				goto out;
-			snprintf(msg, sizeof(msg), "%s skill \"%s\": %s",
-			         reject ? "Refused the" : "Could not download the", name, err);
-			io_end_error(io, reject ? PROTO_ERR_BAG_REJECTED : PROTO_ERR_BOOTSTRAP_FAILED, msg,
-			             reject ? "bag rejected" : "bootstrap failed");
-			goto out;
+				return STAGE_DONE;
+			return run_fail(io, reject ? PROTO_ERR_BAG_REJECTED : PROTO_ERR_BOOTSTRAP_FAILED, "%s skill \"%s\": %s",
+			                reject ? "Refused the" : "Could not download the", name, err);
 		}
 	}
-	if (end_if_stopped(io))
-		goto out;
+	return end_if_stopped(io) ? STAGE_DONE : STAGE_NEXT;
+}
 
-	/* 4: the sandbox. */
-	char setup_path[WORKER_PATH_MAX + 16];
-	if (boot.setup_script) {
-		snprintf(setup_path, sizeof(setup_path), "%s/setup.sh", ws.meta);
-		if (mkdir(ws.meta, 0700) < 0 && errno != EEXIST) {
-			io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not write the setup script.", "internal error");
-			goto out;
-		}
-		int fd = open(setup_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0500);
-		size_t sl = strlen(boot.setup_script);
-		if (fd < 0 || write(fd, boot.setup_script, sl) != (ssize_t)sl) {
-			if (fd >= 0)
-				close(fd);
-			io_end_error(io, PROTO_ERR_INTERNAL, "The worker could not write the setup script.", "internal error");
-			goto out;
-		}
-		close(fd);
+/* The setup script, written to meta/ (bound read-only into the sandbox). */
+static stage_t ws_setup(run_io_t *io)
+{
+	const char *script = io->boot.setup_script;
+	if (!script)
+		return STAGE_NEXT;
+	snprintf(io->setup_path, sizeof(io->setup_path), "%s/setup.sh", io->ws.meta);
+	if (mkdir(io->ws.meta, 0700) < 0 && errno != EEXIST)
+		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not write the setup script.");
+	/* O_EXCL | O_NOFOLLOW: meta/ is the worker's, nothing may be there. */
+	int fd = open(io->setup_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0500);
+	size_t sl = strlen(script);
+	if (fd < 0 || write(fd, script, sl) != (ssize_t)sl) {
+		if (fd >= 0)
+			close(fd);
+		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not write the setup script.");
 	}
-	/* The agent: its kind's adapter fills the launch. */
-	worker_agent_ctx_t actx = { 0 };
-	actx.cfg = cfg;
-	actx.run_id = run->run_id;
-	actx.job = &run->job;
-	actx.boot = &boot;
-	actx.agent = boot.agent;
-	actx.ask_timeout_sec = cfg->ask_timeout_sec;
-	const char *kind = boot.agent ? json_string_value(json_object_get(boot.agent, "kind")) : NULL;
+	close(fd);
+	return STAGE_NEXT;
+}
+
+/* The run directory with the bag, the skills and the setup script. */
+static stage_t stage_workspace(run_io_t *io)
+{
+	if (ws_take(io) || ws_bag(io) || ws_skills(io) || ws_setup(io))
+		return STAGE_DONE;
+	return STAGE_NEXT;
+}
+
+/* The agent: its kind's adapter, the permission mode, the launch its
+ * adapter prepares and the environment the sandbox gets. */
+static stage_t stage_agent(run_io_t *io)
+{
+	worker_run_t *run = io->run;
+	char err[512];
+	worker_agent_ctx_t *actx = &io->actx;
+	actx->cfg = io->cfg;
+	actx->run_id = run->run_id;
+	actx->job = &run->job;
+	actx->boot = &io->boot;
+	actx->agent = io->boot.agent;
+	actx->ask_timeout_sec = io->cfg->ask_timeout_sec;
+	const char *kind = io->boot.agent ? json_string_value(json_object_get(io->boot.agent, "kind")) : NULL;
 	/* SPEC §5: a config without `agent` runs the builtin model loop. */
-	if (!boot.agent)
+	if (!io->boot.agent)
 		kind = "builtin";
-	if (!kind) {
-		snprintf(msg, sizeof(msg), "The agent cannot be started: the workspace config has no agent.kind");
-		io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
-		goto out;
-	}
-	ops = worker_agent_find(kind);
-	if (!ops) {
-		snprintf(msg, sizeof(msg), "The agent cannot be started: agent.kind \"%.32s\" is not supported (%s)",
-		         kind, worker_agent_kinds());
-		io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
-		goto out;
-	}
-	actx.permission_mode = worker_agent_permission_mode(&boot, &run->job, err, sizeof(err));
-	if (!actx.permission_mode) {
-		snprintf(msg, sizeof(msg), "The agent cannot be started: %s", err);
-		io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
-		goto out;
-	}
-	proto_env_allow_asks(io->env, !strcmp(actx.permission_mode, WORKER_PERM_ASK));
-	launch.share_net = cfg->share_net;
-	if (ops->prepare(&actx, &launch, &astate, err, sizeof(err)) < 0) {
-		snprintf(msg, sizeof(msg), "The agent cannot be started: %s", err);
-		io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
-		goto out;
-	}
-	if (build_env(run, &boot, &launch, ws.meta, &envv, err, sizeof(err)) < 0) {
-		snprintf(msg, sizeof(msg), "The agent's environment cannot be built: %s", err);
-		io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "bootstrap failed");
-		goto out;
-	}
+	if (!kind)
+		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent cannot be started: the workspace config has no agent.kind");
+	io->ops = worker_agent_find(kind);
+	if (!io->ops)
+		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED,
+		                "The agent cannot be started: agent.kind \"%.32s\" is not supported (%s)", kind,
+		                worker_agent_kinds());
+	actx->permission_mode = worker_agent_permission_mode(&io->boot, &run->job, err, sizeof(err));
+	if (!actx->permission_mode)
+		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent cannot be started: %s", err);
+	proto_env_allow_asks(io->env, !strcmp(actx->permission_mode, WORKER_PERM_ASK));
+	io->launch.share_net = io->cfg->share_net;
+	if (io->ops->prepare(actx, &io->launch, &io->astate, err, sizeof(err)) < 0)
+		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent cannot be started: %s", err);
+	if (build_env(run, &io->boot, &io->launch, io->ws.meta, &io->envv, err, sizeof(err)) < 0)
+		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent's environment cannot be built: %s", err);
+	return STAGE_NEXT;
+}
 
-	worker_sandbox_spec_t spec = { 0 };
-	spec.driver = cfg->driver;
-	spec.bwrap_path = cfg->bwrap_path;
-	spec.rootfs = cfg->rootfs;
-	spec.workspace_dir = ws.workspace;
-	spec.skills_dir = have_skills ? ws.skills : NULL;
-	spec.setup_script = boot.setup_script ? setup_path : NULL;
-	spec.argv = launch.argv.v;
-	spec.envp = envv.v;
-	spec.ro_binds = launch.ro_binds.n ? launch.ro_binds.v : NULL;
-	spec.share_net = launch.share_net;
-	spec.rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE;
-	worker_guard_sandbox_spec(io->guard, &spec);
-	rn_log_debug(run->run_id, "run_phase", "workspace ready at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
-	int64_t t0 = rn_mono_us();
+/* What the sandbox is started with. */
+static void sandbox_spec(run_io_t *io, worker_sandbox_spec_t *spec)
+{
+	const worker_config_t *cfg = io->cfg;
+	memset(spec, 0, sizeof(*spec));
+	spec->driver = cfg->driver;
+	spec->bwrap_path = cfg->bwrap_path;
+	spec->rootfs = cfg->rootfs;
+	spec->workspace_dir = io->ws.workspace;
+	spec->skills_dir = io->have_skills ? io->ws.skills : NULL;
+	spec->setup_script = io->boot.setup_script ? io->setup_path : NULL;
+	spec->argv = io->launch.argv.v;
+	spec->envp = io->envv.v;
+	spec->ro_binds = io->launch.ro_binds.n ? io->launch.ro_binds.v : NULL;
+	spec->share_net = io->launch.share_net;
+	spec->rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE;
+	worker_guard_sandbox_spec(io->guard, spec);
+}
+
+/* Starts the agent in the warm sandbox the run took, or cold when there is
+ * none or it does not fit.  0, or -1 with err. */
+static int sandbox_launch(run_io_t *io, const worker_sandbox_spec_t *spec, char *err, size_t err_size)
+{
 	/* warm: what the warm sandbox cannot match starts cold (same ws). */
-	if (warm && !worker_warm_fits(warm, &spec)) {
-		worker_warm_free(warm, 1);
-		warm = NULL;
+	if (io->warm && !worker_warm_fits(io->warm, spec)) {
+		worker_warm_free(io->warm, 1);
+		io->warm = NULL;
 	}
-	if (warm) {
+	if (io->warm) {
 		/*
 		 * The warm sandbox was started in the cgroup that is now the
 		 * run's, which the guard gave the run's limits before the run's
@@ -849,38 +912,53 @@ static void run_pipeline(run_io_t *io)
 		 * bwrap bound it and the guard resized it to the run's cap
 		 * (worker_limits_mount_workspace).
 		 */
-		rc = worker_warm_launch(warm, &spec, &sb, err, sizeof(err));
-		if (rc < 0) {
-			/* Nothing of the run ran in it: start cold instead. */
-			rn_log_warn(run->run_id, "warm_launch", "%s; starting cold", err);
-			worker_warm_free(warm, 1);
-			warm = NULL;
-		}
+		if (worker_warm_launch(io->warm, spec, &io->sb, err, err_size) == 0)
+			return 0;
+		/* Nothing of the run ran in it: start cold instead. */
+		rn_log_warn(io->run->run_id, "warm_launch", "%s; starting cold", err);
+		worker_warm_free(io->warm, 1);
+		io->warm = NULL;
 	}
-	if (!warm)
-		rc = worker_sandbox_spawn(&spec, &sb, err, sizeof(err));
-	if (rc < 0) {
-		snprintf(msg, sizeof(msg), "The sandbox could not be started: %s", err);
-		io_end_error(io, PROTO_ERR_INTERNAL, msg, "internal error");
-		goto out;
-	}
-	have_sb = 1;
+	return worker_sandbox_spawn(spec, &io->sb, err, err_size);
+}
+
+/* The sandbox runs the agent; then the workspace leaves the worker's mount
+ * namespace. */
+static stage_t stage_sandbox(run_io_t *io)
+{
+	worker_run_t *run = io->run;
+	char err[512];
+	worker_sandbox_spec_t spec;
+	sandbox_spec(io, &spec);
+	log_phase(io, "workspace ready");
+	int64_t t0 = rn_mono_us();
+	if (sandbox_launch(io, &spec, err, sizeof(err)) < 0)
+		return run_fail(io, PROTO_ERR_INTERNAL, "The sandbox could not be started: %s", err);
+	io->have_sb = 1;
 	rn_hist_observe(io->m->sandbox_start, (double)(rn_mono_us() - t0) / 1e6);
 	/* Once the sandbox has its copy, the workspace tmpfs leaves the
 	 * worker's namespace, which every later sandbox copies (worker/workspace.h).
 	 * When it cannot, it stays there and is unmounted at the end. */
-	if (worker_guard_workspace_mounted(io->guard) && worker_sandbox_wait_cloned(&sb, 2000) == 1) {
+	if (worker_guard_workspace_mounted(io->guard) && worker_sandbox_wait_cloned(&io->sb, 2000) == 1) {
 		char root[WORKER_PATH_MAX];
-		if (worker_ws_detach(&ws, root, err, sizeof(err)) == 0)
+		if (worker_ws_detach(&io->ws, root, err, sizeof(err)) == 0)
 			worker_guard_workspace_detached(io->guard, root);
 		else
 			rn_log_debug(run->run_id, "workspace", "stays mounted: %s", err);
 	}
-	rn_strv_free(&envv);
-	rn_log_info(run->run_id, "agent_started", "pid %ld, %s start, runtime cap %" PRId64 " s", (long)sb.pid,
-	            warm ? "warm" : "cold", cap_sec);
+	/* The environment holds the run's secrets: no longer needed here. */
+	rn_strv_free(&io->envv);
+	rn_log_info(run->run_id, "agent_started", "pid %ld, %s start, runtime cap %" PRId64 " s", (long)io->sb.pid,
+	            io->warm ? "warm" : "cold", io->cap_sec);
+	return STAGE_NEXT;
+}
 
-	/* 5: agent I/O until it ends. */
+/* The agent's I/O until it ends (worker/agent_loop.h); the sandbox is
+ * gone and every line published when it returns. */
+static stage_t stage_io(run_io_t *io)
+{
+	worker_run_t *run = io->run;
+	const worker_config_t *cfg = io->cfg;
 	worker_line_sink_t sink = {
 		.arg = io,
 		.line = sink_line,
@@ -893,30 +971,107 @@ static void run_pipeline(run_io_t *io)
 		.pump = sink_pump,
 		.failed = sink_failed,
 	};
-	worker_stop_source_t stop = { .arg = run, .wake_fd = run->wake_fd, .stop = stop_of, .inbox = run->inbox, .limit_check = guard_check, .limit_fd = guard_fd, .limit_arg = io };
+	worker_stop_source_t stop = {
+		.arg = run,
+		.wake_fd = run->wake_fd,
+		.stop = stop_of,
+		.inbox = run->inbox,
+		.limit_check = guard_check,
+		.limit_fd = guard_fd,
+		.limit_arg = io,
+	};
 	worker_loop_params_t lp = {
 		.run_id = run->run_id,
-		.ops = ops,
-		.state = astate,
-		.actx = &actx,
-		.cap_deadline = run->claimed_mono_ms + cap_sec * 1000,
+		.ops = io->ops,
+		.state = io->astate,
+		.actx = &io->actx,
+		.cap_deadline = run->claimed_mono_ms + io->cap_sec * 1000,
 		.kill_grace_ms = cfg->kill_grace_ms,
 		.line_max = (size_t)cfg->line_max,
-		.stop_after_turn = launch.stop_after_turn,
+		.stop_after_turn = io->launch.stop_after_turn,
 		.ask_timeout_ms = cfg->ask_timeout_sec * 1000,
 	};
-	worker_loop_end_t end = worker_agent_loop(&lp, &sb, &sink, &stop);
-	if (sb.stdin_fd >= 0) {
-		close(sb.stdin_fd);
-		sb.stdin_fd = -1;
+	io->end = worker_agent_loop(&lp, &io->sb, &sink, &stop);
+	if (io->sb.stdin_fd >= 0) {
+		close(io->sb.stdin_fd);
+		io->sb.stdin_fd = -1;
 	}
-	worker_sandbox_destroy(&sb);
-	have_sb = 0;
+	worker_sandbox_destroy(&io->sb);
+	io->have_sb = 0;
 	io_flush(io);
-	rn_log_debug(run->run_id, "run_phase", "agent done at +%" PRId64 " ms", rn_mono_ms() - run->claimed_mono_ms);
+	log_phase(io, "agent done");
+	return STAGE_NEXT;
+}
 
-	/* 6: the terminal line.  A limit seen only now (the agent itself was
-	 * OOM-killed) wins over how the agent ended. */
+/* The agent printed a result: the files go back first (writeback), then
+ * the held result becomes the terminal line. */
+static void end_result(run_io_t *io)
+{
+	worker_run_t *run = io->run;
+	char err[512];
+	size_t nfiles = 0, nskipped = 0;
+	worker_stop_t st = run_stop_of(run);
+	/* Never upload after a cancel.  A drain timeout before the upload
+	 * lets a result without files out; an upload it interrupts ends
+	 * the run worker_shutdown. */
+	if (st == WORKER_STOP_CANCEL || st == WORKER_STOP_LOST) {
+		end_if_stopped(io);
+		return;
+	}
+	if (run->job.otp_upload) {
+		worker_wb_limits_t wb_lim = { .stop = &run->stop };
+		if (worker_writeback_upload(run->job.agent_url, run->job.otp_upload, io->ws.assets, &wb_lim, &nfiles,
+		                            &nskipped, err, sizeof(err)) < 0) {
+			/* A stop during the upload: cancelled / worker_shutdown /
+			 * lost, never a result (the upload did not finish). */
+			if (end_if_stopped(io))
+				return;
+			run_fail(io, PROTO_ERR_WRITEBACK_FAILED, "Uploading the run's files failed: %s", err);
+			return;
+		}
+		if (nfiles)
+			rn_log_info(run->run_id, "writeback", "uploaded %zu file(s), skipped %zu", nfiles, nskipped);
+	}
+	io_close_open(io, "the run ended");
+	if (io_finish(io, io->held, io->held_len, "succeeded", "") >= 0) {
+		snprintf(run->outcome, sizeof(run->outcome), "succeeded");
+		rn_log_info(run->run_id, "run_ended", "succeeded");
+	}
+}
+
+/* The agent ended by itself: its result, its error line, or how it exited. */
+static void end_exited(run_io_t *io)
+{
+	worker_run_t *run = io->run;
+	if (io->held && io->held_is_result) {
+		end_result(io);
+	} else if (io->held) {
+		io_close_open(io, "the run ended with an error");
+		if (io_finish(io, io->held, io->held_len, "failed", io->held_code) >= 0) {
+			snprintf(run->outcome, sizeof(run->outcome), "agent_error");
+			rn_log_info(run->run_id, "run_ended", "agent error %s", io->held_code);
+		}
+	} else {
+		char how[96];
+		int status = io->sb.status;
+		describe_exit(status, how, sizeof(how));
+		/* The setup wrapper's own exit status: the agent never ran. */
+		if (io->boot.setup_script && WIFEXITED(status) && WEXITSTATUS(status) == WORKER_SANDBOX_SETUP_FAILED)
+			run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED,
+			         "The setup script failed (the sandbox %s), so the agent did not run.", how);
+		else
+			run_fail(io, PROTO_ERR_AGENT_EXIT, "The agent %s without a result.", how);
+	}
+}
+
+/* The terminal line, from how the agent loop ended. */
+static stage_t stage_end(run_io_t *io)
+{
+	worker_run_t *run = io->run;
+	char msg[256];
+	worker_loop_end_t end = io->end;
+	/* A limit seen only now (the agent itself was OOM-killed) wins over
+	 * how the agent ended. */
 	if ((end == WORKER_LOOP_EXITED || end == WORKER_LOOP_NONE) &&
 	    (io->limit_hit = worker_guard_final(io->guard)) != WORKER_LIMIT_NONE)
 		end = WORKER_LOOP_LIMIT;
@@ -926,89 +1081,65 @@ static void run_pipeline(run_io_t *io)
 		break;
 	case WORKER_LOOP_CANCEL:
 		worker_run_cancel_message(run->cancel_reason, msg, sizeof(msg));
-		io_end_error(io, PROTO_ERR_CANCELLED, msg, "the run was cancelled");
+		run_fail(io, PROTO_ERR_CANCELLED, "%s", msg);
 		break;
 	case WORKER_LOOP_CAP:
-		snprintf(msg, sizeof(msg), "The run reached its runtime cap of %" PRId64 " seconds and was stopped.", cap_sec);
-		io_end_error(io, PROTO_ERR_RUNTIME_CAP, msg, "the run reached its runtime cap");
+		run_fail(io, PROTO_ERR_RUNTIME_CAP, "The run reached its runtime cap of %" PRId64 " seconds and was stopped.",
+		         io->cap_sec);
 		break;
 	case WORKER_LOOP_SHUTDOWN:
-		io_end_error(io, PROTO_ERR_WORKER_SHUTDOWN, "The worker shut down before the run finished.",
-		             "the worker shut down");
+		run_fail(io, PROTO_ERR_WORKER_SHUTDOWN, "The worker shut down before the run finished.");
 		break;
 	case WORKER_LOOP_LOST:
 		snprintf(run->outcome, sizeof(run->outcome), "worker_lost");
 		rn_log_warn(run->run_id, "run_lost", "the lease was lost; stopped without a terminal line");
 		break;
 	case WORKER_LOOP_INTERNAL:
-		io_end_error(io, PROTO_ERR_INTERNAL, "The worker failed while running the run.", "internal error");
+		run_fail(io, PROTO_ERR_INTERNAL, "The worker failed while running the run.");
 		break;
 	case WORKER_LOOP_EXITED:
 	case WORKER_LOOP_NONE:
-		if (io->held && io->held_is_result) {
-			size_t nfiles = 0, nskipped = 0;
-			worker_stop_t st = run_stop_of(run);
-			/* Never upload after a cancel.  A drain timeout before the upload
-			 * lets a result without files out; an upload it interrupts ends
-			 * the run worker_shutdown. */
-			if (st == WORKER_STOP_CANCEL || st == WORKER_STOP_LOST) {
-				end_if_stopped(io);
-				break;
-			}
-			if (run->job.otp_upload) {
-				worker_wb_limits_t wb_lim = { .stop = &run->stop };
-				if (worker_writeback_upload(run->job.agent_url, run->job.otp_upload, ws.assets,
-				                            &wb_lim, &nfiles, &nskipped, err, sizeof(err)) < 0) {
-					/* A stop during the upload: cancelled / worker_shutdown /
-					 * lost, never a result (the upload did not finish). */
-					if (end_if_stopped(io))
-						break;
-					snprintf(msg, sizeof(msg), "Uploading the run's files failed: %s", err);
-					io_end_error(io, PROTO_ERR_WRITEBACK_FAILED, msg, "writeback failed");
-					break;
-				}
-				if (nfiles)
-					rn_log_info(run->run_id, "writeback", "uploaded %zu file(s), skipped %zu", nfiles, nskipped);
-			}
-			io_close_open(io, "the run ended");
-			if (io_finish(io, io->held, io->held_len, "succeeded", "") >= 0) {
-				snprintf(run->outcome, sizeof(run->outcome), "succeeded");
-				rn_log_info(run->run_id, "run_ended", "succeeded");
-			}
-		} else if (io->held) {
-			io_close_open(io, "the run ended with an error");
-			if (io_finish(io, io->held, io->held_len, "failed", io->held_code) >= 0) {
-				snprintf(run->outcome, sizeof(run->outcome), "agent_error");
-				rn_log_info(run->run_id, "run_ended", "agent error %s", io->held_code);
-			}
-		} else {
-			char how[96];
-			describe_exit(sb.status, how, sizeof(how));
-			if (boot.setup_script && WIFEXITED(sb.status) &&
-			    WEXITSTATUS(sb.status) == WORKER_SANDBOX_SETUP_FAILED) {
-				snprintf(msg, sizeof(msg), "The setup script failed (the sandbox %s), so the agent did not run.", how);
-				io_end_error(io, PROTO_ERR_BOOTSTRAP_FAILED, msg, "the setup script failed");
-			} else {
-				snprintf(msg, sizeof(msg), "The agent %s without a result.", how);
-				io_end_error(io, PROTO_ERR_AGENT_EXIT, msg, "the agent exited");
-			}
-		}
+		end_exited(io);
 		break;
 	}
+	return STAGE_DONE;
+}
 
-out:
-	if (have_sb)
-		worker_sandbox_destroy(&sb);
-	worker_warm_free(warm, 1); /* its run directory is ws, removed below */
+/* Frees what the stages built, however far they got. */
+static void run_release(run_io_t *io)
+{
+	worker_run_t *run = io->run;
+	if (io->have_sb)
+		worker_sandbox_destroy(&io->sb);
+	worker_warm_free(io->warm, 1); /* its run directory is ws, removed below */
+	io->warm = NULL;
 	/* The cgroup, the proxy, the tmpfs and the run directory go on the
 	 * reaper's thread: the slot is free once this thread returns. */
-	worker_reaper_put(run->ctx->reaper, run->run_id, run->claimed_mono_ms, io->guard, have_ws ? &ws : NULL);
+	worker_reaper_put(run->ctx->reaper, run->run_id, run->claimed_mono_ms, io->guard, io->have_ws ? &io->ws : NULL);
 	io->guard = NULL;
-	rn_strv_free(&envv);
-	worker_agent_launch_free(&launch);
-	if (ops && ops->free)
-		ops->free(astate);
-	worker_boot_clear(&boot);
+	rn_strv_free(&io->envv);
+	worker_agent_launch_free(&io->launch);
+	if (io->ops && io->ops->free)
+		io->ops->free(io->astate);
+	worker_boot_clear(&io->boot);
+}
+
+/* One run, stage by stage, in the order of SPEC §4 (the way nsjail chains
+ * its steps): each stage either hands over to the next or ends the run. */
+static void run_pipeline(run_io_t *io)
+{
+	static stage_t (*const stages[])(run_io_t *) = {
+		stage_boot,      /* running mark, /env and /config */
+		stage_workspace, /* run directory, guard, bag, skills, setup script */
+		stage_agent,     /* kind, permission mode, launch, environment */
+		stage_sandbox,   /* spec, warm or cold start, workspace detach */
+		stage_io,        /* the agent's lines until it ends */
+		stage_end,       /* writeback and the terminal line */
+	};
+	for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++)
+		if (stages[i](io) != STAGE_NEXT)
+			break;
+	run_release(io);
 }
 
 static void *run_main(void *arg)
