@@ -44,6 +44,13 @@ typedef struct loop {
 	int in_closed;
 	int stopping; /* a stop is under way: no more adapter calls */
 	int eof_done;
+	worker_loop_end_t end; /* WORKER_LOOP_NONE until decided */
+	worker_kill_t kill;    /* when to signal the agent */
+	int out_open, err_open;
+	splitter_t so, se;  /* stdout and stderr lines */
+	char *chunk;        /* one read's bytes */
+	int pidfd;          /* the agent's, or -1: its exit is then polled */
+	int64_t limit_next; /* the limits check wants to look again then */
 } loop_t;
 
 /* ---- line splitting ---- */
@@ -264,6 +271,86 @@ static int64_t expire_asks(loop_t *l)
 	}
 }
 
+/* ---- the kill policy (agent_loop.h) ---- */
+
+void worker_kill_init(worker_kill_t *k, long grace_ms, int stop_after_turn, int64_t now)
+{
+	memset(k, 0, sizeof(*k));
+	k->grace_ms = grace_ms;
+	/* An ACP agent waits for its next prompt after the turn: no reason to
+	 * give it time to exit by itself. */
+	k->turn_grace_ms = stop_after_turn ? 0 : grace_ms;
+	k->turn_done_at = k->kill_at = k->exited_at = -1;
+	k->last_io = now;
+}
+
+int worker_kill_stop(worker_kill_t *k, int64_t now, int hard)
+{
+	if (k->exited_at >= 0)
+		return 0;
+	if (hard) {
+		k->killed = 1;
+		return SIGKILL;
+	}
+	k->kill_at = now + k->grace_ms;
+	return SIGTERM;
+}
+
+void worker_kill_turn_done(worker_kill_t *k, int64_t now)
+{
+	if (k->turn_done_at < 0)
+		k->turn_done_at = now;
+}
+
+void worker_kill_exited(worker_kill_t *k, int64_t now)
+{
+	if (k->exited_at < 0)
+		k->exited_at = now;
+}
+
+void worker_kill_io(worker_kill_t *k, int64_t now)
+{
+	k->last_io = now;
+}
+
+/* After the exit: when the pipes count as silent.  Time spent waiting on
+ * Redis counts as I/O, so a slow Redis never cuts off the agent's output. */
+static int64_t silent_at(const worker_kill_t *k)
+{
+	return (k->last_io > k->exited_at ? k->last_io : k->exited_at) + k->grace_ms;
+}
+
+int worker_kill_due(worker_kill_t *k, int64_t now, int pipes_open, int *abandon)
+{
+	int exited = k->exited_at >= 0;
+	if (!exited && k->kill_at < 0 && k->turn_done_at >= 0 && now >= k->turn_done_at + k->turn_grace_ms) {
+		k->kill_at = now + k->grace_ms;
+		return SIGTERM;
+	}
+	if (exited && pipes_open && !k->killed && now >= silent_at(k)) {
+		/* Something in the sandbox still holds the pipes. */
+		k->killed = 1;
+		*abandon = 1;
+		return SIGKILL;
+	}
+	if (k->kill_at >= 0 && !k->killed && now >= k->kill_at) {
+		k->killed = 1;
+		return SIGKILL;
+	}
+	return 0;
+}
+
+int64_t worker_kill_next(const worker_kill_t *k, int64_t next)
+{
+	if (k->kill_at >= 0 && !k->killed && k->kill_at < next)
+		next = k->kill_at;
+	if (k->turn_done_at >= 0 && k->kill_at < 0 && k->turn_done_at + k->turn_grace_ms < next)
+		next = k->turn_done_at + k->turn_grace_ms;
+	if (k->exited_at >= 0 && silent_at(k) < next)
+		next = silent_at(k);
+	return next;
+}
+
 /* ---- the loop ---- */
 
 static worker_loop_end_t end_of_stop(worker_stop_t st)
@@ -306,6 +393,205 @@ static void flush_stdin(loop_t *l)
 		drop_stdin(l);
 }
 
+static void signal_agent(loop_t *l, int sig)
+{
+	if (sig)
+		worker_sandbox_kill(l->sb, sig);
+}
+
+static int agent_exited(const loop_t *l)
+{
+	return l->kill.exited_at >= 0;
+}
+
+/* Decides whether to stop the agent (a stop request, the runtime cap, a
+ * failed sink, a limit), and stops it. */
+static void decide_stop(loop_t *l, int64_t now)
+{
+	const worker_loop_params_t *p = l->p;
+	const worker_stop_source_t *stop = l->stop;
+	if (l->end != WORKER_LOOP_NONE)
+		return;
+	worker_loop_end_t end = end_of_stop(stop->stop(stop->arg));
+	if (end == WORKER_LOOP_NONE && now >= p->cap_deadline)
+		end = WORKER_LOOP_CAP;
+	else if (end == WORKER_LOOP_NONE && l->sink->failed && l->sink->failed(l->sink->arg))
+		end = WORKER_LOOP_INTERNAL;
+	else if (end == WORKER_LOOP_NONE && stop->limit_check && stop->limit_check(stop->limit_arg, now, &l->limit_next))
+		end = WORKER_LOOP_LIMIT;
+	if (end == WORKER_LOOP_NONE)
+		return;
+	l->end = end;
+	if (end == WORKER_LOOP_CANCEL && !agent_exited(l) && p->ops->on_cancel) {
+		/* A graceful request first (best effort, not waited for). */
+		p->ops->on_cancel(p->state, &l->io);
+		flush_stdin(l);
+	}
+	l->stopping = 1;
+	/* Over a limit the agent gets no grace: it would use it to go on
+	 * spending what it is over. */
+	signal_agent(l, worker_kill_stop(&l->kill, now, end == WORKER_LOOP_LIMIT));
+}
+
+/* The kill policy's signals, and the agent's exit. */
+static void run_clock(loop_t *l, int64_t now)
+{
+	if (l->end == WORKER_LOOP_NONE && l->sink->terminated(l->sink->arg))
+		worker_kill_turn_done(&l->kill, now);
+	int sig, abandon = 0;
+	while ((sig = worker_kill_due(&l->kill, now, l->out_open || l->err_open, &abandon)) != 0)
+		signal_agent(l, sig);
+	if (abandon)
+		l->out_open = l->err_open = 0;
+	if (!agent_exited(l) && worker_sandbox_reap(l->sb) != 0)
+		worker_kill_exited(&l->kill, now);
+}
+
+/* The descriptors of one poll round, and where each one is in pfd. */
+typedef struct round {
+	struct pollfd pfd[7];
+	int np, i_out, i_err, i_in, i_wake, i_red;
+} round_t;
+
+static void add_fd(round_t *r, int *idx, int fd, short events)
+{
+	if (idx)
+		*idx = r->np;
+	r->pfd[r->np++] = (struct pollfd){ fd, events, 0 };
+}
+
+static void round_fds(loop_t *l, round_t *r)
+{
+	const worker_line_sink_t *sink = l->sink;
+	const worker_stop_source_t *stop = l->stop;
+	worker_sandbox_t *sb = l->sb;
+	memset(r, 0, sizeof(*r));
+	r->i_out = r->i_err = r->i_in = r->i_red = -1;
+	/* While a stop is pending, output is no longer read into the stream:
+	 * drain it only so that the agent is not blocked writing. */
+	if (l->out_open)
+		add_fd(r, &r->i_out, sb->stdout_fd, POLLIN);
+	if (l->err_open)
+		add_fd(r, &r->i_err, sb->stderr_fd, POLLIN);
+	if (!l->in_closed && l->in_off < l->in_len && sb->stdin_fd >= 0)
+		add_fd(r, &r->i_in, sb->stdin_fd, POLLOUT);
+	add_fd(r, &r->i_wake, stop->wake_fd, POLLIN);
+	if (l->pidfd >= 0 && !agent_exited(l))
+		add_fd(r, NULL, l->pidfd, POLLIN);
+	int wfd = sink->wait_fd ? sink->wait_fd(sink->arg) : -1;
+	if (wfd >= 0)
+		add_fd(r, &r->i_red, wfd, POLLIN);
+	int lfd = l->end == WORKER_LOOP_NONE && stop->limit_fd ? stop->limit_fd(stop->limit_arg) : -1;
+	if (lfd >= 0)
+		add_fd(r, NULL, lfd, POLLIN);
+}
+
+/* How long the round may wait: the next deadline of the cap, the limits,
+ * the kill policy and the asks, at most a second. */
+static int round_timeout(const loop_t *l, int64_t now, int64_t ask_at)
+{
+	int64_t timeout = 1000;
+	int64_t next = l->p->cap_deadline;
+	if (l->end == WORKER_LOOP_NONE && l->limit_next < next)
+		next = l->limit_next;
+	next = worker_kill_next(&l->kill, next);
+	/* Asks expire on the wall clock: turned into a monotonic deadline. */
+	if (ask_at >= 0 && now + (ask_at - rn_now_ms()) < next)
+		next = now + (ask_at - rn_now_ms());
+	if (next - now < timeout)
+		timeout = next - now < 0 ? 0 : next - now;
+	if (l->pidfd < 0 && !agent_exited(l) && timeout > 20)
+		timeout = 20; /* no pidfd: notice the exit by polling */
+	return (int)timeout;
+}
+
+/* Reads what a stopping agent still writes and throws it away, so that it
+ * is not blocked writing; 0 once the pipe closed. */
+static int drain_pipe(loop_t *l, int fd)
+{
+	ssize_t rr = read(fd, l->chunk, LOOP_READ_CHUNK);
+	return !(rr == 0 || (rr < 0 && errno != EAGAIN && errno != EINTR));
+}
+
+/* One round's ready descriptors: the wake fd, stdin, stdout, stderr, and
+ * then what the round produced goes to the sink. */
+static void round_serve(loop_t *l, const round_t *r)
+{
+	const worker_line_sink_t *sink = l->sink;
+	worker_sandbox_t *sb = l->sb;
+	if (r->pfd[r->i_wake].revents) {
+		uint64_t v;
+		ssize_t rr = read(l->stop->wake_fd, &v, sizeof(v));
+		(void)rr;
+		drain_inbox(l);
+	}
+	if (r->i_in >= 0 && r->pfd[r->i_in].revents) {
+		if (r->pfd[r->i_in].revents & (POLLERR | POLLHUP)) {
+			l->in_closed = 1; /* the agent closed stdin: fine */
+			drop_stdin(l);
+		} else {
+			flush_stdin(l);
+		}
+	}
+	int stopping = l->end != WORKER_LOOP_NONE && l->end != WORKER_LOOP_EXITED;
+	if (r->i_out >= 0 && r->pfd[r->i_out].revents) {
+		if (stopping) {
+			l->out_open = drain_pipe(l, sb->stdout_fd);
+		} else {
+			/* A burst is read in several chunks before one pipelined
+			 * flush, up to a batch; then the sink gets it. */
+			for (int k = 0; k < LOOP_READS_PER_FLUSH; k++) {
+				int rc = read_lines(l, sb->stdout_fd, &l->so, 0, l->chunk);
+				if (rc == 1) {
+					l->out_open = 0;
+					call_eof(l);
+				}
+				if (rc != 0 || (sink->backlog && sink->backlog(sink->arg)))
+					break;
+			}
+		}
+	}
+	if (r->i_err >= 0 && r->pfd[r->i_err].revents) {
+		if (stopping)
+			l->err_open = drain_pipe(l, sb->stderr_fd);
+		else if (read_lines(l, sb->stderr_fd, &l->se, 1, l->chunk) == 1)
+			l->err_open = 0;
+	}
+	/* Send what this round produced; the replies are read while the
+	 * next round is parsed.  While Redis is away this blocks, the pipe
+	 * fills and the agent waits. */
+	if (!stopping && sink->pump)
+		sink->pump(sink->arg, r->i_red >= 0 && r->pfd[r->i_red].revents);
+	/* Replies the adapter queued in this round go out now. */
+	if (!l->in_closed && l->in_off < l->in_len)
+		flush_stdin(l);
+}
+
+/* The pipes and the adapter, before the first round. */
+static void loop_start(loop_t *l)
+{
+	const worker_loop_params_t *p = l->p;
+	worker_sandbox_t *sb = l->sb;
+	/* A large stdout pipe lets the agent go on printing while a batch is
+	 * in flight to Redis (best effort: the kernel may refuse the size). */
+	fcntl(sb->stdout_fd, F_SETPIPE_SZ, LOOP_PIPE_SIZE);
+	/* stdin: written without blocking; kept open afterwards. */
+	if (sb->stdin_fd >= 0) {
+		int fl = fcntl(sb->stdin_fd, F_GETFL);
+		if (fl >= 0)
+			fcntl(sb->stdin_fd, F_SETFL, fl | O_NONBLOCK);
+	} else {
+		l->in_closed = 1;
+	}
+	if (p->ops->start && p->ops->start(p->state, p->actx, &l->io) < 0) {
+		rn_log_error(p->run_id, "agent_start", "the %s adapter could not start the agent", p->ops->kind);
+		l->end = WORKER_LOOP_INTERNAL;
+		l->stopping = 1;
+		signal_agent(l, worker_kill_stop(&l->kill, rn_mono_ms(), 0));
+	}
+	flush_stdin(l);
+}
+
 worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbox_t *sb,
                                     const worker_line_sink_t *sink,
                                     const worker_stop_source_t *stop)
@@ -319,225 +605,48 @@ worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbo
 	L.io.emit = io_emit;
 	L.io.write = io_write;
 	L.io.loop = &L;
-
-	splitter_t so, se;
-	char *chunk = malloc(LOOP_READ_CHUNK);
-	int out_open = 1, err_open = 1, exited = 0;
-	worker_loop_end_t end = WORKER_LOOP_NONE;
-	int64_t kill_at = -1; /* SIGKILL deadline after SIGTERM */
-	int killed = 0;
-	int64_t term_seen_at = -1; /* agent printed its terminal line */
-	int64_t exited_at = -1;
-	int64_t last_io = rn_mono_ms(); /* last read from the pipes or Redis wait */
-	long grace = p->kill_grace_ms;
-	/* How long an agent may run on after its terminal line before SIGTERM. */
-	long turn_grace = p->stop_after_turn ? 0 : grace;
-	int64_t limit_next = INT64_MAX; /* the limits check wants to look again then */
-
-	if (!chunk)
+	L.out_open = L.err_open = 1;
+	L.end = WORKER_LOOP_NONE;
+	L.limit_next = INT64_MAX; /* the limits check wants to look again then */
+	worker_kill_init(&L.kill, p->kill_grace_ms, p->stop_after_turn, rn_mono_ms());
+	L.chunk = malloc(LOOP_READ_CHUNK);
+	if (!L.chunk)
 		return WORKER_LOOP_INTERNAL;
-	split_init(&so, p->line_max + 1);
-	split_init(&se, p->stderr_line_max ? p->stderr_line_max : LOOP_STDERR_LINE);
-	int pidfd = pidfd_open(sb->pid, 0);
-
-	/* A large stdout pipe lets the agent go on printing while a batch is
-	 * in flight to Redis (best effort: the kernel may refuse the size). */
-	fcntl(sb->stdout_fd, F_SETPIPE_SZ, LOOP_PIPE_SIZE);
-
-	/* stdin: written without blocking; kept open afterwards. */
-	if (sb->stdin_fd >= 0) {
-		int fl = fcntl(sb->stdin_fd, F_GETFL);
-		if (fl >= 0)
-			fcntl(sb->stdin_fd, F_SETFL, fl | O_NONBLOCK);
-	} else {
-		L.in_closed = 1;
-	}
-	if (p->ops->start && p->ops->start(p->state, p->actx, &L.io) < 0) {
-		rn_log_error(p->run_id, "agent_start", "the %s adapter could not start the agent", p->ops->kind);
-		end = WORKER_LOOP_INTERNAL;
-		worker_sandbox_kill(sb, SIGTERM);
-		kill_at = rn_mono_ms() + grace;
-		L.stopping = 1;
-	}
-	flush_stdin(&L);
+	split_init(&L.so, p->line_max + 1);
+	split_init(&L.se, p->stderr_line_max ? p->stderr_line_max : LOOP_STDERR_LINE);
+	L.pidfd = pidfd_open(sb->pid, 0);
+	loop_start(&L);
 
 	for (;;) {
 		int64_t now = rn_mono_ms();
-
-		/* Decide to stop the agent. */
-		if (end == WORKER_LOOP_NONE) {
-			end = end_of_stop(stop->stop(stop->arg));
-			if (end == WORKER_LOOP_NONE && now >= p->cap_deadline)
-				end = WORKER_LOOP_CAP;
-			else if (end == WORKER_LOOP_NONE && sink->failed && sink->failed(sink->arg))
-				end = WORKER_LOOP_INTERNAL;
-			else if (end == WORKER_LOOP_NONE && stop->limit_check &&
-			         stop->limit_check(stop->limit_arg, now, &limit_next))
-				end = WORKER_LOOP_LIMIT;
-			if (end == WORKER_LOOP_LIMIT) {
-				L.stopping = 1;
-				if (!exited) {
-					worker_sandbox_kill(sb, SIGKILL);
-					killed = 1;
-				}
-			} else if (end != WORKER_LOOP_NONE) {
-				if (end == WORKER_LOOP_CANCEL && !exited && p->ops->on_cancel) {
-					/* A graceful request first (best effort, not waited for). */
-					p->ops->on_cancel(p->state, &L.io);
-					flush_stdin(&L);
-				}
-				L.stopping = 1;
-				if (!exited) {
-					worker_sandbox_kill(sb, SIGTERM);
-					kill_at = now + grace;
-				}
-			}
-		}
-		if (end == WORKER_LOOP_NONE && sink->terminated(sink->arg) && term_seen_at < 0)
-			term_seen_at = now;
-		/* After its terminal line (or its exit) the agent gets a grace period
-		 * to finish; then it is stopped like any other. */
-		if (!exited && kill_at < 0 && term_seen_at >= 0 && now >= term_seen_at + turn_grace) {
-			worker_sandbox_kill(sb, SIGTERM);
-			kill_at = now + grace;
-		}
-		/* After the exit, the pipes are read until EOF; only when they stay
-		 * silent for the grace period (a leftover process holds them) is
-		 * the rest given up.  Time spent waiting on Redis does not count. */
-		if (exited && (out_open || err_open) && exited_at >= 0 &&
-		    now >= (last_io > exited_at ? last_io : exited_at) + grace && !killed) {
-			/* Something in the sandbox still holds the pipes. */
-			worker_sandbox_kill(sb, SIGKILL);
-			killed = 1;
-			out_open = err_open = 0;
-		}
-		if (kill_at >= 0 && !killed && now >= kill_at) {
-			worker_sandbox_kill(sb, SIGKILL);
-			killed = 1;
-		}
-		if (!exited && worker_sandbox_reap(sb) != 0) {
-			exited = 1;
-			exited_at = now;
-		}
-		if (exited && !out_open && !err_open) {
+		decide_stop(&L, now);
+		run_clock(&L, now);
+		/* Done: the agent exited and its pipes are read to EOF, or it was
+		 * stopped (what it still wrote is not wanted). */
+		if (agent_exited(&L) && !L.out_open && !L.err_open)
 			break;
-		}
-		if (exited && end != WORKER_LOOP_NONE && end != WORKER_LOOP_EXITED)
+		if (agent_exited(&L) && L.end != WORKER_LOOP_NONE && L.end != WORKER_LOOP_EXITED)
 			break;
-
 		int64_t ask_at = expire_asks(&L);
-
-		struct pollfd pfd[7];
-		int np = 0, i_out = -1, i_err = -1, i_in = -1, i_wake, i_red = -1;
-		/* While a stop is pending, output is no longer read into the stream:
-		 * drain it only so that the agent is not blocked writing. */
-		if (out_open) {
-			i_out = np;
-			pfd[np++] = (struct pollfd){ sb->stdout_fd, POLLIN, 0 };
-		}
-		if (err_open) {
-			i_err = np;
-			pfd[np++] = (struct pollfd){ sb->stderr_fd, POLLIN, 0 };
-		}
-		if (!L.in_closed && L.in_off < L.in_len && sb->stdin_fd >= 0) {
-			i_in = np;
-			pfd[np++] = (struct pollfd){ sb->stdin_fd, POLLOUT, 0 };
-		}
-		i_wake = np;
-		pfd[np++] = (struct pollfd){ stop->wake_fd, POLLIN, 0 };
-		if (pidfd >= 0 && !exited)
-			pfd[np++] = (struct pollfd){ pidfd, POLLIN, 0 };
-		int wfd = sink->wait_fd ? sink->wait_fd(sink->arg) : -1;
-		if (wfd >= 0) {
-			i_red = np;
-			pfd[np++] = (struct pollfd){ wfd, POLLIN, 0 };
-		}
-		int lfd = end == WORKER_LOOP_NONE && stop->limit_fd ? stop->limit_fd(stop->limit_arg) : -1;
-		if (lfd >= 0)
-			pfd[np++] = (struct pollfd){ lfd, POLLIN, 0 };
-		int64_t timeout = 1000;
-		int64_t next = p->cap_deadline;
-		if (end == WORKER_LOOP_NONE && limit_next < next)
-			next = limit_next;
-		if (kill_at >= 0 && !killed && kill_at < next)
-			next = kill_at;
-		if (term_seen_at >= 0 && kill_at < 0 && term_seen_at + turn_grace < next)
-			next = term_seen_at + turn_grace;
-		if (exited_at >= 0 && (last_io > exited_at ? last_io : exited_at) + grace < next)
-			next = (last_io > exited_at ? last_io : exited_at) + grace;
-		if (ask_at >= 0 && now + (ask_at - rn_now_ms()) < next)
-			next = now + (ask_at - rn_now_ms());
-		if (next - now < timeout)
-			timeout = next - now < 0 ? 0 : next - now;
-		if (pidfd < 0 && !exited && timeout > 20)
-			timeout = 20; /* no pidfd: notice the exit by polling */
-		int pr = poll(pfd, (nfds_t)np, (int)timeout);
+		round_t r;
+		round_fds(&L, &r);
+		int pr = poll(r.pfd, (nfds_t)r.np, round_timeout(&L, now, ask_at));
 		if (pr < 0 && errno != EINTR)
 			break;
 		if (pr <= 0)
 			continue;
-		if (pfd[i_wake].revents) {
-			uint64_t v;
-			ssize_t rr = read(stop->wake_fd, &v, sizeof(v));
-			(void)rr;
-			drain_inbox(&L);
-		}
-		if (i_in >= 0 && pfd[i_in].revents) {
-			if (pfd[i_in].revents & (POLLERR | POLLHUP)) {
-				L.in_closed = 1; /* the agent closed stdin: fine */
-				drop_stdin(&L);
-			} else {
-				flush_stdin(&L);
-			}
-		}
-		int stopping = end != WORKER_LOOP_NONE && end != WORKER_LOOP_EXITED;
-		if (i_out >= 0 && pfd[i_out].revents) {
-			if (stopping) {
-				ssize_t rr = read(sb->stdout_fd, chunk, LOOP_READ_CHUNK);
-				if (rr == 0 || (rr < 0 && errno != EAGAIN && errno != EINTR))
-					out_open = 0;
-			} else {
-				/* A burst is read in several chunks before one pipelined
-				 * flush, up to a batch; then the sink gets it. */
-				for (int k = 0; k < LOOP_READS_PER_FLUSH; k++) {
-					int r = read_lines(&L, sb->stdout_fd, &so, 0, chunk);
-					if (r == 1) {
-						out_open = 0;
-						call_eof(&L);
-					}
-					if (r != 0 || (sink->backlog && sink->backlog(sink->arg)))
-						break;
-				}
-			}
-		}
-		if (i_err >= 0 && pfd[i_err].revents) {
-			if (stopping) {
-				ssize_t rr = read(sb->stderr_fd, chunk, LOOP_READ_CHUNK);
-				if (rr == 0 || (rr < 0 && errno != EAGAIN && errno != EINTR))
-					err_open = 0;
-			} else if (read_lines(&L, sb->stderr_fd, &se, 1, chunk) == 1) {
-				err_open = 0;
-			}
-		}
-		/* Send what this round produced; the replies are read while the
-		 * next round is parsed.  While Redis is away this blocks, the pipe
-		 * fills and the agent waits. */
-		if (!stopping && sink->pump)
-			sink->pump(sink->arg, i_red >= 0 && pfd[i_red].revents);
-		/* Replies the adapter queued in this round go out now. */
-		if (!L.in_closed && L.in_off < L.in_len)
-			flush_stdin(&L);
-		last_io = rn_mono_ms();
+		round_serve(&L, &r);
+		worker_kill_io(&L.kill, rn_mono_ms());
 	}
-	if (end == WORKER_LOOP_NONE)
-		end = WORKER_LOOP_EXITED;
-	if (end == WORKER_LOOP_EXITED)
+	if (L.end == WORKER_LOOP_NONE)
+		L.end = WORKER_LOOP_EXITED;
+	if (L.end == WORKER_LOOP_EXITED)
 		call_eof(&L);
-	if (pidfd >= 0)
-		close(pidfd);
+	if (L.pidfd >= 0)
+		close(L.pidfd);
 	drop_stdin(&L);
-	split_free(&so);
-	split_free(&se);
-	free(chunk);
-	return end;
+	split_free(&L.so);
+	split_free(&L.se);
+	free(L.chunk);
+	return L.end;
 }

@@ -102,6 +102,48 @@ typedef struct worker_loop_params {
 	int64_t ask_timeout_ms; /* 0: asks never expire */
 } worker_loop_params_t;
 
+/*
+ * The kill policy: when the loop signals the agent, as a clock of its own so
+ * that the rules above are one small type with a test of its own
+ * (tests/stages/test_kill_policy.c).  It sends nothing itself: the loop
+ * tells it what happened (a stop, the terminal line, the exit, pipe I/O)
+ * and sends the signals worker_kill_due() names.  Times are monotonic ms.
+ */
+typedef struct worker_kill {
+	long grace_ms;        /* SIGTERM to SIGKILL, and silent pipes after the exit */
+	long turn_grace_ms;   /* terminal line to SIGTERM (0 with stop_after_turn) */
+	int64_t turn_done_at; /* the terminal line was seen; -1 */
+	int64_t kill_at;      /* SIGKILL due after a SIGTERM; -1 */
+	int64_t exited_at;    /* the agent exited; -1 */
+	int64_t last_io;      /* the last read from the pipes or wait on Redis */
+	int killed;           /* SIGKILL was sent */
+} worker_kill_t;
+
+void worker_kill_init(worker_kill_t *k, long grace_ms, int stop_after_turn, int64_t now);
+
+/* A stop: the signal to send now (SIGKILL when hard, else SIGTERM with a
+ * SIGKILL due grace_ms later), or 0 when the agent exited already. */
+int worker_kill_stop(worker_kill_t *k, int64_t now, int hard);
+
+/* The agent printed its terminal line (the first call counts). */
+void worker_kill_turn_done(worker_kill_t *k, int64_t now);
+
+/* The agent exited; and the pipes were read (or Redis waited on) at now. */
+void worker_kill_exited(worker_kill_t *k, int64_t now);
+void worker_kill_io(worker_kill_t *k, int64_t now);
+
+/*
+ * The signal due at now, or 0; call until 0.  SIGTERM once the terminal
+ * line is turn_grace_ms old; SIGKILL once a SIGTERM is grace_ms old; and,
+ * after the exit, SIGKILL when the pipes (pipes_open) stayed silent for
+ * grace_ms (a leftover process holds them): *abandon is then set and the
+ * loop stops reading them.
+ */
+int worker_kill_due(worker_kill_t *k, int64_t now, int pipes_open, int *abandon);
+
+/* The earlier of next and the policy's next deadline. */
+int64_t worker_kill_next(const worker_kill_t *k, int64_t next);
+
 /* Runs the agent from `start` to its end.  sb's stdin is left open. */
 worker_loop_end_t worker_agent_loop(const worker_loop_params_t *p, worker_sandbox_t *sb,
                                     const worker_line_sink_t *sink,
