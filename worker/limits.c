@@ -115,14 +115,9 @@ static int name_ok(const char *p)
 /* 0 when a tmpfs can be mounted under dir (the worker may mount). */
 static int probe_mount(const char *dir, char *why, size_t whysz)
 {
-	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-		snprintf(why, whysz, "cannot create %.300s: %s", dir, strerror(errno));
-		return -1;
-	}
 	char p[4096];
-	snprintf(p, sizeof(p), "%s/.mount-probe-%ld", dir, (long)getpid());
-	if (mkdir(p, 0700) != 0 && errno != EEXIST) {
-		snprintf(why, whysz, "cannot create %.300s: %s", p, strerror(errno));
+	if (worker_ws_scratch(dir, "mount-probe", p, sizeof(p)) != 0) {
+		snprintf(why, whysz, "cannot create a directory in %.300s: %s", dir, strerror(errno));
 		return -1;
 	}
 	int rc = mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0700");
@@ -570,11 +565,12 @@ int worker_limits_mount_workspace(const worker_limits_env_t *env, const char *di
 static int mount_workspace(worker_guard_t *g, const worker_guard_args_t *a,
                            char *errstr, size_t errstr_size)
 {
-	if (mount_tmpfs(a->workspace_dir, g->lim.disk_mb, errstr, errstr_size) < 0)
+	if (mount_tmpfs(a->ws->workspace, g->lim.disk_mb, errstr, errstr_size) < 0)
 		return -1;
 	g->mounted = 1;
-	snprintf(g->ws_dir, sizeof(g->ws_dir), "%s", a->workspace_dir);
-	if (a->assets_dir && mkdir(a->assets_dir, 0755) != 0 && errno != EEXIST) {
+	snprintf(g->ws_dir, sizeof(g->ws_dir), "%s", a->ws->workspace);
+	/* The new tmpfs hides the assets/ the tree had. */
+	if (a->ws->assets[0] && !worker_ws_make(a->ws, WORKER_WS_ASSETS)) {
 		snprintf(errstr, errstr_size, "cannot create assets/: %s", strerror(errno));
 		return -1;
 	}
@@ -595,7 +591,7 @@ worker_guard_t *worker_guard_new(const worker_limits_env_t *env, const worker_gu
 	g->note = note;
 	g->arg = arg;
 	snprintf(g->run_id, sizeof(g->run_id), "%s", a->run_id);
-	snprintf(g->ws_dir, sizeof(g->ws_dir), "%s", a->workspace_dir);
+	snprintf(g->ws_dir, sizeof(g->ws_dir), "%s", a->ws->workspace);
 
 	const json_t *lj = json_object_get(a->config, "limits");
 	if (lj && !json_is_object(lj)) {
@@ -634,11 +630,12 @@ worker_guard_t *worker_guard_new(const worker_limits_env_t *env, const worker_gu
 			goto fail;
 		}
 		/* meta/ is made only when a run needs it (worker/workspace.h). */
-		if (mkdir(a->meta_dir, 0700) != 0 && errno != EEXIST) {
-			snprintf(errstr, errstr_size, "cannot create %s: %s", a->meta_dir, strerror(errno));
+		const char *meta = worker_ws_make(a->ws, WORKER_WS_META);
+		if (!meta) {
+			snprintf(errstr, errstr_size, "cannot create %s: %s", a->ws->meta, strerror(errno));
 			goto fail;
 		}
-		snprintf(g->sock_path, sizeof(g->sock_path), "%s/egress.sock", a->meta_dir);
+		snprintf(g->sock_path, sizeof(g->sock_path), "%s/egress.sock", meta);
 		g->proxy = worker_egress_start(g->sock_path, allow.v, allow.n, a->run_id, errstr, errstr_size);
 		if (!g->proxy)
 			goto fail;

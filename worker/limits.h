@@ -29,6 +29,7 @@
 
 #include "worker/cgroup.h"
 #include "worker/sandbox.h"
+#include "worker/workspace.h"
 
 typedef enum {
 	WORKER_EGRESS_NONE = 0,  /* own network namespace, nothing reachable */
@@ -119,13 +120,14 @@ typedef struct worker_guard worker_guard_t;
 /* What a guard needs from the run. */
 typedef struct worker_guard_args {
 	const char *run_id;
-	const char *kind;          /* agent.kind */
-	const json_t *config;      /* the /config answer (limits, network, allow_hosts) */
-	const json_t *variables;   /* the /env variables (model base URLs) */
-	const char *ws_api_url;    /* workspace_api.url or NULL */
-	const char *workspace_dir; /* host dir bound at /root/workspace (exists) */
-	const char *assets_dir;    /* its assets/ (re-created on the tmpfs) */
-	const char *meta_dir;      /* worker-private dir for the proxy socket */
+	const char *kind;        /* agent.kind */
+	const json_t *config;    /* the /config answer (limits, network, allow_hosts) */
+	const json_t *variables; /* the /env variables (model base URLs) */
+	const char *ws_api_url;  /* workspace_api.url or NULL */
+	/* The run directory (worker/workspace.h): workspace/ is bound at
+	 * /root/workspace and exists; assets/ is made again on the tmpfs, meta/
+	 * holds the proxy socket (an empty path: none made). */
+	worker_ws_t *ws;
 	worker_sandbox_driver_t driver;
 	/* A cgroup made ahead of the run, its sandbox already inside (a warm
 	 * one's): the guard takes it over (*cgroup is left empty), writes the

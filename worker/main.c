@@ -733,8 +733,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	evthread_use_pthreads();
-	if (mkdir(w->cfg.work_dir, 0700) < 0 && errno != EEXIST) {
-		rn_log_error(NULL, "config", "RUNNEL_WORK_DIR %s: %s", w->cfg.work_dir, strerror(errno));
+	if (worker_ws_root(w->cfg.work_dir, err, sizeof(err)) < 0) {
+		rn_log_error(NULL, "config", "RUNNEL_WORK_DIR: %s", err);
 		return 2;
 	}
 	/* Per-run limits and egress: probe cgroups and mounts once, while

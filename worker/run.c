@@ -504,7 +504,7 @@ static void guard_note(const char *level, const char *message, void *arg)
 
 /* Creates the run's guard (limits resolved, workspace mounted, cgroup,
  * proxy).  0, or -1 with errstr. */
-static int guard_start(run_io_t *io, const worker_boot_t *boot, const worker_ws_t *ws,
+static int guard_start(run_io_t *io, const worker_boot_t *boot, worker_ws_t *ws,
                        worker_cgroup_t *cgroup, char *errstr, size_t errstr_size)
 {
 	worker_guard_args_t a = {
@@ -513,9 +513,7 @@ static int guard_start(run_io_t *io, const worker_boot_t *boot, const worker_ws_
 		.config = boot->config,
 		.variables = boot->variables,
 		.ws_api_url = boot->ws_api_url,
-		.workspace_dir = ws->workspace,
-		.assets_dir = ws->assets,
-		.meta_dir = ws->meta,
+		.ws = ws,
 		.driver = io->cfg->driver,
 		.cgroup = cgroup,
 	};
@@ -558,7 +556,7 @@ static int env_set(rn_strv_t *e, const char *name, const char *value)
 
 /* The sandbox's whole environment: /env variables, then what runnel sets. */
 static int build_env(const worker_run_t *run, const worker_boot_t *boot,
-                     const worker_agent_launch_t *launch, const char *meta_dir, rn_strv_t *e,
+                     const worker_agent_launch_t *launch, worker_ws_t *ws, rn_strv_t *e,
                      char *errstr, size_t errstr_size)
 {
 	if (env_set(e, "HOME", RN_SANDBOX_HOME) < 0 || env_set(e, "PATH", RN_SANDBOX_PATH) < 0)
@@ -595,10 +593,8 @@ static int build_env(const worker_run_t *run, const worker_boot_t *boot,
 	if (launch->private_home && run->ctx->cfg->driver != WORKER_SANDBOX_BWRAP) {
 		/* Without bwrap HOME would be the host's /root: give the agent a
 		 * directory of the run instead (bwrap's /root is already a tmpfs). */
-		char home[WORKER_PATH_MAX + 16];
-		snprintf(home, sizeof(home), "%s/home", meta_dir);
-		/* meta/ is made only when a run needs it (worker/workspace.h). */
-		if ((mkdir(meta_dir, 0700) < 0 && errno != EEXIST) || (mkdir(home, 0700) < 0 && errno != EEXIST)) {
+		const char *home = worker_ws_make(ws, WORKER_WS_HOME);
+		if (!home) {
 			snprintf(errstr, errstr_size, "cannot create the agent's home directory");
 			return -1;
 		}
@@ -726,8 +722,8 @@ static stage_t ws_take(run_io_t *io)
 	worker_run_t *run = io->run;
 	const worker_config_t *cfg = io->cfg;
 	char err[512];
-	if (mkdir(cfg->work_dir, 0700) < 0 && errno != EEXIST) {
-		rn_log_error(run->run_id, "work_dir", "%s: %s", cfg->work_dir, strerror(errno));
+	if (worker_ws_root(cfg->work_dir, err, sizeof(err)) < 0) {
+		rn_log_error(run->run_id, "work_dir", "%s", err);
 		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not create its work directory.");
 	}
 	/* warm: a sandbox started ahead of need brings its run directory
@@ -792,9 +788,7 @@ static stage_t ws_skills(run_io_t *io)
 		char dir[WORKER_PATH_MAX + 160]; /* skills dir + "/" + a name of <= 128 */
 		if (!proto_skill_name_valid(name))
 			return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "Skill %zu has no usable name (letters, digits, . _ -).", si);
-		snprintf(dir, sizeof(dir), "%s/%s", io->ws.skills, name);
-		/* skills/ is made on first need (worker_ws_create leaves it out). */
-		if ((mkdir(io->ws.skills, 0755) < 0 && errno != EEXIST) || (mkdir(dir, 0700) < 0 && errno != EEXIST))
+		if (worker_ws_make_skill(&io->ws, name, dir, sizeof(dir)) < 0)
 			return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not create a skill directory.");
 		io->have_skills = 1;
 		if (!url)
@@ -816,9 +810,10 @@ static stage_t ws_setup(run_io_t *io)
 	const char *script = io->boot.setup_script;
 	if (!script)
 		return STAGE_NEXT;
-	snprintf(io->setup_path, sizeof(io->setup_path), "%s/setup.sh", io->ws.meta);
-	if (mkdir(io->ws.meta, 0700) < 0 && errno != EEXIST)
+	const char *meta = worker_ws_make(&io->ws, WORKER_WS_META);
+	if (!meta)
 		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not write the setup script.");
+	snprintf(io->setup_path, sizeof(io->setup_path), "%s/setup.sh", meta);
 	/* O_EXCL | O_NOFOLLOW: meta/ is the worker's, nothing may be there. */
 	int fd = open(io->setup_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0500);
 	size_t sl = strlen(script);
@@ -870,7 +865,7 @@ static stage_t stage_agent(run_io_t *io)
 	io->launch.share_net = io->cfg->share_net;
 	if (io->ops->prepare(actx, &io->launch, &io->astate, err, sizeof(err)) < 0)
 		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent cannot be started: %s", err);
-	if (build_env(run, &io->boot, &io->launch, io->ws.meta, &io->envv, err, sizeof(err)) < 0)
+	if (build_env(run, &io->boot, &io->launch, &io->ws, &io->envv, err, sizeof(err)) < 0)
 		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent's environment cannot be built: %s", err);
 	return STAGE_NEXT;
 }

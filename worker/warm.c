@@ -349,9 +349,10 @@ static worker_warm_sb_t *pool_start_one(worker_warm_pool_t *p, unsigned long seq
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
+	/* "warm.<pid>.<seq>": its directory's and its cgroup's name, which no
+	 * run id can spell (worker/workspace.h). */
 	char name[64];
-	snprintf(name, sizeof(name), "warm-%ld-%lu", (long)getpid(), seq);
-	if (worker_ws_create(&w->ws, p->work_dir, name, errstr, errstr_size) != 0) {
+	if (worker_ws_create_own(&w->ws, p->work_dir, "warm", seq, name, errstr, errstr_size) != 0) {
 		free(w);
 		return NULL;
 	}

@@ -106,30 +106,44 @@ static int recycle_take(const char *root, const char *dir)
 	return done;
 }
 
-int worker_ws_create(worker_ws_t *ws, const char *root, const char *run_id,
-                     char *errstr, size_t errstr_size)
+int worker_ws_root(const char *root, char *errstr, size_t errstr_size)
 {
-	memset(ws, 0, sizeof(*ws));
 	if (!root || root[0] != '/') {
 		snprintf(errstr, errstr_size, "workspace: root must be an absolute path");
 		return -1;
 	}
-	if (!run_id || !proto_run_id_valid(run_id)) {
-		snprintf(errstr, errstr_size, "workspace: invalid run id");
+	if (mkdir_parents(root, 0700) != 0) {
+		snprintf(errstr, errstr_size, "workspace: cannot create %s: %s", root, strerror(errno));
 		return -1;
 	}
-	if ((size_t)snprintf(ws->dir, sizeof(ws->dir), "%s/%s", root, run_id) >= sizeof(ws->dir) ||
+	return 0;
+}
+
+/* Fills ws's paths for the tree <root>/<name>; 0, or -1 when too long. */
+static int ws_layout(worker_ws_t *ws, const char *root, const char *name)
+{
+	memset(ws, 0, sizeof(*ws));
+	if ((size_t)snprintf(ws->dir, sizeof(ws->dir), "%s/%s", root, name) >= sizeof(ws->dir) ||
 	    (size_t)snprintf(ws->workspace, sizeof(ws->workspace), "%s/workspace", ws->dir) >= sizeof(ws->workspace) ||
 	    (size_t)snprintf(ws->assets, sizeof(ws->assets), "%s/assets", ws->workspace) >= sizeof(ws->assets) ||
 	    (size_t)snprintf(ws->skills, sizeof(ws->skills), "%s/skills", ws->dir) >= sizeof(ws->skills) ||
-	    (size_t)snprintf(ws->meta, sizeof(ws->meta), "%s/meta", ws->dir) >= sizeof(ws->meta)) {
+	    (size_t)snprintf(ws->meta, sizeof(ws->meta), "%s/meta", ws->dir) >= sizeof(ws->meta) ||
+	    (size_t)snprintf(ws->home, sizeof(ws->home), "%s/home", ws->meta) >= sizeof(ws->home)) {
 		memset(ws, 0, sizeof(*ws));
-		snprintf(errstr, errstr_size, "workspace: path too long");
 		return -1;
 	}
-	if (mkdir_parents(root, 0700) != 0) {
-		snprintf(errstr, errstr_size, "workspace: cannot create %s: %s", root, strerror(errno));
+	return 0;
+}
+
+/* The tree <root>/<name> (name checked by the caller). */
+static int ws_create(worker_ws_t *ws, const char *root, const char *name, char *errstr, size_t errstr_size)
+{
+	if (worker_ws_root(root, errstr, errstr_size) < 0) {
 		memset(ws, 0, sizeof(*ws));
+		return -1;
+	}
+	if (ws_layout(ws, root, name) < 0) {
+		snprintf(errstr, errstr_size, "workspace: path too long");
 		return -1;
 	}
 	if (recycle_take(root, ws->dir))
@@ -152,6 +166,105 @@ int worker_ws_create(worker_ws_t *ws, const char *root, const char *run_id,
 		return -1;
 	}
 	return 0;
+}
+
+int worker_ws_create(worker_ws_t *ws, const char *root, const char *run_id,
+                     char *errstr, size_t errstr_size)
+{
+	memset(ws, 0, sizeof(*ws));
+	if (!root || root[0] != '/') {
+		snprintf(errstr, errstr_size, "workspace: root must be an absolute path");
+		return -1;
+	}
+	/* The check that keeps a run out of the worker's own trees: a run id
+	 * never holds the '.' every one of their names has. */
+	if (!run_id || !proto_run_id_valid(run_id)) {
+		snprintf(errstr, errstr_size, "workspace: invalid run id");
+		return -1;
+	}
+	return ws_create(ws, root, run_id, errstr, errstr_size);
+}
+
+int worker_ws_create_own(worker_ws_t *ws, const char *root, const char *tag, unsigned long seq,
+                         char *name, char *errstr, size_t errstr_size)
+{
+	char own[64];
+	memset(ws, 0, sizeof(*ws));
+	if (!root || root[0] != '/') {
+		snprintf(errstr, errstr_size, "workspace: root must be an absolute path");
+		return -1;
+	}
+	int n = snprintf(own, sizeof(own), "%s.%ld.%lu", tag, (long)getpid(), seq);
+	if (n < 0 || (size_t)n >= sizeof(own) || strchr(tag, '/')) {
+		snprintf(errstr, errstr_size, "workspace: bad name");
+		return -1;
+	}
+	if (name)
+		memcpy(name, own, (size_t)n + 1);
+	return ws_create(ws, root, own, errstr, errstr_size);
+}
+
+const char *worker_ws_make(worker_ws_t *ws, worker_ws_sub_t sub)
+{
+	const char *path = NULL;
+	mode_t mode = 0700;
+	switch (sub) {
+	case WORKER_WS_ASSETS:
+		path = ws->assets, mode = 0755;
+		break;
+	case WORKER_WS_SKILLS:
+		path = ws->skills, mode = 0755;
+		break;
+	case WORKER_WS_META:
+		path = ws->meta;
+		break;
+	case WORKER_WS_HOME:
+		if (!worker_ws_make(ws, WORKER_WS_META))
+			return NULL;
+		path = ws->home;
+		break;
+	}
+	if (!path || !path[0]) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (mkdir(path, mode) != 0 && errno != EEXIST)
+		return NULL;
+	return path;
+}
+
+int worker_ws_make_skill(worker_ws_t *ws, const char *name, char *out, size_t out_size)
+{
+	if (!name || !*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) {
+		errno = EINVAL;
+		return -1;
+	}
+	if ((size_t)snprintf(out, out_size, "%s/%s", ws->skills, name) >= out_size) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	if (!worker_ws_make(ws, WORKER_WS_SKILLS) || (mkdir(out, 0700) != 0 && errno != EEXIST))
+		return -1;
+	return 0;
+}
+
+int worker_ws_scratch(const char *root, const char *tag, char *out, size_t out_size)
+{
+	if (mkdir(root, 0700) != 0 && errno != EEXIST)
+		return -1;
+	int n = snprintf(out, out_size, "%s/.%s-%ld", root, tag, (long)getpid());
+	if (n < 0 || (size_t)n >= out_size) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	if (mkdir(out, 0700) != 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+int worker_ws_open(const worker_ws_t *ws)
+{
+	return open(ws->workspace, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
 /* ------------------------------------------------------------------------

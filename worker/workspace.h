@@ -6,10 +6,18 @@
  *   workspace/          -> /root/workspace in the sandbox (read-write)
  *   workspace/assets/   files written back after a result
  *   skills/<name>/      -> /root/skills/<name> (read-only)
- *   meta/               worker-private (setup script); never bound into
- *                       the sandbox except the files it names explicitly
- * worker_ws_create makes the top, workspace/ and assets/; the run makes
- * skills/ (0755) and meta/ (0700) only when it has skills or a setup script.
+ *   meta/               worker-private (setup script, proxy socket); never
+ *                       bound into the sandbox except the files it names
+ *   meta/home/          the agent's HOME when there is no bwrap
+ * This file makes every directory of a run and of the work directory:
+ * worker_ws_create makes the top, workspace/ and assets/; worker_ws_make
+ * makes the others on first need (skills/, meta/, meta/home/, and assets/
+ * again on the run's tmpfs), worker_ws_make_skill each skills/<name>/.
+ *
+ * Names in the work directory: a run's directory is its run id, which is
+ * [A-Za-z0-9_-]{1,64} (proto/keys.h); every directory of the worker's own
+ * (warm sandboxes, recycled trees, the mount probe) has a '.' in its name,
+ * which no run id can spell, so no run can be given another's tree.
  *
  * Extraction refuses absolute paths, "..", links whose target leaves the
  * tree, hard links, devices and fifos, more than max_entries entries, and
@@ -57,11 +65,43 @@ typedef struct worker_ws {
 	char assets[WORKER_PATH_MAX];    /* .../workspace/assets */
 	char skills[WORKER_PATH_MAX];    /* .../skills */
 	char meta[WORKER_PATH_MAX];      /* .../meta */
+	char home[WORKER_PATH_MAX];      /* .../meta/home */
 	/* worker_ws_detach: the workspace tmpfs, no longer mounted in the
 	 * worker's namespace, held open here (assets then reads through it). */
 	int detached;
 	int detached_fd;
 } worker_ws_t;
+
+/* The subdirectories worker_ws_make makes (see the layout above). */
+typedef enum worker_ws_sub {
+	WORKER_WS_ASSETS, /* workspace/assets/, 0755 */
+	WORKER_WS_SKILLS, /* skills/, 0755 */
+	WORKER_WS_META,   /* meta/, 0700 */
+	WORKER_WS_HOME,   /* meta/home/, 0700 (meta/ first) */
+} worker_ws_sub_t;
+
+/* Makes sub unless it is there; its path (in ws), or NULL with errno. */
+const char *worker_ws_make(worker_ws_t *ws, worker_ws_sub_t sub);
+
+/* Makes skills/<name>/ (0700; name checked by the caller, no '/'), its
+ * path in out.  0, or -1 with errno. */
+int worker_ws_make_skill(worker_ws_t *ws, const char *name, char *out, size_t out_size);
+
+/* Makes the work directory root (mkdir -p, 0700).  0, or -1 with errstr. */
+int worker_ws_root(const char *root, char *errstr, size_t errstr_size);
+
+/* Makes "<root>/.<tag>-<pid>" (0700) for a short-lived directory of the
+ * worker's own, its path in out.  0, or -1 with errno. */
+int worker_ws_scratch(const char *root, const char *tag, char *out, size_t out_size);
+
+/*
+ * Opens the run's workspace/ as an O_PATH directory descriptor (the
+ * caller's, close-on-exec): file access on the run's behalf (an ACP
+ * agent's fs requests) goes beneath it, so it reaches the same tmpfs the
+ * sandbox sees, also after worker_ws_detach.  Open it once the tmpfs is
+ * mounted.  The descriptor, or -1 with errno.
+ */
+int worker_ws_open(const worker_ws_t *ws);
 
 /*
  * Takes the workspace's own mount (a tmpfs) out of the worker's mount
@@ -85,10 +125,17 @@ int worker_ws_detach(worker_ws_t *ws, char *root, char *errstr, size_t errstr_si
 int worker_ws_recycle(worker_ws_t *ws);
 void worker_ws_recycle_drain(void);
 
-/* Creates a fresh tree (mode 0700 at the top), or renames a recycled one
- * into place.  Fails when it exists. */
+/* Creates a run's fresh tree <root>/<run_id> (mode 0700 at the top), or
+ * renames a recycled one into place.  Fails when it exists or run_id is
+ * not a run id. */
 int worker_ws_create(worker_ws_t *ws, const char *root, const char *run_id,
                      char *errstr, size_t errstr_size);
+
+/* The same for a tree of the worker's own that a run takes over later (a
+ * warm sandbox's): "<root>/<tag>.<pid>.<seq>", a name no run id spells;
+ * *name (size 64, may be NULL) gets its last component. */
+int worker_ws_create_own(worker_ws_t *ws, const char *root, const char *tag, unsigned long seq,
+                         char *name, char *errstr, size_t errstr_size);
 
 /*
  * Downloads url and extracts it under dest_dir (which must exist).

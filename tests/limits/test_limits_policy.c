@@ -92,6 +92,16 @@ static worker_limits_env_t env_of(worker_egress_mode_t egress, const char *allow
 	return e;
 }
 
+/* A run directory whose parts are where the test wants them (assets NULL:
+ * none made). */
+static void ws_at(worker_ws_t *w, const char *workspace, const char *assets, const char *meta)
+{
+	memset(w, 0, sizeof(*w));
+	snprintf(w->workspace, sizeof(w->workspace), "%s", workspace);
+	snprintf(w->assets, sizeof(w->assets), "%s", assets ? assets : "");
+	snprintf(w->meta, sizeof(w->meta), "%s", meta);
+}
+
 static worker_guard_t *guard(const worker_limits_env_t *env, const char *kind, const char *config_json,
                              const char *variables_json, notes_t *notes)
 {
@@ -99,17 +109,15 @@ static worker_guard_t *guard(const worker_limits_env_t *env, const char *kind, c
 	json_t *cfg = json_loads(config_json, 0, &je);
 	json_t *vars = json_loads(variables_json ? variables_json : "{}", 0, &je);
 	TH_REQUIRE(cfg && vars, "json");
-	char *meta = th_strf("%s/meta", th_tmpdir());
-	mkdir(meta, 0700);
+	static worker_ws_t ws;
+	ws_at(&ws, th_tmpdir(), NULL, th_strf("%s/meta", th_tmpdir()));
 	worker_guard_args_t a = {
 		.run_id = "run_policy",
 		.kind = kind,
 		.config = cfg,
 		.variables = vars,
 		.ws_api_url = "https://ws.example.com/api",
-		.workspace_dir = th_tmpdir(),
-		.assets_dir = NULL,
-		.meta_dir = meta,
+		.ws = &ws,
 		.driver = WORKER_SANDBOX_BWRAP,
 	};
 	char err[256];
@@ -131,13 +139,13 @@ static worker_guard_t *guard_at(const worker_limits_env_t *env, const char *run_
 	json_error_t je;
 	json_t *cfg = json_loads(config_json, 0, &je);
 	TH_REQUIRE(cfg, "json");
+	static worker_ws_t w;
+	ws_at(&w, ws, assets, meta);
 	worker_guard_args_t a = {
 		.run_id = run_id,
 		.kind = "command",
 		.config = cfg,
-		.workspace_dir = ws,
-		.assets_dir = assets,
-		.meta_dir = meta,
+		.ws = &w,
 		.driver = WORKER_SANDBOX_BWRAP,
 		.cgroup = cg,
 	};

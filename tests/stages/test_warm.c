@@ -86,7 +86,7 @@ static int count_warm_dirs(void)
 	int n = 0;
 	struct dirent *de;
 	while (d && (de = readdir(d)))
-		if (!strncmp(de->d_name, "warm-", 5))
+		if (!strncmp(de->d_name, "warm.", 5))
 			n++;
 	if (d)
 		closedir(d);

@@ -661,7 +661,7 @@ static int count_run_dirs(int skip_warm)
 	struct dirent *e;
 	while (d && (e = readdir(d)))
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-		    !(skip_warm && (!strncmp(e->d_name, "warm-", 5) || !strncmp(e->d_name, ".recycled-", 10))))
+		    !(skip_warm && (!strncmp(e->d_name, "warm.", 5) || !strncmp(e->d_name, ".recycled-", 10))))
 			left++, quiet_dirs ? (void)0 : TH_NOTE("left behind: %s", e->d_name);
 	if (d)
 		closedir(d);
