@@ -79,6 +79,12 @@ typedef struct worker_agent_ctx {
 	const json_t *agent;         /* the config's `agent` object (may be NULL) */
 	const char *permission_mode; /* resolved: WORKER_PERM_* */
 	int64_t ask_timeout_sec;     /* open asks expire after this */
+	/* The run's /root/workspace on the host (worker/workspace.h), the one
+	 * way an adapter reaches the run's files: an O_PATH directory
+	 * descriptor (the run's; -1 when none) to open files beneath, and its
+	 * path, only for what the agent is told (the process driver's cwd). */
+	int workspace_fd;
+	const char *workspace_dir;
 } worker_agent_ctx_t;
 
 /* The loop's side, handed to every callback after prepare. */

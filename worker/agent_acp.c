@@ -907,9 +907,12 @@ static void on_permission(worker_acp_t *s, const worker_agent_io_t *io, json_t *
 	emit_obj(s, io, line);
 }
 
-/* fs requests: paths are sandbox paths under /root/workspace, served from the host
- * workspace with openat2(RESOLVE_BENEATH), so neither ".." nor a symlink
- * planted by the agent leads out of it. */
+/* fs requests: paths are sandbox paths under /root/workspace, served beneath
+ * the run's own workspace descriptor with openat2(RESOLVE_BENEATH), so
+ * neither ".." nor a symlink planted by the agent leads out of it.  The
+ * descriptor is the run's tmpfs itself (worker_ws_open), never a path
+ * built again from names: that reaches it warm or cold, also after it left
+ * the worker's mount namespace, and every write counts against disk_mb. */
 static int fs_open(const worker_acp_t *s, const char *path, int flags, char *err, size_t esz)
 {
 	const char *wsp = ws_path(s);
@@ -925,21 +928,14 @@ static int fs_open(const worker_acp_t *s, const char *path, int flags, char *err
 		snprintf(err, esz, "not a file");
 		return -1;
 	}
-	int dfd = open(s->o.workspace_host, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0) {
-		snprintf(err, esz, "workspace not available");
-		return -1;
-	}
 	struct open_how how;
 	memset(&how, 0, sizeof(how));
 	how.flags = (uint64_t)(flags | O_CLOEXEC | O_NOFOLLOW);
 	how.mode = (flags & O_CREAT) ? 0644 : 0;
 	how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS;
-	int fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof(how));
-	int e = errno;
-	close(dfd);
+	int fd = (int)syscall(SYS_openat2, s->o.workspace_fd, rel, &how, sizeof(how));
 	if (fd < 0)
-		snprintf(err, esz, "%s", strerror(e));
+		snprintf(err, esz, "%s", strerror(errno));
 	return fd;
 }
 
@@ -1076,8 +1072,8 @@ worker_acp_t *worker_acp_new(const worker_acp_opts_t *opts, char *errstr, size_t
 		return NULL;
 	}
 	s->o = *opts;
-	s->fs = opts->workspace_host != NULL;
-	/* workspace_host is borrowed like the rest (the adapter keeps it). */
+	s->fs = opts->workspace_fd >= 0;
+	/* workspace_fd is borrowed like the rest (the run keeps it open). */
 	const char *k;
 	json_t *v;
 	json_object_foreach((json_t *)opts->variables, k, v)
@@ -1208,7 +1204,6 @@ int worker_acp_done(const worker_acp_t *s)
 
 typedef struct acp_run {
 	worker_acp_t *s;
-	char ws_host[4096];
 } acp_run_t;
 
 /* Sets NAME=value unless the /env variables already set NAME (they win
@@ -1350,13 +1345,11 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 	o.mcp_servers = boot->mcp_servers;
 	o.history = boot->history;
 	o.variables = boot->variables;
-	/* The host side of /root/workspace (worker/workspace.c's layout), for
-	 * the agent's fs requests. */
-	if (cfg->work_dir && (size_t)snprintf(r->ws_host, sizeof(r->ws_host), "%s/%s/workspace", cfg->work_dir, ctx->run_id) < sizeof(r->ws_host))
-		o.workspace_host = r->ws_host;
+	/* The run's workspace, for the agent's fs requests. */
+	o.workspace_fd = ctx->workspace_fd;
 	/* Without bwrap the agent sees the host's paths. */
-	if (!bwrap && o.workspace_host)
-		o.cwd = o.workspace_host;
+	if (!bwrap && ctx->workspace_dir)
+		o.cwd = ctx->workspace_dir;
 	r->s = worker_acp_new(&o, errstr, errstr_size);
 	if (!r->s) {
 		free(r);

@@ -23,7 +23,7 @@
  *                                        line whose reply becomes the answer
  *
  * Requests from the agent for fs/read_text_file and fs/write_text_file are
- * served only when the host workspace is known, and only beneath it
+ * served only when the run's workspace descriptor is given, and only beneath it
  * (openat2 RESOLVE_BENEATH: no "..", no symlink out); the terminal methods
  * are not offered.
  *
@@ -69,15 +69,16 @@ typedef enum {
 typedef struct worker_acp_opts {
 	worker_acp_preset_t preset;
 	worker_acp_perm_t perm;
-	const char *run_id;         /* for the worker's own log */
-	const char *prompt;         /* secret: written to stdin only */
-	const char *system_prompt;  /* may be NULL */
-	const char *model;          /* may be NULL */
-	const json_t *mcp_servers;  /* config array (SPEC §5 shape) or NULL */
-	const json_t *history;      /* [{role, content}] or NULL */
-	const json_t *variables;    /* /env variables, for redaction; or NULL */
-	const char *workspace_host; /* host dir of /root/workspace, or NULL (no fs) */
-	const char *cwd;            /* the workspace as the agent sees it; NULL = /root/workspace */
+	const char *run_id;        /* for the worker's own log */
+	const char *prompt;        /* secret: written to stdin only */
+	const char *system_prompt; /* may be NULL */
+	const char *model;         /* may be NULL */
+	const json_t *mcp_servers; /* config array (SPEC §5 shape) or NULL */
+	const json_t *history;     /* [{role, content}] or NULL */
+	const json_t *variables;   /* /env variables, for redaction; or NULL */
+	int workspace_fd;          /* the run's workspace: a directory descriptor
+	                             * (borrowed), or -1: no fs requests */
+	const char *cwd;           /* the workspace as the agent sees it; NULL = /root/workspace */
 } worker_acp_opts_t;
 
 typedef struct worker_acp worker_acp_t;

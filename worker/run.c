@@ -81,6 +81,7 @@ typedef struct run_io {
 	worker_boot_t boot; /* /env and /config (stage_boot) */
 	worker_ws_t ws;     /* the run directory (stage_workspace) */
 	int have_ws;
+	int ws_fd;              /* its workspace/, for the adapter (worker_ws_open); -1 */
 	worker_warm_sb_t *warm; /* a warm sandbox the run took (it brings ws) */
 	int have_skills;
 	char setup_path[WORKER_PATH_MAX + 16];
@@ -743,6 +744,13 @@ static stage_t ws_take(run_io_t *io)
 		rn_log_error(run->run_id, "limits", "%s", err);
 		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not set up the run's limits.");
 	}
+	/* Opened once the run's tmpfs is in place: the adapter's file access
+	 * goes beneath it (worker_ws_open), never through a path. */
+	io->ws_fd = worker_ws_open(&io->ws);
+	if (io->ws_fd < 0) {
+		rn_log_error(run->run_id, "workspace", "cannot open %s: %s", io->ws.workspace, strerror(errno));
+		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not create the run's workspace.");
+	}
 	return STAGE_NEXT;
 }
 
@@ -847,6 +855,8 @@ static stage_t stage_agent(run_io_t *io)
 	actx->boot = &io->boot;
 	actx->agent = io->boot.agent;
 	actx->ask_timeout_sec = io->cfg->ask_timeout_sec;
+	actx->workspace_fd = io->ws_fd;
+	actx->workspace_dir = io->ws.workspace;
 	const char *kind = io->boot.agent ? json_string_value(json_object_get(io->boot.agent, "kind")) : NULL;
 	/* SPEC §5: a config without `agent` runs the builtin model loop. */
 	if (!io->boot.agent)
@@ -1112,6 +1122,9 @@ static void run_release(run_io_t *io)
 	 * reaper's thread: the slot is free once this thread returns. */
 	worker_reaper_put(run->ctx->reaper, run->run_id, run->claimed_mono_ms, io->guard, io->have_ws ? &io->ws : NULL);
 	io->guard = NULL;
+	if (io->ws_fd >= 0)
+		close(io->ws_fd);
+	io->ws_fd = -1;
 	rn_strv_free(&io->envv);
 	worker_agent_launch_free(&io->launch);
 	if (io->ops && io->ops->free)
@@ -1146,6 +1159,7 @@ static void *run_main(void *arg)
 	io.run = run;
 	io.cfg = ctx->cfg;
 	io.m = ctx->m;
+	io.ws_fd = -1;
 	snprintf(run->outcome, sizeof(run->outcome), "internal");
 
 	if (worker_pub_init(&io.pub, &ctx->cfg->redis, ctx->cfg->key_prefix, run->run_id,

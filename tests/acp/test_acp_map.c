@@ -13,6 +13,7 @@
  *   - an API key quoted by the agent is redacted;
  *   - mcp_servers in ACP's shape, history as the prompt's first block.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +88,8 @@ static worker_acp_t *session(worker_acp_preset_t preset, worker_acp_perm_t perm,
 	o.system_prompt = "sys";
 	o.model = "haiku";
 	o.variables = vars;
-	o.workspace_host = ws;
+	/* The run keeps its workspace descriptor open for the session (leaked here). */
+	o.workspace_fd = ws ? open(ws, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
 	worker_acp_t *s = worker_acp_new(&o, err, sizeof(err));
 	TH_REQUIRE(s != NULL, "%s", err);
 	return s;

@@ -155,7 +155,8 @@ static int run(sess_t *t, worker_acp_preset_t preset, worker_acp_perm_t perm, co
 	o.prompt = prompt;
 	o.system_prompt = "You are tested.";
 	o.variables = vars;
-	o.workspace_host = ws;
+	/* The run keeps its workspace descriptor open for the session (leaked here). */
+	o.workspace_fd = ws ? open(ws, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
 	t->s = worker_acp_new(&o, err, sizeof(err));
 	TH_REQUIRE(t->s != NULL, "session: %s", err);
 	TH_REQUIRE(worker_sandbox_spawn(&spec, &t->sb, err, sizeof(err)) == 0, "spawn: %s", err);
