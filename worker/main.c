@@ -681,21 +681,16 @@ static void log_limits(const worker_config_t *cfg, char *warn)
 	            worker_egress_mode_name(le->egress));
 }
 
-int main(int argc, char **argv)
+/*
+ * The worker's start, step by step, then its loop and its stop: main()
+ * below reads as that list (the way nsjail chains its steps).
+ */
+
+/* The configuration, the sandbox probe, the work directory and the limits'
+ * probes.  -1 to go on, else main's exit status. */
+static int worker_setup(worker_t *w, int argc, char **argv, char *limits_warn, size_t warn_size)
 {
-	static worker_t W;
-	worker_t *w = &W;
 	char err[512];
-	int rc = 0;
-
-	/*
-	 * Every run has a thread of its own, and glibc gives threads malloc
-	 * arenas of their own (up to 8 per CPU): each active run then touched
-	 * pages of a fresh arena.  A few shared arenas bound what a run adds
-	 * to the worker's memory; runs allocate little, so they hardly contend.
-	 */
-	mallopt(M_ARENA_MAX, MALLOC_ARENAS);
-
 	int lr = worker_config_load(&w->cfg, argc, argv, err, sizeof(err));
 	if (lr == 1) {
 		worker_config_free(&w->cfg);
@@ -739,15 +734,21 @@ int main(int argc, char **argv)
 	}
 	/* Per-run limits and egress: probe cgroups and mounts once, while
 	 * single-threaded (reported once the worker has started). */
-	static char limits_warn[2048];
-	if (worker_config_limits(&w->cfg, limits_warn, sizeof(limits_warn), err, sizeof(err)) < 0) {
+	if (worker_config_limits(&w->cfg, limits_warn, warn_size, err, sizeof(err)) < 0) {
 		rn_log_error(NULL, "config", "%s", err);
 		return 2;
 	}
+	return -1;
+}
 
+/* The metrics, the slot tables, the run context and the event base.  0, or
+ * -1 (out of memory, logged). */
+static int worker_alloc(worker_t *w)
+{
+	char err[512];
 	if (worker_metrics_init(&w->m) < 0) {
 		rn_log_error(NULL, "startup", "out of memory");
-		return 1;
+		return -1;
 	}
 	rn_gauge_set(w->m.slots_total, w->cfg.slots);
 	pthread_mutex_init(&w->mu, NULL);
@@ -769,37 +770,14 @@ int main(int argc, char **argv)
 	if (!w->runs || !w->done || !w->tenants || !w->s_runs || !w->s_tenants || !w->s_ids ||
 	    !w->s_tenant_ptrs || !w->s_owned || !w->ctx.pub_pool || !w->ctx.reaper || !w->base) {
 		rn_log_error(NULL, "startup", "out of memory");
-		return 1;
+		return -1;
 	}
+	return 0;
+}
 
-	int mport = 0;
-	if (w->cfg.metrics_host[0]) {
-		w->http = worker_http_start(w->base, &w->m, w->cfg.metrics_host, w->cfg.metrics_port,
-		                            &mport, err, sizeof(err));
-		if (!w->http) {
-			rn_log_error(NULL, "config", "RUNNEL_METRICS_LISTEN: %s", err);
-			return 2;
-		}
-	}
-	w->control = worker_control_start(&w->cfg, (size_t)w->cfg.slots, on_control, w, err, sizeof(err));
-	if (!w->control) {
-		rn_log_error(NULL, "startup", "%s", err);
-		return 1;
-	}
-	w->consumer = worker_consumer_new(&w->cfg, err, sizeof(err));
-	if (!w->consumer) {
-		rn_log_error(NULL, "config", "%s", err);
-		worker_control_stop(w->control);
-		return 2;
-	}
-
-	w->ev_stats = event_new(w->base, -1, EV_PERSIST, stats_cb, w);
-	w->claimer = worker_claimer_start(w->base, &w->cfg, &w->m, w->cfg.slots, start_claimed, w,
-	                                  err, sizeof(err));
-	if (!w->claimer) {
-		rn_log_error(NULL, "startup", "%s", err);
-		return 1;
-	}
+/* The timers and signals of the main loop. */
+static void worker_arm(worker_t *w)
+{
 	w->ev_kafka = event_new(w->base, worker_consumer_fd(w->consumer), EV_READ | EV_PERSIST, kafka_cb, w);
 	w->ev_tick = event_new(w->base, -1, EV_PERSIST, tick_cb, w);
 	w->ev_done = event_new(w->base, -1, EV_PERSIST, done_cb, w);
@@ -825,40 +803,12 @@ int main(int argc, char **argv)
 	event_add(w->ev_stats, &stv);
 	event_add(w->ev_term, NULL);
 	event_add(w->ev_int, NULL);
+}
 
-	/* warm: sandboxes started ahead of need (worker/warm.h). */
-	if (w->cfg.warm > 0) {
-		char *mock_bind = NULL;
-		if (w->cfg.mock_agent_path[0] &&
-		    asprintf(&mock_bind, "%s:%s", w->cfg.mock_agent_path, WORKER_MOCK_AGENT_IN_SANDBOX) < 0)
-			mock_bind = NULL;
-		char *binds[] = { mock_bind, NULL };
-		worker_warm_pool_opts_t wo = {
-			.size = (size_t)w->cfg.warm,
-			.init_path = w->cfg.warm_init_path,
-			.work_dir = w->cfg.work_dir,
-			.bwrap_path = w->cfg.bwrap_path,
-			.rootfs = w->cfg.rootfs,
-			.ro_binds = binds,
-			.share_net = w->cfg.share_net,
-			.rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE,
-			.tmp_mb = w->cfg.run_tmp_mb,
-			.limits = &w->cfg.limits,
-		};
-		w->ctx.warm = worker_warm_pool_new(&wo, err, sizeof(err));
-		free(mock_bind);
-		if (!w->ctx.warm)
-			rn_log_warn(NULL, "warm_start", "no warm sandboxes: %s", err);
-	}
-
-	rn_log_info(NULL, "worker_started",
-	            "worker %s: topic %s, group %s, %ld slot(s), sandbox %s, lease %ld s, metrics %s:%d",
-	            w->cfg.worker_id, w->cfg.jobs_topic, w->cfg.group, w->cfg.slots, w->cfg.sandbox,
-	            w->cfg.lease_sec, w->cfg.metrics_host[0] ? w->cfg.metrics_host : "off", mport);
-	log_limits(&w->cfg, limits_warn);
-
-	event_base_dispatch(w->base);
-
+/* After the loop: take nothing more, wait for the runs when the drain gave
+ * up, then stop every thread and free everything, in that order. */
+static void worker_stop(worker_t *w)
+{
 	/* Take nothing more; a claim that arrived after the loop ended is
 	 * ended worker_shutdown there (claim.h). */
 	worker_claimer_stop(w->claimer);
@@ -919,6 +869,95 @@ int main(int argc, char **argv)
 	free(w->tenants);
 	worker_metrics_free(&w->m);
 	curl_global_cleanup();
+}
+
+int main(int argc, char **argv)
+{
+	static worker_t W;
+	worker_t *w = &W;
+	char err[512];
+	int rc = 0;
+
+	/*
+	 * Every run has a thread of its own, and glibc gives threads malloc
+	 * arenas of their own (up to 8 per CPU): each active run then touched
+	 * pages of a fresh arena.  A few shared arenas bound what a run adds
+	 * to the worker's memory; runs allocate little, so they hardly contend.
+	 */
+	mallopt(M_ARENA_MAX, MALLOC_ARENAS);
+
+	static char limits_warn[2048];
+	int src = worker_setup(w, argc, argv, limits_warn, sizeof(limits_warn));
+	if (src >= 0)
+		return src;
+
+	if (worker_alloc(w) < 0)
+		return 1;
+
+	int mport = 0;
+	if (w->cfg.metrics_host[0]) {
+		w->http = worker_http_start(w->base, &w->m, w->cfg.metrics_host, w->cfg.metrics_port,
+		                            &mport, err, sizeof(err));
+		if (!w->http) {
+			rn_log_error(NULL, "config", "RUNNEL_METRICS_LISTEN: %s", err);
+			return 2;
+		}
+	}
+	w->control = worker_control_start(&w->cfg, (size_t)w->cfg.slots, on_control, w, err, sizeof(err));
+	if (!w->control) {
+		rn_log_error(NULL, "startup", "%s", err);
+		return 1;
+	}
+	w->consumer = worker_consumer_new(&w->cfg, err, sizeof(err));
+	if (!w->consumer) {
+		rn_log_error(NULL, "config", "%s", err);
+		worker_control_stop(w->control);
+		return 2;
+	}
+
+	w->ev_stats = event_new(w->base, -1, EV_PERSIST, stats_cb, w);
+	w->claimer = worker_claimer_start(w->base, &w->cfg, &w->m, w->cfg.slots, start_claimed, w,
+	                                  err, sizeof(err));
+	if (!w->claimer) {
+		rn_log_error(NULL, "startup", "%s", err);
+		return 1;
+	}
+	worker_arm(w);
+
+	/* warm: sandboxes started ahead of need (worker/warm.h). */
+	if (w->cfg.warm > 0) {
+		char *mock_bind = NULL;
+		if (w->cfg.mock_agent_path[0] &&
+		    asprintf(&mock_bind, "%s:%s", w->cfg.mock_agent_path, WORKER_MOCK_AGENT_IN_SANDBOX) < 0)
+			mock_bind = NULL;
+		char *binds[] = { mock_bind, NULL };
+		worker_warm_pool_opts_t wo = {
+			.size = (size_t)w->cfg.warm,
+			.init_path = w->cfg.warm_init_path,
+			.work_dir = w->cfg.work_dir,
+			.bwrap_path = w->cfg.bwrap_path,
+			.rootfs = w->cfg.rootfs,
+			.ro_binds = binds,
+			.share_net = w->cfg.share_net,
+			.rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE,
+			.tmp_mb = w->cfg.run_tmp_mb,
+			.limits = &w->cfg.limits,
+		};
+		w->ctx.warm = worker_warm_pool_new(&wo, err, sizeof(err));
+		free(mock_bind);
+		if (!w->ctx.warm)
+			rn_log_warn(NULL, "warm_start", "no warm sandboxes: %s", err);
+	}
+
+	rn_log_info(NULL, "worker_started",
+	            "worker %s: topic %s, group %s, %ld slot(s), sandbox %s, lease %ld s, metrics %s:%d",
+	            w->cfg.worker_id, w->cfg.jobs_topic, w->cfg.group, w->cfg.slots, w->cfg.sandbox,
+	            w->cfg.lease_sec, w->cfg.metrics_host[0] ? w->cfg.metrics_host : "off", mport);
+	log_limits(&w->cfg, limits_warn);
+
+	event_base_dispatch(w->base);
+
+	worker_stop(w);
 	rn_log_info(NULL, "worker_stopped", "drained; exiting");
 	worker_config_free(&w->cfg);
 	return rc;
