@@ -413,6 +413,71 @@ static void test_tree(void)
 	TH_CHECK(th_streq(list_dir(root), ""), "left: %s", list_dir(root));
 }
 
+/* Every other directory of a run is made by worker_ws_make on first need,
+ * each with its mode; the worker's own trees have names no run id spells. */
+static void test_subdirs(void)
+{
+	const char *root = th_strf("%s/subdirs", base);
+	worker_ws_t ws;
+	char err[512];
+	struct stat st;
+	TH_REQUIRE(worker_ws_create(&ws, root, "run_sub1", err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(th_streq(list_dir(ws.dir), "workspace"), "made at once: %s", list_dir(ws.dir));
+	const char *home = worker_ws_make(&ws, WORKER_WS_HOME);
+	TH_CHECK(home && th_streq(home, th_strf("%s/meta/home", ws.dir)), "home %s", home ? home : "(null)");
+	TH_CHECK(stat(ws.meta, &st) == 0 && (st.st_mode & 0777) == 0700, "meta/ mode %o", st.st_mode & 0777);
+	TH_CHECK(stat(ws.home, &st) == 0 && (st.st_mode & 0777) == 0700, "meta/home/ mode %o", st.st_mode & 0777);
+	TH_CHECK(worker_ws_make(&ws, WORKER_WS_META) == ws.meta, "made again: the same");
+	char skill[WORKER_PATH_MAX + 160];
+	TH_CHECK(worker_ws_make_skill(&ws, "pdf", skill, sizeof(skill)) == 0);
+	TH_CHECK(th_streq(skill, th_strf("%s/skills/pdf", ws.dir)), "%s", skill);
+	TH_CHECK(stat(ws.skills, &st) == 0 && (st.st_mode & 0777) == 0755, "skills/ mode %o", st.st_mode & 0777);
+	TH_CHECK(stat(skill, &st) == 0 && (st.st_mode & 0777) == 0700, "skills/pdf/ mode %o", st.st_mode & 0777);
+	TH_CHECK(worker_ws_make_skill(&ws, "..", skill, sizeof(skill)) == -1, "..");
+	TH_CHECK(worker_ws_make_skill(&ws, "a/b", skill, sizeof(skill)) == -1, "a/b");
+	TH_CHECK(rmdir(ws.assets) == 0 && worker_ws_make(&ws, WORKER_WS_ASSETS) == ws.assets &&
+	                 stat(ws.assets, &st) == 0 && (st.st_mode & 0777) == 0755,
+	         "assets/ made again");
+	/* The workspace descriptor reaches the tree the path names. */
+	int fd = worker_ws_open(&ws);
+	TH_CHECK(fd >= 0, "open: %s", strerror(errno));
+	if (fd >= 0) {
+		struct stat a, b;
+		TH_CHECK(fstat(fd, &a) == 0 && stat(ws.workspace, &b) == 0 && a.st_ino == b.st_ino);
+		close(fd);
+	}
+	TH_CHECK(worker_ws_remove(&ws) == 0);
+
+	/* A warm sandbox's tree: "warm.<pid>.<n>", which no run id spells. */
+	char name[64];
+	TH_REQUIRE(worker_ws_create_own(&ws, root, "warm", 7, name, err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(th_streq(name, th_strf("warm.%ld.7", (long)getpid())), "%s", name);
+	TH_CHECK(th_streq(ws.dir, th_strf("%s/%s", root, name)));
+	TH_CHECK(stat(ws.assets, &st) == 0 && S_ISDIR(st.st_mode));
+	worker_ws_t run;
+	TH_CHECK(worker_ws_create(&run, root, name, err, sizeof(err)) == -1 && th_streq(err, "workspace: invalid run id"),
+	         "a run named like a warm tree: %s", err);
+	/* The old spelling is a run id like any other: a tree of its own. */
+	const char *old = th_strf("warm-%ld-7", (long)getpid());
+	TH_CHECK(worker_ws_create(&run, root, old, err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(!th_streq(run.dir, ws.dir));
+	TH_CHECK(worker_ws_remove(&run) == 0 && worker_ws_remove(&ws) == 0);
+	TH_CHECK(th_streq(list_dir(root), ""), "left: %s", list_dir(root));
+
+	/* A scratch directory of the worker's own: ".<tag>-<pid>". */
+	char scratch[WORKER_PATH_MAX];
+	TH_CHECK(worker_ws_scratch(root, "probe", scratch, sizeof(scratch)) == 0);
+	TH_CHECK(th_streq(scratch, th_strf("%s/.probe-%ld", root, (long)getpid())), "%s", scratch);
+	TH_CHECK(rmdir(scratch) == 0);
+	/* The work directory: made with its parents, 0700. */
+	const char *deep = th_strf("%s/a/b/c", root);
+	TH_CHECK(worker_ws_root(deep, err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(stat(deep, &st) == 0 && (st.st_mode & 0777) == 0700, "mode %o", st.st_mode & 0777);
+	TH_CHECK(worker_ws_root("relative", err, sizeof(err)) == -1 &&
+	                 th_streq(err, "workspace: root must be an absolute path"),
+	         "%s", err);
+}
+
 /*
  * A finished run's tree is kept for the next run only when nothing of the
  * run can be in it (its workspace was a detached tmpfs: here a stand-in
@@ -566,6 +631,7 @@ int main(void)
 	test_refusals();
 	test_good_bag();
 	test_tree();
+	test_subdirs();
 	test_recycle();
 	test_fetch();
 	curl_global_cleanup();
