@@ -950,6 +950,8 @@ static void on_fs(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, 
 			send_error(s, io, rpc_id, -32002, err);
 			return;
 		}
+		/* At most ACP_FS_MAX: the answer goes back as one JSON-RPC line,
+		 * and a larger file would only be cut by the agent's line cap. */
 		char *buf = malloc(ACP_FS_MAX + 1);
 		size_t len = 0;
 		ssize_t r = 0;
@@ -1010,6 +1012,8 @@ static void on_fs(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, 
 	size_t n = json_string_length(json_object_get(params, "content")), off = 0;
 	while (off < n) {
 		ssize_t w = write(fd, content + off, n - off);
+		/* A short write is the run's tmpfs full (disk_mb): reported as a
+		 * failed write, and the guard ends the run over its disk limit. */
 		if (w <= 0)
 			break;
 		off += (size_t)w;
