@@ -132,9 +132,10 @@ int main(int argc, char **argv)
 
 	k = 0;
 	char *allow[] = { "api.example.com:443" };
+	worker_egress_rules_t rules = { .allow = allow, .nallow = 1 };
 	for (int i = 0; i < n; i++) {
 		int64_t t0 = rn_mono_us();
-		worker_egress_t *e = worker_egress_start(sock, allow, 1, "bench", err, sizeof(err));
+		worker_egress_t *e = worker_egress_start(sock, &rules, "bench", err, sizeof(err));
 		if (!e) {
 			fprintf(stderr, "egress: %s\n", err);
 			break;
@@ -170,7 +171,7 @@ int main(int argc, char **argv)
 
 	k = 0;
 	worker_egress_t *e = access(bridge, X_OK) == 0
-	        ? worker_egress_start(sock, allow, 1, "bench", err, sizeof(err))
+	        ? worker_egress_start(sock, &rules, "bench", err, sizeof(err))
 	        : NULL;
 	for (int i = 0; e && i < n; i++) {
 		int64_t t = sandbox_true(ws, NULL, 0, bridge, sock);

@@ -320,6 +320,23 @@ int worker_config_limits(worker_config_t *c, char *warn, size_t warn_size,
 	                        c->sandbox_net, warn, warn_size, errstr, errstr_size) < 0)
 		return -1;
 	c->limits.bridge_path = c->egress_bridge_path;
+	/* The worker's own services, which a run's host never reaches unless
+	 * RUNNEL_EGRESS_ALLOW names it exactly.  Most are loopback or private
+	 * addresses, refused anyway; this covers the ones on public addresses.
+	 * A name that does not resolve now is left out with a warning: it is
+	 * then no address a run could reach either, barring DNS changes. */
+	char why[300];
+	size_t wl = strlen(warn);
+	if (rn_netaddr_set_add(&c->limits.own, c->redis.host, c->redis.port, why, sizeof(why)) < 0 ||
+	    (c->metrics_host[0] &&
+	     rn_netaddr_set_add(&c->limits.own, c->metrics_host, c->metrics_port, why, sizeof(why)) < 0) ||
+	    rn_netaddr_set_add_list(&c->limits.own, c->kafka_brokers, 9092, why, sizeof(why)) < 0) {
+		if (wl < warn_size)
+			snprintf(warn + wl, warn_size - wl,
+			         "egress: cannot resolve one of the worker's own services (%s); runs are kept "
+			         "from the others\n",
+			         why);
+	}
 	return 0;
 }
 

@@ -154,6 +154,12 @@ static int host_ok(const char *pat_host, const char *host)
 	return !strcasecmp(pat_host, host);
 }
 
+int worker_egress_pattern_exact(const char *pattern)
+{
+	pat_t p;
+	return pattern && pattern[0] != '@' && pat_parse(pattern, &p) == 0 && p.host[0] != '*';
+}
+
 int worker_egress_match(const char *pattern, const char *host, int port)
 {
 	pat_t p;
@@ -196,6 +202,9 @@ struct worker_egress {
 	char sock_path[4096];
 	char **allow;
 	size_t nallow;
+	char **named;
+	size_t nnamed;
+	const rn_netaddr_set_t *own;
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -342,30 +351,17 @@ static int split_target(const char *t, size_t len, char *host, size_t hsz, int *
 	return 0;
 }
 
-/* Connects to host:port with a timeout.  fd or -1 with a reason. */
-/* 1 for a link-local address (169.254.0.0/16, fe80::/10): where clouds
- * serve instance metadata and credentials. */
-static int link_local(const struct sockaddr *sa)
-{
-	if (sa->sa_family == AF_INET) {
-		const unsigned char *b = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
-		return b[0] == 169 && b[1] == 254;
-	}
-	if (sa->sa_family == AF_INET6) {
-		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-		if (IN6_IS_ADDR_V4MAPPED(a))
-			return a->s6_addr[12] == 169 && a->s6_addr[13] == 254;
-		return IN6_IS_ADDR_LINKLOCAL(a);
-	}
-	return 0;
-}
-
 /*
- * Connects to host:port with a timeout.  Link-local addresses only when
- * allow_link_local (the run listed that address itself): a name, or a
- * wildcard, never leads to the metadata service.  fd, or -1 with a reason.
+ * Connects to host:port with a timeout, to the first address the rule of
+ * common/netaddr.h lets through: named (the operator named this host)
+ * opens every address, else only public ones that are not the worker's
+ * own services.  The address checked is the one connected to, from this
+ * one lookup.  fd; -1 with a reason when nothing answered; -2 when every
+ * address was refused by the rule (why: its class, refused: the first
+ * refused address).
  */
-static int dial(const char *host, int port, int allow_link_local, char *why, size_t whysz)
+static int dial(const char *host, int port, int named, const rn_netaddr_set_t *own, char *why,
+                size_t whysz, char *refused, size_t refsz)
 {
 	char ps[8];
 	snprintf(ps, sizeof(ps), "%d", port);
@@ -378,13 +374,18 @@ static int dial(const char *host, int port, int allow_link_local, char *why, siz
 		snprintf(why, whysz, "%s", gai_strerror(gr));
 		return -1;
 	}
-	int fd = -1;
+	int fd = -1, tried = 0, denied = 0;
 	snprintf(why, whysz, "no address");
 	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-		if (!allow_link_local && link_local(ai->ai_addr)) {
-			snprintf(why, whysz, "a link-local address, which only an address pattern allows");
+		char cls[64];
+		if (!rn_netaddr_run_may_reach(ai->ai_addr, named, own, cls, sizeof(cls))) {
+			if (!denied++) {
+				snprintf(why, whysz, "%s", cls);
+				rn_netaddr_format(ai->ai_addr, refused, refsz);
+			}
 			continue;
 		}
+		tried++;
 		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
 		if (fd < 0)
 			continue;
@@ -413,7 +414,7 @@ static int dial(const char *host, int port, int allow_link_local, char *why, siz
 		fd = -1;
 	}
 	freeaddrinfo(res);
-	return fd;
+	return fd < 0 && denied && !tried ? -2 : fd;
 }
 
 /* Copies both ways until both sides are done (or stop shuts them down). */
@@ -434,18 +435,12 @@ static int allowed(const worker_egress_t *e, const char *host, int port)
 	return 0;
 }
 
-/* 1 when a pattern names host itself (no wildcard) and it is an address. */
-static int listed_address(const worker_egress_t *e, const char *host, int port)
+/* 1 when an entry of the operator's own names host:port exactly. */
+static int named_by_operator(const worker_egress_t *e, const char *host, int port)
 {
-	unsigned char tmp[sizeof(struct in6_addr)];
-	if (inet_pton(AF_INET, host, tmp) != 1 && inet_pton(AF_INET6, host, tmp) != 1)
-		return 0;
-	for (size_t i = 0; i < e->nallow; i++) {
-		pat_t p;
-		if (pat_parse(e->allow[i], &p) == 0 && p.host[0] != '*' && port_ok(p.port, port) &&
-		    !strcasecmp(p.host, host))
+	for (size_t i = 0; i < e->nnamed; i++)
+		if (worker_egress_match(e->named[i], host, port))
 			return 1;
-	}
 	return 0;
 }
 
@@ -536,8 +531,16 @@ static void serve(conn_t *c)
 		free(buf);
 		return;
 	}
-	char why[128];
-	int ufd = dial(host, port, listed_address(e, host, port), why, sizeof(why));
+	char why[128], addr[80] = "";
+	int ufd = dial(host, port, named_by_operator(e, host, port), e->own, why, sizeof(why), addr,
+	               sizeof(addr));
+	if (ufd == -2) {
+		note(e, "egress refused: %s resolves to %s (%s), which only the worker's own allowlist may name",
+		     shown, why, addr);
+		answer(c->cfd, "403 Forbidden", "this host is not reachable from a run\n");
+		free(buf);
+		return;
+	}
 	if (ufd < 0) {
 		note(e, "egress: could not reach %s (%s)", shown, why);
 		answer(c->cfd, "502 Bad Gateway", "could not reach the host\n");
@@ -640,7 +643,7 @@ static void *accept_main(void *arg)
 	return NULL;
 }
 
-worker_egress_t *worker_egress_start(const char *sock_path, char *const *allow, size_t nallow,
+worker_egress_t *worker_egress_start(const char *sock_path, const worker_egress_rules_t *rules,
                                      const char *run_id, char *errstr, size_t errstr_size)
 {
 	worker_egress_t *e = calloc(1, sizeof(*e));
@@ -654,13 +657,22 @@ worker_egress_t *worker_egress_start(const char *sock_path, char *const *allow, 
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	snprintf(e->run_id, sizeof(e->run_id), "%s", run_id);
-	e->allow = calloc(nallow + 1, sizeof(*e->allow));
-	if (!e->allow)
+	e->own = rules->own;
+	e->allow = calloc(rules->nallow + 1, sizeof(*e->allow));
+	e->named = calloc(rules->nnamed + 1, sizeof(*e->named));
+	if (!e->allow || !e->named)
 		goto oom;
-	for (size_t i = 0; i < nallow; i++) {
-		if (!(e->allow[i] = strdup(allow[i])))
+	for (size_t i = 0; i < rules->nallow; i++) {
+		if (!(e->allow[i] = strdup(rules->allow[i])))
 			goto oom;
 		e->nallow++;
+	}
+	for (size_t i = 0; i < rules->nnamed; i++) {
+		if (!worker_egress_pattern_exact(rules->named[i]))
+			continue; /* a wildcard never opens the inside */
+		if (!(e->named[e->nnamed] = strdup(rules->named[i])))
+			goto oom;
+		e->nnamed++;
 	}
 	struct sockaddr_un sa;
 	memset(&sa, 0, sizeof(sa));
@@ -784,6 +796,9 @@ void worker_egress_stop(worker_egress_t *e)
 	for (size_t i = 0; e->allow && i < e->nallow; i++)
 		free(e->allow[i]);
 	free(e->allow);
+	for (size_t i = 0; e->named && i < e->nnamed; i++)
+		free(e->named[i]);
+	free(e->named);
 	pthread_mutex_destroy(&e->mu);
 	pthread_cond_destroy(&e->cv);
 	free(e);

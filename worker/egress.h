@@ -17,9 +17,18 @@
  *   "127.0.0.1:9000", "[::1]:9000"  an address literal
  *   "*"                      anything (the same as `full`, but through the proxy)
  * Names are compared case-insensitively before any DNS lookup; the proxy
- * resolves an allowed name itself.  A refusal answers 403 and becomes a
- * note ("egress refused: evil.example.com:443 is not on the run's
- * allowlist") that the run publishes as a `log` line.
+ * resolves an allowed name itself and checks every address it would
+ * connect to (common/netaddr.h): an address that is not public (loopback
+ * in any spelling, private, CGNAT, ULA, link-local, …) or that is one of
+ * the worker's own services is dialled only when the host matches one of
+ * the operator's `named` entries, the exact hosts and addresses of
+ * RUNNEL_EGRESS_ALLOW (never a wildcard, never @model or @workspace_api,
+ * whose hosts come from the run).  The address checked is the address
+ * connected to: no second lookup, no rebinding gap.  A refusal answers
+ * 403 and becomes a note ("egress refused: evil.example.com:443 is not on
+ * the run's allowlist", "egress refused: localhost:6390 resolves to a
+ * loopback address (127.0.0.1:6390), which only the worker's own
+ * allowlist may name") that the run publishes as a `log` line.
  *
  * One thread per run accepts; one thread per connection relays (at most
  * WORKER_EGRESS_CONN_MAX at once per run).  Stopping shuts every socket
@@ -35,6 +44,7 @@
 
 #include <stddef.h>
 
+#include "common/netaddr.h"
 #include "common/sandbox_layout.h"
 
 #define WORKER_EGRESS_CONN_MAX          64
@@ -45,12 +55,26 @@
 
 typedef struct worker_egress worker_egress_t;
 
+/* What a run's proxy lets through. */
+typedef struct worker_egress_rules {
+	char *const *allow; /* the run's patterns: what may be asked for */
+	size_t nallow;
+	char *const *named; /* the operator's exact entries: these may reach inside */
+	size_t nnamed;
+	const rn_netaddr_set_t *own; /* the worker's own services, or NULL (not copied:
+	                              * it must outlive the proxy) */
+} worker_egress_rules_t;
+
 /*
  * Listens on sock_path (created, mode 0600) and serves until stopped.
- * allow: the patterns (copied).  NULL with errstr.
+ * The patterns are copied; named entries with a wildcard are dropped.
+ * NULL with errstr.
  */
-worker_egress_t *worker_egress_start(const char *sock_path, char *const *allow, size_t nallow,
+worker_egress_t *worker_egress_start(const char *sock_path, const worker_egress_rules_t *rules,
                                      const char *run_id, char *errstr, size_t errstr_size);
+
+/* 1 when pattern names one host or address exactly (no wildcard, no @name). */
+int worker_egress_pattern_exact(const char *pattern);
 
 /* Readable when notes are waiting (an eventfd). */
 int worker_egress_fd(const worker_egress_t *e);

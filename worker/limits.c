@@ -293,6 +293,7 @@ void worker_limits_env_free(worker_limits_env_t *env)
 	free(env->egress_allow);
 	env->egress_allow = NULL;
 	env->egress_nallow = 0;
+	rn_netaddr_set_free(&env->own);
 }
 
 /* ------------------------------------------------------------------------
@@ -636,7 +637,18 @@ worker_guard_t *worker_guard_new(const worker_limits_env_t *env, const worker_gu
 			goto fail;
 		}
 		snprintf(g->sock_path, sizeof(g->sock_path), "%s/egress.sock", meta);
-		g->proxy = worker_egress_start(g->sock_path, allow.v, allow.n, a->run_id, errstr, errstr_size);
+		/* What the run asked for is checked against the run's list; where
+		 * it may connect to, against the operator's exact entries: a host
+		 * from the run (@model, @workspace_api, allow_hosts, a wildcard)
+		 * reaches public addresses only. */
+		worker_egress_rules_t rules = {
+			.allow = allow.v,
+			.nallow = allow.n,
+			.named = env->egress_allow,
+			.nnamed = env->egress_nallow,
+			.own = &env->own,
+		};
+		g->proxy = worker_egress_start(g->sock_path, &rules, a->run_id, errstr, errstr_size);
 		if (!g->proxy)
 			goto fail;
 	}

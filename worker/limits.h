@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/netaddr.h"
 #include "worker/cgroup.h"
 #include "worker/sandbox.h"
 #include "worker/workspace.h"
@@ -72,6 +73,11 @@ typedef struct worker_limits_env {
 	worker_egress_mode_t egress; /* the worker's policy: runs may narrow it */
 	char **egress_allow;         /* the worker's host[:port] patterns (owned) */
 	size_t egress_nallow;
+	/* The worker's own services (its Redis, metrics listener, Kafka
+	 * brokers): a run reaches them only where egress_allow names them
+	 * exactly (common/netaddr.h).  Filled by the caller after setup;
+	 * freed by worker_limits_env_free. */
+	rn_netaddr_set_t own;
 	worker_egress_mode_t default_command; /* command and mock kinds without "network" */
 	const char *bridge_path;              /* runnel-egress-bridge on the host, "" if absent */
 } worker_limits_env_t;

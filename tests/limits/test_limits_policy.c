@@ -4,6 +4,7 @@
  * lowering (never raising) the worker's limits and egress, and the exact
  * notes a refused value produces.
  */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,15 +308,18 @@ static void test_proxy_requests(void)
 {
 	char *sock = th_strf("%s/p.sock", th_tmpdir());
 	char *allow[] = { "127.0.0.1:1", "*:80" };
+	/* The operator names 127.0.0.1:1 (and, as a wildcard, *:80, which
+	 * opens nothing inside). */
+	worker_egress_rules_t rules = { .allow = allow, .nallow = 2, .named = allow, .nnamed = 2 };
 	char err[256];
-	worker_egress_t *e = worker_egress_start(sock, allow, 2, "run_proxy", err, sizeof(err));
+	worker_egress_t *e = worker_egress_start(sock, &rules, "run_proxy", err, sizeof(err));
 	TH_REQUIRE(e != NULL, "proxy: %s", err);
 	const char *refused = "CONNECT evil.example.com:443 HTTP/1.1\r\nHost: evil.example.com:443\r\n\r\n";
 	/* The metadata address through a wildcard: never dialled. */
 	const char *meta = "CONNECT 169.254.169.254:80 HTTP/1.1\r\n\r\n";
-	TH_CHECK(th_streq(ask_proxy(sock, meta, strlen(meta)), "HTTP/1.1 502 Bad Gateway"));
+	TH_CHECK(th_streq(ask_proxy(sock, meta, strlen(meta)), "HTTP/1.1 403 Forbidden"));
 	const char *meta6 = "CONNECT [fe80::1]:80 HTTP/1.1\r\n\r\n";
-	TH_CHECK(th_streq(ask_proxy(sock, meta6, strlen(meta6)), "HTTP/1.1 502 Bad Gateway"));
+	TH_CHECK(th_streq(ask_proxy(sock, meta6, strlen(meta6)), "HTTP/1.1 403 Forbidden"));
 	TH_CHECK(th_streq(ask_proxy(sock, refused, strlen(refused)), "HTTP/1.1 403 Forbidden"));
 	const char *plain = "GET http://evil.example.com:8080/x HTTP/1.1\r\nHost: evil.example.com\r\n\r\n";
 	TH_CHECK(th_streq(ask_proxy(sock, plain, strlen(plain)), "HTTP/1.1 403 Forbidden"));
@@ -340,9 +344,9 @@ static void test_proxy_requests(void)
 	memset(&g, 0, sizeof(g));
 	worker_egress_drain(e, take_note, &g);
 	TH_CHECK(g.n == 5, "%d notes", g.n);
-	TH_CHECK(g.n > 0 && th_streq(g.text[0], "egress: could not reach 169.254.169.254:80 (a link-local address, which only an address pattern allows)"),
+	TH_CHECK(g.n > 0 && th_streq(g.text[0], "egress refused: 169.254.169.254:80 resolves to a link-local address (169.254.169.254:80), which only the worker's own allowlist may name"),
 	         "%s", g.text[0]);
-	TH_CHECK(g.n > 1 && th_streq(g.text[1], "egress: could not reach [fe80::1]:80 (a link-local address, which only an address pattern allows)"),
+	TH_CHECK(g.n > 1 && th_streq(g.text[1], "egress refused: [fe80::1]:80 resolves to a link-local address ([fe80::1]:80), which only the worker's own allowlist may name"),
 	         "%s", g.text[1]);
 	TH_CHECK(g.n > 2 && th_streq(g.text[2], "egress refused: evil.example.com:443 is not on the run's allowlist"),
 	         "%s", g.text[2]);
@@ -388,6 +392,99 @@ static void test_proxy_requests(void)
 	TH_CHECK(access(sock, F_OK) != 0, "the socket is removed at stop");
 }
 
+/*
+ * Hosts inside the worker's host, asked for through patterns a run could
+ * have supplied (a wildcard, its base URL's host:port): every spelling of
+ * loopback, 0, a private address, both as CONNECT and as a plain request.
+ * Each is refused with 403 and a note naming the host as asked; the
+ * listener behind them never sees a connection.  Only the operator's
+ * exact entry opens the address, and only in that spelling.
+ */
+static void test_proxy_inside(void)
+{
+	int port = 0;
+	int lfd = th_listen_loopback(16, &port);
+	TH_REQUIRE(lfd >= 0, "listener");
+	static const char *const hosts[] = {
+		"localhost",
+		"127.0.0.1",
+		"127.1",
+		"2130706433",
+		"0x7f000001",
+		"0177.0.0.1",
+		"0",
+		"0.0.0.0",
+		"[::1]",
+		"[::ffff:127.0.0.1]",
+		"10.0.0.1",
+		"100.64.0.1",
+	};
+	size_t nh = sizeof(hosts) / sizeof(hosts[0]);
+	char *allow[32];
+	size_t na = 0;
+	allow[na++] = th_strf("*:%d", port);
+	for (size_t i = 0; i < nh; i++)
+		allow[na++] = th_strf("%s:%d", hosts[i], port);
+	char *named[] = { th_strf("*:%d", port), "*.example.com", "@model" };
+	worker_egress_rules_t rules = { .allow = allow, .nallow = na, .named = named, .nnamed = 3 };
+	char *sock = th_strf("%s/inside.sock", th_tmpdir());
+	char err[256];
+	worker_egress_t *e = worker_egress_start(sock, &rules, "run_inside", err, sizeof(err));
+	TH_REQUIRE(e != NULL, "proxy: %s", err);
+	for (size_t i = 0; i < nh; i++) {
+		char *req = th_strf("CONNECT %s:%d HTTP/1.1\r\nHost: x\r\n\r\n", hosts[i], port);
+		TH_CHECK(th_streq(ask_proxy(sock, req, strlen(req)), "HTTP/1.1 403 Forbidden"), "CONNECT %s", hosts[i]);
+		req = th_strf("GET http://%s:%d/x HTTP/1.1\r\nHost: x\r\n\r\n", hosts[i], port);
+		TH_CHECK(th_streq(ask_proxy(sock, req, strlen(req)), "HTTP/1.1 403 Forbidden"), "GET %s", hosts[i]);
+	}
+	/* A notes' check: each names the host as asked and the address. */
+	got_notes_t g;
+	memset(&g, 0, sizeof(g));
+	worker_egress_drain(e, take_note, &g);
+	TH_CHECK(g.n == 8, "%d notes kept of the first", g.n);
+	TH_CHECK(th_streq(g.text[0], th_strf("egress refused: localhost:%d resolves to a loopback address "
+	                                     "(127.0.0.1:%d), which only the worker's own allowlist may name",
+	                                     port, port)) ||
+	                 th_streq(g.text[0], th_strf("egress refused: localhost:%d resolves to a loopback address "
+	                                             "([::1]:%d), which only the worker's own allowlist may name",
+	                                             port, port)),
+	         "%s", g.text[0]);
+	TH_CHECK(th_streq(g.text[4], th_strf("egress refused: 127.1:%d resolves to a loopback address "
+	                                     "(127.0.0.1:%d), which only the worker's own allowlist may name",
+	                                     port, port)),
+	         "%s", g.text[4]);
+	int total = 0;
+	worker_egress_drain(e, count_note, &total);
+	struct pollfd p = { lfd, POLLIN, 0 };
+	TH_CHECK(poll(&p, 1, 0) == 0, "the loopback listener was never dialled");
+	worker_egress_stop(e);
+
+	/* The operator names 127.0.0.1:port: that spelling connects, 127.1 does not. */
+	char *exact[] = { th_strf("127.0.0.1:%d", port) };
+	rules.named = exact;
+	rules.nnamed = 1;
+	e = worker_egress_start(sock, &rules, "run_inside", err, sizeof(err));
+	TH_REQUIRE(e != NULL, "proxy: %s", err);
+	char *req = th_strf("CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", port);
+	TH_CHECK(th_streq(ask_proxy(sock, req, strlen(req)), "HTTP/1.1 200 Connection established"), "named");
+	req = th_strf("CONNECT 127.1:%d HTTP/1.1\r\n\r\n", port);
+	TH_CHECK(th_streq(ask_proxy(sock, req, strlen(req)), "HTTP/1.1 403 Forbidden"), "another spelling");
+	worker_egress_stop(e);
+
+	/* The worker's own service on a public address: refused unless named. */
+	rn_netaddr_set_t own = { 0 };
+	TH_CHECK(rn_netaddr_set_add(&own, "127.0.0.1", port, err, sizeof(err)) == 0, "%s", err);
+	rules.own = &own;
+	e = worker_egress_start(sock, &rules, "run_inside", err, sizeof(err));
+	TH_REQUIRE(e != NULL, "proxy: %s", err);
+	req = th_strf("CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", port);
+	TH_CHECK(th_streq(ask_proxy(sock, req, strlen(req)), "HTTP/1.1 200 Connection established"),
+	         "the operator named it: open even though it is the worker's own");
+	worker_egress_stop(e);
+	rn_netaddr_set_free(&own);
+	close(lfd);
+}
+
 /* A run directory deeper than a unix socket path may be long. */
 static void test_proxy_long_path(void)
 {
@@ -396,8 +493,9 @@ static void test_proxy_long_path(void)
 	char *sock = th_strf("%s/egress.sock", dir);
 	TH_CHECK(strlen(sock) > 108, "long path %zu", strlen(sock));
 	char *allow[] = { "127.0.0.1:1" };
+	worker_egress_rules_t rules = { .allow = allow, .nallow = 1, .named = allow, .nnamed = 1 };
 	char err[256];
-	worker_egress_t *e = worker_egress_start(sock, allow, 1, "run_long", err, sizeof(err));
+	worker_egress_t *e = worker_egress_start(sock, &rules, "run_long", err, sizeof(err));
 	TH_REQUIRE(e != NULL, "proxy on a long path: %s", err);
 	int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	char *short_path = th_strf("/proc/self/fd/%d/egress.sock", dfd);
@@ -685,6 +783,7 @@ int main(void)
 	test_limits_lowered_not_raised();
 	test_egress_narrowing();
 	test_proxy_requests();
+	test_proxy_inside();
 	test_proxy_long_path();
 	test_model_url_credentials();
 	test_cgroup_v2_files();
