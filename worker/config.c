@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "proto/keys.h"
 
-#define OPTS_N 43
+#define OPTS_N 44
 
 void worker_config_wipe_env(const char *name)
 {
@@ -73,6 +73,7 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		{ "run-cpus", 0, "RUNNEL_RUN_CPUS", RN_OPT_STR, &c->run_cpus, "2", "CPUS", "CPU share per run, in CPUs (e.g. 0.5; 0: no limit)", 0, 0 },
 		{ "run-disk-mb", 0, "RUNNEL_RUN_DISK_MB", RN_OPT_INT, &c->run_disk_mb, "4096", "MIB", "workspace size per run: bag, assets/, anything written (0: no limit)", 0, 1L << 30 },
 		{ "run-tmp-mb", 0, "RUNNEL_RUN_TMP_MB", RN_OPT_INT, &c->run_tmp_mb, "256", "MIB", "size of the sandbox's /tmp (and /root, /run) (0: the kernel's default)", 0, 1L << 30 },
+		{ "run-output-mb", 0, "RUNNEL_RUN_OUTPUT_MB", RN_OPT_INT, &c->run_output_mb, "64", "MIB", "lines a run may publish to its stream, in MiB, then resource_limit (0: no cap)", 0, 1L << 20 },
 		{ "cgroup", 0, "RUNNEL_CGROUP", RN_OPT_STR, &c->cgroup, "auto", "MODE", "per-run cgroups: auto, v2, v1 or off (rlimits only)", 0, 0 },
 		{ "egress", 0, "RUNNEL_EGRESS", RN_OPT_STR, &c->egress, NULL, "POLICY", "network the runs may have at most: none, allowlist or full (default allowlist; full with --sandbox-net host)", 0, 0 },
 		{ "egress-allow", 0, "RUNNEL_EGRESS_ALLOW", RN_OPT_STR, &c->egress_allow, "@model,@workspace_api", "LIST", "hosts allowlist runs may reach: host[:port], *.domain[:port], @model, @workspace_api", 0, 0 },
@@ -315,6 +316,7 @@ int worker_config_limits(worker_config_t *c, char *warn, size_t warn_size,
 		.cpu_millis = c->run_cpu_millis,
 		.disk_mb = c->run_disk_mb,
 		.tmp_mb = c->run_tmp_mb,
+		.output_mb = c->run_output_mb,
 	};
 	if (worker_limits_setup(&c->limits, &max, c->cgroup, c->work_dir, c->egress, c->egress_allow,
 	                        c->sandbox_net, warn, warn_size, errstr, errstr_size) < 0)

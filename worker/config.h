@@ -62,6 +62,7 @@ typedef struct worker_config {
 	char *run_cpus;
 	long run_disk_mb;
 	long run_tmp_mb;
+	long run_output_mb;
 	char *cgroup;
 	char *egress;
 	char *egress_allow;

@@ -40,6 +40,7 @@ static const char *const limit_names[WORKER_LIMIT_COUNT] = {
 	[WORKER_LIMIT_MEMORY] = "memory",
 	[WORKER_LIMIT_PROCESSES] = "processes",
 	[WORKER_LIMIT_DISK] = "disk",
+	[WORKER_LIMIT_OUTPUT] = "output",
 };
 
 /* Indexed by worker_egress_mode_t. */
@@ -317,6 +318,7 @@ struct worker_guard {
 	int64_t next_check;
 	int64_t next_walk;
 	worker_limit_t hit;
+	uint64_t output_bytes; /* published so far, against lim.output_mb */
 };
 
 static void gnote(worker_guard_t *g, const char *level, const char *fmt, ...)
@@ -604,6 +606,7 @@ worker_guard_t *worker_guard_new(const worker_limits_env_t *env, const worker_gu
 	resolve_one(g, lj, "cpus", env->max.cpu_millis, &g->lim.cpu_millis, 1000, " CPUs");
 	resolve_one(g, lj, "disk_mb", env->max.disk_mb, &g->lim.disk_mb, 1, " MiB");
 	resolve_one(g, lj, "tmp_mb", env->max.tmp_mb, &g->lim.tmp_mb, 1, " MiB");
+	resolve_one(g, lj, "output_mb", env->max.output_mb, &g->lim.output_mb, 1, " MiB");
 
 	list_t allow = { .n = 0 };
 	resolve_egress(g, a, &allow);
@@ -652,9 +655,9 @@ worker_guard_t *worker_guard_new(const worker_limits_env_t *env, const worker_gu
 		if (!g->proxy)
 			goto fail;
 	}
-	rn_log_debug(g->run_id, "limits", "memory %ld MiB, pids %ld, cpus %.3f, disk %ld MiB, tmp %ld MiB, network %s (%zu allowed)",
+	rn_log_debug(g->run_id, "limits", "memory %ld MiB, pids %ld, cpus %.3f, disk %ld MiB, tmp %ld MiB, output %ld MiB, network %s (%zu allowed)",
 	             g->lim.memory_mb, g->lim.pids, (double)g->lim.cpu_millis / 1000.0, g->lim.disk_mb,
-	             g->lim.tmp_mb, worker_egress_mode_name(g->egress), allow.n);
+	             g->lim.tmp_mb, g->lim.output_mb, worker_egress_mode_name(g->egress), allow.n);
 	list_free(&allow);
 	return g;
 fail:
@@ -781,6 +784,23 @@ worker_limit_t worker_guard_tick(worker_guard_t *g, int64_t now_ms, int64_t *nex
 	return g->hit;
 }
 
+int worker_guard_output(worker_guard_t *g, size_t len)
+{
+	if (!g || g->lim.output_mb <= 0)
+		return 0;
+	if (g->hit == WORKER_LIMIT_OUTPUT)
+		return 1;
+	if (g->output_bytes + len > (uint64_t)g->lim.output_mb * MIB) {
+		/* Another limit seen first keeps its name; the line is dropped all
+		 * the same, the stream stays under the cap. */
+		if (!g->hit)
+			g->hit = WORKER_LIMIT_OUTPUT;
+		return 1;
+	}
+	g->output_bytes += len;
+	return 0;
+}
+
 worker_limit_t worker_guard_final(worker_guard_t *g)
 {
 	if (!g)
@@ -801,6 +821,9 @@ void worker_guard_message(const worker_guard_t *g, worker_limit_t l, char *buf, 
 		break;
 	case WORKER_LIMIT_DISK:
 		snprintf(buf, size, "The run wrote more than %ld MiB to its workspace.", g->lim.disk_mb);
+		break;
+	case WORKER_LIMIT_OUTPUT:
+		snprintf(buf, size, "The run printed more than %ld MiB of output (its output cap).", g->lim.output_mb);
 		break;
 	default:
 		snprintf(buf, size, "The run hit a resource limit.");

@@ -15,7 +15,14 @@
  * limit was hit (worker_guard_tick); a hit ends the run `resource_limit`
  * with worker_guard_message: "The run used more than 512 MiB of memory.",
  * "The run started more than 256 processes.", "The run wrote more than
- * 1024 MiB to its workspace.".
+ * 1024 MiB to its workspace.", "The run printed more than 64 MiB of output
+ * (its output cap).".
+ *
+ * The output cap (limits.output_mb) counts the bytes of every line the run
+ * publishes before its terminal line (the agent's lines, stderr, notes):
+ * a line that would take the total past the cap is not published, and the
+ * run ends resource_limit at the guard's next look, so the stream holds at
+ * most the cap plus the terminal line.
  *
  * @locality worker_limits_setup: main thread, once.  A guard: its run's
  * thread.
@@ -43,6 +50,7 @@ typedef enum {
 	WORKER_LIMIT_MEMORY,
 	WORKER_LIMIT_PROCESSES,
 	WORKER_LIMIT_DISK,
+	WORKER_LIMIT_OUTPUT,
 	WORKER_LIMIT_COUNT,
 } worker_limit_t;
 
@@ -59,6 +67,7 @@ typedef struct worker_limits {
 	long cpu_millis; /* 1000 = one CPU */
 	long disk_mb;
 	long tmp_mb;
+	long output_mb; /* bytes of lines published to the run's stream */
 } worker_limits_t;
 
 /* Everything the worker decided at start; lives as long as the worker. */
@@ -116,7 +125,7 @@ int worker_limits_mount_workspace(const worker_limits_env_t *env, const char *di
 /* "none", "allowlist", "full"; -1 for anything else. */
 int worker_egress_mode_parse(const char *s);
 const char *worker_egress_mode_name(worker_egress_mode_t m);
-const char *worker_limit_name(worker_limit_t l); /* "memory", "processes", "disk" */
+const char *worker_limit_name(worker_limit_t l); /* "memory", "processes", "disk", "output" */
 
 /* Called with each note for the run's stream (a `log` line) and log. */
 typedef void (*worker_guard_note_fn)(const char *level, const char *message, void *arg);
@@ -177,6 +186,14 @@ int worker_guard_fd(const worker_guard_t *g);
  * limit hit, or WORKER_LIMIT_NONE.  *next_ms: when to call again.
  */
 worker_limit_t worker_guard_tick(worker_guard_t *g, int64_t now_ms, int64_t *next_ms);
+
+/*
+ * Before a line of len bytes is published: 0 to publish it, 1 when it
+ * would take the run past its output cap (it is then dropped, and the
+ * guard reports WORKER_LIMIT_OUTPUT from now on).  g may be NULL (no
+ * guard yet: 0).
+ */
+int worker_guard_output(worker_guard_t *g, size_t len);
 
 /* After the sandbox ended: one last look (an OOM kill of the agent itself). */
 worker_limit_t worker_guard_final(worker_guard_t *g);

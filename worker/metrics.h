@@ -26,7 +26,7 @@
 
 /* Entries of limit_hits: WORKER_LIMIT_COUNT (checked in metrics.c; the
  * limits header is not pulled in here). */
-#define WORKER_METRICS_LIMITS 4
+#define WORKER_METRICS_LIMITS 5
 
 /* Run outcomes counted in runnel_worker_runs_total{outcome=...}. */
 /* clang-format off */

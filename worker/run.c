@@ -196,6 +196,9 @@ static void io_flush(run_io_t *io)
 
 static void io_publish(run_io_t *io, const char *line, size_t len)
 {
+	/* Past the output cap a line is dropped; the guard ends the run. */
+	if (worker_guard_output(io->guard, len))
+		return;
 	if (worker_pub_add(&io->pub, line, len))
 		io_pump(io);
 }

@@ -5,7 +5,8 @@
  * limit while a normal run beside them succeeds and the worker lives on; a
  * CPU spinner is throttled (a concurrent run's first-line latency is
  * printed, never asserted); a config asking for more than the worker's
- * limit gets a log line and the worker's value.
+ * limit gets a log line and the worker's value; 100 MiB of output over an
+ * 8 MiB output cap ends resource_limit with the stream under the cap.
  */
 #include "tests/worker/wtest.h"
 
@@ -127,6 +128,34 @@ static void test_disk_filler(void)
 	TH_CHECK(th_alive(W));
 }
 
+/* 100 MiB of 1 KiB lines with limits.output_mb 8: the run ends
+ * resource_limit naming the output cap, its stream holds at most 8 MiB of
+ * lines plus the one terminal line, which is last. */
+static void test_output_cap(void)
+{
+	submit_sh("run_loud",
+	          "read t; m=$(head -c 1000 /dev/zero | tr '\\0' x); "
+	          "yes \"{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"$m\\\"}\" | head -n 102400; "
+	          "echo '{\"type\":\"result\",\"message\":\"all printed\"}'",
+	          "{\"limits\":{\"output_mb\":8}}", 0);
+	submit_normal("run_loud_ok");
+	check_limited("run_loud", "100 MiB of output", th_now_ms(), "The run printed more than 8 MiB of output (its output cap).");
+	TH_CHECK(th_streq(wt_state(&T, "run_loud", "code"), "resource_limit"), "the state hash says so");
+	size_t n;
+	char **l = wt_lines(&T, "run_loud", &n);
+	TH_CHECK(th_streq(wt_check_terminal(l, n), "resource_limit"), "exactly one terminal line, last");
+	unsigned long long total = 0;
+	for (size_t i = 0; i + 1 < n; i++)
+		total += strlen(l[i]);
+	fprintf(stderr, "# output cap: %zu lines, %llu bytes before the terminal line (cap %d)\n", n, total, 8 << 20);
+	TH_CHECK(total <= 8ULL << 20, "the stream holds %llu bytes of lines, over the 8 MiB cap", total);
+	TH_CHECK(total > 7ULL << 20, "the cap was reached, not something else: %llu bytes", total);
+	TH_CHECK(!wt_stream_has(&T, "run_loud", "all printed"), "the agent's result never made it");
+	th_strv_free(l, n);
+	check_normal("run_loud_ok");
+	TH_CHECK(th_alive(W));
+}
+
 /* Milliseconds from submit to the first line of a normal run. */
 static long first_line_ms(const char *run_id)
 {
@@ -184,13 +213,16 @@ static void test_raise_refused(void)
 {
 	submit_sh("run_raise",
 	          "read t; echo '{\"type\":\"result\",\"message\":\"ok\"}'",
-	          "{\"limits\":{\"memory_mb\":4096,\"pids\":32}}", 0);
+	          "{\"limits\":{\"memory_mb\":4096,\"pids\":32,\"output_mb\":1000}}", 0);
 	char msg[256];
 	const char *code = wt_ended(&T, "run_raise", 30000, msg, sizeof(msg));
 	TH_CHECK(th_streq(code, ""), "raise: %s %s", code, msg);
 	TH_CHECK(wt_stream_has(&T, "run_raise",
 	                       "limits.memory_mb 4096 is above this worker's limit of 64 MiB; using 64 MiB"),
 	         "a log line refuses the raise");
+	TH_CHECK(wt_stream_has(&T, "run_raise",
+	                       "limits.output_mb 1000 is above this worker's limit of 64 MiB; using 64 MiB"),
+	         "the output cap is a ceiling too");
 	TH_CHECK(wt_log_has(&T, "w1", "memory 64 MiB, pids 32,"), "the worker's memory limit and the lowered pids were used");
 }
 
@@ -204,7 +236,8 @@ static void test_metrics(void)
 	TH_CHECK(strstr(body, "runnel_worker_limit_hits_total{limit=\"processes\"} 1"), "processes hit counted");
 	TH_CHECK(strstr(body, "runnel_worker_limit_hits_total{limit=\"memory\"} 1"), "memory hit counted");
 	TH_CHECK(strstr(body, "runnel_worker_limit_hits_total{limit=\"disk\"} 1"), "disk hit counted");
-	TH_CHECK(strstr(body, "runnel_worker_runs_total{outcome=\"resource_limit\"} 3"), "outcome counted");
+	TH_CHECK(strstr(body, "runnel_worker_limit_hits_total{limit=\"output\"} 1"), "output hit counted");
+	TH_CHECK(strstr(body, "runnel_worker_runs_total{outcome=\"resource_limit\"} 4"), "outcome counted");
 	free(body);
 }
 
@@ -230,6 +263,7 @@ int main(void)
 		fprintf(stderr, "# skipped the fork bomb and the memory hog: no writable cgroup on this machine\n");
 	}
 	test_disk_filler();
+	test_output_cap();
 	test_raise_refused();
 	if (have_cgroup) {
 		test_cpu_spinner();
