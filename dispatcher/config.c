@@ -4,11 +4,15 @@
  */
 #include "dispatcher/config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <strings.h>
 
 #include <sodium.h>
 
 #include "common/log.h"
+#include "common/netaddr.h"
 #include "dispatcher/ui.h"
 #include "proto/keys.h"
 
@@ -52,6 +56,12 @@ static void table(dispatcher_config_t *c, rn_opt_t *o)
 		  "interval of the lost-lease sweep", 100, 60000 },
 		{ "http-timeout-sec", 0, "RUNNEL_HTTP_TIMEOUT_SEC", RN_OPT_INT, &c->http_timeout_sec, "60", "SEC",
 		  "idle timeout reading a request, and writing to a caller that stopped reading", 1, 3600 },
+		{ "head-timeout-ms", 0, "RUNNEL_HEAD_TIMEOUT_MS", RN_OPT_INT, &c->head_timeout_ms, "10000", "MS",
+		  "a connection that sends no whole request within this of its accept (or of its last answer) is closed", 100, 600000 },
+		{ "max-connections", 0, "RUNNEL_MAX_CONNECTIONS", RN_OPT_INT, &c->max_connections, "4096", "N",
+		  "open connections at most; past it the oldest idle one is closed, or the new one answered 503", 16, 1000000 },
+		{ "insecure-no-auth", 0, "RUNNEL_INSECURE_NO_AUTH", RN_OPT_BOOL, &c->insecure_no_auth, "false", NULL,
+		  "listen beyond loopback without RUNNEL_API_TOKEN (every route open to anyone who reaches it)", 0, 0 },
 		{ "log-level", 0, "RUNNEL_LOG_LEVEL", RN_OPT_STR, &c->log_level, "info", "LEVEL",
 		  "debug, info, warn or error", 0, 0 },
 		{ "kafka-property", 'X', "RUNNEL_KAFKA_PROPERTIES", RN_OPT_KV, &c->kafka_props, NULL, "KEY=VALUE",
@@ -66,7 +76,37 @@ static void table(dispatcher_config_t *c, rn_opt_t *o)
 	memcpy(o, t, sizeof t);
 }
 
-#define NOPTS 24
+#define NOPTS 27
+
+/* 1 when the host of listen ("host:port", "[v6]:port") is a loopback
+ * address or localhost: nobody off this machine can connect. */
+static int listen_is_loopback(const char *listen)
+{
+	char host[256];
+	const char *end;
+	struct sockaddr_storage ss;
+
+	if (listen[0] == '[') {
+		end = strchr(listen, ']');
+		listen++;
+	} else {
+		end = strrchr(listen, ':');
+	}
+	if (end == NULL || (size_t)(end - listen) >= sizeof host)
+		return 0;
+	memcpy(host, listen, (size_t)(end - listen));
+	host[end - listen] = '\0';
+	if (strcasecmp(host, "localhost") == 0)
+		return 1;
+	memset(&ss, 0, sizeof ss);
+	if (inet_pton(AF_INET, host, &((struct sockaddr_in *)&ss)->sin_addr) == 1)
+		ss.ss_family = AF_INET;
+	else if (inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1)
+		ss.ss_family = AF_INET6;
+	else
+		return 0; /* a name, "", "*": it may reach beyond this machine */
+	return rn_netaddr_classify((struct sockaddr *)&ss) == RN_ADDR_LOOPBACK;
+}
 
 int dispatcher_config_parse(dispatcher_config_t *cfg, int argc, char **argv, FILE *out,
                             char *errstr, size_t errstr_size)
@@ -74,7 +114,7 @@ int dispatcher_config_parse(dispatcher_config_t *cfg, int argc, char **argv, FIL
 	rn_opt_t opts[NOPTS];
 	int argi = 1, rc;
 
-	_Static_assert(NOPTS == 24, "table size");
+	_Static_assert(NOPTS == 27, "table size");
 	table(cfg, opts);
 	rc = rn_conf_parse(opts, argc, argv, &argi, errstr, errstr_size);
 	if (rc == 1) {
@@ -123,6 +163,16 @@ int dispatcher_config_parse(dispatcher_config_t *cfg, int argc, char **argv, FIL
 	}
 	if (strchr(cfg->listen, ':') == NULL) {
 		snprintf(errstr, errstr_size, "--listen/RUNNEL_LISTEN: expected host:port");
+		return -1;
+	}
+	/* An open dispatcher lets anyone who reaches it start runs, read every
+	 * run's output and cancel them: beyond loopback, only on purpose. */
+	if (cfg->api_token == NULL && !cfg->insecure_no_auth && !listen_is_loopback(cfg->listen)) {
+		snprintf(errstr, errstr_size,
+		         "--listen/RUNNEL_LISTEN: %.100s is not a loopback address and RUNNEL_API_TOKEN is not set; "
+		         "set a token, or --insecure-no-auth/RUNNEL_INSECURE_NO_AUTH to serve every route "
+		         "without one",
+		         cfg->listen);
 		return -1;
 	}
 	return 0;

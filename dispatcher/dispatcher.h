@@ -9,6 +9,7 @@
  *   feed.c     a streaming answer (NDJSON or SSE) fed by the tail pool
  *   janitor.c  background thread: lost-lease sweep, Kafka readiness probe
  *   recent.c   the recent-runs index and GET /v1/runs
+ *   conns.c    the open connections: the cap and the request-head deadline
  *   ui.c       the /ui/ viewer's embedded files
  *
  * @locality main (loop) thread unless a function says otherwise.
@@ -51,6 +52,7 @@ typedef enum {
 typedef struct dispatcher_janitor dispatcher_janitor_t;
 typedef struct dispatcher_feed dispatcher_feed_t;
 typedef struct dispatcher_enqueue dispatcher_enqueue_t;
+typedef struct dispatcher_conns dispatcher_conns_t;
 
 typedef struct dispatcher {
 	struct event_base *base;
@@ -70,6 +72,11 @@ typedef struct dispatcher {
 	rn_counter_t *c_cancels;
 	rn_counter_t *c_lost;
 	rn_counter_t *c_pauses;
+	rn_gauge_t *g_conns;
+	rn_counter_t *c_conns_refused;   /* over the cap, all busy: 503 */
+	rn_counter_t *c_conns_evicted;   /* over the cap: the oldest idle one closed */
+	rn_counter_t *c_conns_timed_out; /* no whole request within the head deadline */
+	dispatcher_conns_t *conns;
 	dispatcher_feed_t *feeds;         /* streaming answers in progress */
 	dispatcher_enqueue_t *enqueues;   /* enqueues waiting on Redis/Kafka */
 	struct evhttp_bound_socket *sock; /* the listener (NULL once draining) */
@@ -94,6 +101,22 @@ int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_c
 void dispatcher_drain(dispatcher_t *d, int flush_ms);
 /* Ends every open stream, flushes Kafka (up to flush_ms) and frees all. */
 void dispatcher_fini(dispatcher_t *d, int flush_ms);
+
+/* ---- connections (conns.c) ---- */
+
+/* Puts every connection of d->http in the table (cap, head deadline).
+ * 0, or -1 (out of memory). */
+int dispatcher_conns_init(dispatcher_t *d);
+/* After evhttp_free. */
+void dispatcher_conns_fini(dispatcher_t *d);
+/* A request reached the handlers: its connection is busy, out of the
+ * head deadline, until the answer is complete. */
+void dispatcher_conns_request(dispatcher_t *d, struct evhttp_request *req);
+/* evhttp_connection_set_closecb for handlers: evhttp keeps one close
+ * callback per connection and the table needs it, so it calls cb (NULL:
+ * none) before forgetting the connection. */
+void dispatcher_conn_on_close(dispatcher_t *d, struct evhttp_connection *evcon,
+                              void (*cb)(struct evhttp_connection *, void *), void *arg);
 
 /* ---- answering (http.c) ---- */
 

@@ -77,7 +77,7 @@ static void feed_free(dispatcher_feed_t *f)
 /* The normal end: after the terminal line (or at once when nothing follows). */
 static void feed_end(dispatcher_feed_t *f)
 {
-	evhttp_connection_set_closecb(f->evcon, NULL, NULL);
+	dispatcher_conn_on_close(f->d, f->evcon, NULL, NULL);
 	evhttp_send_reply_end(f->req);
 	rn_log_debug(f->run_id, "stream_ended", "%llu lines sent", (unsigned long long)f->lines);
 	feed_free(f);
@@ -253,7 +253,7 @@ void dispatcher_feed_start(dispatcher_t *d, struct evhttp_request *req, dispatch
 		feed_end(f);
 		return;
 	}
-	evhttp_connection_set_closecb(f->evcon, on_close, f);
+	dispatcher_conn_on_close(f->d, f->evcon, on_close, f);
 	{
 		/* evhttp's idle timeout also covers reading, and a streaming caller
 		 * sends nothing after its request: keep only the write timeout (a

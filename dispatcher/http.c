@@ -403,6 +403,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 	enum evhttp_cmd_type method = evhttp_request_get_command(req);
 	match_t m;
 
+	dispatcher_conns_request(d, req);
 	match_path(uri != NULL ? evhttp_uri_get_path(uri) : NULL, &m);
 	rn_log_debug(m.run_id[0] ? m.run_id : NULL, "http_request", "%s %s",
 	             method_name(method), route_names[m.route]);
@@ -510,6 +511,14 @@ static const rn_metric_def_t dispatcher_metrics[] = {
 	  "Times a slow caller's stream was paused until its socket drained" },
 	{ offsetof(dispatcher_t, c_lost), RN_METRIC_COUNTER, "runnel_dispatcher_lost_runs_total",
 	  "Runs the lost-lease sweep of this dispatcher ended" },
+	{ offsetof(dispatcher_t, g_conns), RN_METRIC_GAUGE, "runnel_dispatcher_connections",
+	  "Open HTTP connections" },
+	{ offsetof(dispatcher_t, c_conns_refused), RN_METRIC_COUNTER, "runnel_dispatcher_connections_refused_total",
+	  "Connections answered 503 and closed at the connection cap (every open one busy)" },
+	{ offsetof(dispatcher_t, c_conns_evicted), RN_METRIC_COUNTER, "runnel_dispatcher_connections_evicted_total",
+	  "Idle connections closed at the cap to make room for a new one" },
+	{ offsetof(dispatcher_t, c_conns_timed_out), RN_METRIC_COUNTER, "runnel_dispatcher_connections_timed_out_total",
+	  "Connections closed for not sending a whole request within the head deadline" },
 };
 
 void dispatcher_http_metrics(dispatcher_t *d)
@@ -547,6 +556,10 @@ int dispatcher_http_listen(dispatcher_t *d, const char *host, unsigned short por
 	evhttp_set_timeout(d->http, (int)cfg->http_timeout_sec);
 	evhttp_set_default_content_type(d->http, NULL);
 	evhttp_set_gencb(d->http, on_request, d);
+	if (dispatcher_conns_init(d) < 0) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return -1;
+	}
 	sock = evhttp_bind_socket_with_handle(d->http, host, port);
 	if (sock == NULL) {
 		snprintf(errstr, errstr_size, "cannot listen on %s", cfg->listen);

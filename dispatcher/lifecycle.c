@@ -140,6 +140,7 @@ void dispatcher_fini(dispatcher_t *d, int flush_ms)
 	if (d->http != NULL)
 		evhttp_free(d->http);
 	d->http = NULL;
+	dispatcher_conns_fini(d);
 	dispatcher_tail_free(d->tail);
 	d->tail = NULL;
 	dispatcher_store_free(d->store);

@@ -103,7 +103,7 @@ static struct evhttp_request *list_take_req(list_op_t *op)
 	struct evhttp_request *req = op->req;
 
 	if (req != NULL)
-		evhttp_connection_set_closecb(op->evcon, NULL, NULL);
+		dispatcher_conn_on_close(op->d, op->evcon, NULL, NULL);
 	op->req = NULL;
 	return req;
 }
@@ -246,5 +246,5 @@ void dispatcher_runs_list(dispatcher_t *d, struct evhttp_request *req)
 		                       "redis: not connected");
 		return;
 	}
-	evhttp_connection_set_closecb(op->evcon, list_close, op);
+	dispatcher_conn_on_close(d, op->evcon, list_close, op);
 }

@@ -65,7 +65,7 @@ static void enqueue_free(dispatcher_enqueue_t *e)
 {
 	enqueue_unlink(e);
 	if (e->req != NULL)
-		evhttp_connection_set_closecb(e->evcon, NULL, NULL);
+		dispatcher_conn_on_close(e->d, e->evcon, NULL, NULL);
 	proto_job_clear(&e->job);
 	free(e);
 }
@@ -76,7 +76,7 @@ static struct evhttp_request *enqueue_take_req(dispatcher_enqueue_t *e)
 	struct evhttp_request *req = e->req;
 
 	if (req != NULL)
-		evhttp_connection_set_closecb(e->evcon, NULL, NULL);
+		dispatcher_conn_on_close(e->d, e->evcon, NULL, NULL);
 	e->req = NULL;
 	return req;
 }
@@ -232,7 +232,7 @@ void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatc
 		dispatcher_reply_error(d, req, route, 503, "redis_unavailable", "redis: not connected");
 		return;
 	}
-	evhttp_connection_set_closecb(e->evcon, on_enqueue_close, e);
+	dispatcher_conn_on_close(d, e->evcon, on_enqueue_close, e);
 	RN_LIST_PUSH(d->enqueues, e);
 }
 
@@ -281,7 +281,7 @@ static simple_op_t *op_new(dispatcher_t *d, struct evhttp_request *req, dispatch
 	op->evcon = evhttp_request_get_connection(req);
 	op->route = route;
 	snprintf(op->run_id, sizeof op->run_id, "%s", run_id);
-	evhttp_connection_set_closecb(op->evcon, op_close, op);
+	dispatcher_conn_on_close(d, op->evcon, op_close, op);
 	return op;
 }
 
@@ -294,7 +294,7 @@ static struct evhttp_request *op_finish(simple_op_t *op, char *run_id)
 	if (run_id != NULL)
 		memcpy(run_id, op->run_id, sizeof op->run_id);
 	if (req != NULL)
-		evhttp_connection_set_closecb(op->evcon, NULL, NULL);
+		dispatcher_conn_on_close(op->d, op->evcon, NULL, NULL);
 	free(op);
 	return req;
 }
