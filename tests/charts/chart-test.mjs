@@ -99,6 +99,7 @@ const SCENARIOS = {
   // Helm's longest release name (53 characters), everything optional on.
   "long-names": { autoscaler: "keda", secrets: [], release: "r".repeat(20) + "-long-release-name-for-truncation" },
   "more-workers-than-partitions": { autoscaler: "keda", secrets: [] },
+  "no-auth": { autoscaler: "hpa", secrets: [] },
 };
 
 // Each of these must fail to render, with this message.
@@ -524,13 +525,50 @@ async function render(name) {
     limits() {
       check("limits: the worker's limits, cgroup and egress in its ConfigMap", () => {
         const d = workerCm.data;
-        eq([d.RUNNEL_RUN_MEMORY_MB, d.RUNNEL_RUN_PIDS, d.RUNNEL_RUN_CPUS, d.RUNNEL_RUN_DISK_MB, d.RUNNEL_RUN_TMP_MB],
-          ["1024", "256", "0.5", "2048", "128"], "limits");
+        eq([d.RUNNEL_RUN_MEMORY_MB, d.RUNNEL_RUN_PIDS, d.RUNNEL_RUN_CPUS, d.RUNNEL_RUN_DISK_MB, d.RUNNEL_RUN_TMP_MB, d.RUNNEL_RUN_OUTPUT_MB],
+          ["1024", "256", "0.5", "2048", "128", "8"], "limits");
         eq(d.RUNNEL_CGROUP, "v2", "RUNNEL_CGROUP");
         eq(d.RUNNEL_EGRESS, "allowlist", "RUNNEL_EGRESS");
         eq(d.RUNNEL_EGRESS_ALLOW, "@model,@workspace_api,*.pypi.org", "RUNNEL_EGRESS_ALLOW");
         eq(work.spec.template.metadata.annotations["io.kubernetes.cri-o.cgroup2-mount-hierarchy-rw"], "true",
           "CRI-O writable cgroup annotation");
+      });
+    },
+    defaults() {
+      check("defaults: a generated API token in a chart-made Secret", () => {
+        eq(secrets.length, 1, "Secrets");
+        const tok = Buffer.from(secrets[0].data.RUNNEL_API_TOKEN || "", "base64").toString();
+        assert(/^[A-Za-z0-9]{48}$/.test(tok), `generated token: ${tok.length} characters`);
+        const env = (container(disp).env || []).find((e) => e.name === "RUNNEL_API_TOKEN");
+        assert(env && env.valueFrom.secretKeyRef.name === secrets[0].metadata.name, "the dispatcher reads it");
+        const dcm = cmByName.get(container(disp).envFrom[0].configMapRef.name);
+        assert(!("RUNNEL_INSECURE_NO_AUTH" in dcm.data), "open by default");
+        eq([dcm.data.RUNNEL_HEAD_TIMEOUT_MS, dcm.data.RUNNEL_MAX_CONNECTIONS], ["10000", "4096"], "head deadline and cap");
+        eq(workerCm.data.RUNNEL_RUN_OUTPUT_MB, "64", "RUNNEL_RUN_OUTPUT_MB");
+      });
+      check("defaults: NetworkPolicies on, workers kept off private and metadata addresses", () => {
+        const wnp = component(docs, "NetworkPolicy", "worker");
+        component(docs, "NetworkPolicy", "dispatcher");
+        for (const r of wnp.spec.egress) assert(r.to && r.to.length, "an egress rule without peers allows everything");
+        const inet = wnp.spec.egress.find((r) => r.to.some((t) => t.ipBlock && t.ipBlock.cidr === "0.0.0.0/0"));
+        assert(inet, "no internet rule");
+        eq(inet.ports.map((p) => `${p.protocol}/${p.port}`), ["TCP/443"], "internet ports");
+        const except = inet.to[0].ipBlock.except;
+        for (const c of ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16"])
+          assert(except.includes(c), `the internet rule reaches ${c}`);
+      });
+      check("defaults: a second render keeps no token outside the Secret", () => {
+        const r = helmRun(["install", "rt", chart, "--dry-run=client", "--namespace", "runnel"]);
+        assert(r.status === 0, r.stderr);
+        assert(r.stdout.includes("get secret"), "NOTES say where the token is");
+      });
+    },
+    "no-auth"() {
+      check("no-auth: open on purpose, and said so", () => {
+        const dcm = cmByName.get(container(disp).envFrom[0].configMapRef.name);
+        eq(dcm.data.RUNNEL_INSECURE_NO_AUTH, "true", "RUNNEL_INSECURE_NO_AUTH");
+        assert(!(container(disp).env || []).some((e) => e.name === "RUNNEL_API_TOKEN"), "a token without auth");
+        eq(byKind(docs, "NetworkPolicy").length, 0, "NetworkPolicies turned off");
       });
     },
     "process-ack"() {
@@ -587,7 +625,7 @@ function flags(workerBin, dispatcherBin) {
     return new Set(`${r.stdout}${r.stderr}`.match(/RUNNEL_[A-Z_]+/g) || []);
   };
   const known = { worker: helpOf(workerBin), dispatcher: helpOf(dispatcherBin) };
-  for (const scenario of ["secrets", "keda", "fixed"]) {
+  for (const scenario of ["secrets", "keda", "fixed", "defaults", "no-auth"]) {
     const r = helmRun(["template", "rt", chart, ...valuesArgs(scenario)]);
     assert(r.status === 0, r.stderr);
     const docs = yaml.loadAll(r.stdout).filter(Boolean);

@@ -93,6 +93,25 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/*
+The dispatcher's API token: dispatcher.auth.token when set, else the one
+the release's Secret already holds (upgrades keep it), else a new random
+one (install; helm template renders a fresh one each time).
+*/}}
+{{- define "runnel.apiToken" -}}
+{{- if .Values.dispatcher.auth.token -}}
+{{- .Values.dispatcher.auth.token -}}
+{{- else -}}
+{{- $s := lookup "v1" "Secret" .Release.Namespace (include "runnel.secretName" .) -}}
+{{- $key := .Values.secret.keys.apiToken -}}
+{{- if and $s $s.data (hasKey $s.data $key) -}}
+{{- index $s.data $key | b64dec -}}
+{{- else -}}
+{{- randAlphaNum 48 -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* True when the Secret holds secret librdkafka properties. */}}
 {{- define "runnel.hasKafkaSecretProperties" -}}
 {{- if .Values.secret.existingSecret -}}
@@ -200,9 +219,6 @@ combination fails the render with a message naming the value to fix.
 {{- if not (regexMatch "^[0-9a-fA-F]{64}$" (toString .Values.sealing.key)) -}}
 {{- fail "sealing.key must be 64 hex characters (32 bytes), e.g. from `openssl rand -hex 32`, or use secret.existingSecret" -}}
 {{- end -}}
-{{- end -}}
-{{- if and .Values.dispatcher.auth.enabled (not .Values.secret.existingSecret) (not .Values.dispatcher.auth.token) -}}
-{{- fail "dispatcher.auth.enabled needs dispatcher.auth.token (or secret.existingSecret)" -}}
 {{- end -}}
 {{- if and .Values.redis.auth.enabled (not .Values.secret.existingSecret) -}}
 {{- if and .Values.redis.auth.urlFromSecret (not (hasPrefix "redis://" (toString .Values.redis.auth.url))) -}}
