@@ -76,7 +76,7 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		{ "run-output-mb", 0, "RUNNEL_RUN_OUTPUT_MB", RN_OPT_INT, &c->run_output_mb, "64", "MIB", "lines a run may publish to its stream, in MiB, then resource_limit (0: no cap)", 0, 1L << 20 },
 		{ "cgroup", 0, "RUNNEL_CGROUP", RN_OPT_STR, &c->cgroup, "auto", "MODE", "per-run cgroups: auto, v2, v1 or off (rlimits only)", 0, 0 },
 		{ "egress", 0, "RUNNEL_EGRESS", RN_OPT_STR, &c->egress, NULL, "POLICY", "network the runs may have at most: none, allowlist or full (default allowlist; full with --sandbox-net host)", 0, 0 },
-		{ "egress-allow", 0, "RUNNEL_EGRESS_ALLOW", RN_OPT_STR, &c->egress_allow, "@model,@workspace_api", "LIST", "hosts allowlist runs may reach: host[:port], *.domain[:port], @model, @workspace_api", 0, 0 },
+		{ "egress-allow", 0, "RUNNEL_EGRESS_ALLOW", RN_OPT_STR, &c->egress_allow, "@model,@workspace_api", "LIST", "hosts allowlist runs may reach: host[:port], *.domain[:port], @model, @workspace_api (an internal address only through an exact host[:port])", 0, 0 },
 		{ "egress-bridge", 0, "RUNNEL_EGRESS_BRIDGE", RN_OPT_STR, &c->egress_bridge, NULL, "PATH", "runnel-egress-bridge binary (default: next to runnel-worker)", 0, 0 },
 		/* Warm sandboxes (worker/warm.h). */
 		{ "warm", 0, "RUNNEL_WARM", RN_OPT_INT, &c->warm, "-1", "N", "warm sandboxes kept ready (-1: a quarter of the slots, at least 1; 0: off)", -1, 256 },
