@@ -166,7 +166,14 @@ static struct bufferevent *new_bev(struct event_base *base, void *arg)
 	if (c == NULL)
 		return bev;
 	if (t->n >= d->cfg->max_connections) {
-		conn_t *victim = oldest_idle(t);
+		conn_t *victim;
+
+		/* Connections accepted earlier in this same batch are complete
+		 * (evhttp set each up before accepting the next) but not adopted
+		 * yet: adopt them now, so that they can make room too. */
+		if (t->unadopted > 0)
+			adopt(-1, 0, t);
+		victim = oldest_idle(t);
 
 		if (victim != NULL) {
 			rn_counter_add(d->c_conns_evicted, 1);

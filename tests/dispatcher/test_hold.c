@@ -8,7 +8,9 @@
  *     being answered, and each is closed once the head deadline passed,
  *     never before;
  *   - at the connection cap a new caller still gets in: the oldest idle
- *     connection makes room, and the connection count stays at the cap.
+ *     connection makes room, and the connection count stays at the cap;
+ *     when every connection is busy (streams), the new one gets a 503 and
+ *     is closed, and callers get in again once the streams end.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -225,6 +227,77 @@ static void test_cap(const th_redis_t *red, const th_kafka_t *k)
 	TH_CHECK(dt_disp_stop(&d), "stopped cleanly");
 }
 
+/* Reads from fd until want appears or the peer closes (2 s at most); what
+ * arrived. */
+static char *read_some(int fd, const char *want)
+{
+	static char buf[4096];
+	size_t got = 0;
+	int64_t deadline = th_now_ms() + 5000;
+
+	buf[0] = '\0';
+	while (got < sizeof buf - 1 && th_now_ms() < deadline && strstr(buf, want) == NULL) {
+		struct pollfd p = { fd, POLLIN, 0 };
+
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		ssize_t n = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		buf[got] = '\0';
+	}
+	return buf;
+}
+
+static int healthz_ok(void *arg)
+{
+	const dt_disp_t *d = arg;
+	dt_resp_t r;
+	int ok = dt_http(&r, "GET", th_strf("%s/healthz", d->base), NULL, NULL, 0, 2000) == 0 && r.status == 200;
+
+	dt_resp_free(&r);
+	return ok;
+}
+
+static void test_cap_all_busy(const th_redis_t *red, const th_kafka_t *k)
+{
+	dt_disp_t d;
+	dt_resp_t r;
+	int fds[16], over;
+
+	TH_REQUIRE(dt_disp_start(&d, red, k, (const char *const[]){ "RUNNEL_MAX_CONNECTIONS=16", NULL }) == 0, "dispatcher");
+	TH_REQUIRE(dt_http(&r, "POST", th_strf("%s/v1/runs", d.base), (const char *const[]){ "Content-Type: application/json", NULL },
+	                   dt_job_body("hold_busy", NULL), -1, 15000) == 0 &&
+	                   r.status == 202,
+	           "a run to follow");
+	dt_resp_free(&r);
+	/* Sixteen callers following the run: every connection is busy. */
+	for (int i = 0; i < 16; i++) {
+		const char *req = "GET /v1/runs/hold_busy/events HTTP/1.1\r\nHost: x\r\n\r\n";
+
+		fds[i] = dial(d.port);
+		TH_REQUIRE(fds[i] >= 0 && th_send_all(fds[i], req, strlen(req)) == 0, "follower %d", i);
+		TH_CHECK(strncmp(read_some(fds[i], "\r\n\r\n"), "HTTP/1.1 200", 12) == 0, "follower %d streams", i);
+	}
+	over = dial(d.port);
+	TH_REQUIRE(over >= 0, "one more");
+	TH_CHECK(th_send_all(over, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 34) == 0);
+	const char *ans = read_some(over, "retry shortly\"}}\n");
+
+	TH_CHECK(strncmp(ans, "HTTP/1.1 503 Service Unavailable\r\n", 34) == 0 &&
+	                 strstr(ans, "{\"error\":{\"code\":\"overloaded\",\"message\":\"too many connections; retry shortly\"}}\n") != NULL,
+	         "the connection over the cap: %s", ans);
+	close(over);
+	/* The followers still stream; once they leave, callers get in again. */
+	for (int i = 0; i < 16; i++)
+		close(fds[i]);
+	TH_CHECK(th_wait_until(healthz_ok, &d, 10000), "a normal request after the streams ended");
+	TH_CHECK(metric(&d, "runnel_dispatcher_connections_refused_total") >= 1, "refusals counted");
+	TH_CHECK(dt_disp_stop(&d), "stopped cleanly");
+}
+
 int main(void)
 {
 	th_redis_t red;
@@ -245,6 +318,7 @@ int main(void)
 	test_insecure_on_purpose(&red, &k);
 	test_slow_connections(&red, &k);
 	test_cap(&red, &k);
+	test_cap_all_busy(&red, &k);
 	dt_servers_stop(c, &k);
 	return th_done();
 }
