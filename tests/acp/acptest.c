@@ -46,6 +46,10 @@ pid_t at_worker(at_t *t, const char *name, const char *const *extra)
 	env[n++] = th_strf("RUNNEL_NODE=%s", t->node);
 	/* The adapters do not exit after their turn: stop them soon after. */
 	env[n++] = "RUNNEL_KILL_GRACE_MS=300";
+	/* The fake providers are loopback servers: a run's base URL reaches
+	 * them only because the operator's list names them exactly. */
+	env[n++] = th_strf("RUNNEL_EGRESS_ALLOW=@model,@workspace_api,%s,%s", fp_url(t->anthropic) + strlen("http://"),
+	                   fp_url(t->openai) + strlen("http://"));
 	for (size_t i = 0; extra && extra[i] && n < 31; i++)
 		env[n++] = extra[i];
 	env[n] = NULL;

@@ -182,8 +182,11 @@ int main(int argc, char **argv)
 	TH_REQUIRE(fakechat_start(&f, base_script, 6) == 0);
 
 	/* The HTTP MCP server is neither the model nor the workspace API: under
-	 * the allowlist egress policy the operator lists it. */
-	const char *wenv[] = { th_strf("RUNNEL_EGRESS_ALLOW=@model,@workspace_api,127.0.0.1:%d", port), NULL };
+	 * the allowlist egress policy the operator lists it.  The fake model is
+	 * a loopback server: the run's base URL reaches it only because the
+	 * operator's list names it exactly too. */
+	const char *wenv[] = { th_strf("RUNNEL_EGRESS_ALLOW=@model,@workspace_api,127.0.0.1:%d,127.0.0.1:%d", port, f.port),
+		               NULL };
 	pid_t w = wt_worker(&T, "w1", wenv);
 	wt_warmup(&T);
 
