@@ -6,8 +6,12 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <strings.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+
+#include "worker/egress.h"
 
 #ifndef RUNNEL_VERSION
 #define RUNNEL_VERSION "0"
@@ -243,4 +247,65 @@ struct curl_slist *worker_httpc_bearer(const char *token)
 	explicit_bzero(h, n);
 	free(h);
 	return l;
+}
+
+/* Splits "host:port" (a bracketed IPv6 host loses its brackets). */
+static int split_host_port(const char *hp, char *host, size_t hsz, int *port)
+{
+	const char *c = strrchr(hp, ':');
+	if (!c)
+		return -1;
+	const char *h = hp;
+	size_t hl = (size_t)(c - hp);
+	if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+		h++;
+		hl -= 2;
+	}
+	if (hl == 0 || hl >= hsz)
+		return -1;
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	*port = (int)strtol(c + 1, NULL, 10);
+	return 0;
+}
+
+static curl_socket_t reach_open(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	worker_httpc_reach_state_t *st = clientp;
+	const worker_httpc_reach_t *r = st->rule;
+	(void)purpose;
+	/* The host being connected to: the URL of this hop (libcurl moves the
+	 * effective URL to a redirect's target before connecting to it). */
+	char *url = NULL;
+	char hp[300], host[256];
+	int port = 0, named = 0;
+	curl_easy_getinfo(st->h, CURLINFO_EFFECTIVE_URL, &url);
+	worker_httpc_host_port(url, hp, sizeof(hp));
+	if (r->origin[0] && !strcasecmp(hp, r->origin))
+		named = 1;
+	if (!named && split_host_port(hp, host, sizeof(host), &port) == 0)
+		for (size_t i = 0; i < r->nnamed && !named; i++)
+			named = worker_egress_pattern_exact(r->named[i]) && worker_egress_match(r->named[i], host, port);
+	char why[64];
+	if (!rn_netaddr_run_may_reach(&a->addr, named, r->own, why, sizeof(why))) {
+		if (!st->refused[0]) {
+			char addr[80];
+			rn_netaddr_format(&a->addr, addr, sizeof(addr));
+			snprintf(st->refused, sizeof(st->refused), "%s (%s)", addr, why);
+		}
+		errno = EACCES;
+		return CURL_SOCKET_BAD;
+	}
+	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
+void worker_httpc_reach(CURL *h, const worker_httpc_reach_t *rule, worker_httpc_reach_state_t *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->h = h;
+	st->rule = rule;
+	if (!rule || !rule->on)
+		return;
+	curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, reach_open);
+	curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, st);
 }

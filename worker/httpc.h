@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <curl/curl.h>
 
+#include "common/netaddr.h"
 #include "worker/stop.h"
 
 /* An answer body kept in memory, at most max bytes. */
@@ -70,6 +71,34 @@ void worker_httpc_host_port(const char *url, char *out, size_t out_size);
  */
 void worker_httpc_describe(CURL *h, CURLcode rc, const char *url, long connect_timeout_ms,
                            long timeout_ms, char *out, size_t out_size);
+
+/*
+ * The address rule of common/netaddr.h for a transfer made on a run's
+ * behalf to a URL the run supplied (a bag's or a skill's zip_url):
+ * checked on every address libcurl is about to connect to, redirects
+ * included.  A host that is named (equal, as host:port, to origin: the
+ * workspace API the job's caller chose; or matched by one of the exact
+ * patterns in named, the operator's RUNNEL_EGRESS_ALLOW) may be at any
+ * address; any other only at a public one that is not one of own.
+ */
+typedef struct worker_httpc_reach {
+	int on;             /* 0: no rule (anywhere) */
+	char origin[300];   /* "host:port", or "" */
+	char *const *named; /* egress patterns; only exact ones count */
+	size_t nnamed;
+	const rn_netaddr_set_t *own; /* may be NULL */
+} worker_httpc_reach_t;
+
+/* What a transfer under a reach rule refused (the first one). */
+typedef struct worker_httpc_reach_state {
+	CURL *h;
+	const worker_httpc_reach_t *rule;
+	char refused[200]; /* "127.0.0.1:6379 (a loopback address)"; "" when none */
+} worker_httpc_reach_state_t;
+
+/* Applies rule (NULL or not on: nothing) to h (CURLOPT_OPENSOCKETFUNCTION).
+ * rule and st must outlive the transfer; st->refused says what was refused. */
+void worker_httpc_reach(CURL *h, const worker_httpc_reach_t *rule, worker_httpc_reach_state_t *st);
 
 /* "Authorization: Bearer <token>" as a one-element list (free with
  * curl_slist_free_all), or NULL on allocation failure.  The token only

@@ -763,6 +763,13 @@ static worker_bag_limits_t bag_limits(run_io_t *io)
 	/* A stop (cancel, drain timeout, lost lease) ends a download or the
 	 * upload within about a second instead of waiting for its timeout. */
 	worker_bag_limits_t lim = { .stop = &io->run->stop };
+	/* zip_urls come from the run's /config: inside addresses only for the
+	 * workspace API's own origin and the operator's exact egress entries. */
+	lim.reach = (worker_httpc_reach_t){ .on = 1,
+		                            .named = io->cfg->limits.egress_allow,
+		                            .nnamed = io->cfg->limits.egress_nallow,
+		                            .own = &io->cfg->limits.own };
+	worker_httpc_host_port(io->run->job.agent_url, lim.reach.origin, sizeof(lim.reach.origin));
 	/* A bag larger than the workspace cap is refused before it fills it. */
 	uint64_t disk_cap = (uint64_t)worker_guard_limits(io->guard)->disk_mb * 1024 * 1024;
 	if (disk_cap > 0 && disk_cap < (1ULL << 30))

@@ -732,6 +732,8 @@ int worker_ws_fetch_zip(const char *url, const char *dest_dir,
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &d);
 	curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)lim.max_download);
 	worker_httpc_abort_on(h, lim.stop);
+	worker_httpc_reach_state_t reach;
+	worker_httpc_reach(h, limits ? &limits->reach : NULL, &reach);
 	CURLcode rc = curl_easy_perform(h);
 	long status = 0;
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
@@ -746,6 +748,12 @@ int worker_ws_fetch_zip(const char *url, const char *dest_dir,
 	} else if (d.io_errno) {
 		snprintf(errstr, errstr_size, "download of %s: cannot write: %s", safe,
 		         strerror(d.io_errno));
+	} else if (rc != CURLE_OK && reach.refused[0]) {
+		/* The host, never the URL's query: a signed URL carries a secret. */
+		char hp[300];
+		worker_httpc_host_port(url, hp, sizeof(hp));
+		snprintf(errstr, errstr_size, "download of %s: %s resolves to %s, which a run's URL may not reach",
+		         safe, hp, reach.refused);
 	} else if (rc != CURLE_OK) {
 		char why[256];
 		worker_httpc_describe(h, rc, url, CONNECT_TIMEOUT_MS, lim.timeout_ms, why, sizeof(why));

@@ -46,6 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "worker/httpc.h"
 #include "worker/stop.h"
 
 #define WORKER_PATH_MAX 4096
@@ -57,6 +58,10 @@ typedef struct worker_bag_limits {
 	long timeout_ms;       /* download; default 120000 */
 	/* Any stop ends the download (error "cancelled"); NULL = never. */
 	const worker_stopword_t *stop;
+	/* Where the download may connect (worker/httpc.h): the URL is the
+	 * run's, so inside addresses only for named hosts.  reach.on 0 =
+	 * anywhere. */
+	worker_httpc_reach_t reach;
 } worker_bag_limits_t;
 
 typedef struct worker_ws {

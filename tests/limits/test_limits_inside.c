@@ -10,7 +10,9 @@
  *              [::ffff:127.0.0.1], 0, …) is refused, by CONNECT and by a
  *              plain request, each with a log line naming the host;
  *   wildcard:  the operator's list has *:PORT; a run with allow_hosts
- *              ["*:PORT"] reaches none of them either.
+ *              ["*:PORT"] reaches none of them either;
+ *   bag:       a run whose assets.zip_url is the worker's Redis ends
+ *              bootstrap_failed without the worker connecting to it.
  * Redis never sees a client from the sandbox: its connection count is
  * compared before and after (the worker's own connections are steady).
  */
@@ -124,6 +126,33 @@ static void test_wildcard(void)
 	run_probe("run_wildcard", NULL, json_pack("[s]", th_strf("*:%d", T.redis.port)));
 }
 
+static void test_bag_url(void)
+{
+	json_t *cfg = wt_agent_config("{\"kind\":\"mock\",\"script\":\"demo\"}");
+	json_object_set_new(cfg, "assets",
+	                    json_pack("{s:s}", "zip_url", th_strf("http://localhost:%d/bag.zip?sig=S3CRET", T.redis.port)));
+	dev_stub_run_t run = { 0 };
+	run.config = cfg;
+	dev_stub_otps_t o;
+	long before = redis_clients_total();
+	wt_submit(&T, "run_bag_url", &run, "p", 0, 0, &o);
+	json_decref(cfg);
+	char msg[512];
+	const char *code = wt_ended(&T, "run_bag_url", 60000, msg, sizeof(msg));
+	TH_CHECK(th_streq(code, "bootstrap_failed"), "bag from the worker's Redis: %s", code);
+	TH_CHECK(th_streq(msg, th_strf("Could not download the workspace bag: download of http://localhost:%d/bag.zip: "
+	                               "localhost:%d resolves to 127.0.0.1:%d (a loopback address), which a run's URL "
+	                               "may not reach",
+	                               T.redis.port, T.redis.port, T.redis.port)) ||
+	                 th_streq(msg, th_strf("Could not download the workspace bag: download of http://localhost:%d/bag.zip: "
+	                                       "localhost:%d resolves to [::1]:%d (a loopback address), which a run's URL "
+	                                       "may not reach",
+	                                       T.redis.port, T.redis.port, T.redis.port)),
+	         "%s", msg);
+	TH_CHECK(!strstr(msg, "S3CRET"), "no query string");
+	TH_CHECK(redis_clients_total() - before < 3, "Redis saw no download");
+}
+
 int main(void)
 {
 	th_init("limits_inside");
@@ -137,6 +166,7 @@ int main(void)
 
 	test_base_urls();
 	test_wildcard();
+	test_bag_url();
 
 	wt_stop_worker(w, 20000, "w1");
 	wt_teardown(&T);

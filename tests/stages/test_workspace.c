@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -622,6 +623,82 @@ static void test_fetch(void)
 	dev_stub_stop(stub);
 }
 
+/*
+ * A zip_url is the run's: the download reaches an inside address only for
+ * the workspace API's own origin or a host the operator names exactly.
+ * The worker's Redis (here a loopback listener), other spellings of
+ * loopback and a redirect from the named origin to an inside address are
+ * refused before any connection, with the host and its address named.
+ */
+static void test_fetch_reach(void)
+{
+	char err[512];
+	dev_stub_t *stub = dev_stub_start(NULL, err, sizeof(err));
+	TH_REQUIRE(stub != NULL, "stub: %s", err);
+	const char *zip = th_strf("%s/reach.zip", base);
+	ent_t good[] = { { E_FILE, "hello.txt", "hello from the bag\n", 0, 0 } };
+	TH_REQUIRE(build_archive(zip, good, 1, 0) == 0);
+	TH_REQUIRE(dev_stub_add_blob_file(stub, "bag.zip", zip) == 0);
+	char url[256], origin[300];
+	TH_REQUIRE(dev_stub_blob_url(stub, "bag.zip", url, sizeof(url)) == 0);
+	worker_httpc_host_port(url, origin, sizeof(origin));
+	int port = 0;
+	int lfd = th_listen_loopback(16, &port); /* the worker's own service */
+	TH_REQUIRE(lfd >= 0, "listener");
+	rn_netaddr_set_t own = { 0 };
+	TH_REQUIRE(rn_netaddr_set_add(&own, "127.0.0.1", port, err, sizeof(err)) == 0, "%s", err);
+	char *named[] = { "*:443", "@model", "intranet.example:8443" };
+	worker_bag_limits_t lim = { .reach = { .on = 1, .named = named, .nnamed = 3, .own = &own } };
+	snprintf(lim.reach.origin, sizeof(lim.reach.origin), "%s", origin);
+	int reject = -1;
+
+	/* The workspace API's own origin: a loopback stub, reached. */
+	const char *dest = th_strf("%s/reach1", base);
+	TH_REQUIRE(mkdir(dest, 0700) == 0);
+	TH_CHECK(worker_ws_fetch_zip(url, dest, &lim, &reject, err, sizeof(err)) == 0, "the origin: %s", err);
+	TH_CHECK(th_file_contains(th_strf("%s/hello.txt", dest), "hello from the bag"));
+
+	/* The worker's own service, and loopback spelled otherwise. */
+	const char *dest2 = th_strf("%s/reach2", base);
+	TH_REQUIRE(mkdir(dest2, 0700) == 0);
+	static const char *const hosts[] = { "127.0.0.1", "localhost", "127.1", "2130706433", "[::ffff:127.0.0.1]", "0" };
+	for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {
+		char *u = th_strf("http://%s:%d/bag.zip?X-Signature=SIG-SECRET", hosts[i], port);
+		TH_CHECK(worker_ws_fetch_zip(u, dest2, &lim, &reject, err, sizeof(err)) == -1, "%s", hosts[i]);
+		TH_CHECK(reject == 0 && strstr(err, "which a run's URL may not reach") != NULL &&
+		                 (strstr(err, "(a loopback address)") || strstr(err, "(an unspecified address)")),
+		         "%s: %s", hosts[i], err);
+		TH_CHECK(strstr(err, "SIG-SECRET") == NULL, "no query string: %s", err);
+	}
+	TH_CHECK(th_streq(err, th_strf("download of http://0.0.0.0:%d/bag.zip: 0.0.0.0:%d resolves to 0.0.0.0:%d "
+	                               "(an unspecified address), which a run's URL may not reach",
+	                               port, port, port)) ||
+	                 th_streq(err, th_strf("download of http://0:%d/bag.zip: 0:%d resolves to 0.0.0.0:%d "
+	                                       "(an unspecified address), which a run's URL may not reach",
+	                                       port, port, port)),
+	         "%s", err);
+	/* A redirect from the named origin to an inside address. */
+	dev_stub_fault_t f = { .redirect = th_strf("http://127.0.0.1:%d/x", port) };
+	TH_REQUIRE(dev_stub_add_blob(stub, "hop", "x", 1) == 0);
+	TH_REQUIRE(dev_stub_set_blob_fault(stub, "hop", &f) == 0);
+	TH_REQUIRE(dev_stub_blob_url(stub, "hop", url, sizeof(url)) == 0);
+	TH_CHECK(worker_ws_fetch_zip(url, dest2, &lim, &reject, err, sizeof(err)) == -1);
+	TH_CHECK(strstr(err, th_strf("127.0.0.1:%d (a loopback address)", port)) != NULL, "redirect: %s", err);
+	struct pollfd p = { lfd, POLLIN, 0 };
+	TH_CHECK(poll(&p, 1, 0) == 0, "the worker's service was never dialled");
+	/* Named exactly by the operator: reached (here: refused by nobody, the
+	 * listener accepts, the transfer then times out quickly). */
+	char *exact[] = { th_strf("127.0.0.1:%d", port) };
+	worker_bag_limits_t lim2 = { .reach = { .on = 1, .named = exact, .nnamed = 1, .own = &own }, .timeout_ms = 300 };
+	TH_CHECK(worker_ws_fetch_zip(th_strf("http://127.0.0.1:%d/bag.zip", port), dest2, &lim2, &reject, err,
+	                             sizeof(err)) == -1);
+	TH_CHECK(strstr(err, "timed out") != NULL, "named: connected, then %s", err);
+	TH_CHECK(th_streq(list_dir(dest2), ""), "extracted: %s", list_dir(dest2));
+	rn_netaddr_set_free(&own);
+	close(lfd);
+	dev_stub_stop(stub);
+}
+
 int main(void)
 {
 	th_init("stages_workspace");
@@ -634,6 +711,7 @@ int main(void)
 	test_subdirs();
 	test_recycle();
 	test_fetch();
+	test_fetch_reach();
 	curl_global_cleanup();
 	return th_done();
 }
