@@ -19,6 +19,11 @@
  * (::ffff:a.b.c.d), NAT64 (64:ff9b::/96) and 6to4 (2002::/16) addresses
  * are judged by the IPv4 address they carry.
  *
+ * Users: the egress proxy (worker/egress.c, its own connect loop) and
+ * libcurl transfers to a run's URLs through worker_httpc_reach
+ * (worker/httpc.h: an open-socket callback, so redirects are checked
+ * too); a new client of run-supplied hosts takes one of those two.
+ *
  * Pure functions and a set the caller owns; no thread of its own.  The
  * set is filled once (main thread, at start) and read-only afterwards.
  */
