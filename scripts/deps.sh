@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake pkg-config clang-14 libclang-rt-14-dev clang-format-14
   librdkafka-dev libhiredis-dev libcurl4-openssl-dev libarchive-dev
-  libsodium-dev libjansson-dev libevent-dev
+  libsodium-dev libjansson-dev libevent-dev libseccomp-dev
   redis-server redis-tools bubblewrap kcat curl zip unzip procps
   chromium
 )

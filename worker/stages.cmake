@@ -4,6 +4,7 @@ add_library(runnel_worker_stages STATIC
   ${CMAKE_CURRENT_LIST_DIR}/bootstrap.c
   ${CMAKE_CURRENT_LIST_DIR}/workspace.c
   ${CMAKE_CURRENT_LIST_DIR}/sandbox.c
+  ${CMAKE_CURRENT_LIST_DIR}/seccomp.c
   ${CMAKE_CURRENT_LIST_DIR}/warm.c
   ${CMAKE_CURRENT_LIST_DIR}/reaper.c
   ${CMAKE_CURRENT_LIST_DIR}/writeback.c
@@ -14,7 +15,7 @@ add_library(runnel_worker_stages STATIC
   ${CMAKE_CURRENT_LIST_DIR}/egress.c)
 target_include_directories(runnel_worker_stages PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(runnel_worker_stages PUBLIC runnel_proto runnel_common
-  PkgConfig::CURL PkgConfig::ARCHIVE PkgConfig::JANSSON Threads::Threads m)
+  PkgConfig::CURL PkgConfig::ARCHIVE PkgConfig::JANSSON PkgConfig::SECCOMP Threads::Threads m)
 
 # The sandbox's end of the allowlist egress proxy; found next to runnel-worker.
 add_executable(runnel-egress-bridge ${CMAKE_CURRENT_LIST_DIR}/egress_bridge.c)
