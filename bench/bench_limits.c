@@ -50,6 +50,7 @@ static int64_t sandbox_true(const char *ws, const int *cg_fds, int ncg,
 	char *envp[] = { "PATH=/usr/bin:/bin", NULL };
 	worker_sandbox_spec_t spec = {
 		.driver = WORKER_SANDBOX_BWRAP,
+		.init_path = RUNNEL_TEST_SANDBOX_INIT,
 		.workspace_dir = ws,
 		.argv = argv,
 		.envp = envp,
@@ -88,7 +89,8 @@ int main(int argc, char **argv)
 	snprintf(meta, sizeof(meta), "%s/meta", dir);
 	snprintf(sock, sizeof(sock), "%s/egress.sock", meta);
 	mkdir(ws, 0755);
-	mkdir(meta, 0700);
+	mkdir(meta, 0711); /* a root run's bwrap (the sandbox's uid) binds the socket */
+	chmod(dir, 0711);
 	/* runnel-egress-bridge sits next to this program's build tree. */
 	char self[4096];
 	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);

@@ -241,6 +241,7 @@ static void floor_start(fslot_t *s, const char *id)
 	floor_env[3] = NULL;
 	worker_sandbox_spec_t spec = {
 		.driver = WORKER_SANDBOX_BWRAP,
+		.init_path = RUNNEL_TEST_SANDBOX_INIT,
 		.workspace_dir = s->dir,
 		.argv = argv,
 		.envp = floor_env,

@@ -5,6 +5,8 @@
 if(TARGET runnel_worker_stages)
   add_executable(bench_limits ${CMAKE_CURRENT_LIST_DIR}/bench_limits.c)
   target_link_libraries(bench_limits PRIVATE runnel_worker_stages)
+  target_compile_definitions(bench_limits PRIVATE RUNNEL_TEST_SANDBOX_INIT="$<TARGET_FILE:runnel-warm-init>")
+  add_dependencies(bench_limits runnel-warm-init)
   if(TARGET runnel-egress-bridge)
     add_dependencies(bench_limits runnel-egress-bridge)
   endif()

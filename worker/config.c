@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "proto/keys.h"
 
-#define OPTS_N 44
+#define OPTS_N 46
 
 void worker_config_wipe_env(const char *name)
 {
@@ -80,7 +80,10 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		{ "egress-bridge", 0, "RUNNEL_EGRESS_BRIDGE", RN_OPT_STR, &c->egress_bridge, NULL, "PATH", "runnel-egress-bridge binary (default: next to runnel-worker)", 0, 0 },
 		/* Warm sandboxes (worker/warm.h). */
 		{ "warm", 0, "RUNNEL_WARM", RN_OPT_INT, &c->warm, "-1", "N", "warm sandboxes kept ready (-1: a quarter of the slots, at least 1; 0: off)", -1, 256 },
-		{ "warm-init", 0, "RUNNEL_WARM_INIT", RN_OPT_STR, &c->warm_init, NULL, "PATH", "runnel-warm-init binary (default: next to runnel-worker)", 0, 0 },
+		{ "warm-init", 0, "RUNNEL_WARM_INIT", RN_OPT_STR, &c->warm_init, NULL, "PATH", "runnel-warm-init binary, every bwrap sandbox's first program (default: next to runnel-worker)", 0, 0 },
+		/* A root worker's sandboxes never hold the host's uid 0 (docs/sandbox.md). */
+		{ "sandbox-uid", 0, "RUNNEL_SANDBOX_UID", RN_OPT_INT, &c->sandbox_uid, "65534", "UID", "host uid bwrap and the sandbox run as when the worker is root", 1, 4294967294L },
+		{ "sandbox-gid", 0, "RUNNEL_SANDBOX_GID", RN_OPT_INT, &c->sandbox_gid, "65534", "GID", "host gid bwrap and the sandbox run as when the worker is root", 1, 4294967294L },
 		RN_OPT_END,
 	};
 	_Static_assert(sizeof(t) / sizeof(t[0]) == OPTS_N, "OPTS_N must match the table");
@@ -461,7 +464,14 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 	                 "RUNNEL_WARM_INIT/--warm-init", errstr, errstr_size) < 0)
 		return -1;
 	if (!c->warm_init_path[0])
-		c->warm = 0; /* no init next to us: every run starts cold */
+		c->warm = 0;
+	/* Every bwrap sandbox starts with the init: the run's environment
+	 * reaches the agent through it, never through bwrap. */
+	if (c->driver == WORKER_SANDBOX_BWRAP && !c->warm_init_path[0]) {
+		snprintf(errstr, errstr_size, "runnel-warm-init not found (RUNNEL_WARM_INIT/--warm-init): "
+		                              "the bwrap sandbox needs it");
+		return -1;
+	}
 
 	/* The job key: environment only, removed once read. */
 	const char *hex = getenv("RUNNEL_JOB_KEY");

@@ -69,6 +69,7 @@ typedef struct worker_config {
 	char *egress_bridge;
 	long warm; /* warm sandboxes; -1 until derived */
 	char *warm_init;
+	long sandbox_uid, sandbox_gid; /* host ids of a root worker's sandboxes */
 
 	/* Derived. */
 	rn_redis_url_t redis; /* holds the password: never log */

@@ -941,6 +941,8 @@ int main(int argc, char **argv)
 			.share_net = w->cfg.share_net,
 			.rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE,
 			.tmp_mb = w->cfg.run_tmp_mb,
+			.uid = w->cfg.sandbox_uid,
+			.gid = w->cfg.sandbox_gid,
 			.limits = &w->cfg.limits,
 		};
 		w->ctx.warm = worker_warm_pool_new(&wo, err, sizeof(err));

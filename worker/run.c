@@ -558,8 +558,15 @@ static int env_set(rn_strv_t *e, const char *name, const char *value)
 	return rn_strv_setenv(e, name, value);
 }
 
-/* The sandbox's whole environment: /env variables, then what runnel sets. */
-static int build_env(const worker_run_t *run, const worker_boot_t *boot,
+/*
+ * The sandbox's whole environment: /env variables, then what runnel sets.
+ * The loader's variables of /env are dropped with a `log` line each
+ * (worker_sandbox_env_refused): the environment reaches the agent inside
+ * the sandbox only, and these would still make every program there load
+ * or read what the run names; dropping them rather than failing the run
+ * keeps a run that set one by habit working.
+ */
+static int build_env(run_io_t *io, const worker_run_t *run, const worker_boot_t *boot,
                      const worker_agent_launch_t *launch, worker_ws_t *ws, rn_strv_t *e,
                      char *errstr, size_t errstr_size)
 {
@@ -579,6 +586,14 @@ static int build_env(const worker_run_t *run, const worker_boot_t *boot,
 		if (++count > RUN_ENV_MAX) {
 			snprintf(errstr, errstr_size, "/env has more than %d variables", RUN_ENV_MAX);
 			return -1;
+		}
+		if (worker_sandbox_env_refused(k)) {
+			char note[160];
+			snprintf(note, sizeof(note), "the /env variable %.64s is not passed to the agent "
+			                             "(loader and libc variables never are)",
+			         k);
+			guard_note("warn", note, io);
+			continue;
 		}
 		if (env_set(e, k, json_string_value(v)) < 0)
 			goto oom;
@@ -885,7 +900,7 @@ static stage_t stage_agent(run_io_t *io)
 	io->launch.share_net = io->cfg->share_net;
 	if (io->ops->prepare(actx, &io->launch, &io->astate, err, sizeof(err)) < 0)
 		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent cannot be started: %s", err);
-	if (build_env(run, &io->boot, &io->launch, &io->ws, &io->envv, err, sizeof(err)) < 0)
+	if (build_env(io, run, &io->boot, &io->launch, &io->ws, &io->envv, err, sizeof(err)) < 0)
 		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent's environment cannot be built: %s", err);
 	return STAGE_NEXT;
 }
@@ -906,6 +921,9 @@ static void sandbox_spec(run_io_t *io, worker_sandbox_spec_t *spec)
 	spec->ro_binds = io->launch.ro_binds.n ? io->launch.ro_binds.v : NULL;
 	spec->share_net = io->launch.share_net;
 	spec->rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE;
+	spec->init_path = cfg->warm_init_path[0] ? cfg->warm_init_path : NULL;
+	spec->uid = cfg->sandbox_uid;
+	spec->gid = cfg->sandbox_gid;
 	worker_guard_sandbox_spec(io->guard, spec);
 }
 

@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -31,14 +33,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "common/sandbox_layout.h"
 #include "common/strv.h"
 #include "common/util.h"
 #include "worker/egress.h"
+#include "worker/seccomp.h"
 
 #define ARGV_MAX            4096 /* entries in bwrap's argv */
-#define SANDBOX_INFO_FD     4    /* bwrap's --info-fd in the child */
+#define SANDBOX_INFO_FD     4    /* bwrap's --info-fd in the child; its other fds follow */
 #define SANDBOX_INFO_FD_STR "4"
+#define SANDBOX_FDS_MAX     40         /* fds handed to bwrap: info, seccomp, one per bind */
+#define LAUNCH_SETUP_MAX    (8u << 20) /* matches runnel-warm-init's string cap */
 #define SANDBOX_HOME        RN_SANDBOX_HOME
 #define SANDBOX_WS          RN_SANDBOX_WORKSPACE
 #define SANDBOX_SKILLS      RN_SANDBOX_SKILLS
@@ -103,6 +109,7 @@ enum child_stage {
 	STAGE_CHDIR,
 	STAGE_EXEC,
 	STAGE_CGROUP,
+	STAGE_IDS,
 };
 
 struct child_report {
@@ -239,6 +246,98 @@ static void add_host_root(strv_t *a)
 }
 
 /* ------------------------------------------------------------------------
+ * The run's environment and ids
+ * ------------------------------------------------------------------------ */
+
+/*
+ * glibc's unsecure-envvars list (what the loader drops for setuid
+ * programs) and every LD_* name: each makes a program load code (LD_PRELOAD,
+ * LD_AUDIT, GCONV_PATH...), read files it names (LOCPATH, NLSPATH, TZDIR,
+ * HOSTALIASES...) or write them (LD_DEBUG_OUTPUT, MALLOC_TRACE).  TMPDIR,
+ * LOCALDOMAIN and RES_OPTIONS stay: they name a directory or resolver
+ * options, load nothing, and jobs set them.
+ */
+static const char *const refused_env[] = {
+	"GCONV_PATH",
+	"GETCONF_DIR",
+	"GLIBC_TUNABLES",
+	"HOSTALIASES",
+	"LOCPATH",
+	"MALLOC_TRACE",
+	"NIS_PATH",
+	"NLSPATH",
+	"RESOLV_HOST_CONF",
+	"TZDIR",
+	"MALLOC_CHECK_",
+	"MALLOC_ARENA_MAX",
+	"MALLOC_MMAP_MAX_",
+	"MALLOC_PERTURB_",
+	"MALLOC_TOP_PAD_",
+	"MALLOC_MMAP_THRESHOLD_",
+	"MALLOC_TRIM_THRESHOLD_",
+};
+
+int worker_sandbox_env_refused(const char *name)
+{
+	size_t n = strcspn(name, "=");
+	if (n >= 3 && !strncmp(name, "LD_", 3))
+		return 1;
+	for (size_t i = 0; i < sizeof(refused_env) / sizeof(refused_env[0]); i++)
+		if (strlen(refused_env[i]) == n && !strncmp(name, refused_env[i], n))
+			return 1;
+	return 0;
+}
+
+int worker_sandbox_ids(const worker_sandbox_spec_t *spec, uid_t *uid, gid_t *gid)
+{
+	if (geteuid() != 0) {
+		*uid = geteuid();
+		*gid = getegid();
+		return 0;
+	}
+	*uid = (uid_t)(spec->uid > 0 ? spec->uid : WORKER_SANDBOX_ID_DEFAULT);
+	*gid = (gid_t)(spec->gid > 0 ? spec->gid : WORKER_SANDBOX_ID_DEFAULT);
+	return 1;
+}
+
+static uid_t chown_uid;
+static gid_t chown_gid;
+static pthread_mutex_t chown_mu = PTHREAD_MUTEX_INITIALIZER; /* nftw has no argument */
+
+static int chown_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)type;
+	(void)ftw;
+	/* A file with a second name could be a link to something outside
+	 * (a tree without its own tmpfs shares the host's filesystem): left
+	 * alone, readable but not writable inside. */
+	if (!S_ISDIR(st->st_mode) && !S_ISLNK(st->st_mode) && st->st_nlink > 1)
+		return 0;
+	if (st->st_uid != chown_uid || st->st_gid != chown_gid)
+		lchown(path, chown_uid, chown_gid);
+	return 0;
+}
+
+/*
+ * Gives dir's tree to the sandbox's ids, before anything of the run runs
+ * (the worker wrote it as root: the bag, the workspace's files).  lchown,
+ * no symlink followed, no other filesystem entered.  0 or -1 (errno).
+ */
+static int hand_over(const char *dir, uid_t uid, gid_t gid)
+{
+	pthread_mutex_lock(&chown_mu);
+	chown_uid = uid;
+	chown_gid = gid;
+	int rc = nftw(dir, chown_one, 16, FTW_PHYS | FTW_MOUNT);
+	pthread_mutex_unlock(&chown_mu);
+	/* The run directory above is only searchable by others; the tree
+	 * itself is the sandbox's alone. */
+	if (rc == 0)
+		rc = chmod(dir, 0700);
+	return rc;
+}
+
+/* ------------------------------------------------------------------------
  * Limits and egress (see worker/limits.h): tmpfs sizes, the egress bridge
  * and its environment.  Kept apart from the rest of the command line.
  * ------------------------------------------------------------------------ */
@@ -253,6 +352,38 @@ static void add_sized_tmpfs(const worker_sandbox_spec_t *spec, strv_t *a, const 
 		strv_push3(a, "--size", size, NULL);
 	}
 	strv_push3(a, "--tmpfs", path, NULL);
+}
+
+/* The fds bwrap gets (--info-fd, --seccomp, --args): they sit at
+ * SANDBOX_INFO_FD and up in the child, in the order added. */
+typedef struct fdmap {
+	int fd[SANDBOX_FDS_MAX]; /* ours (O_CLOEXEC), closed by fdmap_free */
+	int n;
+	int bad; /* errno of the first failure */
+} fdmap_t;
+
+/* Adds fd (taken over) and returns its number in the child as a string in
+ * num; -1 when full. */
+static int fdmap_add(fdmap_t *m, int fd, char num[16])
+{
+	if (fd < 0 || m->n >= SANDBOX_FDS_MAX) {
+		if (fd >= 0)
+			close(fd);
+		if (!m->bad)
+			m->bad = fd < 0 ? errno : EMFILE;
+		return -1;
+	}
+	m->fd[m->n] = fd;
+	snprintf(num, 16, "%d", SANDBOX_INFO_FD + m->n);
+	m->n++;
+	return 0;
+}
+
+static void fdmap_free(fdmap_t *m)
+{
+	for (int i = 0; i < m->n; i++)
+		close(m->fd[i]);
+	m->n = 0;
 }
 
 /* The bridge binary and the proxy socket, read-only (connecting to a unix
@@ -299,7 +430,7 @@ static int is_proxy_var(const char *e)
 /* envp plus the proxy variables (the run's own proxy settings dropped: the
  * bridge is the only way out, and NO_PROXY would only send a client to a
  * dead end). */
-static void build_egress_env(const worker_sandbox_spec_t *spec, char *const *envp, strv_t *out)
+static void build_egress_env(char *const *envp, strv_t *out)
 {
 	for (size_t i = 0; envp && envp[i]; i++)
 		if (!is_proxy_var(envp[i]))
@@ -314,13 +445,24 @@ static void build_egress_env(const worker_sandbox_spec_t *spec, char *const *env
 	}
 	/* Node.js reads the proxy variables only when told to (24 and later). */
 	strv_push(out, "NODE_USE_ENV_PROXY=1");
-	(void)spec;
 }
 
-static int build_bwrap_argv(const worker_sandbox_spec_t *spec, const char *bwrap,
-                            strv_t *a, char *errstr, size_t errstr_size)
+/* /proc/sysrq-trigger exists only on kernels built with it. */
+static int have_sysrq(void)
 {
-	strv_push(a, bwrap);
+	return access("/proc/sysrq-trigger", F_OK) == 0;
+}
+
+/*
+ * bwrap's options, for its --args fd: a's entries go to bwrap through a
+ * memfd, never on its command line, which every local user and the
+ * sandbox itself (/proc/1/cmdline) can read; the host's work paths and
+ * warm sandboxes' names stay out of sight.
+ */
+static int build_bwrap_opts(const worker_sandbox_spec_t *spec, fdmap_t *m, strv_t *a,
+                            char *errstr, size_t errstr_size)
+{
+	char num[16];
 	/*
 	 * New user namespace (no privilege needed, and capabilities there mean
 	 * nothing outside), pid (the agent sees only its own processes and the
@@ -333,10 +475,19 @@ static int build_bwrap_argv(const worker_sandbox_spec_t *spec, const char *bwrap
 	strv_push(a, "--unshare-cgroup-try");
 	if (!spec->share_net)
 		strv_push(a, "--unshare-net");
+	/* No user namespace inside: a nested one would give the job every
+	 * capability over fresh mount and network namespaces, the surface of
+	 * most kernel privilege escalations.  The filter refuses the call too. */
+	strv_push(a, "--disable-userns");
 	strv_push(a, "--die-with-parent");
 	/* bwrap writes the sandbox's pid here once its namespaces exist
-	 * (worker_sandbox_wait_cloned). */
+	 * (worker_sandbox_wait_cloned): the caller's info pipe, first in m. */
 	strv_push3(a, "--info-fd", SANDBOX_INFO_FD_STR, NULL);
+	int sfd = worker_seccomp_fd(errstr, errstr_size);
+	if (sfd < 0)
+		return -1;
+	if (fdmap_add(m, sfd, num) == 0)
+		strv_push3(a, "--seccomp", num, NULL);
 	/* bwrap keeps every capability for uid 0 in the sandbox by default. */
 	strv_push3(a, "--cap-drop", "ALL", NULL);
 	strv_push3(a, "--uid", "0", NULL);
@@ -349,6 +500,15 @@ static int build_bwrap_argv(const worker_sandbox_spec_t *spec, const char *bwrap
 		add_host_root(a);
 
 	strv_push3(a, "--proc", "/proc", NULL);
+	/*
+	 * Kernel knobs read-only, whoever the sandbox's uid is (bwrap covers
+	 * them only when it could write them itself).  The source is the
+	 * host's procfs: the same files, each answering for the namespaces
+	 * of the process that opens it.
+	 */
+	strv_push3(a, "--ro-bind", "/proc/sys", "/proc/sys");
+	if (have_sysrq())
+		strv_push3(a, "--ro-bind", "/proc/sysrq-trigger", "/proc/sysrq-trigger");
 	strv_push3(a, "--dev", "/dev", NULL);
 	add_sized_tmpfs(spec, a, "/tmp");
 	add_sized_tmpfs(spec, a, "/run");
@@ -356,8 +516,7 @@ static int build_bwrap_argv(const worker_sandbox_spec_t *spec, const char *bwrap
 	strv_push3(a, "--bind", spec->workspace_dir, SANDBOX_WS);
 	if (spec->skills_dir)
 		strv_push3(a, "--ro-bind", spec->skills_dir, SANDBOX_SKILLS);
-	if (spec->setup_script)
-		strv_push3(a, "--ro-bind", spec->setup_script, SANDBOX_SETUP);
+	strv_push3(a, "--ro-bind", spec->init_path, RN_SANDBOX_WARM_INIT);
 	for (size_t i = 0; spec->ro_binds && spec->ro_binds[i]; i++) {
 		const char *b = spec->ro_binds[i];
 		const char *colon = strchr(b, ':');
@@ -376,8 +535,29 @@ static int build_bwrap_argv(const worker_sandbox_spec_t *spec, const char *bwrap
 	}
 	add_egress_binds(spec, a);
 	strv_push3(a, "--chdir", SANDBOX_WS, NULL);
-	strv_push(a, "--");
+	if (m->bad) {
+		snprintf(errstr, errstr_size, "sandbox: cannot pass bwrap its fds: %s", strerror(m->bad));
+		return -1;
+	}
 	return 0;
+}
+
+/* opts, NUL-separated, in a new memfd at offset 0 (bwrap's --args); -1. */
+static int opts_fd(const strv_t *opts)
+{
+	int fd = memfd_create("runnel-bwrap-args", MFD_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	for (size_t i = 0; i < opts->n; i++)
+		if (rn_write_all(fd, opts->v[i], strlen(opts->v[i]) + 1, 0) != 0) {
+			close(fd);
+			return -1;
+		}
+	if (lseek(fd, 0, SEEK_SET) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
 }
 
 static void add_agent_argv(const worker_sandbox_spec_t *spec, const char *setup_path,
@@ -402,7 +582,8 @@ struct child_plan {
 	int no_new_privs;
 	pid_t parent;
 	int in_r, out_w, err_w, rep_w;
-	int info_w;  /* bwrap's --info-fd, as fd 4 in the child; -1: none */
+	const int *keep; /* placed at SANDBOX_INFO_FD and up, in order (bwrap's fds) */
+	int nkeep;
 	long max_fd; /* fallback when close_range() is missing */
 	struct {
 		int res;
@@ -411,6 +592,9 @@ struct child_plan {
 	int nrl;
 	const int *cg_fds; /* cgroup.procs files to enter first */
 	int ncg;
+	int drop_ids; /* become uid/gid (raw system calls) before exec */
+	uid_t uid;
+	gid_t gid;
 };
 
 static void child_fail(int rep_fd, int stage) __attribute__((noreturn));
@@ -422,6 +606,15 @@ static void child_fail(int rep_fd, int stage)
 		n = write(rep_fd, &r, sizeof(r));
 	} while (n < 0 && errno == EINTR);
 	_exit(127);
+}
+
+/* PR_SET_PDEATHSIG, and a check that the worker did not die before it. */
+static void child_pdeathsig(const struct child_plan *p, int rep)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
+		child_fail(rep, STAGE_SESSION);
+	if (getppid() != p->parent)
+		_exit(127);
 }
 
 /* Runs in the forked child: async-signal-safe calls only. */
@@ -437,16 +630,18 @@ static void child_exec(const struct child_plan *p)
 		if (write(p->cg_fds[i], "0", 1) != 1)
 			child_fail(p->rep_w, STAGE_CGROUP);
 
-	/* Move our four fds out of the way of 0..3 before dup2 over them. */
-	int in_r = fcntl(p->in_r, F_DUPFD_CLOEXEC, 10);
-	int out_w = fcntl(p->out_w, F_DUPFD_CLOEXEC, 10);
-	int err_w = fcntl(p->err_w, F_DUPFD_CLOEXEC, 10);
-	int rep = fcntl(p->rep_w, F_DUPFD_CLOEXEC, 10);
-	int info = p->info_w >= 0 ? fcntl(p->info_w, F_DUPFD_CLOEXEC, 10) : -1;
+	/* Move our fds above every number they go to before dup2 over them. */
+	const int high = SANDBOX_INFO_FD + SANDBOX_FDS_MAX + 4;
+	int in_r = fcntl(p->in_r, F_DUPFD_CLOEXEC, high);
+	int out_w = fcntl(p->out_w, F_DUPFD_CLOEXEC, high);
+	int err_w = fcntl(p->err_w, F_DUPFD_CLOEXEC, high);
+	int rep = fcntl(p->rep_w, F_DUPFD_CLOEXEC, high);
 	if (rep < 0)
 		child_fail(p->rep_w, STAGE_FDS);
-	if (p->info_w >= 0 && info < 0)
-		child_fail(rep, STAGE_FDS);
+	int keep[SANDBOX_FDS_MAX];
+	for (int i = 0; i < p->nkeep; i++)
+		if ((keep[i] = fcntl(p->keep[i], F_DUPFD_CLOEXEC, high)) < 0)
+			child_fail(rep, STAGE_FDS);
 	if (in_r < 0 || out_w < 0 || err_w < 0)
 		child_fail(rep, STAGE_FDS);
 	if (dup2(in_r, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
@@ -454,9 +649,10 @@ static void child_exec(const struct child_plan *p)
 	if (dup3(rep, 3, O_CLOEXEC) < 0)
 		child_fail(rep, STAGE_FDS);
 	rep = 3;
-	if (info >= 0 && dup2(info, SANDBOX_INFO_FD) < 0) /* kept across execve */
-		child_fail(rep, STAGE_FDS);
-	unsigned first = info >= 0 ? SANDBOX_INFO_FD + 1 : SANDBOX_INFO_FD;
+	for (int i = 0; i < p->nkeep; i++) /* kept across execve */
+		if (dup2(keep[i], SANDBOX_INFO_FD + i) < 0)
+			child_fail(rep, STAGE_FDS);
+	unsigned first = (unsigned)(SANDBOX_INFO_FD + p->nkeep);
 	if (syscall(SYS_close_range, first, ~0U, 0U) != 0)
 		for (long fd = first; fd < p->max_fd; fd++)
 			close((int)fd);
@@ -466,10 +662,7 @@ static void child_exec(const struct child_plan *p)
 	 * children).  The death signal follows the forking thread, so the
 	 * caller keeps that thread alive while the sandbox runs.
 	 */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
-		child_fail(rep, STAGE_SESSION);
-	if (getppid() != p->parent)
-		_exit(127);
+	child_pdeathsig(p, rep);
 	/*
 	 * A new session: its own process group (so the worker can signal the
 	 * whole tree with one kill) and no controlling terminal (so nothing
@@ -495,6 +688,21 @@ static void child_exec(const struct child_plan *p)
 		struct rlimit rl = { p->rl[i].val, p->rl[i].val };
 		if (setrlimit(p->rl[i].res, &rl) != 0)
 			child_fail(rep, STAGE_RLIMIT);
+	}
+	/*
+	 * A root worker's sandbox: bwrap runs as the unprivileged ids, so the
+	 * user namespace it makes maps the sandbox's uid 0 onto them and no
+	 * process of the run is ever the host's root.  Raw system calls: libc's
+	 * setuid() would signal the worker's other threads (its set*id
+	 * broadcast) from this vfork child.  Groups first, uid last.
+	 */
+	if (p->drop_ids) {
+		if (syscall(SYS_setgroups, 0, NULL) != 0 ||
+		    syscall(SYS_setresgid, p->gid, p->gid, p->gid) != 0 ||
+		    syscall(SYS_setresuid, p->uid, p->uid, p->uid) != 0)
+			child_fail(rep, STAGE_IDS);
+		/* A change of credentials clears the death signal. */
+		child_pdeathsig(p, rep);
 	}
 	if (p->chdir_to && chdir(p->chdir_to) != 0)
 		child_fail(rep, STAGE_CHDIR);
@@ -529,15 +737,184 @@ static void close_fd(int *fd)
 	}
 }
 
-int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb,
-                         char *errstr, size_t errstr_size)
+/* ------------------------------------------------------------------------
+ * The launch message (runnel-warm-init reads it; see worker/warm_init.c)
+ * ------------------------------------------------------------------------ */
+
+/* A growable message buffer with a cap; wiped whenever it moves. */
+typedef struct msg {
+	unsigned char *p;
+	size_t len, cap;
+	int bad;
+} msg_t;
+
+static void msg_put(msg_t *m, const void *data, size_t n)
+{
+	if (m->bad)
+		return;
+	if (m->len + n > m->cap) {
+		size_t nc = m->cap ? m->cap : 4096;
+		while (nc < m->len + n)
+			nc *= 2;
+		unsigned char *np = malloc(nc);
+		if (!np) {
+			m->bad = 1;
+			return;
+		}
+		if (m->p) {
+			memcpy(np, m->p, m->len);
+			explicit_bzero(m->p, m->cap);
+			free(m->p);
+		}
+		m->p = np;
+		m->cap = nc;
+	}
+	memcpy(m->p + m->len, data, n);
+	m->len += n;
+}
+
+static void msg_u32(msg_t *m, size_t v)
+{
+	if (v > UINT32_MAX) {
+		m->bad = 1;
+		return;
+	}
+	unsigned char b[4] = { (unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+		               (unsigned char)(v >> 24) };
+	msg_put(m, b, 4);
+}
+
+static void msg_str(msg_t *m, const char *s, size_t n)
+{
+	msg_u32(m, n);
+	msg_put(m, s, n);
+}
+
+/* Reads the host's setup script (small: /env's answer is capped).  It
+ * carries secrets: no copy is left behind in freed memory. */
+static char *read_setup(const char *path, size_t *len, char *errstr, size_t errstr_size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	char *buf = fd >= 0 ? rn_read_alloc(fd, LAUNCH_SETUP_MAX, len, RN_IO_WIPE) : NULL;
+	int e = errno;
+	if (fd >= 0)
+		close(fd);
+	if (!buf && e == EFBIG)
+		snprintf(errstr, errstr_size, "the setup script is larger than %u bytes", LAUNCH_SETUP_MAX);
+	else if (!buf)
+		snprintf(errstr, errstr_size, "cannot read the setup script: %s", strerror(e));
+	return buf;
+}
+
+/* "RNW1" argc {argv} envc {envp} setup: see worker/warm_init.c. */
+static int build_launch(const worker_sandbox_spec_t *spec, msg_t *m, char *errstr, size_t errstr_size)
+{
+	char *setup = NULL;
+	size_t setup_len = 0;
+	if (spec->setup_script) {
+		setup = read_setup(spec->setup_script, &setup_len, errstr, errstr_size);
+		if (!setup)
+			return -1;
+	}
+	strv_t egress_env = { 0 };
+	char *const *envp = spec->envp;
+	if (spec->egress_bridge && spec->egress_socket) {
+		build_egress_env(spec->envp, &egress_env);
+		envp = egress_env.v;
+		if (egress_env.oom)
+			m->bad = 1;
+	}
+	msg_put(m, "RNW1", 4);
+	size_t argc = 0;
+	while (spec->argv[argc])
+		argc++;
+	/* The setup wrapper: its script is written inside by the init. */
+	msg_u32(m, argc + (setup ? 4 : 0));
+	if (setup) {
+		msg_str(m, "/bin/sh", 7);
+		msg_str(m, "-c", 2);
+		msg_str(m, SETUP_WRAPPER, strlen(SETUP_WRAPPER));
+		msg_str(m, SANDBOX_SETUP, strlen(SANDBOX_SETUP));
+	}
+	for (size_t i = 0; i < argc; i++)
+		msg_str(m, spec->argv[i], strlen(spec->argv[i]));
+	size_t envc = 0;
+	while (envp && envp[envc])
+		envc++;
+	msg_u32(m, envc);
+	for (size_t i = 0; i < envc; i++)
+		msg_str(m, envp[i], strlen(envp[i]));
+	msg_str(m, setup ? setup : "", setup_len);
+	if (setup) {
+		explicit_bzero(setup, setup_len);
+		free(setup);
+	}
+	for (size_t i = 0; i < egress_env.n; i++)
+		explicit_bzero(egress_env.v[i], strlen(egress_env.v[i]));
+	rn_strv_free(&egress_env);
+	if (m->bad) {
+		snprintf(errstr, errstr_size, "sandbox: out of memory building the launch message");
+		return -1;
+	}
+	return 0;
+}
+
+int worker_sandbox_launch(worker_sandbox_t *sb, const worker_sandbox_spec_t *spec,
+                          char *errstr, size_t errstr_size)
+{
+	if (!spec->argv || !spec->argv[0]) {
+		snprintf(errstr, errstr_size, "sandbox: no agent command");
+		return -1;
+	}
+	/* The workspace (and skills) belong to the sandbox's ids before
+	 * anything of the run runs: the init waits for this message. */
+	uid_t uid;
+	gid_t gid;
+	if (worker_sandbox_ids(spec, &uid, &gid) &&
+	    ((spec->workspace_dir && hand_over(spec->workspace_dir, uid, gid) != 0) ||
+	     (spec->skills_dir && hand_over(spec->skills_dir, uid, gid) != 0))) {
+		snprintf(errstr, errstr_size, "sandbox: cannot hand the workspace to uid %ld: %s", (long)uid,
+		         strerror(errno));
+		return -1;
+	}
+	msg_t m = { 0 };
+	int rc = build_launch(spec, &m, errstr, errstr_size);
+	if (rc == 0) {
+		/* Blocking write: the init reads it all before anything else. */
+		size_t off = 0;
+		while (off < m.len) {
+			ssize_t n = write(sb->stdin_fd, m.p + off, m.len - off);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break;
+			off += (size_t)n;
+		}
+		if (off != m.len) {
+			snprintf(errstr, errstr_size, "the sandbox is gone");
+			rc = -1;
+		}
+	}
+	if (m.p) {
+		explicit_bzero(m.p, m.cap);
+		free(m.p);
+	}
+	return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Starting
+ * ------------------------------------------------------------------------ */
+
+static int spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb, char *errstr,
+                 size_t errstr_size)
 {
 	memset(sb, 0, sizeof(*sb));
 	sb->pid = -1;
 	sb->driver = spec->driver;
 	sb->stdin_fd = sb->stdout_fd = sb->stderr_fd = sb->info_fd = -1;
 
-	if (!spec->argv || !spec->argv[0]) {
+	if (spec->driver == WORKER_SANDBOX_PROCESS && (!spec->argv || !spec->argv[0])) {
 		snprintf(errstr, errstr_size, "sandbox: no agent command");
 		return -1;
 	}
@@ -546,42 +923,65 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 		return -1;
 	}
 
+	/* bwrap's own environment: empty, nothing of the run's (the loader of
+	 * a host process reads it); the init's path is absolute. */
 	static char *const empty_env[] = { NULL };
+	static char *const *const bwrap_env = empty_env;
 	char *const *envp = spec->envp ? spec->envp : empty_env;
 	char exec_path[PATH_MAX];
 	strv_t args = { 0 };
-	strv_t egress_env = { 0 };
+	fdmap_t fds = { .n = 0 };
 	struct child_plan plan;
 	memset(&plan, 0, sizeof(plan));
+	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 }, rep[2] = { -1, -1 };
+	int info[2] = { -1, -1 };
 
 	if (spec->driver == WORKER_SANDBOX_BWRAP) {
+		if (!spec->init_path) {
+			snprintf(errstr, errstr_size, "sandbox: no runnel-warm-init for the sandbox");
+			return -1;
+		}
 		const char *bw = spec->bwrap_path ? spec->bwrap_path : "bwrap";
 		if (resolve_exec(bw, getenv("PATH"), exec_path, sizeof(exec_path)) != 0) {
 			snprintf(errstr, errstr_size, "cannot exec bwrap: %s", strerror(errno));
 			return -1;
 		}
-		if (build_bwrap_argv(spec, exec_path, &args, errstr, errstr_size) != 0) {
-			rn_strv_free(&args);
+		char num[16];
+		if (pipe2(info, O_CLOEXEC) != 0) {
+			snprintf(errstr, errstr_size, "sandbox: pipe: %s", strerror(errno));
 			return -1;
 		}
-		add_egress_argv(spec, &args);
-		add_agent_argv(spec, spec->setup_script ? SANDBOX_SETUP : NULL, &args);
-		if (spec->egress_bridge && spec->egress_socket) {
-			build_egress_env(spec, envp, &egress_env);
-			if (egress_env.oom) {
-				rn_strv_free(&args);
-				rn_strv_free(&egress_env);
-				snprintf(errstr, errstr_size, "sandbox: out of memory building the environment");
-				return -1;
-			}
-			envp = egress_env.v;
+		fdmap_add(&fds, info[1], num); /* SANDBOX_INFO_FD: the map's first */
+		info[1] = -1;
+		strv_t opts = { 0 };
+		int orc = build_bwrap_opts(spec, &fds, &opts, errstr, errstr_size);
+		if (orc == 0 && opts.oom) {
+			snprintf(errstr, errstr_size, "sandbox: out of memory building the command line");
+			orc = -1;
 		}
-		/*
-		 * The agent's environment is bwrap's own environment, which bwrap
-		 * passes through: values never appear on a command line that
-		 * every local user can read in /proc/<pid>/cmdline.  No
-		 * NO_NEW_PRIVS here: a setuid bwrap must keep working.
-		 */
+		if (orc == 0 && fdmap_add(&fds, opts_fd(&opts), num) != 0) {
+			snprintf(errstr, errstr_size, "sandbox: cannot pass bwrap its options: %s", strerror(errno));
+			orc = -1;
+		}
+		rn_strv_free(&opts);
+		if (orc != 0)
+			goto fail;
+		strv_push(&args, exec_path);
+		strv_push3(&args, "--args", num, NULL);
+		strv_push(&args, "--");
+		add_egress_argv(spec, &args);
+		/* The init receives the rest over stdin (worker_sandbox_launch). */
+		strv_push(&args, RN_SANDBOX_WARM_INIT);
+		envp = bwrap_env;
+		plan.drop_ids = worker_sandbox_ids(spec, &plan.uid, &plan.gid);
+		/* The proxy's socket (0600): the sandbox's uid connects to it. */
+		if (plan.drop_ids && spec->egress_bridge && spec->egress_socket &&
+		    lchown(spec->egress_socket, plan.uid, plan.gid) != 0) {
+			snprintf(errstr, errstr_size, "sandbox: cannot hand the egress socket to uid %ld: %s",
+			         (long)plan.uid, strerror(errno));
+			goto fail;
+		}
+		/* No NO_NEW_PRIVS here: a setuid bwrap must keep working. */
 	} else if (spec->driver == WORKER_SANDBOX_PROCESS) {
 		const char *name = spec->setup_script ? "/bin/sh" : spec->argv[0];
 		if (resolve_exec(name, env_lookup(envp, "PATH"), exec_path, sizeof(exec_path)) != 0) {
@@ -596,10 +996,8 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 		return -1;
 	}
 	if (args.oom || !args.v) {
-		rn_strv_free(&args);
-		rn_strv_free(&egress_env);
 		snprintf(errstr, errstr_size, "sandbox: out of memory building the command line");
-		return -1;
+		goto fail;
 	}
 
 	add_rlimit(&plan, RLIMIT_NOFILE, spec->rlimit_nofile, 1);
@@ -607,11 +1005,8 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	add_rlimit(&plan, RLIMIT_AS, spec->rlimit_as_mb, 1024L * 1024L);
 	add_rlimit(&plan, RLIMIT_FSIZE, spec->rlimit_fsize_mb, 1024L * 1024L);
 
-	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 }, rep[2] = { -1, -1 };
-	int info[2] = { -1, -1 };
 	if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 ||
-	    pipe2(err, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0 ||
-	    (spec->driver == WORKER_SANDBOX_BWRAP && pipe2(info, O_CLOEXEC) != 0)) {
+	    pipe2(err, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0) {
 		snprintf(errstr, errstr_size, "sandbox: pipe: %s", strerror(errno));
 		goto fail;
 	}
@@ -630,7 +1025,8 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	plan.out_w = out[1];
 	plan.err_w = err[1];
 	plan.rep_w = rep[1];
-	plan.info_w = info[1];
+	plan.keep = fds.fd;
+	plan.nkeep = fds.n;
 	plan.cg_fds = spec->cgroup_fds;
 	plan.ncg = spec->cgroup_fds ? spec->ncgroup_fds : 0;
 
@@ -659,7 +1055,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	close_fd(&out[1]);
 	close_fd(&err[1]);
 	close_fd(&rep[1]);
-	close_fd(&info[1]);
+	fdmap_free(&fds); /* the info pipe's write end and the binds: bwrap's now */
 
 	struct child_report r;
 	size_t got = 0;
@@ -690,6 +1086,10 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 		case STAGE_CGROUP:
 			snprintf(errstr, errstr_size, "cannot enter the run's cgroup: %s", strerror(r.err));
 			break;
+		case STAGE_IDS:
+			snprintf(errstr, errstr_size, "cannot switch to the sandbox's uid %ld: %s",
+			         (long)plan.uid, strerror(r.err));
+			break;
 		default:
 			snprintf(errstr, errstr_size, "cannot start the sandbox: %s", strerror(r.err));
 			break;
@@ -698,7 +1098,6 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 	}
 
 	rn_strv_free(&args);
-	rn_strv_free(&egress_env);
 	/* Reads never block the run's loop; the write end of stdin does. */
 	fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
 	fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK);
@@ -712,7 +1111,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
 
 fail:
 	rn_strv_free(&args);
-	rn_strv_free(&egress_env);
+	fdmap_free(&fds);
 	close_fd(&in[0]);
 	close_fd(&in[1]);
 	close_fd(&out[0]);
@@ -723,6 +1122,45 @@ fail:
 	close_fd(&rep[1]);
 	close_fd(&info[0]);
 	close_fd(&info[1]);
+	return -1;
+}
+
+int worker_sandbox_start(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb,
+                         char *errstr, size_t errstr_size)
+{
+	if (spec->driver != WORKER_SANDBOX_BWRAP) {
+		snprintf(errstr, errstr_size, "sandbox: only bwrap sandboxes start before their run");
+		return -1;
+	}
+	return spawn(spec, sb, errstr, errstr_size);
+}
+
+int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb,
+                         char *errstr, size_t errstr_size)
+{
+	if (!spec->argv || !spec->argv[0]) {
+		memset(sb, 0, sizeof(*sb));
+		sb->pid = -1;
+		sb->stdin_fd = sb->stdout_fd = sb->stderr_fd = sb->info_fd = -1;
+		snprintf(errstr, errstr_size, "sandbox: no agent command");
+		return -1;
+	}
+	if (spawn(spec, sb, errstr, errstr_size) != 0)
+		return -1;
+	if (spec->driver != WORKER_SANDBOX_BWRAP)
+		return 0;
+	char err[256];
+	if (worker_sandbox_launch(sb, spec, err, sizeof(err)) == 0)
+		return 0;
+	/*
+	 * bwrap ended before its init read the message (a bind it refused,
+	 * say): its exit status and stderr tell the run why, as before the
+	 * init existed.  Any other failure ends the sandbox here.
+	 */
+	if (!strcmp(err, "the sandbox is gone"))
+		return 0;
+	worker_sandbox_destroy(sb);
+	snprintf(errstr, errstr_size, "%s", err);
 	return -1;
 }
 

@@ -3,9 +3,11 @@
  *
  * Two drivers: "bwrap" (bubblewrap: read-only root, /root/workspace
  * read-write, tmpfs /tmp, new user/pid/ipc/uts namespaces, optional new net
- * namespace, --die-with-parent, --new-session, a clean environment,
- * rlimits) and "process" (a plain child in its own process group; isolates
- * nothing and says so loudly at worker start).
+ * namespace, no nested user namespaces, a seccomp filter (worker/seccomp.h),
+ * --die-with-parent, a new session, a fixed environment for bwrap and the
+ * run's own handed over inside, never host uid 0, rlimits) and "process" (a
+ * plain child in its own process group; isolates nothing and says so
+ * loudly at worker start).
  *
  * The setup script, when present, runs first in the same sandbox, with its
  * stdout sent to stderr so it cannot forge envelope lines; a failing setup
@@ -64,7 +66,18 @@ typedef struct worker_sandbox_spec {
 	long tmp_mb;               /* size of /tmp, /root and /run tmpfs; 0 = the kernel's default */
 	const char *egress_bridge; /* host path of runnel-egress-bridge: run the agent behind it, or NULL */
 	const char *egress_socket; /* host path of the run's egress proxy socket (with egress_bridge) */
+	/* bwrap only.  The host's runnel-warm-init: the first program of every
+	 * bwrap sandbox, cold or warm, which receives the agent's argv,
+	 * environment and setup script over stdin (worker_sandbox_launch). */
+	const char *init_path;
+	/* Host ids bwrap and everything in the sandbox run as when the worker
+	 * runs as root (a sandbox never holds the host's uid 0); 0 = 65534
+	 * (WORKER_SANDBOX_ID_DEFAULT).  Ignored otherwise: an unprivileged
+	 * worker's sandboxes run as the worker's own uid. */
+	long uid, gid;
 } worker_sandbox_spec_t;
+
+#define WORKER_SANDBOX_ID_DEFAULT 65534L /* "nobody" on Debian */
 
 typedef struct worker_sandbox {
 	pid_t pid;     /* the process we started (bwrap or the agent); process group leader */
@@ -77,9 +90,51 @@ typedef struct worker_sandbox {
 	worker_sandbox_driver_t driver; /* set by worker_sandbox_spawn */
 } worker_sandbox_t;
 
-/* Starts the sandbox.  0, or -1 with errstr (exec failure included). */
+/*
+ * Starts the sandbox.  0, or -1 with errstr (exec failure included).
+ *
+ * No host process ever carries the run's environment: under bwrap, bwrap
+ * gets a fixed one (nothing the run chose reaches the host's dynamic
+ * loader, SPEC §6) and the agent's environment, argv and setup script go
+ * to the sandbox's init over its stdin (worker_sandbox_launch) once it
+ * runs inside the namespaces.  When the worker is root, bwrap itself runs
+ * as spec->uid/gid, so the sandbox's uid 0 maps onto that unprivileged
+ * host uid; the workspace (and skills) are handed to that uid first.
+ */
 int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb,
                          char *errstr, size_t errstr_size);
+
+/*
+ * The two halves of worker_sandbox_spawn for bwrap (warm sandboxes):
+ * worker_sandbox_start starts bwrap with the init waiting on stdin
+ * (spec's argv, envp and setup_script unused); worker_sandbox_launch hands
+ * the workspace to the sandbox's uid and sends spec's argv, environment
+ * (with the egress proxy variables when spec has a bridge) and setup
+ * script to the init.  The message is wiped from memory once written: it
+ * carries the run's secrets.  0, or -1 with errstr ("the sandbox is gone"
+ * when nothing reads it).
+ */
+int worker_sandbox_start(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb,
+                         char *errstr, size_t errstr_size);
+int worker_sandbox_launch(worker_sandbox_t *sb, const worker_sandbox_spec_t *spec,
+                          char *errstr, size_t errstr_size);
+
+/*
+ * The host uid and gid the sandbox of spec runs as: spec's (or the
+ * default) when this process is root, 1 returned; our own ids otherwise,
+ * 0 returned.  Files the worker writes into a running sandbox's workspace
+ * belong to these ids.
+ */
+int worker_sandbox_ids(const worker_sandbox_spec_t *spec, uid_t *uid, gid_t *gid);
+
+/*
+ * 1 when a variable of this name (NAME or NAME=VALUE) is never passed to
+ * an agent: the dynamic loader's and libc's own variables, which make any
+ * program load code or read files they name (glibc's "unsecure"
+ * environment list, without TMPDIR, LOCALDOMAIN and RES_OPTIONS).  The
+ * worker drops them from a run's environment with a log line.
+ */
+int worker_sandbox_env_refused(const char *name);
 
 /*
  * Waits up to timeout_ms until bwrap has made the sandbox's namespaces

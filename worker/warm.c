@@ -22,8 +22,7 @@
 #include "common/io.h"
 #include "common/util.h"
 
-#define WARM_SETUP_MAX (8u << 20) /* matches runnel-warm-init's string cap */
-#define WARM_RETRY_MS  1000       /* after a failed start */
+#define WARM_RETRY_MS 1000 /* after a failed start */
 
 /* ------------------------------------------------------------------------
  * One warm sandbox
@@ -82,31 +81,13 @@ int worker_warm_start(const worker_sandbox_spec_t *tmpl, const char *init_path,
 		snprintf(errstr, errstr_size, "warm: only bwrap sandboxes without skills start warm");
 		return -1;
 	}
-	size_t nb = 0;
-	while (tmpl->ro_binds && tmpl->ro_binds[nb])
-		nb++;
-	char **binds = calloc(nb + 2, sizeof(*binds));
-	char *init_bind = NULL;
-	if (!binds || asprintf(&init_bind, "%s:%s", init_path, WORKER_WARM_INIT_IN_SANDBOX) < 0) {
-		free(binds);
-		snprintf(errstr, errstr_size, "warm: out of memory");
-		return -1;
-	}
-	for (size_t i = 0; i < nb; i++)
-		binds[i] = tmpl->ro_binds[i];
-	binds[nb] = init_bind;
-
-	char *argv[] = { WORKER_WARM_INIT_IN_SANDBOX, NULL };
-	static char *const no_env[] = { NULL };
+	/* The init waits for the run's argv and environment (launch). */
 	worker_sandbox_spec_t s = *tmpl;
-	s.argv = argv;
-	s.envp = no_env; /* the run's environment comes over the pipe */
+	s.init_path = init_path;
+	s.argv = NULL;
+	s.envp = NULL;
 	s.setup_script = NULL;
-	s.ro_binds = binds;
-	int rc = worker_sandbox_spawn(&s, &w->sb, errstr, errstr_size);
-	free(binds);
-	free(init_bind);
-	if (rc != 0) {
+	if (worker_sandbox_start(&s, &w->sb, errstr, errstr_size) != 0) {
 		sb_blank(&w->sb);
 		return -1;
 	}
@@ -120,6 +101,8 @@ int worker_warm_start(const worker_sandbox_spec_t *tmpl, const char *init_path,
 	w->rlimit_as_mb = tmpl->rlimit_as_mb;
 	w->rlimit_fsize_mb = tmpl->rlimit_fsize_mb;
 	w->tmp_mb = tmpl->tmp_mb;
+	w->uid = tmpl->uid;
+	w->gid = tmpl->gid;
 	if ((tmpl->bwrap_path && !w->bwrap_path) || (tmpl->rootfs && !w->rootfs) ||
 	    !w->workspace_dir || !w->ro_binds) {
 		worker_warm_discard(w, 1);
@@ -145,77 +128,13 @@ int worker_warm_fits(const worker_warm_sb_t *w, const worker_sandbox_spec_t *spe
 	    !str_eq(w->workspace_dir, spec->workspace_dir) || spec->skills_dir ||
 	    w->share_net != spec->share_net || w->rlimit_nofile != spec->rlimit_nofile ||
 	    w->rlimit_nproc != spec->rlimit_nproc || w->rlimit_as_mb != spec->rlimit_as_mb ||
-	    w->rlimit_fsize_mb != spec->rlimit_fsize_mb || w->tmp_mb != spec->tmp_mb || spec->egress_bridge)
+	    w->rlimit_fsize_mb != spec->rlimit_fsize_mb || w->tmp_mb != spec->tmp_mb || spec->egress_bridge ||
+	    w->uid != spec->uid || w->gid != spec->gid)
 		return 0;
 	for (size_t i = 0; spec->ro_binds && spec->ro_binds[i]; i++)
 		if (!bind_listed(w->ro_binds, spec->ro_binds[i]))
 			return 0;
 	return 1;
-}
-
-/* A growable message buffer with a cap. */
-typedef struct msg {
-	unsigned char *p;
-	size_t len, cap;
-	int bad;
-} msg_t;
-
-static void msg_put(msg_t *m, const void *data, size_t n)
-{
-	if (m->bad)
-		return;
-	if (m->len + n > m->cap) {
-		size_t nc = m->cap ? m->cap : 4096;
-		while (nc < m->len + n)
-			nc *= 2;
-		unsigned char *np = malloc(nc);
-		if (!np) {
-			m->bad = 1;
-			return;
-		}
-		if (m->p) {
-			memcpy(np, m->p, m->len);
-			explicit_bzero(m->p, m->cap);
-			free(m->p);
-		}
-		m->p = np;
-		m->cap = nc;
-	}
-	memcpy(m->p + m->len, data, n);
-	m->len += n;
-}
-
-static void msg_u32(msg_t *m, size_t v)
-{
-	if (v > UINT32_MAX) {
-		m->bad = 1;
-		return;
-	}
-	unsigned char b[4] = { (unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-		               (unsigned char)(v >> 24) };
-	msg_put(m, b, 4);
-}
-
-static void msg_str(msg_t *m, const char *s, size_t n)
-{
-	msg_u32(m, n);
-	msg_put(m, s, n);
-}
-
-/* Reads the host's setup script (small: /env's answer is capped).  It
- * carries secrets: no copy is left behind in freed memory. */
-static char *read_setup(const char *path, size_t *len, char *errstr, size_t errstr_size)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	char *buf = fd >= 0 ? rn_read_alloc(fd, WARM_SETUP_MAX, len, RN_IO_WIPE) : NULL;
-	int e = errno;
-	if (fd >= 0)
-		close(fd);
-	if (!buf && e == EFBIG)
-		snprintf(errstr, errstr_size, "the setup script is larger than %u bytes", WARM_SETUP_MAX);
-	else if (!buf)
-		snprintf(errstr, errstr_size, "cannot read the setup script: %s", strerror(e));
-	return buf;
 }
 
 int worker_warm_launch(worker_warm_sb_t *w, const worker_sandbox_spec_t *spec,
@@ -227,68 +146,13 @@ int worker_warm_launch(worker_warm_sb_t *w, const worker_sandbox_spec_t *spec,
 		worker_warm_discard(w, 1);
 		return -1;
 	}
-	char *setup = NULL;
-	size_t setup_len = 0;
-	if (spec->setup_script) {
-		setup = read_setup(spec->setup_script, &setup_len, errstr, errstr_size);
-		if (!setup) {
-			worker_warm_discard(w, 1);
-			return -1;
-		}
-	}
-	msg_t m = { 0 };
-	msg_put(&m, "RNW1", 4);
-	size_t argc = 0;
-	while (spec->argv[argc])
-		argc++;
-	/* The setup wrapper, as the cold start builds it (sandbox.c). */
-	msg_u32(&m, argc + (setup ? 4 : 0));
-	if (setup) {
-		msg_str(&m, "/bin/sh", 7);
-		msg_str(&m, "-c", 2);
-		msg_str(&m, WORKER_SANDBOX_SETUP_WRAPPER, strlen(WORKER_SANDBOX_SETUP_WRAPPER));
-		msg_str(&m, WORKER_SANDBOX_SETUP_PATH, strlen(WORKER_SANDBOX_SETUP_PATH));
-	}
-	for (size_t i = 0; i < argc; i++)
-		msg_str(&m, spec->argv[i], strlen(spec->argv[i]));
-	size_t envc = 0;
-	while (spec->envp && spec->envp[envc])
-		envc++;
-	msg_u32(&m, envc);
-	for (size_t i = 0; i < envc; i++)
-		msg_str(&m, spec->envp[i], strlen(spec->envp[i]));
-	msg_str(&m, setup ? setup : "", setup_len);
-	if (setup) {
-		explicit_bzero(setup, setup_len);
-		free(setup);
-	}
-	int rc = -1;
-	if (m.bad) {
-		snprintf(errstr, errstr_size, "warm: out of memory building the launch message");
-	} else {
-		/* Blocking write: the init reads it all before anything else. */
-		size_t off = 0;
-		while (off < m.len) {
-			ssize_t n = write(w->sb.stdin_fd, m.p + off, m.len - off);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0)
-				break;
-			off += (size_t)n;
-		}
-		if (off == m.len)
-			rc = 0;
-		else
-			snprintf(errstr, errstr_size, "the warm sandbox is gone");
-	}
-	if (m.p) {
-		explicit_bzero(m.p, m.cap);
-		free(m.p);
-	}
+	int rc = worker_sandbox_launch(&w->sb, spec, errstr, errstr_size);
 	if (rc == 0) {
 		*sb = w->sb;
 		sb_blank(&w->sb);
 	} else {
+		if (!strcmp(errstr, "the sandbox is gone"))
+			snprintf(errstr, errstr_size, "the warm sandbox is gone");
 		worker_warm_discard(w, 1);
 	}
 	return rc;
@@ -328,6 +192,7 @@ struct worker_warm_pool {
 	int share_net;
 	long rlimit_nofile;
 	long tmp_mb;
+	long uid, gid;
 	const worker_limits_env_t *limits;
 
 	pthread_mutex_t mu;
@@ -385,6 +250,8 @@ static worker_warm_sb_t *pool_start_one(worker_warm_pool_t *p, unsigned long seq
 	t.share_net = p->share_net;
 	t.rlimit_nofile = p->rlimit_nofile;
 	t.tmp_mb = p->tmp_mb;
+	t.uid = p->uid;
+	t.gid = p->gid;
 	/* Without cgroups a run's process cap is RLIMIT_NPROC (the guard's
 	 * fallback): the worker's own cap, so that runs that keep it fit. */
 	if (p->limits && p->limits->cgroup.mode == WORKER_CGROUP_NONE)
@@ -464,6 +331,8 @@ worker_warm_pool_t *worker_warm_pool_new(const worker_warm_pool_opts_t *o,
 	p->share_net = o->share_net;
 	p->rlimit_nofile = o->rlimit_nofile;
 	p->tmp_mb = o->tmp_mb;
+	p->uid = o->uid;
+	p->gid = o->gid;
 	p->limits = o->limits;
 	p->idle = calloc(o->size, sizeof(*p->idle));
 	pthread_mutex_init(&p->mu, NULL);

@@ -45,6 +45,7 @@ typedef struct worker_warm_sb {
 	int share_net;
 	long rlimit_nofile, rlimit_nproc, rlimit_as_mb, rlimit_fsize_mb;
 	long tmp_mb;
+	long uid, gid; /* worker_sandbox_spec_t's */
 	/* The cgroup it was started in (the worker's limits until a run takes
 	 * it over: worker_guard_args_t.cgroup); empty without cgroups. */
 	worker_cgroup_t cg;
@@ -67,11 +68,11 @@ int worker_warm_fits(const worker_warm_sb_t *w, const worker_sandbox_spec_t *spe
 /*
  * Hands the run's argv, environment and setup script (spec->setup_script
  * is read from the host and written to /run/runnel/setup.sh inside) to the
- * waiting init, and moves the sandbox into *sb (as worker_sandbox_spawn
- * would fill it).  The message is wiped from memory once written: it
- * carries the run's secrets.  0, or -1 with errstr ("the warm sandbox is
- * gone" when it died while waiting); either way w's sandbox is consumed,
- * its run directory stays with w (see worker_warm_release_ws).
+ * waiting init (worker_sandbox_launch, as a cold start does), and moves
+ * the sandbox into *sb (as worker_sandbox_spawn would fill it).  0, or -1
+ * with errstr ("the warm sandbox is gone" when it died while waiting);
+ * either way w's sandbox is consumed, its run directory stays with w (see
+ * worker_warm_release_ws).
  */
 int worker_warm_launch(worker_warm_sb_t *w, const worker_sandbox_spec_t *spec,
                        worker_sandbox_t *sb, char *errstr, size_t errstr_size);
@@ -94,7 +95,8 @@ typedef struct worker_warm_pool_opts {
 	char *const *ro_binds;
 	int share_net;
 	long rlimit_nofile;
-	long tmp_mb; /* the worker's /tmp size (a run's must match) */
+	long tmp_mb;   /* the worker's /tmp size (a run's must match) */
+	long uid, gid; /* the sandbox's ids under a root worker (worker_sandbox_spec_t) */
 	/* The worker's limits (outlive the pool): each warm workspace gets its
 	 * tmpfs before bwrap binds it, each sandbox a cgroup of its own before
 	 * bwrap starts, and the run's guard resizes the one and takes over the

@@ -112,10 +112,17 @@ int worker_ws_root(const char *root, char *errstr, size_t errstr_size)
 		snprintf(errstr, errstr_size, "workspace: root must be an absolute path");
 		return -1;
 	}
-	if (mkdir_parents(root, 0700) != 0) {
+	/* 0711: searchable, never listable.  A root worker's bwrap runs as
+	 * the sandbox's uid (worker/sandbox.h) and must reach the workspace
+	 * to bind it; what lies below keeps its own modes.  A root of our own
+	 * made 0700 earlier gets the search bits. */
+	if (mkdir_parents(root, 0711) != 0) {
 		snprintf(errstr, errstr_size, "workspace: cannot create %s: %s", root, strerror(errno));
 		return -1;
 	}
+	struct stat st;
+	if (stat(root, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 0011) != 0011)
+		chmod(root, (st.st_mode & 07777) | 0011);
 	return 0;
 }
 
@@ -148,13 +155,14 @@ static int ws_create(worker_ws_t *ws, const char *root, const char *name, char *
 	}
 	if (recycle_take(root, ws->dir))
 		return 0; /* the same tree: dir, workspace/, workspace/assets/, all empty */
-	if (mkdir(ws->dir, 0700) != 0) {
+	if (mkdir(ws->dir, 0711) != 0) {
 		snprintf(errstr, errstr_size, "workspace: cannot create %s: %s", ws->dir, strerror(errno));
 		memset(ws, 0, sizeof(*ws));
 		return -1;
 	}
 	/*
-	 * The top is 0700; what the sandbox sees below is the agent's.  skills/
+	 * The top is 0711 (see worker_ws_root); what the sandbox sees below is
+	 * the agent's, handed to its uid at launch (worker/sandbox.h).  skills/
 	 * and meta/ are made by the run when it has skills or a setup script:
 	 * on a busy disk every directory made and removed per run costs CPU
 	 * (ext4 skips recently freed inodes), see docs/worker.md.
@@ -216,7 +224,9 @@ const char *worker_ws_make(worker_ws_t *ws, worker_ws_sub_t sub)
 		path = ws->skills, mode = 0755;
 		break;
 	case WORKER_WS_META:
-		path = ws->meta;
+		/* 0711: a root worker's bwrap, as the sandbox's uid, binds the
+		 * proxy's socket from here; the setup script is 0500. */
+		path = ws->meta, mode = 0711;
 		break;
 	case WORKER_WS_HOME:
 		if (!worker_ws_make(ws, WORKER_WS_META))

@@ -81,7 +81,7 @@ typedef struct worker_ws {
 typedef enum worker_ws_sub {
 	WORKER_WS_ASSETS, /* workspace/assets/, 0755 */
 	WORKER_WS_SKILLS, /* skills/, 0755 */
-	WORKER_WS_META,   /* meta/, 0700 */
+	WORKER_WS_META,   /* meta/, 0711 (searchable: the proxy socket is bound from it) */
 	WORKER_WS_HOME,   /* meta/home/, 0700 (meta/ first) */
 } worker_ws_sub_t;
 
@@ -92,7 +92,8 @@ const char *worker_ws_make(worker_ws_t *ws, worker_ws_sub_t sub);
  * path in out.  0, or -1 with errno. */
 int worker_ws_make_skill(worker_ws_t *ws, const char *name, char *out, size_t out_size);
 
-/* Makes the work directory root (mkdir -p, 0700).  0, or -1 with errstr. */
+/* Makes the work directory root (mkdir -p, 0711: the sandboxes' uid binds
+ * from below it).  0, or -1 with errstr. */
 int worker_ws_root(const char *root, char *errstr, size_t errstr_size);
 
 /* Makes "<root>/.<tag>-<pid>" (0700) for a short-lived directory of the

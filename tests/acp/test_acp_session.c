@@ -141,6 +141,7 @@ static int run(sess_t *t, worker_acp_preset_t preset, worker_acp_perm_t perm, co
 		           th_strf("%s:%s", node, WORKER_ACP_NODE_IN_SANDBOX), NULL };
 	worker_sandbox_spec_t spec = { 0 };
 	spec.driver = WORKER_SANDBOX_BWRAP;
+	spec.init_path = RUNNEL_TEST_SANDBOX_INIT;
 	spec.workspace_dir = ws;
 	spec.argv = argv;
 	spec.envp = envp;

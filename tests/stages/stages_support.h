@@ -123,7 +123,7 @@ static inline int sbx_collect(worker_sandbox_t *sb, const char *stdin_data, int 
 static inline worker_sandbox_spec_t sbx_spec(worker_sandbox_driver_t driver, const char *workspace_dir,
                                              char *const *argv, char *const *envp)
 {
-	worker_sandbox_spec_t s = { .driver = driver, .workspace_dir = workspace_dir, .argv = argv, .envp = envp };
+	worker_sandbox_spec_t s = { .driver = driver, .workspace_dir = workspace_dir, .argv = argv, .envp = envp, .init_path = RUNNEL_TEST_SANDBOX_INIT };
 	return s;
 }
 

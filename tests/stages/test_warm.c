@@ -237,8 +237,19 @@ static pid_t find_idle_bwrap(void)
 		for (size_t i = 0; cmd && i < len; i++)
 			if (!cmd[i])
 				cmd[i] = ' ';
-		if (cmd && strstr(cmd, "bwrap") && strstr(cmd, work_dir) && strstr(cmd, "--unshare-pid"))
+		char *st = th_file_read(th_strf("/proc/%ld/stat", v), NULL);
+		const char *p = st ? strrchr(st, ')') : NULL;
+		char state;
+		long ppid = -1;
+		if (p && sscanf(p + 1, " %c %ld", &state, &ppid) != 2)
+			ppid = -1;
+		/* Ours (a child of this process): the work directory is not on
+		 * its command line, the binds go through fds. */
+		if (cmd && strstr(cmd, "bwrap") && ppid == (long)getpid()) {
+			TH_CHECK(!strstr(cmd, work_dir), "bwrap's command line names the run directory: %s", cmd);
 			found = (pid_t)v;
+		}
+		free(st);
 		free(cmd);
 	}
 	if (d)
@@ -289,7 +300,7 @@ int main(int argc, char **argv)
 	const char *tmp = th_tmpdir();
 	TH_REQUIRE(tmp != NULL);
 	work_dir = th_strf("%s/work", tmp);
-	TH_REQUIRE(mkdir(work_dir, 0700) == 0);
+	TH_REQUIRE(mkdir(work_dir, 0711) == 0); /* the sandbox uid binds from it */
 
 	test_isolation();
 	test_fits();

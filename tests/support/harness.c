@@ -336,6 +336,9 @@ const char *th_tmpdir(void)
 		fprintf(stderr, "# harness: mkdtemp %s: %s\n", tmpl, strerror(errno));
 		return NULL;
 	}
+	/* Searchable (not listable) by the unprivileged uid a root worker's
+	 * sandboxes run as: bwrap binds run directories from below it. */
+	chmod(tmpl, 0711);
 	char *slot = th_dirs[th_ndirs];
 	memcpy(slot, tmpl, (size_t)n + 1);
 	th_ndirs = th_ndirs + 1;
