@@ -6,6 +6,7 @@
  * (worker/warm.h: started first, the run's argv and environment sent
  * later) and must behave the same.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -109,6 +110,176 @@ static void test_env(void)
 	free(cmd);
 	TH_CHECK(sbx_collect(&sb, NULL, 1, 10000, &o) == 0);
 	worker_sandbox_destroy(&sb);
+	sbx_out_free(&o);
+}
+
+/* Files in dir (the preload marker's); -1 when it cannot be read. */
+static int count_files(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+/*
+ * A run's environment never reaches a host process: an LD_PRELOAD naming a
+ * library that leaves a file wherever it is loaded loads nothing on the
+ * host (bwrap's outer process was one, as the worker's uid, before any
+ * namespace existed).  The agent still receives the variable.
+ */
+static void test_loader_env(void)
+{
+	const char *marks = th_tmpdir();
+	TH_REQUIRE(marks != NULL);
+	char *envp[] = {
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		th_strf("LD_PRELOAD=%s", RUNNEL_TEST_PRELOAD_SO),
+		th_strf("RUNNEL_TEST_MARKER_DIR=%s", marks),
+		NULL,
+	};
+	char *argv[] = { "/bin/sh", "-c", "echo \"preload=$LD_PRELOAD\"", NULL };
+	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_BWRAP, argv);
+	s.envp = envp;
+	sbx_out_t o;
+	TH_REQUIRE(sbx_run(sbx_spawn, &s, NULL, 1, 10000, &o) == 0);
+	TH_CHECK(exit_code(&o) == 0, "status %d, stderr %s", o.status, o.err);
+	TH_CHECK(strstr(o.out, "preload=" RUNNEL_TEST_PRELOAD_SO) != NULL, "the agent's env: %s", o.out);
+	TH_CHECK(count_files(marks) == 0, "a host process loaded the run's LD_PRELOAD (%d marker(s))",
+	         count_files(marks));
+	sbx_out_free(&o);
+
+	/* The same library loaded by a host process does leave its marker:
+	 * the check above can see one. */
+	char *probe_env[] = { envp[1], envp[2], NULL };
+	char *probe_argv[] = { "/bin/true", NULL };
+	pid_t pid = fork();
+	if (pid == 0) {
+		execve("/bin/true", probe_argv, probe_env);
+		_exit(127);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	TH_CHECK(count_files(marks) == 1, "the marker library left %d marker(s)", count_files(marks));
+
+	/* The loader's variables are refused by name (run.c drops them). */
+	TH_CHECK(worker_sandbox_env_refused("LD_PRELOAD"));
+	TH_CHECK(worker_sandbox_env_refused("LD_LIBRARY_PATH=/x"));
+	TH_CHECK(worker_sandbox_env_refused("LD_AUDIT"));
+	TH_CHECK(worker_sandbox_env_refused("GCONV_PATH"));
+	TH_CHECK(worker_sandbox_env_refused("GLIBC_TUNABLES"));
+	TH_CHECK(worker_sandbox_env_refused("LOCPATH"));
+	TH_CHECK(!worker_sandbox_env_refused("TMPDIR"));
+	TH_CHECK(!worker_sandbox_env_refused("LD"));
+	TH_CHECK(!worker_sandbox_env_refused("OPENAI_API_KEY"));
+	TH_CHECK(!worker_sandbox_env_refused("GCONV_PATHS"));
+}
+
+/*
+ * A sandbox never holds the host's uid 0 (the test runs as root, as CI
+ * does): what it creates belongs to the sandbox's uid, and the kernel's
+ * knobs refuse open(O_WRONLY) - the kernel decides sysctl writes by owner
+ * bits for uid 0, which dropping capabilities does not change.
+ */
+static void test_host_root(void)
+{
+	const char *script =
+	        "for f in /proc/sys/kernel/core_pattern /proc/sys/vm/drop_caches /proc/sysrq-trigger; do "
+	        "perl -e 'use Fcntl; if (sysopen(my $h, $ARGV[0], O_WRONLY)) { print \"OPEN $ARGV[0]\\n\" } "
+	        "else { print \"refused $ARGV[0]\\n\" }' \"$f\"; done; "
+	        "touch /root/workspace/owned-by; echo done";
+	sbx_out_t o;
+	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, script, NULL, &o) == 0);
+	TH_CHECK(exit_code(&o) == 0, "status %d, stderr %s", o.status, o.err);
+	TH_CHECK(strstr(o.out, "OPEN") == NULL, "a kernel knob opened for writing: %s", o.out);
+	TH_CHECK(strstr(o.out, "refused /proc/sys/kernel/core_pattern\n") != NULL, "out: %s", o.out);
+	TH_CHECK(strstr(o.out, "refused /proc/sys/vm/drop_caches\n") != NULL, "out: %s", o.out);
+	TH_CHECK(strstr(o.out, "refused /proc/sysrq-trigger\n") != NULL, "out: %s", o.out);
+	TH_CHECK(strstr(o.out, "done\n") != NULL, "out: %s", o.out);
+	sbx_out_free(&o);
+	struct stat st;
+	char *owned = th_strf("%s/owned-by", ws_dir);
+	TH_REQUIRE(stat(owned, &st) == 0, "the sandbox's file: %s", strerror(errno));
+	if (geteuid() == 0)
+		TH_CHECK(st.st_uid == (uid_t)WORKER_SANDBOX_ID_DEFAULT && st.st_gid == (gid_t)WORKER_SANDBOX_ID_DEFAULT,
+		         "a root worker's sandbox wrote as host uid %ld gid %ld", (long)st.st_uid, (long)st.st_gid);
+	else
+		TH_CHECK(st.st_uid == geteuid(), "owner %ld", (long)st.st_uid);
+	unlink(owned);
+
+	/* From the host, the sandbox's init maps uid 0 onto that uid alone. */
+	char *argv[] = { "/bin/sh", "-c", "read x", NULL };
+	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_BWRAP, argv);
+	worker_sandbox_t sb;
+	spawn_ok(&s, &sb);
+	TH_CHECK(worker_sandbox_wait_cloned(&sb, 5000) == 1, "no sandbox");
+	/* The init is bwrap's only child; /proc files read line by line. */
+	char maps[256] = "";
+	for (int i = 0; i < 200 && !maps[0]; i++) {
+		char kids[64] = "";
+		FILE *f = fopen(th_strf("/proc/%d/task/%d/children", (int)sb.pid, (int)sb.pid), "r");
+		if (f && !fgets(kids, sizeof(kids), f))
+			kids[0] = '\0';
+		if (f)
+			fclose(f);
+		long init = strtol(kids, NULL, 10);
+		f = init > 0 ? fopen(th_strf("/proc/%ld/uid_map", init), "r") : NULL;
+		if (f && !fgets(maps, sizeof(maps), f))
+			maps[0] = '\0';
+		if (f)
+			fclose(f);
+		if (!maps[0])
+			usleep(10000);
+	}
+	long inner = -1, outer = -1, count = -1;
+	TH_CHECK(sscanf(maps, "%ld %ld %ld", &inner, &outer, &count) == 3, "uid_map \"%s\"", maps);
+	TH_CHECK(inner == 0 && outer != 0 && count == 1, "uid_map maps onto host uid 0: %s", maps);
+	if (geteuid() == 0)
+		TH_CHECK(outer == WORKER_SANDBOX_ID_DEFAULT, "uid_map: %s", maps);
+	TH_CHECK(sbx_collect(&sb, "\n", 1, 10000, &o) == 0);
+	sbx_out_free(&o);
+	worker_sandbox_destroy(&sb);
+}
+
+/*
+ * No nested user namespace (the surface of most kernel escalations), and
+ * the seccomp filter answers a denied call with EPERM: the job goes on.
+ */
+static void test_syscalls(void)
+{
+	const char *script =
+	        "unshare -U true 2>/dev/null && echo userns=yes || echo userns=no; "
+	        /* keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0), bpf(BPF_PROG_LOAD...) */
+	        "perl -e 'require \"syscall.ph\"; my $r = syscall(&SYS_keyctl, 0, -3, 0); "
+	        "print \"keyctl=$r \", ($! + 0), \"\\n\"; $r = syscall(&SYS_bpf, 5, 0, 0); "
+	        "print \"bpf=$r \", ($! + 0), \"\\n\"' 2>&1; "
+	        "echo still-running";
+	sbx_out_t o;
+	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, script, NULL, &o) == 0);
+	TH_CHECK(exit_code(&o) == 0, "status %d, stderr %s", o.status, o.err);
+	TH_CHECK(strstr(o.out, "userns=no\n") != NULL, "a nested user namespace: %s", o.out);
+	TH_CHECK(strstr(o.out, th_strf("keyctl=-1 %d\n", EPERM)) != NULL, "keyctl: %s", o.out);
+	TH_CHECK(strstr(o.out, th_strf("bpf=-1 %d\n", EPERM)) != NULL, "bpf: %s", o.out);
+	TH_CHECK(strstr(o.out, "still-running\n") != NULL, "the run stopped: %s", o.out);
+	sbx_out_free(&o);
+}
+
+/* bwrap's command line (the sandbox's /proc/1/cmdline) names no host path
+ * of the run. */
+static void test_no_host_paths(void)
+{
+	sbx_out_t o;
+	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, "tr '\\0' ' ' < /proc/1/cmdline", NULL, &o) == 0);
+	TH_CHECK(exit_code(&o) == 0, "status %d, stderr %s", o.status, o.err);
+	TH_CHECK(strstr(o.out, "bwrap") != NULL, "cmdline: %s", o.out);
+	TH_CHECK(strstr(o.out, ws_dir) == NULL, "the workspace's host path on bwrap's command line: %s", o.out);
+	TH_CHECK(strstr(o.out, RUNNEL_TEST_SANDBOX_INIT) == NULL, "a host path on bwrap's command line: %s", o.out);
 	sbx_out_free(&o);
 }
 
@@ -468,6 +639,10 @@ int main(int argc, char **argv)
 
 	test_probe();
 	test_env();
+	test_loader_env();
+	test_host_root();
+	test_syscalls();
+	test_no_host_paths();
 	test_filesystem();
 	test_setup_script();
 	test_exec_failure();
