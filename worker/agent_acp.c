@@ -1233,6 +1233,52 @@ static int codex_opt(worker_agent_launch_t *l, const char *key, const char *valu
 	return rc;
 }
 
+/*
+ * Codex's developer instructions (the run's system prompt) reach it through
+ * its config file, not `-c` on its command line, which every local user
+ * can read in /proc/<pid>/cmdline.  The TOML line travels in the
+ * environment (private to the sandbox's uid) and a shell in front of
+ * codex-acp appends it to $CODEX_HOME/config.toml (the private HOME's by
+ * default), drops the variable and becomes codex-acp.
+ */
+#define CODEX_CONFIG_VAR "RUNNEL_CODEX_CONFIG"
+#define CODEX_CONFIG_SH \
+	": \"${CODEX_HOME:=$HOME/.codex}\"; export CODEX_HOME; mkdir -p \"$CODEX_HOME\" && " \
+	"printf '%s\\n' \"$" CODEX_CONFIG_VAR "\" >> \"$CODEX_HOME/config.toml\" || exit 126; " \
+	"unset " CODEX_CONFIG_VAR "; exec \"$0\" \"$@\""
+
+static int codex_config(worker_agent_launch_t *l, const char *key, const char *value)
+{
+	json_t *v = json_string(value);
+	char *q = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL;
+	json_decref(v);
+	char *line = NULL;
+	if (!q || asprintf(&line, "%s = %s", key, q) < 0)
+		line = NULL;
+	free(q);
+	if (!line)
+		return -1;
+	int rc = rn_strv_setenv(&l->env, CODEX_CONFIG_VAR, line);
+	explicit_bzero(line, strlen(line));
+	free(line);
+	if (rc < 0)
+		return -1;
+	/* [sh -c SCRIPT codex-acp args...]: codex-acp is the script's $0. */
+	rn_strv_t a = { 0 };
+	rn_strv_add(&a, "/bin/sh");
+	rn_strv_add(&a, "-c");
+	rn_strv_add(&a, CODEX_CONFIG_SH);
+	for (size_t i = 0; i < l->argv.n; i++)
+		rn_strv_add(&a, l->argv.v[i]);
+	if (a.oom) {
+		rn_strv_free(&a);
+		return -1;
+	}
+	rn_strv_free(&l->argv);
+	l->argv = a;
+	return 0;
+}
+
 static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, void **state,
                        char *errstr, size_t errstr_size)
 {
@@ -1319,11 +1365,11 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 			goto oom;
 		if (boot->model && *boot->model && codex_opt(l, "model", boot->model) < 0)
 			goto oom;
-		if (boot->system_prompt && *boot->system_prompt &&
-		    codex_opt(l, "developer_instructions", boot->system_prompt) < 0)
-			goto oom;
 		if (env_default(l, boot, "RUST_LOG", "error") < 0 || env_default(l, boot, "NO_COLOR", "1") < 0 ||
 		    env_default(l, boot, "TMPDIR", "/tmp") < 0)
+			goto oom;
+		if (boot->system_prompt && *boot->system_prompt &&
+		    codex_config(l, "developer_instructions", boot->system_prompt) < 0)
 			goto oom;
 		break;
 	}
