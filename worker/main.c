@@ -712,7 +712,8 @@ static int worker_setup(worker_t *w, int argc, char **argv, char *limits_warn, s
 		rn_log_warn(NULL, "subreaper", "cannot become a child subreaper (%s): the sandboxes' "
 		                               "inits are reaped by this process's parent",
 		            strerror(errno));
-	if (worker_sandbox_probe(w->cfg.driver, w->cfg.bwrap_path, err, sizeof(err)) < 0) {
+	worker_sandbox_spec_t probe_ids = { .driver = w->cfg.driver, .uid = w->cfg.sandbox_uid, .gid = w->cfg.sandbox_gid };
+	if (worker_sandbox_probe_as(w->cfg.driver, w->cfg.bwrap_path, &probe_ids, err, sizeof(err)) < 0) {
 		rn_log_error(NULL, "config", "RUNNEL_SANDBOX=%s cannot run here: %s", w->cfg.sandbox, err);
 		worker_config_free(&w->cfg);
 		return 2;

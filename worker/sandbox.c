@@ -1388,12 +1388,45 @@ static long read_sysctl(const char *path)
 	return end == buf ? -1 : v;
 }
 
+static int capture_wait(pid_t pid, int fd, char *out, size_t outsz);
+
+/* fork()ed child of run_capture: async-signal-safe calls only. */
+static void capture_child(char *const *argv, int out_w, const uid_t *uid, const gid_t *gid)
+{
+	static char *const empty_env[] = { NULL };
+	int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (nul < 0 || dup2(nul, 0) < 0 || dup2(out_w, 1) < 0 || dup2(out_w, 2) < 0 || setsid() < 0)
+		_exit(127);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (uid && (syscall(SYS_setgroups, 0, NULL) != 0 || syscall(SYS_setresgid, *gid, *gid, *gid) != 0 || syscall(SYS_setresuid, *uid, *uid, *uid) != 0))
+		_exit(126);
+	execve(argv[0], argv, empty_env);
+	_exit(127);
+}
+
 /*
  * Runs argv with an empty environment, stdin /dev/null, stdout and stderr
- * captured (first bytes kept).  Returns the wait status, or -1.
+ * captured (first bytes kept), as uid/gid when given (the ids a root
+ * worker's sandboxes run as).  Returns the wait status, or -1.
  */
-static int run_capture(char *const *argv, char *out, size_t outsz)
+static int run_capture(char *const *argv, const uid_t *uid, const gid_t *gid, char *out, size_t outsz)
 {
+	if (uid) {
+		int p[2];
+		if (pipe2(p, O_CLOEXEC) != 0)
+			return -1;
+		pid_t pid = fork();
+		if (pid == 0)
+			capture_child(argv, p[1], uid, gid);
+		close(p[1]);
+		if (pid < 0) {
+			close(p[0]);
+			return -1;
+		}
+		return capture_wait(pid, p[0], out, outsz);
+	}
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) != 0)
 		return -1;
@@ -1421,6 +1454,14 @@ static int run_capture(char *const *argv, char *out, size_t outsz)
 		errno = rc;
 		return -1;
 	}
+	return capture_wait(pid, p[0], out, outsz);
+}
+
+/* Reads the child's output from fd (closed) until EOF or the probe's
+ * deadline, then reaps it.  The wait status, or -1. */
+static int capture_wait(pid_t pid, int fd, char *out, size_t outsz)
+{
+	int p[2] = { fd, -1 };
 	size_t got = 0;
 	int64_t deadline = rn_mono_ms() + PROBE_TIMEOUT_MS;
 	for (;;) {
@@ -1461,6 +1502,13 @@ static int run_capture(char *const *argv, char *out, size_t outsz)
 int worker_sandbox_probe(worker_sandbox_driver_t driver, const char *bwrap_path,
                          char *errstr, size_t errstr_size)
 {
+	worker_sandbox_spec_t ids = { .driver = driver };
+	return worker_sandbox_probe_as(driver, bwrap_path, &ids, errstr, errstr_size);
+}
+
+int worker_sandbox_probe_as(worker_sandbox_driver_t driver, const char *bwrap_path,
+                            const worker_sandbox_spec_t *ids_of, char *errstr, size_t errstr_size)
+{
 	if (driver == WORKER_SANDBOX_PROCESS)
 		return 0;
 	if (driver != WORKER_SANDBOX_BWRAP) {
@@ -1492,8 +1540,13 @@ int worker_sandbox_probe(worker_sandbox_driver_t driver, const char *bwrap_path,
 		true_path,
 		NULL,
 	};
+	/* As the sandboxes will run: a root worker's as the unprivileged ids,
+	 * which need user namespaces that root's bwrap would not. */
+	uid_t uid;
+	gid_t gid;
+	int drop = worker_sandbox_ids(ids_of, &uid, &gid);
 	char out[512];
-	int status = run_capture(argv, out, sizeof(out));
+	int status = run_capture(argv, drop ? &uid : NULL, drop ? &gid : NULL, out, sizeof(out));
 	worker_sandbox_reap_orphans();
 	if (status < 0) {
 		snprintf(errstr, errstr_size, "cannot exec bwrap: %s", strerror(errno));

@@ -179,8 +179,16 @@ void worker_sandbox_reap_orphans(void);
 /* Closes the fds, SIGKILLs the tree if it still runs, and reaps it (blocking). */
 void worker_sandbox_destroy(worker_sandbox_t *sb);
 
-/* 0 when the driver can run here (bwrap present, user namespaces allowed), -1 with errstr. */
+/*
+ * 0 when the driver can run here (bwrap present, user namespaces allowed),
+ * -1 with errstr.  worker_sandbox_probe_as runs the test sandbox as the
+ * ids a sandbox of ids_of would run as (worker_sandbox_ids: a root
+ * worker's sandboxes need unprivileged user namespaces too);
+ * worker_sandbox_probe as the default ones.
+ */
 int worker_sandbox_probe(worker_sandbox_driver_t driver, const char *bwrap_path,
                          char *errstr, size_t errstr_size);
+int worker_sandbox_probe_as(worker_sandbox_driver_t driver, const char *bwrap_path,
+                            const worker_sandbox_spec_t *ids_of, char *errstr, size_t errstr_size);
 
 #endif
