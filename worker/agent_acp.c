@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/sandbox_layout.h"
 #include "common/util.h"
+#include "worker/sandbox.h"
 
 #define ACP_PROTOCOL_VERSION 1
 #define ACP_WORKSPACE        RN_SANDBOX_WORKSPACE
@@ -1009,6 +1010,12 @@ static void on_fs(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, 
 		send_error(s, io, rpc_id, -32002, err);
 		return;
 	}
+	/* The worker (root) made it: the sandbox's uid owns the workspace. */
+	if (s->o.chown_files && fchown(fd, s->o.file_uid, s->o.file_gid) != 0) {
+		close(fd);
+		send_error(s, io, rpc_id, -32603, "write failed");
+		return;
+	}
 	size_t n = json_string_length(json_object_get(params, "content")), off = 0;
 	while (off < n) {
 		ssize_t w = write(fd, content + off, n - off);
@@ -1391,6 +1398,10 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 	o.run_id = ctx->run_id;
 	o.prompt = ctx->job ? ctx->job->prompt : NULL;
 	o.system_prompt = boot->system_prompt;
+	if (bwrap) {
+		worker_sandbox_spec_t ids = { .driver = cfg->driver, .uid = cfg->sandbox_uid, .gid = cfg->sandbox_gid };
+		o.chown_files = worker_sandbox_ids(&ids, &o.file_uid, &o.file_gid);
+	}
 	o.model = boot->model;
 	o.mcp_servers = boot->mcp_servers;
 	o.history = boot->history;

@@ -41,6 +41,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 
@@ -79,6 +80,11 @@ typedef struct worker_acp_opts {
 	int workspace_fd;          /* the run's workspace: a directory descriptor
 	                             * (borrowed), or -1: no fs requests */
 	const char *cwd;           /* the workspace as the agent sees it; NULL = /root/workspace */
+	/* A file fs/write_text_file creates belongs to these host ids (the
+	 * sandbox's, worker_sandbox_ids), so the agent can change it later. */
+	int chown_files;
+	uid_t file_uid;
+	gid_t file_gid;
 } worker_acp_opts_t;
 
 typedef struct worker_acp worker_acp_t;

@@ -394,6 +394,24 @@ static void test_fs(void)
 	free(d);
 	worker_acp_free(s);
 	rec_free(&r);
+	/* A file the worker creates for the agent belongs to the sandbox's ids
+	 * (a root worker's sandbox is not root: it could not change it). */
+	worker_acp_opts_t oc = { 0 };
+	char cerr[128];
+	oc.run_id = "run_map";
+	oc.prompt = "the prompt";
+	oc.workspace_fd = open(ws, O_PATH | O_DIRECTORY | O_CLOEXEC); /* leaked, as session() does */
+	oc.chown_files = geteuid() == 0;                              /* only root may give files away */
+	oc.file_uid = 65534;
+	oc.file_gid = 65534;
+	s = worker_acp_new(&oc, cerr, sizeof(cerr));
+	TH_REQUIRE(s != NULL, "%s", cerr);
+	TH_REQUIRE(worker_acp_start(s, &io) == 0);
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":14,\"method\":\"fs/write_text_file\",\"params\":{\"path\":\"/root/workspace/owned.txt\",\"content\":\"x\"}}");
+	struct stat st;
+	TH_CHECK(stat(th_strf("%s/owned.txt", ws), &st) == 0 && (geteuid() != 0 || (st.st_uid == 65534 && st.st_gid == 65534)),
+	         "owner %ld: %s", (long)st.st_uid, last_written(&r));
+	worker_acp_free(s);
 	/* Without a workspace no fs capability is declared and requests fail. */
 	s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_BYPASS, NULL, NULL);
 	worker_acp_start(s, &io);
