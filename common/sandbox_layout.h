@@ -17,8 +17,9 @@
 /* The run's skills, one directory per skill (bound read-only). */
 #define RN_SANDBOX_SKILLS "/root/skills"
 
-/* runnel's own files inside the sandbox: helper binaries bound read-only,
- * the setup script and the egress socket. */
+/* runnel's own files inside the sandbox: helper binaries bound read-only
+ * (runnel-warm-init is every bwrap sandbox's first program), the setup
+ * script the init writes and the egress socket. */
 #define RN_SANDBOX_BIN_DIR       "/run/runnel"
 #define RN_SANDBOX_MOCK_AGENT    RN_SANDBOX_BIN_DIR "/runnel-mock-agent"
 #define RN_SANDBOX_WARM_INIT     RN_SANDBOX_BIN_DIR "/runnel-warm-init"

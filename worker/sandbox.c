@@ -3,11 +3,18 @@
  * the "process" driver, as a plain child), wires its stdin/stdout/stderr to
  * pipes, signals and reaps the whole process tree (SPEC §6).
  *
- * Everything the child needs (argv, paths, rlimits) is prepared before
- * fork(): the worker is multi-threaded, so between fork() and execve() the
- * child only makes async-signal-safe system calls.  An exec failure travels
- * back over a CLOEXEC pipe (bubblewrap/nsjail style): EOF on that pipe means
- * the exec succeeded, a record means it did not and says why.
+ * Everything the child needs (argv, paths, rlimits, bwrap's fds) is
+ * prepared before fork(): the worker is multi-threaded, so between fork()
+ * and execve() the child only makes async-signal-safe system calls.  An
+ * exec failure travels back over a CLOEXEC pipe (bubblewrap/nsjail style):
+ * EOF on that pipe means the exec succeeded, a record means it did not and
+ * says why.
+ *
+ * Under bwrap, nothing of the run is on the host side: bwrap gets an empty
+ * environment and its options through a memfd (--args), runs as an
+ * unprivileged uid when the worker is root, and starts runnel-warm-init,
+ * which receives the agent's argv, environment and setup script over
+ * stdin (the launch message, below) once inside the namespaces.
  */
 #include "worker/sandbox.h"
 

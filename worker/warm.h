@@ -1,8 +1,9 @@
 /*
- * worker/warm.h - warm sandboxes: bwrap sandboxes started ahead of need,
- * each with its namespaces made, its own fresh run directory's workspace
- * bound at /root/workspace, and runnel-warm-init (worker/warm_init.c)
- * waiting on stdin for the run's argv, environment and setup script.
+ * worker/warm.h - warm sandboxes: bwrap sandboxes started ahead of need
+ * (worker_sandbox_start), each with its namespaces made, its own fresh run
+ * directory's workspace bound at /root/workspace, and runnel-warm-init
+ * (worker/warm_init.c) waiting on stdin for the run's argv, environment and
+ * setup script (worker_sandbox_launch, as a cold start sends them).
  *
  * A warm sandbox serves exactly one run and is never reused: the run that
  * takes it gets its run directory too (workspace, assets, meta), removes it

@@ -1,9 +1,11 @@
 /*
- * worker/warm_init.c - runnel-warm-init, the first program of a warm
- * sandbox (worker/warm.h).  bwrap starts it with an empty environment; it
- * waits on stdin for the run's launch message, then becomes the agent with
- * execvp(), so the agent keeps the same stdin (the turn line follows the
- * message on the same pipe), stdout and stderr.
+ * worker/warm_init.c - runnel-warm-init, the first program of every bwrap
+ * sandbox, warm (worker/warm.h) or cold: the run's environment reaches the
+ * agent only through it, never through a host process (worker/sandbox.h).
+ * bwrap starts it with an empty environment; it waits on stdin for the
+ * run's launch message, then becomes the agent with execvp(), so the agent
+ * keeps the same stdin (the turn line follows the message on the same
+ * pipe), stdout and stderr.
  *
  * The message (all integers little-endian u32):
  *   "RNW1" argc {len bytes}*argc envc {len bytes}*envc setup_len setup_bytes
