@@ -24,7 +24,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       clang-14 cmake make pkg-config libc6-dev \
       librdkafka-dev libhiredis-dev libcurl4-openssl-dev libarchive-dev \
-      libsodium-dev libjansson-dev libevent-dev \
+      libsodium-dev libjansson-dev libevent-dev libseccomp-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -56,7 +56,7 @@ FROM ${DEBIAN_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       librdkafka1 libhiredis0.14 libcurl4 libarchive13 libsodium23 \
-      libjansson4 libevent-2.1-7 libevent-pthreads-2.1-7 \
+      libjansson4 libevent-2.1-7 libevent-pthreads-2.1-7 libseccomp2 \
       bubblewrap ca-certificates nodejs \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 runnel \
