@@ -781,6 +781,9 @@ int cli_dev_main(int argc, char **argv)
 		s.dir[0] = '\0';
 		goto out_conf;
 	}
+	/* Searchable, not listable: a root worker's bwrap runs as the
+	 * sandbox's unprivileged uid and binds run directories from below. */
+	chmod(s.dir, 0711);
 	char logs[PATH_MAX + 8];
 	snprintf(logs, sizeof(logs), "%s/logs", s.dir);
 	mkdir(logs, 0700);

@@ -682,6 +682,43 @@ static void log_limits(const worker_config_t *cfg, char *warn)
 }
 
 /*
+ * 1 (with errstr) when a root worker's sandbox uid cannot search every
+ * directory down to RUNNEL_WORK_DIR: bwrap runs as that uid and binds each
+ * run's workspace from there, so every run would fail with bwrap's
+ * "Permission denied".  Checked once, from the mode bits.
+ */
+static int work_dir_unreachable(const worker_config_t *cfg, char *errstr, size_t errstr_size)
+{
+	worker_sandbox_spec_t ids_of = { .driver = cfg->driver, .uid = cfg->sandbox_uid, .gid = cfg->sandbox_gid };
+	uid_t uid;
+	gid_t gid;
+	if (!worker_sandbox_ids(&ids_of, &uid, &gid) || cfg->work_dir[0] != '/')
+		return 0;
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s", cfg->work_dir);
+	for (char *slash = path;; slash = strchr(slash + 1, '/')) {
+		char keep = slash ? slash[1] : '\0';
+		if (slash)
+			slash[1] = '\0';
+		struct stat st;
+		int ok = stat(path, &st) != 0 || (st.st_mode & S_IXOTH) ||
+		        (st.st_uid == uid && (st.st_mode & S_IXUSR)) || (st.st_gid == gid && (st.st_mode & S_IXGRP));
+		if (!ok) {
+			snprintf(errstr, errstr_size,
+			         "RUNNEL_WORK_DIR: %.300s is not searchable by uid %ld (RUNNEL_SANDBOX_UID), "
+			         "which the sandboxes run as: give it o+x",
+			         path, (long)uid);
+			return 1;
+		}
+		if (!slash)
+			return 0;
+		slash[1] = keep;
+		if (!keep)
+			return 0;
+	}
+}
+
+/*
  * The worker's start, step by step, then its loop and its stop: main()
  * below reads as that list (the way nsjail chains its steps).
  */
@@ -731,6 +768,10 @@ static int worker_setup(worker_t *w, int argc, char **argv, char *limits_warn, s
 	evthread_use_pthreads();
 	if (worker_ws_root(w->cfg.work_dir, err, sizeof(err)) < 0) {
 		rn_log_error(NULL, "config", "RUNNEL_WORK_DIR: %s", err);
+		return 2;
+	}
+	if (w->cfg.driver == WORKER_SANDBOX_BWRAP && work_dir_unreachable(&w->cfg, err, sizeof(err))) {
+		rn_log_error(NULL, "config", "%s", err);
 		return 2;
 	}
 	/* Per-run limits and egress: probe cgroups and mounts once, while

@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static wt_t T;
 
@@ -81,10 +84,36 @@ static void test_preload(void)
 	         count_files(marks));
 }
 
+/* A root worker whose sandboxes' uid could not reach RUNNEL_WORK_DIR
+ * refuses to start, naming the directory, instead of failing every run. */
+static void test_unreachable_work_dir(void)
+{
+	if (geteuid() != 0)
+		return;
+	const char *tmp = th_tmpdir();
+	TH_REQUIRE(tmp != NULL);
+	char *locked = th_strf("%s/locked", tmp);
+	TH_REQUIRE(mkdir(locked, 0700) == 0);
+	char *log = th_strf("%s/unreachable.log", tmp);
+	const char *env[] = { th_strf("RUNNEL_WORK_DIR=%s/work", locked), "RUNNEL_KAFKA_BROKERS=127.0.0.1:1",
+		              "RUNNEL_REDIS_URL=redis://127.0.0.1:1", NULL };
+	char *argv[] = { WORKER_BIN, NULL };
+	pid_t p = th_spawn(argv, env, log);
+	TH_REQUIRE(p > 0, "spawn worker");
+	int st = 0;
+	TH_CHECK(th_wait_exit(p, 10000, &st) == 0, "the worker exits");
+	TH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2, "exit 2 (status %d)", st);
+	TH_CHECK(th_file_contains(log, th_strf("RUNNEL_WORK_DIR: %s/ is not searchable by uid 65534 "
+	                                       "(RUNNEL_SANDBOX_UID), which the sandboxes run as: give it o+x",
+	                                       locked)),
+	         "the log names the directory");
+}
+
 int main(void)
 {
 	pid_t w = wt_start(&T, "worker_sandbox", 1, "w1", NULL);
 	test_preload();
+	test_unreachable_work_dir();
 	wt_stop_worker(w, 10000, "worker");
 	wt_teardown(&T);
 	return th_done();
