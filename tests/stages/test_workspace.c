@@ -472,10 +472,13 @@ static void test_subdirs(void)
 	TH_CHECK(worker_ws_scratch(root, "probe", scratch, sizeof(scratch)) == 0);
 	TH_CHECK(th_streq(scratch, th_strf("%s/.probe-%ld", root, (long)getpid())), "%s", scratch);
 	TH_CHECK(rmdir(scratch) == 0);
-	/* The work directory: made with its parents, 0700. */
+	/* The work directory: made with its parents, 0711 (the sandboxes' uid
+	 * binds from below it); one of ours made 0700 gets the search bits. */
 	const char *deep = th_strf("%s/a/b/c", root);
 	TH_CHECK(worker_ws_root(deep, err, sizeof(err)) == 0, "%s", err);
-	TH_CHECK(stat(deep, &st) == 0 && (st.st_mode & 0777) == 0700, "mode %o", st.st_mode & 0777);
+	TH_CHECK(stat(deep, &st) == 0 && (st.st_mode & 0777) == 0711, "mode %o", st.st_mode & 0777);
+	TH_CHECK(chmod(deep, 0700) == 0 && worker_ws_root(deep, err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(stat(deep, &st) == 0 && (st.st_mode & 0777) == 0711, "mode again %o", st.st_mode & 0777);
 	TH_CHECK(worker_ws_root("relative", err, sizeof(err)) == -1 &&
 	                 th_streq(err, "workspace: root must be an absolute path"),
 	         "%s", err);
