@@ -50,7 +50,7 @@
 #define ARGV_MAX            4096 /* entries in bwrap's argv */
 #define SANDBOX_INFO_FD     4    /* bwrap's --info-fd in the child; its other fds follow */
 #define SANDBOX_INFO_FD_STR "4"
-#define SANDBOX_FDS_MAX     40         /* fds handed to bwrap: info, seccomp, one per bind */
+#define SANDBOX_FDS_MAX     8          /* fds handed to bwrap: info, seccomp, args */
 #define LAUNCH_SETUP_MAX    (8u << 20) /* matches runnel-warm-init's string cap */
 #define SANDBOX_HOME        RN_SANDBOX_HOME
 #define SANDBOX_WS          RN_SANDBOX_WORKSPACE
@@ -549,21 +549,28 @@ static int build_bwrap_opts(const worker_sandbox_spec_t *spec, fdmap_t *m, strv_
 	return 0;
 }
 
-/* opts, NUL-separated, in a new memfd at offset 0 (bwrap's --args); -1. */
+/* opts, NUL-separated, in a new memfd at offset 0 (bwrap's --args), in
+ * one write; -1 with errno. */
 static int opts_fd(const strv_t *opts)
 {
-	int fd = memfd_create("runnel-bwrap-args", MFD_CLOEXEC);
-	if (fd < 0)
-		return -1;
+	size_t len = 0;
 	for (size_t i = 0; i < opts->n; i++)
-		if (rn_write_all(fd, opts->v[i], strlen(opts->v[i]) + 1, 0) != 0) {
-			close(fd);
-			return -1;
-		}
-	if (lseek(fd, 0, SEEK_SET) != 0) {
-		close(fd);
+		len += strlen(opts->v[i]) + 1;
+	char *buf = malloc(len ? len : 1);
+	if (!buf)
 		return -1;
+	size_t off = 0;
+	for (size_t i = 0; i < opts->n; i++) {
+		size_t l = strlen(opts->v[i]) + 1;
+		memcpy(buf + off, opts->v[i], l);
+		off += l;
 	}
+	int fd = memfd_create("runnel-bwrap-args", MFD_CLOEXEC);
+	if (fd >= 0 && (rn_write_all(fd, buf, len, 0) != 0 || lseek(fd, 0, SEEK_SET) != 0)) {
+		close(fd);
+		fd = -1;
+	}
+	free(buf);
 	return fd;
 }
 
