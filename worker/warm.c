@@ -1,16 +1,15 @@
 /*
  * worker/warm.c - warm sandboxes and their pool (see warm.h): starting a
- * bwrap sandbox whose agent is runnel-warm-init, checking that a run's
- * sandbox spec matches it, sending the launch message, and the refill
- * thread that keeps a few of them waiting.
+ * bwrap sandbox ahead of its run (its init waits), checking that a run's
+ * sandbox spec matches it, launching the run in it (the launch message is
+ * worker/sandbox.c's, as for a cold start), and the refill thread that
+ * keeps a few of them waiting.
  */
 #include "worker/warm.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +18,6 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "common/io.h"
 #include "common/util.h"
 
 #define WARM_RETRY_MS 1000 /* after a failed start */
