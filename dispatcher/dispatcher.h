@@ -43,6 +43,7 @@ typedef enum {
 	DISPATCHER_ROUTE_METRICS,
 	DISPATCHER_ROUTE_RUNS_LIST, /* GET /v1/runs (recent.c) */
 	DISPATCHER_ROUTE_UI,        /* GET /ui/... (ui.c) */
+	DISPATCHER_ROUTE_OPENAPI,   /* GET /openapi.json */
 	DISPATCHER_ROUTE_OTHER,     /* unknown routes, preflights, 413 */
 	DISPATCHER_ROUTE_COUNT
 } dispatcher_route_t;
@@ -164,7 +165,8 @@ const char *dispatcher_body(struct evhttp_request *req, size_t *len);
 /*
  * The parameters of the request URL's query into q (empty without one; the
  * caller clears it with evhttp_clear_headers).  0, or -1 after answering
- * 400 "query: not a valid query string".
+ * 400 "query: not a valid query string" or, for a parameter given twice,
+ * "<name>: given more than once" (q is then already cleared).
  */
 int dispatcher_query(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
                      struct evkeyvalq *q);

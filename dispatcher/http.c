@@ -21,6 +21,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "dispatcher/openapi.h"
 #include "proto/control.h"
 #include "proto/keys.h"
 
@@ -54,6 +55,7 @@ static const char *const route_names[DISPATCHER_ROUTE_COUNT] = {
 	"metrics",
 	"runs_list",
 	"ui",
+	"openapi",
 	"other",
 };
 
@@ -236,6 +238,10 @@ static const char *method_name(enum evhttp_cmd_type m)
 	}
 }
 
+/* libevent 2.1's EVHTTP_REQ_UNKNOWN_ (http-internal.h): the type of a
+ * request whose method it could not name. */
+#define HTTP_REQ_UNKNOWN (1 << 15)
+
 /* A route: which handler, which methods (the first is the one served). */
 typedef struct match {
 	dispatcher_route_t route;
@@ -247,6 +253,34 @@ typedef struct match {
 	int bad_id;
 	int found;
 } match_t;
+
+/*
+ * A path segment (n bytes at s) as the caller meant it, into out: clients
+ * may percent-escape any character of an id ("ask%3A1" is "ask:1"), so ids
+ * are compared after decoding.  0, or -1 when it is empty, does not fit
+ * size or decodes to a NUL.
+ */
+static int segment_decode(const char *s, size_t n, char *out, size_t size)
+{
+	char raw[3 * PROTO_CTL_ID_MAX + 1];
+	size_t len = 0;
+	char *dec;
+
+	if (n == 0 || n >= sizeof raw)
+		return -1;
+	memcpy(raw, s, n);
+	raw[n] = '\0';
+	dec = evhttp_uridecode(raw, 0, &len);
+	if (dec == NULL)
+		return -1;
+	if (len == 0 || len >= size || strlen(dec) != len) {
+		free(dec);
+		return -1;
+	}
+	memcpy(out, dec, len + 1);
+	free(dec);
+	return 0;
+}
 
 static void match_path(const char *path, match_t *m)
 {
@@ -279,6 +313,12 @@ static void match_path(const char *path, match_t *m)
 		m->method = EVHTTP_REQ_GET;
 		return;
 	}
+	if (strcmp(path, "/openapi.json") == 0) {
+		m->route = DISPATCHER_ROUTE_OPENAPI;
+		m->allow = "GET, OPTIONS";
+		m->method = EVHTTP_REQ_GET;
+		return;
+	}
 	if (strcmp(path, "/ui") == 0 || strncmp(path, "/ui/", 4) == 0) {
 		m->route = DISPATCHER_ROUTE_UI;
 		m->allow = "GET, HEAD, OPTIONS";
@@ -305,22 +345,19 @@ static void match_path(const char *path, match_t *m)
 			m->route = DISPATCHER_ROUTE_REPLY;
 			m->allow = "POST, OPTIONS";
 			m->method = EVHTTP_REQ_POST;
-			if (strlen(slash + 9) > PROTO_CTL_ID_MAX || !proto_ctl_id_ok(slash + 9))
+			if (segment_decode(slash + 9, strlen(slash + 9), m->ask_id, sizeof m->ask_id) < 0 ||
+			    !proto_ctl_id_ok(m->ask_id)) {
 				m->bad_ask_id = 1;
-			else
-				snprintf(m->ask_id, sizeof m->ask_id, "%s", slash + 9);
+				m->ask_id[0] = '\0';
+			}
 		} else {
 			m->found = 0;
 			return;
 		}
-		if (idlen == 0 || idlen > PROTO_RUN_ID_MAX) {
+		if (segment_decode(rest, idlen, m->run_id, sizeof m->run_id) < 0 || !proto_run_id_valid(m->run_id)) {
 			m->bad_id = 1;
-			return;
+			m->run_id[0] = '\0';
 		}
-		memcpy(m->run_id, rest, idlen);
-		m->run_id[idlen] = '\0';
-		if (!proto_run_id_valid(m->run_id))
-			m->bad_id = 1;
 		return;
 	}
 	m->found = 0;
@@ -383,6 +420,23 @@ int dispatcher_query(dispatcher_t *d, struct evhttp_request *req, dispatcher_rou
 		dispatcher_reply_error(d, req, route, 400, "bad_request", "query: not a valid query string");
 		return -1;
 	}
+	/* "?after=1&after=2": which one the caller meant is a guess, and
+	 * proxies disagree on it; refuse the request, naming the parameter. */
+	for (const struct evkeyval *a = q->tqh_first; a != NULL; a = a->next.tqe_next)
+		for (const struct evkeyval *b = a->next.tqe_next; b != NULL; b = b->next.tqe_next) {
+			char name[40];
+			size_t i;
+
+			if (strcmp(a->key, b->key) != 0)
+				continue;
+			/* The name is the caller's text: a short, printable prefix. */
+			for (i = 0; a->key[i] != '\0' && i < sizeof name - 1; i++)
+				name[i] = (a->key[i] >= 0x20 && a->key[i] < 0x7f) ? a->key[i] : '?';
+			name[i] = '\0';
+			evhttp_clear_headers(q);
+			dispatcher_reply_error(d, req, route, 400, "bad_request", "%s: given more than once", name);
+			return -1;
+		}
 	return 0;
 }
 
@@ -396,6 +450,21 @@ const char *dispatcher_body(struct evhttp_request *req, size_t *len)
 	return (const char *)evbuffer_pullup(in, -1);
 }
 
+/* 1 when the request says a body follows its head. */
+static int announces_body(struct evhttp_request *req)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+	const char *cl = evhttp_find_header(in, "Content-Length");
+
+	if (evhttp_find_header(in, "Transfer-Encoding") != NULL)
+		return 1;
+	if (cl == NULL)
+		return 0;
+	while (*cl == '0')
+		cl++;
+	return *cl != '\0';
+}
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
 	dispatcher_t *d = arg;
@@ -404,6 +473,12 @@ static void on_request(struct evhttp_request *req, void *arg)
 	match_t m;
 
 	dispatcher_conns_request(d, req);
+	/* evhttp reads a body only for POST, PUT and PATCH.  Any other request
+	 * that announces one leaves it unread on the socket, where it would be
+	 * parsed as the next request (and its 400 taken by the caller for the
+	 * answer to its next one): answer this one, then close. */
+	if (!(method & (EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_PATCH)) && announces_body(req))
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
 	match_path(uri != NULL ? evhttp_uri_get_path(uri) : NULL, &m);
 	rn_log_debug(m.run_id[0] ? m.run_id : NULL, "http_request", "%s %s",
 	             method_name(method), route_names[m.route]);
@@ -490,6 +565,11 @@ static void on_request(struct evhttp_request *req, void *arg)
 	case DISPATCHER_ROUTE_METRICS:
 		handle_metrics(d, req);
 		break;
+	case DISPATCHER_ROUTE_OPENAPI:
+		/* The document as it is in the tree (dispatcher/openapi.json). */
+		reply_text(d, req, m.route, 200, "application/json", (const char *)dispatcher_openapi_json,
+		           dispatcher_openapi_json_len);
+		break;
 	default:
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_OTHER, 404, "not_found", "route: no such route");
 		break;
@@ -548,9 +628,12 @@ int dispatcher_http_listen(dispatcher_t *d, const char *host, unsigned short por
 		snprintf(errstr, errstr_size, "evhttp_new failed");
 		return -1;
 	}
-	/* Every method evhttp can parse reaches on_request, so a wrong one gets
-	 * our JSON 405 with Allow (evhttp's own refusal is a 501 HTML page). */
-	evhttp_set_allowed_methods(d->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
+	/* Every method reaches on_request, so a wrong one gets our JSON 405
+	 * with Allow (evhttp's own refusal is a 501 HTML page, which callers
+	 * read as a server fault).  libevent 2.1 parses a method it does not
+	 * know (QUERY, PROPFIND, ...) into its internal "unknown" type, bit 15
+	 * of the mask: allowing that bit hands those requests to us too. */
+	evhttp_set_allowed_methods(d->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | HTTP_REQ_UNKNOWN);
 	evhttp_set_max_body_size(d->http, cfg->max_body);
 	evhttp_set_max_headers_size(d->http, 64 * 1024);
 	evhttp_set_timeout(d->http, (int)cfg->http_timeout_sec);
