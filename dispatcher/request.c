@@ -60,6 +60,30 @@ static void duplicate_error(const json_error_t *jerr, char *errstr, size_t errst
 	snprintf(errstr, errstr_size, "body: duplicate key");
 }
 
+/*
+ * 1 and *out when v is an integer, or a double with a whole value (60.0:
+ * JSON has one number type, and JavaScript or Python callers send either
+ * form); 0 otherwise.
+ */
+static int whole_number(const json_t *v, json_int_t *out)
+{
+	double r;
+
+	if (json_is_integer(v)) {
+		*out = json_integer_value(v);
+		return 1;
+	}
+	if (!json_is_real(v))
+		return 0;
+	r = json_real_value(v);
+	/* The range test comes first: converting a double outside int64 is
+	 * undefined behaviour. */
+	if (!(r > -9.0e18 && r < 9.0e18) || r != (double)(json_int_t)r)
+		return 0;
+	*out = (json_int_t)r;
+	return 1;
+}
+
 /* Copies a required or optional string field.  1 set, 0 absent, -1 error. */
 static int get_string(json_t *root, const char *name, int required, int nullable,
                       char **dst, char *errstr, size_t errstr_size)
@@ -107,9 +131,18 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 		return -1;
 	}
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	/* An integer past 64 bits is legal JSON (a JavaScript caller's meta
+	 * may hold one): read the body again with every integer as a double,
+	 * the way JavaScript reads it.  Only such a body pays for the second
+	 * pass; whole_number() still takes its integer fields. */
+	if (root == NULL && json_error_code(&jerr) == json_error_numeric_overflow)
+		root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
 	if (root == NULL) {
 		if (json_error_code(&jerr) == json_error_duplicate_key)
 			duplicate_error(&jerr, errstr, errstr_size);
+		else if (json_error_code(&jerr) == json_error_numeric_overflow)
+			snprintf(errstr, errstr_size, "body: number out of range (line %d, column %d)",
+			         jerr.line, jerr.column);
 		else
 			snprintf(errstr, errstr_size, "body: not valid JSON (line %d, column %d)",
 			         jerr.line, jerr.column);
@@ -172,16 +205,18 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 	}
 	v = json_object_get(root, "max_runtime_sec");
 	if (v != NULL && !json_is_null(v)) {
-		if (!json_is_integer(v) || json_integer_value(v) <= 0) {
+		json_int_t n = 0;
+
+		if (!whole_number(v, &n) || n <= 0) {
 			snprintf(errstr, errstr_size, "max_runtime_sec: must be a positive integer");
 			goto out;
 		}
-		if (json_integer_value(v) > max_runtime_cap) {
+		if (n > max_runtime_cap) {
 			snprintf(errstr, errstr_size, "max_runtime_sec: over this dispatcher's cap of %" PRId64,
 			         max_runtime_cap);
 			goto out;
 		}
-		job->max_runtime_sec = json_integer_value(v);
+		job->max_runtime_sec = n;
 	}
 	/* permission_mode: bypass, ask or deny (SPEC §5). */
 	v = json_object_get(root, "permission_mode");

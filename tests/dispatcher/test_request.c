@@ -58,6 +58,12 @@ static const struct bad_case {
 	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":0}", DISPATCHER_REQ_STRICT, "max_runtime_sec: must be a positive integer" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":\"60\"}", DISPATCHER_REQ_STRICT, "max_runtime_sec: must be a positive integer" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":99999}", DISPATCHER_REQ_STRICT, "max_runtime_sec: over this dispatcher's cap of 28800" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":60.5}", DISPATCHER_REQ_STRICT, "max_runtime_sec: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":-1e300}", DISPATCHER_REQ_STRICT, "max_runtime_sec: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":1e300}", DISPATCHER_REQ_STRICT, "max_runtime_sec: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":-5}", DISPATCHER_REQ_STRICT, "max_runtime_sec: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":99999999999999999999999}", DISPATCHER_REQ_STRICT, "max_runtime_sec: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"meta\":{\"n\":1e999}}", DISPATCHER_REQ_STRICT, "body: number out of range (line 1, column 103)" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"meta\":[1]}", DISPATCHER_REQ_STRICT, "meta: must be an object" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"caller\":{}}", DISPATCHER_REQ_STRICT, "caller: must be a string" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"permission_mode\":\"always\"}", DISPATCHER_REQ_STRICT, "permission_mode: must be bypass, ask or deny" },
@@ -129,6 +135,27 @@ static void test_good(void)
 	bad(b2, DISPATCHER_REQ_STRICT, "history: unknown field");
 }
 
+/* JSON has one number type: 60.0 is 60, and an integer past 64 bits in
+ * meta is read as a double (as JavaScript reads it), not refused. */
+static void test_numbers(void)
+{
+	proto_job_t job;
+	char err[256] = "";
+	const char *b1 = "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":180.0}";
+	const char *b2 = "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":60,\"meta\":{\"big\":[-779187025953067499520],\"n\":3}}";
+
+	TH_CHECK(dispatcher_request_parse(b1, strlen(b1), DISPATCHER_REQ_STRICT, 28800, 1, &job, err, sizeof err) == 0,
+	         "%s", err);
+	TH_CHECK(job.max_runtime_sec == 180, "%lld", (long long)job.max_runtime_sec);
+	proto_job_clear(&job);
+	TH_CHECK(dispatcher_request_parse(b2, strlen(b2), DISPATCHER_REQ_STRICT, 28800, 1, &job, err, sizeof err) == 0,
+	         "%s", err);
+	TH_CHECK(job.max_runtime_sec == 60, "%lld", (long long)job.max_runtime_sec);
+	TH_CHECK(json_real_value(json_array_get(json_object_get(job.meta, "big"), 0)) < -7.7e20, "big number kept");
+	TH_CHECK(json_number_value(json_object_get(job.meta, "n")) == 3.0, "small number kept");
+	proto_job_clear(&job);
+}
+
 static void test_sid(void)
 {
 	dispatcher_sid_t a, b;
@@ -150,6 +177,7 @@ int main(void)
 	th_init("dispatcher_request");
 	test_bad_bodies();
 	test_good();
+	test_numbers();
 	test_sid();
 	return th_done();
 }
