@@ -370,6 +370,20 @@ static void on_probe(int rc, const char *last_id, const char *last_line, size_t 
 	dispatcher_feed_start(d, req, DISPATCHER_ROUTE_EVENTS, run_id, after, sse, 0, ended);
 }
 
+/*
+ * A cursor from the caller: a stream id whose parts have at most 19
+ * digits, so that every id the document's pattern admits also fits 64 bits
+ * (real ids have 13-digit times).  0 or -1.
+ */
+static int cursor_parse(const char *s, dispatcher_sid_t *out)
+{
+	size_t ms = strspn(s, "0123456789");
+
+	if (ms > 19 || (s[ms] == '-' && strspn(s + ms + 1, "0123456789") > 19))
+		return -1;
+	return dispatcher_sid_parse(s, out);
+}
+
 void dispatcher_runs_events(dispatcher_t *d, struct evhttp_request *req, const char *run_id)
 {
 	const char *last_event = evhttp_find_header(evhttp_request_get_input_headers(req), "Last-Event-ID");
@@ -382,20 +396,27 @@ void dispatcher_runs_events(dispatcher_t *d, struct evhttp_request *req, const c
 	if (dispatcher_query(d, req, DISPATCHER_ROUTE_EVENTS, &q) < 0)
 		return;
 	a = evhttp_find_header(&q, "after");
-	if (a != NULL && dispatcher_sid_parse(a, &after) < 0) {
+	if (a != NULL && cursor_parse(a, &after) < 0) {
 		evhttp_clear_headers(&q);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 400, "bad_request",
-		                       "after: must be a stream id <ms>-<seq>");
+		                       "after: must be a stream id <ms>-<seq> (at most 19 digits each)");
 		return;
 	}
 	evhttp_clear_headers(&q);
 	/* An EventSource reconnecting says where it stopped; that wins over
-	 * the after= of the URL it was first opened with. */
-	if (sse && last_event != NULL && last_event[0] != '\0' &&
-	    dispatcher_sid_parse(last_event, &after) < 0) {
-		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 400, "bad_request",
-		                       "last-event-id: must be a stream id <ms>-<seq>");
-		return;
+	 * the after= of the URL it was first opened with.  It is checked even
+	 * when the answer is NDJSON (which ignores it): a malformed header is
+	 * the caller's bug either way.  Empty means none, as in SSE. */
+	if (last_event != NULL && last_event[0] != '\0') {
+		dispatcher_sid_t le;
+
+		if (cursor_parse(last_event, &le) < 0) {
+			dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 400, "bad_request",
+			                       "last-event-id: must be a stream id <ms>-<seq> (at most 19 digits each)");
+			return;
+		}
+		if (sse)
+			after = le;
 	}
 	op = op_new(d, req, DISPATCHER_ROUTE_EVENTS, run_id);
 	if (op == NULL) {

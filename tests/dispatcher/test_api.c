@@ -8,6 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
 #include <jansson.h>
 
 #include "proto/job.h"
@@ -121,7 +127,7 @@ static void test_bad_requests(void)
 	expect("GET", "/v1/runs/nosuchrun/events", NULL, NULL, 0, 404,
 	       "{\"error\":{\"code\":\"not_found\",\"message\":\"run_id: no such run\"}}\n");
 	expect("GET", "/v1/runs/r1/events?after=abc", NULL, NULL, 0, 400,
-	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"after: must be a stream id <ms>-<seq>\"}}\n");
+	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"after: must be a stream id <ms>-<seq> (at most 19 digits each)\"}}\n");
 	expect("POST", "/v1/runs/nosuchrun/cancel", NULL, NULL, 0, 404, NULL);
 	{
 		dt_resp_t r;
@@ -311,6 +317,109 @@ static void test_cors_health_metrics(void)
 	dt_resp_free(&r);
 }
 
+/*
+ * Sends raw bytes on a fresh connection and reads until the dispatcher
+ * closes it (or 5 s pass); the bytes read, NUL-terminated, malloc'd.
+ */
+static char *raw_exchange(const char *bytes)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((unsigned short)D.port) };
+	struct timeval tv = { 5, 0 };
+	size_t cap = 1 << 16, n = 0;
+	char *buf = malloc(cap);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	ssize_t k;
+
+	TH_REQUIRE(buf != NULL && fd >= 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	TH_REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	TH_REQUIRE(write(fd, bytes, strlen(bytes)) == (ssize_t)strlen(bytes));
+	while (n < cap - 1 && (k = read(fd, buf + n, cap - 1 - n)) > 0)
+		n += (size_t)k;
+	buf[n] = '\0';
+	close(fd);
+	return buf;
+}
+
+static size_t count_of(const char *hay, const char *needle)
+{
+	size_t c = 0;
+
+	for (const char *p = strstr(hay, needle); p != NULL; p = strstr(p + 1, needle))
+		c++;
+	return c;
+}
+
+/* What the property-based API tests (tests/api) found, one case each. */
+static void test_found_by_schemathesis(void)
+{
+	dt_resp_t r;
+	char ct[64] = "";
+	json_t *doc;
+	char *raw;
+
+	/* The OpenAPI document is served as JSON. */
+	TH_CHECK(dt_http(&r, "GET", url("/openapi.json"), NULL, NULL, 0, 5000) == 0 && r.status == 200);
+	TH_CHECK(dt_header(&r, "Content-Type", ct, sizeof ct) && strcmp(ct, "application/json") == 0, "%s", ct);
+	doc = json_loads(r.body, 0, NULL);
+	TH_CHECK(th_streq(json_string_value(json_object_get(doc, "openapi")), "3.1.0"));
+	TH_CHECK(json_object_get(json_object_get(doc, "paths"), "/v1/runs/{run_id}/replies/{ask_id}") != NULL);
+	json_decref(doc);
+	dt_resp_free(&r);
+
+	/* A method libevent cannot name got its 501 HTML page: now our 405. */
+	expect("QUERY", "/healthz", NULL, NULL, 0, 405,
+	       "{\"error\":{\"code\":\"method_not_allowed\",\"message\":\"method: GET, OPTIONS only\"}}\n");
+	expect("PROPFIND", "/v1/runs/r1/cancel", NULL, NULL, 0, 405, NULL);
+
+	/* A body on a method evhttp reads no body for stayed on the socket and
+	 * was answered as the next request (400 HTML), which the caller took
+	 * for the answer to its next request.  Now: one answer, then close. */
+	raw = raw_exchange("DELETE /v1/runs/r1 HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+	                   "Content-Length: 17\r\n\r\n{\"reason\":\"oops\"}");
+	TH_CHECK(count_of(raw, "HTTP/1.1 ") == 1 && strstr(raw, "HTTP/1.1 405") == raw, "%s", raw);
+	TH_CHECK(strstr(raw, "Connection: close") != NULL && strstr(raw, "<HTML>") == NULL, "%s", raw);
+	free(raw);
+	raw = raw_exchange("QUERY /stream HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}");
+	TH_CHECK(count_of(raw, "HTTP/1.1 ") == 1 && strstr(raw, "HTTP/1.1 405") == raw, "%s", raw);
+	free(raw);
+	/* Without a body the connection stays open for the next request. */
+	raw = raw_exchange("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n"
+	                   "Connection: close\r\n\r\n");
+	TH_CHECK(count_of(raw, "HTTP/1.1 200") == 2, "%s", raw);
+	free(raw);
+
+	/* Ids are compared after percent-decoding: "ask%3A1" is "ask:1". */
+	expect("POST", "/v1/runs/nosuchrun/replies/ask%3A1", JSON_CT, "{\"option\":\"a\"}", -1, 404,
+	       "{\"error\":{\"code\":\"not_found\",\"message\":\"run_id: no such run\"}}\n");
+	expect("GET", "/v1/runs/no%73uchrun", NULL, NULL, 0, 404,
+	       "{\"error\":{\"code\":\"not_found\",\"message\":\"run_id: no such run\"}}\n");
+	expect("GET", "/v1/runs/a%2Fb", NULL, NULL, 0, 400,
+	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"run_id: must match [A-Za-z0-9_-]{1,64}\"}}\n");
+	expect("GET", "/v1/runs/a%00b", NULL, NULL, 0, 400, NULL);
+	expect("POST", "/v1/runs/r1/replies/a%00b", JSON_CT, "{\"option\":\"a\"}", -1, 400,
+	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"ask_id: must be 1-128 characters of A-Z a-z 0-9 _ . : -\"}}\n");
+
+	/* A query parameter given twice is refused, naming it. */
+	expect("GET", "/v1/runs?limit=1&limit=2", NULL, NULL, 0, 400,
+	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"limit: given more than once\"}}\n");
+	expect("GET", "/v1/runs/r1/events?after=1-0&after=2-0", NULL, NULL, 0, 400,
+	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"after: given more than once\"}}\n");
+
+	/* Cursors: a part over 19 digits, and a bad Last-Event-ID even when
+	 * the answer would be NDJSON (which does not use it). */
+	expect("GET", "/v1/runs/r1/events?after=12345678901234567890-0", NULL, NULL, 0, 400,
+	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"after: must be a stream id <ms>-<seq> (at most 19 digits each)\"}}\n");
+	expect("GET", "/v1/runs/r1/events", (const char *const[]){ "Last-Event-ID: x", NULL }, NULL, 0, 400,
+	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"last-event-id: must be a stream id <ms>-<seq> (at most 19 digits each)\"}}\n");
+	expect("GET", "/v1/runs/r1/events",
+	       (const char *const[]){ "Accept: text/event-stream", "Last-Event-ID: 75407355732428090453-20273", NULL }, NULL, 0,
+	       400, NULL);
+	/* An empty one means none. */
+	expect("GET", "/v1/runs/nosuchrun/events", (const char *const[]){ "Last-Event-ID;", NULL }, NULL, 0, 404, NULL);
+}
+
 int main(void)
 {
 	th_redis_t red;
@@ -325,6 +434,7 @@ int main(void)
 	test_bad_requests();
 	test_cancel(c);
 	test_cors_health_metrics();
+	test_found_by_schemathesis();
 
 	/* No secret reached Redis or the log. */
 	TH_CHECK(th_redis_scan_contains(c, "otp_S1") == 0);
