@@ -358,15 +358,23 @@ static void on_probe(int rc, const char *last_id, const char *last_line, size_t 
 		                       "redis: cannot read the run");
 		return;
 	}
+	if (last_id[0] == '\0' || dispatcher_sid_parse(last_id, &last) < 0)
+		last = (dispatcher_sid_t){ 0, 0 };
 	/* Resuming at or after the terminal line: nothing will ever follow. */
-	if (last_id[0] != '\0' && dispatcher_sid_parse(last_id, &last) == 0 &&
-	    dispatcher_sid_cmp(last, after) <= 0 && last_len > 0) {
+	if (last_id[0] != '\0' && dispatcher_sid_cmp(last, after) <= 0 && last_len > 0) {
 		json_t *o = json_loadb(last_line, last_len, 0, NULL);
 		const char *type = json_string_value(json_object_get(o, "type"));
 
 		ended = type != NULL && (strcmp(type, "result") == 0 || strcmp(type, "error") == 0);
 		json_decref(o);
 	}
+	/* A cursor past the stream's last entry was never sent by this stream
+	 * (a cursor is the id of an entry the caller got).  Taken as it is,
+	 * every line still to come would sort before it, the terminal line
+	 * included, and the caller would wait forever: read it as "from the
+	 * end of the stream". */
+	if (dispatcher_sid_cmp(after, last) > 0)
+		after = last;
 	dispatcher_feed_start(d, req, DISPATCHER_ROUTE_EVENTS, run_id, after, sse, 0, ended);
 }
 

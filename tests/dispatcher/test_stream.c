@@ -557,6 +557,47 @@ static void test_curl_binary(void)
 	free(body);
 }
 
+/*
+ * A cursor past the end of the stream (found by the property tests: after=
+ * a time far ahead, the run still queued): the lines written next sort
+ * before it, the terminal line too, and the caller used to wait forever.
+ * It now gets what comes next and the stream ends after the terminal line.
+ */
+static void test_cursor_past_the_end(dt_multi_t *m)
+{
+	const char *const modes[][2] = { { "st_future_nd", NULL }, { "st_future_sse", "Accept: text/event-stream" } };
+
+	for (size_t i = 0; i < 2; i++) {
+		const char *run = modes[i][0];
+		const char *hdrs[] = { modes[i][1], NULL };
+		dt_stream_t s;
+		wait_stream_t w = { &s, 1 };
+		redisReply *r = redisCommand(C, "HSET runnel:{%s}:state status queued enqueued_at 1", run);
+
+		TH_REQUIRE(r != NULL);
+		freeReplyObject(r);
+		TH_REQUIRE(dt_stream_open(m, &s, url(th_strf("/v1/runs/%s/events?after=9999999999999-0", run)), hdrs,
+		                          NULL) == 0);
+		TH_REQUIRE(dt_multi_until(m, started, &w, 15000), "no answer");
+		TH_CHECK(s.status == 200, "%ld", s.status);
+		free(dt_xadd_line(C, th_strf("runnel:{%s}:out", run), "{\"type\":\"log\",\"level\":\"info\",\"message\":\"one\"}"));
+		free(dt_xadd_line(C, th_strf("runnel:{%s}:out", run), "{\"type\":\"result\",\"message\":\"over\"}"));
+		TH_CHECK(dt_multi_until(m, is_done, &w, 10000), "%s: the stream did not end after the terminal line", run);
+		TH_CHECK(strstr(s.rx.body, "\"one\"") != NULL && strstr(s.rx.body, "\"over\"") != NULL, "%s", s.rx.body);
+		dt_stream_close(m, &s);
+	}
+	/* Past the end of a finished run: empty, at once (as before). */
+	{
+		dt_stream_t s;
+		wait_stream_t w = { &s, 1 };
+
+		TH_REQUIRE(dt_stream_open(m, &s, url("/v1/runs/st_future_nd/events?after=9999999999999-0"), NULL, NULL) == 0);
+		TH_CHECK(dt_multi_until(m, is_done, &w, 5000), "did not end at once");
+		TH_CHECK(s.status == 200 && s.rx.len == 0, "%ld %s", s.status, s.rx.body);
+		dt_stream_close(m, &s);
+	}
+}
+
 int main(void)
 {
 	th_redis_t red;
@@ -575,6 +616,7 @@ int main(void)
 	test_sse_stream(&m);
 	test_sse_cr(&m);
 	test_resume(&m);
+	test_cursor_past_the_end(&m);
 	test_heartbeat(&m);
 	test_slow_caller(&m);
 	test_flooding_caller();
