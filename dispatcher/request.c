@@ -143,6 +143,9 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 		else if (json_error_code(&jerr) == json_error_numeric_overflow)
 			snprintf(errstr, errstr_size, "body: number out of range (line %d, column %d)",
 			         jerr.line, jerr.column);
+		else if (json_error_code(&jerr) == json_error_null_byte_in_key)
+			snprintf(errstr, errstr_size, "body: an object key holds a NUL character (line %d, column %d)",
+			         jerr.line, jerr.column);
 		else
 			snprintf(errstr, errstr_size, "body: not valid JSON (line %d, column %d)",
 			         jerr.line, jerr.column);
