@@ -10,7 +10,10 @@ pkgs=(
   libsodium-dev libjansson-dev libevent-dev libseccomp-dev
   redis-server redis-tools bubblewrap kcat curl zip unzip procps
   chromium
+  python3 python3-venv
 )
+# python3-venv: the API tests (label api) make a venv in the build tree for
+# Schemathesis, openapi-spec-validator, pytest and the Python client.
 # chromium: the /ui/ viewer tests (label ui) drive it headless with
 # playwright-core, which never downloads a browser of its own.
 
