@@ -146,6 +146,10 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 		else if (json_error_code(&jerr) == json_error_null_byte_in_key)
 			snprintf(errstr, errstr_size, "body: an object key holds a NUL character (line %d, column %d)",
 			         jerr.line, jerr.column);
+		else if (json_error_code(&jerr) == json_error_invalid_utf8)
+			snprintf(errstr, errstr_size, "body: invalid UTF-8 (line %d, column %d)", jerr.line, jerr.column);
+		else if (json_error_code(&jerr) == json_error_stack_overflow)
+			snprintf(errstr, errstr_size, "body: nested deeper than %d levels", JSON_PARSER_MAX_DEPTH);
 		else
 			snprintf(errstr, errstr_size, "body: not valid JSON (line %d, column %d)",
 			         jerr.line, jerr.column);

@@ -351,6 +351,63 @@ static size_t count_of(const char *hay, const char *needle)
 	return c;
 }
 
+/*
+ * The bad inputs the API contract names, through the real binary: each is
+ * a 4xx naming the field, and none of them left a run behind.
+ */
+static void test_contract_bad_inputs(redisContext *c)
+{
+	const char *good = "\"agent_url\":\"http://127.0.0.1:9/ws/s\",\"otp_setup\":\"a\",\"otp_run\":\"b\"";
+	static const char *const types[] = { "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+		                             "text/plain", "application/xml" };
+	static const char *const posts[] = { "/v1/runs", "/stream", "/v1/runs/bad_in_1/cancel",
+		                             "/v1/runs/bad_in_1/replies/ask_1" };
+	size_t depth = 100000;
+	char *deep = malloc(2 * depth + 1);
+
+	TH_REQUIRE(deep != NULL);
+	/* Wrong content types, on every route that takes a body. */
+	for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+		for (size_t j = 0; j < sizeof posts / sizeof posts[0]; j++)
+			expect("POST", posts[j], (const char *const[]){ th_strf("Content-Type: %s", types[i]), NULL },
+			       th_strf("{%s,\"prompt\":\"p\",\"run_id\":\"bad_in_1\"}", good), -1, 415,
+			       "{\"error\":{\"code\":\"unsupported_media_type\",\"message\":\"content-type: must be application/json\"}}\n");
+	/* Deeply nested JSON, at the top and inside meta. */
+	memset(deep, '[', depth);
+	memset(deep + depth, ']', depth);
+	deep[2 * depth] = '\0';
+	bad_body(deep, -1, "body: nested deeper than 2048 levels");
+	deep[depth + 3000] = '\0';
+	memset(deep + 3000, ']', 3000);
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"run_id\":\"bad_in_2\",\"meta\":{\"x\":%s}}", good, deep + depth - 3000), -1,
+	         "body: nested deeper than 2048 levels");
+	free(deep);
+	/* Invalid UTF-8. */
+	bad_body(th_strf("{%s,\"run_id\":\"bad_in_3\",\"prompt\":\"\xff\"}", good), -1,
+	         "body: invalid UTF-8 (line 1, column 99)");
+	/* Negative and enormous numbers. */
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"run_id\":\"bad_in_4\",\"max_runtime_sec\":-1}", good), -1,
+	         "max_runtime_sec: must be a positive integer");
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"run_id\":\"bad_in_5\",\"max_runtime_sec\":1e999}", good), -1,
+	         "body: number out of range (line 1, column 125)");
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"run_id\":\"bad_in_6\",\"max_runtime_sec\":184467440737095516160}", good),
+	         -1, "max_runtime_sec: must be a positive integer");
+	/* Unknown fields. */
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"run_id\":\"bad_in_7\",\"colour\":\"red\"}", good), -1, "colour: unknown field");
+	/* Duplicate query parameters (more in test_found_by_schemathesis). */
+	expect("GET", "/v1/runs?limit=2&x=1&limit=3", NULL, NULL, 0, 400,
+	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"limit: given more than once\"}}\n");
+	/* Nothing was left behind, and the dispatcher still answers. */
+	for (int i = 1; i <= 7; i++) {
+		redisReply *r = redisCommand(c, "EXISTS runnel:{bad_in_%d}:state runnel:{bad_in_%d}:ctl", i, i);
+
+		TH_CHECK(r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 0, "bad_in_%d left keys", i);
+		if (r != NULL)
+			freeReplyObject(r);
+	}
+	expect("GET", "/healthz", NULL, NULL, 0, 200, NULL);
+}
+
 /* What the property-based API tests (tests/api) found, one case each. */
 static void test_found_by_schemathesis(void)
 {
@@ -435,6 +492,7 @@ int main(void)
 	test_cancel(c);
 	test_cors_health_metrics();
 	test_found_by_schemathesis();
+	test_contract_bad_inputs(c);
 
 	/* No secret reached Redis or the log. */
 	TH_CHECK(th_redis_scan_contains(c, "otp_S1") == 0);

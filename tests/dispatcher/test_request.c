@@ -99,7 +99,25 @@ static void test_bad_bodies(void)
 		snprintf(big + off + n, 200, "\"}");
 	}
 	bad(big, DISPATCHER_REQ_STRICT, "prompt: longer than 524288 bytes");
+	/* Nested past jansson's depth limit (2048), at the top or in meta. */
+	memset(big, '[', 100000);
+	memset(big + 100000, ']', 100000);
+	big[200000] = '\0';
+	bad(big, DISPATCHER_REQ_STRICT, "body: nested deeper than 2048 levels");
+	{
+		size_t off = (size_t)snprintf(big, 200, "{" GOOD ",\"prompt\":\"p\",\"meta\":{\"x\":");
+
+		memset(big + off, '[', 5000);
+		memset(big + off + 5000, ']', 5000);
+		snprintf(big + off + 10000, 200, "}}");
+	}
+	bad(big, DISPATCHER_REQ_LENIENT, "body: nested deeper than 2048 levels");
 	free(big);
+	/* Invalid UTF-8 anywhere: in a field, in a key, in meta. */
+	bad("{" GOOD ",\"prompt\":\"\xff\xfe\"}", DISPATCHER_REQ_STRICT, "body: invalid UTF-8 (line 1, column 83)");
+	bad("{" GOOD ",\"prompt\":\"p\",\"\xc3\x28\":1}", DISPATCHER_REQ_LENIENT, "body: invalid UTF-8 (line 1, column 87)");
+	bad("{" GOOD ",\"prompt\":\"p\",\"meta\":{\"k\":\"\xed\xa0\x80\"}}", DISPATCHER_REQ_STRICT,
+	    "body: invalid UTF-8 (line 1, column 99)");
 }
 
 static void test_good(void)
