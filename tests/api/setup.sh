@@ -15,10 +15,21 @@ if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>
 	echo "setup.sh: python3 >= 3.10 is needed (scripts/deps.sh installs Debian's)" >&2
 	exit 2
 fi
+# pip builds a local project inside it (build/, *.egg-info): build a copy,
+# so that the source tree stays clean.
+install_client() {
+	local tmp
+	tmp=$(mktemp -d)
+	cp -r "$root/clients/python" "$tmp/"
+	rm -rf "$tmp/python/build" "$tmp/python/src/"*.egg-info
+	"$venv/bin/pip" install -q --disable-pip-version-check "$@" --no-build-isolation -c "$here/constraints.txt" "$tmp/python"
+	rm -rf "$tmp"
+}
+
 stamp=$(cat "$here/requirements.txt" "$here/constraints.txt" "$root/clients/python/pyproject.toml" | sha256sum | cut -c1-16)
 if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.stamp" 2>/dev/null)" = "$stamp" ]; then
 	# The client's code may have changed: reinstall it alone (quick, no deps).
-	"$venv/bin/pip" install -q --no-deps --no-build-isolation "$root/clients/python" >/dev/null
+	install_client --no-deps >/dev/null
 	exit 0
 fi
 rm -rf "$venv"
@@ -28,6 +39,6 @@ if ! "$py" -m venv "$venv"; then
 fi
 "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/requirements.txt" -c "$here/constraints.txt"
 "$venv/bin/pip" install -q --disable-pip-version-check -c "$here/constraints.txt" setuptools
-"$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation -c "$here/constraints.txt" "$root/clients/python"
+install_client
 echo "$stamp" > "$venv/.stamp"
 echo "setup.sh: venv ready in $venv"
