@@ -144,7 +144,7 @@ def test_schemathesis(auth: str, tmp_path: Path) -> None:
         # One worker: Hypothesis parses lambda sources with `ast`, which
         # CPython 3.11 does not do safely from two threads at once ("AST
         # constructor recursion depth mismatch" as a Schemathesis error).
-        cmd = [str(st), "run", str(schema), "--url", stack.base,
+        cmd = [str(st), "--config-file", str(HERE / "schemathesis.toml"), "run", str(schema), "--url", stack.base,
                "--checks", "all", "--request-timeout", "10",
                "--max-examples", str(EXAMPLES), "--seed", SEED, "--workers", "1",
                "--suppress-health-check", "all", "--no-color",
