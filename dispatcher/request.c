@@ -146,6 +146,11 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 		else if (json_error_code(&jerr) == json_error_null_byte_in_key)
 			snprintf(errstr, errstr_size, "body: an object key holds a NUL character (line %d, column %d)",
 			         jerr.line, jerr.column);
+		/* Refused, not allowed with JSON_ALLOW_NUL: workers parse jobs
+		 * without it, so such a meta would send the job to the DLQ. */
+		else if (json_error_code(&jerr) == json_error_null_character)
+			snprintf(errstr, errstr_size, "body: a string holds a NUL character (line %d, column %d)",
+			         jerr.line, jerr.column);
 		else if (json_error_code(&jerr) == json_error_invalid_utf8)
 			snprintf(errstr, errstr_size, "body: invalid UTF-8 (line %d, column %d)", jerr.line, jerr.column);
 		else if (json_error_code(&jerr) == json_error_stack_overflow)

@@ -65,6 +65,7 @@ static const struct bad_case {
 	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":99999999999999999999999}", DISPATCHER_REQ_STRICT, "max_runtime_sec: must be a positive integer" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"meta\":{\"n\":1e999}}", DISPATCHER_REQ_STRICT, "body: number out of range (line 1, column 103)" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"extra\":{\"\\u0000\":1}}", DISPATCHER_REQ_LENIENT, "body: an object key holds a NUL character (line 1, column 103)" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"meta\":{\"k\":\"a\\u0000b\"}}", DISPATCHER_REQ_STRICT, "body: a string holds a NUL character (line 1, column 108)" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"meta\":[1]}", DISPATCHER_REQ_STRICT, "meta: must be an object" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"caller\":{}}", DISPATCHER_REQ_STRICT, "caller: must be a string" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"permission_mode\":\"always\"}", DISPATCHER_REQ_STRICT, "permission_mode: must be bypass, ask or deny" },
