@@ -175,7 +175,11 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 				for (i = 0; k[i] != '\0' && i < sizeof name - 1; i++)
 					name[i] = (k[i] >= 0x20 && k[i] < 0x7f) ? k[i] : '?';
 				name[i] = '\0';
-				snprintf(errstr, errstr_size, "%s: unknown field", name);
+				/* "": an error must still start with a field. */
+				if (i == 0)
+					snprintf(errstr, errstr_size, "body: unknown field with an empty name");
+				else
+					snprintf(errstr, errstr_size, "%s: unknown field", name);
 				goto out;
 			}
 		}
