@@ -917,17 +917,60 @@ int worker_sandbox_launch(worker_sandbox_t *sb, const worker_sandbox_spec_t *spe
 }
 
 /* ------------------------------------------------------------------------
- * Starting
+ * Starting: spawn() chains the steps below in a fixed order.  Everything
+ * the child needs is computed first (the worker is multi-threaded: the
+ * child may only make async-signal-safe calls), then the child is forked
+ * and its exec checked.
  * ------------------------------------------------------------------------ */
 
-static int spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb, char *errstr,
-                 size_t errstr_size)
+/* bwrap's own environment: empty, nothing of the run's (the loader of a
+ * host process reads it); the init's path is absolute. */
+static char *const empty_env[] = { NULL };
+
+/* What one start holds until the child has exec'd; start_release frees
+ * whatever is still ours, on success and on failure alike. */
+struct start {
+	char exec_path[PATH_MAX];
+	strv_t args;       /* the child's argv */
+	char *const *envp; /* the child's environment */
+	fdmap_t fds;       /* bwrap's fds: the info pipe, seccomp, --args */
+	struct child_plan plan;
+	int in[2], out[2], err[2], rep[2];
+	int info[2]; /* bwrap's --info-fd pipe; [0] goes to the handle */
+};
+
+static void sandbox_clear(worker_sandbox_t *sb)
 {
 	memset(sb, 0, sizeof(*sb));
 	sb->pid = -1;
-	sb->driver = spec->driver;
 	sb->stdin_fd = sb->stdout_fd = sb->stderr_fd = sb->info_fd = -1;
+}
 
+static void start_init(struct start *s, const worker_sandbox_spec_t *spec)
+{
+	memset(s, 0, sizeof(*s));
+	s->envp = spec->envp ? spec->envp : empty_env;
+	for (int i = 0; i < 2; i++)
+		s->in[i] = s->out[i] = s->err[i] = s->rep[i] = s->info[i] = -1;
+}
+
+static void start_release(struct start *s)
+{
+	rn_strv_free(&s->args);
+	fdmap_free(&s->fds);
+	for (int i = 0; i < 2; i++) {
+		close_fd(&s->in[i]);
+		close_fd(&s->out[i]);
+		close_fd(&s->err[i]);
+		close_fd(&s->rep[i]);
+		close_fd(&s->info[i]);
+	}
+}
+
+static int check_spec(const worker_sandbox_spec_t *spec, char *errstr, size_t errstr_size)
+{
+	/* A bwrap sandbox may start before its run (warm): its argv comes
+	 * later, with worker_sandbox_launch. */
 	if (spec->driver == WORKER_SANDBOX_PROCESS && (!spec->argv || !spec->argv[0])) {
 		snprintf(errstr, errstr_size, "sandbox: no agent command");
 		return -1;
@@ -936,207 +979,280 @@ static int spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb, char *
 		snprintf(errstr, errstr_size, "sandbox: no workspace directory");
 		return -1;
 	}
+	return 0;
+}
 
-	/* bwrap's own environment: empty, nothing of the run's (the loader of
-	 * a host process reads it); the init's path is absolute. */
-	static char *const empty_env[] = { NULL };
-	static char *const *const bwrap_env = empty_env;
-	char *const *envp = spec->envp ? spec->envp : empty_env;
-	char exec_path[PATH_MAX];
-	strv_t args = { 0 };
-	fdmap_t fds = { .n = 0 };
-	struct child_plan plan;
-	memset(&plan, 0, sizeof(plan));
-	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 }, rep[2] = { -1, -1 };
-	int info[2] = { -1, -1 };
+/*
+ * bwrap's fds, in the order the child places them from SANDBOX_INFO_FD
+ * up: the info pipe's write end, the seccomp program, then the options
+ * themselves in a memfd (build_bwrap_opts says why not the command line).
+ * num gets the --args fd's number in the child.
+ */
+static int pass_bwrap_opts(const worker_sandbox_spec_t *spec, struct start *s, char num[16],
+                           char *errstr, size_t errstr_size)
+{
+	if (pipe2(s->info, O_CLOEXEC) != 0) {
+		snprintf(errstr, errstr_size, "sandbox: pipe: %s", strerror(errno));
+		return -1;
+	}
+	fdmap_add(&s->fds, s->info[1], num); /* SANDBOX_INFO_FD: the map's first */
+	s->info[1] = -1;
+	strv_t opts = { 0 };
+	int rc = build_bwrap_opts(spec, &s->fds, &opts, errstr, errstr_size);
+	if (rc == 0 && opts.oom) {
+		snprintf(errstr, errstr_size, "sandbox: out of memory building the command line");
+		rc = -1;
+	}
+	if (rc == 0 && fdmap_add(&s->fds, opts_fd(&opts), num) != 0) {
+		snprintf(errstr, errstr_size, "sandbox: cannot pass bwrap its options: %s", strerror(errno));
+		rc = -1;
+	}
+	rn_strv_free(&opts);
+	return rc;
+}
 
+/*
+ * The bwrap driver: bwrap's command line names only its --args fd, the
+ * egress bridge when there is one, and the init; the init receives the
+ * rest over stdin (worker_sandbox_launch).  No NO_NEW_PRIVS here: a
+ * setuid bwrap must keep working.
+ */
+static int plan_bwrap(const worker_sandbox_spec_t *spec, struct start *s, char *errstr,
+                      size_t errstr_size)
+{
+	if (!spec->init_path) {
+		snprintf(errstr, errstr_size, "sandbox: no runnel-warm-init for the sandbox");
+		return -1;
+	}
+	const char *bw = spec->bwrap_path ? spec->bwrap_path : "bwrap";
+	if (resolve_exec(bw, getenv("PATH"), s->exec_path, sizeof(s->exec_path)) != 0) {
+		snprintf(errstr, errstr_size, "cannot exec bwrap: %s", strerror(errno));
+		return -1;
+	}
+	char num[16];
+	if (pass_bwrap_opts(spec, s, num, errstr, errstr_size) != 0)
+		return -1;
+	strv_push(&s->args, s->exec_path);
+	strv_push3(&s->args, "--args", num, NULL);
+	strv_push(&s->args, "--");
+	add_egress_argv(spec, &s->args);
+	strv_push(&s->args, RN_SANDBOX_WARM_INIT);
+	s->envp = empty_env;
+	/* A root worker's bwrap runs as the sandbox's unprivileged ids (see
+	 * child_exec), so no process of the run is ever the host's root. */
+	struct child_plan *p = &s->plan;
+	p->drop_ids = worker_sandbox_ids(spec, &p->uid, &p->gid);
+	/* The proxy's socket (0600): the sandbox's uid connects to it. */
+	if (p->drop_ids && spec->egress_bridge && spec->egress_socket &&
+	    lchown(spec->egress_socket, p->uid, p->gid) != 0) {
+		snprintf(errstr, errstr_size, "sandbox: cannot hand the egress socket to uid %ld: %s",
+		         (long)p->uid, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* The process driver: the agent (behind the setup wrapper) as a plain
+ * child, in the workspace, unable to gain privileges by exec. */
+static int plan_process(const worker_sandbox_spec_t *spec, struct start *s, char *errstr,
+                        size_t errstr_size)
+{
+	const char *name = spec->setup_script ? "/bin/sh" : spec->argv[0];
+	if (resolve_exec(name, env_lookup(s->envp, "PATH"), s->exec_path, sizeof(s->exec_path)) != 0) {
+		snprintf(errstr, errstr_size, "cannot exec %s: %s", name, strerror(errno));
+		return -1;
+	}
+	add_agent_argv(spec, spec->setup_script, &s->args);
+	s->plan.chdir_to = spec->workspace_dir;
+	s->plan.no_new_privs = 1;
+	return 0;
+}
+
+static int plan_command(const worker_sandbox_spec_t *spec, struct start *s, char *errstr,
+                        size_t errstr_size)
+{
+	int rc;
 	if (spec->driver == WORKER_SANDBOX_BWRAP) {
-		if (!spec->init_path) {
-			snprintf(errstr, errstr_size, "sandbox: no runnel-warm-init for the sandbox");
-			return -1;
-		}
-		const char *bw = spec->bwrap_path ? spec->bwrap_path : "bwrap";
-		if (resolve_exec(bw, getenv("PATH"), exec_path, sizeof(exec_path)) != 0) {
-			snprintf(errstr, errstr_size, "cannot exec bwrap: %s", strerror(errno));
-			return -1;
-		}
-		char num[16];
-		if (pipe2(info, O_CLOEXEC) != 0) {
-			snprintf(errstr, errstr_size, "sandbox: pipe: %s", strerror(errno));
-			return -1;
-		}
-		fdmap_add(&fds, info[1], num); /* SANDBOX_INFO_FD: the map's first */
-		info[1] = -1;
-		strv_t opts = { 0 };
-		int orc = build_bwrap_opts(spec, &fds, &opts, errstr, errstr_size);
-		if (orc == 0 && opts.oom) {
-			snprintf(errstr, errstr_size, "sandbox: out of memory building the command line");
-			orc = -1;
-		}
-		if (orc == 0 && fdmap_add(&fds, opts_fd(&opts), num) != 0) {
-			snprintf(errstr, errstr_size, "sandbox: cannot pass bwrap its options: %s", strerror(errno));
-			orc = -1;
-		}
-		rn_strv_free(&opts);
-		if (orc != 0)
-			goto fail;
-		strv_push(&args, exec_path);
-		strv_push3(&args, "--args", num, NULL);
-		strv_push(&args, "--");
-		add_egress_argv(spec, &args);
-		/* The init receives the rest over stdin (worker_sandbox_launch). */
-		strv_push(&args, RN_SANDBOX_WARM_INIT);
-		envp = bwrap_env;
-		plan.drop_ids = worker_sandbox_ids(spec, &plan.uid, &plan.gid);
-		/* The proxy's socket (0600): the sandbox's uid connects to it. */
-		if (plan.drop_ids && spec->egress_bridge && spec->egress_socket &&
-		    lchown(spec->egress_socket, plan.uid, plan.gid) != 0) {
-			snprintf(errstr, errstr_size, "sandbox: cannot hand the egress socket to uid %ld: %s",
-			         (long)plan.uid, strerror(errno));
-			goto fail;
-		}
-		/* No NO_NEW_PRIVS here: a setuid bwrap must keep working. */
+		rc = plan_bwrap(spec, s, errstr, errstr_size);
 	} else if (spec->driver == WORKER_SANDBOX_PROCESS) {
-		const char *name = spec->setup_script ? "/bin/sh" : spec->argv[0];
-		if (resolve_exec(name, env_lookup(envp, "PATH"), exec_path, sizeof(exec_path)) != 0) {
-			snprintf(errstr, errstr_size, "cannot exec %s: %s", name, strerror(errno));
-			return -1;
-		}
-		add_agent_argv(spec, spec->setup_script, &args);
-		plan.chdir_to = spec->workspace_dir;
-		plan.no_new_privs = 1;
+		rc = plan_process(spec, s, errstr, errstr_size);
 	} else {
 		snprintf(errstr, errstr_size, "sandbox: unknown driver %d", (int)spec->driver);
 		return -1;
 	}
-	if (args.oom || !args.v) {
+	if (rc == 0 && (s->args.oom || !s->args.v)) {
 		snprintf(errstr, errstr_size, "sandbox: out of memory building the command line");
-		goto fail;
+		rc = -1;
 	}
+	return rc;
+}
 
-	add_rlimit(&plan, RLIMIT_NOFILE, spec->rlimit_nofile, 1);
-	add_rlimit(&plan, RLIMIT_NPROC, spec->rlimit_nproc, 1);
-	add_rlimit(&plan, RLIMIT_AS, spec->rlimit_as_mb, 1024L * 1024L);
-	add_rlimit(&plan, RLIMIT_FSIZE, spec->rlimit_fsize_mb, 1024L * 1024L);
+/* The run's rlimits, which the child sets on itself just before execve:
+ * everything it becomes and starts inherits them. */
+static void plan_rlimits(const worker_sandbox_spec_t *spec, struct child_plan *p)
+{
+	add_rlimit(p, RLIMIT_NOFILE, spec->rlimit_nofile, 1);
+	add_rlimit(p, RLIMIT_NPROC, spec->rlimit_nproc, 1);
+	add_rlimit(p, RLIMIT_AS, spec->rlimit_as_mb, 1024L * 1024L);
+	add_rlimit(p, RLIMIT_FSIZE, spec->rlimit_fsize_mb, 1024L * 1024L);
+}
 
-	if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 ||
-	    pipe2(err, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0) {
+/* stdin, stdout, stderr and the exec report; the child's ends, and bwrap's
+ * fds and the run's cgroup, go into the plan. */
+static int plan_fds(const worker_sandbox_spec_t *spec, struct start *s, char *errstr,
+                    size_t errstr_size)
+{
+	if (pipe2(s->in, O_CLOEXEC) != 0 || pipe2(s->out, O_CLOEXEC) != 0 ||
+	    pipe2(s->err, O_CLOEXEC) != 0 || pipe2(s->rep, O_CLOEXEC) != 0) {
 		snprintf(errstr, errstr_size, "sandbox: pipe: %s", strerror(errno));
-		goto fail;
+		return -1;
 	}
-
+	struct child_plan *p = &s->plan;
+	/* Where the child's close loop stops when close_range() is missing. */
 	struct rlimit nofile;
-	plan.max_fd = (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
+	p->max_fd = (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
 	        ? (long)nofile.rlim_cur
 	        : 65536;
-	if (plan.max_fd > 1048576)
-		plan.max_fd = 1048576;
-	plan.exec_path = exec_path;
-	plan.argv = args.v;
-	plan.envp = envp;
-	plan.parent = getpid();
-	plan.in_r = in[0];
-	plan.out_w = out[1];
-	plan.err_w = err[1];
-	plan.rep_w = rep[1];
-	plan.keep = fds.fd;
-	plan.nkeep = fds.n;
-	plan.cg_fds = spec->cgroup_fds;
-	plan.ncg = spec->cgroup_fds ? spec->ncgroup_fds : 0;
+	if (p->max_fd > 1048576)
+		p->max_fd = 1048576;
+	p->exec_path = s->exec_path;
+	p->argv = s->args.v;
+	p->envp = s->envp;
+	p->parent = getpid();
+	p->in_r = s->in[0];
+	p->out_w = s->out[1];
+	p->err_w = s->err[1];
+	p->rep_w = s->rep[1];
+	p->keep = s->fds.fd;
+	p->nkeep = s->fds.n;
+	p->cg_fds = spec->cgroup_fds;
+	p->ncg = spec->cgroup_fds ? spec->ncgroup_fds : 0;
+	return 0;
+}
 
-	/*
-	 * vfork, as posix_spawn does: the child borrows the worker's memory
-	 * until execve instead of copying its page tables (fork's copy and the
-	 * copy-on-write faults after it were most of the worker's CPU per
-	 * run).  The child only reads the plan and writes its own stack.  All
-	 * signals are blocked across it, so that no handler of the worker runs
-	 * in the child while it shares our memory.
-	 */
+/*
+ * vfork, as posix_spawn does: the child borrows the worker's memory until
+ * execve instead of copying its page tables (fork's copy and the
+ * copy-on-write faults after it were most of the worker's CPU per run).
+ * The child only reads the plan and writes its own stack, and never
+ * returns from here.  All signals are blocked across it, so that no
+ * handler of the worker runs in the child while it shares our memory.
+ */
+static pid_t fork_child(const struct child_plan *plan, char *errstr, size_t errstr_size)
+{
 	sigset_t all_sigs, old_sigs;
 	sigfillset(&all_sigs);
 	pthread_sigmask(SIG_SETMASK, &all_sigs, &old_sigs);
 	pid_t pid = vfork();
 	if (pid == 0)
-		child_exec(&plan);
+		child_exec(plan);
 	int fork_err = errno;
 	pthread_sigmask(SIG_SETMASK, &old_sigs, NULL);
-	if (pid < 0) {
+	if (pid < 0)
 		snprintf(errstr, errstr_size, "sandbox: fork: %s", strerror(fork_err));
-		goto fail;
-	}
+	return pid;
+}
 
-	close_fd(&in[0]);
-	close_fd(&out[1]);
-	close_fd(&err[1]);
-	close_fd(&rep[1]);
-	fdmap_free(&fds); /* the info pipe's write end and the binds: bwrap's now */
+/* The child's record of why it did not reach execve, as the run's error. */
+static void explain_report(const worker_sandbox_spec_t *spec, const struct start *s,
+                           const struct child_report *r, char *errstr, size_t errstr_size)
+{
+	const char *what = spec->driver == WORKER_SANDBOX_BWRAP ? "bwrap" : spec->argv[0];
+	switch (r->stage) {
+	case STAGE_EXEC:
+		snprintf(errstr, errstr_size, "cannot exec %s: %s", what, strerror(r->err));
+		break;
+	case STAGE_CHDIR:
+		snprintf(errstr, errstr_size, "cannot enter the workspace: %s", strerror(r->err));
+		break;
+	case STAGE_RLIMIT:
+		snprintf(errstr, errstr_size, "cannot set resource limits: %s", strerror(r->err));
+		break;
+	case STAGE_CGROUP:
+		snprintf(errstr, errstr_size, "cannot enter the run's cgroup: %s", strerror(r->err));
+		break;
+	case STAGE_IDS:
+		snprintf(errstr, errstr_size, "cannot switch to the sandbox's uid %ld: %s",
+		         (long)s->plan.uid, strerror(r->err));
+		break;
+	default:
+		snprintf(errstr, errstr_size, "cannot start the sandbox: %s", strerror(r->err));
+		break;
+	}
+}
+
+/*
+ * Closes the child's ends and waits for its exec: EOF on the report pipe
+ * means execve succeeded (the pipe is close-on-exec), a record means the
+ * child failed before it and has exited, and is reaped here.
+ */
+static int await_exec(const worker_sandbox_spec_t *spec, struct start *s, pid_t pid,
+                      char *errstr, size_t errstr_size)
+{
+	close_fd(&s->in[0]);
+	close_fd(&s->out[1]);
+	close_fd(&s->err[1]);
+	close_fd(&s->rep[1]);
+	fdmap_free(&s->fds); /* the info pipe's write end and the binds: bwrap's now */
 
 	struct child_report r;
 	size_t got = 0;
 	while (got < sizeof(r)) {
-		ssize_t n = read(rep[0], (char *)&r + got, sizeof(r) - got);
+		ssize_t n = read(s->rep[0], (char *)&r + got, sizeof(r) - got);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			break;
 		got += (size_t)n;
 	}
-	close_fd(&rep[0]);
-	if (got == sizeof(r)) {
-		int status;
-		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-			;
-		const char *what = spec->driver == WORKER_SANDBOX_BWRAP ? "bwrap" : spec->argv[0];
-		switch (r.stage) {
-		case STAGE_EXEC:
-			snprintf(errstr, errstr_size, "cannot exec %s: %s", what, strerror(r.err));
-			break;
-		case STAGE_CHDIR:
-			snprintf(errstr, errstr_size, "cannot enter the workspace: %s", strerror(r.err));
-			break;
-		case STAGE_RLIMIT:
-			snprintf(errstr, errstr_size, "cannot set resource limits: %s", strerror(r.err));
-			break;
-		case STAGE_CGROUP:
-			snprintf(errstr, errstr_size, "cannot enter the run's cgroup: %s", strerror(r.err));
-			break;
-		case STAGE_IDS:
-			snprintf(errstr, errstr_size, "cannot switch to the sandbox's uid %ld: %s",
-			         (long)plan.uid, strerror(r.err));
-			break;
-		default:
-			snprintf(errstr, errstr_size, "cannot start the sandbox: %s", strerror(r.err));
-			break;
-		}
-		goto fail;
-	}
-
-	rn_strv_free(&args);
-	/* Reads never block the run's loop; the write end of stdin does. */
-	fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
-	fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK);
-	sb->pid = pid;
-	sb->driver = spec->driver;
-	sb->stdin_fd = in[1];
-	sb->stdout_fd = out[0];
-	sb->stderr_fd = err[0];
-	sb->info_fd = info[0];
-	return 0;
-
-fail:
-	rn_strv_free(&args);
-	fdmap_free(&fds);
-	close_fd(&in[0]);
-	close_fd(&in[1]);
-	close_fd(&out[0]);
-	close_fd(&out[1]);
-	close_fd(&err[0]);
-	close_fd(&err[1]);
-	close_fd(&rep[0]);
-	close_fd(&rep[1]);
-	close_fd(&info[0]);
-	close_fd(&info[1]);
+	close_fd(&s->rep[0]);
+	if (got != sizeof(r))
+		return 0;
+	int status;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	explain_report(spec, s, &r, errstr, errstr_size);
 	return -1;
+}
+
+/* The running child's pipes move from s to the handle. */
+static void hand_to_handle(struct start *s, pid_t pid, worker_sandbox_t *sb)
+{
+	/* Reads never block the run's loop; the write end of stdin does. */
+	fcntl(s->out[0], F_SETFL, fcntl(s->out[0], F_GETFL) | O_NONBLOCK);
+	fcntl(s->err[0], F_SETFL, fcntl(s->err[0], F_GETFL) | O_NONBLOCK);
+	sb->pid = pid;
+	sb->stdin_fd = s->in[1];
+	sb->stdout_fd = s->out[0];
+	sb->stderr_fd = s->err[0];
+	sb->info_fd = s->info[0];
+	s->in[1] = s->out[0] = s->err[0] = s->info[0] = -1;
+}
+
+static int spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb, char *errstr,
+                 size_t errstr_size)
+{
+	sandbox_clear(sb);
+	sb->driver = spec->driver;
+	if (check_spec(spec, errstr, errstr_size) != 0)
+		return -1;
+
+	struct start s;
+	start_init(&s, spec);
+	pid_t pid = -1;
+	int rc = plan_command(spec, &s, errstr, errstr_size);
+	if (rc == 0) {
+		plan_rlimits(spec, &s.plan);
+		rc = plan_fds(spec, &s, errstr, errstr_size);
+	}
+	if (rc == 0 && (pid = fork_child(&s.plan, errstr, errstr_size)) < 0)
+		rc = -1;
+	if (rc == 0)
+		rc = await_exec(spec, &s, pid, errstr, errstr_size);
+	if (rc == 0)
+		hand_to_handle(&s, pid, sb);
+	start_release(&s);
+	return rc;
 }
 
 int worker_sandbox_start(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb,
@@ -1153,9 +1269,7 @@ int worker_sandbox_spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
                          char *errstr, size_t errstr_size)
 {
 	if (!spec->argv || !spec->argv[0]) {
-		memset(sb, 0, sizeof(*sb));
-		sb->pid = -1;
-		sb->stdin_fd = sb->stdout_fd = sb->stderr_fd = sb->info_fd = -1;
+		sandbox_clear(sb);
 		snprintf(errstr, errstr_size, "sandbox: no agent command");
 		return -1;
 	}
