@@ -460,14 +460,10 @@ static int have_sysrq(void)
 	return access("/proc/sysrq-trigger", F_OK) == 0;
 }
 
-/*
- * bwrap's options, for its --args fd: a's entries go to bwrap through a
- * memfd, never on its command line, which every local user and the
- * sandbox itself (/proc/1/cmdline) can read; the host's work paths and
- * warm sandboxes' names stay out of sight.
- */
-static int build_bwrap_opts(const worker_sandbox_spec_t *spec, fdmap_t *m, strv_t *a,
-                            char *errstr, size_t errstr_size)
+/* The namespaces, and what bwrap enforces inside them: seccomp, no
+ * capabilities, a fixed identity. */
+static int add_isolation(const worker_sandbox_spec_t *spec, fdmap_t *m, strv_t *a, char *errstr,
+                         size_t errstr_size)
 {
 	char num[16];
 	/*
@@ -500,7 +496,13 @@ static int build_bwrap_opts(const worker_sandbox_spec_t *spec, fdmap_t *m, strv_
 	strv_push3(a, "--uid", "0", NULL);
 	strv_push3(a, "--gid", "0", NULL);
 	strv_push3(a, "--hostname", "sandbox", NULL);
+	return 0;
+}
 
+/* The file system the agent sees: the host's system directories (or the
+ * rootfs), private /proc, /dev and tmpfs, the run's own binds. */
+static void add_filesystem(const worker_sandbox_spec_t *spec, strv_t *a)
+{
 	if (spec->rootfs)
 		strv_push3(a, "--ro-bind", spec->rootfs, "/");
 	else
@@ -524,6 +526,12 @@ static int build_bwrap_opts(const worker_sandbox_spec_t *spec, fdmap_t *m, strv_
 	if (spec->skills_dir)
 		strv_push3(a, "--ro-bind", spec->skills_dir, SANDBOX_SKILLS);
 	strv_push3(a, "--ro-bind", spec->init_path, RN_SANDBOX_WARM_INIT);
+}
+
+/* The worker's own extra binds, each "host:/path", read-only. */
+static int add_ro_binds(const worker_sandbox_spec_t *spec, strv_t *a, char *errstr,
+                        size_t errstr_size)
+{
 	for (size_t i = 0; spec->ro_binds && spec->ro_binds[i]; i++) {
 		const char *b = spec->ro_binds[i];
 		const char *colon = strchr(b, ':');
@@ -540,6 +548,23 @@ static int build_bwrap_opts(const worker_sandbox_spec_t *spec, fdmap_t *m, strv_
 		host[colon - b] = '\0';
 		strv_push3(a, "--ro-bind", host, colon + 1);
 	}
+	return 0;
+}
+
+/*
+ * bwrap's options, for its --args fd: a's entries go to bwrap through a
+ * memfd, never on its command line, which every local user and the
+ * sandbox itself (/proc/1/cmdline) can read; the host's work paths and
+ * warm sandboxes' names stay out of sight.
+ */
+static int build_bwrap_opts(const worker_sandbox_spec_t *spec, fdmap_t *m, strv_t *a,
+                            char *errstr, size_t errstr_size)
+{
+	if (add_isolation(spec, m, a, errstr, errstr_size) != 0)
+		return -1;
+	add_filesystem(spec, a);
+	if (add_ro_binds(spec, a, errstr, errstr_size) != 0)
+		return -1;
 	add_egress_binds(spec, a);
 	strv_push3(a, "--chdir", SANDBOX_WS, NULL);
 	if (m->bad) {
