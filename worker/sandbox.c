@@ -656,19 +656,13 @@ static void child_pdeathsig(const struct child_plan *p, int rep)
 		_exit(127);
 }
 
-/* Runs in the forked child: async-signal-safe calls only. */
-static void child_exec(const struct child_plan *p) __attribute__((noreturn));
-static void child_exec(const struct child_plan *p)
+/*
+ * The child's fds: stdin, stdout, stderr from the plan, the report pipe at
+ * 3, bwrap's fds from SANDBOX_INFO_FD up, every other one closed.  Returns
+ * the report pipe's number.
+ */
+static int child_place_fds(const struct child_plan *p)
 {
-	/*
-	 * Enter the run's cgroup before anything else: everything this child
-	 * becomes (bwrap, its init, the agent and all it starts) is born
-	 * inside, so no fork can escape the limits.
-	 */
-	for (int i = 0; i < p->ncg; i++)
-		if (write(p->cg_fds[i], "0", 1) != 1)
-			child_fail(p->rep_w, STAGE_CGROUP);
-
 	/* Move our fds above every number they go to before dup2 over them. */
 	const int high = SANDBOX_INFO_FD + SANDBOX_FDS_MAX + 4;
 	int in_r = fcntl(p->in_r, F_DUPFD_CLOEXEC, high);
@@ -695,7 +689,55 @@ static void child_exec(const struct child_plan *p)
 	if (syscall(SYS_close_range, first, ~0U, 0U) != 0)
 		for (long fd = first; fd < p->max_fd; fd++)
 			close((int)fd);
+	return rep;
+}
 
+/* Signal state survives execve(): reset what the worker changed.  The
+ * handlers go first: every signal stays blocked (see the vfork) until
+ * none of the worker's handlers can run here. */
+static void child_reset_signals(void)
+{
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof(dfl));
+	dfl.sa_handler = SIG_DFL;
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			sigaction(sig, &dfl, NULL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/*
+ * A root worker's sandbox: bwrap runs as the unprivileged ids, so the
+ * user namespace it makes maps the sandbox's uid 0 onto them and no
+ * process of the run is ever the host's root.  Raw system calls: libc's
+ * setuid() would signal the worker's other threads (its set*id
+ * broadcast) from this vfork child.  Groups first, uid last.
+ */
+static void child_drop_ids(const struct child_plan *p, int rep)
+{
+	if (syscall(SYS_setgroups, 0, NULL) != 0 ||
+	    syscall(SYS_setresgid, p->gid, p->gid, p->gid) != 0 ||
+	    syscall(SYS_setresuid, p->uid, p->uid, p->uid) != 0)
+		child_fail(rep, STAGE_IDS);
+	/* A change of credentials clears the death signal. */
+	child_pdeathsig(p, rep);
+}
+
+/* Runs in the forked child: async-signal-safe calls only. */
+static void child_exec(const struct child_plan *p) __attribute__((noreturn));
+static void child_exec(const struct child_plan *p)
+{
+	/*
+	 * Enter the run's cgroup before anything else: everything this child
+	 * becomes (bwrap, its init, the agent and all it starts) is born
+	 * inside, so no fork can escape the limits.
+	 */
+	for (int i = 0; i < p->ncg; i++)
+		if (write(p->cg_fds[i], "0", 1) != 1)
+			child_fail(p->rep_w, STAGE_CGROUP);
+	int rep = child_place_fds(p);
 	/*
 	 * Die with the worker (bwrap adds --die-with-parent for its own
 	 * children).  The death signal follows the forking thread, so the
@@ -709,40 +751,15 @@ static void child_exec(const struct child_plan *p)
 	 */
 	if (setsid() < 0)
 		child_fail(rep, STAGE_SESSION);
-
-	/* Signal state survives execve(): reset what the worker changed.  The
-	 * handlers go first: every signal stays blocked (see the vfork) until
-	 * none of the worker's handlers can run here. */
-	struct sigaction dfl;
-	memset(&dfl, 0, sizeof(dfl));
-	dfl.sa_handler = SIG_DFL;
-	for (int sig = 1; sig < NSIG; sig++)
-		if (sig != SIGKILL && sig != SIGSTOP)
-			sigaction(sig, &dfl, NULL);
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-
+	child_reset_signals();
+	/* Before the ids are dropped, while a hard limit may still be raised. */
 	for (int i = 0; i < p->nrl; i++) {
 		struct rlimit rl = { p->rl[i].val, p->rl[i].val };
 		if (setrlimit(p->rl[i].res, &rl) != 0)
 			child_fail(rep, STAGE_RLIMIT);
 	}
-	/*
-	 * A root worker's sandbox: bwrap runs as the unprivileged ids, so the
-	 * user namespace it makes maps the sandbox's uid 0 onto them and no
-	 * process of the run is ever the host's root.  Raw system calls: libc's
-	 * setuid() would signal the worker's other threads (its set*id
-	 * broadcast) from this vfork child.  Groups first, uid last.
-	 */
-	if (p->drop_ids) {
-		if (syscall(SYS_setgroups, 0, NULL) != 0 ||
-		    syscall(SYS_setresgid, p->gid, p->gid, p->gid) != 0 ||
-		    syscall(SYS_setresuid, p->uid, p->uid, p->uid) != 0)
-			child_fail(rep, STAGE_IDS);
-		/* A change of credentials clears the death signal. */
-		child_pdeathsig(p, rep);
-	}
+	if (p->drop_ids)
+		child_drop_ids(p, rep);
 	if (p->chdir_to && chdir(p->chdir_to) != 0)
 		child_fail(rep, STAGE_CHDIR);
 	if (p->no_new_privs)
