@@ -412,6 +412,81 @@ static void test_exec_failure(void)
 	sbx_out_free(&o);
 }
 
+/* Open descriptors of this process. */
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+	for (struct dirent *e; d && (e = readdir(d));)
+		if (e->d_name[0] != '.')
+			n++;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* A start refused with exactly want: the handle is cleared and nothing the
+ * start opened (pipes, bwrap's info pipe, seccomp and --args fds) is left. */
+static void refused(const worker_sandbox_spec_t *s, const char *want)
+{
+	int before = count_fds();
+	worker_sandbox_t sb;
+	char err[256] = "";
+	TH_CHECK(worker_sandbox_spawn(s, &sb, err, sizeof(err)) == -1, "started: want %s", want);
+	TH_CHECK(th_streq(err, want), "err: %s (want %s)", err, want);
+	TH_CHECK(sb.pid == -1 && sb.stdin_fd == -1 && sb.stdout_fd == -1 && sb.stderr_fd == -1 &&
+	                 sb.info_fd == -1,
+	         "handle not cleared: %s", want);
+	TH_CHECK(count_fds() == before, "%d fds before, %d after: %s", before, count_fds(), want);
+}
+
+/* Every way a start is refused, before the fork and in the child. */
+static void test_refusals(void)
+{
+	char *argv[] = { "/bin/true", NULL };
+	worker_sandbox_spec_t s = spec_for(WORKER_SANDBOX_PROCESS, NULL);
+	refused(&s, "sandbox: no agent command");
+
+	s = spec_for(WORKER_SANDBOX_BWRAP, argv);
+	s.workspace_dir = NULL;
+	refused(&s, "sandbox: no workspace directory");
+
+	s = spec_for(WORKER_SANDBOX_BWRAP, argv);
+	s.init_path = NULL;
+	refused(&s, "sandbox: no runnel-warm-init for the sandbox");
+
+	s = spec_for((worker_sandbox_driver_t)42, argv);
+	refused(&s, "sandbox: unknown driver 42");
+
+	/* After the info pipe and the seccomp fd exist. */
+	char *bad_binds[] = { "no-colon", NULL };
+	s = spec_for(WORKER_SANDBOX_BWRAP, argv);
+	s.ro_binds = bad_binds;
+	refused(&s, "sandbox: read-only bind \"no-colon\" is not host:/path");
+
+	/* After bwrap's --args memfd exists: the proxy's socket goes to the
+	 * sandbox's uid only when the worker is root. */
+	if (geteuid() == 0) {
+		s = spec_for(WORKER_SANDBOX_BWRAP, argv);
+		s.egress_bridge = "/bin/true";
+		s.egress_socket = "/nonexistent/egress.sock";
+		refused(&s, "sandbox: cannot hand the egress socket to uid 65534: No such file or directory");
+	}
+
+	/* Reported by the child after the fork. */
+	s = spec_for(WORKER_SANDBOX_PROCESS, argv);
+	s.workspace_dir = "/nonexistent/workspace";
+	refused(&s, "cannot enter the workspace: No such file or directory");
+
+	/* Above fs.nr_open: refused even to root. */
+	s = spec_for(WORKER_SANDBOX_PROCESS, argv);
+	s.rlimit_nofile = 1L << 30;
+	refused(&s, "cannot set resource limits: Operation not permitted");
+	s = spec_for(WORKER_SANDBOX_BWRAP, argv);
+	s.rlimit_nofile = 1L << 30;
+	refused(&s, "cannot set resource limits: Operation not permitted");
+}
+
 struct group_arg {
 	pid_t pgid;
 	int want; /* wait for count >= want, or == 0 when want is 0 */
@@ -646,6 +721,7 @@ int main(int argc, char **argv)
 	test_filesystem();
 	test_setup_script();
 	test_exec_failure();
+	test_refusals();
 	test_kill_tree(WORKER_SANDBOX_BWRAP);
 	test_kill_tree(WORKER_SANDBOX_PROCESS);
 	test_signals(WORKER_SANDBOX_BWRAP);
