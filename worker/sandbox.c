@@ -1081,7 +1081,7 @@ static int plan_bwrap(const worker_sandbox_spec_t *spec, struct start *s, char *
 	strv_push(&s->args, RN_SANDBOX_WARM_INIT);
 	s->envp = empty_env;
 	/* A root worker's bwrap runs as the sandbox's unprivileged ids (see
-	 * child_exec), so no process of the run is ever the host's root. */
+	 * child_drop_ids), so no process of the run is ever the host's root. */
 	struct child_plan *p = &s->plan;
 	p->drop_ids = worker_sandbox_ids(spec, &p->uid, &p->gid);
 	/* The proxy's socket (0600): the sandbox's uid connects to it. */
@@ -1271,6 +1271,12 @@ static void hand_to_handle(struct start *s, pid_t pid, worker_sandbox_t *sb)
 	s->in[1] = s->out[0] = s->err[0] = s->info[0] = -1;
 }
 
+/*
+ * One start, in order: the command (bwrap's or the agent's), the limits
+ * and fds the child applies to itself, the fork, the exec's report, the
+ * handle.  Each step is 0, or -1 with errstr; start_release then closes
+ * whatever the handle did not take.
+ */
 static int spawn(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb, char *errstr,
                  size_t errstr_size)
 {
