@@ -77,6 +77,7 @@ void proto_job_clear(proto_job_t *job)
 	free_secret(&job->prompt);
 	free(job->agent_url);
 	free(job->caller);
+	free(job->webhook);
 	json_decref(job->meta);
 	sodium_memzero(job, sizeof *job);
 }
@@ -161,17 +162,17 @@ static int check_tenant(const char *t, char *errstr, size_t size)
 	return check_name("tenant", t, PROTO_TENANT_MAX, proto_tenant_valid, "A-Z a-z 0-9 _ . -", errstr, size);
 }
 
-static int check_url(const char *url, char *errstr, size_t size)
+static int check_url_field(const char *field, const char *url, char *errstr, size_t size)
 {
 	size_t n, i, skip;
 
 	if (url == NULL) {
-		seterr(errstr, size, "agent_url: missing");
+		seterr(errstr, size, "%s: missing", field);
 		return -1;
 	}
 	n = strlen(url);
 	if (n > PROTO_JOB_URL_MAX) {
-		seterr(errstr, size, "agent_url: longer than %d bytes", PROTO_JOB_URL_MAX);
+		seterr(errstr, size, "%s: longer than %d bytes", field, PROTO_JOB_URL_MAX);
 		return -1;
 	}
 	if (strncmp(url, "http://", 7) == 0)
@@ -179,26 +180,106 @@ static int check_url(const char *url, char *errstr, size_t size)
 	else if (strncmp(url, "https://", 8) == 0)
 		skip = 8;
 	else {
-		seterr(errstr, size, "agent_url: must start with http:// or https://");
+		seterr(errstr, size, "%s: must start with http:// or https://", field);
 		return -1;
 	}
 	for (i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)url[i];
 
 		if (c <= 0x20 || c == 0x7f) {
-			seterr(errstr, size, "agent_url: contains a space or control character");
+			seterr(errstr, size, "%s: contains a space or control character", field);
 			return -1;
 		}
 	}
 	if (url[skip] == '\0' || url[skip] == '/') {
-		seterr(errstr, size, "agent_url: missing host");
+		seterr(errstr, size, "%s: missing host", field);
 		return -1;
 	}
 	if (!proto_utf8_valid(url, n)) {
-		seterr(errstr, size, "agent_url: invalid UTF-8");
+		seterr(errstr, size, "%s: invalid UTF-8", field);
 		return -1;
 	}
 	return 0;
+}
+
+static int check_url(const char *url, char *errstr, size_t size)
+{
+	return check_url_field("agent_url", url, errstr, size);
+}
+
+int proto_idem_key_valid(const char *s)
+{
+	return proto_name_chars_ok(s, PROTO_IDEM_KEY_MAX, "_.:-");
+}
+
+int proto_job_priority(const proto_job_t *job)
+{
+	return job->has_priority ? job->priority : PROTO_PRIORITY_DEFAULT;
+}
+
+static int lower_hex(const char *s, size_t n, int *all_zero)
+{
+	*all_zero = 1;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			return 0;
+		if (c != '0')
+			*all_zero = 0;
+	}
+	return 1;
+}
+
+int proto_traceparent_parse(const char *s, char out[PROTO_TRACEPARENT_LEN + 1])
+{
+	int zero;
+	size_t n;
+
+	if (s == NULL)
+		return -1;
+	n = strnlen(s, 512);
+	/* version-traceid-parentid-flags; a later version may append "-…". */
+	if (n < PROTO_TRACEPARENT_LEN || n >= 512 || s[2] != '-' || s[35] != '-' || s[52] != '-')
+		return -1;
+	if (!lower_hex(s, 2, &zero) || strncmp(s, "ff", 2) == 0)
+		return -1;
+	if (strncmp(s, "00", 2) == 0 ? n != PROTO_TRACEPARENT_LEN
+	                             : (n > PROTO_TRACEPARENT_LEN && s[PROTO_TRACEPARENT_LEN] != '-'))
+		return -1;
+	if (!lower_hex(s + 3, 32, &zero) || zero)
+		return -1;
+	if (!lower_hex(s + 36, 16, &zero) || zero)
+		return -1;
+	if (!lower_hex(s + 53, 2, &zero))
+		return -1;
+	memcpy(out, "00", 2);
+	memcpy(out + 2, s + 2, PROTO_TRACEPARENT_LEN - 2);
+	out[PROTO_TRACEPARENT_LEN] = '\0';
+	return 0;
+}
+
+void proto_traceparent_trace_id(const char *tp, char out[33])
+{
+	memcpy(out, tp + 3, 32);
+	out[32] = '\0';
+}
+
+void proto_traceparent_child(const char *tp, char out[PROTO_TRACEPARENT_LEN + 1])
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char span[8];
+
+	memcpy(out, tp, PROTO_TRACEPARENT_LEN + 1);
+	(void)proto_sodium_init();
+	/* A span id of all zeros is invalid: draw again (p = 2^-64). */
+	do
+		randombytes_buf(span, sizeof(span));
+	while (memcmp(span, "\0\0\0\0\0\0\0\0", 8) == 0);
+	for (size_t i = 0; i < sizeof(span); i++) {
+		out[36 + 2 * i] = hex[span[i] >> 4];
+		out[37 + 2 * i] = hex[span[i] & 15];
+	}
 }
 
 /* OTPs go into an Authorization header: visible ASCII only, so CR/LF,
@@ -299,6 +380,26 @@ int proto_job_validate(const proto_job_t *job, char *errstr, size_t errstr_size)
 		seterr(errstr, errstr_size, "permission_mode: must be bypass, ask or deny");
 		return -1;
 	}
+	if (job->idempotency_key[0] != '\0' && !proto_idem_key_valid(job->idempotency_key)) {
+		seterr(errstr, errstr_size,
+		       "idempotency_key: 1 to %d characters of A-Z a-z 0-9 _ . : -", PROTO_IDEM_KEY_MAX);
+		return -1;
+	}
+	if (job->has_priority && (job->priority < PROTO_PRIORITY_MIN || job->priority > PROTO_PRIORITY_MAX)) {
+		seterr(errstr, errstr_size, "priority: must be an integer from %d to %d", PROTO_PRIORITY_MIN,
+		       PROTO_PRIORITY_MAX);
+		return -1;
+	}
+	if (job->traceparent[0] != '\0') {
+		char norm[PROTO_TRACEPARENT_LEN + 1];
+
+		if (proto_traceparent_parse(job->traceparent, norm) != 0) {
+			seterr(errstr, errstr_size, "traceparent: not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)");
+			return -1;
+		}
+	}
+	if (job->webhook != NULL && check_url_field("webhook", job->webhook, errstr, errstr_size) != 0)
+		return -1;
 	return 0;
 }
 
@@ -439,6 +540,43 @@ static int take_int(json_t *root, const char *key, int64_t min, int64_t *dst,
 	return 0;
 }
 
+/* idempotency_key, priority, traceparent, webhook (SPEC §2).  A
+ * traceparent that is not W3C is dropped, never fatal. */
+static int parse_backend_fields(json_t *root, proto_job_t *job, char *errstr, size_t size)
+{
+	json_t *v = json_object_get(root, "idempotency_key");
+
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v) ||
+		    !proto_idem_key_valid(json_string_value(v))) {
+			seterr(errstr, size, "idempotency_key: 1 to %d characters of A-Z a-z 0-9 _ . : -",
+			       PROTO_IDEM_KEY_MAX);
+			return -1;
+		}
+		snprintf(job->idempotency_key, sizeof job->idempotency_key, "%s", json_string_value(v));
+	}
+	v = json_object_get(root, "priority");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_integer(v) || json_integer_value(v) < PROTO_PRIORITY_MIN ||
+		    json_integer_value(v) > PROTO_PRIORITY_MAX) {
+			seterr(errstr, size, "priority: must be an integer from %d to %d", PROTO_PRIORITY_MIN,
+			       PROTO_PRIORITY_MAX);
+			return -1;
+		}
+		job->has_priority = 1;
+		job->priority = (int)json_integer_value(v);
+	}
+	v = json_object_get(root, "traceparent");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v) ||
+		    proto_traceparent_parse(json_string_value(v), job->traceparent) != 0) {
+			job->traceparent[0] = '\0';
+			job->traceparent_dropped = 1;
+		}
+	}
+	return take_string(root, "webhook", 1, &job->webhook, errstr, size);
+}
+
 static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
                       proto_job_t *job, char *errstr, size_t size)
 {
@@ -560,6 +698,8 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 		}
 		job->meta = json_incref(v);
 	}
+	if (parse_backend_fields(root, job, errstr, size) != 0)
+		return -1;
 	return proto_job_validate(job, errstr, size);
 }
 
@@ -740,6 +880,14 @@ char *proto_job_serialize(const proto_job_t *job, const uint8_t *key,
 		bad |= json_object_set(root, "meta", job->meta);
 	if (job->permission_mode[0] != '\0')
 		bad |= set_string(root, "permission_mode", job->permission_mode);
+	if (job->idempotency_key[0] != '\0')
+		bad |= set_string(root, "idempotency_key", job->idempotency_key);
+	if (job->has_priority)
+		bad |= json_object_set_new(root, "priority", json_integer(job->priority));
+	if (job->traceparent[0] != '\0')
+		bad |= set_string(root, "traceparent", job->traceparent);
+	if (job->webhook != NULL)
+		bad |= set_string(root, "webhook", job->webhook);
 	if (bad == 0)
 		out = dump_exact(root, &len);
 	wipe_secret_members(root);

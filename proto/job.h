@@ -26,16 +26,21 @@
 #include <stdint.h>
 #include <jansson.h>
 
-#define PROTO_JOB_VERSION    1
-#define PROTO_RUN_ID_MAX     64 /* [A-Za-z0-9_-]{1,64} */
-#define PROTO_JOB_KEY_BYTES  32
-#define PROTO_JOB_MAX_BYTES  (900 * 1024) /* under Kafka's 1 MB default */
-#define PROTO_JOB_PROMPT_MAX (512 * 1024)
-#define PROTO_JOB_URL_MAX    2048
-#define PROTO_JOB_OTP_MAX    1024
-#define PROTO_JOB_CALLER_MAX 128
-#define PROTO_TENANT_MAX     64 /* [A-Za-z0-9_.-]{1,64} */
-#define PROTO_TENANT_DEFAULT "default"
+#define PROTO_JOB_VERSION      1
+#define PROTO_RUN_ID_MAX       64 /* [A-Za-z0-9_-]{1,64} */
+#define PROTO_JOB_KEY_BYTES    32
+#define PROTO_JOB_MAX_BYTES    (900 * 1024) /* under Kafka's 1 MB default */
+#define PROTO_JOB_PROMPT_MAX   (512 * 1024)
+#define PROTO_JOB_URL_MAX      2048
+#define PROTO_JOB_OTP_MAX      1024
+#define PROTO_JOB_CALLER_MAX   128
+#define PROTO_TENANT_MAX       64 /* [A-Za-z0-9_.-]{1,64} */
+#define PROTO_TENANT_DEFAULT   "default"
+#define PROTO_IDEM_KEY_MAX     128 /* [A-Za-z0-9_.:-]{1,128} */
+#define PROTO_PRIORITY_MIN     0
+#define PROTO_PRIORITY_MAX     9
+#define PROTO_PRIORITY_DEFAULT 5
+#define PROTO_TRACEPARENT_LEN  55 /* "00-<32 hex>-<16 hex>-<2 hex>" */
 
 typedef struct proto_job {
 	int v; /* always PROTO_JOB_VERSION */
@@ -52,6 +57,16 @@ typedef struct proto_job {
 	json_t *meta;                      /* object or NULL; owned reference */
 	/* permission_mode (SPEC §5): "bypass", "ask", "deny"; "" when absent */
 	char permission_mode[8];
+	/* Per tenant: a second job with the same key starts no run; "" absent. */
+	char idempotency_key[PROTO_IDEM_KEY_MAX + 1];
+	int has_priority; /* priority was given (else PROTO_PRIORITY_DEFAULT) */
+	int priority;     /* 0-9, higher first within the tenant's share */
+	/* W3C traceparent, normalised to version 00 form; "" when absent.  A
+	 * value that is not W3C is dropped by proto_job_parse, which then sets
+	 * traceparent_dropped so that the caller can log it (never fatal). */
+	char traceparent[PROTO_TRACEPARENT_LEN + 1];
+	int traceparent_dropped;
+	char *webhook; /* completion webhook URL (syntax checked only); NULL absent */
 } proto_job_t;
 
 /* 1 when s is a permission mode: bypass, ask or deny. */
@@ -81,6 +96,28 @@ int proto_tenant_valid(const char *s);
 
 /* The job's tenant: job->tenant, or PROTO_TENANT_DEFAULT when empty. */
 const char *proto_job_tenant(const proto_job_t *job);
+
+/* The job's priority: job->priority when given, else the default (5). */
+int proto_job_priority(const proto_job_t *job);
+
+/* 1 when s is a valid idempotency key ([A-Za-z0-9_.:-]{1,128}), else 0. */
+int proto_idem_key_valid(const char *s);
+
+/*
+ * Checks a W3C Trace Context traceparent (version 00, or a later version
+ * read as 00 per the spec's forward-compatibility rule: its first 55
+ * characters, then "-" or the end).  Lowercase hex only; the trace id and
+ * parent id must not be all zeros; version ff is invalid.  On success the
+ * normalised "00-…" form goes to out and 0 is returned; -1 otherwise.
+ */
+int proto_traceparent_parse(const char *s, char out[PROTO_TRACEPARENT_LEN + 1]);
+
+/* The trace id (32 hex digits) of a valid traceparent into out. */
+void proto_traceparent_trace_id(const char *tp, char out[33]);
+
+/* A child of tp: the same trace id and flags, a new random parent (span)
+ * id.  tp must be valid (proto_traceparent_parse's out). */
+void proto_traceparent_child(const char *tp, char out[PROTO_TRACEPARENT_LEN + 1]);
 
 /* Validates a job built in memory (the dispatcher's path).  0 or -1. */
 int proto_job_validate(const proto_job_t *job, char *errstr, size_t errstr_size);

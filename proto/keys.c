@@ -41,6 +41,18 @@ int proto_key(char *buf, size_t size, const char *prefix,
 	return n;
 }
 
+int proto_idem_redis_key(char *buf, size_t size, const char *prefix, const char *tenant, const char *key)
+{
+	int n;
+
+	if (!proto_key_prefix_valid(prefix) || !proto_tenant_valid(tenant) || !proto_idem_key_valid(key))
+		return -1;
+	n = snprintf(buf, size, "%s:idem:{%s}:%s", prefix, tenant, key);
+	if (n < 0 || (size_t)n >= size)
+		return -1;
+	return n;
+}
+
 void proto_run_id_mint(char buf[27])
 {
 	unsigned char raw[16];

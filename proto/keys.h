@@ -33,6 +33,17 @@ int proto_key(char *buf, size_t size, const char *prefix,
               const char *run_id, proto_key_kind_t kind);
 
 /*
+ * The idempotency record of one (tenant, idempotency key):
+ * "<prefix>:idem:{<tenant>}:<key>", a string holding the run id that owns
+ * the key.  The hash tag is the tenant, so one tenant's keys share a slot
+ * and different tenants spread over the cluster.  Returns the length, or -1
+ * when an argument is invalid or buf too small (PROTO_IDEM_REDIS_KEY_MAX
+ * always suffices).
+ */
+#define PROTO_IDEM_REDIS_KEY_MAX (PROTO_KEY_PREFIX_MAX + 64 + 128 + 16)
+int proto_idem_redis_key(char *buf, size_t size, const char *prefix, const char *tenant, const char *key);
+
+/*
  * Mints a run id: "run_" followed by 22 URL-safe base64 characters of 128
  * random bits (libsodium's randombytes).  buf must hold 27 bytes.
  */
