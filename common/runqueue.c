@@ -22,6 +22,30 @@
  * the head), so a tenant that joins at the head waits exactly one round:
  * classic round robin.  LPOS needs Redis 6.0.6+.
  */
+/*
+ * A tenant's queue is ten lists, one per priority; priority 5 (the
+ * default) keeps the plain name "t:<tenant>" that queues had before
+ * priorities, so a queue upgraded in place keeps its runs.  A take pops
+ * the highest non-empty list: higher first, FIFO within one priority.
+ */
+#define LUA_TQ \
+	"local function tkey(q, t, p)\n" \
+	"  if p == 5 then return q .. 't:' .. t end\n" \
+	"  return q .. 't:' .. t .. ':' .. p\n" \
+	"end\n" \
+	"local function tlen(q, t)\n" \
+	"  local n = 0\n" \
+	"  for p = 0, 9 do n = n + redis.call('LLEN', tkey(q, t, p)) end\n" \
+	"  return n\n" \
+	"end\n" \
+	"local function tpop(q, t)\n" \
+	"  for p = 9, 0, -1 do\n" \
+	"    local id = redis.call('LPOP', tkey(q, t, p))\n" \
+	"    if id then return id end\n" \
+	"  end\n" \
+	"  return nil\n" \
+	"end\n"
+
 #define LUA_RING \
 	"local function ring_add(ring, t)\n" \
 	"  if not redis.call('LPOS', ring, t) then redis.call('LPUSH', ring, t) end\n" \
@@ -31,7 +55,7 @@
 	"  redis.call('LTRIM', k, 0, 63)\n" \
 	"end\n"
 
-/* KEYS: state.  ARGV: tenant enqueued_at ttl. */
+/* KEYS: state.  ARGV: tenant enqueued_at ttl [field value]... */
 static const char lua_mark[] =
         "local st = redis.call('HGET', KEYS[1], 'status')\n"
         "if st and st ~= 'queued' then\n"
@@ -40,17 +64,27 @@ static const char lua_mark[] =
         "end\n"
         "redis.call('HSET', KEYS[1], 'status', 'queued', 'tenant', ARGV[1])\n"
         "if tonumber(ARGV[2]) > 0 then redis.call('HSETNX', KEYS[1], 'enqueued_at', ARGV[2]) end\n"
+        "for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end\n"
         "redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))\n"
         "return 1\n";
 
+const char rn_idem_claim_lua[] =
+        "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', tonumber(ARGV[2])) then return ARGV[1] end\n"
+        "return redis.call('GET', KEYS[1]) or ARGV[1]\n";
+
+const char rn_idem_release_lua[] =
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end\n"
+        "return 1\n";
+
 /*
- * KEYS: jobs tenant ring age depth wake tlist.
- * ARGV: run_id tenant entry.
+ * KEYS: jobs tenant ring age depth wake tlist prio.
+ * ARGV: run_id tenant entry priority.
  */
 static const char lua_push[] =
         LUA_NOW LUA_RING
         "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end\n"
         "redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
+        "if ARGV[4] ~= '5' then redis.call('HSET', KEYS[8], ARGV[1], ARGV[4]) end\n"
         "redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])\n"
         "redis.call('RPUSH', KEYS[7], ARGV[1])\n"
         "ring_add(KEYS[3], ARGV[2])\n"
@@ -60,13 +94,13 @@ static const char lua_push[] =
         "return 1\n";
 
 /*
- * KEYS: jobs tenant ring age depth inflight.
+ * KEYS: jobs tenant ring age depth inflight prio.
  * ARGV: qprefix ("<prefix>:{q}:") inflight_ms lease_ms default_cap
  *       [tenant cap]...
  * Returns {} or {run_id, tenant, entry, queued_ms, now}.
  */
 static const char lua_take[] =
-        LUA_NOW LUA_RING
+        LUA_NOW LUA_RING LUA_TQ
         "local q = ARGV[1]\n"
         "local caps = {}\n"
         "for i = 5, #ARGV, 2 do caps[ARGV[i]] = tonumber(ARGV[i + 1]) end\n"
@@ -78,7 +112,7 @@ static const char lua_take[] =
         "  local t = redis.call('HGET', KEYS[2], id)\n"
         "  if t and redis.call('HEXISTS', KEYS[1], id) == 1 then\n"
         "    redis.call('ZREM', q .. 'run:' .. t, id)\n"
-        "    redis.call('LPUSH', q .. 't:' .. t, id)\n"
+        "    redis.call('LPUSH', tkey(q, t, tonumber(redis.call('HGET', KEYS[7], id) or '5')), id)\n"
         "    ring_add(KEYS[3], t)\n"
         "    redis.call('RPUSH', KEYS[5], '1')\n"
         "  end\n"
@@ -87,7 +121,6 @@ static const char lua_take[] =
         "for i = 1, n do\n"
         "  local t = redis.call('RPOPLPUSH', KEYS[3], KEYS[3])\n"
         "  if not t then break end\n"
-        "  local tk = q .. 't:' .. t\n"
         "  local rk = q .. 'run:' .. t\n"
         "  local cap = caps[t] or def\n"
         "  local room = true\n"
@@ -97,12 +130,12 @@ static const char lua_take[] =
         "  end\n"
         "  if room then\n"
         "    while true do\n"
-        "      local id = redis.call('LPOP', tk)\n"
+        "      local id = tpop(q, t)\n"
         "      if not id then break end\n"
         "      redis.call('LPOP', KEYS[5])\n"
         "      local e = redis.call('HGET', KEYS[1], id)\n"
         "      if e then\n"
-        "        if redis.call('LLEN', tk) == 0 then redis.call('LREM', KEYS[3], 0, t) end\n"
+        "        if tlen(q, t) == 0 then redis.call('LREM', KEYS[3], 0, t) end\n"
         "        redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), id)\n"
         "        redis.call('ZADD', rk, now + tonumber(ARGV[3]), id)\n"
         "        local qa = redis.call('ZSCORE', KEYS[4], id) or '0'\n"
@@ -111,14 +144,15 @@ static const char lua_take[] =
         "      redis.call('ZREM', KEYS[4], id)\n"
         "    end\n"
         "  end\n"
-        "  if redis.call('LLEN', tk) == 0 then redis.call('LREM', KEYS[3], 0, t) end\n"
+        "  if tlen(q, t) == 0 then redis.call('LREM', KEYS[3], 0, t) end\n"
         "end\n"
         "return {}\n";
 
-/* KEYS: jobs tenant age inflight wake runset.  ARGV: run_id running. */
+/* KEYS: jobs tenant age inflight wake runset prio.  ARGV: run_id running. */
 static const char lua_ack[] =
         LUA_RING
         "redis.call('HDEL', KEYS[1], ARGV[1])\n"
+        "redis.call('HDEL', KEYS[7], ARGV[1])\n"
         "redis.call('HDEL', KEYS[2], ARGV[1])\n"
         "redis.call('ZREM', KEYS[3], ARGV[1])\n"
         "redis.call('ZREM', KEYS[4], ARGV[1])\n"
@@ -146,36 +180,46 @@ static const char lua_touch[] =
 
 /*
  * KEYS: ring age inflight depth.  ARGV: qprefix.
- * Returns {depth, inflight, oldest_age, now, ntenants, t1, queued1,
- * running1, oldest1, ...}: at most the first 1000 tenants of the ring are
- * looked at, so a call stays cheap however many tenants queue.
+ * Returns {depth, inflight, oldest_age, now, ntenants, p0..p9, t1,
+ * queued1, running1, oldest1, ...}: at most the first 1000 tenants of the
+ * ring are looked at, so a call stays cheap however many tenants queue;
+ * p0..p9 (queued runs per priority) count those tenants.
  */
 static const char lua_stats[] =
-        LUA_NOW
+        LUA_NOW LUA_TQ
         "local q = ARGV[1]\n"
         "local out = {redis.call('LLEN', KEYS[4]), redis.call('ZCARD', KEYS[3]), 0, now, redis.call('LLEN', KEYS[1])}\n"
         "local o = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')\n"
         "if o[2] then out[3] = now - tonumber(o[2]) end\n"
+        "local byp = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}\n"
+        "local rows = {}\n"
         "local ts = redis.call('LRANGE', KEYS[1], 0, 999)\n"
         "for _, t in ipairs(ts) do\n"
-        "  local tk = q .. 't:' .. t\n"
         "  local rk = q .. 'run:' .. t\n"
-        "  local head = redis.call('LINDEX', tk, 0)\n"
-        "  local age = 0\n"
-        "  if head then\n"
-        "    local s = redis.call('ZSCORE', KEYS[2], head)\n"
-        "    if s then age = now - tonumber(s) end\n"
+        "  local age, n = 0, 0\n"
+        "  for p = 0, 9 do\n"
+        "    local tk = tkey(q, t, p)\n"
+        "    local l = redis.call('LLEN', tk)\n"
+        "    n = n + l\n"
+        "    byp[p + 1] = byp[p + 1] + l\n"
+        "    local head = redis.call('LINDEX', tk, 0)\n"
+        "    if head then\n"
+        "      local s = redis.call('ZSCORE', KEYS[2], head)\n"
+        "      if s and now - tonumber(s) > age then age = now - tonumber(s) end\n"
+        "    end\n"
         "  end\n"
-        "  table.insert(out, t)\n"
-        "  table.insert(out, redis.call('LLEN', tk))\n"
-        "  table.insert(out, redis.call('ZCOUNT', rk, now, '+inf'))\n"
-        "  table.insert(out, age)\n"
+        "  table.insert(rows, t)\n"
+        "  table.insert(rows, n)\n"
+        "  table.insert(rows, redis.call('ZCOUNT', rk, now, '+inf'))\n"
+        "  table.insert(rows, age)\n"
         "end\n"
+        "for p = 1, 10 do table.insert(out, byp[p]) end\n"
+        "for _, v in ipairs(rows) do table.insert(out, v) end\n"
         "return out\n";
 
 typedef struct qkeys {
 	char q[96]; /* "<prefix>:{q}:" */
-	char jobs[112], tenant[112], ring[112], age[112], depth[112], inflight[112], wake[112];
+	char jobs[112], tenant[112], ring[112], age[112], depth[112], inflight[112], wake[112], prio[112];
 } qkeys_t;
 
 static int qkeys_make(qkeys_t *k, const char *prefix, char *errstr, size_t errstr_size)
@@ -193,6 +237,7 @@ static int qkeys_make(qkeys_t *k, const char *prefix, char *errstr, size_t errst
 	snprintf(k->depth, sizeof(k->depth), "%sdepth", k->q);
 	snprintf(k->inflight, sizeof(k->inflight), "%sinflight", k->q);
 	snprintf(k->wake, sizeof(k->wake), "%swake", k->q);
+	snprintf(k->prio, sizeof(k->prio), "%sprio", k->q);
 	return 0;
 }
 
@@ -244,33 +289,80 @@ int rn_runqueue_depth_key(const char *prefix, char *buf, size_t size)
 
 int rn_runqueue_mark(redisContext *c, const char *prefix, const char *run_id,
                      const char *tenant, int64_t enqueued_at, int64_t ttl_sec,
-                     char *errstr, size_t errstr_size)
+                     const rn_queue_fields_t *f, char *errstr, size_t errstr_size)
 {
-	char state[160], a_enq[24], a_ttl[24];
+	char state[160], a_enq[24], a_ttl[24], a_prio[8];
+	const char *argv[15] = { "EVAL", lua_mark, "1", state, tenant, a_enq, a_ttl };
+	int argc = 7;
 	if (id_ok(run_id, tenant, errstr, errstr_size) < 0 || strlen(prefix) > 64)
 		return -1;
 	snprintf(state, sizeof(state), "%s:{%s}:state", prefix, run_id);
 	snprintf(a_enq, sizeof(a_enq), "%" PRId64, enqueued_at > 0 ? enqueued_at : 0);
 	snprintf(a_ttl, sizeof(a_ttl), "%" PRId64, ttl_sec > 0 ? ttl_sec : 86400);
-	const char *argv[] = { "EVAL", lua_mark, "1", state, tenant, a_enq, a_ttl };
-	return eval_int(c, 7, argv, NULL, "queue mark", errstr, errstr_size) < 0 ? -1 : 0;
+	if (f) {
+		snprintf(a_prio, sizeof(a_prio), "%d", f->priority);
+		argv[argc++] = "priority";
+		argv[argc++] = a_prio;
+		if (f->traceparent && f->traceparent[0]) {
+			argv[argc++] = "traceparent";
+			argv[argc++] = f->traceparent;
+		}
+		if (f->webhook && f->webhook[0]) {
+			argv[argc++] = "webhook";
+			argv[argc++] = f->webhook;
+		}
+		if (f->idem_key && f->idem_key[0]) {
+			argv[argc++] = "idempotency_key";
+			argv[argc++] = f->idem_key;
+		}
+	}
+	return eval_int(c, argc, argv, NULL, "queue mark", errstr, errstr_size) < 0 ? -1 : 0;
+}
+
+int rn_idem_claim(redisContext *c, const char *idem_rkey, const char *run_id, int64_t ttl_sec,
+                  char owner[65], char *errstr, size_t errstr_size)
+{
+	char a_ttl[24];
+	snprintf(a_ttl, sizeof(a_ttl), "%" PRId64, ttl_sec > 0 ? ttl_sec : 86400);
+	const char *argv[] = { "EVAL", rn_idem_claim_lua, "1", idem_rkey, run_id, a_ttl };
+	redisReply *r = redisCommandArgv(c, 6, argv, NULL);
+	if (check(c, r, "idempotency claim", errstr, errstr_size) < 0)
+		return -1;
+	int ret = -1;
+	if (r->type == REDIS_REPLY_STRING && r->len < 65) {
+		memcpy(owner, r->str, r->len);
+		owner[r->len] = '\0';
+		ret = strcmp(owner, run_id) == 0 ? 1 : 0;
+	} else {
+		snprintf(errstr, errstr_size, "redis idempotency claim: unexpected reply");
+	}
+	freeReplyObject(r);
+	return ret;
 }
 
 int rn_runqueue_push(redisContext *c, const char *prefix, const char *run_id,
-                     const char *tenant, const void *entry, size_t len,
+                     const char *tenant, int priority, const void *entry, size_t len,
                      char *errstr, size_t errstr_size)
 {
 	qkeys_t k;
-	char tlist[192];
+	char tlist[192], a_prio[8];
+	if (priority < 0 || priority > 9) {
+		snprintf(errstr, errstr_size, "invalid priority");
+		return -1;
+	}
 	if (run_keys(&k, prefix, run_id, tenant, "t:", tlist, sizeof(tlist), errstr, errstr_size) < 0)
 		return -1;
-	const char *argv[] = { "EVAL", lua_push, "7", k.jobs, k.tenant, k.ring, k.age, k.depth,
-		               k.wake, tlist, run_id, tenant, entry };
-	size_t lens[13];
-	for (int i = 0; i < 12; i++)
+	/* Priority 5 keeps the list's pre-priority name (see LUA_TQ). */
+	if (priority != 5)
+		snprintf(tlist + strlen(tlist), sizeof(tlist) - strlen(tlist), ":%d", priority);
+	snprintf(a_prio, sizeof(a_prio), "%d", priority);
+	const char *argv[] = { "EVAL", lua_push, "8", k.jobs, k.tenant, k.ring, k.age, k.depth,
+		               k.wake, tlist, k.prio, run_id, tenant, entry, a_prio };
+	size_t lens[15];
+	for (int i = 0; i < 15; i++)
 		lens[i] = strlen(argv[i]);
-	lens[12] = len;
-	return eval_int(c, 13, argv, lens, "queue push", errstr, errstr_size);
+	lens[13] = len;
+	return eval_int(c, 15, argv, lens, "queue push", errstr, errstr_size);
 }
 
 void rn_queue_item_clear(rn_queue_item_t *it)
@@ -291,7 +383,7 @@ int rn_runqueue_take(redisContext *c, const char *prefix, const rn_tenant_caps_t
 	if (qkeys_make(&k, prefix, errstr, errstr_size) < 0)
 		return -1;
 	size_t ncaps = caps ? caps->n : 0;
-	size_t argc = 13 + 2 * ncaps; /* EVAL, script, numkeys, 6 keys, 4 args, cap pairs */
+	size_t argc = 14 + 2 * ncaps; /* EVAL, script, numkeys, 7 keys, 4 args, cap pairs */
 	const char **argv = calloc(argc, sizeof(*argv));
 	char(*nums)[24] = calloc(3 + ncaps, sizeof(*nums));
 	if (!argv || !nums) {
@@ -306,13 +398,14 @@ int rn_runqueue_take(redisContext *c, const char *prefix, const rn_tenant_caps_t
 	size_t a = 0;
 	argv[a++] = "EVAL";
 	argv[a++] = lua_take;
-	argv[a++] = "6";
+	argv[a++] = "7";
 	argv[a++] = k.jobs;
 	argv[a++] = k.tenant;
 	argv[a++] = k.ring;
 	argv[a++] = k.age;
 	argv[a++] = k.depth;
 	argv[a++] = k.inflight;
+	argv[a++] = k.prio;
 	argv[a++] = k.q;
 	argv[a++] = nums[0];
 	argv[a++] = nums[1];
@@ -361,9 +454,9 @@ int rn_runqueue_ack(redisContext *c, const char *prefix, const char *run_id,
 	char runset[192];
 	if (run_keys(&k, prefix, run_id, tenant, "run:", runset, sizeof(runset), errstr, errstr_size) < 0)
 		return -1;
-	const char *argv[] = { "EVAL", lua_ack, "6", k.jobs, k.tenant, k.age, k.inflight, k.wake,
-		               runset, run_id, running ? "1" : "0" };
-	return eval_int(c, 11, argv, NULL, "queue ack", errstr, errstr_size) < 0 ? -1 : 0;
+	const char *argv[] = { "EVAL", lua_ack, "7", k.jobs, k.tenant, k.age, k.inflight, k.wake,
+		               runset, k.prio, run_id, running ? "1" : "0" };
+	return eval_int(c, 12, argv, NULL, "queue ack", errstr, errstr_size) < 0 ? -1 : 0;
 }
 
 int rn_runqueue_release(redisContext *c, const char *prefix, const char *run_id,
@@ -447,7 +540,7 @@ int rn_runqueue_stats(redisContext *c, const char *prefix, size_t max_tenants,
 	redisReply *r = redisCommandArgv(c, 8, argv, NULL);
 	if (check(c, r, "queue stats", errstr, errstr_size) < 0)
 		return -1;
-	if (r->type != REDIS_REPLY_ARRAY || r->elements < 5 || (r->elements - 5) % 4) {
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 15 || (r->elements - 15) % 4) {
 		freeReplyObject(r);
 		snprintf(errstr, errstr_size, "redis queue stats: unexpected reply");
 		return -1;
@@ -456,7 +549,9 @@ int rn_runqueue_stats(redisContext *c, const char *prefix, size_t max_tenants,
 	st->inflight = rn_redis_reply_ll(r->element[1]);
 	st->oldest_ms = rn_redis_reply_ll(r->element[2]);
 	int64_t ring = rn_redis_reply_ll(r->element[4]);
-	size_t n = (r->elements - 5) / 4;
+	for (int p = 0; p < 10; p++)
+		st->by_priority[p] = rn_redis_reply_ll(r->element[5 + p]);
+	size_t n = (r->elements - 15) / 4;
 	rn_queue_tenant_t *all = n ? calloc(n, sizeof(*all)) : NULL;
 	if (n && !all) {
 		freeReplyObject(r);
@@ -465,13 +560,13 @@ int rn_runqueue_stats(redisContext *c, const char *prefix, size_t max_tenants,
 	}
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++) {
-		const redisReply *nm = r->element[5 + 4 * i];
+		const redisReply *nm = r->element[15 + 4 * i];
 		if (nm->type != REDIS_REPLY_STRING)
 			continue;
 		snprintf(all[m].name, sizeof(all[m].name), "%s", nm->str);
-		all[m].queued = rn_redis_reply_ll(r->element[6 + 4 * i]);
-		all[m].running = rn_redis_reply_ll(r->element[7 + 4 * i]);
-		all[m].oldest_ms = rn_redis_reply_ll(r->element[8 + 4 * i]);
+		all[m].queued = rn_redis_reply_ll(r->element[16 + 4 * i]);
+		all[m].running = rn_redis_reply_ll(r->element[17 + 4 * i]);
+		all[m].oldest_ms = rn_redis_reply_ll(r->element[18 + 4 * i]);
 		m++;
 	}
 	freeReplyObject(r);

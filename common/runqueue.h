@@ -13,7 +13,12 @@
  *                                   file: the worker stores a sealed job
  *                                   or a Kafka reference, never plaintext)
  *   <prefix>:{q}:tenant      hash   run_id -> tenant
- *   <prefix>:{q}:t:<tenant>  list   the tenant's queued run ids, FIFO
+ *   <prefix>:{q}:t:<tenant>  list   the tenant's queued run ids of priority 5
+ *                                   (the default), FIFO
+ *   <prefix>:{q}:t:<tenant>:<p> list the same for priority p (0-9, not 5):
+ *                                   the take serves a tenant's highest
+ *                                   non-empty list first
+ *   <prefix>:{q}:prio        hash   run_id -> priority, when not 5
  *   <prefix>:{q}:ring        list   tenants with queued runs, served in turn
  *   <prefix>:{q}:age         zset   run_id -> queued-at ms (oldest age)
  *   <prefix>:{q}:inflight    zset   run_id -> deadline ms: taken from the
@@ -44,15 +49,43 @@
 
 #define RN_TENANT_MAX 64
 
+/* What the state hash learns at intake besides status and tenant (SPEC
+ * §2; any may be NULL or "" when the job has none). */
+typedef struct rn_queue_fields {
+	int priority;            /* 0-9 */
+	const char *traceparent; /* normalised W3C traceparent */
+	const char *webhook;     /* the URL; the delivery reads it from here */
+	const char *idem_key;    /* the idempotency key, for status displays */
+} rn_queue_fields_t;
+
 /*
  * Marks the run queued in its state hash: status "queued", "tenant",
- * "enqueued_at" (when > 0) and an expiry of ttl_sec, unless the hash
- * already has a status other than queued (then nothing changes but a
- * missing tenant field).  0 or -1.
+ * "enqueued_at" (when > 0), the fields of f (may be NULL) and an expiry of
+ * ttl_sec, unless the hash already has a status other than queued (then
+ * nothing changes but a missing tenant field).  0 or -1.
  */
 int rn_runqueue_mark(redisContext *c, const char *prefix, const char *run_id,
                      const char *tenant, int64_t enqueued_at, int64_t ttl_sec,
-                     char *errstr, size_t errstr_size);
+                     const rn_queue_fields_t *f, char *errstr, size_t errstr_size);
+
+/*
+ * Idempotent enqueue: claims the idempotency record idem_rkey (see
+ * proto_idem_redis_key) for run_id with SET NX and an expiry of ttl_sec,
+ * atomically.  KEYS: record.  ARGV: run_id ttl_sec.  Answers the run id
+ * that owns the key: run_id itself when it is new (or already ours), the
+ * first run's id otherwise.  The dispatcher runs the same script on its
+ * async connection.
+ */
+extern const char rn_idem_claim_lua[];
+/* Deletes the record if run_id still owns it (an enqueue that failed).
+ * KEYS: record.  ARGV: run_id. */
+extern const char rn_idem_release_lua[];
+
+/* rn_idem_claim_lua on a synchronous connection: the owner goes to owner
+ * (65 bytes).  1 when run_id owns the key, 0 when another run does, -1 on
+ * error. */
+int rn_idem_claim(redisContext *c, const char *idem_rkey, const char *run_id, int64_t ttl_sec,
+                  char owner[65], char *errstr, size_t errstr_size);
 
 /*
  * Queues run_id for tenant with entry (len bytes).  Idempotent on run_id:
@@ -61,7 +94,7 @@ int rn_runqueue_mark(redisContext *c, const char *prefix, const char *run_id,
  * the write is as durable as the Redis server makes writes.
  */
 int rn_runqueue_push(redisContext *c, const char *prefix, const char *run_id,
-                     const char *tenant, const void *entry, size_t len,
+                     const char *tenant, int priority, const void *entry, size_t len,
                      char *errstr, size_t errstr_size);
 
 /* Per-tenant caps on claimed+running runs; 0 = no cap. */
@@ -132,7 +165,8 @@ typedef struct rn_queue_tenant {
 } rn_queue_tenant_t;
 
 typedef struct rn_queue_stats {
-	int64_t depth; /* queued runs, all tenants */
+	int64_t depth;           /* queued runs, all tenants */
+	int64_t by_priority[10]; /* queued runs per priority (scanned tenants) */
 	int64_t inflight;
 	int64_t oldest_ms;          /* age of the oldest queued run, 0 when empty */
 	size_t ntenants;            /* tenants with queued runs (all of them) */

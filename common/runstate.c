@@ -25,10 +25,25 @@
  * Ends a run with one terminal line.  Shared by finish, the sweep and a
  * claim that finds a dead owner.  KEYS: state out ctl leases.
  */
+/*
+ * with_trace: a run with a traceparent gets "trace_id" on its terminal line
+ * (SPEC §2), spliced in before the closing brace so that the rest of the
+ * line stays byte for byte what its writer made (cjson would re-encode
+ * numbers).  The traceparent was validated at intake: 55 characters of
+ * lowercase hex and dashes, safe to paste.
+ */
 #define LUA_END \
+	"local function with_trace(line)\n" \
+	"  local tp = redis.call('HGET', KEYS[1], 'traceparent')\n" \
+	"  if not tp or string.len(tp) ~= 55 or string.len(line) < 3 or string.sub(line, -1) ~= '}' then return line end\n" \
+	"  local ok, o = pcall(cjson.decode, line)\n" \
+	"  if not ok or type(o) ~= 'table' or o['trace_id'] ~= nil then return line end\n" \
+	"  return string.sub(line, 1, -2) .. ',\"trace_id\":\"' .. string.sub(tp, 4, 35) .. '\"}'\n" \
+	"end\n" \
 	"local function finish(line, status, code, retention, run_id, now)\n" \
-	"  redis.call('XADD', KEYS[2], '*', 'line', line)\n" \
+	"  redis.call('XADD', KEYS[2], '*', 'line', with_trace(line))\n" \
 	"  redis.call('HSET', KEYS[1], 'status', status, 'ended_at', now, 'code', code)\n" \
+	"  if redis.call('HEXISTS', KEYS[1], 'webhook') == 1 then redis.call('HSET', KEYS[1], 'webhook_state', 'pending') end\n" \
 	"  redis.call('ZREM', KEYS[4], run_id)\n" \
 	"  redis.call('EXPIRE', KEYS[1], retention)\n" \
 	"  redis.call('EXPIRE', KEYS[2], retention)\n" \
@@ -125,6 +140,8 @@ static const char lua_finish[] =
         "finish(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], now)\n"
         "return 1\n";
 
+static void outbox_bump(redisContext *c, const char *prefix, const char *run_id);
+
 typedef struct keys {
 	char state[256];
 	char out[256];
@@ -179,6 +196,8 @@ int rn_runstate_claim(redisContext *c, const char *prefix, const char *run_id,
 		return -1;
 	}
 	const char *kind = r->element[0]->str;
+	if (!strcmp(kind, "lost"))
+		outbox_bump(c, prefix, run_id);
 	if (!strcmp(kind, "ok"))
 		out->status = RN_CLAIM_OK;
 	else if (!strcmp(kind, "done"))
@@ -245,6 +264,42 @@ int rn_runstate_heartbeat(redisContext *c, const char *prefix,
 	return ret;
 }
 
+int rn_webhook_outbox_key(const char *prefix, char *buf, size_t size)
+{
+	size_t pl = strlen(prefix);
+	if (pl == 0 || pl > 64)
+		return -1;
+	return snprintf(buf, size, "%s:{wh}:outbox", prefix) < (int)size ? 0 : -1;
+}
+
+int rn_webhook_arm(redisContext *c, const char *prefix, const char *run_id, int64_t due_ms,
+                   char *errstr, size_t errstr_size)
+{
+	char key[96], a_due[24];
+	if (rn_webhook_outbox_key(prefix, key, sizeof(key)) < 0) {
+		snprintf(errstr, errstr_size, "invalid key prefix");
+		return -1;
+	}
+	snprintf(a_due, sizeof(a_due), "%" PRId64, due_ms);
+	const char *argv[] = { "ZADD", key, "NX", a_due, run_id };
+	return rn_redis_command_ll(c, 5, argv, NULL, "webhook arm", errstr, errstr_size) < 0 ? -1 : 0;
+}
+
+/*
+ * A terminal line was just written: make the run's webhook (if it has one:
+ * XX) due now.  Best effort: the entry exists since intake and comes due
+ * by itself within a poll interval, so a failure here only delays it.
+ */
+static void outbox_bump(redisContext *c, const char *prefix, const char *run_id)
+{
+	char key[96];
+	if (rn_webhook_outbox_key(prefix, key, sizeof(key)) < 0)
+		return;
+	redisReply *r = redisCommand(c, "ZADD %s XX 0 %s", key, run_id);
+	if (r)
+		freeReplyObject(r);
+}
+
 static int finish_eval(redisContext *c, const keys_t *k, const char *run_id,
                        const char *line, size_t len, const char *status,
                        const char *code, int64_t retention_sec, int only_expired,
@@ -270,8 +325,11 @@ int rn_runstate_finish(redisContext *c, const char *prefix, const char *run_id,
 	keys_t k;
 	if (keys_make(&k, prefix, run_id, errstr, errstr_size) < 0)
 		return -1;
-	return finish_eval(c, &k, run_id, line, len, status, code ? code : "",
-	                   retention_sec, 0, errstr, errstr_size);
+	int rc = finish_eval(c, &k, run_id, line, len, status, code ? code : "", retention_sec, 0, errstr,
+	                     errstr_size);
+	if (rc == 1)
+		outbox_bump(c, prefix, run_id);
+	return rc;
 }
 
 int rn_runstate_sweep(redisContext *c, const char *prefix, int64_t retention_sec,
@@ -328,6 +386,7 @@ int rn_runstate_sweep(redisContext *c, const char *prefix, int64_t retention_sec
 		}
 		if (rc == 1) {
 			ended++;
+			outbox_bump(c, prefix, m->str);
 			if (on_lost)
 				on_lost(m->str, arg);
 		}

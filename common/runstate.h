@@ -120,6 +120,19 @@ int rn_runstate_sweep(redisContext *c, const char *prefix, int64_t retention_sec
                       size_t max, void (*on_lost)(const char *run_id, void *arg),
                       void *arg, char *errstr, size_t errstr_size);
 
+/*
+ * Completion webhooks (worker/webhook.h): the outbox "<prefix>:{wh}:outbox",
+ * a sorted set run_id -> due ms.  rn_webhook_arm adds a run (ZADD NX) at
+ * intake; finish, the sweep and a claim that ends a run lost make its entry
+ * due at once (ZADD XX 0), after their script wrote the terminal line.
+ * The terminal scripts also set the state hash's webhook_state "pending"
+ * for a run with a webhook, and put "trace_id" (from the hash's
+ * traceparent) on the terminal line.
+ */
+int rn_webhook_outbox_key(const char *prefix, char *buf, size_t size);
+int rn_webhook_arm(redisContext *c, const char *prefix, const char *run_id, int64_t due_ms,
+                   char *errstr, size_t errstr_size);
+
 /* The message of the worker_lost line the sweep and a claim write. */
 #define RN_RUNSTATE_LOST_MESSAGE "The worker running this run stopped responding."
 

@@ -27,7 +27,7 @@ static void push(const char *run, const char *tenant)
 {
 	char entry[64];
 	snprintf(entry, sizeof(entry), "entry-of-%s", run);
-	TH_CHECK(rn_runqueue_push(c, "rq", run, tenant, entry, strlen(entry), err, sizeof(err)) == 1,
+	TH_CHECK(rn_runqueue_push(c, "rq", run, tenant, 5, entry, strlen(entry), err, sizeof(err)) == 1,
 	         "push %s: %s", run, err);
 }
 
@@ -63,7 +63,7 @@ int main(void)
 	TH_REQUIRE(c != NULL);
 
 	/* The state mark: queued + tenant, and never over a later status. */
-	TH_CHECK(rn_runqueue_mark(c, "rq", "run_m", "acme", 1700000000000LL, 60, err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(rn_runqueue_mark(c, "rq", "run_m", "acme", 1700000000000LL, 60, NULL, err, sizeof(err)) == 0, "%s", err);
 	redisReply *h = redisCommand(c, "HMGET rq:{run_m}:state status tenant enqueued_at");
 	TH_REQUIRE(h && h->type == REDIS_REPLY_ARRAY && h->elements == 3);
 	TH_CHECK(th_streq(h->element[0]->str, "queued") && th_streq(h->element[1]->str, "acme") &&
@@ -71,14 +71,14 @@ int main(void)
 	         "mark fields");
 	freeReplyObject(h);
 	freeReplyObject(redisCommand(c, "HSET rq:{run_m}:state status running"));
-	TH_CHECK(rn_runqueue_mark(c, "rq", "run_m", "acme", 0, 60, err, sizeof(err)) == 0);
+	TH_CHECK(rn_runqueue_mark(c, "rq", "run_m", "acme", 0, 60, NULL, err, sizeof(err)) == 0);
 	h = redisCommand(c, "HGET rq:{run_m}:state status");
 	TH_CHECK(h && th_streq(h->str, "running"), "mark leaves a running run alone");
 	freeReplyObject(h);
 
 	/* Idempotent push. */
 	push("run_a1", "a");
-	TH_CHECK(rn_runqueue_push(c, "rq", "run_a1", "a", "x", 1, err, sizeof(err)) == 0, "second push is a no-op");
+	TH_CHECK(rn_runqueue_push(c, "rq", "run_a1", "a", 5, "x", 1, err, sizeof(err)) == 0, "second push is a no-op");
 	push("run_a2", "a");
 	push("run_a3", "a");
 	push("run_b1", "b");
@@ -105,7 +105,7 @@ int main(void)
 			         "%s", err);
 	}
 	TH_CHECK(llen("rq:{q}:depth") == 0, "depth list empty");
-	TH_CHECK(rn_runqueue_push(c, "rq", "run_a1", "a", "entry-of-run_a1", 15, err, sizeof(err)) == 1,
+	TH_CHECK(rn_runqueue_push(c, "rq", "run_a1", "a", 5, "entry-of-run_a1", 15, err, sizeof(err)) == 1,
 	         "after the ack the same run may be queued again (a redelivery; the claim skips it)");
 	TH_CHECK(th_streq(take(NULL, 60000, 60000), "run_a1"));
 	TH_CHECK(rn_runqueue_ack(c, "rq", "run_a1", "a", 0, err, sizeof(err)) == 0);
@@ -179,7 +179,7 @@ int main(void)
 	freeReplyObject(k);
 
 	/* Bad input. */
-	TH_CHECK(rn_runqueue_push(c, "rq", "", "a", "x", 1, err, sizeof(err)) == -1 &&
+	TH_CHECK(rn_runqueue_push(c, "rq", "", "a", 5, "x", 1, err, sizeof(err)) == -1 &&
 	                 th_streq(err, "invalid run id or tenant"),
 	         "%s", err);
 
