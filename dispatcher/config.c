@@ -71,12 +71,17 @@ static void table(dispatcher_config_t *c, rn_opt_t *o)
 		  "runs kept in the recent-runs index (GET /v1/runs, the /ui/ runs list)", 1, 100000 },
 		{ "ui-dev-stub", 0, "RUNNEL_UI_DEV_STUB", RN_OPT_STR, &c->ui_dev_stub, NULL, "URL",
 		  "loopback workspace stub (http://127.0.0.1:PORT) the /ui/ viewer mints runs from (runnel dev)", 0, 0 },
+		/* Completion webhooks (SPEC §2): the same policy as the workers. */
+		{ "webhook-allow-http", 0, "RUNNEL_WEBHOOK_ALLOW_HTTP", RN_OPT_BOOL, &c->webhook_allow_http, "false",
+		  NULL, "accept plain http:// webhook URLs (tests, dev)", 0, 0 },
+		{ "webhook-allow-private", 0, "RUNNEL_WEBHOOK_ALLOW_PRIVATE", RN_OPT_BOOL, &c->webhook_allow_private,
+		  "false", NULL, "accept webhook URLs on loopback, private and link-local addresses (tests, dev)", 0, 0 },
 		RN_OPT_END,
 	};
 	memcpy(o, t, sizeof t);
 }
 
-#define NOPTS 27
+#define NOPTS 29
 
 /* 1 when the host of listen ("host:port", "[v6]:port") is a loopback
  * address or localhost: nobody off this machine can connect. */
@@ -114,7 +119,7 @@ int dispatcher_config_parse(dispatcher_config_t *cfg, int argc, char **argv, FIL
 	rn_opt_t opts[NOPTS];
 	int argi = 1, rc;
 
-	_Static_assert(NOPTS == 27, "table size");
+	_Static_assert(NOPTS == 29, "table size");
 	table(cfg, opts);
 	rc = rn_conf_parse(opts, argc, argv, &argi, errstr, errstr_size);
 	if (rc == 1) {

@@ -38,6 +38,8 @@ typedef struct dispatcher_config {
 	rn_kv_list_t kafka_props; /* -X key=value */
 	long recent_runs;         /* bound of the recent-runs index */
 	char *ui_dev_stub;        /* dev workspace stub the viewer mints runs from */
+	int webhook_allow_http;    /* accept http:// webhooks (tests, dev) */
+	int webhook_allow_private; /* accept loopback/private webhook targets */
 
 	/* Derived by dispatcher_config_parse. */
 	int sealed;

@@ -70,6 +70,7 @@ typedef struct dispatcher {
 	rn_hist_t *h_enqueue;
 	rn_counter_t *c_enqueued;
 	rn_counter_t *c_enqueue_failed;
+	rn_counter_t *c_enqueue_repeats; /* answered with the run of an idempotency key */
 	rn_counter_t *c_cancels;
 	rn_counter_t *c_lost;
 	rn_counter_t *c_pauses;

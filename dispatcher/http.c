@@ -585,6 +585,8 @@ static const rn_metric_def_t dispatcher_metrics[] = {
 	{ offsetof(dispatcher_t, c_enqueued), RN_METRIC_COUNTER, "runnel_dispatcher_enqueued_total", "Jobs Kafka confirmed" },
 	{ offsetof(dispatcher_t, c_enqueue_failed), RN_METRIC_COUNTER, "runnel_dispatcher_enqueue_failed_total",
 	  "Jobs Kafka did not take (answered 503)" },
+	{ offsetof(dispatcher_t, c_enqueue_repeats), RN_METRIC_COUNTER, "runnel_dispatcher_enqueue_repeats_total",
+	  "Enqueues answered with the earlier run of their idempotency key" },
 	{ offsetof(dispatcher_t, c_cancels), RN_METRIC_COUNTER, "runnel_dispatcher_cancels_total",
 	  "Cancel control messages written" },
 	{ offsetof(dispatcher_t, c_pauses), RN_METRIC_COUNTER, "runnel_dispatcher_stream_pauses_total",

@@ -24,6 +24,10 @@ static const char *const known[] = {
 	"meta",
 	"tenant",
 	"permission_mode", /* asks (docs/protocol.md) */
+	"idempotency_key", /* SPEC §2, for backends */
+	"priority",
+	"traceparent",
+	"webhook",
 	NULL,
 };
 
@@ -120,7 +124,7 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 	json_error_t jerr;
 	json_t *root, *v;
 	const char *k;
-	char *run_id = NULL, *tenant = NULL;
+	char *run_id = NULL, *tenant = NULL, *idem = NULL, *tp = NULL;
 	int rc = -1;
 
 	memset(job, 0, sizeof *job);
@@ -191,8 +195,36 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 	    get_string(root, "prompt", 1, 0, &job->prompt, errstr, errstr_size) < 0 ||
 	    get_string(root, "caller", 0, 0, &job->caller, errstr, errstr_size) < 0 ||
 	    get_string(root, "run_id", 0, 0, &run_id, errstr, errstr_size) < 0 ||
-	    get_string(root, "tenant", 0, 1, &tenant, errstr, errstr_size) < 0)
+	    get_string(root, "tenant", 0, 1, &tenant, errstr, errstr_size) < 0 ||
+	    get_string(root, "idempotency_key", 0, 1, &idem, errstr, errstr_size) < 0 ||
+	    get_string(root, "traceparent", 0, 1, &tp, errstr, errstr_size) < 0 ||
+	    get_string(root, "webhook", 0, 1, &job->webhook, errstr, errstr_size) < 0)
 		goto out;
+	if (idem != NULL) {
+		if (!proto_idem_key_valid(idem)) {
+			snprintf(errstr, errstr_size, "idempotency_key: 1 to %d characters of A-Z a-z 0-9 _ . : -",
+			         PROTO_IDEM_KEY_MAX);
+			goto out;
+		}
+		snprintf(job->idempotency_key, sizeof job->idempotency_key, "%s", idem);
+	}
+	/* In the body a traceparent is the caller's own claim: a bad one is a
+	 * 400 (the request header's is only dropped, see runs.c). */
+	if (tp != NULL && proto_traceparent_parse(tp, job->traceparent) != 0) {
+		snprintf(errstr, errstr_size, "traceparent: not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)");
+		goto out;
+	}
+	v = json_object_get(root, "priority");
+	if (v != NULL && !json_is_null(v)) {
+		if (!json_is_integer(v) || json_integer_value(v) < PROTO_PRIORITY_MIN ||
+		    json_integer_value(v) > PROTO_PRIORITY_MAX) {
+			snprintf(errstr, errstr_size, "priority: must be an integer from %d to %d", PROTO_PRIORITY_MIN,
+			         PROTO_PRIORITY_MAX);
+			goto out;
+		}
+		job->has_priority = 1;
+		job->priority = (int)json_integer_value(v);
+	}
 	if (tenant != NULL) {
 		/* Characters: proto_job_validate's words; here only what fits. */
 		if (tenant[0] == '\0') {
@@ -270,6 +302,8 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 out:
 	free(run_id);
 	free(tenant);
+	free(idem);
+	free(tp);
 	json_decref(root);
 	return rc;
 }

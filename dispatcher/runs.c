@@ -29,6 +29,7 @@
 #include "dispatcher/request.h"
 #include "proto/control.h"
 #include "proto/keys.h"
+#include "proto/webhook.h"
 
 struct dispatcher_enqueue {
 	dispatcher_enqueue_t *next, *prev;
@@ -39,6 +40,10 @@ struct dispatcher_enqueue {
 	int sse;
 	proto_job_t job; /* holds the secrets until produced */
 	char run_id[PROTO_RUN_ID_MAX + 1];
+	/* The idempotency key this enqueue owns ("" none): freed again when
+	 * the job certainly did not reach Kafka. */
+	char idem_tenant[PROTO_TENANT_MAX + 1];
+	char idem_key[PROTO_IDEM_KEY_MAX + 1];
 	int64_t t0_us;
 };
 
@@ -81,6 +86,18 @@ static struct evhttp_request *enqueue_take_req(dispatcher_enqueue_t *e)
 	return req;
 }
 
+/* The run will not start: its state hash and idempotency key go again. */
+static void enqueue_undo(dispatcher_enqueue_t *e)
+{
+	dispatcher_t *d = e->d;
+
+	if (d->store == NULL)
+		return;
+	dispatcher_store_uncreate(d->store, e->run_id);
+	if (e->idem_key[0])
+		dispatcher_store_idem_release(d->store, e->idem_tenant, e->idem_key, e->run_id);
+}
+
 static void on_enqueue_close(struct evhttp_connection *evcon, void *arg)
 {
 	dispatcher_enqueue_t *e = arg;
@@ -89,6 +106,20 @@ static void on_enqueue_close(struct evhttp_connection *evcon, void *arg)
 	dispatcher_request_abandon(e->req);
 	e->req = NULL;
 	rn_log_info(e->run_id, "caller_left", "the caller closed the connection before the job was enqueued");
+}
+
+/* The 202 body (and Location) of an enqueue; 200 for an idempotent repeat. */
+static void reply_enqueued(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
+                           const char *run_id, int code)
+{
+	char out[PROTO_KEY_MAX], ctl[PROTO_KEY_MAX], loc[128];
+
+	proto_key(out, sizeof out, d->cfg->key_prefix, run_id, PROTO_KEY_OUT);
+	proto_key(ctl, sizeof ctl, d->cfg->key_prefix, run_id, PROTO_KEY_CTL);
+	snprintf(loc, sizeof loc, "/v1/runs/%s", run_id);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Location", loc);
+	dispatcher_reply_json(d, req, route, code,
+	                      json_pack("{s:s,s:s,s:s}", "run_id", run_id, "stream", out, "control", ctl));
 }
 
 static void on_delivery(void *arg, int ok, int maybe_persisted, const char *err)
@@ -102,8 +133,8 @@ static void on_delivery(void *arg, int ok, int maybe_persisted, const char *err)
 		rn_counter_add(d->c_enqueue_failed, 1);
 		rn_log_error(e->run_id, "enqueue_failed", "Kafka did not take the job: %s%s", err,
 		             maybe_persisted ? " (it may still have been written)" : "");
-		if (!maybe_persisted && d->store != NULL)
-			dispatcher_store_uncreate(d->store, e->run_id);
+		if (!maybe_persisted)
+			enqueue_undo(e);
 		if (req != NULL)
 			dispatcher_reply_error(d, req, e->route, 503, "kafka_unavailable",
 			                       "kafka: the job queue did not take the job (%s)%s", err,
@@ -125,15 +156,7 @@ static void on_delivery(void *arg, int ok, int maybe_persisted, const char *err)
 			rn_counter_add(d->c_cancels, 1);
 		}
 	} else if (req != NULL) {
-		char out[PROTO_KEY_MAX], ctl[PROTO_KEY_MAX], loc[128];
-
-		proto_key(out, sizeof out, d->cfg->key_prefix, e->run_id, PROTO_KEY_OUT);
-		proto_key(ctl, sizeof ctl, d->cfg->key_prefix, e->run_id, PROTO_KEY_CTL);
-		snprintf(loc, sizeof loc, "/v1/runs/%s", e->run_id);
-		evhttp_add_header(evhttp_request_get_output_headers(req), "Location", loc);
-		dispatcher_reply_json(d, req, e->route, 202,
-		                      json_pack("{s:s,s:s,s:s}", "run_id", e->run_id, "stream", out,
-		                                "control", ctl));
+		reply_enqueued(d, req, e->route, e->run_id, 202);
 	}
 	enqueue_free(e);
 }
@@ -150,6 +173,23 @@ static void on_created(int rc, void *arg)
 	if (rc != DISPATCHER_STORE_OK) {
 		struct evhttp_request *req = enqueue_take_req(e);
 
+		if (rc == DISPATCHER_STORE_ABSENT && e->idem_key[0]) {
+			/* The same run_id and key again: a retry of the same
+			 * enqueue, answered like any repeat (the key stays). */
+			if (req != NULL) {
+				dispatcher_sid_t zero = { 0, 0 };
+
+				rn_counter_add(d->c_enqueue_repeats, 1);
+				if (e->route == DISPATCHER_ROUTE_STREAM)
+					dispatcher_feed_start(d, req, e->route, e->run_id, zero, e->sse, 0, 0);
+				else
+					reply_enqueued(d, req, e->route, e->run_id, 200);
+			}
+			enqueue_free(e);
+			return;
+		}
+		if (e->idem_key[0] && d->store != NULL)
+			dispatcher_store_idem_release(d->store, e->idem_tenant, e->idem_key, e->run_id);
 		if (req != NULL && rc == DISPATCHER_STORE_ABSENT)
 			dispatcher_reply_error(d, req, e->route, 409, "conflict", "run_id: already exists");
 		else if (req != NULL)
@@ -160,7 +200,7 @@ static void on_created(int rc, void *arg)
 	}
 	if (e->req == NULL) {
 		/* Nobody waits for it: do not start a run nobody will see. */
-		dispatcher_store_uncreate(d->store, e->run_id);
+		enqueue_undo(e);
 		enqueue_free(e);
 		return;
 	}
@@ -168,7 +208,7 @@ static void on_created(int rc, void *arg)
 	/* The OTPs are in value (or sealed in it) now; drop our copy at once. */
 	proto_job_clear(&e->job);
 	if (value == NULL) {
-		dispatcher_store_uncreate(d->store, e->run_id);
+		enqueue_undo(e);
 		/* A body under the HTTP cap can still make a job over Kafka's
 		 * message cap (sealing adds a third to the secrets). */
 		if (strncmp(err, "job: too large", 14) == 0)
@@ -183,7 +223,7 @@ static void on_created(int rc, void *arg)
 		sodium_memzero(value, len);
 		free(value);
 		rn_counter_add(d->c_enqueue_failed, 1);
-		dispatcher_store_uncreate(d->store, e->run_id);
+		enqueue_undo(e);
 		dispatcher_reply_error(d, enqueue_take_req(e), e->route, 503, "kafka_unavailable",
 		                       "kafka: the job queue did not take the job (%s)", err);
 		enqueue_free(e);
@@ -191,6 +231,57 @@ static void on_created(int rc, void *arg)
 	}
 	sodium_memzero(value, len);
 	free(value);
+}
+
+/*
+ * The idempotency key is claimed: ours goes on to create the run; another
+ * run's makes this request a repeat, answered with that run (200, or the
+ * /stream tail of it).  The repeat's job is dropped here, its OTPs never
+ * leave the dispatcher; closing a repeat's /stream does not cancel the
+ * first run, which the repeat did not start.
+ */
+static void on_idem_claimed(int rc, const char *owner, void *arg)
+{
+	dispatcher_enqueue_t *e = arg;
+	dispatcher_t *d = e->d;
+	struct evhttp_request *req;
+
+	if (rc == DISPATCHER_STORE_OK && strcmp(owner, e->run_id) == 0) {
+		if (e->req == NULL) {
+			enqueue_undo(e);
+			enqueue_free(e);
+			return;
+		}
+		if (dispatcher_store_create(d->store, e->run_id, e->job.enqueued_at,
+		                            state_ttl(d, e->job.max_runtime_sec), on_created, e) < 0) {
+			dispatcher_store_idem_release(d->store, e->idem_tenant, e->idem_key, e->run_id);
+			dispatcher_reply_error(d, enqueue_take_req(e), e->route, 503, "redis_unavailable",
+			                       "redis: not connected");
+			enqueue_free(e);
+		}
+		return;
+	}
+	req = enqueue_take_req(e);
+	if (rc != DISPATCHER_STORE_OK) {
+		if (req != NULL)
+			dispatcher_reply_error(d, req, e->route, 503, "redis_unavailable",
+			                       "redis: cannot record the idempotency key");
+		enqueue_free(e);
+		return;
+	}
+	rn_log_info(owner, "enqueue_repeat", "tenant %s: idempotency key already used; answered with this run",
+	            e->idem_tenant);
+	rn_counter_add(d->c_enqueue_repeats, 1);
+	if (req != NULL) {
+		if (e->route == DISPATCHER_ROUTE_STREAM) {
+			dispatcher_sid_t zero = { 0, 0 };
+
+			dispatcher_feed_start(d, req, e->route, owner, zero, e->sse, 0, 0);
+		} else {
+			reply_enqueued(d, req, e->route, owner, 200);
+		}
+	}
+	enqueue_free(e);
 }
 
 void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route)
@@ -218,14 +309,44 @@ void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatc
 		dispatcher_reply_error(d, req, route, 400, "bad_request", "%s", err);
 		return;
 	}
+	/* The request's traceparent header, when the body carries none.  A
+	 * header is often set by a proxy or a tracing library, not the caller:
+	 * a bad one is dropped with a log line, never a 400. */
+	if (e->job.traceparent[0] == '\0') {
+		const char *tp = evhttp_find_header(evhttp_request_get_input_headers(req), "traceparent");
+
+		if (tp != NULL && proto_traceparent_parse(tp, e->job.traceparent) != 0) {
+			e->job.traceparent[0] = '\0';
+			rn_log_warn(e->job.run_id, "traceparent_dropped",
+			            "the request's traceparent header is not W3C Trace Context; ignored");
+		}
+	}
+	if (e->job.webhook != NULL &&
+	    proto_webhook_url_check(e->job.webhook,
+	                            (d->cfg->webhook_allow_http ? PROTO_WEBHOOK_ALLOW_HTTP : 0) |
+	                                    (d->cfg->webhook_allow_private ? PROTO_WEBHOOK_ALLOW_PRIVATE : 0),
+	                            err, sizeof err) < 0) {
+		proto_job_clear(&e->job);
+		free(e);
+		dispatcher_reply_error(d, req, route, 400, "bad_request", "%s", err);
+		return;
+	}
 	e->d = d;
 	e->req = req;
 	e->evcon = evhttp_request_get_connection(req);
 	e->route = route;
 	e->sse = wants_sse(req);
 	snprintf(e->run_id, sizeof e->run_id, "%s", e->job.run_id);
-	if (dispatcher_store_create(d->store, e->run_id, e->job.enqueued_at,
-	                            state_ttl(d, e->job.max_runtime_sec), on_created, e) < 0) {
+	if (e->job.idempotency_key[0]) {
+		snprintf(e->idem_tenant, sizeof e->idem_tenant, "%s", proto_job_tenant(&e->job));
+		snprintf(e->idem_key, sizeof e->idem_key, "%s", e->job.idempotency_key);
+		rc = dispatcher_store_idem_claim(d->store, e->idem_tenant, e->idem_key, e->run_id,
+		                                 state_ttl(d, e->job.max_runtime_sec), on_idem_claimed, e);
+	} else {
+		rc = dispatcher_store_create(d->store, e->run_id, e->job.enqueued_at,
+		                             state_ttl(d, e->job.max_runtime_sec), on_created, e);
+	}
+	if (rc < 0) {
 		e->req = NULL;
 		proto_job_clear(&e->job);
 		free(e);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/runqueue.h"
 #include "proto/control.h"
 #include "proto/job.h"
 #include "proto/keys.h"
@@ -240,6 +241,50 @@ int dispatcher_store_create(dispatcher_store_t *s, const char *run_id, int64_t e
 	snprintf(ttl, sizeof ttl, "%" PRId64, ttl_sec);
 	return eval(s, lua_create, run_id, kinds, 2, args, 2, on_create,
 	            call_new((void (*)(void))cb, arg));
+}
+
+static void on_idem(redisReply *r, void *arg)
+{
+	call_t *c = arg;
+	dispatcher_store_idem_cb cb = (dispatcher_store_idem_cb)c->fn;
+
+	if (reply_failed(r, "idempotency claim") || r->type != REDIS_REPLY_STRING || r->len > PROTO_RUN_ID_MAX)
+		cb(DISPATCHER_STORE_ERROR, NULL, c->arg);
+	else
+		cb(DISPATCHER_STORE_OK, r->str, c->arg);
+	free(c);
+}
+
+int dispatcher_store_idem_claim(dispatcher_store_t *s, const char *tenant, const char *key, const char *run_id,
+                                int64_t ttl_sec, dispatcher_store_idem_cb cb, void *arg)
+{
+	char rkey[PROTO_IDEM_REDIS_KEY_MAX], ttl[32];
+	call_t *c;
+
+	if (proto_idem_redis_key(rkey, sizeof rkey, s->prefix, tenant, key) < 0)
+		return -1;
+	snprintf(ttl, sizeof ttl, "%" PRId64, ttl_sec);
+	const char *argv[] = { "EVAL", rn_idem_claim_lua, "1", rkey, run_id, ttl };
+	c = call_new((void (*)(void))cb, arg);
+	if (c == NULL)
+		return -1;
+	if (dispatcher_rconn_cmd(s->rc, on_idem, c, 6, argv, NULL) < 0) {
+		free(c);
+		return -1;
+	}
+	return 0;
+}
+
+void dispatcher_store_idem_release(dispatcher_store_t *s, const char *tenant, const char *key, const char *run_id)
+{
+	char rkey[PROTO_IDEM_REDIS_KEY_MAX];
+
+	if (proto_idem_redis_key(rkey, sizeof rkey, s->prefix, tenant, key) < 0)
+		return;
+	const char *argv[] = { "EVAL", rn_idem_release_lua, "1", rkey, run_id };
+	if (dispatcher_rconn_cmd(s->rc, NULL, NULL, 5, argv, NULL) < 0)
+		rn_log_warn(run_id, "idempotency_release_failed",
+		            "Redis is down: the idempotency key stays taken until it expires");
 }
 
 static void on_uncreate(redisReply *r, void *arg)

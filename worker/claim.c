@@ -16,10 +16,13 @@
 
 #include "common/log.h"
 #include "common/runqueue.h"
+#include "common/runstate.h"
 #include "common/util.h"
 #include "proto/envelope.h"
+#include "proto/keys.h"
 #include "worker/consumer.h"
 #include "worker/publish.h"
+#include "worker/webhook.h"
 
 #define WAIT_MS  1000  /* one BLPOP on the wake list */
 #define FETCH_MS 10000 /* reading a referenced record back */
@@ -63,9 +66,36 @@ worker_queue_push_t worker_queue_push(redisContext *c, const worker_config_t *cf
 	const char *tenant = proto_job_tenant(job);
 	int64_t ttl = cfg->max_runtime_sec + cfg->retention_sec;
 	int pushed = -1;
-	if (rn_runqueue_mark(c, cfg->key_prefix, job->run_id, tenant, job->enqueued_at, ttl,
-	                     errstr, errstr_size) == 0)
-		pushed = rn_runqueue_push(c, cfg->key_prefix, job->run_id, tenant, entry, len,
+	if (job->idempotency_key[0]) {
+		/* Before the state hash: a duplicate leaves no trace of its own. */
+		char rkey[PROTO_IDEM_REDIS_KEY_MAX], owner[65];
+		int own = -1;
+		if (proto_idem_redis_key(rkey, sizeof(rkey), cfg->key_prefix, tenant, job->idempotency_key) < 0)
+			snprintf(errstr, errstr_size, "idempotency key: cannot name its record");
+		else
+			own = rn_idem_claim(c, rkey, job->run_id, ttl, owner, errstr, errstr_size);
+		if (own <= 0) {
+			sodium_memzero(entry, len);
+			free(entry);
+			if (own == 0) {
+				snprintf(errstr, errstr_size, "%s", owner);
+				return WORKER_QUEUE_DUPLICATE;
+			}
+			return WORKER_QUEUE_REDIS;
+		}
+	}
+	rn_queue_fields_t f = { .priority = proto_job_priority(job),
+		                .traceparent = job->traceparent,
+		                .webhook = job->webhook,
+		                .idem_key = job->idempotency_key };
+	/* The webhook's outbox entry exists before the run can end (see
+	 * worker/webhook.h), so no terminal writer can lose it. */
+	if (rn_runqueue_mark(c, cfg->key_prefix, job->run_id, tenant, job->enqueued_at, ttl, &f,
+	                     errstr, errstr_size) == 0 &&
+	    (!job->webhook ||
+	     rn_webhook_arm(c, cfg->key_prefix, job->run_id, rn_now_ms() + WORKER_WEBHOOK_POLL_MS, errstr,
+	                    errstr_size) == 0))
+		pushed = rn_runqueue_push(c, cfg->key_prefix, job->run_id, tenant, f.priority, entry, len,
 		                          errstr, errstr_size);
 	sodium_memzero(entry, len);
 	free(entry);

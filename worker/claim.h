@@ -59,6 +59,8 @@ typedef enum {
 	WORKER_QUEUE_REDIS,          /* mark or push failed: drop the connection */
 	WORKER_QUEUE_WAIT_FAILED,    /* WAIT gave no answer: drop the connection */
 	WORKER_QUEUE_REPLICAS_SHORT, /* fewer replicas than queue_wait_replicas */
+	WORKER_QUEUE_DUPLICATE,      /* another run owns the idempotency key: not
+	                              * queued (errstr holds that run's id) */
 } worker_queue_push_t;
 
 /*
@@ -67,8 +69,10 @@ typedef enum {
  * with cfg->queue_wait_replicas, WAIT (1 s at most) for that many replicas
  * too, since durable means there as well before the offset moves.  Short
  * of it, the caller pushes again later (a no-op push).  *already: the run
- * had been queued before.  Anything but WORKER_QUEUE_PUSHED comes with
- * errstr.  The entry's plaintext is wiped before returning.
+ * had been queued before.  A job with an idempotency key first claims
+ * the key (SET NX, shared with the dispatcher): when another run owns it
+ * the job is not queued at all (WORKER_QUEUE_DUPLICATE), so its OTPs are
+ * never redeemed.  Anything but WORKER_QUEUE_PUSHED comes with errstr.  The entry's plaintext is wiped before returning.
  * @locality main thread (c is the main thread's connection).
  */
 worker_queue_push_t worker_queue_push(redisContext *c, const worker_config_t *cfg,

@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "proto/keys.h"
 
-#define OPTS_N 46
+#define OPTS_N 51
 
 void worker_config_wipe_env(const char *name)
 {
@@ -84,6 +84,12 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		/* A root worker's sandboxes never hold the host's uid 0 (docs/sandbox.md). */
 		{ "sandbox-uid", 0, "RUNNEL_SANDBOX_UID", RN_OPT_INT, &c->sandbox_uid, "65534", "UID", "host uid bwrap and the sandbox run as when the worker is root", 1, 4294967294L },
 		{ "sandbox-gid", 0, "RUNNEL_SANDBOX_GID", RN_OPT_INT, &c->sandbox_gid, "65534", "GID", "host gid bwrap and the sandbox run as when the worker is root", 1, 4294967294L },
+		/* Completion webhooks (worker/webhook.h); the secret is RUNNEL_WEBHOOK_SECRET, environment only. */
+		{ "webhook-allow-http", 0, "RUNNEL_WEBHOOK_ALLOW_HTTP", RN_OPT_BOOL, &c->webhook_allow_http, "false", NULL, "accept and call plain http:// webhooks, and send them unsigned without a secret (tests, dev)", 0, 0 },
+		{ "webhook-allow-private", 0, "RUNNEL_WEBHOOK_ALLOW_PRIVATE", RN_OPT_BOOL, &c->webhook_allow_private, "false", NULL, "call webhooks on loopback, private and link-local addresses (tests, dev)", 0, 0 },
+		{ "webhook-timeout-sec", 0, "RUNNEL_WEBHOOK_TIMEOUT_SEC", RN_OPT_INT, &c->webhook_timeout_sec, "10", "SEC", "longest webhook attempt, connect included", 1, 300 },
+		{ "webhook-give-up-sec", 0, "RUNNEL_WEBHOOK_GIVE_UP_SEC", RN_OPT_INT, &c->webhook_give_up_sec, "3900", "SEC", "a webhook still undelivered this long after the run ended is dropped", 1, 7 * 86400 },
+		{ "webhook-parallel", 0, "RUNNEL_WEBHOOK_PARALLEL", RN_OPT_INT, &c->webhook_parallel, "16", "N", "webhook attempts in flight at once per worker", 1, 1024 },
 		RN_OPT_END,
 	};
 	_Static_assert(sizeof(t) / sizeof(t[0]) == OPTS_N, "OPTS_N must match the table");
@@ -101,6 +107,7 @@ void worker_config_usage(FILE *f)
 	rn_conf_usage(f, o);
 	fprintf(f, "  %-34s %s\n", "", "");
 	fprintf(f, "  %-34s %s\n", "(environment only)", "RUNNEL_JOB_KEY: 64 hex digits, key of sealed jobs");
+	fprintf(f, "  %-34s %s\n", "(environment only)", "RUNNEL_WEBHOOK_SECRET: key that signs completion webhooks");
 }
 
 /* The directory of this binary, for finding the programs installed next to it. */
@@ -488,6 +495,19 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		c->have_job_key = 1;
 	}
 	worker_config_wipe_env("RUNNEL_JOB_KEY");
+	/* The webhook secret: environment only too, any bytes, removed once read. */
+	const char *ws = getenv("RUNNEL_WEBHOOK_SECRET");
+	if (ws && *ws) {
+		size_t n = strlen(ws);
+		if (n > sizeof(c->webhook_secret)) {
+			snprintf(errstr, errstr_size, "RUNNEL_WEBHOOK_SECRET: longer than %zu bytes", sizeof(c->webhook_secret));
+			worker_config_wipe_env("RUNNEL_WEBHOOK_SECRET");
+			return -1;
+		}
+		memcpy(c->webhook_secret, ws, n);
+		c->webhook_secret_len = n;
+	}
+	worker_config_wipe_env("RUNNEL_WEBHOOK_SECRET");
 	if (c->require_sealed && !c->have_job_key) {
 		snprintf(errstr, errstr_size, "RUNNEL_REQUIRE_SEALED needs RUNNEL_JOB_KEY");
 		return -1;
@@ -502,5 +522,6 @@ void worker_config_free(worker_config_t *c)
 	rn_conf_free(o);
 	worker_limits_env_free(&c->limits);
 	sodium_memzero(c->job_key, sizeof(c->job_key));
+	sodium_memzero(c->webhook_secret, sizeof(c->webhook_secret));
 	sodium_memzero(&c->redis, sizeof(c->redis));
 }

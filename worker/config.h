@@ -70,6 +70,12 @@ typedef struct worker_config {
 	long warm; /* warm sandboxes; -1 until derived */
 	char *warm_init;
 	long sandbox_uid, sandbox_gid; /* host ids of a root worker's sandboxes */
+	/* Completion webhooks (worker/webhook.h). */
+	int webhook_allow_http;
+	int webhook_allow_private;
+	long webhook_timeout_sec;
+	long webhook_give_up_sec;
+	long webhook_parallel;
 
 	/* Derived. */
 	rn_redis_url_t redis; /* holds the password: never log */
@@ -77,6 +83,8 @@ typedef struct worker_config {
 	int share_net;
 	int have_job_key;
 	uint8_t job_key[PROTO_JOB_KEY_BYTES];
+	uint8_t webhook_secret[256]; /* RUNNEL_WEBHOOK_SECRET: never log */
+	size_t webhook_secret_len;   /* 0: none */
 	char dlq_topic[256];
 	char mock_agent_path[4096];    /* resolved host path; "" when absent */
 	char builtin_agent_path[4096]; /* runnel-agent, resolved; "" when absent */

@@ -43,6 +43,7 @@
 #include "worker/reaper.h"
 #include "worker/run.h"
 #include "worker/warm.h"
+#include "worker/webhook.h"
 #include "worker/sandbox.h"
 #include "worker/workspace.h"
 
@@ -60,6 +61,7 @@ typedef struct worker {
 	struct event_base *base;
 	worker_consumer_t *consumer;
 	worker_control_t *control;
+	worker_webhook_t *webhook; /* the completion webhooks' delivery thread */
 	worker_claimer_t *claimer;
 	worker_http_t *http;
 	redisContext *rc;    /* main thread's Redis: claim, heartbeat, sweep */
@@ -278,6 +280,13 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 	if (proto_job_parse(m->payload, m->len, w->cfg.have_job_key ? w->cfg.job_key : NULL,
 	                    w->cfg.require_sealed, &job, err, sizeof(err)) < 0)
 		return dlq(w, m, err);
+	if (worker_webhook_job_check(&w->cfg, &job, err, sizeof(err)) < 0) {
+		proto_job_clear(&job);
+		return dlq(w, m, err);
+	}
+	if (job.traceparent_dropped)
+		rn_log_warn(job.run_id, "traceparent_dropped", "the job's traceparent is not W3C Trace Context; the run "
+		                                               "starts a trace of its own");
 	redisContext *c = main_redis(w);
 	if (!c) {
 		proto_job_clear(&job);
@@ -288,6 +297,15 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 	if (!w->cfg.have_job_key)
 		worker_claimer_remember(w->claimer, m);
 	int q = worker_queue_push(c, &w->cfg, &job, m, &already, err, sizeof(err));
+	if (q == WORKER_QUEUE_DUPLICATE) {
+		/* Acknowledged, never queued: its OTPs are never redeemed. */
+		rn_log_info(job.run_id, "run_duplicate", "tenant %s: idempotency key already used by run %s; not started",
+		            proto_job_tenant(&job), err);
+		rn_counter_add(w->m.jobs_duplicate, 1);
+		worker_consumer_store(w->consumer, m);
+		proto_job_clear(&job);
+		return 1;
+	}
 	if (q != WORKER_QUEUE_PUSHED) {
 		if (q == WORKER_QUEUE_NO_ENTRY)
 			rn_log_error(job.run_id, "queue_entry", "%s", err);
@@ -521,6 +539,8 @@ static void stats_cb(evutil_socket_t fd, short what, void *arg)
 	rn_gauge_set(w->m.queue_depth, st.depth);
 	rn_gauge_set(w->m.queue_oldest_ms, st.oldest_ms);
 	rn_gauge_set(w->m.queue_tenants, (int64_t)st.ntenants);
+	for (int p = 0; p < 10; p++)
+		rn_gauge_set(w->m.queue_by_priority[p], st.by_priority[p]);
 	size_t cap = 512 + (st.nlisted + 1) * 3 * 160;
 	char *text = malloc(cap);
 	if (text) {
@@ -875,6 +895,7 @@ static void worker_stop(worker_t *w)
 	w->consumer = NULL;
 	event_free(w->ev_stats);
 	worker_control_stop(w->control);
+	worker_webhook_stop(w->webhook);
 	worker_http_stop(w->http);
 	event_free(w->ev_tick);
 	event_free(w->ev_done);
@@ -950,9 +971,16 @@ int main(int argc, char **argv)
 		rn_log_error(NULL, "startup", "%s", err);
 		return 1;
 	}
+	w->webhook = worker_webhook_start(&w->cfg, &w->m, err, sizeof(err));
+	if (!w->webhook) {
+		rn_log_error(NULL, "startup", "%s", err);
+		worker_control_stop(w->control);
+		return 1;
+	}
 	w->consumer = worker_consumer_new(&w->cfg, err, sizeof(err));
 	if (!w->consumer) {
 		rn_log_error(NULL, "config", "%s", err);
+		worker_webhook_stop(w->webhook);
 		worker_control_stop(w->control);
 		return 2;
 	}

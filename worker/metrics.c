@@ -54,6 +54,16 @@ static const rn_metric_def_t plain_series[] = {
 	  "Age of the oldest queued run in ms (fleet-wide)" },
 	{ offsetof(worker_metrics_t, queue_tenants), RN_METRIC_GAUGE, "runnel_queue_tenants",
 	  "Tenants with queued runs (fleet-wide)" },
+	{ offsetof(worker_metrics_t, jobs_duplicate), RN_METRIC_COUNTER, "runnel_worker_jobs_duplicate_total",
+	  "Jobs not queued: another run owns their idempotency key" },
+	{ offsetof(worker_metrics_t, webhooks_delivered), RN_METRIC_COUNTER, "runnel_webhooks_delivered_total",
+	  "Completion webhooks answered 2xx" },
+	{ offsetof(worker_metrics_t, webhooks_retried), RN_METRIC_COUNTER, "runnel_webhooks_retried_total",
+	  "Completion webhook attempts that failed and were scheduled again" },
+	{ offsetof(worker_metrics_t, webhooks_dropped), RN_METRIC_COUNTER, "runnel_webhooks_dropped_total",
+	  "Completion webhooks given up on" },
+	{ offsetof(worker_metrics_t, webhook_latency), RN_METRIC_LATENCY, "runnel_webhook_delivery_seconds",
+	  "From the run's end to its webhook's delivery" },
 };
 
 int worker_metrics_init(worker_metrics_t *m)
@@ -68,6 +78,14 @@ int worker_metrics_init(worker_metrics_t *m)
 #undef X
 	rn_metrics_register(m->reg, m, plain_series, sizeof(plain_series) / sizeof(plain_series[0]));
 	pthread_mutex_init(&m->tenant_mu, NULL);
+	for (int p = 0; p < 10; p++) {
+		char labels[32];
+		snprintf(labels, sizeof(labels), "priority=\"%d\"", p);
+		m->queue_by_priority[p] = rn_metrics_gauge(m->reg, "runnel_queue_priority_queued",
+		                                           "Queued runs per priority (fleet-wide, the first 1000 tenants)", labels);
+		if (!m->queue_by_priority[p])
+			return -1;
+	}
 	/* Indexed by worker_limit_t; [0] (no limit) is never counted. */
 	_Static_assert(WORKER_METRICS_LIMITS == WORKER_LIMIT_COUNT, "limit_hits is indexed by worker_limit_t");
 	for (int i = 1; i < WORKER_METRICS_LIMITS; i++) {

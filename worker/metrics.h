@@ -11,6 +11,9 @@
  *                 the per-tenant text (under tenant_mu; /metrics reads it)
  *   claimer       queue_claims, queue_wait, jobs_skipped, runs_swept (a run
  *                 found lost on claim)
+ *   main thread   jobs_duplicate, queue_by_priority
+ *   webhook       webhooks_delivered, webhooks_retried, webhooks_dropped,
+ *                 webhook_latency
  *   run threads   runs_<outcome>, lines_published, lines_dropped,
  *                 lines_invalid, redis_retries, sandbox_start, first_line,
  *                 limit_hits
@@ -64,6 +67,13 @@ typedef struct worker_metrics {
 	/* runnel_worker_limit_hits_total{limit=...}, by worker_limit_t
 	 * ([0], no limit, is never counted). */
 	rn_counter_t *limit_hits[WORKER_METRICS_LIMITS];
+	/* Backends (SPEC §2): idempotent enqueue, priorities, webhooks. */
+	rn_counter_t *jobs_duplicate;      /* a job whose idempotency key another run owns */
+	rn_gauge_t *queue_by_priority[10]; /* queued runs per priority (last poll) */
+	rn_counter_t *webhooks_delivered;  /* a 2xx answer */
+	rn_counter_t *webhooks_retried;    /* an attempt failed, another is scheduled */
+	rn_counter_t *webhooks_dropped;    /* given up (give-up horizon, run expired) */
+	rn_hist_t *webhook_latency;        /* from the run's end to the delivery */
 } worker_metrics_t;
 
 /* Per-tenant series shown at most (the deepest first; the rest are summed
