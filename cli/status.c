@@ -46,8 +46,8 @@ static const cli_verb_t status_verb = {
  * numbers in JSON. */
 static int numeric_field(const char *name)
 {
-	static const char *const names[] = { "lease_until", "enqueued_at", "started_at",
-		                             "ended_at", "out_seq_base", NULL };
+	static const char *const names[] = { "lease_until", "enqueued_at", "started_at", "ended_at",
+		                             "out_seq_base", "priority", "webhook_attempts", NULL };
 	for (int i = 0; names[i]; i++)
 		if (!strcmp(name, names[i]))
 			return 1;
@@ -56,7 +56,8 @@ static int numeric_field(const char *name)
 
 static int time_field(const char *name)
 {
-	return numeric_field(name) && strcmp(name, "out_seq_base");
+	return numeric_field(name) && strcmp(name, "out_seq_base") && strcmp(name, "priority") &&
+	        strcmp(name, "webhook_attempts");
 }
 
 /* "2026-11-26T00:13:33.123Z" for ms since the epoch. */
@@ -105,6 +106,9 @@ static void print_json(const char *run_id, const redisReply *h, long long lines)
 		else
 			json_object_set_new(o, k, json_string(val));
 	}
+	const char *tp = hash_get(h, "traceparent");
+	if (tp && strlen(tp) == 55)
+		json_object_set_new(o, "trace_id", json_stringn(tp + 3, 32));
 	json_object_set_new(o, "lines", json_integer(lines));
 	char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	if (s)
@@ -115,8 +119,11 @@ static void print_json(const char *run_id, const redisReply *h, long long lines)
 
 static void print_table(const char *run_id, const redisReply *h, long long lines)
 {
-	static const char *const order[] = { "status", "code", "tenant", "worker", "enqueued_at", "started_at",
-		                             "ended_at", "lease_until", NULL };
+	static const char *const order[] = { "status", "code", "tenant", "priority", "worker", "enqueued_at",
+		                             "started_at", "ended_at", "lease_until", "idempotency_key", NULL };
+	/* Shown in their own words below (the webhook's URL may hold a token). */
+	static const char *const own[] = { "traceparent", "webhook", "webhook_state", "webhook_attempts",
+		                           "webhook_error", NULL };
 	char tbuf[64], dur[32];
 	long long a, b;
 
@@ -136,6 +143,19 @@ static void print_table(const char *run_id, const redisReply *h, long long lines
 			printf("%-12s %s\n", order[i], val);
 		}
 	}
+	const char *tp = hash_get(h, "traceparent");
+	if (tp && strlen(tp) == 55)
+		printf("%-12s %.32s\n", "trace_id", tp + 3);
+	if (hash_get(h, "webhook")) {
+		const char *ws = hash_get(h, "webhook_state"), *wa = hash_get(h, "webhook_attempts"),
+		           *we = hash_get(h, "webhook_error");
+		printf("%-12s %s", "webhook", ws ? ws : "waiting for the run's end");
+		if (wa)
+			printf(", %s attempt(s)", wa);
+		if (we && *we)
+			printf(", last error: %s", we);
+		printf("\n");
+	}
 	const char *st = hash_get(h, "started_at"), *en = hash_get(h, "ended_at");
 	if (st && en && parse_ll(st, &a) == 0 && parse_ll(en, &b) == 0 && b >= a)
 		printf("%-12s %s\n", "duration", cli_view_duration(dur, sizeof(dur), b - a));
@@ -147,6 +167,8 @@ static void print_table(const char *run_id, const redisReply *h, long long lines
 		int known = !strcmp(k, "out_seq_base");
 		for (int j = 0; order[j] && !known; j++)
 			known = !strcmp(k, order[j]);
+		for (int j = 0; own[j] && !known; j++)
+			known = !strcmp(k, own[j]);
 		if (!known)
 			printf("%-12s %s\n", k, h->element[i + 1]->str ? h->element[i + 1]->str : "");
 	}
@@ -173,6 +195,14 @@ static int print_queue(redisContext *c)
 		json_t *o = json_pack("{s:I,s:I,s:I,s:[]}", "queued", (json_int_t)st.depth,
 		                      "taken", (json_int_t)st.inflight, "oldest_ms", (json_int_t)st.oldest_ms,
 		                      "tenants");
+		json_t *byp = json_object();
+		for (int p = 9; p >= 0; p--) {
+			char name[4];
+			snprintf(name, sizeof(name), "%d", p);
+			if (st.by_priority[p] > 0)
+				json_object_set_new(byp, name, json_integer(st.by_priority[p]));
+		}
+		json_object_set_new(o, "by_priority", byp);
 		json_t *arr = json_object_get(o, "tenants");
 		for (size_t i = 0; i < st.nlisted; i++)
 			json_array_append_new(arr, json_pack("{s:s,s:I,s:I,s:I}", "tenant", st.tenants[i].name, "queued", (json_int_t)st.tenants[i].queued, "running", (json_int_t)st.tenants[i].running, "oldest_ms", (json_int_t)st.tenants[i].oldest_ms));
@@ -186,6 +216,11 @@ static int print_queue(redisContext *c)
 	} else {
 		printf("%lld run(s) queued, oldest %s, %lld being taken\n", (long long)st.depth,
 		       secs(b1, sizeof(b1), st.oldest_ms), (long long)st.inflight);
+		printf("by priority:");
+		for (int p = 9; p >= 0; p--)
+			if (st.by_priority[p] > 0)
+				printf(" %d:%lld", p, (long long)st.by_priority[p]);
+		printf("\n");
 		printf("%-32s %8s %8s %8s\n", "TENANT", "QUEUED", "RUNNING", "OLDEST");
 		for (size_t i = 0; i < st.nlisted; i++)
 			printf("%-32s %8lld %8lld %8s\n", st.tenants[i].name, (long long)st.tenants[i].queued,

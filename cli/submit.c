@@ -39,6 +39,10 @@ static struct {
 	char *caller;
 	char *tenant;
 	long max_runtime_sec;
+	char *idem_key;
+	long priority; /* -1: not given */
+	char *traceparent;
+	char *webhook;
 	char *via;
 	int no_tail;
 	int json;
@@ -75,6 +79,14 @@ static const rn_opt_t submit_opts[] = {
 	  "whose run it is, for fair shares and caps ([A-Za-z0-9_.-]{1,64}; default: default)", 0, 0 },
 	{ "max-runtime-sec", 0, "RUNNEL_JOB_MAX_RUNTIME_SEC", RN_OPT_INT, &g_opt.max_runtime_sec, "0", "SEC",
 	  "the job's runtime cap (0: the worker's)", 0, 7L * 86400 },
+	{ "idempotency-key", 0, "RUNNEL_IDEMPOTENCY_KEY", RN_OPT_STR, &g_opt.idem_key, NULL, "KEY",
+	  "a retried submit with the same key (per tenant) gets the first run back ([A-Za-z0-9_.:-]{1,128})", 0, 0 },
+	{ "priority", 0, "RUNNEL_PRIORITY", RN_OPT_INT, &g_opt.priority, "-1", "0-9",
+	  "higher starts first within the tenant's share (-1: the default, 5)", -1, 9 },
+	{ "traceparent", 0, "RUNNEL_TRACEPARENT", RN_OPT_STR, &g_opt.traceparent, NULL, "TP",
+	  "W3C traceparent the run joins (00-<trace id>-<span id>-<flags>)", 0, 0 },
+	{ "webhook", 0, "RUNNEL_WEBHOOK", RN_OPT_STR, &g_opt.webhook, NULL, "URL",
+	  "https:// URL that gets one signed POST when the run ends", 0, 0 },
 	{ "via", 0, "RUNNEL_SUBMIT_VIA", RN_OPT_STR, &g_opt.via, "dispatcher", "dispatcher|kafka",
 	  "enqueue through the dispatcher's POST /v1/runs, or produce the job to Kafka", 0, 0 },
 	{ "no-tail", 0, "RUNNEL_NO_TAIL", RN_OPT_BOOL, &g_opt.no_tail, "false", NULL,
@@ -219,6 +231,14 @@ static int submit_dispatcher(char *run_id_out, size_t run_id_size, json_t **answ
 		json_object_set_new(b, "tenant", json_string(g_opt.tenant));
 	if (g_opt.max_runtime_sec > 0)
 		json_object_set_new(b, "max_runtime_sec", json_integer(g_opt.max_runtime_sec));
+	if (g_opt.idem_key)
+		json_object_set_new(b, "idempotency_key", json_string(g_opt.idem_key));
+	if (g_opt.priority >= 0)
+		json_object_set_new(b, "priority", json_integer(g_opt.priority));
+	if (g_opt.traceparent)
+		json_object_set_new(b, "traceparent", json_string(g_opt.traceparent));
+	if (g_opt.webhook)
+		json_object_set_new(b, "webhook", json_string(g_opt.webhook));
 	char *body = json_dumps(b, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(b);
 	if (!body) {
@@ -251,6 +271,8 @@ static int submit_dispatcher(char *run_id_out, size_t run_id_size, json_t **answ
 		return CLI_EXIT_UNREACHABLE;
 	}
 	snprintf(run_id_out, run_id_size, "%s", id);
+	if (resp.status == 200 && g_opt.idem_key)
+		fprintf(stderr, "runnel submit: the idempotency key was used before: following run %s\n", id);
 	*answer = a;
 	cli_http_resp_free(&resp);
 	return CLI_EXIT_OK;
@@ -324,6 +346,24 @@ static int submit_kafka(const char *run_id)
 	}
 	if (g_opt.tenant)
 		snprintf(job.tenant, sizeof(job.tenant), "%s", g_opt.tenant);
+	if (g_opt.idem_key && strlen(g_opt.idem_key) > PROTO_IDEM_KEY_MAX) {
+		proto_job_clear(&job);
+		sodium_memzero(key, sizeof(key));
+		return cli_args_usage_error(&submit_verb, "idempotency_key: longer than %d characters",
+		                            PROTO_IDEM_KEY_MAX);
+	}
+	if (g_opt.idem_key)
+		snprintf(job.idempotency_key, sizeof(job.idempotency_key), "%s", g_opt.idem_key);
+	if (g_opt.priority >= 0) {
+		job.has_priority = 1;
+		job.priority = (int)g_opt.priority;
+	}
+	if (g_opt.traceparent && proto_traceparent_parse(g_opt.traceparent, job.traceparent) < 0) {
+		proto_job_clear(&job);
+		sodium_memzero(key, sizeof(key));
+		return cli_args_usage_error(&submit_verb, "traceparent: not a W3C traceparent");
+	}
+	job.webhook = g_opt.webhook ? strdup(g_opt.webhook) : NULL;
 	if (proto_job_validate(&job, err, sizeof(err)) < 0) {
 		proto_job_clear(&job);
 		sodium_memzero(key, sizeof(key));

@@ -6,6 +6,7 @@
 #include "log.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,75 @@ static rn_log_level_t log_min = RN_LOG_INFO;
 static int log_fd = 2;
 
 static const char *const level_names[] = { "debug", "info", "warn", "error" };
+
+/*
+ * The trace ids of the runs in this process (a worker has at most a few
+ * hundred at once): a small open table under a mutex, looked up by run id
+ * for every line that names a run.  Full: a run's lines go without.
+ */
+#define TRACE_SLOTS 1024
+static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	char run_id[65];
+	char trace_id[33];
+} traces[TRACE_SLOTS];
+static size_t ntraces;
+
+void rn_log_trace_set(const char *run_id, const char *trace_id)
+{
+	if (!run_id || !trace_id || strlen(run_id) > 64 || strlen(trace_id) != 32)
+		return;
+	pthread_mutex_lock(&trace_mu);
+	size_t free_slot = TRACE_SLOTS;
+	for (size_t i = 0; i < TRACE_SLOTS && ntraces > 0; i++) {
+		if (traces[i].run_id[0] && strcmp(traces[i].run_id, run_id) == 0) {
+			free_slot = TRACE_SLOTS + 1; /* already there */
+			break;
+		}
+	}
+	if (free_slot == TRACE_SLOTS) {
+		for (size_t i = 0; i < TRACE_SLOTS; i++) {
+			if (!traces[i].run_id[0]) {
+				snprintf(traces[i].run_id, sizeof(traces[i].run_id), "%s", run_id);
+				memcpy(traces[i].trace_id, trace_id, 33);
+				ntraces++;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&trace_mu);
+}
+
+void rn_log_trace_clear(const char *run_id)
+{
+	if (!run_id)
+		return;
+	pthread_mutex_lock(&trace_mu);
+	for (size_t i = 0; i < TRACE_SLOTS && ntraces > 0; i++) {
+		if (traces[i].run_id[0] && strcmp(traces[i].run_id, run_id) == 0) {
+			traces[i].run_id[0] = '\0';
+			ntraces--;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&trace_mu);
+}
+
+/* The trace id of run_id into out (33 bytes); 0 when it has none. */
+static int trace_of(const char *run_id, char *out)
+{
+	int found = 0;
+	pthread_mutex_lock(&trace_mu);
+	for (size_t i = 0; i < TRACE_SLOTS && ntraces > 0; i++) {
+		if (traces[i].run_id[0] && strcmp(traces[i].run_id, run_id) == 0) {
+			memcpy(out, traces[i].trace_id, 33);
+			found = 1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&trace_mu);
+	return found;
+}
 
 void rn_log_init(const char *comp, rn_log_level_t min_level)
 {
@@ -66,8 +136,12 @@ void rn_log(rn_log_level_t level, const char *run_id, const char *event,
 	json_object_set_new(o, "level", json_string(level_names[level]));
 	json_object_set_new(o, "comp", json_string(log_comp));
 	json_object_set_new(o, "event", json_string(event));
-	if (run_id)
+	if (run_id) {
+		char tid[33];
 		json_object_set_new(o, "run_id", json_string(run_id));
+		if (trace_of(run_id, tid))
+			json_object_set_new(o, "trace_id", json_string(tid));
+	}
 	/* json_string() refuses invalid UTF-8; fall back to a lossy copy. */
 	json_t *m = json_string(msg);
 	if (!m) {

@@ -24,6 +24,15 @@ int rn_log_level_parse(const char *s);
 /* Sends lines to fd instead of stderr (tests). */
 void rn_log_set_fd(int fd);
 
+/*
+ * Trace context (W3C): while a run is registered here, every line that
+ * names it carries "trace_id" too, from whichever thread logs it.  trace_id
+ * is 32 hex digits.  Set when a run is claimed (or while its intake logs),
+ * cleared when it ends.
+ */
+void rn_log_trace_set(const char *run_id, const char *trace_id);
+void rn_log_trace_clear(const char *run_id);
+
 /* run_id may be NULL.  fmt is printf-style and becomes "msg". */
 void rn_log(rn_log_level_t level, const char *run_id, const char *event,
             const char *fmt, ...) __attribute__((format(printf, 4, 5)));

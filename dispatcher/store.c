@@ -306,7 +306,7 @@ static int numeric_field(const char *k)
 {
 	return strcmp(k, "lease_until") == 0 || strcmp(k, "enqueued_at") == 0 ||
 	        strcmp(k, "started_at") == 0 || strcmp(k, "ended_at") == 0 ||
-	        strcmp(k, "out_seq_base") == 0;
+	        strcmp(k, "out_seq_base") == 0 || strcmp(k, "priority") == 0 || strcmp(k, "webhook_attempts") == 0;
 }
 
 static void on_get(redisReply *r, void *arg)

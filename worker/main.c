@@ -157,6 +157,7 @@ static void release_slot(worker_t *w, const char *run_id, const char *tenant)
 	if (c && rn_runqueue_release(c, w->cfg.key_prefix, run_id, tenant, err, sizeof(err)) < 0)
 		main_redis_failed(w, "queue release", err);
 	worker_claimer_done(w->claimer);
+	rn_log_trace_clear(run_id);
 }
 
 static void on_run_done(worker_run_t *run, void *arg)
@@ -261,6 +262,16 @@ static int dlq(worker_t *w, const rd_kafka_message_t *m, const char *reason)
 	return dlq_wait(w, m);
 }
 
+/* From here on every log line naming the run carries its trace id. */
+static void log_trace_set(const proto_job_t *job, const char *run_id)
+{
+	char tid[33];
+	if (!job->traceparent[0])
+		return;
+	proto_traceparent_trace_id(job->traceparent, tid);
+	rn_log_trace_set(run_id, tid);
+}
+
 /*
  * Moves the first pending record into the run-time queue
  * (worker_queue_push: the run's state hash says "queued" with its tenant,
@@ -321,8 +332,11 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 		proto_job_clear(&job);
 		return 0;
 	}
-	rn_log_info(job.run_id, "run_queued", "tenant %s, partition %d offset %lld%s", proto_job_tenant(&job),
-	            (int)m->partition, (long long)m->offset, already ? " (already queued)" : "");
+	log_trace_set(&job, job.run_id);
+	rn_log_info(job.run_id, "run_queued", "tenant %s, priority %d, partition %d offset %lld%s",
+	            proto_job_tenant(&job), proto_job_priority(&job), (int)m->partition, (long long)m->offset,
+	            already ? " (already queued)" : "");
+	rn_log_trace_clear(job.run_id);
 	rn_counter_add(w->m.jobs_queued, 1);
 	worker_consumer_store(w->consumer, m);
 	proto_job_clear(&job);
@@ -367,6 +381,7 @@ static void start_claimed(worker_claimed_t *wc, void *arg)
 	pthread_mutex_unlock(&w->mu);
 	w->busy++;
 	worker_control_watch(w->control, run->run_id);
+	log_trace_set(&run->job, run->run_id);
 	rn_log_info(run->run_id, "run_claimed", "slot %ld, tenant %s%s", slot, tenant,
 	            cl.status == RN_CLAIM_CANCEL ? " (cancelled before start)" : "");
 	if (worker_run_start(run) < 0) {

@@ -622,6 +622,13 @@ static int build_env(run_io_t *io, const worker_run_t *run, const worker_boot_t 
 	}
 	if (env_set(e, "RUNNEL_RUN_ID", run->run_id) < 0)
 		goto oom;
+	/* The caller's trace, with a span id of the run's own (W3C). */
+	if (run->job.traceparent[0]) {
+		char tp[PROTO_TRACEPARENT_LEN + 1];
+		proto_traceparent_child(run->job.traceparent, tp);
+		if (env_set(e, "TRACEPARENT", tp) < 0)
+			goto oom;
+	}
 	if (boot->ws_api_url && boot->ws_api_token) {
 		if (env_set(e, "RUNNEL_WORKSPACE_API_URL", boot->ws_api_url) < 0 ||
 		    env_set(e, "RUNNEL_WORKSPACE_TOKEN", boot->ws_api_token) < 0)

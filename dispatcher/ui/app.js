@@ -469,6 +469,14 @@ function viewRun(runId) {
     logs);
   resultBox.append(el('p', { class: 'muted', text: 'No result yet.' }));
 
+  // The webhook's delivery state, never its URL (it may hold a token).
+  function webhookText(st) {
+    let t = st.webhook_state || 'waiting for the run to end';
+    if (st.webhook_attempts) t += ' (' + st.webhook_attempts + ' attempt' + (st.webhook_attempts == 1 ? '' : 's') + ')';
+    if (st.webhook_error) t += ': ' + st.webhook_error;
+    return t;
+  }
+
   function renderState() {
     clear(head);
     const dur = runDuration(state);
@@ -480,7 +488,11 @@ function viewRun(runId) {
       el('div', null, el('span', { text: 'Started' }), el('b', { text: fmtTime(state.started_at) })),
       el('div', null, el('span', { text: 'Ended' }), el('b', { text: fmtTime(state.ended_at) })),
       el('div', null, el('span', { text: 'Duration' }), el('b', { text: fmtDur(dur) })),
-      el('div', null, el('span', { text: 'Code' }), el('b', { class: 'mono', text: state.code || '—' }))));
+      el('div', null, el('span', { text: 'Code' }), el('b', { class: 'mono', text: state.code || '—' })),
+      el('div', null, el('span', { text: 'Priority' }), el('b', { text: state.priority != null ? String(state.priority) : '5' })),
+      state.traceparent ? el('div', null, el('span', { text: 'Trace id' }),
+        el('b', { class: 'mono', text: String(state.traceparent).slice(3, 35) })) : null,
+      state.webhook ? el('div', null, el('span', { text: 'Webhook' }), el('b', { text: webhookText(state) })) : null));
     cancelBtn.disabled = ended || TERMINAL.has(state.status);
   }
 
