@@ -27,7 +27,10 @@ static int same_job(const proto_job_t *a, const proto_job_t *b)
 	        same_str(a->otp_run, b->otp_run) && same_str(a->otp_upload, b->otp_upload) &&
 	        same_str(a->prompt, b->prompt) && same_str(a->caller, b->caller) &&
 	        a->enqueued_at == b->enqueued_at && a->max_runtime_sec == b->max_runtime_sec &&
-	        ((a->meta == NULL && b->meta == NULL) || json_equal(a->meta, b->meta));
+	        ((a->meta == NULL && b->meta == NULL) || json_equal(a->meta, b->meta)) &&
+	        strcmp(a->idempotency_key, b->idempotency_key) == 0 && a->has_priority == b->has_priority &&
+	        a->priority == b->priority && strcmp(a->traceparent, b->traceparent) == 0 &&
+	        same_str(a->webhook, b->webhook);
 }
 
 static void check_error(const char *err)
