@@ -57,6 +57,7 @@ typedef struct dispatcher_conns dispatcher_conns_t;
 
 typedef struct dispatcher {
 	struct event_base *base;
+	struct evdns_base *dns; /* webhook hosts' addresses; made on first use */
 	const dispatcher_config_t *cfg;
 	rn_redis_url_t redis_url;
 	struct evhttp *http;

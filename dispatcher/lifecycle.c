@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/dns.h>
+
 #include "common/log.h"
 #include "common/util.h"
 
@@ -137,6 +139,10 @@ void dispatcher_fini(dispatcher_t *d, int flush_ms)
 	/* Delivery callbacks of aborted enqueues only free their state now. */
 	dispatcher_producer_free(d->producer, flush_ms);
 	d->producer = NULL;
+	/* So do enqueues still waiting on a webhook host's addresses. */
+	if (d->dns != NULL)
+		evdns_base_free(d->dns, 1);
+	d->dns = NULL;
 	if (d->http != NULL)
 		evhttp_free(d->http);
 	d->http = NULL;

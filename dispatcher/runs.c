@@ -21,6 +21,7 @@
 #include <strings.h>
 
 #include <event2/buffer.h>
+#include <event2/dns.h>
 #include <event2/keyvalq_struct.h>
 #include <sodium.h>
 
@@ -284,6 +285,84 @@ static void on_idem_claimed(int rc, const char *owner, void *arg)
 	enqueue_free(e);
 }
 
+/* Claims the idempotency key (if any), then creates the run.  Answers 503
+ * and frees e when Redis is down. */
+static void enqueue_claim(dispatcher_enqueue_t *e)
+{
+	dispatcher_t *d = e->d;
+	int rc;
+
+	if (e->idem_key[0])
+		rc = dispatcher_store_idem_claim(d->store, e->idem_tenant, e->idem_key, e->run_id,
+		                                 state_ttl(d, e->job.max_runtime_sec), on_idem_claimed, e);
+	else
+		rc = dispatcher_store_create(d->store, e->run_id, e->job.enqueued_at,
+		                             state_ttl(d, e->job.max_runtime_sec), on_created, e);
+	if (rc < 0) {
+		struct evhttp_request *req = enqueue_take_req(e);
+
+		if (req != NULL)
+			dispatcher_reply_error(d, req, e->route, 503, "redis_unavailable", "redis: not connected");
+		enqueue_free(e);
+	}
+}
+
+/*
+ * A webhook's host name resolved (asynchronously, on the loop): any address
+ * the SSRF rules forbid is a 400.  A name that does not resolve here is let
+ * through: the worker judges every address again when it connects.
+ */
+static void on_webhook_resolved(int err, struct evutil_addrinfo *ai, void *arg)
+{
+	dispatcher_enqueue_t *e = arg;
+	const char *why = NULL;
+
+	for (struct evutil_addrinfo *p = err == 0 ? ai : NULL; p != NULL && why == NULL; p = p->ai_next)
+		why = proto_webhook_addr_forbidden(p->ai_addr, 0);
+	if (ai != NULL)
+		evutil_freeaddrinfo(ai);
+	if (e->req == NULL || err == EVUTIL_EAI_CANCEL) {
+		enqueue_free(e);
+		return;
+	}
+	if (why != NULL) {
+		dispatcher_reply_error(e->d, enqueue_take_req(e), e->route, 400, "bad_request",
+		                       "webhook: resolves to %s, which is not allowed", why);
+		enqueue_free(e);
+		return;
+	}
+	enqueue_claim(e);
+}
+
+/* Starts resolving the webhook's host when it is a name.  0 when the
+ * answer will come to on_webhook_resolved (which may have run already:
+ * e must not be touched then), -1 when there is nothing to resolve. */
+static int webhook_resolve(dispatcher_enqueue_t *e)
+{
+	dispatcher_t *d = e->d;
+	struct evutil_addrinfo hints;
+	char host[256];
+	int literal = 1;
+
+	if (proto_webhook_host(e->job.webhook, host, sizeof host, &literal) < 0 || literal)
+		return -1;
+	if (d->dns == NULL) {
+		d->dns = evdns_base_new(d->base, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+		if (d->dns == NULL) {
+			rn_log_warn(NULL, "webhook_dns", "no resolver: webhook hosts are checked by the workers only");
+			return -1;
+		}
+		/* Bounded: an enqueue waits at most about 2 x 2 s for its answer. */
+		evdns_base_set_option(d->dns, "timeout:", "2");
+		evdns_base_set_option(d->dns, "attempts:", "2");
+	}
+	memset(&hints, 0, sizeof hints);
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	evdns_getaddrinfo(d->dns, host, NULL, &hints, on_webhook_resolved, e);
+	return 0;
+}
+
 void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route)
 {
 	dispatcher_enqueue_t *e = calloc(1, sizeof *e);
@@ -340,21 +419,12 @@ void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatc
 	if (e->job.idempotency_key[0]) {
 		snprintf(e->idem_tenant, sizeof e->idem_tenant, "%s", proto_job_tenant(&e->job));
 		snprintf(e->idem_key, sizeof e->idem_key, "%s", e->job.idempotency_key);
-		rc = dispatcher_store_idem_claim(d->store, e->idem_tenant, e->idem_key, e->run_id,
-		                                 state_ttl(d, e->job.max_runtime_sec), on_idem_claimed, e);
-	} else {
-		rc = dispatcher_store_create(d->store, e->run_id, e->job.enqueued_at,
-		                             state_ttl(d, e->job.max_runtime_sec), on_created, e);
-	}
-	if (rc < 0) {
-		e->req = NULL;
-		proto_job_clear(&e->job);
-		free(e);
-		dispatcher_reply_error(d, req, route, 503, "redis_unavailable", "redis: not connected");
-		return;
 	}
 	dispatcher_conn_on_close(d, e->evcon, on_enqueue_close, e);
 	RN_LIST_PUSH(d->enqueues, e);
+	if (e->job.webhook != NULL && !d->cfg->webhook_allow_private && webhook_resolve(e) == 0)
+		return; /* on_webhook_resolved goes on */
+	enqueue_claim(e);
 }
 
 void dispatcher_runs_abort_all(dispatcher_t *d)

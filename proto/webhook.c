@@ -149,6 +149,36 @@ int proto_webhook_url_check(const char *url, unsigned flags, char *errstr, size_
 	return 0;
 }
 
+int proto_webhook_host(const char *url, char *host, size_t size, int *literal)
+{
+	const char *h = strstr(url, "://"), *end;
+	unsigned char buf[sizeof(struct in6_addr)];
+	size_t n;
+
+	if (h == NULL)
+		return -1;
+	h += 3;
+	end = h + strcspn(h, "/?#");
+	if (*h == '[') {
+		const char *close = memchr(h, ']', (size_t)(end - h));
+
+		if (close == NULL)
+			return -1;
+		h++;
+		n = (size_t)(close - h);
+	} else {
+		const char *colon = memchr(h, ':', (size_t)(end - h));
+
+		n = (size_t)((colon ? colon : end) - h);
+	}
+	if (n == 0 || n >= size)
+		return -1;
+	memcpy(host, h, n);
+	host[n] = '\0';
+	*literal = inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+	return 0;
+}
+
 char *proto_webhook_body(const char *run_id, const char *status, const char *code,
                          int64_t ended_at, const json_t *usage)
 {

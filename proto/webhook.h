@@ -35,6 +35,14 @@
  */
 int proto_webhook_url_check(const char *url, unsigned flags, char *errstr, size_t errstr_size);
 
+/*
+ * The host of a webhook URL that proto_webhook_url_check accepted, without
+ * brackets or port, into host.  *literal is set to 1 when it is an IP
+ * address (already judged by the check), 0 for a name the caller may
+ * resolve.  0, or -1 when url has no host that fits.
+ */
+int proto_webhook_host(const char *url, char *host, size_t size, int *literal);
+
 /* NULL when sa may be called, else a short reason ("a loopback address").
  * flags as above (PROTO_WEBHOOK_ALLOW_PRIVATE lets everything through). */
 const char *proto_webhook_addr_forbidden(const struct sockaddr *sa, unsigned flags);

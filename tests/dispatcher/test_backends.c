@@ -13,9 +13,12 @@
  *      terminal line's trace_id and the sandbox's TRACEPARENT (the run's own
  *      span id); a bad header is dropped with a log line, the run goes on.
  */
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -206,6 +209,19 @@ int main(void)
 	bad("\"webhook\":\"https://127.0.0.1:8443/x\"", "webhook: resolves to a loopback address, which is not allowed");
 	bad("\"webhook\":\"https://169.254.169.254/x\"", "webhook: resolves to a link-local address, which is not allowed");
 	bad("\"webhook\":\"https://[::1]/x\"", "webhook: resolves to a loopback address, which is not allowed");
+	/* A name that resolves inside (here: this host's name, through
+	 * /etc/hosts) is refused too, after an asynchronous lookup. */
+	char host[256] = "";
+	struct addrinfo *ai = NULL, hints = { .ai_socktype = SOCK_STREAM };
+	if (gethostname(host, sizeof host) == 0 && strchr(host, '.') == NULL && getaddrinfo(host, NULL, &hints, &ai) == 0 &&
+	    ai->ai_family == AF_INET &&
+	    (ntohl(((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24) == 127)
+		bad(th_strf("\"webhook\":\"https://%s/x\"", host),
+		    "webhook: resolves to a loopback address, which is not allowed");
+	else
+		TH_NOTE("this host's name (%s) does not resolve to a loopback address: name lookup not checked", host);
+	if (ai != NULL)
+		freeaddrinfo(ai);
 	TH_CHECK(jobs_on_kafka() == 2, "no bad request reached Kafka");
 
 	/* ---- 3. traceparent from the request header ---- */
