@@ -153,6 +153,23 @@ int main(int argc, char **argv)
 	proto_job_clear(&job);
 	th_kafka_msg_free(&m);
 
+	/* The backends' fields go into the job. */
+	rc = run(ARGS("--via", "kafka", "--no-tail", "--agent-url", "http://h/ws", "--prompt", PROMPT, "--otp-setup",
+	              OTP_S, "--otp-run", OTP_R, "--run-id", "run_bk", "--idempotency-key", "turn-9", "--priority",
+	              "0", "--traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "--webhook",
+	              "https://b.example/h"),
+	         NULL, &p);
+	TH_CHECK(rc == 0, "exit %d: %s", rc, p.err);
+	clirun_free(&p);
+	TH_REQUIRE(next_job(c, &m) == 1, "no job with the backends' fields");
+	TH_REQUIRE(proto_job_parse(m.value, m.len, NULL, 0, &job, err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(th_streq(job.idempotency_key, "turn-9") && job.has_priority && job.priority == 0 &&
+	                 th_streq(job.traceparent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01") &&
+	                 th_streq(job.webhook, "https://b.example/h"),
+	         "fields of run_bk");
+	proto_job_clear(&job);
+	th_kafka_msg_free(&m);
+
 	/* 3. Usage errors: exact, exit 2, nothing produced, no secret echoed. */
 	const struct {
 		const char *const *args;
@@ -178,6 +195,12 @@ int main(int argc, char **argv)
 		       "--prompt", PROMPT),
 		  NULL },
 		{ ARGS("extra"), "runnel submit: unexpected argument \"extra\"\n" },
+		{ ARGS("--via", "kafka", "--agent-url", "http://h/ws", "--otp-setup", OTP_S, "--otp-run", OTP_R,
+		       "--prompt", PROMPT, "--traceparent", "00-zz"),
+		  "runnel submit: traceparent: not a W3C traceparent\n" },
+		{ ARGS("--via", "kafka", "--agent-url", "http://h/ws", "--otp-setup", OTP_S, "--otp-run", OTP_R,
+		       "--prompt", PROMPT, "--idempotency-key", "a b"),
+		  "runnel submit: idempotency_key: 1 to 128 characters of A-Z a-z 0-9 _ . : -\n" },
 	};
 	const char *usage = "usage: runnel submit [options] --agent-url URL --prompt TEXT (see runnel submit --help)\n";
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

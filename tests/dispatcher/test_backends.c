@@ -47,13 +47,21 @@ static char *body_for(const dev_stub_otps_t *o, const char *extra)
 	               o->agent_url, o->otp_setup, o->otp_run, extra ? "," : "", extra ? extra : "");
 }
 
-static void add_run(const char *script, dev_stub_otps_t *o)
+/* A stub run of a command agent; env (may be NULL) is its /env variables. */
+static void add_run_env(const char *script, json_t *env, dev_stub_otps_t *o)
 {
 	dev_stub_run_t run;
 	memset(&run, 0, sizeof run);
 	run.config = json_pack("{s:{s:s,s:[s,s,s]}}", "agent", "kind", "command", "argv", "/bin/sh", "-c", script);
+	run.env = env;
 	TH_REQUIRE(dev_stub_add_run(stub, &run, o) == 0, "stub run");
 	json_decref(run.config);
+	json_decref(env);
+}
+
+static void add_run(const char *script, dev_stub_otps_t *o)
+{
+	add_run_env(script, NULL, o);
 }
 
 /* Messages on the jobs topic, read from the start until 2 s pass with none. */
@@ -226,7 +234,13 @@ int main(void)
 
 	/* ---- 3. traceparent from the request header ---- */
 	dev_stub_otps_t o3;
-	add_run("read turn; printf '{\"type\":\"result\",\"message\":\"tp=%s\"}\\n' \"$TRACEPARENT\"", &o3);
+	/* OTEL_* from /env pass through untouched; TRACEPARENT is the run's. */
+	add_run_env("read turn; printf '{\"type\":\"result\",\"message\":\"tp=%s\",\"otel\":\"%s %s\"}\\n' "
+	            "\"$TRACEPARENT\" \"$OTEL_EXPORTER_OTLP_ENDPOINT\" \"$OTEL_SERVICE_NAME\"",
+	            json_pack("{s:{s:s,s:s,s:s},s:n}", "variables", "OTEL_EXPORTER_OTLP_ENDPOINT",
+	                      "https://otel.example:4318", "OTEL_SERVICE_NAME", "agent-x", "TRACEPARENT",
+	                      "00-ffffffffffffffffffffffffffffffff-ffffffffffffffff-01", "setup_script"),
+	            &o3);
 	const char *const with_tp[] = { "Content-Type: application/json", "traceparent: " TP, NULL };
 	TH_REQUIRE(dt_http(&r, "POST", th_strf("%s/v1/runs", D.base), with_tp, body_for(&o3, "\"run_id\":\"run_tp\""), -1,
 	                   10000) == 0);
@@ -238,7 +252,8 @@ int main(void)
 	const char *msg = jfield(last, "message");
 	TH_CHECK(strncmp(msg, "tp=00-" TID "-", 6 + 32 + 1) == 0 && strlen(msg) == 3 + 55 &&
 	                 strstr(msg, "b7ad6b7169203331") == NULL,
-	         "the sandbox's TRACEPARENT: %s", msg);
+	         "the sandbox's TRACEPARENT (the run's, over the one /env gave): %s", msg);
+	TH_CHECK(th_streq(jfield(last, "otel"), "https://otel.example:4318 agent-x"), "OTEL_* passed through: %s", last);
 	rn_runstate_get(C, "runnel", "run_tp", "traceparent", st, sizeof st, err, sizeof err);
 	TH_CHECK(th_streq(st, TP), "state hash traceparent %s", st);
 	TH_REQUIRE(dt_http(&r, "GET", th_strf("%s/v1/runs/run_tp", D.base), NULL, NULL, 0, 10000) == 0);
