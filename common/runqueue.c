@@ -69,8 +69,8 @@ static const char lua_mark[] =
         "return 1\n";
 
 const char rn_idem_claim_lua[] =
-        "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', tonumber(ARGV[2])) then return ARGV[1] end\n"
-        "return redis.call('GET', KEYS[1]) or ARGV[1]\n";
+        "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', tonumber(ARGV[2])) then return {ARGV[1], 1} end\n"
+        "return {redis.call('GET', KEYS[1]) or ARGV[1], 0}\n";
 
 const char rn_idem_release_lua[] =
         "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end\n"
@@ -329,9 +329,10 @@ int rn_idem_claim(redisContext *c, const char *idem_rkey, const char *run_id, in
 	if (check(c, r, "idempotency claim", errstr, errstr_size) < 0)
 		return -1;
 	int ret = -1;
-	if (r->type == REDIS_REPLY_STRING && r->len < 65) {
-		memcpy(owner, r->str, r->len);
-		owner[r->len] = '\0';
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_STRING &&
+	    r->element[0]->len < 65) {
+		memcpy(owner, r->element[0]->str, r->element[0]->len);
+		owner[r->element[0]->len] = '\0';
 		ret = strcmp(owner, run_id) == 0 ? 1 : 0;
 	} else {
 		snprintf(errstr, errstr_size, "redis idempotency claim: unexpected reply");

@@ -71,10 +71,10 @@ int rn_runqueue_mark(redisContext *c, const char *prefix, const char *run_id,
 /*
  * Idempotent enqueue: claims the idempotency record idem_rkey (see
  * proto_idem_redis_key) for run_id with SET NX and an expiry of ttl_sec,
- * atomically.  KEYS: record.  ARGV: run_id ttl_sec.  Answers the run id
- * that owns the key: run_id itself when it is new (or already ours), the
- * first run's id otherwise.  The dispatcher runs the same script on its
- * async connection.
+ * atomically.  KEYS: record.  ARGV: run_id ttl_sec.  Answers {owner,
+ * fresh}: the run id that owns the key (run_id itself when it is new or
+ * already ours, the first run's id otherwise) and 1 when this call set it.
+ * The dispatcher runs the same script on its async connection.
  */
 extern const char rn_idem_claim_lua[];
 /* Deletes the record if run_id still owns it (an enqueue that failed).

@@ -45,6 +45,7 @@ struct dispatcher_enqueue {
 	 * the job certainly did not reach Kafka. */
 	char idem_tenant[PROTO_TENANT_MAX + 1];
 	char idem_key[PROTO_IDEM_KEY_MAX + 1];
+	int idem_fresh; /* this enqueue took the key (else it was ours already) */
 	int64_t t0_us;
 };
 
@@ -95,7 +96,7 @@ static void enqueue_undo(dispatcher_enqueue_t *e)
 	if (d->store == NULL)
 		return;
 	dispatcher_store_uncreate(d->store, e->run_id);
-	if (e->idem_key[0])
+	if (e->idem_fresh)
 		dispatcher_store_idem_release(d->store, e->idem_tenant, e->idem_key, e->run_id);
 }
 
@@ -174,9 +175,10 @@ static void on_created(int rc, void *arg)
 	if (rc != DISPATCHER_STORE_OK) {
 		struct evhttp_request *req = enqueue_take_req(e);
 
-		if (rc == DISPATCHER_STORE_ABSENT && e->idem_key[0]) {
+		if (rc == DISPATCHER_STORE_ABSENT && e->idem_key[0] && !e->idem_fresh) {
 			/* The same run_id and key again: a retry of the same
-			 * enqueue, answered like any repeat (the key stays). */
+			 * enqueue, answered like any repeat (the key stays).  A
+			 * key taken just now for a run_id in use is a 409. */
 			if (req != NULL) {
 				dispatcher_sid_t zero = { 0, 0 };
 
@@ -189,7 +191,7 @@ static void on_created(int rc, void *arg)
 			enqueue_free(e);
 			return;
 		}
-		if (e->idem_key[0] && d->store != NULL)
+		if (e->idem_fresh && d->store != NULL)
 			dispatcher_store_idem_release(d->store, e->idem_tenant, e->idem_key, e->run_id);
 		if (req != NULL && rc == DISPATCHER_STORE_ABSENT)
 			dispatcher_reply_error(d, req, e->route, 409, "conflict", "run_id: already exists");
@@ -241,21 +243,25 @@ static void on_created(int rc, void *arg)
  * leave the dispatcher; closing a repeat's /stream does not cancel the
  * first run, which the repeat did not start.
  */
-static void on_idem_claimed(int rc, const char *owner, void *arg)
+static void on_idem_claimed(int rc, const char *owner, int fresh, void *arg)
 {
 	dispatcher_enqueue_t *e = arg;
 	dispatcher_t *d = e->d;
 	struct evhttp_request *req;
 
 	if (rc == DISPATCHER_STORE_OK && strcmp(owner, e->run_id) == 0) {
+		e->idem_fresh = fresh;
 		if (e->req == NULL) {
-			enqueue_undo(e);
+			/* Nobody waits: give the key back, nothing else was made. */
+			if (fresh)
+				dispatcher_store_idem_release(d->store, e->idem_tenant, e->idem_key, e->run_id);
 			enqueue_free(e);
 			return;
 		}
 		if (dispatcher_store_create(d->store, e->run_id, e->job.enqueued_at,
 		                            state_ttl(d, e->job.max_runtime_sec), on_created, e) < 0) {
-			dispatcher_store_idem_release(d->store, e->idem_tenant, e->idem_key, e->run_id);
+			if (fresh)
+				dispatcher_store_idem_release(d->store, e->idem_tenant, e->idem_key, e->run_id);
 			dispatcher_reply_error(d, enqueue_take_req(e), e->route, 503, "redis_unavailable",
 			                       "redis: not connected");
 			enqueue_free(e);

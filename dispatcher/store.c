@@ -248,10 +248,12 @@ static void on_idem(redisReply *r, void *arg)
 	call_t *c = arg;
 	dispatcher_store_idem_cb cb = (dispatcher_store_idem_cb)c->fn;
 
-	if (reply_failed(r, "idempotency claim") || r->type != REDIS_REPLY_STRING || r->len > PROTO_RUN_ID_MAX)
-		cb(DISPATCHER_STORE_ERROR, NULL, c->arg);
+	if (reply_failed(r, "idempotency claim") || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+	    r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len > PROTO_RUN_ID_MAX)
+		cb(DISPATCHER_STORE_ERROR, NULL, 0, c->arg);
 	else
-		cb(DISPATCHER_STORE_OK, r->str, c->arg);
+		cb(DISPATCHER_STORE_OK, r->element[0]->str, r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer == 1,
+		   c->arg);
 	free(c);
 }
 

@@ -51,10 +51,11 @@ int dispatcher_store_create(dispatcher_store_t *s, const char *run_id, int64_t e
  * Idempotent enqueue (SPEC §2): claims (tenant, key) for run_id with SET NX
  * and an expiry of ttl_sec (rn_idem_claim_lua, the script the workers run
  * at intake).  cb gets OK and the owning run id (run_id itself when the key
- * was free; valid during the callback only), or ERROR.  -1 when Redis is
- * down (cb not called).
+ * was free or already ours; valid during the callback only) with fresh = 1
+ * when this call took the key, or ERROR.  -1 when Redis is down (cb not
+ * called).
  */
-typedef void (*dispatcher_store_idem_cb)(int rc, const char *owner, void *arg);
+typedef void (*dispatcher_store_idem_cb)(int rc, const char *owner, int fresh, void *arg);
 int dispatcher_store_idem_claim(dispatcher_store_t *s, const char *tenant, const char *key, const char *run_id,
                                 int64_t ttl_sec, dispatcher_store_idem_cb cb, void *arg);
 /* Frees the key again if run_id still owns it (Kafka refused the job). */

@@ -79,6 +79,11 @@ static int jobs_on_kafka(void)
 	return n;
 }
 
+static int key_gone(void *arg)
+{
+	return th_redis_int(C, -1, "EXISTS %s", (const char *)arg) == 0;
+}
+
 static int run_ended(void *arg)
 {
 	char st[32] = "", err[128];
@@ -203,6 +208,12 @@ int main(void)
 	TH_CHECK(r.status == 200 && th_streq(jfield(r.body, "run_id"), "run_fixed"), "retry: %ld %s", r.status, r.body);
 	dt_resp_free(&r);
 	TH_CHECK(th_wait_until(run_ended, "run_fixed", 60000), "run_fixed ended");
+	/* A run_id in use under a new key is a conflict, and frees that key. */
+	char *b3 = body_for(&o2, "\"idempotency_key\":\"order-44\",\"run_id\":\"run_fixed\"");
+	TH_REQUIRE(dt_http(&r, "POST", th_strf("%s/v1/runs", D.base), ct, b3, -1, 10000) == 0);
+	TH_CHECK(r.status == 409, "run_id reused under another key: %ld %s", r.status, r.body);
+	dt_resp_free(&r);
+	TH_CHECK(th_wait_until(key_gone, "runnel:idem:{default}:order-44", 5000), "the new key was given back");
 	TH_CHECK(jobs_on_kafka() == 2, "one more job on Kafka");
 
 	/* ---- 2. bad input: 400 naming the field, nothing enqueued ---- */
