@@ -109,17 +109,35 @@ int rn_log_level_parse(const char *s)
 	return -1;
 }
 
+static void vlog(rn_log_level_t level, const char *run_id, const char *trace_id, const char *event,
+                 const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
+
 void rn_log(rn_log_level_t level, const char *run_id, const char *event,
             const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(level, run_id, NULL, event, fmt, ap);
+	va_end(ap);
+}
+
+void rn_log_traced(rn_log_level_t level, const char *run_id, const char *trace_id, const char *event,
+                   const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(level, run_id, trace_id && strlen(trace_id) == 32 ? trace_id : NULL, event, fmt, ap);
+	va_end(ap);
+}
+
+static void vlog(rn_log_level_t level, const char *run_id, const char *trace_id, const char *event,
+                 const char *fmt, va_list ap)
 {
 	if (level < log_min || level > RN_LOG_ERROR)
 		return;
 
 	char msg[2048];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
 
 	struct timeval tv;
 	gettimeofday(&tv, NULL);
@@ -139,7 +157,9 @@ void rn_log(rn_log_level_t level, const char *run_id, const char *event,
 	if (run_id) {
 		char tid[33];
 		json_object_set_new(o, "run_id", json_string(run_id));
-		if (trace_of(run_id, tid))
+		if (trace_id)
+			json_object_set_new(o, "trace_id", json_string(trace_id));
+		else if (trace_of(run_id, tid))
 			json_object_set_new(o, "trace_id", json_string(tid));
 	}
 	/* json_string() refuses invalid UTF-8; fall back to a lossy copy. */

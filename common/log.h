@@ -37,6 +37,11 @@ void rn_log_trace_clear(const char *run_id);
 void rn_log(rn_log_level_t level, const char *run_id, const char *event,
             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* The same for a run that is not registered (trace_id: 32 hex digits, or
+ * NULL / "" for none), e.g. a run that already ended. */
+void rn_log_traced(rn_log_level_t level, const char *run_id, const char *trace_id, const char *event,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
 #define rn_log_debug(run, ev, ...) rn_log(RN_LOG_DEBUG, run, ev, __VA_ARGS__)
 #define rn_log_info(run, ev, ...)  rn_log(RN_LOG_INFO, run, ev, __VA_ARGS__)
 #define rn_log_warn(run, ev, ...)  rn_log(RN_LOG_WARN, run, ev, __VA_ARGS__)

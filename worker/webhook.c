@@ -62,6 +62,7 @@ typedef struct attempt {
 	long attempts;    /* this one included */
 	int64_t t0_ms;
 	const char *forbidden; /* the opensocket callback refused this address */
+	char trace_id[33];     /* the run's, for the log lines; "" none */
 } attempt_t;
 
 struct worker_webhook {
@@ -215,10 +216,11 @@ static void delivery_id(const char *run_id, char *buf, size_t size)
 	snprintf(buf, size, "whd_%s", run_id);
 }
 
-static void drop(worker_webhook_t *wh, const char *run_id, long attempts, const char *why)
+static void drop(worker_webhook_t *wh, const char *run_id, const char *trace_id, long attempts, const char *why)
 {
 	rn_counter_add(wh->m->webhooks_dropped, 1);
-	rn_log_warn(run_id, "webhook_dropped", "completion webhook dropped after %ld attempt(s): %s", attempts, why);
+	rn_log_traced(RN_LOG_WARN, run_id, trace_id, "webhook_dropped",
+	              "completion webhook dropped after %ld attempt(s): %s", attempts, why);
 	note(wh, run_id, "dropped", attempts, why);
 	outbox_remove(wh, run_id);
 }
@@ -226,15 +228,19 @@ static void drop(worker_webhook_t *wh, const char *run_id, long attempts, const 
 /* Starts an attempt for a taken entry whose run has ended. */
 static void attempt_start(worker_webhook_t *wh, const char *run_id, int64_t lease, const char *url,
                           const char *status, const char *code, int64_t ended_at, const char *usage_text,
-                          long prev_attempts)
+                          long prev_attempts, const char *traceparent)
 {
+	char tid[33] = "";
+
+	if (traceparent && strlen(traceparent) == PROTO_TRACEPARENT_LEN)
+		proto_traceparent_trace_id(traceparent, tid);
 	char err[256], sig[PROTO_WEBHOOK_SIG_MAX], hdr[PROTO_WEBHOOK_SIG_MAX + 64], did[96];
 	unsigned flags = worker_webhook_flags(wh->cfg);
 
 	/* The policy may have tightened since intake (a restart with other
 	 * flags): the URL is judged again. */
 	if (proto_webhook_url_check(url, flags, err, sizeof(err)) < 0) {
-		drop(wh, run_id, prev_attempts, err);
+		drop(wh, run_id, tid, prev_attempts, err);
 		return;
 	}
 	json_t *usage = usage_text && *usage_text ? json_loads(usage_text, 0, NULL) : NULL;
@@ -245,6 +251,7 @@ static void attempt_start(worker_webhook_t *wh, const char *run_id, int64_t leas
 	}
 	at->wh = wh;
 	snprintf(at->run_id, sizeof(at->run_id), "%s", run_id);
+	memcpy(at->trace_id, tid, sizeof(tid));
 	at->lease = lease;
 	at->ended_at = ended_at;
 	at->attempts = prev_attempts + 1;
@@ -309,15 +316,15 @@ static void attempt_done(worker_webhook_t *wh, attempt_t *at, CURLcode res)
 		rn_counter_add(wh->m->webhooks_delivered, 1);
 		if (at->ended_at > 0)
 			rn_hist_observe(wh->m->webhook_latency, (double)(rn_now_ms() - at->ended_at) / 1000.0);
-		rn_log_info(at->run_id, "webhook_delivered", "completion webhook answered %ld (attempt %ld)", http,
-		            at->attempts);
+		rn_log_traced(RN_LOG_INFO, at->run_id, at->trace_id, "webhook_delivered",
+		              "completion webhook answered %ld (attempt %ld)", http, at->attempts);
 		note(wh, at->run_id, "delivered", at->attempts, NULL);
 		outbox_remove(wh, at->run_id);
 		return;
 	}
 	if (at->forbidden) {
 		snprintf(why, sizeof(why), "the target resolves to %s, which is not allowed", at->forbidden);
-		drop(wh, at->run_id, at->attempts, why);
+		drop(wh, at->run_id, at->trace_id, at->attempts, why);
 		return;
 	}
 	if (res != CURLE_OK)
@@ -328,13 +335,13 @@ static void attempt_done(worker_webhook_t *wh, attempt_t *at, CURLcode res)
 		snprintf(why, sizeof(why), "HTTP %ld", http);
 	int64_t now = rn_now_ms();
 	if (at->ended_at > 0 && now - at->ended_at >= wh->cfg->webhook_give_up_sec * 1000) {
-		drop(wh, at->run_id, at->attempts, why);
+		drop(wh, at->run_id, at->trace_id, at->attempts, why);
 		return;
 	}
 	long delay = rn_backoff_ms((unsigned)(at->attempts - 1), BACKOFF_MIN_MS, BACKOFF_MAX_MS);
 	rn_counter_add(wh->m->webhooks_retried, 1);
-	rn_log_info(at->run_id, "webhook_retry", "completion webhook attempt %ld failed (%s); next in %ld ms",
-	            at->attempts, why, delay);
+	rn_log_traced(RN_LOG_INFO, at->run_id, at->trace_id, "webhook_retry",
+	              "completion webhook attempt %ld failed (%s); next in %ld ms", at->attempts, why, delay);
 	note(wh, at->run_id, "retrying", at->attempts, why);
 	resched(wh, at->run_id, at->lease, now + delay);
 }
@@ -377,7 +384,7 @@ static void take_due(worker_webhook_t *wh)
 			outbox_remove(wh, run_id);
 			continue;
 		}
-		redisReply *s = redisCommand(c, "HMGET %s status ended_at code usage webhook webhook_attempts", key);
+		redisReply *s = redisCommand(c, "HMGET %s status ended_at code usage webhook webhook_attempts traceparent", key);
 		if (rn_redis_reply_check(c, s, "webhook state", err, sizeof(err)) < 0) {
 			if (s)
 				freeReplyObject(s);
@@ -385,8 +392,8 @@ static void take_due(worker_webhook_t *wh)
 			wh_redis_failed(wh, err);
 			return;
 		}
-		const char *f[6] = { 0 };
-		for (size_t j = 0; s->type == REDIS_REPLY_ARRAY && j < s->elements && j < 6; j++)
+		const char *f[7] = { 0 };
+		for (size_t j = 0; s->type == REDIS_REPLY_ARRAY && j < s->elements && j < 7; j++)
 			f[j] = s->element[j]->type == REDIS_REPLY_STRING ? s->element[j]->str : NULL;
 		const char *st = f[0];
 		if (!st) {
@@ -400,7 +407,7 @@ static void take_due(worker_webhook_t *wh)
 			resched(wh, run_id, lease, now + WORKER_WEBHOOK_POLL_MS);
 		} else {
 			attempt_start(wh, run_id, lease, f[4], st, f[2] ? f[2] : "", f[1] ? strtoll(f[1], NULL, 10) : 0, f[3],
-			              f[5] ? strtol(f[5], NULL, 10) : 0);
+			              f[5] ? strtol(f[5], NULL, 10) : 0, f[6]);
 		}
 		freeReplyObject(s);
 		if (!wh->rc)

@@ -349,6 +349,8 @@ int main(void)
 	json_decref(b);
 	pthread_mutex_unlock(&R.mu);
 	TH_CHECK(wt_log_has(&T, "w1", "HTTP 302 (redirects are not followed)"), "the redirect was not followed");
+	TH_CHECK(wt_log_has(&T, "w1", "\"event\":\"webhook_delivered\",\"run_id\":\"run_wh1\",\"trace_id\":\"" TID "\""),
+	         "the delivery's log line carries the trace id");
 
 	/* ---- 2. idempotency through Kafka ---- */
 	produce("run_i1", quick, "acme", "\"idempotency_key\":\"order-7\"", 0, &o);
