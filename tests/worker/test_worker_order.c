@@ -5,6 +5,9 @@
  * frees, the runs start a9, b0, a5, a1: higher first within a tenant,
  * tenants still served in turn (a's priority-9 run does not hold b's back
  * a second round).  The state hash carries each run's priority.
+ * The same worker has no webhook secret and the strict webhook policy:
+ * a job with a webhook on a private address, or any webhook at all, goes
+ * to the DLQ with the reason.
  */
 #include "tests/worker/wtest.h"
 
@@ -65,6 +68,40 @@ int main(void)
 	}
 	TH_CHECK(th_streq(wt_state(&T, "run_a9", "priority"), "9") && th_streq(wt_state(&T, "run_b0", "priority"), "0"),
 	         "priority in the state hash");
+
+	/* Webhooks this worker may not call: the DLQ, with the reason. */
+	const char *bad[][2] = {
+		{ "run_wh_private", "\"webhook\":\"https://10.1.2.3/hook\"" },
+		{ "run_wh_nosecret", "\"webhook\":\"https://hooks.example/hook\"" },
+		{ "run_wh_http", "\"webhook\":\"http://hooks.example/hook\"" },
+	};
+	for (size_t i = 0; i < 3; i++) {
+		char *v = th_strf("{\"v\":1,\"run_id\":\"%s\",\"agent_url\":\"http://127.0.0.1:9/ws\",\"otp_setup\":\"a\","
+		                  "\"otp_run\":\"b\",\"prompt\":\"p\",%s}",
+		                  bad[i][0], bad[i][1]);
+		wt_produce_raw(&T, bad[i][0], v, strlen(v));
+	}
+	th_kafka_consumer_t *dc = th_kafka_consumer_new(&T.kafka, th_strf("%s.dlq", T.topic), NULL);
+	TH_REQUIRE(dc != NULL, "dlq consumer");
+	th_kafka_msg_t m;
+	int found = 0;
+	while (found < 3 && th_kafka_consumer_next(dc, 15000, &m) == 1) {
+		const char *reason = th_kafka_msg_header(&m, "reason");
+		const char *reason_want = th_streq(m.key, "run_wh_private")
+		        ? "webhook: resolves to a private address, which is not allowed"
+		        : th_streq(m.key, "run_wh_nosecret") ? "webhook: no webhook secret is configured on the workers"
+		        : th_streq(m.key, "run_wh_http")     ? "webhook: must start with https://"
+		                                             : NULL;
+		if (reason_want) {
+			TH_CHECK(th_streq(reason, reason_want), "%s: reason %s", m.key, reason ? reason : "(none)");
+			found++;
+		}
+		th_kafka_msg_free(&m);
+	}
+	TH_CHECK(found == 3, "three webhook jobs in the DLQ (%d)", found);
+	th_kafka_consumer_free(dc);
+	TH_CHECK(th_streq(wt_state(&T, "run_wh_private", "status"), ""), "nothing was queued for them");
+
 	wt_stop_worker(w, 20000, "worker");
 	wt_teardown(&T);
 	return th_done();
