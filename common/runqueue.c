@@ -142,6 +142,7 @@ static const char lua_take[] =
         "        return {id, t, e, qa, now}\n"
         "      end\n"
         "      redis.call('ZREM', KEYS[4], id)\n"
+        "      redis.call('HDEL', KEYS[7], id)\n"
         "    end\n"
         "  end\n"
         "  if tlen(q, t) == 0 then redis.call('LREM', KEYS[3], 0, t) end\n"
