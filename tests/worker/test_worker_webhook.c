@@ -21,6 +21,8 @@
  *      the second run and delivers both webhooks exactly once each when the
  *      receiver is back (the outbox is empty afterwards: no attempt left).
  *   5. Metrics, and the secret never in a log or in Redis.
+ *   6. An endpoint that only answers 500: retried, then dropped at the
+ *      give-up horizon with a log line and the metric.
  */
 #include "tests/worker/wtest.h"
 
@@ -443,7 +445,35 @@ int main(void)
 	TH_CHECK(!wt_log_has(&T, "w1", SECRET) && !wt_log_has(&T, "w2", SECRET), "the secret is in no log");
 	TH_CHECK(!th_dir_contains(T.redis.dir, SECRET, strlen(SECRET)), "the secret is not in Redis's data");
 
+	/* ---- 6. an endpoint that never says 2xx: dropped at the give-up ---- */
 	wt_stop_worker(w2, 20000, "w2");
+	const char *env3[] = { "RUNNEL_WEBHOOK_SECRET=" SECRET, "RUNNEL_WEBHOOK_ALLOW_HTTP=true",
+		               "RUNNEL_WEBHOOK_ALLOW_PRIVATE=true", "RUNNEL_WEBHOOK_TIMEOUT_SEC=2",
+		               "RUNNEL_WEBHOOK_GIVE_UP_SEC=2", NULL };
+	pthread_mutex_lock(&R.mu);
+	for (int i = 0; i < 8; i++)
+		R.plan[i] = 500;
+	R.nplan = 8;
+	R.used = 0;
+	pthread_mutex_unlock(&R.mu);
+	pid_t w3 = wt_worker(&T, "w3", env3);
+	produce("run_drop", quick, NULL, hook(), -1, &o);
+	state_arg_t dropped = { "run_drop", "webhook_state", "dropped" };
+	TH_CHECK(th_wait_until(state_is, &dropped, 60000), "run_drop's webhook dropped (state %s)",
+	         wt_state(&T, "run_drop", "webhook_state"));
+	TH_CHECK(th_streq(wt_state(&T, "run_drop", "webhook_error"), "HTTP 500"), "last error %s",
+	         wt_state(&T, "run_drop", "webhook_error"));
+	TH_CHECK(wt_log_has(&T, "w3", "\"event\":\"webhook_dropped\",\"run_id\":\"run_drop\""), "a log line says so");
+	TH_CHECK(count_for("run_drop", 500) >= 2, "retried before the give-up (%d attempts)", count_for("run_drop", 500));
+	TH_CHECK(th_wait_until(outbox_empty, NULL, 10000), "nothing left in the outbox");
+	mport = wt_metrics_port(&T, "w3");
+	met = mport > 0 ? wt_http_get(th_strf("http://127.0.0.1:%d/metrics", mport), &st) : NULL;
+	TH_CHECK(met && strstr(met, "runnel_webhooks_dropped_total 1") && !strstr(met, "runnel_webhooks_retried_total 0"),
+	         "dropped and retried counted");
+	free(met);
+	TH_CHECK(!wt_log_has(&T, "w3", SECRET), "the secret is in no log");
+
+	wt_stop_worker(w3, 20000, "w3");
 	receiver_stop();
 	wt_teardown(&T);
 	return th_done();
