@@ -524,7 +524,17 @@ static int start_children(dev_stack_t *s)
 	const char *drain = getenv("RUNNEL_DRAIN_SEC");
 	snprintf(e_ui_stub, sizeof(e_ui_stub), "RUNNEL_UI_DEV_STUB=%s", dev_stub_url(s->stub));
 
-	const char *denv[] = { e_listen, e_brokers, e_redis, e_prefix, e_topic, e_ui_stub, NULL };
+	/* A dev stack lives on loopback: completion webhooks may go to a local
+	 * http:// receiver (unsigned unless RUNNEL_WEBHOOK_SECRET is set). */
+	const char *denv[] = { e_listen,
+		               e_brokers,
+		               e_redis,
+		               e_prefix,
+		               e_topic,
+		               e_ui_stub,
+		               "RUNNEL_WEBHOOK_ALLOW_HTTP=true",
+		               "RUNNEL_WEBHOOK_ALLOW_PRIVATE=true",
+		               NULL };
 	char **env = cli_env_build(denv);
 	char *dargv[] = { s->dispatcher_bin, NULL };
 	snprintf(log, sizeof(log), "%s/logs/dispatcher.log", s->dir);
@@ -537,7 +547,8 @@ static int start_children(dev_stack_t *s)
 
 	/* A short drain keeps Ctrl-C snappy; the user's own setting wins. */
 	const char *wenv[] = { e_brokers, e_redis, e_prefix, e_topic, e_sandbox, e_work,
-		               "RUNNEL_METRICS_LISTEN=127.0.0.1:0",
+		               "RUNNEL_METRICS_LISTEN=127.0.0.1:0", "RUNNEL_WEBHOOK_ALLOW_HTTP=true",
+		               "RUNNEL_WEBHOOK_ALLOW_PRIVATE=true",
 		               drain && *drain ? NULL : "RUNNEL_DRAIN_SEC=3", NULL };
 	env = cli_env_build(wenv);
 	char *wargv[] = { s->worker_bin, NULL };
