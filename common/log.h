@@ -27,8 +27,9 @@ void rn_log_set_fd(int fd);
 /*
  * Trace context (W3C): while a run is registered here, every line that
  * names it carries "trace_id" too, from whichever thread logs it.  trace_id
- * is 32 hex digits.  Set when a run is claimed (or while its intake logs),
- * cleared when it ends.
+ * is 32 hex digits.  Set when a run is claimed, cleared when its slot is
+ * given back; a line about a run not registered (intake, webhooks) names
+ * its trace with rn_log_traced.
  */
 void rn_log_trace_set(const char *run_id, const char *trace_id);
 void rn_log_trace_clear(const char *run_id);

@@ -332,11 +332,12 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 		proto_job_clear(&job);
 		return 0;
 	}
-	log_trace_set(&job, job.run_id);
-	rn_log_info(job.run_id, "run_queued", "tenant %s, priority %d, partition %d offset %lld%s",
-	            proto_job_tenant(&job), proto_job_priority(&job), (int)m->partition, (long long)m->offset,
-	            already ? " (already queued)" : "");
-	rn_log_trace_clear(job.run_id);
+	char tid[33] = "";
+	if (job.traceparent[0])
+		proto_traceparent_trace_id(job.traceparent, tid);
+	rn_log_traced(RN_LOG_INFO, job.run_id, tid, "run_queued", "tenant %s, priority %d, partition %d offset %lld%s",
+	              proto_job_tenant(&job), proto_job_priority(&job), (int)m->partition, (long long)m->offset,
+	              already ? " (already queued)" : "");
 	rn_counter_add(w->m.jobs_queued, 1);
 	worker_consumer_store(w->consumer, m);
 	proto_job_clear(&job);
