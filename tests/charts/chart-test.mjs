@@ -82,6 +82,7 @@ const SCENARIOS = {
     secrets: [
       "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0",
       "tok-9b7f2c1d-dispatcher",
+      "whsec-5b1c9e7a-webhooks",
       "p@ss:w/rd-redis-31",
       "kafka-user-77",
       "kafka-pass-88",
@@ -113,6 +114,7 @@ const REFUSALS = {
   "props-beside-secret-list": "secret.kafkaPropertiesFromSecret takes the whole librdkafka list from the Secret",
   "semicolon-property": "kafka.properties.ssl.cipher.suites: values must not contain \";\"",
   "delegate-hostusers": "worker.limits.delegateCgroup needs worker.sandbox.hostUsers=false",
+  "webhooks-no-secret": "webhooks.enabled needs webhooks.secret (or secret.existingSecret)",
 };
 
 const SECRET_NAME_RE = /JOB_KEY|API_TOKEN|PASSWORD|SASL|SECRET|TOKEN/i;
@@ -267,10 +269,11 @@ async function render(name) {
     }
   });
 
-  // The worker wipes RUNNEL_JOB_KEY, RUNNEL_REDIS_URL and RUNNEL_KAFKA_PROPERTIES
-  // from its environment at start; any other secret variable would stay there.
+  // The worker wipes RUNNEL_JOB_KEY, RUNNEL_WEBHOOK_SECRET, RUNNEL_REDIS_URL and
+  // RUNNEL_KAFKA_PROPERTIES from its environment at start; any other secret
+  // variable would stay there.
   check("the worker gets secrets only in variables it wipes", () => {
-    const wiped = new Set(["RUNNEL_JOB_KEY", "RUNNEL_REDIS_URL", "RUNNEL_KAFKA_PROPERTIES"]);
+    const wiped = new Set(["RUNNEL_JOB_KEY", "RUNNEL_WEBHOOK_SECRET", "RUNNEL_REDIS_URL", "RUNNEL_KAFKA_PROPERTIES"]);
     const extra = (container(work).env || []).filter((e) => e.valueFrom && e.valueFrom.secretKeyRef && !wiped.has(e.name));
     if (sc.compose) assert(extra.length > 0, "expected helper variables in compose mode");
     else eq(extra.map((e) => e.name), [], "secret helper variables in the worker");
@@ -434,6 +437,7 @@ async function render(name) {
         const d = Object.fromEntries(Object.entries(secrets[0].data).map(([k, v]) => [k, Buffer.from(v, "base64").toString()]));
         eq(d.RUNNEL_JOB_KEY, SCENARIOS.secrets.secrets[0], "RUNNEL_JOB_KEY");
         eq(d.RUNNEL_API_TOKEN, "tok-9b7f2c1d-dispatcher", "RUNNEL_API_TOKEN");
+        eq(d.RUNNEL_WEBHOOK_SECRET, "whsec-5b1c9e7a-webhooks", "RUNNEL_WEBHOOK_SECRET");
         eq(d.RUNNEL_REDIS_URL, "redis://:p@ss:w/rd-redis-31@redis.data.svc:6380/2", "RUNNEL_REDIS_URL");
         eq(d.RUNNEL_KAFKA_PROPERTIES,
           "sasl.mechanisms=PLAIN;security.protocol=SASL_SSL;sasl.username=kafka-user-77;sasl.password=kafka-pass-88;ssl.key.password=ssl-key-pass-99",
@@ -445,6 +449,8 @@ async function render(name) {
         eq(env.RUNNEL_KAFKA_PROPERTIES.valueFrom.secretKeyRef.key, "RUNNEL_KAFKA_PROPERTIES", "RUNNEL_KAFKA_PROPERTIES from the Secret");
         eq(workerCm.data.RUNNEL_REQUIRE_SEALED, "true", "RUNNEL_REQUIRE_SEALED");
         assert(!("RUNNEL_API_TOKEN" in env), "the worker does not need the API token");
+        eq(env.RUNNEL_WEBHOOK_SECRET.valueFrom.secretKeyRef.key, "RUNNEL_WEBHOOK_SECRET", "RUNNEL_WEBHOOK_SECRET from the Secret");
+        assert(!(container(disp).env || []).some((e) => e.name === "RUNNEL_WEBHOOK_SECRET"), "the dispatcher does not need the webhook secret");
         assert((container(disp).env || []).some((e) => e.name === "RUNNEL_API_TOKEN"), "dispatcher API token");
       });
     },

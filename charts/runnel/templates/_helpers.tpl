@@ -88,7 +88,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 
 {{/* True ("true") when the chart renders its own Secret. */}}
 {{- define "runnel.createSecret" -}}
-{{- if and (not .Values.secret.existingSecret) (or .Values.sealing.enabled .Values.dispatcher.auth.enabled .Values.redis.auth.enabled .Values.kafka.sasl.enabled .Values.kafka.secretProperties) -}}
+{{- if and (not .Values.secret.existingSecret) (or .Values.sealing.enabled .Values.webhooks.enabled .Values.dispatcher.auth.enabled .Values.redis.auth.enabled .Values.kafka.sasl.enabled .Values.kafka.secretProperties) -}}
 true
 {{- end -}}
 {{- end -}}
@@ -141,8 +141,9 @@ Where RUNNEL_KAFKA_PROPERTIES comes from:
             secret.kafkaPropertiesFromSecret);
   compose - an existing Secret with separate SASL/secret-property keys: the
             kubelet joins them from helper variables ($(NAME)).
-The worker wipes RUNNEL_KAFKA_PROPERTIES, RUNNEL_REDIS_URL and RUNNEL_JOB_KEY
-from its environment at start; helper variables stay, so "secret" is preferred.
+The worker wipes RUNNEL_KAFKA_PROPERTIES, RUNNEL_REDIS_URL, RUNNEL_JOB_KEY and
+RUNNEL_WEBHOOK_SECRET from its environment at start; helper variables stay,
+so "secret" is preferred.
 */}}
 {{- define "runnel.kafkaMode" -}}
 {{- $secretParts := or .Values.kafka.sasl.enabled (include "runnel.hasKafkaSecretProperties" .) -}}
@@ -220,6 +221,9 @@ combination fails the render with a message naming the value to fix.
 {{- fail "sealing.key must be 64 hex characters (32 bytes), e.g. from `openssl rand -hex 32`, or use secret.existingSecret" -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.webhooks.enabled (not .Values.secret.existingSecret) (not .Values.webhooks.secret) -}}
+{{- fail "webhooks.enabled needs webhooks.secret (or secret.existingSecret)" -}}
+{{- end -}}
 {{- if and .Values.redis.auth.enabled (not .Values.secret.existingSecret) -}}
 {{- if and .Values.redis.auth.urlFromSecret (not (hasPrefix "redis://" (toString .Values.redis.auth.url))) -}}
 {{- fail "redis.auth.urlFromSecret needs redis.auth.url (redis://:password@host:port/db) or secret.existingSecret" -}}
@@ -271,6 +275,13 @@ properties exist only in the process environment, never in an object.
     secretKeyRef:
       name: {{ $secret }}
       key: {{ $keys.jobKey }}
+{{- end }}
+{{- if and (eq .component "worker") $.Values.webhooks.enabled }}
+- name: RUNNEL_WEBHOOK_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.webhookSecret }}
 {{- end }}
 {{- if and (eq .component "dispatcher") $.Values.dispatcher.auth.enabled }}
 - name: RUNNEL_API_TOKEN
