@@ -286,7 +286,7 @@ int main(void)
 
 	dt_multi_cleanup(&m);
 	th_stop(worker, 30000);
-	dt_disp_stop(&D);
+	TH_CHECK(dt_disp_stop(&D), "the dispatcher drained and exited 0 (its lookups freed)");
 	dev_stub_stop(stub);
 	dt_servers_stop(C, &K);
 	return th_done();
