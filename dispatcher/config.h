@@ -34,10 +34,10 @@ typedef struct dispatcher_config {
 	long http_timeout_sec;
 	long head_timeout_ms; /* a whole request within this of accept or the last answer */
 	long max_connections;
-	int insecure_no_auth;     /* listen beyond loopback without a token, on purpose */
-	rn_kv_list_t kafka_props; /* -X key=value */
-	long recent_runs;         /* bound of the recent-runs index */
-	char *ui_dev_stub;        /* dev workspace stub the viewer mints runs from */
+	int insecure_no_auth;      /* listen beyond loopback without a token, on purpose */
+	rn_kv_list_t kafka_props;  /* -X key=value */
+	long recent_runs;          /* bound of the recent-runs index */
+	char *ui_dev_stub;         /* dev workspace stub the viewer mints runs from */
 	int webhook_allow_http;    /* accept http:// webhooks (tests, dev) */
 	int webhook_allow_private; /* accept loopback/private webhook targets */
 

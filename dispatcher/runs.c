@@ -27,6 +27,8 @@
 
 #include "common/list.h"
 #include "common/log.h"
+#include "common/netaddr.h"
+#include "common/webhook_url.h"
 #include "dispatcher/request.h"
 #include "proto/control.h"
 #include "proto/keys.h"
@@ -323,8 +325,12 @@ static void on_webhook_resolved(int err, struct evutil_addrinfo *ai, void *arg)
 	dispatcher_enqueue_t *e = arg;
 	const char *why = NULL;
 
-	for (struct evutil_addrinfo *p = err == 0 ? ai : NULL; p != NULL && why == NULL; p = p->ai_next)
-		why = proto_webhook_addr_forbidden(p->ai_addr, 0);
+	for (struct evutil_addrinfo *p = err == 0 ? ai : NULL; p != NULL && why == NULL; p = p->ai_next) {
+		rn_addr_class_t c = rn_netaddr_classify(p->ai_addr);
+
+		if (c != RN_ADDR_PUBLIC)
+			why = rn_netaddr_class_text(c);
+	}
 	if (ai != NULL)
 		evutil_freeaddrinfo(ai);
 	if (e->req == NULL || err == EVUTIL_EAI_CANCEL) {
@@ -407,10 +413,10 @@ void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatc
 		}
 	}
 	if (e->job.webhook != NULL &&
-	    proto_webhook_url_check(e->job.webhook,
-	                            (d->cfg->webhook_allow_http ? PROTO_WEBHOOK_ALLOW_HTTP : 0) |
-	                                    (d->cfg->webhook_allow_private ? PROTO_WEBHOOK_ALLOW_PRIVATE : 0),
-	                            err, sizeof err) < 0) {
+	    rn_webhook_url_check(e->job.webhook,
+	                         (d->cfg->webhook_allow_http ? PROTO_WEBHOOK_ALLOW_HTTP : 0) |
+	                                 (d->cfg->webhook_allow_private ? PROTO_WEBHOOK_ALLOW_PRIVATE : 0),
+	                         err, sizeof err) < 0) {
 		proto_job_clear(&e->job);
 		free(e);
 		dispatcher_reply_error(d, req, route, 400, "bad_request", "%s", err);

@@ -7,12 +7,14 @@
  * Signature:  Runnel-Signature: t=<unix s>,v1=<hex HMAC-SHA256(secret, "t.body")>
  * Delivery:   Runnel-Delivery: <id>, the same on every attempt of one run end
  *
- * The address rules are the egress rules of SPEC §6: loopback, private
- * (RFC 1918, CGNAT, ULA), link-local, unspecified and multicast addresses
- * are refused unless the operator allows private targets.  A URL is
- * checked here as far as its text goes (a literal address, "localhost");
- * the delivery checks every address a name resolves to again at connect
- * time (proto_webhook_addr_forbidden), so DNS cannot smuggle one in.
+ * The address rules are the egress rules of SPEC §6 (common/netaddr.h owns
+ * the classification): loopback, private (RFC 1918, CGNAT, ULA),
+ * link-local, unspecified, multicast and reserved addresses are refused
+ * unless the operator allows private targets.  Here a URL is checked as
+ * far as its text goes without any address table (scheme, syntax, names
+ * that are loopback by definition); common/webhook_url.h adds the literal
+ * addresses, and the delivery checks every address a name resolves to at
+ * connect time, so DNS cannot smuggle one in.
  */
 #ifndef RUNNEL_PROTO_WEBHOOK_H
 #define RUNNEL_PROTO_WEBHOOK_H
@@ -21,7 +23,6 @@
 #include <stdint.h>
 
 #include <jansson.h>
-#include <sys/socket.h>
 
 #define PROTO_WEBHOOK_ALLOW_HTTP    1u /* plain http:// (tests, dev) */
 #define PROTO_WEBHOOK_ALLOW_PRIVATE 2u /* loopback, private, link-local targets */
@@ -29,7 +30,8 @@
 #define PROTO_WEBHOOK_SIG_MAX 96 /* "t=<20 digits>,v1=<64 hex>" + NUL */
 
 /*
- * Checks webhook URL url against the policy flags.  0, or -1 with
+ * Checks webhook URL url against the policy flags, as far as its text
+ * goes (literal addresses: see common/webhook_url.h).  0, or -1 with
  * "webhook: <reason>" in errstr (the URL itself is never quoted: it may
  * carry a token in its path).
  */
@@ -42,10 +44,6 @@ int proto_webhook_url_check(const char *url, unsigned flags, char *errstr, size_
  * resolve.  0, or -1 when url has no host that fits.
  */
 int proto_webhook_host(const char *url, char *host, size_t size, int *literal);
-
-/* NULL when sa may be called, else a short reason ("a loopback address").
- * flags as above (PROTO_WEBHOOK_ALLOW_PRIVATE lets everything through). */
-const char *proto_webhook_addr_forbidden(const struct sockaddr *sa, unsigned flags);
 
 /*
  * The body of one run end.  usage may be NULL (the run called no model):

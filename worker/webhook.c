@@ -16,9 +16,11 @@
 #include <sodium.h>
 
 #include "common/log.h"
+#include "common/netaddr.h"
 #include "common/redis.h"
 #include "common/runstate.h"
 #include "common/util.h"
+#include "common/webhook_url.h"
 #include "proto/keys.h"
 #include "proto/webhook.h"
 
@@ -27,7 +29,7 @@
 #define BACKOFF_MIN_MS 1000   /* first retry */
 #define BACKOFF_MAX_MS 600000 /* retries settle at 5-10 min */
 #define IDLE_POLL_MS   250    /* how often the outbox is looked at */
-#define ERR_MAX        120    /* webhook_error in the state hash */
+#define ERR_MAX        240    /* webhook_error in the state hash */
 
 unsigned worker_webhook_flags(const worker_config_t *cfg)
 {
@@ -40,7 +42,7 @@ int worker_webhook_job_check(const worker_config_t *cfg, const proto_job_t *job,
 {
 	if (!job->webhook)
 		return 0;
-	if (proto_webhook_url_check(job->webhook, worker_webhook_flags(cfg), errstr, errstr_size) < 0)
+	if (rn_webhook_url_check(job->webhook, worker_webhook_flags(cfg), errstr, errstr_size) < 0)
 		return -1;
 	if (cfg->webhook_secret_len == 0 && !cfg->webhook_allow_http) {
 		snprintf(errstr, errstr_size, "webhook: no webhook secret is configured on the workers");
@@ -61,8 +63,8 @@ typedef struct attempt {
 	int64_t ended_at; /* ms */
 	long attempts;    /* this one included */
 	int64_t t0_ms;
-	const char *forbidden; /* the opensocket callback refused this address */
-	char trace_id[33];     /* the run's, for the log lines; "" none */
+	char forbidden[160]; /* what the opensocket callback refused; "" none */
+	char trace_id[33];   /* the run's, for the log lines; "" none */
 } attempt_t;
 
 struct worker_webhook {
@@ -177,16 +179,18 @@ static size_t discard(char *p, size_t size, size_t n, void *arg)
 	return size * n;
 }
 
-/* Every address curl is about to connect to passes the SSRF rules here, so
- * a name that resolves (or re-resolves) to a forbidden address is refused
- * whatever the URL's text said. */
+/* Every address curl is about to connect to passes the rule of
+ * common/netaddr.h here (public, and not one of the worker's own services,
+ * unless the operator allows private targets), so a name that resolves (or
+ * re-resolves) inside is refused whatever the URL's text said. */
 static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
 {
 	attempt_t *at = arg;
+	const worker_config_t *cfg = at->wh->cfg;
+	char why[120];
 	(void)purpose;
-	const char *why = proto_webhook_addr_forbidden(&a->addr, worker_webhook_flags(at->wh->cfg));
-	if (why) {
-		at->forbidden = why;
+	if (!rn_netaddr_run_may_reach(&a->addr, cfg->webhook_allow_private, &cfg->limits.own, why, sizeof(why))) {
+		snprintf(at->forbidden, sizeof(at->forbidden), "%s", why);
 		return CURL_SOCKET_BAD;
 	}
 	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
@@ -239,7 +243,7 @@ static void attempt_start(worker_webhook_t *wh, const char *run_id, int64_t leas
 
 	/* The policy may have tightened since intake (a restart with other
 	 * flags): the URL is judged again. */
-	if (proto_webhook_url_check(url, flags, err, sizeof(err)) < 0) {
+	if (rn_webhook_url_check(url, flags, err, sizeof(err)) < 0) {
 		drop(wh, run_id, tid, prev_attempts, err);
 		return;
 	}
@@ -322,7 +326,7 @@ static void attempt_done(worker_webhook_t *wh, attempt_t *at, CURLcode res)
 		outbox_remove(wh, at->run_id);
 		return;
 	}
-	if (at->forbidden) {
+	if (at->forbidden[0]) {
 		snprintf(why, sizeof(why), "the target resolves to %s, which is not allowed", at->forbidden);
 		drop(wh, at->run_id, at->trace_id, at->attempts, why);
 		return;
