@@ -23,6 +23,9 @@
  * libcurl transfers to a run's URLs through worker_httpc_reach
  * (worker/httpc.h: an open-socket callback, so redirects are checked
  * too); a new client of run-supplied hosts takes one of those two.
+ * Completion webhooks (worker/webhook.c) apply rn_netaddr_run_may_reach in
+ * their own open-socket callback (named = the operator allows private
+ * targets), and common/webhook_url.c judges a literal address of a URL.
  *
  * Pure functions and a set the caller owns; no thread of its own.  The
  * set is filled once (main thread, at start) and read-only afterwards.
