@@ -216,14 +216,17 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 	}
 	v = json_object_get(root, "priority");
 	if (v != NULL && !json_is_null(v)) {
-		if (!json_is_integer(v) || json_integer_value(v) < PROTO_PRIORITY_MIN ||
-		    json_integer_value(v) > PROTO_PRIORITY_MAX) {
+		/* 7.0 is an integer to JSON Schema (and to a caller's JSON
+		 * encoder): take an integral number, whatever its spelling. */
+		double x = json_is_number(v) ? json_number_value(v) : -1;
+
+		if (x < PROTO_PRIORITY_MIN || x > PROTO_PRIORITY_MAX || x != (double)(int)x) {
 			snprintf(errstr, errstr_size, "priority: must be an integer from %d to %d", PROTO_PRIORITY_MIN,
 			         PROTO_PRIORITY_MAX);
 			goto out;
 		}
 		job->has_priority = 1;
-		job->priority = (int)json_integer_value(v);
+		job->priority = (int)x;
 	}
 	if (tenant != NULL) {
 		/* Characters: proto_job_validate's words; here only what fits. */

@@ -557,14 +557,16 @@ static int parse_backend_fields(json_t *root, proto_job_t *job, char *errstr, si
 	}
 	v = json_object_get(root, "priority");
 	if (v != NULL && !json_is_null(v)) {
-		if (!json_is_integer(v) || json_integer_value(v) < PROTO_PRIORITY_MIN ||
-		    json_integer_value(v) > PROTO_PRIORITY_MAX) {
+		/* 7.0 is an integer to JSON Schema and to many encoders. */
+		double x = json_is_number(v) ? json_number_value(v) : -1;
+
+		if (x < PROTO_PRIORITY_MIN || x > PROTO_PRIORITY_MAX || x != (double)(int)x) {
 			seterr(errstr, size, "priority: must be an integer from %d to %d", PROTO_PRIORITY_MIN,
 			       PROTO_PRIORITY_MAX);
 			return -1;
 		}
 		job->has_priority = 1;
-		job->priority = (int)json_integer_value(v);
+		job->priority = (int)x;
 	}
 	v = json_object_get(root, "traceparent");
 	if (v != NULL && !json_is_null(v)) {

@@ -97,6 +97,8 @@ int main(void)
 	refused("\"priority\":-1", "priority: must be an integer from 0 to 9");
 	refused("\"priority\":\"5\"", "priority: must be an integer from 0 to 9");
 	refused("\"priority\":5.5", "priority: must be an integer from 0 to 9");
+	TH_REQUIRE(parse("\"priority\":7.0", &job, err, sizeof(err)) == 0 && job.priority == 7, "7.0 is 7: %s", err);
+	proto_job_clear(&job);
 	refused("\"idempotency_key\":\"\"", "idempotency_key: 1 to 128 characters of A-Z a-z 0-9 _ . : -");
 	refused("\"idempotency_key\":\"has space\"", "idempotency_key: 1 to 128 characters of A-Z a-z 0-9 _ . : -");
 	refused("\"idempotency_key\":\"a/b\"", "idempotency_key: 1 to 128 characters of A-Z a-z 0-9 _ . : -");
