@@ -137,6 +137,7 @@ static const char lua_finish[] =
         "  return 1\n"
         "end\n"
         "if st and terminal(st) then return 0 end\n"
+        "if ARGV[7] and ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'usage', ARGV[7]) end\n"
         "finish(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], now)\n"
         "return 1\n";
 
@@ -303,17 +304,17 @@ static void outbox_bump(redisContext *c, const char *prefix, const char *run_id)
 static int finish_eval(redisContext *c, const keys_t *k, const char *run_id,
                        const char *line, size_t len, const char *status,
                        const char *code, int64_t retention_sec, int only_expired,
-                       char *errstr, size_t errstr_size)
+                       const char *usage, char *errstr, size_t errstr_size)
 {
 	char a_ret[24];
 	snprintf(a_ret, sizeof(a_ret), "%" PRId64, retention_sec > 0 ? retention_sec : 86400);
 	const char *argv[] = { "EVAL", lua_finish, "4", k->state, k->out, k->ctl, k->leases,
-		               line, status, code, a_ret, run_id, only_expired ? "1" : "0" };
-	size_t lens[13];
-	for (size_t i = 0; i < 13; i++)
+		               line, status, code, a_ret, run_id, only_expired ? "1" : "0", usage ? usage : "" };
+	size_t lens[14];
+	for (size_t i = 0; i < 14; i++)
 		lens[i] = strlen(argv[i]);
 	lens[7] = len;
-	long long v = rn_redis_command_ll(c, 13, argv, lens, "finish", errstr, errstr_size);
+	long long v = rn_redis_command_ll(c, 14, argv, lens, "finish", errstr, errstr_size);
 	return v < 0 ? -1 : v == 1;
 }
 
@@ -325,7 +326,21 @@ int rn_runstate_finish(redisContext *c, const char *prefix, const char *run_id,
 	keys_t k;
 	if (keys_make(&k, prefix, run_id, errstr, errstr_size) < 0)
 		return -1;
-	int rc = finish_eval(c, &k, run_id, line, len, status, code ? code : "", retention_sec, 0, errstr,
+	int rc = finish_eval(c, &k, run_id, line, len, status, code ? code : "", retention_sec, 0, NULL, errstr,
+	                     errstr_size);
+	if (rc == 1)
+		outbox_bump(c, prefix, run_id);
+	return rc;
+}
+
+int rn_runstate_finish_usage(redisContext *c, const char *prefix, const char *run_id, const char *line, size_t len,
+                             const char *status, const char *code, int64_t retention_sec, const char *usage,
+                             char *errstr, size_t errstr_size)
+{
+	keys_t k;
+	if (keys_make(&k, prefix, run_id, errstr, errstr_size) < 0)
+		return -1;
+	int rc = finish_eval(c, &k, run_id, line, len, status, code ? code : "", retention_sec, 0, usage, errstr,
 	                     errstr_size);
 	if (rc == 1)
 		outbox_bump(c, prefix, run_id);
@@ -379,7 +394,7 @@ int rn_runstate_sweep(redisContext *c, const char *prefix, int64_t retention_sec
 			continue;
 		}
 		int rc = finish_eval(c, &k, m->str, "", 0, "lost", "worker_lost",
-		                     retention_sec, 1, errstr, errstr_size);
+		                     retention_sec, 1, NULL, errstr, errstr_size);
 		if (rc < 0) {
 			freeReplyObject(r);
 			return -1;

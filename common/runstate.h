@@ -106,6 +106,12 @@ int rn_runstate_finish(redisContext *c, const char *prefix, const char *run_id,
                        const char *code, int64_t retention_sec,
                        char *errstr, size_t errstr_size);
 
+/* rn_runstate_finish that also sets the state hash's `usage` field (the
+ * SPEC §4 object as JSON text) in the same script; usage NULL or "": none. */
+int rn_runstate_finish_usage(redisContext *c, const char *prefix, const char *run_id, const char *line, size_t len,
+                             const char *status, const char *code, int64_t retention_sec, const char *usage,
+                             char *errstr, size_t errstr_size);
+
 /*
  * Ends every run whose lease expired (at most max per call, 0 = 100):
  * ZRANGEBYSCORE leases -inf now, then for each one a script that re-checks

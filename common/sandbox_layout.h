@@ -26,6 +26,11 @@
 #define RN_SANDBOX_EGRESS_BRIDGE RN_SANDBOX_BIN_DIR "/runnel-egress-bridge"
 #define RN_SANDBOX_EGRESS_SOCK   RN_SANDBOX_BIN_DIR "/egress.sock"
 #define RN_SANDBOX_SETUP_PATH    RN_SANDBOX_BIN_DIR "/setup.sh"
+/* The model gateway (worker/gateway.h): the same bridge program in front
+ * of the gateway's socket, on its own port. */
+#define RN_SANDBOX_GATEWAY_BRIDGE RN_SANDBOX_BIN_DIR "/runnel-gateway-bridge"
+#define RN_SANDBOX_GATEWAY_SOCK   RN_SANDBOX_BIN_DIR "/gateway.sock"
+#define RN_SANDBOX_GATEWAY_PORT   3129
 
 /* The agent's PATH (the /env variables may override it). */
 #define RN_SANDBOX_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

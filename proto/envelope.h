@@ -31,6 +31,7 @@
 #define PROTO_ERR_WRITEBACK_FAILED "writeback_failed"
 #define PROTO_ERR_INTERNAL         "internal"
 #define PROTO_ERR_RESOURCE_LIMIT   "resource_limit"
+#define PROTO_ERR_BUDGET_EXCEEDED  "budget_exceeded"
 
 typedef enum {
 	PROTO_ENV_LOG = 1,

@@ -663,6 +663,17 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 	    take_int(root, "max_runtime_sec", 1, &job->max_runtime_sec, errstr, size) != 0)
 		return -1;
 
+	/* budget (SPEC §5): {"max_tokens":N}, N >= 1. */
+	v = json_object_get(root, "budget");
+	if (v != NULL && !json_is_null(v)) {
+		json_t *mt = json_object_get(v, "max_tokens");
+		if (!json_is_object(v) || !json_is_integer(mt) || json_integer_value(mt) < 1) {
+			seterr(errstr, size, "budget: must be {\"max_tokens\": N} with N at least 1");
+			return -1;
+		}
+		job->max_tokens = json_integer_value(mt);
+	}
+
 	v = json_object_get(root, "permission_mode");
 	if (v != NULL && !json_is_null(v)) {
 		if (!json_is_string(v) || !proto_permission_mode_ok(json_string_value(v))) {
@@ -890,6 +901,8 @@ char *proto_job_serialize(const proto_job_t *job, const uint8_t *key,
 		bad |= set_string(root, "traceparent", job->traceparent);
 	if (job->webhook != NULL)
 		bad |= set_string(root, "webhook", job->webhook);
+	if (job->max_tokens > 0)
+		bad |= json_object_set_new(root, "budget", json_pack("{s:I}", "max_tokens", (json_int_t)job->max_tokens));
 	if (bad == 0)
 		out = dump_exact(root, &len);
 	wipe_secret_members(root);

@@ -67,6 +67,8 @@ typedef struct proto_job {
 	char traceparent[PROTO_TRACEPARENT_LEN + 1];
 	int traceparent_dropped;
 	char *webhook; /* completion webhook URL (syntax checked only); NULL absent */
+	/* budget.max_tokens (SPEC §5): input + output tokens; 0 when absent */
+	int64_t max_tokens;
 } proto_job_t;
 
 /* 1 when s is a permission mode: bypass, ask or deny. */

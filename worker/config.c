@@ -14,8 +14,9 @@
 
 #include "common/log.h"
 #include "proto/keys.h"
+#include "proto/names.h"
 
-#define OPTS_N 51
+#define OPTS_N 58
 
 void worker_config_wipe_env(const char *name)
 {
@@ -90,6 +91,14 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		{ "webhook-timeout-sec", 0, "RUNNEL_WEBHOOK_TIMEOUT_SEC", RN_OPT_INT, &c->webhook_timeout_sec, "10", "SEC", "longest webhook attempt, connect included", 1, 300 },
 		{ "webhook-give-up-sec", 0, "RUNNEL_WEBHOOK_GIVE_UP_SEC", RN_OPT_INT, &c->webhook_give_up_sec, "3900", "SEC", "a webhook still undelivered this long after the run ended is dropped", 1, 7 * 86400 },
 		{ "webhook-parallel", 0, "RUNNEL_WEBHOOK_PARALLEL", RN_OPT_INT, &c->webhook_parallel, "16", "N", "webhook attempts in flight at once per worker", 1, 1024 },
+		/* The model gateway (worker/gateway.h, docs/sandbox.md). */
+		{ "anthropic-base-url", 0, "RUNNEL_ANTHROPIC_BASE_URL", RN_OPT_STR, &c->anthropic_base, NULL, "URL", "Anthropic API for runs whose /env names none (default https://api.anthropic.com)", 0, 0 },
+		{ "openai-base-url", 0, "RUNNEL_OPENAI_BASE_URL", RN_OPT_STR, &c->openai_base, NULL, "URL", "OpenAI-compatible API for runs whose /env names none (default https://api.openai.com/v1)", 0, 0 },
+		{ "model-secrets", 0, "RUNNEL_MODEL_SECRETS", RN_OPT_STR, &c->model_secrets, NULL, "LIST", "more /env variable names kept out of sandboxes as model credentials, comma-separated", 0, 0 },
+		{ "gateway-body-max", 0, "RUNNEL_GATEWAY_BODY_MAX", RN_OPT_INT, &c->gateway_body_max, "33554432", "BYTES", "largest request body the model gateway forwards", 1024, 1L << 30 },
+		{ "gateway-timeout-sec", 0, "RUNNEL_GATEWAY_TIMEOUT_SEC", RN_OPT_INT, &c->gateway_timeout_sec, "600", "SEC", "a model call whose provider sends nothing for this long fails", 1, 86400 },
+		{ "tenant-tokens-per-hour", 0, "RUNNEL_TENANT_TOKENS_PER_HOUR", RN_OPT_INT, &c->tenant_tokens_per_hour, "0", "N", "input + output tokens one tenant's runs may use per hour, fleet-wide (0: no budget)", 0, 1L << 50 },
+		{ "tenant-tokens-per-hour-for", 0, "RUNNEL_TENANT_TOKENS_PER_HOUR_FOR", RN_OPT_STR, &c->tenant_tokens_for, NULL, "LIST", "per-tenant hourly token budgets overriding it, \"acme=500000,bulk=0\" (0: no budget)", 0, 0 },
 		RN_OPT_END,
 	};
 	_Static_assert(sizeof(t) / sizeof(t[0]) == OPTS_N, "OPTS_N must match the table");
@@ -108,6 +117,8 @@ void worker_config_usage(FILE *f)
 	fprintf(f, "  %-34s %s\n", "", "");
 	fprintf(f, "  %-34s %s\n", "(environment only)", "RUNNEL_JOB_KEY: 64 hex digits, key of sealed jobs");
 	fprintf(f, "  %-34s %s\n", "(environment only)", "RUNNEL_WEBHOOK_SECRET: key that signs completion webhooks");
+	fprintf(f, "  %-34s %s\n", "(environment only)", "RUNNEL_ANTHROPIC_API_KEY: Anthropic key for runs whose /env has none");
+	fprintf(f, "  %-34s %s\n", "(environment only)", "RUNNEL_OPENAI_API_KEY: OpenAI key for runs whose /env has none");
 }
 
 /* The directory of this binary, for finding the programs installed next to it. */
@@ -219,6 +230,124 @@ static int tenant_caps_parse(worker_config_t *c, char *errstr, size_t errstr_siz
 		c->tenant_caps[c->n_tenant_caps++] = n;
 	}
 	free(copy);
+	return 0;
+}
+
+/* A comma-separated list into a NULL-terminated array (empty entries
+ * skipped).  0 or -1. */
+static int list_split(const char *v, char ***out, size_t *n)
+{
+	*out = calloc(1, sizeof(char *));
+	*n = 0;
+	if (!*out)
+		return -1;
+	if (!v)
+		return 0;
+	const char *p = v;
+	while (*p) {
+		size_t l = strcspn(p, ",");
+		const char *s = p;
+		size_t sl = l;
+		while (sl && *s == ' ') {
+			s++;
+			sl--;
+		}
+		while (sl && s[sl - 1] == ' ')
+			sl--;
+		if (sl) {
+			char **nv = realloc(*out, (*n + 2) * sizeof(char *));
+			if (!nv)
+				return -1;
+			*out = nv;
+			if (!(nv[*n] = strndup(s, sl)))
+				return -1;
+			nv[++*n] = NULL;
+		}
+		p += l;
+		if (*p == ',')
+			p++;
+	}
+	return 0;
+}
+
+/* Reads an environment-only secret and removes it from the environment. */
+static char *env_secret(const char *name)
+{
+	const char *v = getenv(name);
+	char *copy = v && *v ? strdup(v) : NULL;
+	worker_config_wipe_env(name);
+	return copy;
+}
+
+/* The model gateway's settings (worker/gateway.h). */
+static int gateway_parse(worker_config_t *c, char *errstr, size_t errstr_size)
+{
+	c->anthropic_key = env_secret("RUNNEL_ANTHROPIC_API_KEY");
+	c->openai_key = env_secret("RUNNEL_OPENAI_API_KEY");
+	if (list_split(c->model_secrets, &c->secret_names, &c->nsecret_names) < 0) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < c->nsecret_names; i++)
+		if (!proto_env_name_valid(c->secret_names[i])) {
+			snprintf(errstr, errstr_size, "RUNNEL_MODEL_SECRETS/--model-secrets: \"%.64s\" is not a variable name",
+			         c->secret_names[i]);
+			return -1;
+		}
+	static const char *const names[] = { "RUNNEL_ANTHROPIC_BASE_URL/--anthropic-base-url",
+		                             "RUNNEL_OPENAI_BASE_URL/--openai-base-url" };
+	const char *bases[] = { c->anthropic_base, c->openai_base };
+	for (size_t i = 0; i < 2; i++)
+		if (bases[i] && strncmp(bases[i], "https://", 8) && strncmp(bases[i], "http://", 7)) {
+			snprintf(errstr, errstr_size, "%s: \"%.64s\" is not an http(s) URL", names[i], bases[i]);
+			return -1;
+		}
+	char **tok = NULL;
+	size_t nt = 0;
+	if (list_split(c->tenant_tokens_for, &tok, &nt) < 0) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	int rc = 0;
+	for (size_t i = 0; i < nt && rc == 0; i++) {
+		char *eq = strchr(tok[i], '=');
+		char *end = NULL;
+		long long n = eq ? strtoll(eq + 1, &end, 10) : -1;
+		if (eq)
+			*eq = '\0';
+		if (!eq || !proto_tenant_valid(tok[i]) || !end || end == eq + 1 || *end || n < 0 ||
+		    c->n_tenant_tokens >= WORKER_TENANT_CAPS_MAX) {
+			snprintf(errstr, errstr_size,
+			         "RUNNEL_TENANT_TOKENS_PER_HOUR_FOR/--tenant-tokens-per-hour-for: \"%.64s\" is not tenant=N",
+			         tok[i]);
+			rc = -1;
+			break;
+		}
+		snprintf(c->tenant_token_names[c->n_tenant_tokens], sizeof(c->tenant_token_names[0]), "%s", tok[i]);
+		c->tenant_token_ptrs[c->n_tenant_tokens] = c->tenant_token_names[c->n_tenant_tokens];
+		c->tenant_tokens[c->n_tenant_tokens++] = n;
+	}
+	for (size_t i = 0; i < nt; i++)
+		free(tok[i]);
+	free(tok);
+	if (rc < 0)
+		return -1;
+	worker_gateway_conf_t *g = &c->gateway;
+	g->anthropic_key = c->anthropic_key;
+	g->openai_key = c->openai_key;
+	g->anthropic_base = c->anthropic_base;
+	g->openai_base = c->openai_base;
+	g->secrets = c->secret_names;
+	g->nsecrets = c->nsecret_names;
+	g->body_max = (size_t)c->gateway_body_max;
+	g->timeout_sec = c->gateway_timeout_sec;
+	g->bridge_path = c->egress_bridge_path;
+	g->tenant_tokens_per_hour = c->tenant_tokens_per_hour;
+	g->tenant_names = c->tenant_token_ptrs;
+	g->tenant_budgets = c->tenant_tokens;
+	g->ntenant = c->n_tenant_tokens;
+	g->redis = &c->redis;
+	g->key_prefix = c->key_prefix;
 	return 0;
 }
 
@@ -462,6 +591,8 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		return -1;
 	if (limits_parse(c, errstr, errstr_size) < 0)
 		return -1;
+	if (gateway_parse(c, errstr, errstr_size) < 0)
+		return -1;
 	/* Warm sandboxes: bwrap only, and only with runnel-warm-init at hand. */
 	if (c->warm < 0)
 		c->warm = (c->slots + 3) / 4;
@@ -521,6 +652,15 @@ void worker_config_free(worker_config_t *c)
 	opts_fill(o, c);
 	rn_conf_free(o);
 	worker_limits_env_free(&c->limits);
+	char *keys[] = { c->anthropic_key, c->openai_key };
+	for (size_t i = 0; i < 2; i++)
+		if (keys[i]) {
+			sodium_memzero(keys[i], strlen(keys[i]));
+			free(keys[i]);
+		}
+	for (size_t i = 0; c->secret_names && c->secret_names[i]; i++)
+		free(c->secret_names[i]);
+	free(c->secret_names);
 	sodium_memzero(c->job_key, sizeof(c->job_key));
 	sodium_memzero(c->webhook_secret, sizeof(c->webhook_secret));
 	sodium_memzero(&c->redis, sizeof(c->redis));

@@ -18,6 +18,7 @@
 #include "common/conf.h"
 #include "common/util.h"
 #include "proto/job.h"
+#include "worker/gateway.h"
 #include "worker/limits.h"
 #include "worker/sandbox.h"
 
@@ -76,6 +77,14 @@ typedef struct worker_config {
 	long webhook_timeout_sec;
 	long webhook_give_up_sec;
 	long webhook_parallel;
+	/* The model gateway (worker/gateway.h). */
+	char *anthropic_base;
+	char *openai_base;
+	char *model_secrets;
+	long gateway_body_max;
+	long gateway_timeout_sec;
+	long tenant_tokens_per_hour;
+	char *tenant_tokens_for;
 
 	/* Derived. */
 	rn_redis_url_t redis; /* holds the password: never log */
@@ -101,6 +110,18 @@ typedef struct worker_config {
 	char egress_bridge_path[4096]; /* resolved host path; "" when absent */
 	worker_limits_env_t limits;    /* filled by worker_config_limits */
 	char warm_init_path[4096];     /* resolved runnel-warm-init; "" when absent */
+	/* The model gateway: the operator's keys (environment only, removed
+	 * from it at load; wiped by worker_config_free), the secret names, the
+	 * tenants' hourly token budgets, and the gateway's view of them. */
+	char *anthropic_key;
+	char *openai_key;
+	char **secret_names;
+	size_t nsecret_names;
+	size_t n_tenant_tokens;
+	char tenant_token_names[WORKER_TENANT_CAPS_MAX][PROTO_TENANT_MAX + 1];
+	char *tenant_token_ptrs[WORKER_TENANT_CAPS_MAX];
+	int64_t tenant_tokens[WORKER_TENANT_CAPS_MAX];
+	worker_gateway_conf_t gateway;
 } worker_config_t;
 
 /*

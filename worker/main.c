@@ -829,6 +829,10 @@ static int worker_alloc(worker_t *w)
 		return -1;
 	}
 	rn_gauge_set(w->m.slots_total, w->cfg.slots);
+	/* The gateway's view of the allowlist (probed above) and its series. */
+	w->cfg.gateway.allow = w->cfg.limits.egress_allow;
+	w->cfg.gateway.nallow = w->cfg.limits.egress_nallow;
+	w->cfg.gateway.metrics = w->m.reg;
 	pthread_mutex_init(&w->mu, NULL);
 	w->runs = calloc((size_t)w->cfg.slots, sizeof(*w->runs));
 	w->done = calloc((size_t)w->cfg.slots, sizeof(*w->done));

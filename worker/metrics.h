@@ -36,7 +36,7 @@
 #define WORKER_OUTCOMES(X) \
 	X(succeeded) X(agent_error) X(cancelled) X(runtime_cap) X(worker_lost) \
 	X(worker_shutdown) X(bootstrap_failed) X(bag_rejected) X(agent_exit) \
-	X(writeback_failed) X(internal) X(resource_limit)
+	X(writeback_failed) X(internal) X(resource_limit) X(budget_exceeded)
 /* clang-format on */
 
 typedef struct worker_metrics {

@@ -34,6 +34,7 @@
 #include "worker/agent.h"
 #include "worker/agent_loop.h"
 #include "worker/bootstrap.h"
+#include "worker/gateway.h"
 #include "worker/limits.h"
 #include "worker/publish.h"
 #include "worker/sandbox.h"
@@ -76,6 +77,12 @@ typedef struct run_io {
 	/* Limits and egress of the run (worker/limits.h). */
 	worker_guard_t *guard;
 	worker_limit_t limit_hit;
+	/* The model gateway (worker/gateway.h): its usage goes on the terminal
+	 * line once it stopped; budget_hit ends the run budget_exceeded. */
+	worker_gateway_t *gw;
+	int budget_hit;
+	int have_usage;
+	proto_usage_t usage;
 	/* What the stages build, in their order; run_release frees it. */
 	int64_t cap_sec;    /* the runtime cap in force (stage_boot) */
 	worker_boot_t boot; /* /env and /config (stage_boot) */
@@ -237,13 +244,14 @@ static int state_call(run_io_t *io, state_call_fn fn, const void *arg, const cha
 typedef struct finish_args {
 	const char *line, *status, *code;
 	size_t len;
+	const char *usage; /* the state hash's usage field, or NULL */
 } finish_args_t;
 
 static int finish_call(run_io_t *io, redisContext *c, const void *arg, char *err, size_t err_size)
 {
 	const finish_args_t *f = arg;
-	return rn_runstate_finish(c, io->cfg->key_prefix, io->run->run_id, f->line, f->len, f->status,
-	                          f->code, io->cfg->retention_sec, err, err_size);
+	return rn_runstate_finish_usage(c, io->cfg->key_prefix, io->run->run_id, f->line, f->len, f->status, f->code,
+	                                io->cfg->retention_sec, f->usage, err, err_size);
 }
 
 /*
@@ -256,8 +264,26 @@ static int io_finish(run_io_t *io, const char *line, size_t len, const char *sta
 	io_flush(io);
 	if (io->publish_failed)
 		return -1;
-	const finish_args_t f = { .line = line, .status = status, .code = code, .len = len };
+	finish_args_t f = { .line = line, .status = status, .code = code, .len = len };
+	/* A run that called a model: its usage on the line and in the state
+	 * hash (SPEC §4). */
+	char *usage = NULL, *with = NULL;
+	if (io->have_usage && (usage = proto_usage_text(&io->usage))) {
+		json_t *j = json_loadb(line, len, 0, NULL);
+		if (j && json_object_set_new(j, "usage", proto_usage_json(&io->usage)) == 0 &&
+		    (with = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER))) {
+			f.line = with;
+			f.len = strlen(with);
+		}
+		json_decref(j);
+		f.usage = usage;
+	}
 	int rc = state_call(io, finish_call, &f, "redis_finish", io->m->redis_retries);
+	free(usage);
+	if (with) {
+		sodium_memzero(with, strlen(with));
+		free(with);
+	}
 	if (rc == 0)
 		rn_log_warn(io->run->run_id, "run_terminal_exists",
 		            "the run already had a terminal line; %s not written", code[0] ? code : "result");
@@ -294,6 +320,7 @@ static const char *close_reason(const char *code)
 		{ PROTO_ERR_AGENT_EXIT, "the agent exited" },
 		{ PROTO_ERR_WRITEBACK_FAILED, "writeback failed" },
 		{ PROTO_ERR_RESOURCE_LIMIT, "the run hit a resource limit" },
+		{ PROTO_ERR_BUDGET_EXCEEDED, "the run went over its token budget" },
 	};
 	for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++)
 		if (!strcmp(code, reasons[i].code))
@@ -525,10 +552,23 @@ static int guard_start(run_io_t *io, const worker_boot_t *boot, worker_ws_t *ws,
 	return io->guard ? 0 : -1;
 }
 
-/* The agent loop's limit check (worker_stop_source_t.limit_check). */
+static void gateway_note(const char *note, void *arg)
+{
+	guard_note("warn", note, arg);
+}
+
+/* The agent loop's limit check (worker_stop_source_t.limit_check): the
+ * gateway's notes and budget first (it wakes the loop for them). */
 static int guard_check(void *arg, int64_t now, int64_t *next_ms)
 {
 	run_io_t *io = arg;
+	if (io->gw) {
+		worker_gateway_drain(io->gw, gateway_note, io);
+		if (worker_gateway_over_budget(io->gw)) {
+			io->budget_hit = 1;
+			return 1;
+		}
+	}
 	worker_limit_t l = worker_guard_tick(io->guard, now, next_ms);
 	if (l != WORKER_LIMIT_NONE)
 		io->limit_hit = l;
@@ -547,6 +587,65 @@ static void guard_end(run_io_t *io)
 	if (io->limit_hit > WORKER_LIMIT_NONE && io->limit_hit < WORKER_LIMIT_COUNT)
 		rn_counter_add(io->m->limit_hits[io->limit_hit], 1);
 	run_fail(io, PROTO_ERR_RESOURCE_LIMIT, "%s", msg);
+}
+
+/* ------------------------------------------------------------------------
+ * The model gateway (worker/gateway.h)
+ * ------------------------------------------------------------------------ */
+
+/* Takes the credentials out of the variables and starts the run's gateway
+ * when it uses a provider.  0, or -1 with errstr for the caller. */
+static int gateway_start(run_io_t *io, char *errstr, size_t errstr_size)
+{
+	worker_boot_t *boot = &io->boot;
+	int64_t max = io->run->job.max_tokens;
+	const json_t *b = json_object_get(boot->config, "budget");
+	if (b && !json_is_null(b)) {
+		const json_t *mt = json_object_get(b, "max_tokens");
+		if (!json_is_integer(mt) || json_integer_value(mt) < 1) {
+			snprintf(errstr, errstr_size, "budget must be {\"max_tokens\": N} with N at least 1");
+			return -1;
+		}
+		if (!max || json_integer_value(mt) < max)
+			max = json_integer_value(mt);
+	}
+	const char *meta = worker_ws_make(&io->ws, WORKER_WS_META);
+	if (!boot->variables)
+		boot->variables = json_object();
+	if (!meta || !boot->variables) {
+		snprintf(errstr, errstr_size, "the worker could not prepare the run's private directory");
+		return -1;
+	}
+	worker_gateway_args_t a = {
+		.run_id = io->run->run_id,
+		.tenant = io->run->job.tenant,
+		.variables = boot->variables,
+		.meta_dir = meta,
+		.host_net = io->cfg->driver != WORKER_SANDBOX_BWRAP || worker_guard_egress(io->guard) == WORKER_EGRESS_FULL,
+		.max_tokens = max,
+		.wake_fd = io->run->wake_fd,
+	};
+	return worker_gateway_open(&io->cfg->gateway, &a, &io->gw, errstr, errstr_size);
+}
+
+/* After the agent: every call ended; its notes, usage and budget stay. */
+static void gateway_close(run_io_t *io)
+{
+	if (!io->gw)
+		return;
+	worker_gateway_stop_calls(io->gw);
+	worker_gateway_drain(io->gw, gateway_note, io);
+	worker_gateway_usage(io->gw, &io->usage);
+	io->have_usage = 1;
+	if (worker_gateway_over_budget(io->gw))
+		io->budget_hit = 1;
+}
+
+static void gateway_end(run_io_t *io)
+{
+	char msg[256];
+	worker_gateway_budget_message(io->gw, msg, sizeof(msg));
+	run_fail(io, PROTO_ERR_BUDGET_EXCEEDED, "%s", msg);
 }
 
 /* ------------------------------------------------------------------------
@@ -769,6 +868,8 @@ static stage_t ws_take(run_io_t *io)
 		rn_log_error(run->run_id, "limits", "%s", err);
 		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not set up the run's limits.");
 	}
+	if (gateway_start(io, err, sizeof(err)) < 0)
+		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The model gateway cannot start: %s", err);
 	/* Opened once the run's tmpfs is in place: the adapter's file access
 	 * goes beneath it (worker_ws_open), never through a path. */
 	io->ws_fd = worker_ws_open(&io->ws);
@@ -907,6 +1008,8 @@ static stage_t stage_agent(run_io_t *io)
 	io->launch.share_net = io->cfg->share_net;
 	if (io->ops->prepare(actx, &io->launch, &io->astate, err, sizeof(err)) < 0)
 		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent cannot be started: %s", err);
+	if (worker_gateway_wrap(io->gw, &io->launch.argv, &io->launch.ro_binds) < 0)
+		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not start the model gateway's bridge.");
 	if (build_env(io, run, &io->boot, &io->launch, &io->ws, &io->envv, err, sizeof(err)) < 0)
 		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent's environment cannot be built: %s", err);
 	return STAGE_NEXT;
@@ -1038,6 +1141,7 @@ static stage_t stage_io(run_io_t *io)
 	}
 	worker_sandbox_destroy(&io->sb);
 	io->have_sb = 0;
+	gateway_close(io);
 	io_flush(io);
 	log_phase(io, "agent done");
 	return STAGE_NEXT;
@@ -1115,9 +1219,16 @@ static stage_t stage_end(run_io_t *io)
 	if ((end == WORKER_LOOP_EXITED || end == WORKER_LOOP_NONE) &&
 	    (io->limit_hit = worker_guard_final(io->guard)) != WORKER_LIMIT_NONE)
 		end = WORKER_LOOP_LIMIT;
+	/* A run that went over its token budget ends so, however the agent
+	 * ended after the call that crossed it. */
+	if (io->budget_hit && (end == WORKER_LOOP_EXITED || end == WORKER_LOOP_NONE || end == WORKER_LOOP_LIMIT))
+		end = WORKER_LOOP_LIMIT;
 	switch (end) {
 	case WORKER_LOOP_LIMIT:
-		guard_end(io);
+		if (io->budget_hit && io->limit_hit == WORKER_LIMIT_NONE)
+			gateway_end(io);
+		else
+			guard_end(io);
 		break;
 	case WORKER_LOOP_CANCEL:
 		worker_run_cancel_message(run->cancel_reason, msg, sizeof(msg));
@@ -1155,6 +1266,8 @@ static void run_release(run_io_t *io)
 	io->warm = NULL;
 	/* The cgroup, the proxy, the tmpfs and the run directory go on the
 	 * reaper's thread: the slot is free once this thread returns. */
+	worker_gateway_stop(io->gw);
+	io->gw = NULL;
 	worker_reaper_put(run->ctx->reaper, run->run_id, run->claimed_mono_ms, io->guard, io->have_ws ? &io->ws : NULL);
 	io->guard = NULL;
 	if (io->ws_fd >= 0)

@@ -452,6 +452,11 @@ static void build_egress_env(char *const *envp, strv_t *out)
 	}
 	/* Node.js reads the proxy variables only when told to (24 and later). */
 	strv_push(out, "NODE_USE_ENV_PROXY=1");
+	/* The model gateway's address inside (worker/gateway.h) stays
+	 * direct.  Only the name: 127.0.0.1 is the host's loopback through
+	 * the proxy, when the operator's list names a service there. */
+	strv_push(out, "NO_PROXY=localhost");
+	strv_push(out, "no_proxy=localhost");
 }
 
 /* /proc/sysrq-trigger exists only on kernels built with it. */

@@ -12,10 +12,13 @@ add_library(runnel_worker_stages STATIC
   # Per-run limits and egress: cgroups, the guard, the proxy.
   ${CMAKE_CURRENT_LIST_DIR}/cgroup.c
   ${CMAKE_CURRENT_LIST_DIR}/limits.c
-  ${CMAKE_CURRENT_LIST_DIR}/egress.c)
+  ${CMAKE_CURRENT_LIST_DIR}/egress.c
+  # The model gateway: provider keys stay out of the sandbox, usage is counted.
+  ${CMAKE_CURRENT_LIST_DIR}/gateway.c)
 target_include_directories(runnel_worker_stages PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(runnel_worker_stages PUBLIC runnel_proto runnel_common
-  PkgConfig::CURL PkgConfig::ARCHIVE PkgConfig::JANSSON PkgConfig::SECCOMP Threads::Threads m)
+  PkgConfig::CURL PkgConfig::ARCHIVE PkgConfig::JANSSON PkgConfig::SECCOMP PkgConfig::SODIUM PkgConfig::HIREDIS
+  Threads::Threads m)
 
 # The sandbox's end of the allowlist egress proxy; found next to runnel-worker.
 add_executable(runnel-egress-bridge ${CMAKE_CURRENT_LIST_DIR}/egress_bridge.c)

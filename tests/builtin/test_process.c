@@ -24,7 +24,9 @@ int main(void)
 	};
 	fakechat_t f;
 	TH_REQUIRE(fakechat_start(&f, script, 2) == 0);
-	const char *env[] = { "RUNNEL_SANDBOX=process", NULL };
+	/* The fake is on loopback: the operator's allowlist names it (SPEC §6). */
+	const char *env[] = { "RUNNEL_SANDBOX=process", th_strf("RUNNEL_EGRESS_ALLOW=@model,@workspace_api,127.0.0.1:%d", f.port),
+		              NULL };
 	pid_t w = wt_worker(&T, "w1", env);
 	wt_warmup(&T);
 
@@ -55,6 +57,8 @@ int main(void)
 	TH_CHECK(step_ok, "the script ran in the run's workspace");
 	th_strv_free(l, n);
 	TH_REQUIRE(fakechat_requests(&f) >= 1);
+	/* Through the gateway: the provider got the real key. */
+	TH_CHECK(th_streq(f.auth[0], "Bearer sk-process-test"), "%s", f.auth[0] ? f.auth[0] : "-");
 	json_t *req = json_loads(f.bodies[0], 0, NULL);
 	const char *sys = json_string_value(json_object_get(json_array_get(json_object_get(req, "messages"), 0), "content"));
 	TH_CHECK(sys && strstr(sys, "/run_process/skills/notes/SKILL.md)") && !strstr(sys, "/../"), "%s", sys ? sys : "-");

@@ -171,6 +171,13 @@ static const job_case_t cases[] = {
 	{ "permission_mode", "\"ASK\"", "permission_mode: must be bypass, ask or deny" },
 	{ "permission_mode", "\"\"", "permission_mode: must be bypass, ask or deny" },
 	{ "permission_mode", "1", "permission_mode: must be bypass, ask or deny" },
+	{ "budget", NULL, NULL },
+	{ "budget", "null", NULL },
+	{ "budget", "{\"max_tokens\":500}", NULL },
+	{ "budget", "{\"max_tokens\":0}", "budget: must be {\"max_tokens\": N} with N at least 1" },
+	{ "budget", "{\"max_tokens\":\"5\"}", "budget: must be {\"max_tokens\": N} with N at least 1" },
+	{ "budget", "{}", "budget: must be {\"max_tokens\": N} with N at least 1" },
+	{ "budget", "500", "budget: must be {\"max_tokens\": N} with N at least 1" },
 	{ "zzz_unknown", "{\"a\":[1,2]}", NULL },
 	{ "sealed", "5", "otp_setup: must not appear in plaintext next to sealed" },
 };
@@ -395,7 +402,7 @@ static int same_job(const proto_job_t *a, const proto_job_t *b)
 	return a->v == b->v && strcmp(a->run_id, b->run_id) == 0 && SAME(agent_url) &&
 	        SAME(otp_setup) && SAME(otp_run) && SAME(otp_upload) && SAME(prompt) &&
 	        SAME(caller) && a->enqueued_at == b->enqueued_at &&
-	        a->max_runtime_sec == b->max_runtime_sec &&
+	        a->max_runtime_sec == b->max_runtime_sec && a->max_tokens == b->max_tokens &&
 	        ((a->meta == NULL && b->meta == NULL) || json_equal(a->meta, b->meta));
 #undef SAME
 }
@@ -550,6 +557,15 @@ static void test_sealed(void)
 	         "unsealed round trip");
 	proto_job_clear(&back);
 	free(s);
+
+	/* The budget goes through. */
+	job.max_tokens = 500;
+	s = proto_job_serialize(&job, NULL, &len, err, sizeof err);
+	TH_CHECK(s && strstr(s, ",\"budget\":{\"max_tokens\":500}"), "budget serialized");
+	TH_CHECK(parse_str(s, NULL, 0, &back, err, sizeof err) == 0 && back.max_tokens == 500, "budget round trip");
+	proto_job_clear(&back);
+	free(s);
+	job.max_tokens = 0;
 
 	free(job.otp_upload);
 	job.otp_upload = NULL;
