@@ -1050,6 +1050,7 @@ static void book(worker_gateway_t *g, xfer_t *x, const char *req_model)
 	proto_usage_t u;
 	char model[PROTO_USAGE_MODEL_MAX];
 	int rc = proto_usage_call_finish(x->usage, &u, model, sizeof(model));
+	u.requests = 1; /* also a call that got no answer at all */
 	if (!model[0] && req_model)
 		snprintf(model, sizeof(model), "%s", req_model);
 	if (rc < 0)
