@@ -1517,7 +1517,13 @@ int worker_gateway_open(const worker_gateway_conf_t *conf, const worker_gateway_
 	if (a->host_net ? listen_tcp(g, errstr, errstr_size) < 0 : listen_unix(g, a->meta_dir, errstr, errstr_size) < 0)
 		goto fail;
 	char base[96];
-	snprintf(base, sizeof(base), "http://127.0.0.1:%d", a->host_net ? g->tcp_port : WORKER_GATEWAY_PORT);
+	/* In a sandbox of its own, "localhost": the egress proxy's NO_PROXY
+	 * names it, while 127.0.0.1 may mean the host's loopback through the
+	 * proxy (worker/sandbox.c). */
+	if (a->host_net)
+		snprintf(base, sizeof(base), "http://127.0.0.1:%d", g->tcp_port);
+	else
+		snprintf(base, sizeof(base), "http://localhost:%d", WORKER_GATEWAY_PORT);
 	for (int p = 0; p < P_COUNT; p++) {
 		if (!g->prov[p].on)
 			continue;

@@ -10,14 +10,15 @@
  *     name of RUNNEL_MODEL_SECRETS leave them (always, gateway or not);
  *   - for each provider with a key (from /env, else the operator's
  *     RUNNEL_ANTHROPIC_API_KEY / RUNNEL_OPENAI_API_KEY) or a base URL in
- *     /env, the agent gets ANTHROPIC_BASE_URL=http://127.0.0.1:PORT/anthropic
- *     or OPENAI_BASE_URL=http://127.0.0.1:PORT/openai and, in place of the
+ *     /env, the agent gets ANTHROPIC_BASE_URL=http://localhost:3129/anthropic
+ *     or OPENAI_BASE_URL=http://localhost:3129/openai and, in place of the
  *     key, the run's placeholder ("rgw-" and 43 random characters), which
  *     means nothing outside this run's gateway.
  * The gateway listens on a unix socket in the run's private directory,
  * which the sandbox reaches through runnel-egress-bridge on 127.0.0.1:3129
- * (a network namespace of its own: network none or allowlist), or on an
- * ephemeral 127.0.0.1 port when the sandbox shares the host's network
+ * (a network namespace of its own: network none or allowlist; the egress
+ * proxy's NO_PROXY names localhost), or on an ephemeral 127.0.0.1 port
+ * (in the URLs too) when the sandbox shares the host's network
  * (network full, the process driver).
  *
  * Each request: origin-form target under /anthropic or /openai, Host
