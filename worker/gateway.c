@@ -918,7 +918,9 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 		x->reason[0] = '\0';
 		const char *sp = memchr(p, ' ', l);
 		if (sp) {
-			x->status = atoi(sp + 1) > 0 && atoi(sp + 1) < 1000 ? atoi(sp + 1) : 502;
+			char *end;
+			long st = strtol(sp + 1, &end, 10);
+			x->status = st >= 100 && st < 1000 ? (int)st : 502;
 			const char *sp2 = memchr(sp + 1, ' ', l - (size_t)(sp + 1 - p));
 			if (sp2)
 				snprintf(x->reason, sizeof(x->reason), "%.*s", (int)(l - (size_t)(sp2 + 1 - p)), sp2 + 1);

@@ -121,9 +121,11 @@ static void test_secrets(void)
 	                                           " for p in /proc/[0-9]*; do cat $p/environ; echo; cat $p/cmdline; echo; done > assets/all.txt 2>/dev/null;"
 	                                           " ls -a /root /tmp > assets/ls.txt;"
 	                                           " (touch /run/runnel/agents/pwn || touch /run/runnel/node) 2>/dev/null && echo writable > assets/ro.txt || echo read-only > assets/ro.txt;"
-	                                           " ls /proc | grep -c '^[0-9]' > assets/nproc.txt",
+	                                           " ls /proc | grep -c '^[0-9]' > assets/nproc.txt;"
+	                                           " grep -rIl acp-test-key /root /tmp /run 2>/dev/null > assets/found.txt; echo end >> assets/found.txt",
 	                                    .final = "Dumped." });
 	dev_stub_otps_t o;
+	int calls0 = fp_calls(T.anthropic);
 	at_submit(&T, "run_claude_secret", "{\"kind\":\"acp\",\"preset\":\"claude\"}", NULL, prompt, &o);
 	TH_REQUIRE(wt_wait_terminal(&T.w, "run_claude_secret", 90000), "the run ended");
 	size_t n;
@@ -142,7 +144,11 @@ static void test_secrets(void)
 		         "worker settings visible in %s", files[f]);
 		TH_CHECK(!has(data, len, T.w.redis.url), "redis url visible in %s", files[f]);
 		TH_CHECK(!has(data, len, prompt), "the prompt in an environment or command line (%s)", files[f]);
+		/* Provider keys: placeholders only (the model gateway). */
+		TH_CHECK(!has(data, len, AT_ANTHROPIC_KEY) && !has(data, len, AT_OPENAI_KEY), "a provider key in %s", files[f]);
 		if (f == 0) {
+			TH_CHECK(has(data, len, "ANTHROPIC_API_KEY=rgw-") && has(data, len, "ANTHROPIC_BASE_URL=http://"),
+			         "the gateway's placeholder and address");
 			TH_CHECK(has(data, len, "RUNNEL_RUN_ID=run_claude_secret"), "RUNNEL_RUN_ID set");
 			TH_CHECK(has(data, len, "IS_SANDBOX=1") && has(data, len, "DISABLE_TELEMETRY=1"), "preset env");
 			TH_CHECK(has(data, len, "HOME=/root"), "HOME is the run's /root");
@@ -156,6 +162,16 @@ static void test_secrets(void)
 	const char *np = at_upload(&T, &o, "nproc.txt");
 	TH_CHECK(np && strtol(np, NULL, 10) < 40, "the sandbox sees only its own processes (%s)", np ? np : "missing");
 	TH_CHECK(fp_seen(T.anthropic, AT_ANTHROPIC_KEY), "the provider got the key");
+	const char *found = at_upload(&T, &o, "found.txt");
+	TH_CHECK(th_streq(found, "end\n"), "no file of the sandbox holds a key: %s", found ? found : "missing");
+	/* The usage the fake reported (100 in, 20 out a call), summed. */
+	int calls = fp_calls(T.anthropic) - calls0;
+	json_t *u = json_loads(wt_state(&T.w, "run_claude_secret", "usage"), 0, NULL);
+	TH_CHECK(calls > 0 && json_integer_value(json_object_get(u, "requests")) == calls &&
+	                 json_integer_value(json_object_get(u, "input_tokens")) == 100 * calls &&
+	                 json_integer_value(json_object_get(u, "output_tokens")) == 20 * calls,
+	         "usage of %d calls: %s", calls, wt_state(&T.w, "run_claude_secret", "usage"));
+	json_decref(u);
 	for (size_t i = 0; i < 3; i++) {
 		TH_CHECK(th_redis_scan_contains(T.w.rc, otps[i]) == 0, "OTP in Redis");
 		TH_CHECK(!wt_log_has(&T.w, "wa", otps[i]), "OTP in the worker log");

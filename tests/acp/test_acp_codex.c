@@ -50,6 +50,25 @@ int main(int argc, char **argv)
 	TH_CHECK(th_streq(at_upload(&T, &o, "out.txt"), "codex\n"), "assets/out.txt uploaded");
 	TH_CHECK(fp_seen(T.openai, "You run inside runnel's tests."), "the system prompt reached the model");
 	run_codex("run_codex_fail", "echo partial; exit 3", 1, &o);
+	/* Key custody: the sandbox holds the gateway's placeholder only; the
+	 * provider got the real key; usage is what the fake reported. */
+	int calls0 = fp_calls(T.openai);
+	run_codex("run_codex_dump",
+	          "mkdir -p assets; { env; for p in /proc/[0-9]*; do cat $p/environ; echo; cat $p/cmdline; echo; done; "
+	          "grep -rIl acp-test-key /root /tmp /run | sed s/^/FOUND$((1+1)):/; } > assets/dump.txt 2>/dev/null",
+	          0, &o);
+	const char *dump = at_upload(&T, &o, "dump.txt");
+	TH_CHECK(dump && strstr(dump, "OPENAI_API_KEY=rgw-") && !strstr(dump, AT_OPENAI_KEY) &&
+	                 !strstr(dump, AT_ANTHROPIC_KEY) && !strstr(dump, "FOUND2:"),
+	         "placeholders only in the sandbox");
+	TH_CHECK(fp_seen(T.openai, "Bearer " AT_OPENAI_KEY), "the provider got the real key");
+	int calls = fp_calls(T.openai) - calls0;
+	json_t *u = json_loads(wt_state(&T.w, "run_codex_dump", "usage"), 0, NULL);
+	TH_CHECK(calls > 0 && json_integer_value(json_object_get(u, "requests")) == calls &&
+	                 json_integer_value(json_object_get(u, "input_tokens")) == 100 * calls &&
+	                 json_integer_value(json_object_get(u, "output_tokens")) == 20 * calls,
+	         "usage of %d calls: %s", calls, wt_state(&T.w, "run_codex_dump", "usage"));
+	json_decref(u);
 	TH_CHECK(th_redis_scan_contains(T.w.rc, AT_OPENAI_KEY) == 0, "API key in Redis");
 	TH_CHECK(!wt_log_has(&T.w, "wc", AT_OPENAI_KEY), "API key in the worker log");
 	int st = th_stop(w, 10000);

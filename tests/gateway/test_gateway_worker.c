@@ -158,7 +158,8 @@ int main(void)
 	fp_t *anth = fp_start(FP_ANTHROPIC), *resp = fp_start(FP_OPENAI);
 	TH_REQUIRE(anth && resp, "fake providers");
 	int down = th_free_port();
-	int aport = atoi(strrchr(fp_url(anth), ':') + 1), rport = atoi(strrchr(fp_url(resp), ':') + 1);
+	int aport = (int)strtol(strrchr(fp_url(anth), ':') + 1, NULL, 10),
+	    rport = (int)strtol(strrchr(fp_url(resp), ':') + 1, NULL, 10);
 	char *allow = th_strf("RUNNEL_EGRESS_ALLOW=@model,@workspace_api,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,"
 	                      "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
 	                      chat.port, loop.port, f500.port, f429.port, fcut.port, fdump.port, aport, rport, down);
