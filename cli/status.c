@@ -101,7 +101,10 @@ static void print_json(const char *run_id, const redisReply *h, long long lines)
 		long long n;
 		if (!k || !val)
 			continue;
-		if (numeric_field(k) && parse_ll(val, &n) == 0)
+		json_t *u = !strcmp(k, "usage") ? json_loads(val, 0, NULL) : NULL;
+		if (json_is_object(u))
+			json_object_set_new(o, k, u); /* the SPEC §4 object, not its text */
+		else if (json_decref(u), numeric_field(k) && parse_ll(val, &n) == 0)
 			json_object_set_new(o, k, json_integer(n));
 		else
 			json_object_set_new(o, k, json_string(val));
@@ -159,12 +162,23 @@ static void print_table(const char *run_id, const redisReply *h, long long lines
 	const char *st = hash_get(h, "started_at"), *en = hash_get(h, "ended_at");
 	if (st && en && parse_ll(st, &a) == 0 && parse_ll(en, &b) == 0 && b >= a)
 		printf("%-12s %s\n", "duration", cli_view_duration(dur, sizeof(dur), b - a));
+	/* What the run's model calls used (the model gateway). */
+	const char *us = hash_get(h, "usage");
+	json_t *u = us ? json_loads(us, 0, NULL) : NULL;
+	if (json_is_object(u))
+		printf("%-12s %lld requests, %lld input + %lld output tokens (cache: %lld read, %lld written)\n", "usage",
+		       (long long)json_integer_value(json_object_get(u, "requests")),
+		       (long long)json_integer_value(json_object_get(u, "input_tokens")),
+		       (long long)json_integer_value(json_object_get(u, "output_tokens")),
+		       (long long)json_integer_value(json_object_get(u, "cache_read_input_tokens")),
+		       (long long)json_integer_value(json_object_get(u, "cache_creation_input_tokens")));
+	json_decref(u);
 	/* Fields a newer runnel may add: shown as they are. */
 	for (size_t i = 0; i + 1 < h->elements; i += 2) {
 		const char *k = h->element[i]->str;
 		if (!k)
 			continue;
-		int known = !strcmp(k, "out_seq_base");
+		int known = !strcmp(k, "out_seq_base") || !strcmp(k, "usage");
 		for (int j = 0; order[j] && !known; j++)
 			known = !strcmp(k, order[j]);
 		for (int j = 0; own[j] && !known; j++)

@@ -78,6 +78,24 @@ static void test_status(void)
 	json_decref(o);
 	clirun_free(&p);
 
+	/* The usage of a run that called a model: a line, and an object. */
+	hr = redisCommand(T.c, "HSET runnel:{run_s}:state usage %s",
+	                  "{\"requests\":2,\"input_tokens\":200,\"output_tokens\":40,\"cache_read_input_tokens\":5,"
+	                  "\"cache_creation_input_tokens\":0}");
+	TH_REQUIRE(hr && hr->type == REDIS_REPLY_INTEGER);
+	freeReplyObject(hr);
+	TH_CHECK(run(ARGS("status", "run_s"), NULL, &p) == 0, "%s", p.err);
+	TH_CHECK(strstr(p.out, "duration     2.2s\n"
+	                       "usage        2 requests, 200 input + 40 output tokens (cache: 5 read, 0 written)\n"
+	                       "lines        1\n"),
+	         "got\n%s", p.out);
+	clirun_free(&p);
+	TH_CHECK(run(ARGS("status", "--json", "run_s"), NULL, &p) == 0);
+	o = json_loads(p.out, 0, &jerr);
+	TH_CHECK(json_integer_value(json_object_get(json_object_get(o, "usage"), "output_tokens")) == 40, "%s", p.out);
+	json_decref(o);
+	clirun_free(&p);
+
 	/* Only a stream (no hash): still known, status unknown. */
 	cmd("XADD runnel:{%s}:out * line {\"type\":\"log\",\"level\":\"info\",\"message\":\"x\"}", "run_o");
 	TH_CHECK(run(ARGS("status", "run_o", "--json"), NULL, &p) == 0);
