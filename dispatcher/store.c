@@ -341,6 +341,14 @@ static void on_get(redisReply *r, void *arg)
 			if (end != v->str && *end == '\0')
 				jv = json_integer(n);
 		}
+		/* The model usage (SPEC §4) is an object, written by the worker. */
+		if (strcmp(k->str, "usage") == 0) {
+			jv = json_loadb(v->str, v->len, 0, NULL);
+			if (!json_is_object(jv)) {
+				json_decref(jv);
+				jv = NULL;
+			}
+		}
 		if (jv == NULL)
 			jv = json_stringn_nocheck(v->str, v->len);
 		json_object_set_new(o, k->str, jv);

@@ -477,6 +477,16 @@ function viewRun(runId) {
     return t;
   }
 
+  /* The run's model usage (the state's `usage` object), or null. */
+  function fmtUsage(u) {
+    if (typeof u === 'string') {
+      try { u = JSON.parse(u); } catch (e) { return null; }
+    }
+    if (!u || typeof u !== 'object') return null;
+    return `${u.requests} calls · ${u.input_tokens} in · ${u.output_tokens} out` +
+      (u.cache_read_input_tokens ? ` · ${u.cache_read_input_tokens} cached` : '');
+  }
+
   function renderState() {
     clear(head);
     const dur = runDuration(state);
@@ -492,7 +502,9 @@ function viewRun(runId) {
       el('div', null, el('span', { text: 'Priority' }), el('b', { text: state.priority != null ? String(state.priority) : '5' })),
       state.traceparent ? el('div', null, el('span', { text: 'Trace id' }),
         el('b', { class: 'mono', text: String(state.traceparent).slice(3, 35) })) : null,
-      state.webhook ? el('div', null, el('span', { text: 'Webhook' }), el('b', { text: webhookText(state) })) : null));
+      state.webhook ? el('div', null, el('span', { text: 'Webhook' }), el('b', { text: webhookText(state) })) : null,
+      fmtUsage(state.usage) ? el('div', null, el('span', { text: 'Model usage' }),
+                                 el('b', { class: 'mono', text: fmtUsage(state.usage) })) : null));
     cancelBtn.disabled = ended || TERMINAL.has(state.status);
   }
 

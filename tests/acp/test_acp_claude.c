@@ -122,7 +122,7 @@ static void test_secrets(void)
 	                                           " ls -a /root /tmp > assets/ls.txt;"
 	                                           " (touch /run/runnel/agents/pwn || touch /run/runnel/node) 2>/dev/null && echo writable > assets/ro.txt || echo read-only > assets/ro.txt;"
 	                                           " ls /proc | grep -c '^[0-9]' > assets/nproc.txt;"
-	                                           " grep -rIl acp-test-key /root /tmp /run 2>/dev/null > assets/found.txt; echo end >> assets/found.txt",
+	                                           " grep -rIl acp-tes[t]-key /root /tmp /run 2>/dev/null > assets/found.txt; echo end >> assets/found.txt",
 	                                    .final = "Dumped." });
 	dev_stub_otps_t o;
 	int calls0 = fp_calls(T.anthropic);

@@ -55,7 +55,7 @@ int main(int argc, char **argv)
 	int calls0 = fp_calls(T.openai);
 	run_codex("run_codex_dump",
 	          "mkdir -p assets; { env; for p in /proc/[0-9]*; do cat $p/environ; echo; cat $p/cmdline; echo; done; "
-	          "grep -rIl acp-test-key /root /tmp /run | sed s/^/FOUND$((1+1)):/; } > assets/dump.txt 2>/dev/null",
+	          "grep -rIl acp-tes[t]-key /root /tmp /run | sed s/^/FOUND$((1+1)):/; } > assets/dump.txt 2>/dev/null",
 	          0, &o);
 	const char *dump = at_upload(&T, &o, "dump.txt");
 	TH_CHECK(dump && strstr(dump, "OPENAI_API_KEY=rgw-") && !strstr(dump, AT_OPENAI_KEY) &&

@@ -208,6 +208,22 @@ static void test_enqueue(th_kafka_t *k, redisContext *c)
 		TH_CHECK(ttl != NULL && ttl->integer > 600 + 86000 && ttl->integer <= 600 + 86400, "ttl");
 		freeReplyObject(ttl);
 	}
+	/* The model usage the worker writes comes back as an object. */
+	{
+		redisReply *hs = redisCommand(c, "HSET runnel:{api_run_1}:state usage %s",
+		                              "{\"requests\":1,\"input_tokens\":9,\"output_tokens\":3,"
+		                              "\"cache_read_input_tokens\":0,\"cache_creation_input_tokens\":0}");
+
+		TH_CHECK(hs != NULL && hs->type == REDIS_REPLY_INTEGER);
+		if (hs != NULL)
+			freeReplyObject(hs);
+		TH_CHECK(dt_http(&r, "GET", url("/v1/runs/api_run_1"), NULL, NULL, 0, 5000) == 0 && r.status == 200);
+		o = json_loads(r.body, 0, NULL);
+		TH_CHECK(json_integer_value(json_object_get(json_object_get(o, "usage"), "input_tokens")) == 9, "%s",
+		         r.body);
+		json_decref(o);
+		dt_resp_free(&r);
+	}
 
 	/* No run_id: one is minted. */
 	TH_CHECK(dt_http(&r, "POST", url("/v1/runs"), JSON_CT,
