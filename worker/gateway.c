@@ -157,7 +157,7 @@ static void label_value(char *out, size_t size, const char *in)
 
 static void count_tokens(worker_gateway_t *g, const char *model, const char *dir, uint64_t n)
 {
-	if (!n)
+	if (!n || !g->conf->metrics)
 		return;
 	char t[80], mo[80], labels[256];
 	label_value(t, sizeof(t), g->tenant);
@@ -170,6 +170,8 @@ static void count_tokens(worker_gateway_t *g, const char *model, const char *dir
 
 static void count_request(worker_gateway_t *g, int p, int status, double secs)
 {
+	if (!g->conf->metrics)
+		return;
 	char labels[128];
 	snprintf(labels, sizeof(labels), "provider=\"%s\",status=\"%d\"", prov_name[p], status);
 	rn_counter_add(metric(g->conf->metrics, 0, "runnel_worker_model_requests_total",
