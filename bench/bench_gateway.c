@@ -234,7 +234,7 @@ static void pct(const char *what, double *v, int n)
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
-	int calls = argc > 1 ? atoi(argv[1]) : 200;
+	int calls = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 200;
 	if (calls < 10)
 		calls = 10;
 	curl_global_init(CURL_GLOBAL_DEFAULT);

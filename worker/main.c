@@ -829,7 +829,8 @@ static int worker_alloc(worker_t *w)
 		return -1;
 	}
 	rn_gauge_set(w->m.slots_total, w->cfg.slots);
-	/* The gateway's view of the allowlist (probed above) and its series. */
+	/* The gateway's view of the allowlist (worker_config_limits probed it
+	 * before) and its series. */
 	w->cfg.gateway.allow = w->cfg.limits.egress_allow;
 	w->cfg.gateway.nallow = w->cfg.limits.egress_nallow;
 	w->cfg.gateway.metrics = w->m.reg;
