@@ -102,8 +102,16 @@ static const char lua_push[] =
 static const char lua_take[] =
         LUA_NOW LUA_RING LUA_TQ
         "local q = ARGV[1]\n"
-        "local caps = {}\n"
-        "for i = 5, #ARGV, 2 do caps[ARGV[i]] = tonumber(ARGV[i + 1]) end\n"
+        "local caps, toks, tokdef = {}, {}, 0\n"
+        /* Pairs: tenant cap, "~tok:<tenant>" budget, "~tokdef" budget
+         * (tenant names never hold '~'). */
+        "for i = 5, #ARGV, 2 do\n"
+        "  local k, v = ARGV[i], tonumber(ARGV[i + 1])\n"
+        "  if k == '~tokdef' then tokdef = v\n"
+        "  elseif string.sub(k, 1, 5) == '~tok:' then toks[string.sub(k, 6)] = v\n"
+        "  else caps[k] = v end\n"
+        "end\n"
+        "local hour = math.floor(now / 3600000)\n"
         "local def = tonumber(ARGV[4])\n"
         /* Runs a dead worker took but never claimed go back in front. */
         "local late = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 100)\n"
@@ -127,6 +135,12 @@ static const char lua_take[] =
         "  if cap and cap > 0 then\n"
         "    redis.call('ZREMRANGEBYSCORE', rk, '-inf', now)\n"
         "    if redis.call('ZCARD', rk) >= cap then room = false end\n"
+        "  end\n"
+        /* A tenant over its hourly token budget waits for the next hour. */
+        "  local tb = toks[t] or tokdef\n"
+        "  if room and tb and tb > 0 then\n"
+        "    local used = tonumber(redis.call('GET', q .. 'tok:' .. t .. ':' .. hour) or '0') or 0\n"
+        "    if used >= tb then room = false end\n"
         "  end\n"
         "  if room then\n"
         "    while true do\n"
@@ -384,10 +398,12 @@ int rn_runqueue_take(redisContext *c, const char *prefix, const rn_tenant_caps_t
 	memset(it, 0, sizeof(*it));
 	if (qkeys_make(&k, prefix, errstr, errstr_size) < 0)
 		return -1;
-	size_t ncaps = caps ? caps->n : 0;
-	size_t argc = 14 + 2 * ncaps; /* EVAL, script, numkeys, 7 keys, 4 args, cap pairs */
+	size_t ncaps = caps ? caps->n : 0, ntok = caps ? caps->ntok : 0;
+	/* EVAL, script, numkeys, 7 keys, 4 args, cap pairs, token pairs, the
+	 * default token budget */
+	size_t argc = 16 + 2 * ncaps + 2 * ntok;
 	const char **argv = calloc(argc, sizeof(*argv));
-	char(*nums)[24] = calloc(3 + ncaps, sizeof(*nums));
+	char(*nums)[24] = calloc(4 + ncaps + 2 * ntok, sizeof(*nums));
 	if (!argv || !nums) {
 		free(argv);
 		free(nums);
@@ -417,9 +433,30 @@ int rn_runqueue_take(redisContext *c, const char *prefix, const rn_tenant_caps_t
 		argv[a++] = caps->names[i];
 		argv[a++] = nums[3 + i];
 	}
+	/* "~tok:<tenant>" names fit in a number's slot's neighbour: tenants
+	 * are at most 64 characters, so they get their own buffers. */
+	char(*tnames)[80] = ntok ? calloc(ntok, sizeof(*tnames)) : NULL;
+	if (ntok && !tnames) {
+		free(argv);
+		free(nums);
+		snprintf(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < ntok; i++) {
+		snprintf(tnames[i], sizeof(tnames[i]), "~tok:%s", caps->tok_names[i]);
+		snprintf(nums[3 + ncaps + i], 24, "%" PRId64, caps->toks[i]);
+		argv[a++] = tnames[i];
+		argv[a++] = nums[3 + ncaps + i];
+	}
+	if (caps && caps->tok_def > 0) {
+		snprintf(nums[3 + ncaps + ntok], 24, "%lld", caps->tok_def);
+		argv[a++] = "~tokdef";
+		argv[a++] = nums[3 + ncaps + ntok];
+	}
 	redisReply *r = redisCommandArgv(c, (int)a, argv, NULL);
 	free(argv);
 	free(nums);
+	free(tnames);
 	if (check(c, r, "queue take", errstr, errstr_size) < 0)
 		return -1;
 	int ret = 0;

@@ -97,13 +97,25 @@ int rn_runqueue_push(redisContext *c, const char *prefix, const char *run_id,
                      const char *tenant, int priority, const void *entry, size_t len,
                      char *errstr, size_t errstr_size);
 
-/* Per-tenant caps on claimed+running runs; 0 = no cap. */
+/* Per-tenant caps on claimed+running runs; 0 = no cap.  And per-tenant
+ * hourly token budgets (the model gateway's, worker/gateway.h): a tenant
+ * whose count for the current hour (RN_RUNQUEUE_TOKENS_FMT) reached its
+ * budget starts no run until the hour turns; 0 = no budget. */
 typedef struct rn_tenant_caps {
 	long def; /* for tenants not listed */
 	size_t n;
 	const char *const *names;
 	const long *caps;
+	long long tok_def;
+	size_t ntok;
+	const char *const *tok_names;
+	const int64_t *toks;
 } rn_tenant_caps_t;
+
+/* The tenant's token count of an hour (ms since the epoch / 3600000):
+ * "<prefix>:{q}:tok:<tenant>:<hour>", in the queue's hash slot, so the
+ * take script reads it. */
+#define RN_RUNQUEUE_TOKENS_FMT "%s:{q}:tok:%s:%lld"
 
 typedef struct rn_queue_item {
 	char run_id[65];

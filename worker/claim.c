@@ -497,6 +497,11 @@ worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_con
 		cl->cap_names[i] = cfg->tenant_cap_names[i];
 	cl->caps.names = cl->cap_names;
 	cl->caps.caps = cfg->tenant_caps;
+	/* Tenants over their hourly token budget wait (worker/gateway.h). */
+	cl->caps.tok_def = cfg->tenant_tokens_per_hour;
+	cl->caps.ntok = cfg->n_tenant_tokens;
+	cl->caps.tok_names = (const char *const *)cfg->tenant_token_ptrs;
+	cl->caps.toks = cfg->tenant_tokens;
 	int e = rn_thread_start(&cl->thread, "runnel-claim", 0, 0, claimer_main, cl);
 	if (e) {
 		snprintf(errstr, errstr_size, "claimer thread: %s", strerror(e));

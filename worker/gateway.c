@@ -37,6 +37,7 @@
 
 #include "common/io.h"
 #include "common/log.h"
+#include "common/runqueue.h"
 #include "common/util.h"
 #include "worker/egress.h"
 
@@ -223,8 +224,8 @@ static void note(worker_gateway_t *g, const char *fmt, ...)
 static void tenant_key(const worker_gateway_t *g, char *key, size_t size)
 {
 	long long hour = (long long)(rn_now_ms() / 3600000);
-	snprintf(key, size, "%s:tenant_tokens:%s:%lld", g->conf->key_prefix ? g->conf->key_prefix : "runnel",
-	         g->tenant, hour);
+	/* In the run-time queue's slot: its take script reads it. */
+	snprintf(key, size, RN_RUNQUEUE_TOKENS_FMT, g->conf->key_prefix ? g->conf->key_prefix : "runnel", g->tenant, hour);
 }
 
 /* Runs one command on the gateway's Redis connection (connecting when

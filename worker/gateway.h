@@ -43,7 +43,9 @@
  * max_tokens or its tenant's hourly budget is used up; the call that
  * crosses the budget completes (its size is known only afterwards), then
  * worker_gateway_over_budget turns non-zero and the run ends
- * budget_exceeded.
+ * budget_exceeded.  The tenant's count lives in the run-time queue's slot
+ * (RN_RUNQUEUE_TOKENS_FMT): the claim script holds the tenant's queued
+ * runs back while it is over.
  *
  * One thread per connection (at most WORKER_GATEWAY_CONN_MAX); a call
  * blocks in libcurl with a connect timeout, an idle timeout and a stop

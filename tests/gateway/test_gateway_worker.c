@@ -93,6 +93,17 @@ static json_t *ended(const char *run_id, const char *code, long req, long in, lo
 	return j;
 }
 
+typedef struct loop_ref {
+	fakechat_t *f;
+	int n;
+} loop_ref_t;
+
+static int loop_grew(void *arg)
+{
+	loop_ref_t *r = arg;
+	return fakechat_requests(r->f) >= r->n;
+}
+
 static const char *msg_of(json_t *j)
 {
 	static char buf[512];
@@ -327,25 +338,36 @@ int main(void)
 	TH_CHECK(mono_ms() - t0 < 30000, "the silent provider was given up on (%lld ms)", (long long)(mono_ms() - t0));
 	TH_CHECK(wt_stream_has(&T, "run_cut", "answer was cut"), "a log line for the cut");
 
-	/* The tenant's hourly budget (300) across two workers: the first run
-	 * crosses it on its third call; the next run, on another worker, is
-	 * refused at its first call. */
+	/* The tenant's hourly budget (300), counted in Redis: a running run
+	 * of acme made one call (120); another run crosses the budget on its
+	 * second call (360); the first ends budget_exceeded at its next call. */
 	int loop_before = fakechat_requests(&loop);
+	submit_sh("run_tenant_long", vars_openai(loop.base_url), NULL,
+	          SH_OAI("c", "/dev/null", "{\"model\":\"m\",\"messages\":[]}") "sleep 6; " SH_OAI(
+	                  "c", "/dev/null", "{\"model\":\"m\",\"messages\":[]}") "echo '{\"type\":\"result\",\"message\":\"late\"}'",
+	          0, "acme");
+	TH_REQUIRE(th_wait_until(loop_grew, &(loop_ref_t){ &loop, loop_before + 1 }, 30000), "the long run's first call");
 	submit_sh("run_tenant_1", vars_openai(loop.base_url), NULL, loop_sh, 0, "acme");
-	j = ended("run_tenant_1", "budget_exceeded", 3, 300, 60);
-	TH_CHECK(strstr(msg_of(j), "The tenant \"acme\" used 360 tokens this hour"), "%s", msg_of(j));
+	j = ended("run_tenant_1", "budget_exceeded", 2, 200, 40);
+	TH_CHECK(strstr(msg_of(j), "The tenant \"acme\" used 360 tokens this hour, its budget is 300 tokens."), "%s",
+	         msg_of(j));
 	json_decref(j);
+	j = ended("run_tenant_long", "budget_exceeded", 1, 100, 20);
+	json_decref(j);
+	TH_CHECK(fakechat_requests(&loop) == loop_before + 3, "the refused call reached no provider");
+	/* Across workers: another worker starts no run of acme this hour (it
+	 * waits in the queue), while another tenant's run goes ahead. */
 	wt_stop_worker(w, 20000, "w1");
 	pid_t w2 = wt_worker(&T, "w2", wenv);
 	submit_sh("run_tenant_2", vars_openai(loop.base_url), NULL, loop_sh, 0, "acme");
-	j = ended("run_tenant_2", "budget_exceeded", 0, 0, 0);
-	json_decref(j);
-	TH_CHECK(fakechat_requests(&loop) == loop_before + 3, "the second run reached no provider");
 	submit_sh("run_tenant_other", vars_openai(chat.base_url), NULL,
 	          SH_OAI("c", "/dev/null", "{\"model\":\"m\",\"messages\":[]}") "echo \"{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"$c\\\"}\"",
 	          0, "bulk");
 	j = ended("run_tenant_other", "", 1, 7, 2);
 	json_decref(j);
+	TH_CHECK(th_streq(wt_state(&T, "run_tenant_2", "status"), "queued"), "acme's run waits: %s",
+	         wt_state(&T, "run_tenant_2", "status"));
+	TH_CHECK(fakechat_requests(&loop) == loop_before + 3, "and calls no provider");
 
 	/* Nothing of the keys anywhere a caller or the run can read. */
 	TH_CHECK(!any_key_in_redis(), "no key in Redis");

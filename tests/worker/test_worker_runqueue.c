@@ -124,7 +124,7 @@ int main(void)
 	/* Caps: big capped at 3 running (3 taken and kept above, minus none acked). */
 	const char *names[] = { "big" };
 	long capv[] = { 3 };
-	rn_tenant_caps_t caps = { 0, 1, names, capv };
+	rn_tenant_caps_t caps = { .def = 0, .n = 1, .names = names, .caps = capv };
 	TH_CHECK(rn_runqueue_ack(c, "rq", "run_big0", "big", 1, err, sizeof(err)) == 0);
 	TH_CHECK(rn_runqueue_ack(c, "rq", "run_big1", "big", 1, err, sizeof(err)) == 0);
 	TH_CHECK(rn_runqueue_ack(c, "rq", "run_small", "small", 1, err, sizeof(err)) == 0);
@@ -136,7 +136,7 @@ int main(void)
 	rn_queue_stats_clear(&st);
 	TH_CHECK(rn_runqueue_release(c, "rq", "run_big0", "big", err, sizeof(err)) == 0);
 	TH_CHECK(th_streq(take(&caps, 60000, 60000), "run_big3"), "a release frees the cap");
-	rn_tenant_caps_t def = { 2, 0, NULL, NULL };
+	rn_tenant_caps_t def = { .def = 2 };
 	TH_CHECK(th_streq(take(&def, 60000, 60000), ""), "default cap 2 also holds big back");
 
 	/* A lapsed running lease (dead worker) frees its place under the cap. */
@@ -145,13 +145,35 @@ int main(void)
 	TH_CHECK(rn_runqueue_touch(c, "rq", ids, tens, 1, 100, err, sizeof(err)) == 0, "%s", err);
 	sleep_ms(150);
 	/* big now: run_big2, run_big3 inflight (live), run_big1 lapsed -> 2 live + ... */
-	rn_tenant_caps_t cap4 = { 4, 0, NULL, NULL };
+	rn_tenant_caps_t cap4 = { .def = 4 };
 	TH_CHECK(th_streq(take(&cap4, 60000, 60000), "run_big4"), "cap 4: big2 big3 live, big1 lapsed");
 
 	/* A taker that dies between take and claim: the run comes back first. */
 	TH_CHECK(th_streq(take(NULL, 100, 60000), "run_big5"));
 	sleep_ms(150);
 	TH_CHECK(th_streq(take(NULL, 60000, 60000), "run_big5"), "inflight past its deadline comes back in front");
+
+	/* Hourly token budgets: a tenant whose count of this hour reached its
+	 * budget waits; another tenant goes first; a budget of 0 is none. */
+	push("run_tok1", "tok");
+	push("run_tok2", "other");
+	long long hour = (long long)(time(NULL) / 3600);
+	char tk[128];
+	snprintf(tk, sizeof(tk), RN_RUNQUEUE_TOKENS_FMT, "rq", "tok", hour);
+	freeReplyObject(redisCommand(c, "SET %s 300", tk));
+	const char *tnames[] = { "tok" };
+	int64_t tbud[] = { 300 };
+	/* (big, still queued, is held at its cap meanwhile) */
+	long cap1[] = { 1 };
+	rn_tenant_caps_t tcap = { .n = 1, .names = names, .caps = cap1, .ntok = 1, .tok_names = tnames, .toks = tbud };
+	const char *got = take(&tcap, 60000, 60000);
+	TH_CHECK(th_streq(got, "run_tok2"), "tok is over its hour's budget: took %s (%s)", got, err);
+	TH_CHECK(th_streq(take(&tcap, 60000, 60000), ""), "tok waits");
+	rn_tenant_caps_t tdef = { .n = 1, .names = names, .caps = cap1, .tok_def = 1000 };
+	TH_CHECK(th_streq(take(&tdef, 60000, 60000), "run_tok1"), "within a larger default budget");
+	TH_CHECK(rn_runqueue_ack(c, "rq", "run_tok1", "tok", 1, err, sizeof(err)) == 0);
+	TH_CHECK(rn_runqueue_ack(c, "rq", "run_tok2", "other", 1, err, sizeof(err)) == 0);
+	freeReplyObject(redisCommand(c, "DEL %s", tk));
 
 	/* The wake list: a push leaves a token, a wait takes it, then times out. */
 	freeReplyObject(redisCommand(c, "DEL rq:{q}:wake"));
