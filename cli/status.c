@@ -189,6 +189,29 @@ static void print_table(const char *run_id, const redisReply *h, long long lines
 	printf("%-12s %lld\n", "lines", lines);
 }
 
+/*
+ * A queued run of a tenant that used tokens this hour: says so, since a
+ * tenant over its hourly token budget starts no run until the hour turns
+ * (the budget itself is the workers' setting).  Table output only.
+ */
+static void print_waiting(redisContext *c, const redisReply *h)
+{
+	const char *st = hash_get(h, "status"), *tenant = hash_get(h, "tenant");
+	if (g_opt.json || !st || strcmp(st, "queued"))
+		return;
+	char key[256];
+	snprintf(key, sizeof(key), RN_RUNQUEUE_TOKENS_FMT, g_opt.prefix, tenant && *tenant ? tenant : "default",
+	         (long long)(time(NULL) / 3600));
+	redisReply *r = redisCommand(c, "GET %s", key);
+	long long n = 0;
+	if (r && r->type == REDIS_REPLY_STRING && parse_ll(r->str, &n) == 0 && n > 0)
+		printf("%-12s its tenant used %lld model tokens this hour; a tenant over its hourly token budget starts "
+		       "no run until the hour turns\n",
+		       "waiting", n);
+	if (r)
+		freeReplyObject(r);
+}
+
 /* Seconds with one decimal: "0.0s", "12.3s". */
 static const char *secs(char *buf, size_t size, long long ms)
 {
@@ -293,6 +316,7 @@ int cli_status_main(int argc, char **argv)
 		print_json(a.pos[0], h, x->integer);
 	else
 		print_table(a.pos[0], h, x->integer);
+	print_waiting(c, h);
 	rc = CLI_EXIT_OK;
 out:
 	if (h)

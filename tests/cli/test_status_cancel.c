@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -94,6 +95,15 @@ static void test_status(void)
 	o = json_loads(p.out, 0, &jerr);
 	TH_CHECK(json_integer_value(json_object_get(json_object_get(o, "usage"), "output_tokens")) == 40, "%s", p.out);
 	json_decref(o);
+	clirun_free(&p);
+
+	/* A queued run of a tenant that used tokens this hour says why it may wait. */
+	cmd("HSET runnel:{%s}:state status queued tenant acme enqueued_at 1700000000000", "run_q");
+	hr = redisCommand(T.c, "SET runnel:{q}:tok:acme:%lld 360", (long long)(time(NULL) / 3600));
+	TH_REQUIRE(hr && hr->type == REDIS_REPLY_STATUS);
+	freeReplyObject(hr);
+	TH_CHECK(run(ARGS("status", "run_q"), NULL, &p) == 0, "%s", p.err);
+	TH_CHECK(strstr(p.out, "waiting      its tenant used 360 model tokens this hour;"), "got\n%s", p.out);
 	clirun_free(&p);
 
 	/* Only a stream (no hash): still known, status unknown. */
