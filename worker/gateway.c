@@ -1313,7 +1313,7 @@ static void *accept_main(void *arg)
 				c->g = g;
 				c->fd = fd;
 			}
-			if (c && track(g, fd) == 0 && rn_thread_start(&t, "runnel-gateway", 512 * 1024, 1, conn_main, c) == 0)
+			if (c && track(g, fd) == 0 && rn_thread_start(&t, "runnel-gateway", 1024 * 1024, 1, conn_main, c) == 0)
 				continue;
 			if (full) {
 				static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
