@@ -1184,6 +1184,10 @@ static int handle(conn_t *c, req_t *r)
 	curl_slist_free_all(hdrs);
 	curl_slist_free_all(resolve);
 	int keep = 0;
+	/* Booked before the agent sees the answer end: its next call already
+	 * meets the new totals (and the budget). */
+	if (metered)
+		book(g, &x, req_model);
 	if (cc == CURLE_OK && x.status >= 200) {
 		if (send_head(&x) == 0 && send_all(c->fd, "0\r\n\r\n", 5) == 0)
 			keep = !r->close;
@@ -1203,8 +1207,6 @@ static int handle(conn_t *c, req_t *r)
 		count_request(g, r->prov, x.status, x.head_secs);
 	}
 	curl_slist_free_all(x.resp_hdrs);
-	if (metered)
-		book(g, &x, req_model);
 	proto_usage_call_free(x.usage);
 	return keep ? 0 : -1;
 }
