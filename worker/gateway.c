@@ -88,7 +88,11 @@ struct worker_gateway {
 	pthread_cond_t cv;
 	int nconn;
 	int stopping;
-	int fds[WORKER_GATEWAY_CONN_MAX];
+	struct {
+		pthread_t t;
+		int fd; /* to shut down on stop; -1 once closed */
+		int used, finished;
+	} slot[WORKER_GATEWAY_CONN_MAX];
 	char *notes[NOTES_MAX];
 	size_t nnotes;
 	uint64_t notes_lost;
@@ -475,6 +479,7 @@ int worker_gateway_check_url(const worker_gateway_conf_t *conf, const char *url,
 typedef struct conn {
 	worker_gateway_t *g;
 	int fd;
+	size_t slot;
 	char in[WORKER_GATEWAY_HEAD_MAX];
 	size_t inlen;
 	CURL *curl;
@@ -1250,18 +1255,27 @@ static void serve(conn_t *c)
 	}
 }
 
-static int track(worker_gateway_t *g, int fd)
+/*
+ * Connection threads are joinable and joined: by the acceptor once they
+ * finished (their slot is then free again), and by stop_calls.  A thread
+ * that has only been counted out may still be running its exit (libcurl's
+ * and OpenSSL's thread state): nothing of it outlives the gateway.
+ */
+static void reap(worker_gateway_t *g, int all)
 {
-	int rc = -1;
+	pthread_t t[WORKER_GATEWAY_CONN_MAX];
+	size_t n = 0;
 	pthread_mutex_lock(&g->mu);
-	for (size_t i = 0; !g->stopping && i < WORKER_GATEWAY_CONN_MAX; i++)
-		if (g->fds[i] < 0) {
-			g->fds[i] = fd;
-			rc = 0;
-			break;
+	for (size_t i = 0; i < WORKER_GATEWAY_CONN_MAX; i++)
+		if (g->slot[i].used && (g->slot[i].finished || all)) {
+			t[n++] = g->slot[i].t;
+			g->slot[i].used = 0;
+			g->slot[i].finished = 0;
+			g->slot[i].fd = -1;
 		}
 	pthread_mutex_unlock(&g->mu);
-	return rc;
+	for (size_t i = 0; i < n; i++)
+		pthread_join(t[i], NULL);
 }
 
 static void *conn_main(void *arg)
@@ -1272,16 +1286,47 @@ static void *conn_main(void *arg)
 	if (c->curl)
 		curl_easy_cleanup(c->curl);
 	pthread_mutex_lock(&g->mu);
-	for (size_t i = 0; i < WORKER_GATEWAY_CONN_MAX; i++)
-		if (g->fds[i] == c->fd)
-			g->fds[i] = -1;
+	g->slot[c->slot].fd = -1;
+	close(c->fd);
+	g->slot[c->slot].finished = 1;
 	g->nconn--;
 	pthread_cond_broadcast(&g->cv);
 	pthread_mutex_unlock(&g->mu);
-	close(c->fd);
 	sodium_memzero(c->in, sizeof(c->in));
 	free(c);
 	return NULL;
+}
+
+/* Starts the thread of a new connection in a free slot; -1 when full. */
+static int conn_start(worker_gateway_t *g, int fd)
+{
+	conn_t *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -1;
+	c->g = g;
+	c->fd = fd;
+	pthread_mutex_lock(&g->mu);
+	int rc = -1;
+	for (size_t i = 0; !g->stopping && i < WORKER_GATEWAY_CONN_MAX; i++) {
+		if (g->slot[i].used)
+			continue;
+		c->slot = i;
+		g->slot[i].fd = fd;
+		g->slot[i].used = 1;
+		g->nconn++;
+		if (rn_thread_start(&g->slot[i].t, "runnel-gateway", 1024 * 1024, 0, conn_main, c) == 0) {
+			rc = 0;
+		} else {
+			g->slot[i].used = 0;
+			g->slot[i].fd = -1;
+			g->nconn--;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&g->mu);
+	if (rc < 0)
+		free(c);
+	return rc;
 }
 
 static void *accept_main(void *arg)
@@ -1294,6 +1339,7 @@ static void *accept_main(void *arg)
 			continue;
 		if (pr < 0 || p[0].revents)
 			break;
+		reap(g, 0);
 		for (int i = 1; i < 3; i++) {
 			if (!p[i].revents || p[i].fd < 0)
 				continue;
@@ -1304,32 +1350,10 @@ static void *accept_main(void *arg)
 				int one = 1;
 				setsockopt(fd, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof(one));
 			}
-			pthread_mutex_lock(&g->mu);
-			int full = g->nconn >= WORKER_GATEWAY_CONN_MAX || g->stopping;
-			if (!full)
-				g->nconn++;
-			pthread_mutex_unlock(&g->mu);
-			conn_t *c = full ? NULL : calloc(1, sizeof(*c));
-			pthread_t t;
-			if (c) {
-				c->g = g;
-				c->fd = fd;
-			}
-			if (c && track(g, fd) == 0 && rn_thread_start(&t, "runnel-gateway", 1024 * 1024, 1, conn_main, c) == 0)
+			if (conn_start(g, fd) == 0)
 				continue;
-			if (full) {
-				static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-				send_all(fd, busy, sizeof(busy) - 1);
-			} else {
-				pthread_mutex_lock(&g->mu);
-				for (size_t k = 0; k < WORKER_GATEWAY_CONN_MAX; k++)
-					if (g->fds[k] == fd)
-						g->fds[k] = -1;
-				g->nconn--;
-				pthread_cond_broadcast(&g->cv);
-				pthread_mutex_unlock(&g->mu);
-			}
-			free(c);
+			static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+			send_all(fd, busy, sizeof(busy) - 1);
 			close(fd);
 		}
 	}
@@ -1425,7 +1449,7 @@ int worker_gateway_open(const worker_gateway_conf_t *conf, const worker_gateway_
 	g->host_net = a->host_net;
 	g->max_tokens = a->max_tokens;
 	for (size_t i = 0; i < WORKER_GATEWAY_CONN_MAX; i++)
-		g->fds[i] = -1;
+		g->slot[i].fd = -1;
 	pthread_mutex_init(&g->mu, NULL);
 	pthread_cond_init(&g->cv, NULL);
 	snprintf(g->run_id, sizeof(g->run_id), "%s", a->run_id);
@@ -1654,11 +1678,12 @@ void worker_gateway_stop_calls(worker_gateway_t *g)
 	}
 	pthread_mutex_lock(&g->mu);
 	for (size_t i = 0; i < WORKER_GATEWAY_CONN_MAX; i++)
-		if (g->fds[i] >= 0)
-			shutdown(g->fds[i], SHUT_RDWR);
+		if (g->slot[i].fd >= 0)
+			shutdown(g->slot[i].fd, SHUT_RDWR);
 	while (g->nconn > 0)
 		pthread_cond_wait(&g->cv, &g->mu);
 	pthread_mutex_unlock(&g->mu);
+	reap(g, 1);
 }
 
 void worker_gateway_stop(worker_gateway_t *g)
