@@ -868,6 +868,25 @@ static int model_call(const req_t *r)
 	        ends_with(r->path, "/completions");
 }
 
+/*
+ * What the key may be used for through the gateway: model calls (and
+ * counting tokens, embeddings) and the model list.  Everything else a
+ * provider's API offers (files, batches, fine-tuning, admin) is refused,
+ * so the run cannot spend or read with the key beyond its model calls.
+ */
+static int route_allowed(const req_t *r)
+{
+	if (!strcmp(r->method, "GET")) {
+		size_t pl = strcspn(r->path, "?");
+		const char *m = NULL;
+		for (const char *p = r->path; (p = strstr(p, "/models")) && (size_t)(p - r->path) < pl; p++)
+			m = p;
+		/* .../models or .../models/<id>, nothing below */
+		return m && (m[7] == '\0' || m[7] == '?' || (m[7] == '/' && !memchr(m + 8, '/', pl - (size_t)(m + 8 - r->path))));
+	}
+	return model_call(r) || ends_with(r->path, "/messages/count_tokens") || ends_with(r->path, "/embeddings");
+}
+
 /* The answer's state while curl delivers it. */
 typedef struct xfer {
 	conn_t *c;
@@ -1088,6 +1107,11 @@ static int handle(conn_t *c, req_t *r)
 	provider_t *pv = &g->prov[r->prov];
 	if (read_body(c, r) < 0)
 		return -1;
+	if (!route_allowed(r)) {
+		note(g, "gateway refused a %s %s call to %.80s: not a model call", prov_name[r->prov], r->method, r->path);
+		answer_error(c, r->prov, 403, "permission_error", "runnel gateway: only model calls go through this gateway");
+		return -1;
+	}
 	int metered = model_call(r);
 	char req_model[PROTO_USAGE_MODEL_MAX] = "";
 	if (metered) {

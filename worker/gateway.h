@@ -24,7 +24,8 @@
  * Each request: origin-form target under /anthropic or /openai, Host
  * 127.0.0.1 or localhost, the placeholder in x-api-key or Authorization
  * (compared in constant time), a body of at most body_max bytes (length or
- * chunked).  Anything else is refused with a provider-shaped JSON error and
+ * chunked), and a model call or the model list (nothing else the
+ * provider's API offers).  Anything else is refused with a provider-shaped JSON error and
  * a note (a `log` line of the run), and nothing is forwarded.  Accepted
  * requests go to the real base URL with the real key (x-api-key, or
  * Authorization: Bearer for ANTHROPIC_AUTH_TOKEN and OpenAI) through

@@ -236,10 +236,12 @@ int main(void)
 	          "e=$($C -H \"$K\" -H 'Transfer-Encoding: chunked' --data-binary @/tmp/big \"$U\"); "
 	          "f=$($C -H \"$K\" -d 'not json' \"$U\"); "
 	          "g=$($C -d '{}' \"$U\"); "
-	          "echo \"{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"$a $b $c $d $e $f $g\\\"}\"",
+	          "h=$($C -H \"$K\" -d '{}' \"$OPENAI_BASE_URL/files\"); "
+	          "i=$($C -H \"$K\" \"$OPENAI_BASE_URL/files/file-1/content\"); "
+	          "echo \"{\\\"type\\\":\\\"result\\\",\\\"message\\\":\\\"$a $b $c $d $e $f $g $h $i\\\"}\"",
 	          0, NULL);
 	j = ended("run_refused", "", 0, 0, 0);
-	TH_CHECK(th_streq(msg_of(j), "401 400 400 413 413 400 401"), "%s", msg_of(j));
+	TH_CHECK(th_streq(msg_of(j), "401 400 400 413 413 400 401 403 403"), "%s", msg_of(j));
 	json_decref(j);
 	TH_CHECK(fakechat_requests(&chat) == before, "nothing forwarded");
 	TH_CHECK(wt_stream_has(&T, "run_refused", "gateway refused a request without this run's key") &&
