@@ -63,9 +63,9 @@ static int send_all(int fd, const void *p, size_t n)
 	return 0;
 }
 
-/* The fake provider: keep-alive, Content-Length requests; /small answers
- * a short SSE body at once, /stream CHUNKS events CHUNK_GAP µs apart, /big
- * BIG_MB MiB. */
+/* The fake provider: keep-alive, Content-Length requests; a call answers
+ * a short SSE body at once, ?kind=stream CHUNKS events CHUNK_GAP µs apart,
+ * ?kind=big BIG_MB MiB (all model calls: the gateway meters them). */
 static void provider(int lfd)
 {
 	signal(SIGCHLD, SIG_IGN);
@@ -101,8 +101,8 @@ static void provider(int lfd)
 				have += (size_t)n;
 				buf[have] = '\0';
 			}
-			int big = strstr(buf, " /v1/big") && strstr(buf, " /v1/big") < e;
-			int stream = strstr(buf, " /v1/stream") && strstr(buf, " /v1/stream") < e;
+			int big = strstr(buf, "kind=big") && strstr(buf, "kind=big") < e;
+			int stream = strstr(buf, "kind=stream") && strstr(buf, "kind=stream") < e;
 			memmove(buf, buf + hl + blen, have - hl - blen);
 			have -= hl + blen;
 			static const char ev[] = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
@@ -276,11 +276,11 @@ int main(int argc, char **argv)
 	size_t bytes;
 	int dfd = dial(port), gfd = dial(gport);
 	/* warm both paths (the gateway's upstream connection is kept) */
-	call(dfd, "/small", "/v1", "sk-bench-real", NULL, NULL, &bytes);
-	call(gfd, "/small", "/openai", token, NULL, NULL, &bytes);
+	call(dfd, "/chat/completions", "/v1", "sk-bench-real", NULL, NULL, &bytes);
+	call(gfd, "/chat/completions", "/openai", token, NULL, NULL, &bytes);
 	for (int i = 0; i < calls; i++) {
-		d[i] = call(dfd, "/small", "/v1", "sk-bench-real", NULL, NULL, &bytes);
-		gw[i] = call(gfd, "/small", "/openai", token, NULL, NULL, &bytes);
+		d[i] = call(dfd, "/chat/completions", "/v1", "sk-bench-real", NULL, NULL, &bytes);
+		gw[i] = call(gfd, "/chat/completions", "/openai", token, NULL, NULL, &bytes);
 	}
 	printf("first byte of the answer, %d calls each (keep-alive)\n", calls);
 	double dm = 0, gm = 0;
@@ -296,10 +296,10 @@ int main(int argc, char **argv)
 	double gaps_d[4096], gaps_g[4096];
 	int nd = 0, ng = 0;
 	for (int r = 0; r < 10; r++) {
-		call(dfd, "/stream", "/v1", "sk-bench-real", arr, &na, &bytes);
+		call(dfd, "/chat/completions?kind=stream", "/v1", "sk-bench-real", arr, &na, &bytes);
 		for (int i = 1; i < na && nd < 4096; i++)
 			gaps_d[nd++] = arr[i] - arr[i - 1];
-		call(gfd, "/stream", "/openai", token, arr, &na, &bytes);
+		call(gfd, "/chat/completions?kind=stream", "/openai", token, arr, &na, &bytes);
 		for (int i = 1; i < na && ng < 4096; i++)
 			gaps_g[ng++] = arr[i] - arr[i - 1];
 	}
@@ -313,11 +313,11 @@ int main(int argc, char **argv)
 	/* CPU per proxied MiB: the client's own reading measured straight,
 	 * then through; the difference is the gateway's. */
 	double c0 = cpu_us(), t0 = now_us();
-	call(dfd, "/big", "/v1", "sk-bench-real", NULL, NULL, &bytes);
+	call(dfd, "/chat/completions?kind=big", "/v1", "sk-bench-real", NULL, NULL, &bytes);
 	double c_direct = cpu_us() - c0, t_direct = now_us() - t0;
 	c0 = cpu_us();
 	t0 = now_us();
-	call(gfd, "/big", "/openai", token, NULL, NULL, &bytes);
+	call(gfd, "/chat/completions?kind=big", "/openai", token, NULL, NULL, &bytes);
 	double c_gw = cpu_us() - c0, t_gw = now_us() - t0;
 	printf("%d MiB answer: straight %.0f ms (client CPU %.0f ms), through %.0f ms (CPU %.0f ms)\n", BIG_MB,
 	       t_direct / 1e3, c_direct / 1e3, t_gw / 1e3, c_gw / 1e3);
