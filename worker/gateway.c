@@ -37,9 +37,11 @@
 
 #include "common/io.h"
 #include "common/log.h"
+#include "common/netaddr.h"
 #include "common/runqueue.h"
 #include "common/util.h"
 #include "worker/egress.h"
+#include "worker/httpc.h"
 
 #define NOTES_MAX          100
 #define IDLE_TIMEOUT_MS    120000 /* a kept-alive connection with no request */
@@ -295,44 +297,6 @@ static void tenant_charge(worker_gateway_t *g, uint64_t tokens)
  * names it.
  * ------------------------------------------------------------------------ */
 
-static int v4_private(const unsigned char *b)
-{
-	return b[0] == 0 || b[0] == 10 || b[0] == 127 || (b[0] == 100 && (b[1] & 0xc0) == 64) ||
-	        (b[0] == 169 && b[1] == 254) || (b[0] == 172 && (b[1] & 0xf0) == 16) ||
-	        (b[0] == 192 && b[1] == 168) || (b[0] == 192 && b[1] == 0 && b[2] == 0) ||
-	        (b[0] == 198 && (b[1] & 0xfe) == 18) || b[0] >= 224;
-}
-
-/* "" for a public address, else what it is. */
-static const char *addr_kind(const struct sockaddr *sa)
-{
-	if (sa->sa_family == AF_INET) {
-		const unsigned char *b = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
-		if (b[0] == 127)
-			return "a loopback address";
-		if (b[0] == 169 && b[1] == 254)
-			return "a link-local address";
-		return v4_private(b) ? "a private or reserved address" : "";
-	}
-	if (sa->sa_family == AF_INET6) {
-		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-		if (IN6_IS_ADDR_V4MAPPED(a) || (a->s6_addr[0] == 0 && a->s6_addr[1] == 0x64 && a->s6_addr[2] == 0xff && a->s6_addr[3] == 0x9b)) {
-			const unsigned char *b = a->s6_addr + 12;
-			if (b[0] == 127)
-				return "a loopback address";
-			return v4_private(b) ? "a private or reserved address" : "";
-		}
-		if (IN6_IS_ADDR_LOOPBACK(a))
-			return "a loopback address";
-		if (IN6_IS_ADDR_LINKLOCAL(a))
-			return "a link-local address";
-		if (IN6_IS_ADDR_UNSPECIFIED(a) || (a->s6_addr[0] & 0xfe) == 0xfc || a->s6_addr[0] == 0xff)
-			return "a private or reserved address";
-		return "";
-	}
-	return "an unusable address";
-}
-
 /* The parts of an http(s) URL.  0 or -1. */
 typedef struct url {
 	int https;
@@ -412,12 +376,12 @@ static int operator_names(const worker_gateway_conf_t *conf, const char *host, i
 }
 
 /*
- * Resolves a run-supplied URL's host and checks every address; on success
- * pin gets "host:port:addr" for CURLOPT_RESOLVE (so the call connects to
- * the address checked, whatever DNS says a moment later).
+ * Resolves a run-supplied URL's host and checks every address with the
+ * address rule (common/netaddr.h), so a run whose base URL is out of
+ * bounds ends at its start, naming the variable.  The calls themselves are
+ * checked again on each address libcurl connects to (worker_httpc_reach).
  */
-static int check_url(const worker_gateway_conf_t *conf, const char *u, char *pin, size_t pin_size, char *why,
-                     size_t why_size)
+static int check_url(const worker_gateway_conf_t *conf, const char *u, char *why, size_t why_size)
 {
 	url_t url;
 	if (url_parse(u, &url) < 0) {
@@ -440,36 +404,24 @@ static int check_url(const worker_gateway_conf_t *conf, const char *u, char *pin
 		return -1;
 	}
 	int rc = 0;
-	char first[INET6_ADDRSTRLEN] = "";
 	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-		char a[INET6_ADDRSTRLEN] = "?";
+		char a[INET6_ADDRSTRLEN] = "?", k[96];
 		const void *src = ai->ai_family == AF_INET ? (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr
 		                                           : (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
 		inet_ntop(ai->ai_family, src, a, sizeof(a));
-		const char *k = addr_kind(ai->ai_addr);
-		if (*k && !named) {
+		if (!rn_netaddr_run_may_reach(ai->ai_addr, named, conf->own, k, sizeof(k))) {
 			snprintf(why, why_size, "resolves to %s, %s, which this worker's allowlist does not name", a, k);
 			rc = -1;
 			break;
 		}
-		if (!first[0])
-			snprintf(first, sizeof(first), "%s%s%s", ai->ai_family == AF_INET6 ? "[" : "", a,
-			         ai->ai_family == AF_INET6 ? "]" : "");
 	}
 	freeaddrinfo(res);
-	if (rc == 0 && pin && pin_size) {
-		if (!first[0]) {
-			snprintf(why, why_size, "names a host without addresses");
-			return -1;
-		}
-		snprintf(pin, pin_size, "%s:%d:%s", url.host, url.port, first);
-	}
 	return rc;
 }
 
 int worker_gateway_check_url(const worker_gateway_conf_t *conf, const char *url, char *why, size_t why_size)
 {
-	return check_url(conf, url, NULL, 0, why, why_size);
+	return check_url(conf, url, why, why_size);
 }
 
 /* ------------------------------------------------------------------------
@@ -1144,12 +1096,6 @@ static int handle(conn_t *c, req_t *r)
 		}
 		want_usage(r);
 	}
-	char pin[400] = "", why[300];
-	if (pv->run_url && check_url(g->conf, pv->base, pin, sizeof(pin), why, sizeof(why)) < 0) {
-		note(g, "gateway refused a call: %s %s", pv->var, why);
-		answer_error(c, r->prov, 502, "api_error", "runnel gateway: the provider's address is not allowed");
-		return -1;
-	}
 	size_t ul = strlen(pv->base) + strlen(r->path) + 1;
 	char *url = malloc(ul);
 	if (!url)
@@ -1175,7 +1121,14 @@ static int handle(conn_t *c, req_t *r)
 	struct curl_slist *s = curl_slist_append(hdrs, "Expect:");
 	if (s)
 		hdrs = s;
-	struct curl_slist *resolve = pin[0] ? curl_slist_append(NULL, pin) : NULL;
+	/* A base URL the run supplied: every address libcurl connects to is
+	 * checked (common/netaddr.h), so DNS that changes after the start
+	 * check gains nothing. */
+	worker_httpc_reach_t rule = {
+		.on = pv->run_url, .named = g->conf->allow, .nnamed = g->conf->nallow, .own = g->conf->own
+	};
+	worker_httpc_reach_state_t rst;
+	memset(&rst, 0, sizeof(rst));
 	xfer_t x;
 	memset(&x, 0, sizeof(x));
 	x.c = c;
@@ -1184,8 +1137,7 @@ static int handle(conn_t *c, req_t *r)
 	x.t0_us = rn_mono_us();
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-	if (resolve)
-		curl_easy_setopt(h, CURLOPT_RESOLVE, resolve);
+	worker_httpc_reach(h, &rule, &rst);
 	if (!strcmp(r->method, "POST")) {
 		curl_easy_setopt(h, CURLOPT_POST, 1L);
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, r->body ? r->body : "");
@@ -1211,7 +1163,6 @@ static int handle(conn_t *c, req_t *r)
 	CURLcode cc = curl_easy_perform(h);
 	free(url);
 	curl_slist_free_all(hdrs);
-	curl_slist_free_all(resolve);
 	int keep = 0;
 	/* Booked before the agent sees the answer end: its next call already
 	 * meets the new totals (and the budget). */
@@ -1223,7 +1174,11 @@ static int handle(conn_t *c, req_t *r)
 		count_request(g, r->prov, x.status, x.head_secs);
 	} else if (!x.head_sent && !x.client_gone) {
 		int to = cc == CURLE_OPERATION_TIMEDOUT;
-		note(g, "gateway: the %s call failed: %s", prov_name[r->prov], curl_easy_strerror(cc));
+		if (rst.refused[0])
+			note(g, "gateway refused a %s call: %s reaches %s, which this worker's allowlist does not name",
+			     prov_name[r->prov], pv->var, rst.refused);
+		else
+			note(g, "gateway: the %s call failed: %s", prov_name[r->prov], curl_easy_strerror(cc));
 		answer_error(c, r->prov, to ? 504 : 502, "api_error",
 		             to ? "runnel gateway: the provider did not answer in time"
 		                : "runnel gateway: the provider could not be reached");
@@ -1542,7 +1497,7 @@ int worker_gateway_open(const worker_gateway_conf_t *conf, const worker_gateway_
 		while (bl && pv->base[bl - 1] == '/')
 			pv->base[--bl] = '\0';
 		char why[300];
-		if (pv->run_url && check_url(conf, pv->base, NULL, 0, why, sizeof(why)) < 0) {
+		if (pv->run_url && check_url(conf, pv->base, why, sizeof(why)) < 0) {
 			snprintf(errstr, errstr_size, "%s %s", pv->var, why);
 			goto fail;
 		}

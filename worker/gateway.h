@@ -36,9 +36,10 @@
  *
  * A base URL the run supplied must be https and resolve to public
  * addresses only, unless the operator's allowlist (RUNNEL_EGRESS_ALLOW)
- * names its host and port explicitly; it is checked at open (the run ends
- * bootstrap_failed naming the variable) and again before every call, and
- * the call connects to the address that was checked.
+ * names its host and port explicitly (the rule of common/netaddr.h, the
+ * worker's own services included); it is checked at open (the run ends
+ * bootstrap_failed naming the variable) and on every address a call
+ * connects to (worker_httpc_reach).
  *
  * Budgets: a call is refused once the run's input + output tokens reached
  * max_tokens or its tenant's hourly budget is used up; the call that
@@ -65,6 +66,7 @@
 #include <jansson.h>
 
 #include "common/metrics.h"
+#include "common/netaddr.h"
 #include "common/redis.h"
 #include "common/sandbox_layout.h"
 #include "common/strv.h"
@@ -85,10 +87,11 @@ typedef struct worker_gateway_conf {
 	size_t nsecrets;
 	char *const *allow; /* the operator's egress allowlist (explicit entries admit private upstreams) */
 	size_t nallow;
-	size_t body_max;         /* request body cap, bytes */
-	long timeout_sec;        /* no byte from the provider for this long ends the call */
-	const char *bridge_path; /* runnel-egress-bridge on the host, "" when absent */
-	rn_metrics_t *metrics;   /* or NULL */
+	const rn_netaddr_set_t *own; /* the worker's own services (common/netaddr.h), or NULL */
+	size_t body_max;             /* request body cap, bytes */
+	long timeout_sec;            /* no byte from the provider for this long ends the call */
+	const char *bridge_path;     /* runnel-egress-bridge on the host, "" when absent */
+	rn_metrics_t *metrics;       /* or NULL */
 	/* Per-tenant hourly token budgets (0: none): the default and the
 	 * overrides; the counts live in Redis under key_prefix. */
 	int64_t tenant_tokens_per_hour;

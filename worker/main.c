@@ -833,6 +833,7 @@ static int worker_alloc(worker_t *w)
 	 * before) and its series. */
 	w->cfg.gateway.allow = w->cfg.limits.egress_allow;
 	w->cfg.gateway.nallow = w->cfg.limits.egress_nallow;
+	w->cfg.gateway.own = &w->cfg.limits.own;
 	w->cfg.gateway.metrics = w->m.reg;
 	pthread_mutex_init(&w->mu, NULL);
 	w->runs = calloc((size_t)w->cfg.slots, sizeof(*w->runs));
