@@ -90,6 +90,7 @@ struct worker_gateway {
 	pthread_cond_t cv;
 	int nconn;
 	int stopping;
+	size_t body_bytes; /* request bodies held now (body_reserve) */
 	struct {
 		pthread_t t;
 		int fd; /* to shut down on stop; -1 once closed */
@@ -389,10 +390,6 @@ static int check_url(const worker_gateway_conf_t *conf, const char *u, char *why
 		return -1;
 	}
 	int named = operator_names(conf, url.host, url.port);
-	if (!url.https && !named) {
-		snprintf(why, why_size, "is not https (plain http only for a host this worker's allowlist names)");
-		return -1;
-	}
 	char ps[8];
 	snprintf(ps, sizeof(ps), "%d", url.port);
 	struct addrinfo hints, *res = NULL;
@@ -416,6 +413,12 @@ static int check_url(const worker_gateway_conf_t *conf, const char *u, char *why
 		}
 	}
 	freeaddrinfo(res);
+	/* The address first (the worse news), then the scheme: the key never
+	 * crosses the network in the clear to a host the operator did not name. */
+	if (rc == 0 && !url.https && !named) {
+		snprintf(why, why_size, "is not https (plain http only for a host this worker's allowlist names)");
+		rc = -1;
+	}
 	return rc;
 }
 
@@ -547,10 +550,41 @@ typedef struct req {
 	struct curl_slist *hdrs; /* forwarded headers */
 	char *body;
 	size_t blen;
+	worker_gateway_t *g; /* for the body's reservation */
+	size_t reserved;     /* bytes of g->body_bytes this body holds */
 } req_t;
+
+/*
+ * Bodies held at once by one gateway are capped at twice the body cap, so
+ * a run opening every connection with a large body cannot make the worker
+ * hold WORKER_GATEWAY_CONN_MAX of them.  Grows r's reservation to want.
+ * 0, or -1 (the caller answers 503).
+ */
+static int body_reserve(req_t *r, size_t want)
+{
+	worker_gateway_t *g = r->g;
+	if (want <= r->reserved)
+		return 0;
+	size_t more = want - r->reserved, cap = 2 * g->conf->body_max + 2 * 65536;
+	int ok;
+	pthread_mutex_lock(&g->mu);
+	ok = g->body_bytes + more <= cap;
+	if (ok)
+		g->body_bytes += more;
+	pthread_mutex_unlock(&g->mu);
+	if (!ok)
+		return -1;
+	r->reserved = want;
+	return 0;
+}
 
 static void req_clear(req_t *r)
 {
+	if (r->g && r->reserved) {
+		pthread_mutex_lock(&r->g->mu);
+		r->g->body_bytes -= r->reserved;
+		pthread_mutex_unlock(&r->g->mu);
+	}
 	curl_slist_free_all(r->hdrs);
 	if (r->body) {
 		sodium_memzero(r->body, r->blen);
@@ -740,6 +774,11 @@ static int read_body(conn_t *c, req_t *r)
 			answer_error(c, r->prov, 413, "request_too_large", "runnel gateway: the request body is too large");
 			return -1;
 		}
+		if (body_reserve(r, (size_t)r->clen + 1) < 0) {
+			note(g, "gateway refused a request: too many large bodies at once");
+			answer_error(c, r->prov, 503, "overloaded_error", "runnel gateway: too many large requests at once");
+			return -1;
+		}
 		r->blen = (size_t)r->clen;
 		r->body = malloc(r->blen + 1);
 		if (!r->body || conn_read(c, r->body, r->blen, deadline) < 0) {
@@ -784,6 +823,11 @@ static int read_body(conn_t *c, req_t *r)
 			size_t nc = cap ? cap : 65536;
 			while (nc < r->blen + n + 1)
 				nc *= 2;
+			if (body_reserve(r, nc) < 0) {
+				note(g, "gateway refused a request: too many large bodies at once");
+				answer_error(c, r->prov, 503, "overloaded_error", "runnel gateway: too many large requests at once");
+				return -1;
+			}
 			char *nb = malloc(nc);
 			if (!nb)
 				return -1;
@@ -1222,6 +1266,7 @@ static void serve(conn_t *c)
 		}
 		req_t r;
 		memset(&r, 0, sizeof(r));
+		r.g = c->g;
 		int rc = parse_head(c, hl, &r);
 		if (rc == 0) {
 			memmove(c->in, c->in + hl, c->inlen - hl);
