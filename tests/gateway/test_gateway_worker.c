@@ -284,7 +284,8 @@ int main(void)
 	TH_CHECK(!wt_stream_has(&T, "run_builtin_dump", OKEY), "no key in the stream");
 
 	/* SPEC §6: addresses the operator's list does not name. */
-	const char *bad[][2] = { { "http://127.0.0.1:1/v1", "OPENAI_BASE_URL is not https" },
+	const char *bad[][2] = { { "http://93.184.216.34/v1", "OPENAI_BASE_URL is not https" },
+		                 { "http://127.0.0.1:1/v1", "OPENAI_BASE_URL resolves to 127.0.0.1, a loopback address" },
 		                 { "https://127.0.0.1:1/v1", "OPENAI_BASE_URL resolves to 127.0.0.1, a loopback address" },
 		                 { "https://10.1.2.3/v1", "OPENAI_BASE_URL resolves to 10.1.2.3, a private" },
 		                 { "https://169.254.169.254/v1", "OPENAI_BASE_URL resolves to 169.254.169.254, a link-local" },

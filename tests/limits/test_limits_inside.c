@@ -112,13 +112,27 @@ static void run_probe(const char *run_id, json_t *variables, json_t *allow_hosts
 
 static void test_base_urls(void)
 {
+	/* Base URLs at the worker's own Redis: the model gateway refuses them
+	 * before any sandbox starts (they would otherwise come in through
+	 * @model), naming the variable; nothing of the run connects to Redis. */
 	json_t *vars = json_pack("{s:s,s:s}", "OPENAI_BASE_URL", th_strf("http://127.0.0.1:%d/v1", T.redis.port),
 	                         "ANTHROPIC_BASE_URL", th_strf("http://localhost:%d", T.redis.port));
-	run_probe("run_base_url", vars, NULL);
-	/* The base URLs did widen the run's list (so the refusal is the
-	 * address rule's, not a missing pattern). */
-	TH_CHECK(!wt_stream_has(&T, "run_base_url", th_strf("127.0.0.1:%d is not on the run's allowlist", T.redis.port)),
-	         "127.0.0.1 came in through @model");
+	json_t *argv = json_pack("[s,s,s,s,s]", "/bin/bash", "-c", probe_script(), "sh", "1");
+	dev_stub_run_t run = { 0 };
+	run.config = json_pack("{s:{s:s,s:o},s:s}", "agent", "kind", "command", "argv", argv, "network", "allowlist");
+	run.env = json_pack("{s:o,s:n}", "variables", vars, "setup_script");
+	long before = redis_clients_total();
+	dev_stub_otps_t o;
+	wt_submit(&T, "run_base_url", &run, "p", 0, 0, &o);
+	json_decref(run.config);
+	json_decref(run.env);
+	char msg[512];
+	const char *code = wt_ended(&T, "run_base_url", 120000, msg, sizeof(msg));
+	TH_CHECK(th_streq(code, "bootstrap_failed") && strstr(msg, "ANTHROPIC_BASE_URL resolves to") &&
+	                 strstr(msg, "a loopback address"),
+	         "run_base_url: %s %s", code, msg);
+	long after = redis_clients_total();
+	TH_CHECK(after - before < (long)NHOSTS, "run_base_url: Redis saw %ld new connections", after - before);
 }
 
 static void test_wildcard(void)
