@@ -1628,6 +1628,17 @@ oom:
 	return -1;
 }
 
+int worker_gateway_hand_to(worker_gateway_t *g, uid_t uid, gid_t gid)
+{
+	if (!g || g->lfd < 0 || !g->sock_path[0])
+		return 0;
+	if (lchown(g->sock_path, uid, gid) != 0) {
+		rn_log_error(g->run_id, "gateway", "cannot hand the gateway socket to uid %ld: %s", (long)uid, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 void worker_gateway_usage(worker_gateway_t *g, proto_usage_t *out)
 {
 	memset(out, 0, sizeof(*out));

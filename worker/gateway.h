@@ -62,6 +62,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 
@@ -131,6 +132,10 @@ int worker_gateway_open(const worker_gateway_conf_t *conf, const worker_gateway_
  * for a host-network gateway.  0, or -1 (out of memory).
  */
 int worker_gateway_wrap(const worker_gateway_t *g, rn_strv_t *argv, rn_strv_t *ro_binds);
+
+/* A sandbox that runs as another uid (a root worker's): the socket
+ * (0600) becomes that uid's, so its bridge may connect.  0, or -1. */
+int worker_gateway_hand_to(worker_gateway_t *g, uid_t uid, gid_t gid);
 
 /* The usage so far (every finished call). */
 void worker_gateway_usage(worker_gateway_t *g, proto_usage_t *out);

@@ -1074,6 +1074,12 @@ static stage_t stage_sandbox(run_io_t *io)
 	worker_sandbox_spec_t spec;
 	sandbox_spec(io, &spec);
 	log_phase(io, "workspace ready");
+	/* The gateway's socket (0600): the sandbox's uid connects to it. */
+	uid_t suid;
+	gid_t sgid;
+	if (io->gw && spec.driver == WORKER_SANDBOX_BWRAP && worker_sandbox_ids(&spec, &suid, &sgid) &&
+	    worker_gateway_hand_to(io->gw, suid, sgid) < 0)
+		return run_fail(io, PROTO_ERR_INTERNAL, "The sandbox could not be started: the model gateway's socket");
 	int64_t t0 = rn_mono_us();
 	if (sandbox_launch(io, &spec, err, sizeof(err)) < 0)
 		return run_fail(io, PROTO_ERR_INTERNAL, "The sandbox could not be started: %s", err);
