@@ -14,28 +14,76 @@
 
 #include "common/sandbox_layout.h"
 #include "proto/names.h"
+#include "worker/agent_native.h"
 
 static const worker_agent_ops_t *const agents[] = {
 	&worker_agent_command,
 	&worker_agent_mock,
-#ifdef RUNNEL_HAVE_AGENT_ACP
 	&worker_agent_acp,
-#endif
-#ifdef RUNNEL_HAVE_AGENT_BUILTIN
 	&worker_agent_builtin,
-#endif
 };
 
 #define NAGENTS (sizeof(agents) / sizeof(agents[0]))
+
+/* The tables as the I/O loop calls them (worker_agent_ops_resolve), built
+ * once from the constant ones. */
+static worker_agent_ops_t resolved[NAGENTS];
+static pthread_once_t resolved_once = PTHREAD_ONCE_INIT;
+
+static void resolve_all(void)
+{
+	for (size_t i = 0; i < NAGENTS; i++)
+		worker_agent_ops_resolve(agents[i], &resolved[i]);
+}
 
 const worker_agent_ops_t *worker_agent_find(const char *kind)
 {
 	if (!kind)
 		return NULL;
+	pthread_once(&resolved_once, resolve_all);
 	for (size_t i = 0; i < NAGENTS; i++)
-		if (!strcmp(agents[i]->kind, kind))
-			return agents[i];
+		if (!strcmp(resolved[i].kind, kind))
+			return &resolved[i];
 	return NULL;
+}
+
+const char *worker_agent_kind_of(const json_t *agent)
+{
+	if (agent)
+		return json_string_value(json_object_get(agent, "kind"));
+	for (size_t i = 0; i < NAGENTS; i++)
+		if (agents[i]->flags & WORKER_AGENT_DEFAULT)
+			return agents[i]->kind;
+	return NULL;
+}
+
+int worker_agent_command_egress(const json_t *agent)
+{
+	const worker_agent_ops_t *ops = worker_agent_find(worker_agent_kind_of(agent));
+	return ops && (ops->flags & WORKER_AGENT_COMMAND_EGRESS);
+}
+
+int worker_agent_warm_binds(const worker_config_t *cfg, rn_strv_t *binds)
+{
+	for (size_t i = 0; i < NAGENTS; i++)
+		if (agents[i]->warm_binds && agents[i]->warm_binds(cfg, binds) < 0)
+			return -1;
+	return 0;
+}
+
+void worker_agent_ops_resolve(const worker_agent_ops_t *ops, worker_agent_ops_t *out)
+{
+	*out = *ops;
+	if (!(ops->flags & WORKER_AGENT_NATIVE))
+		return;
+	if (!out->start)
+		out->start = worker_agent_native_start;
+	if (!out->on_line)
+		out->on_line = worker_agent_native_on_line;
+	if (!out->on_reply)
+		out->on_reply = worker_agent_native_on_reply;
+	if (!out->free)
+		out->free = worker_agent_native_free;
 }
 
 static char kinds_buf[128];

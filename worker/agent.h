@@ -108,8 +108,32 @@ typedef struct worker_agent_reply {
 	int expired; /* the ask timed out (also reject) */
 } worker_agent_reply_t;
 
+/*
+ * What a kind is, as flags in worker_agent_ops_t.flags (the way curl's
+ * protocol table carries PROTOPT_* flags): the facts other files need about
+ * a kind live in its table, and no file outside the adapter and the
+ * registry names a kind.
+ */
+/* Speaks the envelope itself: the turn line and control lines on stdin,
+ * envelope lines on stdout (docs/protocol.md).  start, on_line, on_reply
+ * and free left NULL are the shared native ones (worker/agent_native.h). */
+#define WORKER_AGENT_NATIVE (1u << 0)
+/* The kind of a workspace config without `agent` (SPEC §5); one kind has it. */
+#define WORKER_AGENT_DEFAULT (1u << 1)
+/* Without a `network` in the config the run's egress is the worker's default
+ * for command agents (worker_limits_env_t.default_command: none, or full
+ * with RUNNEL_SANDBOX_NET=host); without the flag it is allowlist (the
+ * kind talks to a model API outside). */
+#define WORKER_AGENT_COMMAND_EGRESS (1u << 2)
+
 typedef struct worker_agent_ops {
 	const char *kind;
+	unsigned flags; /* WORKER_AGENT_* */
+	/* The read-only binds ("host:sandbox") this kind's launch adds on this
+	 * worker, which a warm sandbox must pre-bind for the kind's runs to fit
+	 * it (worker_warm_fits); prepare adds the same ones.  May be NULL.
+	 * 0, or -1 out of memory. */
+	int (*warm_binds)(const worker_config_t *cfg, rn_strv_t *binds);
 	/* Fills the launch and creates per-run state (*state may stay NULL).
 	 * 0, or -1 with errstr in words for the bootstrap_failed message
 	 * (never a secret). */
@@ -129,8 +153,26 @@ typedef struct worker_agent_ops {
 	void (*free)(void *state);
 } worker_agent_ops_t;
 
-/* The adapter for kind, or NULL when the kind is unknown. */
+/* The adapter for kind (its callbacks resolved: worker_agent_ops_resolve),
+ * or NULL when the kind is unknown. */
 const worker_agent_ops_t *worker_agent_find(const char *kind);
+
+/* The kind a config's `agent` object names: its `kind` (NULL when that is
+ * missing or not a string), or the WORKER_AGENT_DEFAULT kind when agent is
+ * NULL (SPEC §5).  Borrowed from agent or the table. */
+const char *worker_agent_kind_of(const json_t *agent);
+
+/* 1 when the kind agent names defaults to the command egress
+ * (WORKER_AGENT_COMMAND_EGRESS); 0 for other and unknown kinds. */
+int worker_agent_command_egress(const json_t *agent);
+
+/* Appends every kind's warm_binds to binds (the warm pool's sandbox
+ * shape).  0, or -1 out of memory. */
+int worker_agent_warm_binds(const worker_config_t *cfg, rn_strv_t *binds);
+
+/* *out = *ops with the shared callbacks filled in for a WORKER_AGENT_NATIVE
+ * kind: what the I/O loop calls (worker_agent_find returns such tables). */
+void worker_agent_ops_resolve(const worker_agent_ops_t *ops, worker_agent_ops_t *out);
 
 /* "command, mock, ..." for error messages. */
 const char *worker_agent_kinds(void);
@@ -155,10 +197,7 @@ char *worker_agent_reply_line(const worker_agent_reply_t *reply, size_t *lenp);
 const char *worker_agent_permission_mode(const worker_boot_t *boot, const proto_job_t *job,
                                          char *errstr, size_t errstr_size);
 
-/* The adapters.  agent.c lists acp and builtin when their files exist:
- * worker/core.cmake adds worker/agent_acp.c and worker/agent_builtin.c to
- * the build with RUNNEL_HAVE_AGENT_ACP / RUNNEL_HAVE_AGENT_BUILTIN, so
- * adding an adapter file needs no edit of agent.c or the CMake files. */
+/* The adapters, listed in agent.c's table and worker/core.cmake. */
 extern const worker_agent_ops_t worker_agent_command; /* worker/agent_command.c */
 extern const worker_agent_ops_t worker_agent_mock;    /* worker/agent_mock.c */
 extern const worker_agent_ops_t worker_agent_acp;     /* worker/agent_acp.c */

@@ -1461,6 +1461,7 @@ static void acp_free(void *state)
 
 const worker_agent_ops_t worker_agent_acp = {
 	.kind = "acp",
+	.flags = 0,
 	.prepare = acp_prepare,
 	.start = acp_start,
 	.on_line = acp_on_line,

@@ -69,13 +69,9 @@ oom:
 
 const worker_agent_ops_t worker_agent_builtin = {
 	.kind = "builtin",
+	.flags = WORKER_AGENT_NATIVE | WORKER_AGENT_DEFAULT,
 	.prepare = builtin_prepare,
-	.start = worker_agent_native_start,
-	.on_line = worker_agent_native_on_line,
-	.on_reply = worker_agent_native_on_reply,
 	/* The cancel line lets runnel-agent stop its model request and tools
 	 * before the SIGTERM arrives. */
 	.on_cancel = worker_agent_native_on_cancel,
-	.on_eof = NULL,
-	.free = worker_agent_native_free,
 };

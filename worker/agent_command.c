@@ -63,11 +63,7 @@ static int command_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t 
 
 const worker_agent_ops_t worker_agent_command = {
 	.kind = "command",
+	.flags = WORKER_AGENT_NATIVE | WORKER_AGENT_COMMAND_EGRESS,
 	.prepare = command_prepare,
-	.start = worker_agent_native_start,
-	.on_line = worker_agent_native_on_line,
-	.on_reply = worker_agent_native_on_reply,
 	.on_cancel = NULL, /* today's contract: SIGTERM, then SIGKILL */
-	.on_eof = NULL,
-	.free = worker_agent_native_free,
 };

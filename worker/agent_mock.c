@@ -8,7 +8,16 @@
 
 #include <stdio.h>
 
-#define MOCK_AGENT_IN_SANDBOX WORKER_AGENT_BIN_DIR "/runnel-mock-agent"
+#define MOCK_AGENT_IN_SANDBOX RN_SANDBOX_MOCK_AGENT
+
+/* The one bind of the mock: its binary, read-only (bwrap only; the process
+ * driver runs it at its host path). */
+static int mock_warm_binds(const worker_config_t *cfg, rn_strv_t *binds)
+{
+	if (!cfg->mock_agent_path[0] || cfg->driver != WORKER_SANDBOX_BWRAP)
+		return 0;
+	return rn_strv_addf(binds, "%s:%s", cfg->mock_agent_path, MOCK_AGENT_IN_SANDBOX);
+}
 
 static int mock_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *launch,
                         void **state, char *errstr, size_t errstr_size)
@@ -25,7 +34,7 @@ static int mock_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *la
 	int bad;
 	if (cfg->driver == WORKER_SANDBOX_BWRAP)
 		bad = rn_strv_add(&launch->argv, MOCK_AGENT_IN_SANDBOX) < 0 ||
-		        rn_strv_addf(&launch->ro_binds, "%s:%s", cfg->mock_agent_path, MOCK_AGENT_IN_SANDBOX) < 0;
+		        mock_warm_binds(cfg, &launch->ro_binds) < 0;
 	else
 		bad = rn_strv_add(&launch->argv, cfg->mock_agent_path) < 0;
 	if (bad || rn_strv_add(&launch->argv, script) < 0) {
@@ -37,11 +46,7 @@ static int mock_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *la
 
 const worker_agent_ops_t worker_agent_mock = {
 	.kind = "mock",
+	.flags = WORKER_AGENT_NATIVE | WORKER_AGENT_COMMAND_EGRESS,
+	.warm_binds = mock_warm_binds,
 	.prepare = mock_prepare,
-	.start = worker_agent_native_start,
-	.on_line = worker_agent_native_on_line,
-	.on_reply = worker_agent_native_on_reply,
-	.on_cancel = NULL,
-	.on_eof = NULL,
-	.free = worker_agent_native_free,
 };

@@ -33,18 +33,13 @@ if(TARGET runnel-warm-init)
   add_dependencies(runnel-worker runnel-warm-init)
 endif()
 
-# Agent adapters (worker/agent.h): the seam, the I/O loop and the kinds.
-# acp and builtin join the registry as soon as their files exist.
+# Agent adapters (worker/agent.h): the seam, the I/O loop and the kinds
+# (each kind also listed in agent.c's table).
 target_sources(runnel_worker_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/agent.c
+  ${CMAKE_CURRENT_LIST_DIR}/agent_acp.c
+  ${CMAKE_CURRENT_LIST_DIR}/agent_builtin.c
   ${CMAKE_CURRENT_LIST_DIR}/agent_command.c
   ${CMAKE_CURRENT_LIST_DIR}/agent_mock.c
   ${CMAKE_CURRENT_LIST_DIR}/agent_loop.c
   ${CMAKE_CURRENT_LIST_DIR}/inbox.c)
-foreach(kind acp builtin)
-  if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/agent_${kind}.c)
-    string(TOUPPER ${kind} KIND)
-    target_sources(runnel_worker_core PRIVATE ${CMAKE_CURRENT_LIST_DIR}/agent_${kind}.c)
-    target_compile_definitions(runnel_worker_core PRIVATE RUNNEL_HAVE_AGENT_${KIND}=1)
-  endif()
-endforeach()

@@ -455,8 +455,7 @@ static int covered(const list_t *outer, const char *inner)
 static void resolve_egress(worker_guard_t *g, const worker_guard_args_t *a, list_t *allow)
 {
 	const worker_limits_env_t *env = g->env;
-	int is_command = a->kind && (!strcmp(a->kind, "command") || !strcmp(a->kind, "mock"));
-	worker_egress_mode_t want = is_command ? env->default_command : WORKER_EGRESS_ALLOWLIST;
+	worker_egress_mode_t want = a->command_egress ? env->default_command : WORKER_EGRESS_ALLOWLIST;
 	const char *net = json_string_value(json_object_get(a->config, "network"));
 	if (net) {
 		int m = worker_egress_mode_parse(net);

@@ -87,7 +87,7 @@ typedef struct worker_limits_env {
 	 * exactly (common/netaddr.h).  Filled by the caller after setup;
 	 * freed by worker_limits_env_free. */
 	rn_netaddr_set_t own;
-	worker_egress_mode_t default_command; /* command and mock kinds without "network" */
+	worker_egress_mode_t default_command; /* kinds with WORKER_AGENT_COMMAND_EGRESS, without "network" */
 	const char *bridge_path;              /* runnel-egress-bridge on the host, "" if absent */
 } worker_limits_env_t;
 
@@ -135,7 +135,7 @@ typedef struct worker_guard worker_guard_t;
 /* What a guard needs from the run. */
 typedef struct worker_guard_args {
 	const char *run_id;
-	const char *kind;        /* agent.kind */
+	int command_egress;      /* the kind's WORKER_AGENT_COMMAND_EGRESS (agent.h) */
 	const json_t *config;    /* the /config answer (limits, network, allow_hosts) */
 	const json_t *variables; /* the /env variables (model base URLs) */
 	const char *ws_api_url;  /* workspace_api.url or NULL */

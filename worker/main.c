@@ -31,9 +31,11 @@
 #include "common/redis.h"
 #include "common/runqueue.h"
 #include "common/runstate.h"
+#include "common/strv.h"
 #include "common/util.h"
 #include "proto/envelope.h"
 #include "proto/job.h"
+#include "worker/agent.h"
 #include "worker/claim.h"
 #include "worker/config.h"
 #include "worker/consumer.h"
@@ -1018,18 +1020,17 @@ int main(int argc, char **argv)
 
 	/* warm: sandboxes started ahead of need (worker/warm.h). */
 	if (w->cfg.warm > 0) {
-		char *mock_bind = NULL;
-		if (w->cfg.mock_agent_path[0] &&
-		    asprintf(&mock_bind, "%s:%s", w->cfg.mock_agent_path, WORKER_MOCK_AGENT_IN_SANDBOX) < 0)
-			mock_bind = NULL;
-		char *binds[] = { mock_bind, NULL };
+		/* Each kind's own binds, so that its runs fit these sandboxes. */
+		rn_strv_t binds = { 0 };
+		if (worker_agent_warm_binds(&w->cfg, &binds) < 0)
+			rn_strv_free(&binds);
 		worker_warm_pool_opts_t wo = {
 			.size = (size_t)w->cfg.warm,
 			.init_path = w->cfg.warm_init_path,
 			.work_dir = w->cfg.work_dir,
 			.bwrap_path = w->cfg.bwrap_path,
 			.rootfs = w->cfg.rootfs,
-			.ro_binds = binds,
+			.ro_binds = binds.n ? binds.v : NULL,
 			.share_net = w->cfg.share_net,
 			.rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE,
 			.tmp_mb = w->cfg.run_tmp_mb,
@@ -1038,7 +1039,7 @@ int main(int argc, char **argv)
 			.limits = &w->cfg.limits,
 		};
 		w->ctx.warm = worker_warm_pool_new(&wo, err, sizeof(err));
-		free(mock_bind);
+		rn_strv_free(&binds);
 		if (!w->ctx.warm)
 			rn_log_warn(NULL, "warm_start", "no warm sandboxes: %s", err);
 	}

@@ -540,7 +540,7 @@ static int guard_start(run_io_t *io, const worker_boot_t *boot, worker_ws_t *ws,
 {
 	worker_guard_args_t a = {
 		.run_id = io->run->run_id,
-		.kind = boot->agent ? json_string_value(json_object_get(boot->agent, "kind")) : NULL,
+		.command_egress = worker_agent_command_egress(boot->agent),
 		.config = boot->config,
 		.variables = boot->variables,
 		.ws_api_url = boot->ws_api_url,
@@ -990,10 +990,7 @@ static stage_t stage_agent(run_io_t *io)
 	actx->ask_timeout_sec = io->cfg->ask_timeout_sec;
 	actx->workspace_fd = io->ws_fd;
 	actx->workspace_dir = io->ws.workspace;
-	const char *kind = io->boot.agent ? json_string_value(json_object_get(io->boot.agent, "kind")) : NULL;
-	/* SPEC §5: a config without `agent` runs the builtin model loop. */
-	if (!io->boot.agent)
-		kind = "builtin";
+	const char *kind = worker_agent_kind_of(io->boot.agent); /* SPEC §5: none, the default kind */
 	if (!kind)
 		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent cannot be started: the workspace config has no agent.kind");
 	io->ops = worker_agent_find(kind);

@@ -37,10 +37,9 @@
 
 typedef struct worker_run worker_run_t;
 
-/* The mock agent's path in the sandbox and the runs' open-files limit
- * (shared with the warm pool, whose sandboxes must match them). */
-#define WORKER_MOCK_AGENT_IN_SANDBOX RN_SANDBOX_MOCK_AGENT
-#define WORKER_RUN_RLIMIT_NOFILE     4096
+/* The runs' open-files limit (shared with the warm pool, whose sandboxes
+ * must match it). */
+#define WORKER_RUN_RLIMIT_NOFILE 4096
 
 /* What a run shares with the whole worker (outlives every run). */
 typedef struct worker_ctx {

@@ -103,7 +103,7 @@ static void ws_at(worker_ws_t *w, const char *workspace, const char *assets, con
 	snprintf(w->meta, sizeof(w->meta), "%s", meta);
 }
 
-static worker_guard_t *guard(const worker_limits_env_t *env, const char *kind, const char *config_json,
+static worker_guard_t *guard(const worker_limits_env_t *env, int command_egress, const char *config_json,
                              const char *variables_json, notes_t *notes)
 {
 	json_error_t je;
@@ -114,7 +114,7 @@ static worker_guard_t *guard(const worker_limits_env_t *env, const char *kind, c
 	ws_at(&ws, th_tmpdir(), NULL, th_strf("%s/meta", th_tmpdir()));
 	worker_guard_args_t a = {
 		.run_id = "run_policy",
-		.kind = kind,
+		.command_egress = command_egress,
 		.config = cfg,
 		.variables = vars,
 		.ws_api_url = "https://ws.example.com/api",
@@ -144,7 +144,7 @@ static worker_guard_t *guard_at(const worker_limits_env_t *env, const char *run_
 	ws_at(&w, ws, assets, meta);
 	worker_guard_args_t a = {
 		.run_id = run_id,
-		.kind = "command",
+		.command_egress = 1,
 		.config = cfg,
 		.ws = &w,
 		.driver = WORKER_SANDBOX_BWRAP,
@@ -161,7 +161,7 @@ static void test_limits_lowered_not_raised(void)
 {
 	worker_limits_env_t env = env_of(WORKER_EGRESS_NONE, "");
 	notes_t n;
-	worker_guard_t *g = guard(&env, "command",
+	worker_guard_t *g = guard(&env, 1,
 	                          "{\"limits\":{\"memory_mb\":4096,\"pids\":64,\"cpus\":0.5,\"tmp_mb\":\"big\"}}", NULL, &n);
 	if (g) {
 		const worker_limits_t *l = worker_guard_limits(g);
@@ -181,14 +181,14 @@ static void test_limits_lowered_not_raised(void)
 		TH_CHECK(th_streq(msg, "The run tried to run more than 64 processes at once."), "%s", msg);
 		worker_guard_free(g);
 	}
-	g = guard(&env, "command", "{\"limits\":{\"cpus\":2}}", NULL, &n);
+	g = guard(&env, 1, "{\"limits\":{\"cpus\":2}}", NULL, &n);
 	if (g) {
 		TH_CHECK(worker_guard_limits(g)->cpu_millis == 1000);
 		TH_CHECK(has_note(&n, "limits.cpus 2 is above this worker's limit of 1 CPUs; using 1 CPUs"),
 		         "%s", n.n ? n.text[0] : "(none)");
 		worker_guard_free(g);
 	}
-	g = guard(&env, "command", "{\"limits\":[1]}", NULL, &n);
+	g = guard(&env, 1, "{\"limits\":[1]}", NULL, &n);
 	if (g) {
 		TH_CHECK(has_note(&n, "limits must be an object; ignored"));
 		worker_guard_free(g);
@@ -202,14 +202,14 @@ static void test_egress_narrowing(void)
 	 * must be within the worker's list. */
 	worker_limits_env_t env = env_of(WORKER_EGRESS_ALLOWLIST, "*.example.com,@model");
 	notes_t n;
-	worker_guard_t *g = guard(&env, "command", "{\"network\":\"full\"}", NULL, &n);
+	worker_guard_t *g = guard(&env, 1, "{\"network\":\"full\"}", NULL, &n);
 	if (g) {
 		TH_CHECK(worker_guard_egress(g) == WORKER_EGRESS_ALLOWLIST);
 		TH_CHECK(has_note(&n, "network \"full\" is above this worker's egress policy \"allowlist\"; using allowlist"),
 		         "%s", n.n ? n.text[0] : "(none)");
 		worker_guard_free(g);
 	}
-	g = guard(&env, "command",
+	g = guard(&env, 1,
 	          "{\"network\":\"allowlist\",\"allow_hosts\":[\"a.example.com\",\"evil.org:443\",7]}", NULL, &n);
 	if (g) {
 		TH_CHECK(has_note(&n, "allow_hosts entry \"evil.org:443\" is not allowed by this worker's egress allowlist; ignored"),
@@ -220,18 +220,18 @@ static void test_egress_narrowing(void)
 	}
 	/* Kind defaults: command without "network" stays offline; builtin and
 	 * acp get the allowlist (the model by name). */
-	g = guard(&env, "command", "{}", NULL, &n);
+	g = guard(&env, 1, "{}", NULL, &n);
 	if (g) {
 		TH_CHECK(worker_guard_egress(g) == WORKER_EGRESS_NONE);
 		TH_CHECK(n.n == 0);
 		worker_guard_free(g);
 	}
-	g = guard(&env, "builtin", "{}", "{\"OPENAI_BASE_URL\":\"http://127.0.0.1:1/v1\"}", &n);
+	g = guard(&env, 0, "{}", "{\"OPENAI_BASE_URL\":\"http://127.0.0.1:1/v1\"}", &n);
 	if (g) {
 		TH_CHECK(worker_guard_egress(g) == WORKER_EGRESS_ALLOWLIST);
 		worker_guard_free(g);
 	}
-	g = guard(&env, "acp", "{\"network\":\"none\"}", NULL, &n);
+	g = guard(&env, 0, "{\"network\":\"none\"}", NULL, &n);
 	if (g) {
 		TH_CHECK(worker_guard_egress(g) == WORKER_EGRESS_NONE, "a run may narrow to none");
 		worker_guard_free(g);
@@ -511,7 +511,7 @@ static void test_model_url_credentials(void)
 {
 	worker_limits_env_t env = env_of(WORKER_EGRESS_ALLOWLIST, "api.example.com");
 	notes_t n;
-	worker_guard_t *g = guard(&env, "builtin", "{\"allow_hosts\":[\"@model\"]}",
+	worker_guard_t *g = guard(&env, 0, "{\"allow_hosts\":[\"@model\"]}",
 	                          "{\"OPENAI_BASE_URL\":\"https://key:s3cr3t@llm.example.com:8443/v1?token=t0k\"}", &n);
 	if (g) {
 		TH_CHECK(n.n == 1, "%d notes", n.n);
