@@ -7,8 +7,9 @@
 # PREFIX/node_modules then holds @zed-industries/claude-agent-acp (run by
 # Node.js; it brings Claude Code as the SDK's cli.js) and
 # @zed-industries/codex-acp with its platform binary (a static ELF, no Node
-# at run time).  runnel-worker binds PREFIX read-only into every sandbox at
-# /opt/runnel/agents (--acp-prefix / RUNNEL_ACP_PREFIX).
+# at run time).  runnel-worker binds PREFIX (--acp-prefix /
+# RUNNEL_ACP_PREFIX) read-only into every acp sandbox at /run/runnel/agents
+# (worker/agent_acp.h); the container image installs it at /opt/runnel/agents.
 #
 # The install itself is scripts/npm_prefix.sh (the container image copies
 # it beside agents/): idempotent, locked, no package install scripts (none

@@ -1,6 +1,7 @@
 /*
  * worker/metrics.h - runnel-worker's Prometheus series and the small HTTP
- * server (evhttp on the main event loop) that serves /healthz and /metrics.
+ * server (evhttp on the main event loop) that serves /healthz, /readyz and
+ * /metrics.
  *
  * The handles are created once at start, before any other thread exists,
  * and freed after every thread was joined; in between, updates are atomic
@@ -95,14 +96,15 @@ rn_counter_t *worker_metrics_outcome(worker_metrics_t *m, const char *outcome);
 typedef struct worker_http worker_http_t;
 
 /*
- * Serves GET /healthz and GET /metrics on host:port (port 0 = any free
+ * Serves GET /healthz, /readyz and /metrics on host:port (port 0 = any free
  * port; the bound port is written to *bound_port).  NULL with errstr.
  * @locality main thread.
  */
 worker_http_t *worker_http_start(struct event_base *base, worker_metrics_t *m,
                                  const char *host, int port, int *bound_port,
                                  char *errstr, size_t errstr_size);
-/* Marks the process draining: /healthz then answers 503 "draining".
+/* Marks the process draining: /readyz then answers 503 "draining" (it takes
+ * no new job) and /healthz 200 "draining" (alive: no restart mid-drain).
  * @locality main thread, like worker_http_stop. */
 void worker_http_set_draining(worker_http_t *h);
 void worker_http_stop(worker_http_t *h);
