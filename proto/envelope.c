@@ -559,6 +559,7 @@ static int check_fields(proto_env_t *env, json_t *root, proto_env_line_t *out)
 		out->type = PROTO_ENV_ERROR;
 		if (need_string(root, "error", "code", &v, out) != 0)
 			return -1;
+		snprintf(out->code, sizeof(out->code), "%s", json_string_value(v));
 		return need_string(root, "error", "message", &v, out);
 	}
 	{
@@ -598,6 +599,7 @@ void proto_env_process(proto_env_t *env, const char *line, size_t len,
 	size_t i, close;
 
 	out->reason[0] = '\0';
+	out->code[0] = '\0';
 	out->valid = 0;
 	out->terminal = 0;
 	out->type = PROTO_ENV_LOG;

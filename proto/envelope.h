@@ -16,6 +16,7 @@
 #define PROTO_ENV_LINE_MAX_DEFAULT (1024 * 1024) /* SPEC: over 1 MiB is invalid */
 #define PROTO_ENV_ECHO_MAX         64            /* bytes of bad input quoted back */
 #define PROTO_ENV_STEPS_MAX        4096          /* open steps tracked per run */
+#define PROTO_ENV_CODE_MAX         64            /* the held error code, with its NUL */
 #define PROTO_ENV_REASON_MAX       96
 #define PROTO_ENV_ASKS_MAX         256  /* open asks per run */
 #define PROTO_ENV_ASKS_KEPT        1024 /* asks remembered (open + settled) */
@@ -63,6 +64,7 @@ typedef struct proto_env_line {
 	const char *text;      /* line to publish, no newline; valid until the next call */
 	size_t len;
 	char reason[PROTO_ENV_REASON_MAX]; /* why invalid, "" when valid */
+	char code[PROTO_ENV_CODE_MAX];     /* a valid error line's code (cut), else "" */
 } proto_env_line_t;
 
 typedef struct proto_env proto_env_t;

@@ -389,13 +389,7 @@ static void handle_stdout_line(run_io_t *io, const char *line, size_t len)
 		io->held[out.len] = '\0';
 		io->held_len = out.len;
 		io->held_is_result = out.type == PROTO_ENV_RESULT;
-		io->held_code[0] = '\0';
-		if (!io->held_is_result) {
-			json_t *j = json_loadb(out.text, out.len, 0, NULL);
-			const char *code = j ? json_string_value(json_object_get(j, "code")) : NULL;
-			snprintf(io->held_code, sizeof(io->held_code), "%s", code ? code : "error");
-			json_decref(j);
-		}
+		snprintf(io->held_code, sizeof(io->held_code), "%s", out.code);
 		return;
 	}
 	io_publish(io, out.text, out.len);

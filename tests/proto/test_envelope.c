@@ -726,7 +726,25 @@ static void test_builders(void)
 		proto_env_process(env, p, len, NOW, &out);
 		TH_CHECK(out.valid && out.terminal && out.type == PROTO_ENV_ERROR, "builder output valid");
 		TH_CHECK_MEM("builder output unchanged", out.text, out.len, p);
+		TH_CHECK_STR("the error's code comes with the line", out.code, "cancelled");
 		free(p);
+		/* A code longer than the field is cut, never overrun. */
+		char big[200], line[300];
+		memset(big, 'c', sizeof(big) - 1);
+		big[sizeof(big) - 1] = '\0';
+		snprintf(line, sizeof(line), "{\"type\":\"error\",\"code\":\"%s\",\"message\":\"m\"}", big);
+		static const char result[] = "{\"type\":\"result\",\"message\":\"m\"}";
+		proto_env_t *env2 = proto_env_new(0);
+		proto_env_process(env2, line, strlen(line), NOW, &out);
+		TH_CHECK(out.terminal && strlen(out.code) == PROTO_ENV_CODE_MAX - 1 && out.code[0] == 'c',
+		         "a long code is cut to the field");
+		proto_env_process(env2, result, sizeof(result) - 1, NOW, &out);
+		TH_CHECK(out.action == PROTO_ENV_DROP && !out.code[0], "no code on a dropped line");
+		proto_env_free(env2);
+		env2 = proto_env_new(0);
+		proto_env_process(env2, result, sizeof(result) - 1, NOW, &out);
+		TH_CHECK(out.terminal && !out.code[0], "a result has no code");
+		proto_env_free(env2);
 		proto_env_free(env);
 	}
 }
