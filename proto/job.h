@@ -26,8 +26,9 @@
 #include <stdint.h>
 #include <jansson.h>
 
+#include "proto/names.h" /* PROTO_RUN_ID_MAX */
+
 #define PROTO_JOB_VERSION      1
-#define PROTO_RUN_ID_MAX       64 /* [A-Za-z0-9_-]{1,64} */
 #define PROTO_JOB_KEY_BYTES    32
 #define PROTO_JOB_MAX_BYTES    (900 * 1024) /* under Kafka's 1 MB default */
 #define PROTO_JOB_PROMPT_MAX   (512 * 1024)

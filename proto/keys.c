@@ -3,7 +3,7 @@
  * (SPEC §3).  Pure string work plus libsodium's CSPRNG.
  */
 #include "proto/keys.h"
-#include "proto/job.h"
+#include "proto/job.h" /* proto_sodium_init */
 #include "proto/names.h"
 
 #include <stdio.h>

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
+#define PROTO_RUN_ID_MAX     64  /* [A-Za-z0-9_-]{1,64} */
 #define PROTO_ENV_NAME_MAX   256 /* [A-Za-z_][A-Za-z0-9_]{0,255} */
 #define PROTO_SKILL_NAME_MAX 128 /* [A-Za-z0-9_.-]{1,128}, not "." or ".." */
 #define PROTO_MCP_NAME_MAX   32  /* [A-Za-z0-9_-]{1,32} */
