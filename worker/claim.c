@@ -20,6 +20,7 @@
 #include "common/util.h"
 #include "proto/envelope.h"
 #include "proto/keys.h"
+#include "proto/queueentry.h"
 #include "worker/consumer.h"
 #include "worker/publish.h"
 #include "worker/webhook.h"
@@ -42,15 +43,11 @@ char *worker_queue_entry(const worker_config_t *cfg, const proto_job_t *job,
 		 * size cap is queued by reference instead of being stuck. */
 	}
 	/* The topic too: workers of other topics may share the Redis prefix. */
-	json_t *j = json_pack("{s:{s:s,s:i,s:I}}", "ref", "t", rd_kafka_topic_name(m->rkt),
-	                      "p", (int)m->partition, "o", (json_int_t)m->offset);
-	char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-	json_decref(j);
-	if (!s) {
+	proto_queue_ref_t ref = { .partition = m->partition, .offset = m->offset };
+	snprintf(ref.topic, sizeof(ref.topic), "%s", rd_kafka_topic_name(m->rkt));
+	char *s = proto_queue_ref_write(&ref, len);
+	if (!s)
 		snprintf(errstr, errstr_size, "out of memory");
-		return NULL;
-	}
-	*len = strlen(s);
 	return s;
 }
 
@@ -262,19 +259,15 @@ static int open_entry(worker_claimer_t *cl, const rn_queue_item_t *it, proto_job
 {
 	const worker_config_t *cfg = cl->cfg;
 	const uint8_t *key = cfg->have_job_key ? cfg->job_key : NULL;
-	json_error_t je;
-	json_t *root = json_loadb(it->entry, it->len, 0, &je);
-	json_t *ref = root ? json_object_get(root, "ref") : NULL;
-	if (!ref) {
-		json_decref(root);
+	proto_queue_ref_t ref;
+	int isref = proto_queue_ref_parse(it->entry, it->len, &ref, errstr, errstr_size);
+	if (isref < 0)
+		return -1;
+	if (!isref)
 		return proto_job_parse(it->entry, it->len, key, cfg->require_sealed, job, errstr, errstr_size);
-	}
-	json_int_t p = json_integer_value(json_object_get(ref, "p"));
-	json_int_t o = json_integer_value(json_object_get(ref, "o"));
-	char topic[256];
-	const char *t = json_string_value(json_object_get(ref, "t"));
-	snprintf(topic, sizeof(topic), "%s", t ? t : cfg->jobs_topic);
-	json_decref(root);
+	const char *topic = ref.topic[0] ? ref.topic : cfg->jobs_topic;
+	int32_t p = ref.partition;
+	int64_t o = ref.offset;
 	size_t len = 0;
 	char *buf = recent_take(cl, topic, (int32_t)p, (int64_t)o, &len);
 	if (!buf) {
