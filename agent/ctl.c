@@ -15,9 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "common/util.h"
+#include "proto/agentctl.h"
 
 #define CTL_LINE_MAX (64 * 1024)
 #define CTL_REPLIES  16
@@ -82,40 +81,32 @@ int agent_ctl_init(void)
 
 static void take_line(const char *line, size_t len)
 {
-	json_t *o = json_loadb(line, len, 0, NULL);
-	const char *type = json_string_value(json_object_get(o, "type"));
-	if (type && !strcmp(type, "cancel")) {
+	proto_agentctl_t c;
+	proto_agentctl_parse(line, len, &c);
+	if (c.type == PROTO_AGENTCTL_CANCEL) {
 		agent_ctl_stop();
-	} else if (type && !strcmp(type, "reply")) {
-		const char *id = json_string_value(json_object_get(o, "id"));
-		if (id && strlen(id) < sizeof(replies[0].id)) {
-			pthread_mutex_lock(&mu);
-			int slot = -1;
-			for (int i = 0; i < CTL_REPLIES; i++)
-				if (!replies[i].used) {
-					slot = i;
-					break;
-				}
-			if (slot < 0)
-				slot = 0; /* nobody waits for that many: drop the oldest */
-			memset(&replies[slot], 0, sizeof(replies[slot]));
-			replies[slot].used = 1;
-			snprintf(replies[slot].id, sizeof(replies[slot].id), "%s", id);
-			agent_reply_t *r = &replies[slot].r;
-			r->rejected = json_is_true(json_object_get(o, "reject"));
-			r->expired = json_is_true(json_object_get(o, "expired"));
-			const char *opt = json_string_value(json_object_get(o, "option"));
-			const char *text = json_string_value(json_object_get(o, "text"));
-			if (opt)
-				snprintf(r->option, sizeof(r->option), "%s", opt);
-			if (text)
-				snprintf(r->text, sizeof(r->text), "%s", text);
-			pthread_cond_broadcast(&cv);
-			pthread_mutex_unlock(&mu);
-		}
+	} else if (c.type == PROTO_AGENTCTL_REPLY && strlen(c.id) < sizeof(replies[0].id)) {
+		pthread_mutex_lock(&mu);
+		int slot = -1;
+		for (int i = 0; i < CTL_REPLIES; i++)
+			if (!replies[i].used) {
+				slot = i;
+				break;
+			}
+		if (slot < 0)
+			slot = 0; /* nobody waits for that many: drop the oldest */
+		memset(&replies[slot], 0, sizeof(replies[slot]));
+		replies[slot].used = 1;
+		snprintf(replies[slot].id, sizeof(replies[slot].id), "%s", c.id);
+		agent_reply_t *r = &replies[slot].r;
+		r->rejected = c.reject;
+		r->expired = c.expired;
+		snprintf(r->option, sizeof(r->option), "%s", c.option);
+		snprintf(r->text, sizeof(r->text), "%s", c.text);
+		pthread_cond_broadcast(&cv);
+		pthread_mutex_unlock(&mu);
 	}
 	/* Anything else is not for us. */
-	json_decref(o);
 }
 
 static void *reader_main(void *arg)

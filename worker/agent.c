@@ -13,6 +13,7 @@
 #include <sodium.h>
 
 #include "common/sandbox_layout.h"
+#include "proto/agentctl.h"
 #include "proto/names.h"
 #include "worker/agent_native.h"
 
@@ -194,18 +195,7 @@ char *worker_agent_turn_line(const worker_agent_ctx_t *ctx, size_t *lenp)
 
 char *worker_agent_reply_line(const worker_agent_reply_t *r, size_t *lenp)
 {
-	json_t *t = json_object();
-	json_object_set_new(t, "type", json_string("reply"));
-	json_object_set_new(t, "id", json_string(r->ask_id));
-	if (r->option)
-		json_object_set_new(t, "option", json_string(r->option));
-	else if (r->text)
-		json_object_set_new(t, "text", json_string(r->text));
-	else
-		json_object_set_new(t, "reject", json_true());
-	if (r->expired)
-		json_object_set_new(t, "expired", json_true());
-	return dump_line(t, lenp);
+	return proto_agentctl_reply_line(r->ask_id, r->option, r->option ? NULL : r->text, r->expired, lenp);
 }
 
 const char *worker_agent_permission_mode(const worker_boot_t *boot, const proto_job_t *job,

@@ -7,6 +7,8 @@
 #include "worker/agent.h"
 #include "worker/agent_native.h"
 
+#include "proto/agentctl.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,8 +47,7 @@ void worker_agent_native_on_reply(void *state, const worker_agent_reply_t *reply
 void worker_agent_native_on_cancel(void *state, const worker_agent_io_t *io)
 {
 	(void)state;
-	static const char cancel[] = "{\"type\":\"cancel\"}\n";
-	io->write(io->loop, cancel, sizeof(cancel) - 1);
+	io->write(io->loop, PROTO_AGENTCTL_CANCEL_LINE, sizeof(PROTO_AGENTCTL_CANCEL_LINE) - 1);
 }
 
 void worker_agent_native_free(void *state)

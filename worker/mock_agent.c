@@ -27,6 +27,7 @@
 
 #include "common/sandbox_layout.h"
 #include "common/util.h"
+#include "proto/agentctl.h"
 
 #define TURN_MAX    (4 * 1024 * 1024) /* bytes of the turn line */
 #define CONTROL_MAX 4096              /* bytes of one control line */
@@ -91,25 +92,21 @@ static void emit_raw(const char *line)
 	write_all(1, line, strlen(line));
 }
 
-/* The last reply line read from stdin (owned), for wait_reply(). */
-static json_t *last_reply;
+/* The last reply line read from stdin, for wait_reply(). */
+static proto_agentctl_t last_reply;
+static int have_reply;
 
 /* Handles one control line; a cancel ends the agent, a reply is kept. */
 static void control_line(const char *line)
 {
-	json_t *msg = json_loads(line, 0, NULL);
-	if (!msg)
-		return;
-	const char *type = json_string_value(json_object_get(msg, "type"));
-	int cancel = type && strcmp(type, "cancel") == 0;
-	if (type && strcmp(type, "reply") == 0) {
-		json_decref(last_reply);
-		last_reply = msg;
-		return;
-	}
-	json_decref(msg);
-	if (cancel)
+	proto_agentctl_t c;
+	proto_agentctl_parse(line, strlen(line), &c);
+	if (c.type == PROTO_AGENTCTL_REPLY) {
+		last_reply = c;
+		have_reply = 1;
+	} else if (c.type == PROTO_AGENTCTL_CANCEL) {
 		exit(0);
+	}
 }
 
 /*
@@ -154,21 +151,20 @@ static void wait_ms(int64_t ms)
 
 /*
  * Waits for the reply to ask id on stdin (other replies are skipped).
- * Returns it (owned), or NULL when stdin closed first.
+ * 1 with *out, or 0 when stdin closed first.
  */
-static json_t *wait_reply(const char *id)
+static int wait_reply(const char *id, proto_agentctl_t *out)
 {
 	for (;;) {
-		if (last_reply) {
-			const char *rid = json_string_value(json_object_get(last_reply, "id"));
-			json_t *r = last_reply;
-			last_reply = NULL;
-			if (rid && strcmp(rid, id) == 0)
-				return r;
-			json_decref(r);
+		if (have_reply) {
+			have_reply = 0;
+			if (strcmp(last_reply.id, id) == 0) {
+				*out = last_reply;
+				return 1;
+			}
 		}
 		if (!stdin_open)
-			return NULL;
+			return 0;
 		wait_ms(50);
 	}
 }
@@ -343,22 +339,19 @@ static void script_ask(json_t *turn, const char *prompt)
 		               "args", "command", "mkdir -p assets",
 		               "options", "id", "allow_once", "label", "Allow", "id", "reject_once", "label", "Reject",
 		               "status", "open"));
-		json_t *r = wait_reply("ask_1");
-		const char *opt = r ? json_string_value(json_object_get(r, "option")) : NULL;
-		if (!r)
+		static proto_agentctl_t r;
+		if (!wait_reply("ask_1", &r))
 			why = "no reply (stdin closed)";
-		else if (json_is_true(json_object_get(r, "expired")))
+		else if (r.expired)
 			why = "the permission request expired";
-		else if (opt && strcmp(opt, "allow_once") == 0)
+		else if (r.has_option && strcmp(r.option, "allow_once") == 0)
 			why = NULL;
-		else if (json_is_true(json_object_get(r, "reject")) || opt)
+		else if (r.reject || r.has_option)
 			why = "the user rejected the tool call";
 		else {
-			snprintf(whybuf, sizeof(whybuf), "the user answered instead: %.100s",
-			         json_string_value(json_object_get(r, "text")) ? json_string_value(json_object_get(r, "text")) : "");
+			snprintf(whybuf, sizeof(whybuf), "the user answered instead: %.100s", r.text);
 			why = whybuf;
 		}
-		json_decref(r);
 	} else if (strcmp(mode, "deny") == 0) {
 		why = "permission_mode deny refuses tool calls";
 	}
@@ -491,6 +484,5 @@ int main(int argc, char **argv)
 		usage_error(script);
 	}
 	json_decref(turn);
-	json_decref(last_reply);
 	return rc;
 }
