@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/sandbox_layout.h"
 #include "common/util.h"
+#include "proto/control.h"
 #include "worker/sandbox.h"
 
 #define ACP_PROTOCOL_VERSION 1
@@ -67,6 +68,7 @@ typedef struct ask {
 struct worker_acp {
 	worker_acp_opts_t o;
 	phase_t phase;
+	unsigned awaiting; /* bit 1 << ID_*: sent, not answered yet */
 	char *session_id;
 	json_t *modes; /* session/new result.modes (owned) or NULL */
 	int cancelled;
@@ -192,6 +194,7 @@ static int send_obj(worker_acp_t *s, const worker_agent_io_t *io, json_t *msg, i
 static int send_request(worker_acp_t *s, const worker_agent_io_t *io, int id, const char *method,
                         json_t *params, int wipe)
 {
+	s->awaiting |= 1u << id;
 	return send_obj(s, io, json_pack("{s:s,s:i,s:s,s:o}", "jsonrpc", "2.0", "id", id, "method", method, "params", params), wipe);
 }
 
@@ -638,6 +641,13 @@ static void on_response(worker_acp_t *s, const worker_agent_io_t *io, json_int_t
 	const json_t *err = json_object_get(msg, "error");
 	const json_t *res = json_object_get(msg, "result");
 	char ebuf[700], m[900];
+	/* Only a request runnel sent and has no answer for yet: a repeated or
+	 * unasked response would restart a phase (and leak its state). */
+	if (id < ID_INITIALIZE || id > ID_PROMPT || !(s->awaiting & (1u << id))) {
+		emit_log(s, io, "warn", "the agent answered request %lld, which is not waiting for an answer", (long long)id);
+		return;
+	}
+	s->awaiting &= ~(1u << id);
 	if (err)
 		rpc_error_text(err, ebuf, sizeof(ebuf));
 	switch (id) {
@@ -879,7 +889,6 @@ static void on_permission(worker_acp_t *s, const worker_agent_io_t *io, json_t *
 		answer_permission(s, io, rpc_id, option_reject(options));
 		return;
 	}
-	s->nasks++;
 	json_t *opts = json_array();
 	size_t i;
 	json_t *o;
@@ -888,13 +897,24 @@ static void on_permission(worker_acp_t *s, const worker_agent_io_t *io, json_t *
 		const char *id = json_string_value(json_object_get(o, "optionId"));
 		const char *label = json_string_value(json_object_get(o, "name"));
 		const char *k = json_string_value(json_object_get(o, "kind"));
-		if (!id)
+		/* An option a reply cannot name (SPEC §4's id characters) is left
+		 * out of the ask: the ask line would be refused whole. */
+		if (!proto_ctl_id_ok(id))
 			continue;
 		json_t *e = json_pack("{s:s,s:s}", "id", id, "label", label ? label : id);
 		if (e && k)
 			json_object_set_new(e, "kind", json_string(k));
 		json_array_append_new(opts, e);
 	}
+	if (json_array_size(opts) == 0) {
+		json_decref(opts);
+		json_decref(a->rpc_id);
+		json_decref(a->options);
+		emit_log(s, io, "warn", "refused %s: the agent offered no option a reply can name", tool ? tool : "a tool");
+		answer_permission(s, io, rpc_id, option_reject(options));
+		return;
+	}
+	s->nasks++;
 	const char *title = json_string_value(json_object_get(tc, "title"));
 	char tbuf[512];
 	snprintf(tbuf, sizeof(tbuf), "Allow %s: %s", tool ? tool : "a tool", title ? title : "");

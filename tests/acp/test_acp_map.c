@@ -422,9 +422,46 @@ static void test_fs(void)
 	rec_free(&r);
 }
 
+/* What the fuzzer found: a repeated response restarted a phase (leaking the
+ * first session), and an option id a reply cannot name made the whole ask
+ * line invalid, so the agent waited for an ask nobody saw. */
+static void test_agent_oddities(void)
+{
+	rec_t r = { 0 };
+	worker_agent_io_t io = { emit_cb, write_cb, &r };
+	worker_acp_t *s = session(WORKER_ACP_PRESET_CODEX, WORKER_ACP_PERM_ASK, NULL, NULL);
+	handshake(s, &io, &r, "[{\"id\":\"auto\"}]");
+	size_t nw = r.nw;
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"sessionId\":\"S2\"}}");
+	TH_CHECK(r.nw == nw, "a second session/new answer writes nothing");
+	TH_CHECK(strstr(last_emitted(&r), "the agent answered request 2, which is not waiting for an answer") != NULL,
+	         "a second answer is a warn log: %s", last_emitted(&r));
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}");
+	TH_CHECK(strstr(last_emitted(&r), "the agent answered request 99, which is not waiting") != NULL,
+	         "an unasked answer is a warn log: %s", last_emitted(&r));
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}");
+	TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/prompt"), "the turn goes on");
+	TH_CHECK(strstr(last_written(&r), "\"S1\"") != NULL, "with the first session: %s", last_written(&r));
+
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":\"p1\",\"method\":\"session/request_permission\",\"params\":{\"toolCall\":{\"toolCallId\":\"c1\",\"title\":\"ls\"},\"options\":[{\"optionId\":\"ok%d\",\"name\":\"Yes\",\"kind\":\"allow_once\"},{\"optionId\":\"no\",\"name\":\"No\",\"kind\":\"reject_once\"}]}}");
+	const char *ask = last_emitted(&r);
+	TH_CHECK(th_streq(str_at(ask, "type", NULL), "ask") &&
+	                 th_streq(str_at(ask, "options", NULL), "[{\"id\":\"no\",\"label\":\"No\",\"kind\":\"reject_once\"}]"),
+	         "the unnameable option is left out: %s", ask);
+	nw = r.nw;
+	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":\"p2\",\"method\":\"session/request_permission\",\"params\":{\"toolCall\":{\"toolCallId\":\"c2\",\"title\":\"ls\"},\"options\":[{\"optionId\":\"a b\",\"name\":\"Yes\",\"kind\":\"allow_once\"},{\"optionId\":\"\",\"name\":\"No\",\"kind\":\"reject_once\"}]}}");
+	TH_CHECK(strstr(last_emitted(&r), "refused ls: the agent offered no option a reply can name") != NULL,
+	         "no nameable option: refused with a warn log: %s", last_emitted(&r));
+	TH_CHECK(r.nw == nw + 1 && th_streq(last_written(&r), "{\"jsonrpc\":\"2.0\",\"id\":\"p2\",\"result\":{\"outcome\":{\"outcome\":\"selected\",\"optionId\":\"\"}}}"),
+	         "answered at once with the agent's reject option: %s", last_written(&r));
+	worker_acp_free(s);
+	rec_free(&r);
+}
+
 int main(void)
 {
 	th_init("acp_map");
+	test_agent_oddities();
 	test_claude_flow();
 	test_codex_permission();
 	test_ends();
