@@ -18,6 +18,7 @@
 #include "agent/emit.h"
 #include "agent/http.h"
 #include "agent/sse.h"
+#include "common/dynbuf.h"
 #include "common/util.h"
 
 #define CHAT_EVENT_MAX (2 * 1024 * 1024) /* one SSE line or event */
@@ -28,10 +29,9 @@ typedef struct attempt {
 	CURL *easy;
 	agent_sse_t sse;
 	long status;
-	int is_sse; /* Content-Type text/event-stream */
-	int failed; /* the stream was refused (errstr) */
-	char *body; /* non-SSE body, capped */
-	size_t body_len;
+	int is_sse;       /* Content-Type text/event-stream */
+	int failed;       /* the stream was refused (errstr) */
+	rn_dynbuf_t body; /* non-SSE body, its first CHAT_BODY_MAX bytes */
 	int64_t retry_after_ms;
 	char errstr[512];
 } attempt_t;
@@ -121,9 +121,9 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg)
 		return len;
 	}
 	/* An error body or an answer sent whole: keep the first part. */
-	size_t room = CHAT_BODY_MAX - a->body_len;
+	size_t room = a->body.max - a->body.len;
 	size_t take = len < room ? len : room;
-	if (take > 0 && rn_buf_append(&a->body, &a->body_len, buf, take) < 0)
+	if (rn_dynbuf_add(&a->body, buf, take) < 0)
 		return 0;
 	return len;
 }
@@ -133,9 +133,9 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg)
 static void provider_message(const attempt_t *a, char *out, size_t size)
 {
 	out[0] = '\0';
-	if (!a->body_len)
+	if (!a->body.len)
 		return;
-	json_t *o = json_loadb(a->body, a->body_len, 0, NULL);
+	json_t *o = json_loadb(a->body.p, a->body.len, 0, NULL);
 	const json_t *e = json_object_get(o, "error");
 	const char *m = json_string_value(json_object_get(e, "message"));
 	if (!m)
@@ -147,7 +147,7 @@ static void provider_message(const attempt_t *a, char *out, size_t size)
 	if (m) {
 		snprintf(out, size, "%.300s", m);
 	} else {
-		char *t = agent_cap_text(a->body, a->body_len, 200);
+		char *t = agent_cap_text(a->body.p, a->body.len, 200);
 		if (t) {
 			/* Keep it on one line. */
 			for (char *p = t; *p; p++)
@@ -212,6 +212,7 @@ agent_chat_rc_t agent_chat_complete(const agent_chat_opts_t *o, const char *body
 		memset(&a, 0, sizeof(a));
 		a.ans = ans;
 		a.retry_after_ms = -1;
+		rn_dynbuf_init(&a.body, CHAT_BODY_MAX);
 		agent_sse_init(&a.sse, CHAT_EVENT_MAX, on_event, &a);
 		agent_answer_free(ans);
 		agent_answer_init(ans);
@@ -280,9 +281,9 @@ agent_chat_rc_t agent_chat_complete(const agent_chat_opts_t *o, const char *body
 		} else if (!a.is_sse) {
 			/* A provider that ignored "stream": one JSON answer. */
 			char cerr[512];
-			if (!a.body_len || agent_answer_chunk(ans, a.body, a.body_len, cerr, sizeof(cerr)) < 0) {
+			if (!a.body.len || agent_answer_chunk(ans, a.body.p, a.body.len, cerr, sizeof(cerr)) < 0) {
 				snprintf(errstr, errstr_size, "%s",
-				         a.body_len ? cerr : "the model provider sent an empty answer");
+				         a.body.len ? cerr : "the model provider sent an empty answer");
 				rc = AGENT_CHAT_ERROR;
 			} else {
 				rc = AGENT_CHAT_OK;
@@ -293,7 +294,7 @@ agent_chat_rc_t agent_chat_complete(const agent_chat_opts_t *o, const char *body
 		} else {
 			rc = AGENT_CHAT_OK;
 		}
-		free(a.body);
+		rn_dynbuf_free(&a.body);
 		if (!retryable || attempt_no >= o->retries)
 			break;
 		if (delay < 0)

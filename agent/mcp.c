@@ -23,6 +23,7 @@
 #include "proto/names.h"
 #include "common/io.h"
 #include "common/strv.h"
+#include "common/dynbuf.h"
 #include "common/util.h"
 
 extern char **environ;
@@ -281,8 +282,7 @@ typedef struct http_call {
 	agent_sse_t sse;
 	int is_sse;
 	long status;
-	char *body;
-	size_t body_len;
+	rn_dynbuf_t body; /* a JSON answer, at most MCP_LINE_MAX bytes */
 } http_call_t;
 
 static int http_event(void *arg, const char *event, const char *data, size_t len)
@@ -335,7 +335,7 @@ static size_t http_body(char *buf, size_t size, size_t n, void *arg)
 		}
 		return len;
 	}
-	if (c->body_len + len > MCP_LINE_MAX || rn_buf_append(&c->body, &c->body_len, buf, len) < 0)
+	if (rn_dynbuf_add(&c->body, buf, len) < 0)
 		return 0;
 	return len;
 }
@@ -353,6 +353,7 @@ static json_t *http_post(mcp_server_t *s, json_t *msg, json_int_t id, int64_t ti
 	memset(&c, 0, sizeof(c));
 	c.s = s;
 	c.id = id;
+	rn_dynbuf_init(&c.body, MCP_LINE_MAX);
 	agent_sse_init(&c.sse, MCP_LINE_MAX, http_event, &c);
 	struct curl_slist *h = NULL;
 	for (struct curl_slist *p = s->headers; p; p = p->next)
@@ -413,8 +414,8 @@ static json_t *http_post(mcp_server_t *s, json_t *msg, json_int_t id, int64_t ti
 			agent_sse_finish(&c.sse);
 		answer = c.answer;
 		c.answer = NULL;
-	} else if (c.body_len) {
-		answer = json_loadb(c.body, c.body_len, 0, NULL);
+	} else if (c.body.len) {
+		answer = json_loadb(c.body.p, c.body.len, 0, NULL);
 	}
 	if (!json_is_object(answer)) {
 		json_decref(answer);
@@ -424,7 +425,7 @@ static json_t *http_post(mcp_server_t *s, json_t *msg, json_int_t id, int64_t ti
 out:
 	json_decref(c.answer);
 	agent_sse_free(&c.sse);
-	free(c.body);
+	rn_dynbuf_free(&c.body);
 	curl_slist_free_all(h);
 	free(body);
 	return answer;

@@ -11,31 +11,17 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "common/dynbuf.h"
 #include "common/util.h"
 
-typedef struct body_acc {
-	char *p;
-	size_t len;
-} body_acc_t;
-
-static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
-{
-	body_acc_t *b = ud;
-	size_t n = size * nmemb;
-	size_t keep = n;
-	if (b->len + keep > CLI_HTTP_BODY_MAX)
-		keep = CLI_HTTP_BODY_MAX - b->len;
-	if (keep && rn_buf_append(&b->p, &b->len, ptr, keep) < 0)
-		return 0;
-	return n;
-}
 
 int cli_http_request(const char *method, const char *url, const char *token,
                      const char *json_body, cli_http_resp_t *resp,
                      char *errstr, size_t errstr_size)
 {
 	char cerr[CURL_ERROR_SIZE] = "";
-	body_acc_t b = { 0 };
+	rn_body_t b;
+	rn_body_init(&b, CLI_HTTP_BODY_MAX, 1); /* the answer's head is enough to report */
 	struct curl_slist *hdrs = NULL;
 	char *auth = NULL;
 	int rc = -1;
@@ -53,7 +39,7 @@ int cli_http_request(const char *method, const char *url, const char *token,
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 30000L);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, rn_body_write);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 	hdrs = curl_slist_append(hdrs, "Accept: application/json");
@@ -76,12 +62,11 @@ int cli_http_request(const char *method, const char *url, const char *token,
 	if (cc != CURLE_OK) {
 		snprintf(errstr, errstr_size, "cannot reach the dispatcher at %s: %s", url,
 		         cerr[0] ? cerr : curl_easy_strerror(cc));
-		free(b.p);
+		rn_body_free(&b);
 		goto out;
 	}
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
-	resp->body = b.p ? b.p : strdup("");
-	resp->len = b.len;
+	resp->body = rn_dynbuf_take(&b.buf, &resp->len);
 	rc = 0;
 out:
 	if (auth) {

@@ -140,15 +140,3 @@ void rn_stop_signals_install(void (*handler)(int))
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 }
-
-int rn_buf_append(char **buf, size_t *len, const void *data, size_t n)
-{
-	char *p = realloc(*buf, *len + n + 1);
-	if (!p)
-		return -1;
-	memcpy(p + *len, data, n);
-	*buf = p;
-	*len += n;
-	p[*len] = '\0';
-	return 0;
-}

@@ -42,12 +42,4 @@ int rn_redis_url_parse(const char *url, rn_redis_url_t *out, char *errstr, size_
  * and SIGPIPE is ignored so a closed pipe is an error, not death. */
 void rn_stop_signals_install(void (*handler)(int));
 
-/*
- * Appends n bytes to the malloc'd *buf of *len bytes and keeps it
- * NUL-terminated: a body read in pieces (a libcurl write callback).  The
- * caller applies its own cap first.  Returns 0, or -1 when out of memory
- * (*buf and *len unchanged).
- */
-int rn_buf_append(char **buf, size_t *len, const void *data, size_t n);
-
 #endif

@@ -8,6 +8,7 @@
  */
 #include "common/conf.h"
 #include "common/log.h"
+#include "common/dynbuf.h"
 #include "common/util.h"
 #include "dev/stub.h"
 
@@ -61,19 +62,6 @@ static void usage(FILE *f)
  */
 #define STUB_MINT_BODY_MAX ((size_t)1 << 20)
 
-typedef struct body {
-	char *buf;
-	size_t len;
-} body_t;
-
-static size_t on_body(char *p, size_t size, size_t n, void *arg)
-{
-	body_t *b = arg;
-	size_t add = size * n;
-	if (b->len + add > STUB_MINT_BODY_MAX || rn_buf_append(&b->buf, &b->len, p, add) < 0)
-		return 0;
-	return add;
-}
 
 /* The mint verb: asks a running stub for a run and prints its JSON (which
  * holds the OTPs: it goes to stdout for the caller, never to a log). */
@@ -86,11 +74,12 @@ static int mint(const char *agent)
 	char url[1024];
 	snprintf(url, sizeof url, "%s/mint?agent=%s", o_url, esc ? esc : "");
 	curl_free(esc);
-	body_t b = { NULL, 0 };
+	rn_body_t b;
+	rn_body_init(&b, STUB_MINT_BODY_MAX, 0);
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_POST, 1L);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, rn_body_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
 	CURLcode rc = curl_easy_perform(c);
@@ -102,12 +91,12 @@ static int mint(const char *agent)
 		fprintf(stderr, "runnel-workspace-stub: mint: %s: %s\n", o_url, curl_easy_strerror(rc));
 		ret = 1;
 	} else if (status != 200) {
-		fprintf(stderr, "runnel-workspace-stub: mint %s: HTTP %ld %s\n", agent, status, b.buf ? b.buf : "");
+		fprintf(stderr, "runnel-workspace-stub: mint %s: HTTP %ld %s\n", agent, status, b.buf.p ? b.buf.p : "");
 		ret = 1;
 	} else {
-		printf("%s\n", b.buf ? b.buf : "");
+		printf("%s\n", b.buf.p ? b.buf.p : "");
 	}
-	free(b.buf);
+	rn_body_free(&b);
 	return ret;
 }
 

@@ -30,7 +30,7 @@ typedef struct req {
 	char *url;         /* malloc'd */
 	CURL *h;
 	struct curl_slist *headers;
-	worker_httpc_body_t body;
+	rn_body_t body;
 	CURLcode rc;
 	int done;
 } req_t;
@@ -40,7 +40,7 @@ static void req_free(req_t *r)
 	if (r->h)
 		curl_easy_cleanup(r->h);
 	curl_slist_free_all(r->headers);
-	worker_httpc_body_free(&r->body);
+	rn_body_free(&r->body);
 	free(r->url);
 	memset(r, 0, sizeof(*r));
 }
@@ -61,13 +61,13 @@ static int req_init(req_t *r, const char *route, const char *agent_url, const ch
 		snprintf(errstr, errstr_size, "bootstrap: out of memory");
 		return -1;
 	}
-	r->body.max = o->max_body;
+	rn_body_init(&r->body, o->max_body, 0);
 	worker_httpc_setup(r->h, o->connect_timeout_ms, o->timeout_ms);
 	worker_httpc_send_once(r->h);
 	curl_easy_setopt(r->h, CURLOPT_URL, r->url);
 	curl_easy_setopt(r->h, CURLOPT_HTTPGET, 1L);
 	curl_easy_setopt(r->h, CURLOPT_HTTPHEADER, r->headers);
-	curl_easy_setopt(r->h, CURLOPT_WRITEFUNCTION, worker_httpc_body_write);
+	curl_easy_setopt(r->h, CURLOPT_WRITEFUNCTION, rn_body_write);
 	curl_easy_setopt(r->h, CURLOPT_WRITEDATA, &r->body);
 	curl_easy_setopt(r->h, CURLOPT_PRIVATE, r);
 	return 0;
@@ -103,8 +103,8 @@ static json_t *req_answer(req_t *r, const worker_boot_opts_t *o, char *errstr, s
 		return NULL;
 	}
 	json_error_t jerr;
-	json_t *j = r->body.data ? json_loadb(r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &jerr)
-	                         : NULL;
+	json_t *j = r->body.buf.p ? json_loadb(r->body.buf.p, r->body.buf.len, JSON_REJECT_DUPLICATES, &jerr)
+	                          : NULL;
 	if (!j) {
 		snprintf(errstr, errstr_size, "%s: answer is not JSON", r->route);
 		return NULL;

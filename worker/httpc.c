@@ -1,5 +1,5 @@
 /*
- * worker/httpc.c - libcurl options, capped answer bodies and safe error
+ * worker/httpc.c - libcurl options and safe error
  * messages shared by the stages that speak HTTP.
  */
 #include "worker/httpc.h"
@@ -16,33 +16,6 @@
 #ifndef RUNNEL_VERSION
 #define RUNNEL_VERSION "0"
 #endif
-
-size_t worker_httpc_body_write(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-	worker_httpc_body_t *b = userdata;
-	size_t n = size * nmemb;
-	if (n > b->max - b->len || b->len > b->max) {
-		b->too_big = 1;
-		return 0; /* stops the transfer with CURLE_WRITE_ERROR */
-	}
-	char *nd = realloc(b->data, b->len + n + 1);
-	if (!nd) {
-		b->oom = 1;
-		return 0;
-	}
-	memcpy(nd + b->len, ptr, n);
-	b->len += n;
-	nd[b->len] = '\0';
-	b->data = nd;
-	return n;
-}
-
-void worker_httpc_body_free(worker_httpc_body_t *b)
-{
-	free(b->data);
-	b->data = NULL;
-	b->len = 0;
-}
 
 void worker_httpc_setup(CURL *h, long connect_timeout_ms, long timeout_ms)
 {

@@ -1,7 +1,7 @@
 /*
  * worker/httpc.h - what the stages that speak HTTP (bootstrap, workspace
  * download, writeback) share about libcurl: the options every handle gets,
- * a capped in-memory answer body, and error messages in words that never
+ * and error messages in words that never
  * quote a URL's query string or an Authorization header.
  *
  * libcurl must be initialised once by main (curl_global_init) before any
@@ -16,18 +16,8 @@
 #include "common/netaddr.h"
 #include "worker/stop.h"
 
-/* An answer body kept in memory, at most max bytes. */
-typedef struct worker_httpc_body {
-	char *data; /* NUL-terminated (malloc'd, owned) */
-	size_t len;
-	size_t max;
-	int too_big; /* the answer went over max: the transfer was stopped */
-	int oom;
-} worker_httpc_body_t;
-
-/* CURLOPT_WRITEFUNCTION for a worker_httpc_body_t (CURLOPT_WRITEDATA). */
-size_t worker_httpc_body_write(char *ptr, size_t size, size_t nmemb, void *userdata);
-void worker_httpc_body_free(worker_httpc_body_t *b);
+/* The answer body kept in memory is common/dynbuf.h's rn_body_t. */
+#include "common/dynbuf.h"
 
 /*
  * Options every request gets: http/https only (also on redirects), no

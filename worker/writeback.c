@@ -244,7 +244,8 @@ static int post(wb_ctx_t *c, const char *agent_url, const char *otp)
 	/* No "Expect: 100-continue" round trip. */
 	if (hdr)
 		hdr = curl_slist_append(hdr, "Expect:");
-	worker_httpc_body_t answer = { .max = ANSWER_MAX };
+	rn_body_t answer;
+	rn_body_init(&answer, ANSWER_MAX, 0);
 	if (!h || !mime || !hdr) {
 		snprintf(c->errstr, c->errstr_size, "writeback: out of memory");
 		goto out;
@@ -266,7 +267,7 @@ static int post(wb_ctx_t *c, const char *agent_url, const char *otp)
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
 	curl_easy_setopt(h, CURLOPT_MIMEPOST, mime);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, worker_httpc_body_write);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, rn_body_write);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &answer);
 
 	CURLcode cr = curl_easy_perform(h);
@@ -290,7 +291,7 @@ static int post(wb_ctx_t *c, const char *agent_url, const char *otp)
 		rc = 0;
 	}
 out:
-	worker_httpc_body_free(&answer);
+	rn_body_free(&answer);
 	curl_mime_free(mime);
 	curl_slist_free_all(hdr);
 	if (h)

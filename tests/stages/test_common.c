@@ -1,14 +1,16 @@
 /*
  * tests/stages/test_common.c - the helpers in common/ every program shares:
- * the string vector (order, NULL terminator, setenv replacement), the
+ * the capped buffer and the HTTP body (the cap is enforced), the string vector (order, NULL terminator, setenv replacement), the
  * reconnect backoff's bounds, and rn_redis_connect against a real
  * redis-server: a good URL, a wrong password, no password, a database that
  * does not exist and a port nobody listens on, each with its exact error words and
  * never the password.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/dynbuf.h"
 #include "common/redis.h"
 #include "common/strv.h"
 #include "common/util.h"
@@ -115,8 +117,61 @@ static void test_connect(void)
 	th_redis_stop(&r);
 }
 
+/* The cap is the maximum given at init: reached exactly, never passed, and
+ * a refused add leaves the buffer as it was. */
+static void test_dynbuf(void)
+{
+	rn_dynbuf_t b;
+	rn_dynbuf_init(&b, 100);
+	TH_CHECK(b.p == NULL && b.len == 0, "empty at init");
+	char chunk[33];
+	memset(chunk, 'x', sizeof(chunk));
+	for (int i = 0; i < 3; i++)
+		TH_CHECK(rn_dynbuf_add(&b, chunk, 33) == 0, "add %d", i);
+	TH_CHECK(b.len == 99 && b.p[99] == '\0' && b.cap <= 101, "99 bytes, NUL-terminated (cap %zu)", b.cap);
+	TH_CHECK(rn_dynbuf_add(&b, chunk, 2) == RN_DYNBUF_TOO_BIG, "one byte over the cap is refused");
+	TH_CHECK(b.len == 99 && b.p[99] == '\0', "a refused add changes nothing");
+	TH_CHECK(rn_dynbuf_add(&b, "y", 1) == 0 && b.len == 100 && b.p[99] == 'y' && b.p[100] == '\0',
+	         "the cap itself is reached");
+	TH_CHECK(b.cap == 101, "never allocated past max + 1 (%zu)", b.cap);
+	TH_CHECK(rn_dynbuf_add(&b, "", 0) == 0, "nothing more is still fine");
+	TH_CHECK(rn_dynbuf_add(&b, "z", 1) == RN_DYNBUF_TOO_BIG, "full");
+	TH_CHECK(rn_dynbuf_reserve(&b, 1) == RN_DYNBUF_TOO_BIG, "no room to reserve");
+	/* A huge add does not wrap around the arithmetic. */
+	TH_CHECK(rn_dynbuf_add(&b, chunk, (size_t)-1) == RN_DYNBUF_TOO_BIG, "SIZE_MAX bytes refused");
+	rn_dynbuf_reset(&b);
+	TH_CHECK(b.len == 0 && b.p && b.p[0] == '\0', "reset keeps the memory");
+	TH_CHECK(rn_dynbuf_adds(&b, "abc") == 0 && th_streq(b.p, "abc"), "adds");
+	size_t len = 0;
+	char *t = rn_dynbuf_take(&b, &len);
+	TH_CHECK(t && len == 3 && th_streq(t, "abc") && b.p == NULL && b.len == 0 && b.max == 100, "take");
+	free(t);
+	t = rn_dynbuf_take(&b, &len);
+	TH_CHECK(t && len == 0 && t[0] == '\0', "take of an empty buffer is \"\"");
+	free(t);
+	rn_dynbuf_free(&b);
+
+	/* A buffer with max 0 holds nothing but its NUL. */
+	rn_dynbuf_init(&b, 0);
+	TH_CHECK(rn_dynbuf_add(&b, "a", 1) == RN_DYNBUF_TOO_BIG && rn_dynbuf_add(&b, "", 0) == 0 && b.cap == 1,
+	         "max 0");
+	rn_dynbuf_free(&b);
+
+	/* The HTTP body: stop at the cap, or keep its head and read on. */
+	rn_body_t body;
+	rn_body_init(&body, 10, 0);
+	TH_CHECK(rn_body_write(chunk, 1, 6, &body) == 6 && rn_body_write(chunk, 1, 4, &body) == 4, "10 bytes fit");
+	TH_CHECK(rn_body_write(chunk, 1, 1, &body) == 0 && body.too_big && body.buf.len == 10, "the 11th stops it");
+	rn_body_free(&body);
+	rn_body_init(&body, 10, 1);
+	TH_CHECK(rn_body_write(chunk, 3, 3, &body) == 9 && rn_body_write(chunk, 1, 5, &body) == 5, "read on");
+	TH_CHECK(body.too_big && body.buf.len == 10 && body.buf.p[10] == '\0', "the head is kept");
+	rn_body_free(&body);
+}
+
 int main(void)
 {
+	test_dynbuf();
 	test_strv();
 	test_backoff();
 	test_connect();
