@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "common/dynbuf.h"
 #include "common/util.h"
 
 #define VIEW_STEPS_MAX 4096
@@ -49,10 +50,9 @@ typedef struct view_step {
 	long row;          /* physical line index of its row */
 } view_step_t;
 
-typedef struct view_buf {
-	char *p;
-	size_t len, cap;
-} view_buf_t;
+/* The output of one event, capped at VIEW_BUF_MAX. */
+typedef rn_dynbuf_t view_buf_t;
+#define VIEW_BUF_MAX (VIEW_OUT_MAX + VIEW_OUT_SLACK - 1)
 
 struct cli_view {
 	cli_view_mode_t mode;
@@ -75,21 +75,8 @@ struct cli_view {
 
 static void buf_add(view_buf_t *b, const char *s, size_t n)
 {
-	if (b->len + n + 1 > VIEW_OUT_MAX + VIEW_OUT_SLACK)
-		return; /* past the cap the event is cut short, never the process */
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 1024;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p)
-			return;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
+	/* Past the cap the event is cut short, never the process. */
+	(void)rn_dynbuf_add(b, s, n);
 }
 
 static void buf_str(view_buf_t *b, const char *s)
@@ -102,7 +89,7 @@ static void flush_buf(cli_view_t *v)
 	if (v->b.len)
 		fwrite(v->b.p, 1, v->b.len, v->out);
 	fflush(v->out);
-	v->b.len = 0;
+	rn_dynbuf_reset(&v->b);
 }
 
 /* ---- text: UTF-8, display width, sanitising --------------------------- */
@@ -204,10 +191,11 @@ static size_t put_text(view_buf_t *b, const char *s, size_t len, int maxw, int *
 
 static int text_width(const char *s)
 {
-	view_buf_t scratch = { 0 };
+	view_buf_t scratch;
 	int w = 0;
+	rn_dynbuf_init(&scratch, VIEW_BUF_MAX);
 	put_text(&scratch, s, strlen(s), -1, &w);
-	free(scratch.p);
+	rn_dynbuf_free(&scratch);
 	return w;
 }
 
@@ -254,6 +242,7 @@ cli_view_t *cli_view_new(cli_view_mode_t mode, FILE *out, const char *run_id, in
 		return NULL;
 	v->mode = mode;
 	v->out = out;
+	rn_dynbuf_init(&v->b, VIEW_BUF_MAX);
 	snprintf(v->run_id, sizeof(v->run_id), "%s", run_id ? run_id : "");
 	v->start_mono = rn_mono_ms();
 	snprintf(v->status, sizeof(v->status), "waiting for the run to start");
@@ -291,7 +280,7 @@ void cli_view_free(cli_view_t *v)
 		free(v->steps[i].error);
 	}
 	free(v->steps);
-	free(v->b.p);
+	rn_dynbuf_free(&v->b);
 	free(v);
 }
 
