@@ -95,7 +95,7 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg)
 		v[vl] = '\0';
 		a->retry_after_ms = agent_chat_retry_after_ms(v);
 	} else if (len > 13 && !strncasecmp(buf, "Content-Type:", 13)) {
-		a->is_sse = memmem(buf, len, "event-stream", 12) != NULL;
+		a->is_sse = !!memmem(buf, len, "event-stream", 12);
 	}
 	return len;
 }

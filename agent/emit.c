@@ -44,7 +44,7 @@ int agent_emit(json_t *obj)
 	if (secret_len >= 4) {
 		/* Overwrite in place: the replacement is never longer. */
 		char *hit;
-		while ((hit = strstr(s, secret)) != NULL) {
+		while ((hit = strstr(s, secret))) {
 			static const char mark[] = "[redacted]";
 			size_t m = sizeof(mark) - 1 < secret_len ? sizeof(mark) - 1 : secret_len;
 			memcpy(hit, mark, m);

@@ -63,7 +63,7 @@ agent_http_rc_t agent_http_perform(CURL *easy, int64_t idle_ms, char *errstr, si
 	int left_msgs;
 	rc = AGENT_HTTP_FAILED;
 	snprintf(errstr, errstr_size, "the transfer did not finish");
-	while ((msg = curl_multi_info_read(m, &left_msgs)) != NULL) {
+	while ((msg = curl_multi_info_read(m, &left_msgs))) {
 		if (msg->msg != CURLMSG_DONE)
 			continue;
 		if (msg->data.result == CURLE_OK || (aborted && msg->data.result == CURLE_WRITE_ERROR)) {

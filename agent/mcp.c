@@ -318,7 +318,7 @@ static size_t http_header(char *buf, size_t size, size_t n, void *arg)
 			c->s->session[vl] = '\0';
 		}
 	} else if (len > 13 && !strncasecmp(buf, "Content-Type:", 13)) {
-		c->is_sse = memmem(buf, len, "event-stream", 12) != NULL;
+		c->is_sse = !!memmem(buf, len, "event-stream", 12);
 	}
 	return len;
 }
@@ -724,7 +724,7 @@ static mcp_tool_t *find(const agent_mcp_t *m, const char *name)
 
 int agent_mcp_has(const agent_mcp_t *m, const char *name)
 {
-	return find(m, name) != NULL;
+	return !!find(m, name);
 }
 
 void agent_mcp_call(agent_mcp_t *m, const char *name, const json_t *args, size_t output_max,

@@ -87,7 +87,7 @@ int agent_skills_scan(const char *dir, char **prompt)
 	char *names[AGENT_SKILLS_MAX];
 	int n = 0;
 	struct dirent *e;
-	while ((e = readdir(d)) != NULL && n < AGENT_SKILLS_MAX) {
+	while ((e = readdir(d)) && n < AGENT_SKILLS_MAX) {
 		if (e->d_name[0] == '.')
 			continue;
 		names[n] = strdup(e->d_name);

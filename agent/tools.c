@@ -306,7 +306,7 @@ static void list_dir(int dfd, const char *prefix, int recursive, int depth, list
 	}
 	rn_strv_t list = { 0 };
 	struct dirent *e;
-	while ((e = readdir(d)) != NULL && list.n < LIST_MAX + 1) {
+	while ((e = readdir(d)) && list.n < LIST_MAX + 1) {
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
 		if (rn_strv_add(&list, e->d_name) < 0)

@@ -61,7 +61,7 @@ static void on_line(caller_t *c, const char *line, size_t len)
 	const char *p = memmem(line, len, "\"sent_us\":", 10);
 
 	c->lines++;
-	if (p != NULL) {
+	if (p) {
 		int64_t sent = strtoll(p + 10, NULL, 10);
 		size_t i = atomic_fetch_add(&NLAT, 1);
 
@@ -81,7 +81,7 @@ static size_t on_data(char *data, size_t size, size_t n, void *arg)
 		if (data[i] == '\n') {
 			on_line(c, c->partial, c->plen);
 			c->plen = 0;
-		} else if (c->plen < sizeof c->partial - 1) {
+		} else if (c->plen < sizeof(c->partial) - 1) {
 			c->partial[c->plen++] = data[i];
 		}
 	}
@@ -107,7 +107,7 @@ static int sock_cb(CURL *e, curl_socket_t s, int what, void *userp, void *socket
 	}
 	ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
 	ev.data.fd = s;
-	if (socketp == NULL) {
+	if (!socketp) {
 		epoll_ctl(EPFD, EPOLL_CTL_ADD, s, &ev);
 		curl_multi_assign(multi, s, (void *)1);
 	} else {
@@ -174,11 +174,11 @@ static long proc_kb(pid_t pid, const char *field)
 	FILE *f;
 	long v = -1;
 
-	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
 	f = fopen(path, "r");
-	if (f == NULL)
+	if (!f)
 		return -1;
-	while (fgets(line, sizeof line, f) != NULL)
+	while (fgets(line, sizeof(line), f))
 		if (strncmp(line, field, strlen(field)) == 0)
 			v = strtol(line + strlen(field) + 1, NULL, 10);
 	fclose(f);
@@ -192,17 +192,17 @@ static double proc_cpu_s(pid_t pid)
 	unsigned long ut = 0, st = 0;
 	char *p;
 
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	f = fopen(path, "r");
-	if (f == NULL)
+	if (!f)
 		return -1;
-	if (fgets(buf, sizeof buf, f) == NULL) {
+	if (!fgets(buf, sizeof(buf), f)) {
 		fclose(f);
 		return -1;
 	}
 	fclose(f);
 	p = strrchr(buf, ')');
-	if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
 		return -1;
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
@@ -213,13 +213,13 @@ static double redis_cpu_s(redisContext *c)
 	double s = 0, u = 0;
 	const char *p;
 
-	if (r != NULL && r->type == REDIS_REPLY_STRING) {
-		if ((p = strstr(r->str, "used_cpu_sys:")) != NULL)
+	if (r && r->type == REDIS_REPLY_STRING) {
+		if ((p = strstr(r->str, "used_cpu_sys:")))
 			s = strtod(p + 13, NULL);
-		if ((p = strstr(r->str, "used_cpu_user:")) != NULL)
+		if ((p = strstr(r->str, "used_cpu_user:")))
 			u = strtod(p + 14, NULL);
 	}
-	if (r != NULL)
+	if (r)
 		freeReplyObject(r);
 	return s + u;
 }
@@ -232,14 +232,14 @@ static double redis_usec_per_call(redisContext *c, const char *cmd, long *calls)
 	char key[64];
 	const char *p;
 
-	snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
-	if (r != NULL && r->type == REDIS_REPLY_STRING && (p = strstr(r->str, key)) != NULL) {
+	snprintf(key, sizeof(key), "cmdstat_%s:calls=", cmd);
+	if (r && r->type == REDIS_REPLY_STRING && (p = strstr(r->str, key))) {
 		*calls = strtol(p + strlen(key), NULL, 10);
 		p = strstr(p, "usec_per_call=");
-		if (p != NULL)
+		if (p)
 			v = strtod(p + 14, NULL);
 	}
-	if (r != NULL)
+	if (r)
 		freeReplyObject(r);
 	return v;
 }
@@ -262,7 +262,7 @@ static void *writer(void *arg)
 	const int batch = 50;
 	int64_t t0 = mono_us();
 
-	for (int l = 1; l <= L_N && c != NULL; l++) {
+	for (int l = 1; l <= L_N && c; l++) {
 		int64_t round_start = mono_us();
 
 		for (int b = 0; b < C_N; b += batch) {
@@ -276,12 +276,12 @@ static void *writer(void *arg)
 				char line[256];
 
 				if (l == L_N)
-					snprintf(line, sizeof line, "{\"type\":\"result\",\"message\":\"done\","
-					                            "\"sent_us\":%" PRId64 ",\"ts\":1}",
+					snprintf(line, sizeof(line), "{\"type\":\"result\",\"message\":\"done\","
+					                             "\"sent_us\":%" PRId64 ",\"ts\":1}",
 					         mono_us());
 				else
-					snprintf(line, sizeof line, "{\"type\":\"log\",\"level\":\"info\","
-					                            "\"message\":\"line %d of a benchmark run\",\"sent_us\":%" PRId64 ",\"ts\":1}",
+					snprintf(line, sizeof(line), "{\"type\":\"log\",\"level\":\"info\","
+					                             "\"message\":\"line %d of a benchmark run\",\"sent_us\":%" PRId64 ",\"ts\":1}",
 					         l, mono_us());
 				redisAppendCommand(c, "XADD runnel:{bench_%04d}:out * line %s", i, line);
 			}
@@ -301,7 +301,7 @@ static void *writer(void *arg)
 		}
 	}
 	WRITE_SPAN_MS = (mono_us() - t0) / 1000;
-	if (c != NULL)
+	if (c)
 		redisFree(c);
 	atomic_store(&WRITER_DONE, 1);
 	return NULL;
@@ -311,12 +311,12 @@ static void bench_enqueue(const char *base, int n)
 {
 	CURL *e = curl_easy_init();
 	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-	int64_t *lat = calloc((size_t)n, sizeof *lat);
+	int64_t *lat = calloc((size_t)n, sizeof(*lat));
 	char url[128];
 	size_t ok = 0;
 	FILE *devnull = fopen("/dev/null", "w");
 
-	snprintf(url, sizeof url, "%s/v1/runs", base);
+	snprintf(url, sizeof(url), "%s/v1/runs", base);
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, devnull);
@@ -325,8 +325,8 @@ static void bench_enqueue(const char *base, int n)
 		long status = 0;
 		int64_t t0;
 
-		snprintf(body, sizeof body, "{\"agent_url\":\"http://127.0.0.1:9/ws\",\"otp_setup\":\"a\","
-		                            "\"otp_run\":\"b\",\"prompt\":\"p\",\"run_id\":\"enq_%06d\"}",
+		snprintf(body, sizeof(body), "{\"agent_url\":\"http://127.0.0.1:9/ws\",\"otp_setup\":\"a\","
+		                             "\"otp_run\":\"b\",\"prompt\":\"p\",\"run_id\":\"enq_%06d\"}",
 		         i);
 		curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, body);
 		t0 = mono_us();
@@ -336,7 +336,7 @@ static void bench_enqueue(const char *base, int n)
 				lat[ok++] = mono_us() - t0;
 		}
 	}
-	qsort(lat, ok, sizeof *lat, cmp64);
+	qsort(lat, ok, sizeof(*lat), cmp64);
 	printf("enqueue (POST /v1/runs -> 202 after the delivery report, sequential, keep-alive): %zu/%d ok\n", ok, n);
 	printf("  p50 %.2f ms  p99 %.2f ms  max %.2f ms\n", pct(lat, ok, 0.5) / 1000.0,
 	       pct(lat, ok, 0.99) / 1000.0, ok ? lat[ok - 1] / 1000.0 : 0.0);
@@ -385,15 +385,15 @@ int main(int argc, char **argv)
 	{
 		int port = th_free_port();
 
-		snprintf(port_env, sizeof port_env, "RUNNEL_LISTEN=127.0.0.1:%d", port);
-		snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+		snprintf(port_env, sizeof(port_env), "RUNNEL_LISTEN=127.0.0.1:%d", port);
+		snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
 	}
 	env[0] = port_env;
 	env[1] = th_strf("RUNNEL_REDIS_URL=%s", red.url);
 	env[2] = th_strf("RUNNEL_KAFKA_BROKERS=%s", k.bootstrap);
 	env[3] = "RUNNEL_LOG_LEVEL=warn";
 	/* BENCH_TAIL_CONNECTIONS=N tries another pool size (default 2). */
-	env[4] = getenv("BENCH_TAIL_CONNECTIONS") != NULL ? th_strf("RUNNEL_TAIL_CONNECTIONS=%s", getenv("BENCH_TAIL_CONNECTIONS")) : NULL;
+	env[4] = getenv("BENCH_TAIL_CONNECTIONS") ? th_strf("RUNNEL_TAIL_CONNECTIONS=%s", getenv("BENCH_TAIL_CONNECTIONS")) : NULL;
 	env[5] = NULL;
 	pid = th_spawn(dargv, env, th_strf("%s/dispatcher.log", th_tmpdir()));
 	rc = th_redis_connect(&red);
@@ -423,9 +423,9 @@ int main(int argc, char **argv)
 	printf("idle dispatcher RSS: %ld kB\n", proc_kb(pid, "VmRSS:"));
 	bench_enqueue(base, 1000);
 
-	CALLERS = calloc((size_t)C_N, sizeof *CALLERS);
-	LAT_US = calloc((size_t)C_N * (size_t)L_N, sizeof *LAT_US);
-	SENT_US = calloc((size_t)C_N * (size_t)L_N, sizeof *SENT_US);
+	CALLERS = calloc((size_t)C_N, sizeof(*CALLERS));
+	LAT_US = calloc((size_t)C_N * (size_t)L_N, sizeof(*LAT_US));
+	SENT_US = calloc((size_t)C_N * (size_t)L_N, sizeof(*SENT_US));
 	multi = curl_multi_init();
 	EPFD = epoll_create1(EPOLL_CLOEXEC);
 	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
@@ -475,7 +475,7 @@ int main(int argc, char **argv)
 		static int64_t last_sample;
 
 		pump(multi, 5);
-		while ((msg = curl_multi_info_read(multi, &left)) != NULL)
+		while ((msg = curl_multi_info_read(multi, &left)))
 			if (msg->msg == CURLMSG_DONE) {
 				caller_t *c = NULL;
 
@@ -501,7 +501,7 @@ int main(int argc, char **argv)
 			n = (size_t)C_N * (size_t)L_N;
 		for (int i = 0; i < C_N; i++)
 			complete += CALLERS[i].lines == L_N;
-		if (getenv("BENCH_TIMELINE") != NULL && n > 0) {
+		if (getenv("BENCH_TIMELINE") && n > 0) {
 			/* Worst latency per second of sending: steady or spiky? */
 			int64_t first = SENT_US[0], worst[600] = { 0 };
 			size_t cnt[600] = { 0 };
@@ -520,7 +520,7 @@ int main(int argc, char **argv)
 				if (cnt[s] > 0)
 					printf("  second %3zu: %6zu lines, worst %.1f ms\n", s, cnt[s], worst[s] / 1000.0);
 		}
-		qsort(LAT_US, n, sizeof *LAT_US, cmp64);
+		qsort(LAT_US, n, sizeof(*LAT_US), cmp64);
 		printf("lines: %zu received of %d written over %.1f s; %zu/%d callers got all %d lines and the end\n",
 		       n, C_N * L_N, WRITE_SPAN_MS / 1000.0, complete, C_N, L_N);
 		printf("line latency XADD -> caller: p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms  (goal p99 <= 20 ms)\n",
@@ -551,7 +551,7 @@ int main(int argc, char **argv)
 		curl_easy_perform(e);
 		curl_easy_cleanup(e);
 		rewind(mf);
-		while (fgets(line, sizeof line, mf) != NULL) {
+		while (fgets(line, sizeof(line), mf)) {
 			if (strncmp(line, "runnel_dispatcher_tail_reads_total ", 35) == 0)
 				reads = strtod(line + 35, NULL);
 			else if (strncmp(line, "runnel_dispatcher_tail_entries_total ", 37) == 0)

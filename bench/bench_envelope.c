@@ -85,11 +85,11 @@ int main(int argc, char **argv)
 	if (total <= 0)
 		total = 1000000;
 	for (i = 0; i < MIX; i++) {
-		lens[i] = (size_t)make_line(lines[i], sizeof lines[i], i);
+		lens[i] = (size_t)make_line(lines[i], sizeof(lines[i]), i);
 		bytes += lens[i];
 	}
 	env = proto_env_new(0);
-	if (env == NULL)
+	if (!env)
 		return 1;
 	/* Warm up caches and the allocator. */
 	for (i = 0; i < MIX; i++)

@@ -188,7 +188,7 @@ static double call(int fd, const char *path, const char *prefix, const char *key
 			char *cl = strcasestr(buf, "content-length:");
 			if (cl && cl < e)
 				clen = strtoll(cl + 15, NULL, 10);
-			chunked = strcasestr(buf, "transfer-encoding: chunked") != NULL;
+			chunked = !!strcasestr(buf, "transfer-encoding: chunked");
 			memmove(buf, buf + hl, have - hl);
 			have -= hl;
 			if (!have)

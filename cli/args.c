@@ -119,7 +119,7 @@ int cli_args_parse(const cli_verb_t *v, int argc, char **argv, cli_args_t *out)
 				goto out;
 			}
 			av[n++] = argv[i];
-			if (inline_val == NULL && o->type != RN_OPT_BOOL) {
+			if (!inline_val && o->type != RN_OPT_BOOL) {
 				if (i + 1 >= argc) {
 					cli_args_usage_error(v, "--%s needs a value", o->name);
 					goto out;

@@ -157,7 +157,7 @@ int cli_reply_main(int argc, char **argv)
 		goto out;
 	}
 	const char *option = a.npos > 2 ? a.pos[2] : NULL;
-	if ((option != NULL) + (g_opt.text != NULL) + (g_opt.reject != 0) != 1) {
+	if (!!option + !!g_opt.text + (g_opt.reject != 0) != 1) {
 		rc = cli_args_usage_error(&reply_verb, "give exactly one of OPTION, --text, --reject");
 		goto out;
 	}

@@ -487,7 +487,7 @@ static void on_step(cli_view_t *v, json_t *o)
 
 	view_step_t tmp;
 	view_step_t *s = step_find(v, id);
-	int is_new = s == NULL;
+	int is_new = !s;
 	if (!s)
 		s = step_add(v, id, name);
 	if (!s) {

@@ -14,7 +14,7 @@
 	do { \
 		(node)->prev = NULL; \
 		(node)->next = (head); \
-		if ((head) != NULL) \
+		if ((head)) \
 			(head)->prev = (node); \
 		(head) = (node); \
 	} while (0)
@@ -24,11 +24,11 @@
  * safe. */
 #define RN_LIST_UNLINK(head, node) \
 	do { \
-		if ((node)->prev != NULL) \
+		if ((node)->prev) \
 			(node)->prev->next = (node)->next; \
 		else if ((head) == (node)) \
 			(head) = (node)->next; \
-		if ((node)->next != NULL) \
+		if ((node)->next) \
 			(node)->next->prev = (node)->prev; \
 		(node)->next = (node)->prev = NULL; \
 	} while (0)

@@ -12,9 +12,9 @@
 /* A setup command's reply: 0 unless it failed (the reply is freed). */
 static int setup_ok(redisReply *r)
 {
-	int ok = r != NULL && r->type != REDIS_REPLY_ERROR;
+	int ok = r && r->type != REDIS_REPLY_ERROR;
 
-	if (r != NULL)
+	if (r)
 		freeReplyObject(r);
 	return ok;
 }
@@ -26,7 +26,7 @@ redisContext *rn_redis_connect(const rn_redis_url_t *url, int connect_timeout_ms
 	struct timeval ctv = { command_timeout_ms / 1000, (command_timeout_ms % 1000) * 1000 };
 	redisContext *c = redisConnectWithTimeout(url->host, url->port, tv);
 
-	if (c == NULL) {
+	if (!c) {
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
@@ -73,7 +73,7 @@ long rn_backoff_ms(unsigned attempt, long min_ms, long max_ms)
 int rn_redis_reply_check(const redisContext *c, const redisReply *r, const char *what,
                          char *errstr, size_t errstr_size)
 {
-	if (r == NULL) {
+	if (!r) {
 		snprintf(errstr, errstr_size, "redis %s: %s", what,
 		         c->errstr[0] != '\0' ? c->errstr : "connection lost");
 		return -1;
@@ -102,7 +102,7 @@ long long rn_redis_command_ll(redisContext *c, int argc, const char **argv, cons
 
 	if (rn_redis_reply_check(c, r, what, errstr, errstr_size) == 0)
 		v = rn_redis_reply_ll(r);
-	if (r != NULL)
+	if (r)
 		freeReplyObject(r);
 	return v;
 }

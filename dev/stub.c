@@ -116,18 +116,18 @@ static int stub_parse_listen(const char *listen, char *host, size_t hsize, int *
 dev_stub_t *dev_stub_start(const dev_stub_opts_t *opts, char *errstr, size_t errstr_size)
 {
 	dev_stub_opts_t none;
-	memset(&none, 0, sizeof none);
+	memset(&none, 0, sizeof(none));
 	if (!opts)
 		opts = &none;
 	char host[64];
 	int port;
-	if (stub_parse_listen(opts->listen, host, sizeof host, &port, errstr, errstr_size) < 0)
+	if (stub_parse_listen(opts->listen, host, sizeof(host), &port, errstr, errstr_size) < 0)
 		return NULL;
 	if (evthread_use_pthreads() < 0) {
 		snprintf(errstr, errstr_size, "libevent: no thread support");
 		return NULL;
 	}
-	dev_stub_t *s = calloc(1, sizeof *s);
+	dev_stub_t *s = calloc(1, sizeof(*s));
 	if (!s) {
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
@@ -137,7 +137,7 @@ dev_stub_t *dev_stub_start(const dev_stub_opts_t *opts, char *errstr, size_t err
 	s->max_store = opts->max_store ? opts->max_store : DEV_STUB_MAX_STORE_DEFAULT;
 	s->enable_mint = opts->enable_mint;
 	if (opts->cors_origin)
-		snprintf(s->cors_origin, sizeof s->cors_origin, "%s", opts->cors_origin);
+		snprintf(s->cors_origin, sizeof(s->cors_origin), "%s", opts->cors_origin);
 	if ((opts->agents_dir && !(s->agents_dir = strdup(opts->agents_dir))) ||
 	    (opts->blobs_dir && !(s->blobs_dir = strdup(opts->blobs_dir))) ||
 	    (opts->results_dir && !(s->results_dir = strdup(opts->results_dir)))) {
@@ -169,14 +169,14 @@ dev_stub_t *dev_stub_start(const dev_stub_opts_t *opts, char *errstr, size_t err
 		return NULL;
 	}
 	struct sockaddr_in a;
-	socklen_t alen = sizeof a;
+	socklen_t alen = sizeof(a);
 	if (getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&a, &alen) < 0) {
 		snprintf(errstr, errstr_size, "getsockname: %s", strerror(errno));
 		stub_free(s);
 		return NULL;
 	}
 	s->port = ntohs(a.sin_port);
-	snprintf(s->url, sizeof s->url, "http://%s:%d", host, s->port);
+	snprintf(s->url, sizeof(s->url), "http://%s:%d", host, s->port);
 	if (pthread_create(&s->thread, NULL, stub_thread_main, s) != 0) {
 		snprintf(errstr, errstr_size, "cannot start the server thread");
 		stub_free(s);

@@ -93,7 +93,7 @@ static int stub_handle_ws(dev_stub_t *s, struct evhttp_request *req, const char 
 		char boundary[80];
 		const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
 		stub_upload_t u = { s, r, 0 };
-		if (stub_boundary(ct, boundary, sizeof boundary) < 0 ||
+		if (stub_boundary(ct, boundary, sizeof(boundary)) < 0 ||
 		    stub_multipart_each(body, len, boundary, stub_upload_part, &u) < 0) {
 			st->bad_request++;
 			st->last_status = 400;
@@ -101,7 +101,7 @@ static int stub_handle_ws(dev_stub_t *s, struct evhttp_request *req, const char 
 			return delay;
 		}
 		char ok[64];
-		snprintf(ok, sizeof ok, "{\"ok\":true,\"files\":%d}", u.files);
+		snprintf(ok, sizeof(ok), "{\"ok\":true,\"files\":%d}", u.files);
 		stub_reply_set(rp, r->results_status ? r->results_status : 200, "application/json", ok);
 		break;
 	}
@@ -130,7 +130,7 @@ static stub_blob_t *stub_blob_from_dir(dev_stub_t *s, const char *name)
 	struct stat st;
 	stub_blob_t *b = NULL;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size <= STUB_BLOB_FILE_MAX &&
-	    (b = calloc(1, sizeof *b)) != NULL && (b->data = malloc((size_t)st.st_size + 1)) != NULL) {
+	    (b = calloc(1, sizeof(*b))) && (b->data = malloc((size_t)st.st_size + 1))) {
 		size_t off = 0, len = (size_t)st.st_size;
 		while (off < len) {
 			ssize_t r = read(fd, b->data + off, len - off);
@@ -141,7 +141,7 @@ static stub_blob_t *stub_blob_from_dir(dev_stub_t *s, const char *name)
 			off += (size_t)r;
 		}
 		b->len = off;
-		snprintf(b->name, sizeof b->name, "%s", name);
+		snprintf(b->name, sizeof(b->name), "%s", name);
 		b->next = s->blobs;
 		s->blobs = b;
 	} else if (b) {
@@ -244,10 +244,10 @@ static void stub_handle_agents(dev_stub_t *s, stub_reply_t *rp)
 	DIR *dir = s->agents_dir ? opendir(s->agents_dir) : NULL;
 	struct dirent *de;
 
-	while (names && dir && (de = readdir(dir)) != NULL) {
+	while (names && dir && (de = readdir(dir))) {
 		size_t n = strlen(de->d_name);
 		char name[128];
-		if (n <= 5 || n - 5 >= sizeof name || strcmp(de->d_name + n - 5, ".json") != 0)
+		if (n <= 5 || n - 5 >= sizeof(name) || strcmp(de->d_name + n - 5, ".json") != 0)
 			continue;
 		memcpy(name, de->d_name, n - 5);
 		name[n - 5] = '\0';
@@ -259,11 +259,11 @@ static void stub_handle_agents(dev_stub_t *s, stub_reply_t *rp)
 	if (names && json_array_size(names) > 1) {
 		/* jansson keeps its items in a plain array of json_t pointers. */
 		size_t n = json_array_size(names);
-		json_t **v = calloc(n, sizeof *v);
+		json_t **v = calloc(n, sizeof(*v));
 		if (v) {
 			for (size_t i = 0; i < n; i++)
 				v[i] = json_incref(json_array_get(names, i));
-			qsort(v, n, sizeof *v, stub_cmp_names);
+			qsort(v, n, sizeof(*v), stub_cmp_names);
 			json_array_clear(names);
 			for (size_t i = 0; i < n; i++)
 				json_array_append_new(names, v[i]);
@@ -320,7 +320,7 @@ void stub_request_cb(struct evhttp_request *req, void *arg)
 		const char *slash = strchr(sess, '/');
 		char session[72];
 		int ep = -1;
-		if (slash && (size_t)(slash - sess) < sizeof session) {
+		if (slash && (size_t)(slash - sess) < sizeof(session)) {
 			memcpy(session, sess, (size_t)(slash - sess));
 			session[slash - sess] = 0;
 			for (int i = 0; i < DEV_STUB_EP_COUNT; i++)

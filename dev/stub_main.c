@@ -72,7 +72,7 @@ static int mint(const char *agent)
 		return 1;
 	char *esc = curl_easy_escape(c, agent, 0);
 	char url[1024];
-	snprintf(url, sizeof url, "%s/mint?agent=%s", o_url, esc ? esc : "");
+	snprintf(url, sizeof(url), "%s/mint?agent=%s", o_url, esc ? esc : "");
 	curl_free(esc);
 	rn_body_t b;
 	rn_body_init(&b, STUB_MINT_BODY_MAX, 0);
@@ -105,7 +105,7 @@ int main(int argc, char **argv)
 	evthread_use_pthreads();
 	char err[512];
 	int argi = 1;
-	int rc = rn_conf_parse(opts, argc, argv, &argi, err, sizeof err);
+	int rc = rn_conf_parse(opts, argc, argv, &argi, err, sizeof(err));
 	if (rc == 1) {
 		usage(stdout);
 		rn_conf_free(opts);
@@ -144,14 +144,14 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	dev_stub_opts_t so;
-	memset(&so, 0, sizeof so);
+	memset(&so, 0, sizeof(so));
 	so.listen = o_listen;
 	so.agents_dir = o_agents;
 	so.results_dir = o_results;
 	so.blobs_dir = o_blobs;
 	so.max_body = (size_t)o_max_body;
 	so.enable_mint = 1;
-	dev_stub_t *stub = dev_stub_start(&so, err, sizeof err);
+	dev_stub_t *stub = dev_stub_start(&so, err, sizeof(err));
 	if (!stub) {
 		rn_log_error(NULL, "stub_start_failed", "%s", err);
 		rn_conf_free(opts);

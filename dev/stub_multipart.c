@@ -58,8 +58,8 @@ int stub_multipart_each(const char *body, size_t len, const char *boundary,
                         int (*cb)(const stub_part_t *, void *), void *arg)
 {
 	char delim[200];
-	int dl = snprintf(delim, sizeof delim, "--%s", boundary);
-	if (dl < 0 || (size_t)dl >= sizeof delim)
+	int dl = snprintf(delim, sizeof(delim), "--%s", boundary);
+	if (dl < 0 || (size_t)dl >= sizeof(delim))
 		return -1;
 	const char *end = body + len;
 	const char *p = memmem(body, len, delim, (size_t)dl);
@@ -80,7 +80,7 @@ int stub_multipart_each(const char *body, size_t len, const char *boundary,
 		if (!hend)
 			return -1;
 		stub_part_t part;
-		memset(&part, 0, sizeof part);
+		memset(&part, 0, sizeof(part));
 		for (const char *l = p; l < hend;) {
 			const char *le = memmem(l, (size_t)(hend - l), "\r\n", 2);
 			if (!le)
@@ -89,7 +89,7 @@ int stub_multipart_each(const char *body, size_t len, const char *boundary,
 			if (ll > 20 && strncasecmp(l, "Content-Disposition:", 20) == 0) {
 				char *nm = stub_cd_param(l, ll, "name");
 				if (nm) {
-					snprintf(part.name, sizeof part.name, "%s", nm);
+					snprintf(part.name, sizeof(part.name), "%s", nm);
 					free(nm);
 				}
 				free(part.filename);
@@ -99,7 +99,7 @@ int stub_multipart_each(const char *body, size_t len, const char *boundary,
 		}
 		const char *data = hend + 4;
 		char close_delim[210];
-		int cl = snprintf(close_delim, sizeof close_delim, "\r\n%s", delim);
+		int cl = snprintf(close_delim, sizeof(close_delim), "\r\n%s", delim);
 		const char *next = memmem(data, (size_t)(end - data), close_delim, (size_t)cl);
 		if (!next) {
 			free(part.filename);
@@ -159,14 +159,14 @@ int stub_upload_part(const stub_part_t *part, void *arg)
 	stub_run_t *r = u->run;
 	if (r->nfiles == r->files_cap) {
 		size_t cap = r->files_cap ? r->files_cap * 2 : 8;
-		stub_file_t *nf = realloc(r->files, cap * sizeof *nf);
+		stub_file_t *nf = realloc(r->files, cap * sizeof(*nf));
 		if (!nf)
 			return -1;
 		r->files = nf;
 		r->files_cap = cap;
 	}
 	stub_file_t *f = &r->files[r->nfiles];
-	memset(f, 0, sizeof *f);
+	memset(f, 0, sizeof(*f));
 	if (!(f->name = strdup(part->filename)))
 		return -1;
 	f->len = part->len;

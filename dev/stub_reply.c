@@ -14,7 +14,7 @@
 
 stub_reply_t *stub_reply_new(dev_stub_t *s, struct evhttp_request *req)
 {
-	stub_reply_t *rp = calloc(1, sizeof *rp);
+	stub_reply_t *rp = calloc(1, sizeof(*rp));
 	if (rp) {
 		rp->stub = s;
 		rp->req = req;

@@ -24,7 +24,7 @@
 static int stub_random_hex(char *out, size_t nbytes)
 {
 	unsigned char buf[32];
-	if (nbytes > sizeof buf)
+	if (nbytes > sizeof(buf))
 		return -1;
 	size_t got = 0;
 	while (got < nbytes) {
@@ -72,7 +72,7 @@ int stub_token_eq(const char *given, size_t glen, const char *want)
 static char *stub_subst(const char *s, const char *url)
 {
 	size_t plen = strlen(STUB_URL_PLACEHOLDER), ulen = strlen(url), n = 0;
-	for (const char *p = s; (p = strstr(p, STUB_URL_PLACEHOLDER)) != NULL; p += plen)
+	for (const char *p = s; (p = strstr(p, STUB_URL_PLACEHOLDER)); p += plen)
 		n++;
 	size_t len = strlen(s) + n * ulen + 1;
 	char *out = malloc(len);
@@ -80,7 +80,7 @@ static char *stub_subst(const char *s, const char *url)
 		return NULL;
 	char *o = out;
 	const char *p = s, *q;
-	while ((q = strstr(p, STUB_URL_PLACEHOLDER)) != NULL) {
+	while ((q = strstr(p, STUB_URL_PLACEHOLDER))) {
 		memcpy(o, p, (size_t)(q - p));
 		o += q - p;
 		memcpy(o, url, ulen);
@@ -95,7 +95,7 @@ void stub_fault_clear(stub_fault_t *f)
 {
 	free(f->redirect);
 	free(f->body);
-	memset(f, 0, sizeof *f);
+	memset(f, 0, sizeof(*f));
 }
 
 static int stub_fault_set(stub_fault_t *f, const dev_stub_fault_t *src)
@@ -175,30 +175,30 @@ static char *stub_json_body(json_t *given, const char *const *keys, json_t *cons
 int dev_stub_add_run(dev_stub_t *s, const dev_stub_run_t *run, dev_stub_otps_t *out)
 {
 	dev_stub_run_t none;
-	memset(&none, 0, sizeof none);
+	memset(&none, 0, sizeof(none));
 	if (!run)
 		run = &none;
-	memset(out, 0, sizeof *out);
+	memset(out, 0, sizeof(*out));
 	if ((run->env && !json_is_object(run->env)) || (run->config && !json_is_object(run->config)))
 		return -1;
-	if (run->session && (!stub_name_ok(run->session, 0) || strlen(run->session) >= sizeof out->session))
+	if (run->session && (!stub_name_ok(run->session, 0) || strlen(run->session) >= sizeof(out->session)))
 		return -1;
-	stub_run_t *r = calloc(1, sizeof *r);
+	stub_run_t *r = calloc(1, sizeof(*r));
 	if (!r)
 		return -1;
 	if (run->session) {
-		snprintf(r->session, sizeof r->session, "%s", run->session);
+		snprintf(r->session, sizeof(r->session), "%s", run->session);
 	} else {
 		char hex[17];
 		if (stub_random_hex(hex, 8) < 0)
 			goto fail;
-		snprintf(r->session, sizeof r->session, "sess_%s", hex);
+		snprintf(r->session, sizeof(r->session), "sess_%s", hex);
 	}
 	for (int i = 0; i < DEV_STUB_EP_COUNT; i++) {
 		char hex[33];
 		if (stub_random_hex(hex, 16) < 0)
 			goto fail;
-		snprintf(r->otp[i], sizeof r->otp[i], "otp_%s", hex);
+		snprintf(r->otp[i], sizeof(r->otp[i]), "otp_%s", hex);
 	}
 	if (run->env_json) {
 		r->env_body = stub_subst(run->env_json, s->url);
@@ -235,11 +235,11 @@ int dev_stub_add_run(dev_stub_t *s, const dev_stub_run_t *run, dev_stub_otps_t *
 	s->runs = r;
 	pthread_mutex_unlock(&s->mu);
 
-	snprintf(out->session, sizeof out->session, "%s", r->session);
-	snprintf(out->agent_url, sizeof out->agent_url, "%s/ws/%s", s->url, r->session);
-	snprintf(out->otp_setup, sizeof out->otp_setup, "%s", r->otp[DEV_STUB_EP_ENV]);
-	snprintf(out->otp_run, sizeof out->otp_run, "%s", r->otp[DEV_STUB_EP_CONFIG]);
-	snprintf(out->otp_upload, sizeof out->otp_upload, "%s", r->otp[DEV_STUB_EP_RESULTS]);
+	snprintf(out->session, sizeof(out->session), "%s", r->session);
+	snprintf(out->agent_url, sizeof(out->agent_url), "%s/ws/%s", s->url, r->session);
+	snprintf(out->otp_setup, sizeof(out->otp_setup), "%s", r->otp[DEV_STUB_EP_ENV]);
+	snprintf(out->otp_run, sizeof(out->otp_run), "%s", r->otp[DEV_STUB_EP_CONFIG]);
+	snprintf(out->otp_upload, sizeof(out->otp_upload), "%s", r->otp[DEV_STUB_EP_RESULTS]);
 	return 0;
 fail:
 	stub_run_free(r);
@@ -248,7 +248,7 @@ fail:
 
 int dev_stub_add_run_from_agent(dev_stub_t *s, const char *agent, dev_stub_otps_t *out)
 {
-	memset(out, 0, sizeof *out);
+	memset(out, 0, sizeof(*out));
 	if (!s->agents_dir || !stub_name_ok(agent, 0))
 		return -1;
 	char *path = NULL;
@@ -265,7 +265,7 @@ int dev_stub_add_run_from_agent(dev_stub_t *s, const char *agent, dev_stub_otps_
 	int rc = -1;
 	if ((!env || json_is_object(env)) && (!config || json_is_object(config))) {
 		dev_stub_run_t run;
-		memset(&run, 0, sizeof run);
+		memset(&run, 0, sizeof(run));
 		run.env = env;
 		run.config = config;
 		rc = dev_stub_add_run(s, &run, out);
@@ -287,7 +287,7 @@ int dev_stub_set_fault(dev_stub_t *s, const char *session, dev_stub_ep_t ep, con
 
 int dev_stub_stats(dev_stub_t *s, const char *session, dev_stub_ep_t ep, dev_stub_ep_stats_t *out)
 {
-	memset(out, 0, sizeof *out);
+	memset(out, 0, sizeof(*out));
 	if ((unsigned)ep >= DEV_STUB_EP_COUNT)
 		return -1;
 	pthread_mutex_lock(&s->mu);
@@ -315,7 +315,7 @@ char **dev_stub_file_names(dev_stub_t *s, const char *session, size_t *n)
 	char **v = NULL;
 	pthread_mutex_lock(&s->mu);
 	stub_run_t *r = stub_find_run(s, session);
-	if (r && r->nfiles > 0 && (v = calloc(r->nfiles, sizeof *v)) != NULL) {
+	if (r && r->nfiles > 0 && (v = calloc(r->nfiles, sizeof(*v)))) {
 		for (size_t i = 0; i < r->nfiles; i++) {
 			if (!(v[i] = strdup(r->files[i].name))) {
 				for (size_t j = 0; j < i; j++)
@@ -344,7 +344,7 @@ int dev_stub_file_get(dev_stub_t *s, const char *session, const char *name, char
 		stub_file_t *f = &r->files[i];
 		if (strcmp(f->name, name) != 0)
 			continue;
-		if (f->data && (*data = malloc(f->len + 1)) != NULL) {
+		if (f->data && (*data = malloc(f->len + 1))) {
 			memcpy(*data, f->data, f->len + 1);
 			*len = f->len;
 			found = 1;
@@ -370,8 +370,8 @@ int dev_stub_add_blob(dev_stub_t *s, const char *name, const void *bytes, size_t
 		memcpy(copy, bytes, len);
 	pthread_mutex_lock(&s->mu);
 	stub_blob_t *b = stub_find_blob(s, name);
-	if (!b && (b = calloc(1, sizeof *b)) != NULL) {
-		snprintf(b->name, sizeof b->name, "%s", name);
+	if (!b && (b = calloc(1, sizeof(*b)))) {
+		snprintf(b->name, sizeof(b->name), "%s", name);
 		b->next = s->blobs;
 		s->blobs = b;
 	}
@@ -428,7 +428,7 @@ int dev_stub_blob_url(const dev_stub_t *s, const char *name, char *buf, size_t s
 
 int dev_stub_blob_stats(dev_stub_t *s, const char *name, dev_stub_blob_stats_t *out)
 {
-	memset(out, 0, sizeof *out);
+	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&s->mu);
 	stub_blob_t *b = stub_find_blob(s, name);
 	if (b)

@@ -78,7 +78,7 @@ static void table(dispatcher_config_t *c, rn_opt_t *o)
 		  "false", NULL, "accept webhook URLs on loopback, private and link-local addresses (tests, dev)", 0, 0 },
 		RN_OPT_END,
 	};
-	memcpy(o, t, sizeof t);
+	memcpy(o, t, sizeof(t));
 }
 
 #define NOPTS 29
@@ -97,13 +97,13 @@ static int listen_is_loopback(const char *listen)
 	} else {
 		end = strrchr(listen, ':');
 	}
-	if (end == NULL || (size_t)(end - listen) >= sizeof host)
+	if (!end || (size_t)(end - listen) >= sizeof(host))
 		return 0;
 	memcpy(host, listen, (size_t)(end - listen));
 	host[end - listen] = '\0';
 	if (strcasecmp(host, "localhost") == 0)
 		return 1;
-	memset(&ss, 0, sizeof ss);
+	memset(&ss, 0, sizeof(ss));
 	if (inet_pton(AF_INET, host, &((struct sockaddr_in *)&ss)->sin_addr) == 1)
 		ss.ss_family = AF_INET;
 	else if (inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1)
@@ -144,35 +144,35 @@ int dispatcher_config_parse(dispatcher_config_t *cfg, int argc, char **argv, FIL
 		         cfg->log_level);
 		return -1;
 	}
-	if (cfg->job_key_hex != NULL && cfg->job_key_hex[0] != '\0') {
+	if (cfg->job_key_hex && cfg->job_key_hex[0] != '\0') {
 		char kerr[128];
 
-		if (proto_job_key_parse(cfg->job_key_hex, cfg->job_key, kerr, sizeof kerr) < 0) {
+		if (proto_job_key_parse(cfg->job_key_hex, cfg->job_key, kerr, sizeof(kerr)) < 0) {
 			snprintf(errstr, errstr_size, "--job-key/RUNNEL_JOB_KEY: %s", kerr);
 			return -1;
 		}
 		cfg->sealed = 1;
 	}
-	if (cfg->api_token != NULL && cfg->api_token[0] == '\0') {
+	if (cfg->api_token && cfg->api_token[0] == '\0') {
 		free(cfg->api_token);
 		cfg->api_token = NULL;
 	}
-	if (cfg->ui_dev_stub != NULL && cfg->ui_dev_stub[0] == '\0') {
+	if (cfg->ui_dev_stub && cfg->ui_dev_stub[0] == '\0') {
 		free(cfg->ui_dev_stub);
 		cfg->ui_dev_stub = NULL;
 	}
-	if (cfg->ui_dev_stub != NULL && !dispatcher_ui_stub_url_ok(cfg->ui_dev_stub)) {
+	if (cfg->ui_dev_stub && !dispatcher_ui_stub_url_ok(cfg->ui_dev_stub)) {
 		snprintf(errstr, errstr_size, "--ui-dev-stub/RUNNEL_UI_DEV_STUB: expected http://127.0.0.1:PORT "
 		                              "(a loopback host and a port, no path)");
 		return -1;
 	}
-	if (strchr(cfg->listen, ':') == NULL) {
+	if (!strchr(cfg->listen, ':')) {
 		snprintf(errstr, errstr_size, "--listen/RUNNEL_LISTEN: expected host:port");
 		return -1;
 	}
 	/* An open dispatcher lets anyone who reaches it start runs, read every
 	 * run's output and cancel them: beyond loopback, only on purpose. */
-	if (cfg->api_token == NULL && !cfg->insecure_no_auth && !listen_is_loopback(cfg->listen)) {
+	if (!cfg->api_token && !cfg->insecure_no_auth && !listen_is_loopback(cfg->listen)) {
 		snprintf(errstr, errstr_size,
 		         "--listen/RUNNEL_LISTEN: %.100s is not a loopback address and RUNNEL_API_TOKEN is not set; "
 		         "set a token, or --insecure-no-auth/RUNNEL_INSECURE_NO_AUTH to serve every route "
@@ -187,11 +187,11 @@ void dispatcher_config_free(dispatcher_config_t *cfg)
 {
 	rn_opt_t opts[NOPTS];
 
-	if (cfg->job_key_hex != NULL)
+	if (cfg->job_key_hex)
 		sodium_memzero(cfg->job_key_hex, strlen(cfg->job_key_hex));
-	if (cfg->api_token != NULL)
+	if (cfg->api_token)
 		sodium_memzero(cfg->api_token, strlen(cfg->api_token));
-	sodium_memzero(cfg->job_key, sizeof cfg->job_key);
+	sodium_memzero(cfg->job_key, sizeof(cfg->job_key));
 	table(cfg, opts);
 	rn_conf_free(opts);
 }

@@ -71,7 +71,7 @@ static void conn_drop(dispatcher_conns_t *t, conn_t *c)
 
 static conn_t *find(dispatcher_conns_t *t, const struct evhttp_connection *evcon)
 {
-	for (conn_t *c = t->list; c != NULL; c = c->next)
+	for (conn_t *c = t->list; c; c = c->next)
 		if (c->evcon == evcon)
 			return c;
 	return NULL;
@@ -83,9 +83,9 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
 	dispatcher_conns_t *t = arg;
 	conn_t *c = find(t, evcon);
 
-	if (c == NULL)
+	if (!c)
 		return;
-	if (c->cb != NULL)
+	if (c->cb)
 		c->cb(evcon, c->cb_arg);
 	conn_drop(t, c);
 }
@@ -111,20 +111,20 @@ static void adopt(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	for (c = t->list; c != NULL && t->unadopted > 0; c = next) {
+	for (c = t->list; c && t->unadopted > 0; c = next) {
 		bufferevent_data_cb rcb = NULL, wcb = NULL;
 		bufferevent_event_cb ecb = NULL;
 		void *cbarg = NULL;
 		struct bufferevent *bev = c->bev;
 
 		next = c->next;
-		if (bev == NULL)
+		if (!bev)
 			continue;
 		t->unadopted--;
 		c->bev = NULL;
 		bufferevent_getcb(bev, &rcb, &wcb, &ecb, &cbarg);
 		bufferevent_decref(bev);
-		if (rcb == NULL && ecb == NULL) {
+		if (!rcb && !ecb) {
 			/* evhttp gave up on it already (out of memory): it is gone. */
 			conn_drop(t, c);
 			continue;
@@ -134,7 +134,7 @@ static void adopt(evutil_socket_t fd, short what, void *arg)
 		if (c->refuse) {
 			evutil_socket_t s = bufferevent_getfd(evhttp_connection_get_bufferevent(c->evcon));
 
-			if (s >= 0 && send(s, REFUSED, sizeof REFUSED - 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+			if (s >= 0 && send(s, REFUSED, sizeof(REFUSED) - 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
 				rn_log_debug(NULL, "connection_refused", "could not say so before closing");
 			conn_close(c->evcon);
 		}
@@ -146,8 +146,8 @@ static conn_t *oldest_idle(dispatcher_conns_t *t)
 {
 	conn_t *best = NULL;
 
-	for (conn_t *c = t->list; c != NULL; c = c->next)
-		if (c->evcon != NULL && !c->busy && !c->refuse)
+	for (conn_t *c = t->list; c; c = c->next)
+		if (c->evcon && !c->busy && !c->refuse)
 			best = c; /* newest first: the last one seen is the oldest */
 	return best;
 }
@@ -160,10 +160,10 @@ static struct bufferevent *new_bev(struct event_base *base, void *arg)
 	struct bufferevent *bev = bufferevent_socket_new(base, -1, 0);
 	conn_t *c;
 
-	if (bev == NULL)
+	if (!bev)
 		return NULL; /* evhttp makes one itself; the table misses this one */
-	c = calloc(1, sizeof *c);
-	if (c == NULL)
+	c = calloc(1, sizeof(*c));
+	if (!c)
 		return bev;
 	if (t->n >= d->cfg->max_connections) {
 		conn_t *victim;
@@ -175,7 +175,7 @@ static struct bufferevent *new_bev(struct event_base *base, void *arg)
 			adopt(-1, 0, t);
 		victim = oldest_idle(t);
 
-		if (victim != NULL) {
+		if (victim) {
 			rn_counter_add(d->c_conns_evicted, 1);
 			conn_close(victim->evcon);
 		} else {
@@ -207,22 +207,22 @@ static void sweep(evutil_socket_t fd, short what, void *arg)
 	do {
 		/* Closing calls on_close, which edits the list: collect, then close. */
 		nlate = 0;
-		for (conn_t *c = t->list; c != NULL && nlate < sizeof late / sizeof late[0]; c = c->next)
-			if (c->evcon != NULL && !c->busy && !c->refuse && c->since_ms <= cutoff)
+		for (conn_t *c = t->list; c && nlate < sizeof(late) / sizeof(late[0]); c = c->next)
+			if (c->evcon && !c->busy && !c->refuse && c->since_ms <= cutoff)
 				late[nlate++] = c->evcon;
 		for (size_t i = 0; i < nlate; i++) {
 			rn_counter_add(t->d->c_conns_timed_out, 1);
 			conn_close(late[i]);
 		}
-	} while (nlate == sizeof late / sizeof late[0]);
+	} while (nlate == sizeof(late) / sizeof(late[0]));
 }
 
 int dispatcher_conns_init(dispatcher_t *d)
 {
-	dispatcher_conns_t *t = calloc(1, sizeof *t);
+	dispatcher_conns_t *t = calloc(1, sizeof(*t));
 	long ms = d->cfg->head_timeout_ms / 4;
 
-	if (t == NULL)
+	if (!t)
 		return -1;
 	t->d = d;
 	d->conns = t;
@@ -232,7 +232,7 @@ int dispatcher_conns_init(dispatcher_t *d)
 		ms = 20;
 	if (ms > 1000)
 		ms = 1000;
-	if (t->ev_adopt == NULL || t->ev_sweep == NULL ||
+	if (!t->ev_adopt || !t->ev_sweep ||
 	    event_add(t->ev_sweep, &(struct timeval){ ms / 1000, (ms % 1000) * 1000 }) < 0)
 		return -1;
 	evhttp_set_bevcb(d->http, new_bev, t);
@@ -243,20 +243,20 @@ void dispatcher_conns_fini(dispatcher_t *d)
 {
 	dispatcher_conns_t *t = d->conns;
 
-	if (t == NULL)
+	if (!t)
 		return;
 	/* evhttp_free closed every connection (on_close emptied the list);
 	 * what is left was never adopted. */
-	while (t->list != NULL) {
+	while (t->list) {
 		conn_t *c = t->list;
 
-		if (c->bev != NULL)
+		if (c->bev)
 			bufferevent_decref(c->bev);
 		conn_drop(t, c);
 	}
-	if (t->ev_adopt != NULL)
+	if (t->ev_adopt)
 		event_free(t->ev_adopt);
-	if (t->ev_sweep != NULL)
+	if (t->ev_sweep)
 		event_free(t->ev_sweep);
 	free(t);
 	d->conns = NULL;
@@ -267,9 +267,9 @@ void dispatcher_conns_fini(dispatcher_t *d)
 static void on_complete(struct evhttp_request *req, void *arg)
 {
 	dispatcher_t *d = arg;
-	conn_t *c = d->conns != NULL ? find(d->conns, evhttp_request_get_connection(req)) : NULL;
+	conn_t *c = d->conns ? find(d->conns, evhttp_request_get_connection(req)) : NULL;
 
-	if (c != NULL) {
+	if (c) {
 		c->busy = 0;
 		c->since_ms = rn_mono_ms();
 	}
@@ -277,9 +277,9 @@ static void on_complete(struct evhttp_request *req, void *arg)
 
 void dispatcher_conns_request(dispatcher_t *d, struct evhttp_request *req)
 {
-	conn_t *c = d->conns != NULL ? find(d->conns, evhttp_request_get_connection(req)) : NULL;
+	conn_t *c = d->conns ? find(d->conns, evhttp_request_get_connection(req)) : NULL;
 
-	if (c == NULL)
+	if (!c)
 		return;
 	c->busy = 1;
 	evhttp_request_set_on_complete_cb(req, on_complete, d);
@@ -288,9 +288,9 @@ void dispatcher_conns_request(dispatcher_t *d, struct evhttp_request *req)
 void dispatcher_conn_on_close(dispatcher_t *d, struct evhttp_connection *evcon,
                               void (*cb)(struct evhttp_connection *, void *), void *arg)
 {
-	conn_t *c = d->conns != NULL ? find(d->conns, evcon) : NULL;
+	conn_t *c = d->conns ? find(d->conns, evcon) : NULL;
 
-	if (c == NULL) {
+	if (!c) {
 		/* Not in the table (it could not be added): evhttp's own slot. */
 		evhttp_connection_set_closecb(evcon, cb, arg);
 		return;

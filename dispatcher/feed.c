@@ -65,9 +65,9 @@ static void feed_free(dispatcher_feed_t *f)
 	 * while, during which the caller could go on sending. */
 	dispatcher_tail_detach(f->sub);
 	f->sub = NULL;
-	if (f->ev_heartbeat != NULL)
+	if (f->ev_heartbeat)
 		event_free(f->ev_heartbeat);
-	if (f->chunk != NULL)
+	if (f->chunk)
 		evbuffer_free(f->chunk);
 	RN_LIST_UNLINK(d->feeds, f);
 	rn_gauge_add(d->g_streams, -1);
@@ -126,7 +126,7 @@ static void flush_now(struct bufferevent *bev)
 {
 	struct evbuffer *out;
 
-	if (bev == NULL)
+	if (!bev)
 		return;
 	out = bufferevent_get_output(bev);
 	if (evbuffer_get_length(out) == 0)
@@ -138,7 +138,7 @@ static void flush_now(struct bufferevent *bev)
 static void send_chunk(dispatcher_feed_t *f)
 {
 	struct bufferevent *bev = evhttp_connection_get_bufferevent(f->evcon);
-	size_t pending = bev != NULL ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+	size_t pending = bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
 
 	if (pending + evbuffer_get_length(f->chunk) > FEED_HIGH_WATER) {
 		/* Called back once everything queued so far reached the socket. */
@@ -160,7 +160,7 @@ static void add_sse(struct evbuffer *b, const char *id, const char *line, size_t
 
 	evbuffer_add_printf(b, "id: %s\n", id);
 	/* The type is one of a few fixed words; anything else is not echoed. */
-	if (type != NULL && strspn(type, "abcdefghijklmnopqrstuvwxyz_") == strlen(type) && strlen(type) < 32)
+	if (type && strspn(type, "abcdefghijklmnopqrstuvwxyz_") == strlen(type) && strlen(type) < 32)
 		evbuffer_add_printf(b, "event: %s\n", type);
 	json_decref(o);
 	/* A JSON text may hold raw CR or LF as whitespace between tokens, and
@@ -223,10 +223,10 @@ void dispatcher_feed_start(dispatcher_t *d, struct evhttp_request *req, dispatch
                            const char *run_id, dispatcher_sid_t after, int sse,
                            int cancel_on_close, int ended_already)
 {
-	dispatcher_feed_t *f = calloc(1, sizeof *f);
+	dispatcher_feed_t *f = calloc(1, sizeof(*f));
 	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
 
-	if (f == NULL || (f->chunk = evbuffer_new()) == NULL) {
+	if (!f || !(f->chunk = evbuffer_new())) {
 		free(f);
 		dispatcher_reply_error(d, req, route, 500, "internal", "out of memory");
 		return;
@@ -237,7 +237,7 @@ void dispatcher_feed_start(dispatcher_t *d, struct evhttp_request *req, dispatch
 	f->route = route;
 	f->sse = sse;
 	f->cancel_on_close = cancel_on_close;
-	snprintf(f->run_id, sizeof f->run_id, "%s", run_id);
+	snprintf(f->run_id, sizeof(f->run_id), "%s", run_id);
 	RN_LIST_PUSH(d->feeds, f);
 	rn_gauge_add(d->g_streams, 1);
 
@@ -263,7 +263,7 @@ void dispatcher_feed_start(dispatcher_t *d, struct evhttp_request *req, dispatch
 
 		int one = 1;
 
-		if (bev != NULL) {
+		if (bev) {
 			struct evbuffer *in = bufferevent_get_input(bev);
 
 			evbuffer_drain(in, evbuffer_get_length(in));
@@ -271,18 +271,18 @@ void dispatcher_feed_start(dispatcher_t *d, struct evhttp_request *req, dispatch
 			bufferevent_set_timeouts(bev, NULL, &wtv);
 			/* Lines are small and must not wait for the previous
 			 * segment's ACK (Nagle + delayed ACK = 40 ms stalls). */
-			setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+			setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		}
 	}
 	if (sse) {
 		struct timeval tv = { d->cfg->heartbeat_sec, 0 };
 
 		f->ev_heartbeat = event_new(d->base, -1, EV_PERSIST, on_heartbeat, f);
-		if (f->ev_heartbeat != NULL)
+		if (f->ev_heartbeat)
 			event_add(f->ev_heartbeat, &tv);
 	}
 	f->sub = dispatcher_tail_attach(d->tail, run_id, after, on_entry, f);
-	if (f->sub == NULL) {
+	if (!f->sub) {
 		rn_log_error(run_id, "tail_failed", "cannot follow the run (out of memory)");
 		feed_end(f);
 	}
@@ -290,6 +290,6 @@ void dispatcher_feed_start(dispatcher_t *d, struct evhttp_request *req, dispatch
 
 void dispatcher_feed_end_all(dispatcher_t *d)
 {
-	while (d->feeds != NULL)
+	while (d->feeds)
 		feed_end(d->feeds);
 }

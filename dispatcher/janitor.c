@@ -43,17 +43,17 @@ static void on_lost(const char *run_id, void *arg)
 static redisContext *redis_connect(dispatcher_janitor_t *j)
 {
 	char why[256];
-	redisContext *c = rn_redis_connect(&j->d->redis_url, 1000, 5000, why, sizeof why);
+	redisContext *c = rn_redis_connect(&j->d->redis_url, 1000, 5000, why, sizeof(why));
 	redisReply *r;
 
-	if (c == NULL) {
+	if (!c) {
 		if (!j->redis_logged)
 			rn_log_warn(NULL, "sweep_redis_down", "cannot connect: %s", why);
 		j->redis_logged = 1;
 		return NULL;
 	}
 	r = redisCommand(c, "CLIENT SETNAME runnel-dispatcher-sweep");
-	if (r != NULL)
+	if (r)
 		freeReplyObject(r);
 	if (j->redis_logged)
 		rn_log_info(NULL, "sweep_redis_up", "connected");
@@ -65,10 +65,10 @@ static void sweep(dispatcher_janitor_t *j)
 {
 	char err[256];
 
-	if (j->rc == NULL && (j->rc = redis_connect(j)) == NULL)
+	if (!j->rc && !(j->rc = redis_connect(j)))
 		return;
 	if (rn_runstate_sweep(j->rc, j->d->cfg->key_prefix, j->d->cfg->retention_sec, 100,
-	                      on_lost, j, err, sizeof err) < 0) {
+	                      on_lost, j, err, sizeof(err)) < 0) {
 		rn_log_warn(NULL, "sweep_failed", "%s", err);
 		redisFree(j->rc);
 		j->rc = NULL;
@@ -81,7 +81,7 @@ static void probe_kafka(dispatcher_janitor_t *j)
 	rd_kafka_resp_err_t err;
 
 	err = rd_kafka_metadata(dispatcher_producer_handle(j->d->producer), 0, NULL, &md, KAFKA_PROBE_MS);
-	if (md != NULL)
+	if (md)
 		rd_kafka_metadata_destroy(md);
 	atomic_store(&j->kafka_ok, err == RD_KAFKA_RESP_ERR_NO_ERROR);
 }
@@ -116,7 +116,7 @@ static void *janitor_main(void *arg)
 		pthread_cond_timedwait(&j->cond, &j->lock, &ts);
 	}
 	pthread_mutex_unlock(&j->lock);
-	if (j->rc != NULL)
+	if (j->rc)
 		redisFree(j->rc);
 	j->rc = NULL;
 	return NULL;
@@ -124,10 +124,10 @@ static void *janitor_main(void *arg)
 
 dispatcher_janitor_t *dispatcher_janitor_start(dispatcher_t *d, char *errstr, size_t errstr_size)
 {
-	dispatcher_janitor_t *j = calloc(1, sizeof *j);
+	dispatcher_janitor_t *j = calloc(1, sizeof(*j));
 	int rc;
 
-	if (j == NULL) {
+	if (!j) {
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
@@ -147,12 +147,12 @@ dispatcher_janitor_t *dispatcher_janitor_start(dispatcher_t *d, char *errstr, si
 
 int dispatcher_janitor_kafka_ok(dispatcher_janitor_t *j)
 {
-	return j != NULL && atomic_load(&j->kafka_ok);
+	return j && atomic_load(&j->kafka_ok);
 }
 
 void dispatcher_janitor_stop(dispatcher_janitor_t *j)
 {
-	if (j == NULL)
+	if (!j)
 		return;
 	pthread_mutex_lock(&j->lock);
 	j->stop = 1;

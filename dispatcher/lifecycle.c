@@ -28,7 +28,7 @@ static int split_listen(const char *s, char *host, size_t hsize, unsigned short 
 	char *end = NULL;
 	long p;
 
-	if (colon == NULL)
+	if (!colon)
 		return -1;
 	hl = (size_t)(colon - s);
 	if (hl >= 2 && s[0] == '[' && s[hl - 1] == ']') {
@@ -53,39 +53,39 @@ int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_c
 	unsigned short port;
 	char uerr[160];
 
-	memset(d, 0, sizeof *d);
+	memset(d, 0, sizeof(*d));
 	d->base = base;
 	d->cfg = cfg;
-	if (rn_redis_url_parse(cfg->redis_url, &d->redis_url, uerr, sizeof uerr) < 0) {
+	if (rn_redis_url_parse(cfg->redis_url, &d->redis_url, uerr, sizeof(uerr)) < 0) {
 		snprintf(errstr, errstr_size, "--redis-url/RUNNEL_REDIS_URL: %s", uerr);
 		return -1;
 	}
-	if (split_listen(cfg->listen, host, sizeof host, &port) < 0) {
+	if (split_listen(cfg->listen, host, sizeof(host), &port) < 0) {
 		snprintf(errstr, errstr_size, "--listen/RUNNEL_LISTEN: expected host:port");
 		return -1;
 	}
 	d->metrics = rn_metrics_new();
-	if (d->metrics == NULL) {
+	if (!d->metrics) {
 		snprintf(errstr, errstr_size, "out of memory");
 		return -1;
 	}
 	dispatcher_http_metrics(d);
 	d->producer = dispatcher_producer_new(base, cfg, errstr, errstr_size);
-	if (d->producer == NULL)
+	if (!d->producer)
 		return -1;
 	d->store = dispatcher_store_new(base, &d->redis_url, cfg->key_prefix, errstr, errstr_size);
-	if (d->store == NULL)
+	if (!d->store)
 		return -1;
 	d->tail = dispatcher_tail_new(base, &d->redis_url, cfg->key_prefix, (int)cfg->tail_connections,
 	                              cfg->tail_block_ms, cfg->tail_batch, d->store, d->metrics);
-	if (d->tail == NULL) {
+	if (!d->tail) {
 		snprintf(errstr, errstr_size, "cannot set up the tail connections");
 		return -1;
 	}
 	if (dispatcher_http_listen(d, host, port, errstr, errstr_size) < 0)
 		return -1;
 	d->janitor = dispatcher_janitor_start(d, errstr, errstr_size);
-	if (d->janitor == NULL)
+	if (!d->janitor)
 		return -1;
 	return 0;
 }
@@ -97,7 +97,7 @@ static void drain_tick(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	if (d->draining == 1) {
-		if (d->enqueues != NULL && rn_mono_ms() < d->drain_until_ms)
+		if (d->enqueues && rn_mono_ms() < d->drain_until_ms)
 			return;
 		d->draining = 2;
 		dispatcher_feed_end_all(d);
@@ -116,23 +116,23 @@ void dispatcher_drain(dispatcher_t *d, int flush_ms)
 		return;
 	}
 	d->draining = 1;
-	if (d->sock != NULL)
+	if (d->sock)
 		evhttp_del_accept_socket(d->http, d->sock);
 	d->sock = NULL;
 	d->drain_until_ms = rn_mono_ms() + flush_ms;
 	d->ev_drain = event_new(d->base, -1, EV_PERSIST, drain_tick, d);
-	if (d->ev_drain == NULL || event_add(d->ev_drain, &(struct timeval){ 0, 20 * 1000 }) < 0)
+	if (!d->ev_drain || event_add(d->ev_drain, &(struct timeval){ 0, 20 * 1000 }) < 0)
 		event_base_loopbreak(d->base);
 }
 
 void dispatcher_fini(dispatcher_t *d, int flush_ms)
 {
-	if (d->ev_drain != NULL)
+	if (d->ev_drain)
 		event_free(d->ev_drain);
 	d->ev_drain = NULL;
 	dispatcher_janitor_stop(d->janitor);
 	d->janitor = NULL;
-	if (d->http != NULL) {
+	if (d->http) {
 		dispatcher_feed_end_all(d);
 		dispatcher_runs_abort_all(d);
 	}
@@ -140,10 +140,10 @@ void dispatcher_fini(dispatcher_t *d, int flush_ms)
 	dispatcher_producer_free(d->producer, flush_ms);
 	d->producer = NULL;
 	/* So do enqueues still waiting on a webhook host's addresses. */
-	if (d->dns != NULL)
+	if (d->dns)
 		evdns_base_free(d->dns, 1);
 	d->dns = NULL;
-	if (d->http != NULL)
+	if (d->http)
 		evhttp_free(d->http);
 	d->http = NULL;
 	dispatcher_conns_fini(d);

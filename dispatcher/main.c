@@ -40,9 +40,9 @@ int main(int argc, char **argv)
 	char err[512];
 	int rc;
 
-	memset(&cfg, 0, sizeof cfg);
+	memset(&cfg, 0, sizeof(cfg));
 	rn_log_init("dispatcher", RN_LOG_INFO);
-	rc = dispatcher_config_parse(&cfg, argc, argv, stdout, err, sizeof err);
+	rc = dispatcher_config_parse(&cfg, argc, argv, stdout, err, sizeof(err));
 	if (rc != 0) {
 		if (rc < 0)
 			fprintf(stderr, "runnel-dispatcher: %s\n", err);
@@ -72,18 +72,18 @@ int main(int argc, char **argv)
 		 * caveat, dup()ed fds, does not apply: every fd here is unique.) */
 		struct event_config *ecfg = event_config_new();
 
-		if (ecfg != NULL)
+		if (ecfg)
 			event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
-		base = ecfg != NULL ? event_base_new_with_config(ecfg) : NULL;
-		if (ecfg != NULL)
+		base = ecfg ? event_base_new_with_config(ecfg) : NULL;
+		if (ecfg)
 			event_config_free(ecfg);
 	}
-	if (base == NULL) {
+	if (!base) {
 		fprintf(stderr, "runnel-dispatcher: event_base_new failed\n");
 		dispatcher_config_free(&cfg);
 		return 1;
 	}
-	if (dispatcher_init(&d, base, &cfg, err, sizeof err) < 0) {
+	if (dispatcher_init(&d, base, &cfg, err, sizeof(err)) < 0) {
 		rn_log_error(NULL, "start_failed", "%s", err);
 		fprintf(stderr, "runnel-dispatcher: %s\n", err);
 		dispatcher_fini(&d, 0);

@@ -35,7 +35,7 @@ static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 
 	(void)rk;
 	p->outstanding--;
-	if (d == NULL)
+	if (!d)
 		return;
 	if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
 		d->cb(d->arg, 1, 1, NULL);
@@ -78,7 +78,7 @@ static void on_pipe(evutil_socket_t fd, short what, void *arg)
 	char buf[64];
 
 	(void)what;
-	while (read(fd, buf, sizeof buf) > 0)
+	while (read(fd, buf, sizeof(buf)) > 0)
 		;
 	serve(arg);
 }
@@ -96,7 +96,7 @@ static int set_conf(rd_kafka_conf_t *conf, const char *k, const char *v,
 {
 	char err[256];
 
-	if (rd_kafka_conf_set(conf, k, v, err, sizeof err) != RD_KAFKA_CONF_OK) {
+	if (rd_kafka_conf_set(conf, k, v, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
 		snprintf(errstr, errstr_size, "kafka property %s: %s", k, err);
 		return -1;
 	}
@@ -107,18 +107,18 @@ dispatcher_producer_t *dispatcher_producer_new(struct event_base *base,
                                                const dispatcher_config_t *cfg,
                                                char *errstr, size_t errstr_size)
 {
-	dispatcher_producer_t *p = calloc(1, sizeof *p);
+	dispatcher_producer_t *p = calloc(1, sizeof(*p));
 	rd_kafka_conf_t *conf;
 	char num[32], err[256];
 	struct timeval tick = { 0, 100 * 1000 };
 
-	if (p == NULL) {
+	if (!p) {
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
 	p->pipe_fd[0] = p->pipe_fd[1] = -1;
 	conf = rd_kafka_conf_new();
-	snprintf(num, sizeof num, "%ld", cfg->enqueue_timeout_ms);
+	snprintf(num, sizeof(num), "%ld", cfg->enqueue_timeout_ms);
 	/* Defaults first so that -X can override any of them. */
 	if (set_conf(conf, "bootstrap.servers", cfg->kafka_brokers, errstr, errstr_size) < 0 ||
 	    set_conf(conf, "client.id", "runnel-dispatcher", errstr, errstr_size) < 0 ||
@@ -136,14 +136,14 @@ dispatcher_producer_t *dispatcher_producer_new(struct event_base *base,
 	rd_kafka_conf_set_error_cb(conf, error_cb);
 	rd_kafka_conf_set_opaque(conf, p);
 	/* rd_kafka_new() takes ownership of conf on success only. */
-	p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
-	if (p->rk == NULL) {
+	p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+	if (!p->rk) {
 		snprintf(errstr, errstr_size, "kafka: %s", err);
 		goto fail_conf;
 	}
 	conf = NULL;
 	p->topic = rd_kafka_topic_new(p->rk, cfg->jobs_topic, NULL);
-	if (p->topic == NULL) {
+	if (!p->topic) {
 		snprintf(errstr, errstr_size, "kafka topic %s: %s", cfg->jobs_topic,
 		         rd_kafka_err2str(rd_kafka_last_error()));
 		goto fail;
@@ -160,7 +160,7 @@ dispatcher_producer_t *dispatcher_producer_new(struct event_base *base,
 	}
 	p->ev_pipe = event_new(base, p->pipe_fd[0], EV_READ | EV_PERSIST, on_pipe, p);
 	p->ev_tick = event_new(base, -1, EV_PERSIST, on_tick, p);
-	if (p->ev_pipe == NULL || p->ev_tick == NULL ||
+	if (!p->ev_pipe || !p->ev_tick ||
 	    event_add(p->ev_pipe, NULL) < 0 || event_add(p->ev_tick, &tick) < 0) {
 		snprintf(errstr, errstr_size, "libevent: cannot add the kafka events");
 		goto fail;
@@ -168,7 +168,7 @@ dispatcher_producer_t *dispatcher_producer_new(struct event_base *base,
 	return p;
 
 fail_conf:
-	if (conf != NULL)
+	if (conf)
 		rd_kafka_conf_destroy(conf);
 fail:
 	dispatcher_producer_free(p, 0);
@@ -180,9 +180,9 @@ int dispatcher_producer_send(dispatcher_producer_t *p, const char *key,
                              dispatcher_delivery_cb cb, void *arg,
                              char *errstr, size_t errstr_size)
 {
-	delivery_t *d = malloc(sizeof *d);
+	delivery_t *d = malloc(sizeof(*d));
 
-	if (d == NULL) {
+	if (!d) {
 		snprintf(errstr, errstr_size, "out of memory");
 		return -1;
 	}
@@ -210,9 +210,9 @@ rd_kafka_t *dispatcher_producer_handle(dispatcher_producer_t *p)
 
 void dispatcher_producer_free(dispatcher_producer_t *p, int flush_ms)
 {
-	if (p == NULL)
+	if (!p)
 		return;
-	if (p->rk != NULL) {
+	if (p->rk) {
 		/* rd_kafka_flush serves the delivery callbacks itself. */
 		if (flush_ms > 0)
 			rd_kafka_flush(p->rk, flush_ms);
@@ -226,13 +226,13 @@ void dispatcher_producer_free(dispatcher_producer_t *p, int flush_ms)
 			rd_kafka_queue_destroy(q);
 		}
 	}
-	if (p->ev_pipe != NULL)
+	if (p->ev_pipe)
 		event_free(p->ev_pipe);
-	if (p->ev_tick != NULL)
+	if (p->ev_tick)
 		event_free(p->ev_tick);
-	if (p->topic != NULL)
+	if (p->topic)
 		rd_kafka_topic_destroy(p->topic);
-	if (p->rk != NULL)
+	if (p->rk)
 		rd_kafka_destroy(p->rk);
 	if (p->pipe_fd[0] >= 0)
 		close(p->pipe_fd[0]);

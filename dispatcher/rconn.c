@@ -75,7 +75,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	if (c->logged_down)
 		rn_log_info(NULL, "redis_connected", "%s: connected again", c->name);
 	c->logged_down = 0;
-	if (c->state_cb != NULL)
+	if (c->state_cb)
 		c->state_cb(c, 1, c->arg);
 }
 
@@ -91,7 +91,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 	if (status != REDIS_OK)
 		rn_log_warn(NULL, "redis_disconnected", "%s: %s", c->name, ac->errstr);
 	c->logged_down = 1;
-	if (was_up && c->state_cb != NULL)
+	if (was_up && c->state_cb)
 		c->state_cb(c, 0, c->arg);
 	schedule_retry(c);
 }
@@ -102,7 +102,7 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
 	redisReply *reply = r;
 
 	(void)priv;
-	if (reply != NULL && reply->type == REDIS_REPLY_ERROR) {
+	if (reply && reply->type == REDIS_REPLY_ERROR) {
 		dispatcher_rconn_t *c = ac->data;
 
 		rn_log_error(NULL, "redis_setup_failed", "%s: %.200s", c->name, reply->str);
@@ -114,10 +114,10 @@ static void connect_now(dispatcher_rconn_t *c)
 {
 	redisAsyncContext *ac;
 
-	if (c->freeing || c->ac != NULL)
+	if (c->freeing || c->ac)
 		return;
 	ac = redisAsyncConnect(c->url.host, c->url.port);
-	if (ac == NULL) {
+	if (!ac) {
 		schedule_retry(c);
 		return;
 	}
@@ -146,9 +146,9 @@ dispatcher_rconn_t *dispatcher_rconn_new(struct event_base *base, const rn_redis
                                          const char *name, dispatcher_rconn_state_cb state_cb,
                                          void *arg)
 {
-	dispatcher_rconn_t *c = calloc(1, sizeof *c);
+	dispatcher_rconn_t *c = calloc(1, sizeof(*c));
 
-	if (c == NULL)
+	if (!c)
 		return NULL;
 	c->base = base;
 	c->url = *url;
@@ -157,7 +157,7 @@ dispatcher_rconn_t *dispatcher_rconn_new(struct event_base *base, const rn_redis
 	c->arg = arg;
 	c->attempt = 0;
 	c->ev_retry = evtimer_new(base, on_retry, c);
-	if (c->ev_retry == NULL) {
+	if (!c->ev_retry) {
 		free(c);
 		return NULL;
 	}
@@ -175,7 +175,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	pending_t *p = priv;
 
 	(void)ac;
-	if (p->cb != NULL)
+	if (p->cb)
 		p->cb(r, p->arg);
 	free(p);
 }
@@ -185,10 +185,10 @@ int dispatcher_rconn_cmd(dispatcher_rconn_t *c, dispatcher_rconn_reply_cb cb, vo
 {
 	pending_t *p;
 
-	if (!c->up || c->ac == NULL)
+	if (!c->up || !c->ac)
 		return -1;
-	p = malloc(sizeof *p);
-	if (p == NULL)
+	p = malloc(sizeof(*p));
+	if (!p)
 		return -1;
 	p->cb = cb;
 	p->arg = arg;
@@ -201,10 +201,10 @@ int dispatcher_rconn_cmd(dispatcher_rconn_t *c, dispatcher_rconn_reply_cb cb, vo
 
 void dispatcher_rconn_free(dispatcher_rconn_t *c)
 {
-	if (c == NULL)
+	if (!c)
 		return;
 	c->freeing = 1;
-	if (c->ac != NULL) {
+	if (c->ac) {
 		redisAsyncContext *ac = c->ac;
 
 		c->ac = NULL;

@@ -48,7 +48,7 @@ static int64_t lifetime_sec(const dispatcher_t *d)
 static void on_added(redisReply *r, void *arg)
 {
 	(void)arg;
-	if (r != NULL && r->type == REDIS_REPLY_ERROR)
+	if (r && r->type == REDIS_REPLY_ERROR)
 		rn_log_warn(NULL, "recent_failed", "recent-runs index: %.200s", r->str);
 }
 
@@ -57,13 +57,13 @@ void dispatcher_recent_add(dispatcher_t *d, const char *run_id, int64_t enqueued
 	char key[PROTO_KEY_PREFIX_MAX + 32], score[32], oldest[32], bound[32], ttl[32];
 	const char *argv[] = { "EVAL", lua_add, "1", key, run_id, score, oldest, bound, ttl };
 
-	recent_key(d, key, sizeof key);
-	snprintf(score, sizeof score, "%" PRId64, enqueued_at_ms);
-	snprintf(oldest, sizeof oldest, "%" PRId64, rn_now_ms() - lifetime_sec(d) * 1000);
-	snprintf(bound, sizeof bound, "%ld", d->cfg->recent_runs);
-	snprintf(ttl, sizeof ttl, "%" PRId64, lifetime_sec(d));
+	recent_key(d, key, sizeof(key));
+	snprintf(score, sizeof(score), "%" PRId64, enqueued_at_ms);
+	snprintf(oldest, sizeof(oldest), "%" PRId64, rn_now_ms() - lifetime_sec(d) * 1000);
+	snprintf(bound, sizeof(bound), "%ld", d->cfg->recent_runs);
+	snprintf(ttl, sizeof(ttl), "%" PRId64, lifetime_sec(d));
 	if (dispatcher_rconn_cmd(dispatcher_store_conn(d->store), on_added, NULL,
-	                         (int)(sizeof argv / sizeof argv[0]), argv, NULL) < 0)
+	                         (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL) < 0)
 		rn_log_warn(run_id, "recent_failed", "Redis is down: the run is not in the recent-runs index");
 }
 
@@ -102,7 +102,7 @@ static struct evhttp_request *list_take_req(list_op_t *op)
 {
 	struct evhttp_request *req = op->req;
 
-	if (req != NULL)
+	if (req)
 		dispatcher_conn_on_close(op->d, op->evcon, NULL, NULL);
 	op->req = NULL;
 	return req;
@@ -116,10 +116,10 @@ static void list_finish(list_op_t *op)
 	size_t i;
 	json_t *v;
 
-	if (req != NULL && op->failed) {
+	if (req && op->failed) {
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_RUNS_LIST, 503, "redis_unavailable",
 		                       "redis: cannot read the recent runs");
-	} else if (req != NULL) {
+	} else if (req) {
 		out = json_array();
 		json_array_foreach(op->runs, i, v)
 		{
@@ -151,7 +151,7 @@ static void on_state(int rc, json_t *state, void *arg)
 		char key[PROTO_KEY_PREFIX_MAX + 32];
 		const char *argv[] = { "ZREM", key, slot->run_id };
 
-		recent_key(op->d, key, sizeof key);
+		recent_key(op->d, key, sizeof(key));
 		dispatcher_rconn_cmd(dispatcher_store_conn(op->d->store), on_forgot, NULL, 3, argv, NULL);
 	} else {
 		op->failed = 1;
@@ -165,8 +165,8 @@ static void on_ids(redisReply *r, void *arg)
 {
 	list_op_t *op = arg;
 
-	if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-		if (r != NULL && r->type == REDIS_REPLY_ERROR)
+	if (!r || r->type != REDIS_REPLY_ARRAY) {
+		if (r && r->type == REDIS_REPLY_ERROR)
 			rn_log_error(NULL, "redis_error", "recent runs: %.200s", r->str);
 		op->failed = 1;
 		list_finish(op);
@@ -182,14 +182,14 @@ static void on_ids(redisReply *r, void *arg)
 		json_array_append_new(op->runs, json_null());
 		if (e->type != REDIS_REPLY_STRING || !proto_run_id_valid(e->str))
 			continue;
-		slot = calloc(1, sizeof *slot);
-		if (slot == NULL) {
+		slot = calloc(1, sizeof(*slot));
+		if (!slot) {
 			op->failed = 1;
 			break;
 		}
 		slot->op = op;
 		slot->i = i;
-		snprintf(slot->run_id, sizeof slot->run_id, "%s", e->str);
+		snprintf(slot->run_id, sizeof(slot->run_id), "%s", e->str);
 		op->pending++;
 		if (dispatcher_store_get(op->d->store, slot->run_id, on_state, slot) < 0) {
 			op->pending--;
@@ -216,7 +216,7 @@ void dispatcher_runs_list(dispatcher_t *d, struct evhttp_request *req)
 	if (dispatcher_query(d, req, DISPATCHER_ROUTE_RUNS_LIST, &q) < 0)
 		return;
 	l = evhttp_find_header(&q, "limit");
-	if (l != NULL) {
+	if (l) {
 		char *end = NULL;
 
 		limit = strtol(l, &end, 10);
@@ -228,8 +228,8 @@ void dispatcher_runs_list(dispatcher_t *d, struct evhttp_request *req)
 		}
 	}
 	evhttp_clear_headers(&q);
-	op = calloc(1, sizeof *op);
-	if (op == NULL || (op->runs = json_array()) == NULL) {
+	op = calloc(1, sizeof(*op));
+	if (!op || !(op->runs = json_array())) {
 		free(op);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_RUNS_LIST, 500, "internal", "out of memory");
 		return;
@@ -237,8 +237,8 @@ void dispatcher_runs_list(dispatcher_t *d, struct evhttp_request *req)
 	op->d = d;
 	op->req = req;
 	op->evcon = evhttp_request_get_connection(req);
-	recent_key(d, key, sizeof key);
-	snprintf(stop, sizeof stop, "%ld", limit - 1);
+	recent_key(d, key, sizeof(key));
+	snprintf(stop, sizeof(stop), "%ld", limit - 1);
 	if (dispatcher_rconn_cmd(dispatcher_store_conn(d->store), on_ids, op, 4, argv, NULL) < 0) {
 		json_decref(op->runs);
 		free(op);

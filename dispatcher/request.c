@@ -33,7 +33,7 @@ static const char *const known[] = {
 
 static int is_known(const char *k)
 {
-	for (size_t i = 0; known[i] != NULL; i++)
+	for (size_t i = 0; known[i]; i++)
 		if (strcmp(known[i], k) == 0)
 			return 1;
 	return 0;
@@ -47,12 +47,12 @@ static void duplicate_error(const json_error_t *jerr, char *errstr, size_t errst
 {
 	const char *p = strstr(jerr->text, "'\"");
 
-	if (p != NULL) {
+	if (p) {
 		char name[32];
 		size_t n;
 		const char *q = strstr(p + 2, "\"'");
 
-		if (q != NULL && (n = (size_t)(q - (p + 2))) < sizeof name) {
+		if (q && (n = (size_t)(q - (p + 2))) < sizeof(name)) {
 			memcpy(name, p + 2, n);
 			name[n] = '\0';
 			if (is_known(name)) {
@@ -94,7 +94,7 @@ static int get_string(json_t *root, const char *name, int required, int nullable
 {
 	json_t *v = json_object_get(root, name);
 
-	if (v == NULL || (nullable && json_is_null(v))) {
+	if (!v || (nullable && json_is_null(v))) {
 		if (required) {
 			snprintf(errstr, errstr_size, "%s: missing", name);
 			return -1;
@@ -105,12 +105,12 @@ static int get_string(json_t *root, const char *name, int required, int nullable
 		snprintf(errstr, errstr_size, "%s: must be a string%s", name, nullable ? " or null" : "");
 		return -1;
 	}
-	if (memchr(json_string_value(v), '\0', json_string_length(v)) != NULL) {
+	if (memchr(json_string_value(v), '\0', json_string_length(v))) {
 		snprintf(errstr, errstr_size, "%s: contains a NUL character", name);
 		return -1;
 	}
 	*dst = strdup(json_string_value(v));
-	if (*dst == NULL) {
+	if (!*dst) {
 		snprintf(errstr, errstr_size, "%s: out of memory", name);
 		return -1;
 	}
@@ -127,7 +127,7 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 	char *run_id = NULL, *tenant = NULL, *idem = NULL, *tp = NULL;
 	int rc = -1;
 
-	memset(job, 0, sizeof *job);
+	memset(job, 0, sizeof(*job));
 	job->v = PROTO_JOB_VERSION;
 	job->enqueued_at = now_ms;
 	if (len == 0) {
@@ -139,9 +139,9 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 	 * may hold one): read the body again with every integer as a double,
 	 * the way JavaScript reads it.  Only such a body pays for the second
 	 * pass; whole_number() still takes its integer fields. */
-	if (root == NULL && json_error_code(&jerr) == json_error_numeric_overflow)
+	if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
 		root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
-	if (root == NULL) {
+	if (!root) {
 		if (json_error_code(&jerr) == json_error_duplicate_key)
 			duplicate_error(&jerr, errstr, errstr_size);
 		else if (json_error_code(&jerr) == json_error_numeric_overflow)
@@ -176,7 +176,7 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 				char name[40];
 				size_t i;
 
-				for (i = 0; k[i] != '\0' && i < sizeof name - 1; i++)
+				for (i = 0; k[i] != '\0' && i < sizeof(name) - 1; i++)
 					name[i] = (k[i] >= 0x20 && k[i] < 0x7f) ? k[i] : '?';
 				name[i] = '\0';
 				/* "": an error must still start with a field. */
@@ -200,22 +200,22 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 	    get_string(root, "traceparent", 0, 1, &tp, errstr, errstr_size) < 0 ||
 	    get_string(root, "webhook", 0, 1, &job->webhook, errstr, errstr_size) < 0)
 		goto out;
-	if (idem != NULL) {
+	if (idem) {
 		if (!proto_idem_key_valid(idem)) {
 			snprintf(errstr, errstr_size, "idempotency_key: 1 to %d characters of A-Z a-z 0-9 _ . : -",
 			         PROTO_IDEM_KEY_MAX);
 			goto out;
 		}
-		snprintf(job->idempotency_key, sizeof job->idempotency_key, "%s", idem);
+		snprintf(job->idempotency_key, sizeof(job->idempotency_key), "%s", idem);
 	}
 	/* In the body a traceparent is the caller's own claim: a bad one is a
 	 * 400 (the request header's is only dropped, see runs.c). */
-	if (tp != NULL && proto_traceparent_parse(tp, job->traceparent) != 0) {
+	if (tp && proto_traceparent_parse(tp, job->traceparent) != 0) {
 		snprintf(errstr, errstr_size, "traceparent: not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)");
 		goto out;
 	}
 	v = json_object_get(root, "priority");
-	if (v != NULL && !json_is_null(v)) {
+	if (v && !json_is_null(v)) {
 		/* 7.0 is an integer to JSON Schema (and to a caller's JSON
 		 * encoder): take an integral number, whatever its spelling. */
 		double x = json_is_number(v) ? json_number_value(v) : -1;
@@ -228,7 +228,7 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 		job->has_priority = 1;
 		job->priority = (int)x;
 	}
-	if (tenant != NULL) {
+	if (tenant) {
 		/* Characters: proto_job_validate's words; here only what fits. */
 		if (tenant[0] == '\0') {
 			snprintf(errstr, errstr_size, "tenant: empty");
@@ -238,24 +238,24 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 			snprintf(errstr, errstr_size, "tenant: longer than %d characters", PROTO_TENANT_MAX);
 			goto out;
 		}
-		snprintf(job->tenant, sizeof job->tenant, "%s", tenant);
+		snprintf(job->tenant, sizeof(job->tenant), "%s", tenant);
 	}
-	if (run_id != NULL) {
+	if (run_id) {
 		/* The characters are proto_job_validate's to judge (same words
 		 * as everywhere else); only the length must fit the struct. */
 		if (strlen(run_id) > PROTO_RUN_ID_MAX) {
 			snprintf(errstr, errstr_size, "run_id: longer than %d characters", PROTO_RUN_ID_MAX);
 			goto out;
 		}
-		snprintf(job->run_id, sizeof job->run_id, "%s", run_id);
+		snprintf(job->run_id, sizeof(job->run_id), "%s", run_id);
 	} else {
 		char minted[27];
 
 		proto_run_id_mint(minted);
-		snprintf(job->run_id, sizeof job->run_id, "%s", minted);
+		snprintf(job->run_id, sizeof(job->run_id), "%s", minted);
 	}
 	v = json_object_get(root, "max_runtime_sec");
-	if (v != NULL && !json_is_null(v)) {
+	if (v && !json_is_null(v)) {
 		json_int_t n = 0;
 
 		if (!whole_number(v, &n) || n <= 0) {
@@ -271,15 +271,15 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 	}
 	/* permission_mode: bypass, ask or deny (SPEC §5). */
 	v = json_object_get(root, "permission_mode");
-	if (v != NULL && !json_is_null(v)) {
+	if (v && !json_is_null(v)) {
 		if (!json_is_string(v) || !proto_permission_mode_ok(json_string_value(v))) {
 			snprintf(errstr, errstr_size, "permission_mode: must be bypass, ask or deny");
 			goto out;
 		}
-		snprintf(job->permission_mode, sizeof job->permission_mode, "%s", json_string_value(v));
+		snprintf(job->permission_mode, sizeof(job->permission_mode), "%s", json_string_value(v));
 	}
 	v = json_object_get(root, "meta");
-	if (v != NULL && !json_is_null(v)) {
+	if (v && !json_is_null(v)) {
 		if (mode == DISPATCHER_REQ_STRICT && !json_is_object(v)) {
 			snprintf(errstr, errstr_size, "meta: must be an object");
 			goto out;
@@ -292,7 +292,7 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 		{
 			if (is_known(k) && !(strcmp(k, "meta") == 0 && !json_is_object(v) && !json_is_null(v)))
 				continue;
-			if (job->meta == NULL && (job->meta = json_object()) == NULL) {
+			if (!job->meta && !(job->meta = json_object())) {
 				snprintf(errstr, errstr_size, "body: out of memory");
 				goto out;
 			}

@@ -55,7 +55,7 @@ static int wants_sse(struct evhttp_request *req)
 {
 	const char *a = evhttp_find_header(evhttp_request_get_input_headers(req), "Accept");
 
-	return a != NULL && strcasestr(a, "text/event-stream") != NULL;
+	return a && strcasestr(a, "text/event-stream");
 }
 
 static int64_t state_ttl(const dispatcher_t *d, int64_t max_runtime)
@@ -73,7 +73,7 @@ static void enqueue_unlink(dispatcher_enqueue_t *e)
 static void enqueue_free(dispatcher_enqueue_t *e)
 {
 	enqueue_unlink(e);
-	if (e->req != NULL)
+	if (e->req)
 		dispatcher_conn_on_close(e->d, e->evcon, NULL, NULL);
 	proto_job_clear(&e->job);
 	free(e);
@@ -84,7 +84,7 @@ static struct evhttp_request *enqueue_take_req(dispatcher_enqueue_t *e)
 {
 	struct evhttp_request *req = e->req;
 
-	if (req != NULL)
+	if (req)
 		dispatcher_conn_on_close(e->d, e->evcon, NULL, NULL);
 	e->req = NULL;
 	return req;
@@ -95,7 +95,7 @@ static void enqueue_undo(dispatcher_enqueue_t *e)
 {
 	dispatcher_t *d = e->d;
 
-	if (d->store == NULL)
+	if (!d->store)
 		return;
 	dispatcher_store_uncreate(d->store, e->run_id);
 	if (e->idem_fresh)
@@ -118,9 +118,9 @@ static void reply_enqueued(dispatcher_t *d, struct evhttp_request *req, dispatch
 {
 	char out[PROTO_KEY_MAX], ctl[PROTO_KEY_MAX], loc[128];
 
-	proto_key(out, sizeof out, d->cfg->key_prefix, run_id, PROTO_KEY_OUT);
-	proto_key(ctl, sizeof ctl, d->cfg->key_prefix, run_id, PROTO_KEY_CTL);
-	snprintf(loc, sizeof loc, "/v1/runs/%s", run_id);
+	proto_key(out, sizeof(out), d->cfg->key_prefix, run_id, PROTO_KEY_OUT);
+	proto_key(ctl, sizeof(ctl), d->cfg->key_prefix, run_id, PROTO_KEY_CTL);
+	snprintf(loc, sizeof(loc), "/v1/runs/%s", run_id);
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Location", loc);
 	dispatcher_reply_json(d, req, route, code,
 	                      json_pack("{s:s,s:s,s:s}", "run_id", run_id, "stream", out, "control", ctl));
@@ -139,7 +139,7 @@ static void on_delivery(void *arg, int ok, int maybe_persisted, const char *err)
 		             maybe_persisted ? " (it may still have been written)" : "");
 		if (!maybe_persisted)
 			enqueue_undo(e);
-		if (req != NULL)
+		if (req)
 			dispatcher_reply_error(d, req, e->route, 503, "kafka_unavailable",
 			                       "kafka: the job queue did not take the job (%s)%s", err,
 			                       maybe_persisted ? "; it may still run" : "");
@@ -150,16 +150,16 @@ static void on_delivery(void *arg, int ok, int maybe_persisted, const char *err)
 	rn_log_info(e->run_id, "enqueued", "job delivered to Kafka");
 	dispatcher_recent_add(d, e->run_id, rn_now_ms());
 	if (e->route == DISPATCHER_ROUTE_STREAM) {
-		if (req != NULL) {
+		if (req) {
 			dispatcher_sid_t zero = { 0, 0 };
 
 			dispatcher_feed_start(d, req, e->route, e->run_id, zero, e->sse, 1, 0);
-		} else if (d->store != NULL &&
+		} else if (d->store &&
 		           dispatcher_store_cancel(d->store, e->run_id, "client_closed", 0,
 		                                   state_ttl(d, e->job.max_runtime_sec), NULL, NULL) == 0) {
 			rn_counter_add(d->c_cancels, 1);
 		}
-	} else if (req != NULL) {
+	} else if (req) {
 		reply_enqueued(d, req, e->route, e->run_id, 202);
 	}
 	enqueue_free(e);
@@ -181,7 +181,7 @@ static void on_created(int rc, void *arg)
 			/* The same run_id and key again: a retry of the same
 			 * enqueue, answered like any repeat (the key stays).  A
 			 * key taken just now for a run_id in use is a 409. */
-			if (req != NULL) {
+			if (req) {
 				dispatcher_sid_t zero = { 0, 0 };
 
 				rn_counter_add(d->c_enqueue_repeats, 1);
@@ -193,26 +193,26 @@ static void on_created(int rc, void *arg)
 			enqueue_free(e);
 			return;
 		}
-		if (e->idem_fresh && d->store != NULL)
+		if (e->idem_fresh && d->store)
 			dispatcher_store_idem_release(d->store, e->idem_tenant, e->idem_key, e->run_id);
-		if (req != NULL && rc == DISPATCHER_STORE_ABSENT)
+		if (req && rc == DISPATCHER_STORE_ABSENT)
 			dispatcher_reply_error(d, req, e->route, 409, "conflict", "run_id: already exists");
-		else if (req != NULL)
+		else if (req)
 			dispatcher_reply_error(d, req, e->route, 503, "redis_unavailable",
 			                       "redis: cannot record the run");
 		enqueue_free(e);
 		return;
 	}
-	if (e->req == NULL) {
+	if (!e->req) {
 		/* Nobody waits for it: do not start a run nobody will see. */
 		enqueue_undo(e);
 		enqueue_free(e);
 		return;
 	}
-	value = proto_job_serialize(&e->job, key, &len, err, sizeof err);
+	value = proto_job_serialize(&e->job, key, &len, err, sizeof(err));
 	/* The OTPs are in value (or sealed in it) now; drop our copy at once. */
 	proto_job_clear(&e->job);
-	if (value == NULL) {
+	if (!value) {
 		enqueue_undo(e);
 		/* A body under the HTTP cap can still make a job over Kafka's
 		 * message cap (sealing adds a third to the secrets). */
@@ -224,7 +224,7 @@ static void on_created(int rc, void *arg)
 		return;
 	}
 	if (dispatcher_producer_send(d->producer, e->run_id, value, len, on_delivery, e,
-	                             err, sizeof err) < 0) {
+	                             err, sizeof(err)) < 0) {
 		sodium_memzero(value, len);
 		free(value);
 		rn_counter_add(d->c_enqueue_failed, 1);
@@ -253,7 +253,7 @@ static void on_idem_claimed(int rc, const char *owner, int fresh, void *arg)
 
 	if (rc == DISPATCHER_STORE_OK && strcmp(owner, e->run_id) == 0) {
 		e->idem_fresh = fresh;
-		if (e->req == NULL) {
+		if (!e->req) {
 			/* Nobody waits: give the key back, nothing else was made. */
 			if (fresh)
 				dispatcher_store_idem_release(d->store, e->idem_tenant, e->idem_key, e->run_id);
@@ -272,7 +272,7 @@ static void on_idem_claimed(int rc, const char *owner, int fresh, void *arg)
 	}
 	req = enqueue_take_req(e);
 	if (rc != DISPATCHER_STORE_OK) {
-		if (req != NULL)
+		if (req)
 			dispatcher_reply_error(d, req, e->route, 503, "redis_unavailable",
 			                       "redis: cannot record the idempotency key");
 		enqueue_free(e);
@@ -281,7 +281,7 @@ static void on_idem_claimed(int rc, const char *owner, int fresh, void *arg)
 	rn_log_info(owner, "enqueue_repeat", "tenant %s: idempotency key already used; answered with this run",
 	            e->idem_tenant);
 	rn_counter_add(d->c_enqueue_repeats, 1);
-	if (req != NULL) {
+	if (req) {
 		if (e->route == DISPATCHER_ROUTE_STREAM) {
 			dispatcher_sid_t zero = { 0, 0 };
 
@@ -309,7 +309,7 @@ static void enqueue_claim(dispatcher_enqueue_t *e)
 	if (rc < 0) {
 		struct evhttp_request *req = enqueue_take_req(e);
 
-		if (req != NULL)
+		if (req)
 			dispatcher_reply_error(d, req, e->route, 503, "redis_unavailable", "redis: not connected");
 		enqueue_free(e);
 	}
@@ -325,19 +325,19 @@ static void on_webhook_resolved(int err, struct evutil_addrinfo *ai, void *arg)
 	dispatcher_enqueue_t *e = arg;
 	const char *why = NULL;
 
-	for (struct evutil_addrinfo *p = err == 0 ? ai : NULL; p != NULL && why == NULL; p = p->ai_next) {
+	for (struct evutil_addrinfo *p = err == 0 ? ai : NULL; p && !why; p = p->ai_next) {
 		rn_addr_class_t c = rn_netaddr_classify(p->ai_addr);
 
 		if (c != RN_ADDR_PUBLIC)
 			why = rn_netaddr_class_text(c);
 	}
-	if (ai != NULL)
+	if (ai)
 		evutil_freeaddrinfo(ai);
-	if (e->req == NULL || err == EVUTIL_EAI_CANCEL) {
+	if (!e->req || err == EVUTIL_EAI_CANCEL) {
 		enqueue_free(e);
 		return;
 	}
-	if (why != NULL) {
+	if (why) {
 		dispatcher_reply_error(e->d, enqueue_take_req(e), e->route, 400, "bad_request",
 		                       "webhook: resolves to %s, which is not allowed", why);
 		enqueue_free(e);
@@ -356,11 +356,11 @@ static int webhook_resolve(dispatcher_enqueue_t *e)
 	char host[256];
 	int literal = 1;
 
-	if (proto_webhook_host(e->job.webhook, host, sizeof host, &literal) < 0 || literal)
+	if (proto_webhook_host(e->job.webhook, host, sizeof(host), &literal) < 0 || literal)
 		return -1;
-	if (d->dns == NULL) {
+	if (!d->dns) {
 		d->dns = evdns_base_new(d->base, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-		if (d->dns == NULL) {
+		if (!d->dns) {
 			rn_log_warn(NULL, "webhook_dns", "no resolver: webhook hosts are checked by the workers only");
 			return -1;
 		}
@@ -368,7 +368,7 @@ static int webhook_resolve(dispatcher_enqueue_t *e)
 		evdns_base_set_option(d->dns, "timeout:", "2");
 		evdns_base_set_option(d->dns, "attempts:", "2");
 	}
-	memset(&hints, 0, sizeof hints);
+	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	evdns_getaddrinfo(d->dns, host, NULL, &hints, on_webhook_resolved, e);
@@ -377,20 +377,20 @@ static int webhook_resolve(dispatcher_enqueue_t *e)
 
 void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route)
 {
-	dispatcher_enqueue_t *e = calloc(1, sizeof *e);
+	dispatcher_enqueue_t *e = calloc(1, sizeof(*e));
 	char err[256];
 	size_t len;
 	const char *body = dispatcher_body(req, &len);
 	int rc;
 
-	if (e == NULL) {
+	if (!e) {
 		dispatcher_reply_error(d, req, route, 500, "internal", "out of memory");
 		return;
 	}
 	e->t0_us = rn_mono_us();
 	rc = dispatcher_request_parse(body, len,
 	                              route == DISPATCHER_ROUTE_STREAM ? DISPATCHER_REQ_LENIENT : DISPATCHER_REQ_STRICT,
-	                              d->cfg->max_runtime_sec, rn_now_ms(), &e->job, err, sizeof err);
+	                              d->cfg->max_runtime_sec, rn_now_ms(), &e->job, err, sizeof(err));
 	/* The body holds the OTPs: wipe evhttp's copy, good or bad. */
 	if (len > 0)
 		sodium_memzero((void *)body, len);
@@ -406,17 +406,17 @@ void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatc
 	if (e->job.traceparent[0] == '\0') {
 		const char *tp = evhttp_find_header(evhttp_request_get_input_headers(req), "traceparent");
 
-		if (tp != NULL && proto_traceparent_parse(tp, e->job.traceparent) != 0) {
+		if (tp && proto_traceparent_parse(tp, e->job.traceparent) != 0) {
 			e->job.traceparent[0] = '\0';
 			rn_log_warn(e->job.run_id, "traceparent_dropped",
 			            "the request's traceparent header is not W3C Trace Context; ignored");
 		}
 	}
-	if (e->job.webhook != NULL &&
+	if (e->job.webhook &&
 	    rn_webhook_url_check(e->job.webhook,
 	                         (d->cfg->webhook_allow_http ? PROTO_WEBHOOK_ALLOW_HTTP : 0) |
 	                                 (d->cfg->webhook_allow_private ? PROTO_WEBHOOK_ALLOW_PRIVATE : 0),
-	                         err, sizeof err) < 0) {
+	                         err, sizeof(err)) < 0) {
 		proto_job_clear(&e->job);
 		free(e);
 		dispatcher_reply_error(d, req, route, 400, "bad_request", "%s", err);
@@ -427,14 +427,14 @@ void dispatcher_runs_create(dispatcher_t *d, struct evhttp_request *req, dispatc
 	e->evcon = evhttp_request_get_connection(req);
 	e->route = route;
 	e->sse = wants_sse(req);
-	snprintf(e->run_id, sizeof e->run_id, "%s", e->job.run_id);
+	snprintf(e->run_id, sizeof(e->run_id), "%s", e->job.run_id);
 	if (e->job.idempotency_key[0]) {
-		snprintf(e->idem_tenant, sizeof e->idem_tenant, "%s", proto_job_tenant(&e->job));
-		snprintf(e->idem_key, sizeof e->idem_key, "%s", e->job.idempotency_key);
+		snprintf(e->idem_tenant, sizeof(e->idem_tenant), "%s", proto_job_tenant(&e->job));
+		snprintf(e->idem_key, sizeof(e->idem_key), "%s", e->job.idempotency_key);
 	}
 	dispatcher_conn_on_close(d, e->evcon, on_enqueue_close, e);
 	RN_LIST_PUSH(d->enqueues, e);
-	if (e->job.webhook != NULL && !d->cfg->webhook_allow_private && webhook_resolve(e) == 0)
+	if (e->job.webhook && !d->cfg->webhook_allow_private && webhook_resolve(e) == 0)
 		return; /* on_webhook_resolved goes on */
 	enqueue_claim(e);
 }
@@ -443,10 +443,10 @@ void dispatcher_runs_abort_all(dispatcher_t *d)
 {
 	/* Waiting on Kafka: the delivery callback still owns e (it runs during
 	 * the producer's flush or purge).  Only answer the callers now. */
-	for (dispatcher_enqueue_t *e = d->enqueues; e != NULL; e = e->next) {
+	for (dispatcher_enqueue_t *e = d->enqueues; e; e = e->next) {
 		struct evhttp_request *req = enqueue_take_req(e);
 
-		if (req != NULL)
+		if (req)
 			dispatcher_reply_error(d, req, e->route, 503, "shutting_down", "server: shutting down");
 	}
 }
@@ -475,15 +475,15 @@ static void op_close(struct evhttp_connection *evcon, void *arg)
 static simple_op_t *op_new(dispatcher_t *d, struct evhttp_request *req, dispatcher_route_t route,
                            const char *run_id)
 {
-	simple_op_t *op = calloc(1, sizeof *op);
+	simple_op_t *op = calloc(1, sizeof(*op));
 
-	if (op == NULL)
+	if (!op)
 		return NULL;
 	op->d = d;
 	op->req = req;
 	op->evcon = evhttp_request_get_connection(req);
 	op->route = route;
-	snprintf(op->run_id, sizeof op->run_id, "%s", run_id);
+	snprintf(op->run_id, sizeof(op->run_id), "%s", run_id);
 	dispatcher_conn_on_close(d, op->evcon, op_close, op);
 	return op;
 }
@@ -494,9 +494,9 @@ static struct evhttp_request *op_finish(simple_op_t *op, char *run_id)
 {
 	struct evhttp_request *req = op->req;
 
-	if (run_id != NULL)
-		memcpy(run_id, op->run_id, sizeof op->run_id);
-	if (req != NULL)
+	if (run_id)
+		memcpy(run_id, op->run_id, sizeof(op->run_id));
+	if (req)
 		dispatcher_conn_on_close(op->d, op->evcon, NULL, NULL);
 	free(op);
 	return req;
@@ -510,7 +510,7 @@ static void on_get(int rc, json_t *state, void *arg)
 	struct evhttp_request *req;
 
 	req = op_finish(op, run_id);
-	if (req == NULL) {
+	if (!req) {
 		json_decref(state);
 		return;
 	}
@@ -528,7 +528,7 @@ void dispatcher_runs_get(dispatcher_t *d, struct evhttp_request *req, const char
 {
 	simple_op_t *op = op_new(d, req, DISPATCHER_ROUTE_RUN, run_id);
 
-	if (op == NULL) {
+	if (!op) {
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_RUN, 500, "internal", "out of memory");
 		return;
 	}
@@ -550,7 +550,7 @@ static void on_probe(int rc, const char *last_id, const char *last_line, size_t 
 	struct evhttp_request *req;
 
 	req = op_finish(op, run_id);
-	if (req == NULL)
+	if (!req)
 		return;
 	if (rc == DISPATCHER_STORE_ABSENT) {
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 404, "not_found", "run_id: no such run");
@@ -568,7 +568,7 @@ static void on_probe(int rc, const char *last_id, const char *last_line, size_t 
 		json_t *o = json_loadb(last_line, last_len, 0, NULL);
 		const char *type = json_string_value(json_object_get(o, "type"));
 
-		ended = type != NULL && (strcmp(type, "result") == 0 || strcmp(type, "error") == 0);
+		ended = type && (strcmp(type, "result") == 0 || strcmp(type, "error") == 0);
 		json_decref(o);
 	}
 	/* A cursor past the stream's last entry was never sent by this stream
@@ -607,7 +607,7 @@ void dispatcher_runs_events(dispatcher_t *d, struct evhttp_request *req, const c
 	if (dispatcher_query(d, req, DISPATCHER_ROUTE_EVENTS, &q) < 0)
 		return;
 	a = evhttp_find_header(&q, "after");
-	if (a != NULL && cursor_parse(a, &after) < 0) {
+	if (a && cursor_parse(a, &after) < 0) {
 		evhttp_clear_headers(&q);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 400, "bad_request",
 		                       "after: must be a stream id <ms>-<seq> (at most 19 digits each)");
@@ -618,7 +618,7 @@ void dispatcher_runs_events(dispatcher_t *d, struct evhttp_request *req, const c
 	 * the after= of the URL it was first opened with.  It is checked even
 	 * when the answer is NDJSON (which ignores it): a malformed header is
 	 * the caller's bug either way.  Empty means none, as in SSE. */
-	if (last_event != NULL && last_event[0] != '\0') {
+	if (last_event && last_event[0] != '\0') {
 		dispatcher_sid_t le;
 
 		if (cursor_parse(last_event, &le) < 0) {
@@ -630,7 +630,7 @@ void dispatcher_runs_events(dispatcher_t *d, struct evhttp_request *req, const c
 			after = le;
 	}
 	op = op_new(d, req, DISPATCHER_ROUTE_EVENTS, run_id);
-	if (op == NULL) {
+	if (!op) {
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_EVENTS, 500, "internal", "out of memory");
 		return;
 	}
@@ -656,7 +656,7 @@ static void on_cancel(int rc, const char *status, void *arg)
 		rn_counter_add(d->c_cancels, 1);
 		rn_log_info(run_id, "cancel_requested", "cancel written to the control stream");
 	}
-	if (req == NULL)
+	if (!req)
 		return;
 	if (rc == DISPATCHER_STORE_OK)
 		dispatcher_reply_json(d, req, DISPATCHER_ROUTE_CANCEL, 202,
@@ -682,7 +682,7 @@ void dispatcher_runs_cancel(dispatcher_t *d, struct evhttp_request *req, const c
 		const char *k;
 		json_t *v;
 
-		if (root == NULL || !json_is_object(root)) {
+		if (!root || !json_is_object(root)) {
 			json_decref(root);
 			dispatcher_reply_error(d, req, DISPATCHER_ROUTE_CANCEL, 400, "bad_request",
 			                       "body: must be a JSON object");
@@ -698,7 +698,7 @@ void dispatcher_runs_cancel(dispatcher_t *d, struct evhttp_request *req, const c
 			}
 		}
 		r = json_object_get(root, "reason");
-		if (r != NULL && !json_is_null(r)) {
+		if (r && !json_is_null(r)) {
 			if (!json_is_string(r) || json_string_length(r) == 0 ||
 			    json_string_length(r) > PROTO_CTL_REASON_MAX) {
 				json_decref(root);
@@ -706,12 +706,12 @@ void dispatcher_runs_cancel(dispatcher_t *d, struct evhttp_request *req, const c
 				                       "reason: must be a string of 1..%d bytes", PROTO_CTL_REASON_MAX);
 				return;
 			}
-			snprintf(reason, sizeof reason, "%s", json_string_value(r));
+			snprintf(reason, sizeof(reason), "%s", json_string_value(r));
 		}
 		json_decref(root);
 	}
 	op = op_new(d, req, DISPATCHER_ROUTE_CANCEL, run_id);
-	if (op == NULL) {
+	if (!op) {
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_CANCEL, 500, "internal", "out of memory");
 		return;
 	}
@@ -735,12 +735,12 @@ static void on_reply(int rc, const char *what, const char *options, void *arg)
 	char run_id[PROTO_RUN_ID_MAX + 1], ask_id[PROTO_CTL_ID_MAX + 1];
 	struct evhttp_request *req;
 
-	snprintf(ask_id, sizeof ask_id, "%s", ro->ask_id);
+	snprintf(ask_id, sizeof(ask_id), "%s", ro->ask_id);
 	req = op_finish(ro->op, run_id);
 	free(ro);
 	if (rc == DISPATCHER_STORE_OK && strcmp(what, "written") == 0)
 		rn_log_info(run_id, "reply_requested", "reply to ask %s written to the control stream", ask_id);
-	if (req == NULL)
+	if (!req)
 		return;
 	if (rc == DISPATCHER_STORE_ABSENT)
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 404, "not_found", "run_id: no such run");
@@ -774,7 +774,7 @@ void dispatcher_runs_reply(dispatcher_t *d, struct evhttp_request *req, const ch
 	reply_op_t *ro;
 
 	root = len > 0 ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
-	if (root == NULL || !json_is_object(root)) {
+	if (!root || !json_is_object(root)) {
 		json_decref(root);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 400, "bad_request",
 		                       "body: must be a JSON object with option, text or reject");
@@ -792,29 +792,29 @@ void dispatcher_runs_reply(dispatcher_t *d, struct evhttp_request *req, const ch
 	opt = json_object_get(root, "option");
 	text = json_object_get(root, "text");
 	rej = json_object_get(root, "reject");
-	if ((opt != NULL && !json_is_string(opt)) || (text != NULL && !json_is_string(text)) ||
-	    (rej != NULL && !json_is_true(rej))) {
-		const char *field = opt != NULL && !json_is_string(opt) ? "option" : text != NULL && !json_is_string(text) ? "text"
-		                                                                                                           : "reject";
+	if ((opt && !json_is_string(opt)) || (text && !json_is_string(text)) ||
+	    (rej && !json_is_true(rej))) {
+		const char *field = opt && !json_is_string(opt) ? "option" : text && !json_is_string(text) ? "text"
+		                                                                                           : "reject";
 		json_decref(root);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 400, "bad_request", "%s: %s", field,
 		                       strcmp(field, "reject") == 0 ? "must be true" : "not a string");
 		return;
 	}
-	if (text != NULL && memchr(json_string_value(text), '\0', json_string_length(text)) != NULL) {
+	if (text && memchr(json_string_value(text), '\0', json_string_length(text))) {
 		json_decref(root);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 400, "bad_request", "text: contains a NUL character");
 		return;
 	}
-	ctl = malloc(sizeof *ctl);
-	if (ctl == NULL) {
+	ctl = malloc(sizeof(*ctl));
+	if (!ctl) {
 		json_decref(root);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 500, "internal", "out of memory");
 		return;
 	}
-	if (proto_ctl_reply_set(ctl, ask_id, opt != NULL ? json_string_value(opt) : NULL,
-	                        text != NULL ? json_string_value(text) : NULL, rej != NULL,
-	                        err, sizeof err) < 0) {
+	if (proto_ctl_reply_set(ctl, ask_id, opt ? json_string_value(opt) : NULL,
+	                        text ? json_string_value(text) : NULL, !!rej,
+	                        err, sizeof(err)) < 0) {
 		json_decref(root);
 		free(ctl);
 		/* "reply: ..." is about the body as a whole. */
@@ -824,22 +824,22 @@ void dispatcher_runs_reply(dispatcher_t *d, struct evhttp_request *req, const ch
 		return;
 	}
 	json_decref(root);
-	if (proto_ctl_serialize(ctl, msg, sizeof msg) < 0 || strlen(msg) > PROTO_CTL_MAX_BYTES) {
+	if (proto_ctl_serialize(ctl, msg, sizeof(msg)) < 0 || strlen(msg) > PROTO_CTL_MAX_BYTES) {
 		free(ctl);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 400, "bad_request",
 		                       "text: too long once encoded (over %d bytes)", PROTO_CTL_MAX_BYTES);
 		return;
 	}
-	ro = calloc(1, sizeof *ro);
-	if (ro != NULL)
+	ro = calloc(1, sizeof(*ro));
+	if (ro)
 		ro->op = op_new(d, req, DISPATCHER_ROUTE_REPLY, run_id);
-	if (ro == NULL || ro->op == NULL) {
+	if (!ro || !ro->op) {
 		free(ro);
 		free(ctl);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_REPLY, 500, "internal", "out of memory");
 		return;
 	}
-	snprintf(ro->ask_id, sizeof ro->ask_id, "%s", ask_id);
+	snprintf(ro->ask_id, sizeof(ro->ask_id), "%s", ask_id);
 	if (dispatcher_store_reply(d->store, run_id, ask_id, msg,
 	                           ctl->reply == PROTO_REPLY_OPTION ? ctl->option : NULL,
 	                           state_ttl(d, 0), on_reply, ro) < 0) {

@@ -78,7 +78,7 @@ static void on_ping(redisReply *r, void *arg)
 	dispatcher_store_t *s = arg;
 
 	s->ping_pending = 0;
-	s->ping_ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+	s->ping_ok = r && r->type == REDIS_REPLY_STATUS;
 }
 
 static void ping_tick(evutil_socket_t fd, short what, void *arg)
@@ -117,18 +117,18 @@ static void on_state(dispatcher_rconn_t *c, int up, void *arg)
 dispatcher_store_t *dispatcher_store_new(struct event_base *base, const rn_redis_url_t *url,
                                          const char *prefix, char *errstr, size_t errstr_size)
 {
-	dispatcher_store_t *s = calloc(1, sizeof *s);
+	dispatcher_store_t *s = calloc(1, sizeof(*s));
 	struct timeval sec = { 1, 0 };
 
-	if (s == NULL) {
+	if (!s) {
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
-	snprintf(s->prefix, sizeof s->prefix, "%s", prefix);
+	snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
 	s->deferred_tail = &s->deferred;
 	s->ev_ping = event_new(base, -1, EV_PERSIST, ping_tick, s);
 	s->rc = dispatcher_rconn_new(base, url, "runnel-dispatcher-cmd", on_state, s);
-	if (s->ev_ping == NULL || s->rc == NULL || event_add(s->ev_ping, &sec) < 0) {
+	if (!s->ev_ping || !s->rc || event_add(s->ev_ping, &sec) < 0) {
 		snprintf(errstr, errstr_size, "cannot set up the Redis connection");
 		dispatcher_store_free(s);
 		return NULL;
@@ -138,12 +138,12 @@ dispatcher_store_t *dispatcher_store_new(struct event_base *base, const rn_redis
 
 void dispatcher_store_free(dispatcher_store_t *s)
 {
-	if (s == NULL)
+	if (!s)
 		return;
 	dispatcher_rconn_free(s->rc);
-	if (s->ev_ping != NULL)
+	if (s->ev_ping)
 		event_free(s->ev_ping);
-	while (s->deferred != NULL) {
+	while (s->deferred) {
 		deferred_t *n = s->deferred->next;
 
 		rn_log_error(s->deferred->run_id, "cancel_failed",
@@ -167,9 +167,9 @@ typedef struct call {
 
 static call_t *call_new(void (*fn)(void), void *arg)
 {
-	call_t *c = malloc(sizeof *c);
+	call_t *c = malloc(sizeof(*c));
 
-	if (c != NULL) {
+	if (c) {
 		c->fn = fn;
 		c->arg = arg;
 	}
@@ -185,14 +185,14 @@ static int eval(dispatcher_store_t *s, const char *script, const char *run_id,
 	const char *argv[16];
 	int argc = 0;
 
-	if (call == NULL)
+	if (!call)
 		return -1;
-	snprintf(nk, sizeof nk, "%d", nkeys);
+	snprintf(nk, sizeof(nk), "%d", nkeys);
 	argv[argc++] = "EVAL";
 	argv[argc++] = script;
 	argv[argc++] = nk;
 	for (int i = 0; i < nkeys; i++) {
-		if (proto_key(keys[i], sizeof keys[i], s->prefix, run_id, kinds[i]) < 0) {
+		if (proto_key(keys[i], sizeof(keys[i]), s->prefix, run_id, kinds[i]) < 0) {
 			free(call);
 			return -1;
 		}
@@ -209,7 +209,7 @@ static int eval(dispatcher_store_t *s, const char *script, const char *run_id,
 
 static int reply_failed(const redisReply *r, const char *what)
 {
-	if (r == NULL)
+	if (!r)
 		return 1;
 	if (r->type == REDIS_REPLY_ERROR) {
 		rn_log_error(NULL, "redis_error", "%s: %.200s", what, r->str);
@@ -237,8 +237,8 @@ int dispatcher_store_create(dispatcher_store_t *s, const char *run_id, int64_t e
 	char at[32], ttl[32];
 	const char *args[] = { at, ttl };
 
-	snprintf(at, sizeof at, "%" PRId64, enqueued_at);
-	snprintf(ttl, sizeof ttl, "%" PRId64, ttl_sec);
+	snprintf(at, sizeof(at), "%" PRId64, enqueued_at);
+	snprintf(ttl, sizeof(ttl), "%" PRId64, ttl_sec);
 	return eval(s, lua_create, run_id, kinds, 2, args, 2, on_create,
 	            call_new((void (*)(void))cb, arg));
 }
@@ -263,12 +263,12 @@ int dispatcher_store_idem_claim(dispatcher_store_t *s, const char *tenant, const
 	char rkey[PROTO_IDEM_REDIS_KEY_MAX], ttl[32];
 	call_t *c;
 
-	if (proto_idem_redis_key(rkey, sizeof rkey, s->prefix, tenant, key) < 0)
+	if (proto_idem_redis_key(rkey, sizeof(rkey), s->prefix, tenant, key) < 0)
 		return -1;
-	snprintf(ttl, sizeof ttl, "%" PRId64, ttl_sec);
+	snprintf(ttl, sizeof(ttl), "%" PRId64, ttl_sec);
 	const char *argv[] = { "EVAL", rn_idem_claim_lua, "1", rkey, run_id, ttl };
 	c = call_new((void (*)(void))cb, arg);
-	if (c == NULL)
+	if (!c)
 		return -1;
 	if (dispatcher_rconn_cmd(s->rc, on_idem, c, 6, argv, NULL) < 0) {
 		free(c);
@@ -281,7 +281,7 @@ void dispatcher_store_idem_release(dispatcher_store_t *s, const char *tenant, co
 {
 	char rkey[PROTO_IDEM_REDIS_KEY_MAX];
 
-	if (proto_idem_redis_key(rkey, sizeof rkey, s->prefix, tenant, key) < 0)
+	if (proto_idem_redis_key(rkey, sizeof(rkey), s->prefix, tenant, key) < 0)
 		return;
 	const char *argv[] = { "EVAL", rn_idem_release_lua, "1", rkey, run_id };
 	if (dispatcher_rconn_cmd(s->rc, NULL, NULL, 5, argv, NULL) < 0)
@@ -328,7 +328,7 @@ static void on_get(redisReply *r, void *arg)
 		return;
 	}
 	o = json_object();
-	for (size_t i = 0; o != NULL && i + 1 < r->elements; i += 2) {
+	for (size_t i = 0; o && i + 1 < r->elements; i += 2) {
 		const redisReply *k = r->element[i], *v = r->element[i + 1];
 		json_t *jv = NULL;
 
@@ -349,11 +349,11 @@ static void on_get(redisReply *r, void *arg)
 				jv = NULL;
 			}
 		}
-		if (jv == NULL)
+		if (!jv)
 			jv = json_stringn_nocheck(v->str, v->len);
 		json_object_set_new(o, k->str, jv);
 	}
-	cb(o != NULL ? DISPATCHER_STORE_OK : DISPATCHER_STORE_ERROR, o, c->arg);
+	cb(o ? DISPATCHER_STORE_OK : DISPATCHER_STORE_ERROR, o, c->arg);
 	free(c);
 }
 
@@ -364,10 +364,10 @@ int dispatcher_store_get(dispatcher_store_t *s, const char *run_id,
 	const char *argv[2] = { "HGETALL", key };
 	call_t *c;
 
-	if (proto_key(key, sizeof key, s->prefix, run_id, PROTO_KEY_STATE) < 0)
+	if (proto_key(key, sizeof(key), s->prefix, run_id, PROTO_KEY_STATE) < 0)
 		return -1;
 	c = call_new((void (*)(void))cb, arg);
-	if (c == NULL)
+	if (!c)
 		return -1;
 	if (dispatcher_rconn_cmd(s->rc, on_get, c, 2, argv, NULL) < 0) {
 		free(c);
@@ -408,9 +408,9 @@ static void on_cancel(redisReply *r, void *arg)
 
 	if (reply_failed(r, "cancel") || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
 	    r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_STRING) {
-		if (cb != NULL)
+		if (cb)
 			cb(DISPATCHER_STORE_ERROR, "", c->arg);
-	} else if (cb != NULL) {
+	} else if (cb) {
 		cb(r->element[0]->integer == 1 ? DISPATCHER_STORE_OK : DISPATCHER_STORE_ABSENT,
 		   r->element[1]->str, c->arg);
 	}
@@ -426,12 +426,12 @@ static int cancel_now(dispatcher_store_t *s, const char *run_id, const char *rea
 	char msg[PROTO_CTL_MAX_BYTES], ttl[32];
 	const char *args[] = { msg, must_exist ? "1" : "0", ttl };
 
-	memset(&ctl, 0, sizeof ctl);
+	memset(&ctl, 0, sizeof(ctl));
 	ctl.type = PROTO_CTL_CANCEL;
-	snprintf(ctl.reason, sizeof ctl.reason, "%s", reason);
-	if (proto_ctl_serialize(&ctl, msg, sizeof msg) < 0)
+	snprintf(ctl.reason, sizeof(ctl.reason), "%s", reason);
+	if (proto_ctl_serialize(&ctl, msg, sizeof(msg)) < 0)
 		return -1;
-	snprintf(ttl, sizeof ttl, "%" PRId64, ttl_sec);
+	snprintf(ttl, sizeof(ttl), "%" PRId64, ttl_sec);
 	return eval(s, lua_cancel, run_id, kinds, 3, args, 3, on_cancel,
 	            call_new((void (*)(void))cb, arg));
 }
@@ -443,7 +443,7 @@ static int cancel_now(dispatcher_store_t *s, const char *run_id, const char *rea
  */
 static void flush_deferred(dispatcher_store_t *s)
 {
-	while (s->deferred != NULL) {
+	while (s->deferred) {
 		deferred_t *q = s->deferred;
 
 		if (cancel_now(s, q->run_id, q->reason, q->must_exist, q->ttl_sec, NULL, NULL) < 0)
@@ -451,7 +451,7 @@ static void flush_deferred(dispatcher_store_t *s)
 		rn_log_info(q->run_id, "cancel_written", "the %s cancel kept while Redis was down is written",
 		            q->reason);
 		s->deferred = q->next;
-		if (s->deferred == NULL)
+		if (!s->deferred)
 			s->deferred_tail = &s->deferred;
 		s->ndeferred--;
 		free(q);
@@ -465,18 +465,18 @@ int dispatcher_store_cancel(dispatcher_store_t *s, const char *run_id, const cha
 	deferred_t *q;
 
 	/* Kept ones go first (a fire-and-forget cancel waits its turn). */
-	if (s->deferred != NULL)
+	if (s->deferred)
 		flush_deferred(s);
-	if ((s->deferred == NULL || cb != NULL) && cancel_now(s, run_id, reason, must_exist, ttl_sec, cb, arg) == 0)
+	if ((!s->deferred || cb) && cancel_now(s, run_id, reason, must_exist, ttl_sec, cb, arg) == 0)
 		return 0;
-	if (cb != NULL || s->ndeferred >= DISPATCHER_STORE_DEFERRED_MAX ||
+	if (cb || s->ndeferred >= DISPATCHER_STORE_DEFERRED_MAX ||
 	    !proto_run_id_valid(run_id) || strlen(reason) > PROTO_CTL_REASON_MAX)
 		return -1;
-	q = calloc(1, sizeof *q);
-	if (q == NULL)
+	q = calloc(1, sizeof(*q));
+	if (!q)
 		return -1;
-	snprintf(q->run_id, sizeof q->run_id, "%s", run_id);
-	snprintf(q->reason, sizeof q->reason, "%s", reason);
+	snprintf(q->run_id, sizeof(q->run_id), "%s", run_id);
+	snprintf(q->reason, sizeof(q->reason), "%s", reason);
 	q->must_exist = must_exist;
 	q->ttl_sec = ttl_sec;
 	*s->deferred_tail = q;
@@ -507,9 +507,9 @@ int dispatcher_store_reply(dispatcher_store_t *s, const char *run_id, const char
 {
 	static const proto_key_kind_t kinds[] = { PROTO_KEY_STATE, PROTO_KEY_OUT, PROTO_KEY_CTL };
 	char ttl[32];
-	const char *args[] = { ask_id, msg, ttl, option != NULL ? option : "" };
+	const char *args[] = { ask_id, msg, ttl, option ? option : "" };
 
-	snprintf(ttl, sizeof ttl, "%" PRId64, ttl_sec);
+	snprintf(ttl, sizeof(ttl), "%" PRId64, ttl_sec);
 	return eval(s, proto_ctl_reply_lua, run_id, kinds, 3, args, 4, on_reply,
 	            call_new((void (*)(void))cb, arg));
 }
@@ -521,7 +521,7 @@ static void on_unblock(redisReply *r, void *arg)
 
 	/* NULL: the connection went (or the store is being freed, and the
 	 * caller with it): nothing to report. */
-	if (cb != NULL && r != NULL && r->type == REDIS_REPLY_INTEGER)
+	if (cb && r && r->type == REDIS_REPLY_INTEGER)
 		cb(r->integer == 1, c->arg);
 	free(c);
 }
@@ -533,9 +533,9 @@ int dispatcher_store_unblock(dispatcher_store_t *s, long long client_id,
 	const char *argv[] = { "CLIENT", "UNBLOCK", id };
 	call_t *c = call_new((void (*)(void))cb, arg);
 
-	if (c == NULL)
+	if (!c)
 		return -1;
-	snprintf(id, sizeof id, "%lld", client_id);
+	snprintf(id, sizeof(id), "%lld", client_id);
 	if (dispatcher_rconn_cmd(s->rc, on_unblock, c, 3, argv, NULL) < 0) {
 		free(c);
 		return -1;

@@ -139,7 +139,7 @@ static void run_free(tail_run_t *r)
 	tail_conn_t *c = r->conn;
 	dispatcher_tail_sub_t *s = r->subs;
 
-	while (s != NULL) {
+	while (s) {
 		dispatcher_tail_sub_t *n = s->next;
 
 		free(s);
@@ -158,7 +158,7 @@ static void run_gc(tail_run_t *r)
 
 	if (r->conn->t->depth > 0)
 		return;
-	while (s != NULL) {
+	while (s) {
 		dispatcher_tail_sub_t *n = s->next;
 
 		if (s->dead) {
@@ -185,8 +185,8 @@ static void arm(tail_conn_t *c)
 
 	if (c->reading || !dispatcher_rconn_up(c->rc))
 		return;
-	for (r = c->runs; r != NULL; r = r->next)
-		for (dispatcher_tail_sub_t *s = r->subs; s != NULL; s = s->next)
+	for (r = c->runs; r; r = r->next)
+		for (dispatcher_tail_sub_t *s = r->subs; s; s = s->next)
 			if (sub_active(s)) {
 				n++;
 				break;
@@ -195,27 +195,27 @@ static void arm(tail_conn_t *c)
 		return;
 	{
 		/* On failure the old array stays valid (and owned by c). */
-		tail_run_t **grown = realloc(c->inflight, n * sizeof *c->inflight);
+		tail_run_t **grown = realloc(c->inflight, n * sizeof(*c->inflight));
 
-		if (grown != NULL)
+		if (grown)
 			c->inflight = grown;
-		argv = calloc(6 + 2 * n, sizeof *argv);
-		argvlen = calloc(6 + 2 * n, sizeof *argvlen);
-		ids = calloc(n, sizeof *ids);
-		if (grown == NULL) {
+		argv = calloc(6 + 2 * n, sizeof(*argv));
+		argvlen = calloc(6 + 2 * n, sizeof(*argvlen));
+		ids = calloc(n, sizeof(*ids));
+		if (!grown) {
 			free(ids);
 			ids = NULL;
 		}
 	}
-	if (argv == NULL || argvlen == NULL || ids == NULL) {
+	if (!argv || !argvlen || !ids) {
 		free(argv);
 		free(argvlen);
 		free(ids);
 		event_add(c->ev_retry, &(struct timeval){ 0, 100 * 1000 });
 		return;
 	}
-	snprintf(count, sizeof count, "%ld", t->batch);
-	snprintf(block, sizeof block, "%ld", t->block_ms);
+	snprintf(count, sizeof(count), "%ld", t->batch);
+	snprintf(block, sizeof(block), "%ld", t->block_ms);
 	argv[argc++] = "XREAD";
 	argv[argc++] = "COUNT";
 	argv[argc++] = count;
@@ -223,11 +223,11 @@ static void arm(tail_conn_t *c)
 	argv[argc++] = block;
 	argv[argc++] = "STREAMS";
 	c->ninflight = 0;
-	for (r = c->runs; r != NULL; r = r->next) {
+	for (r = c->runs; r; r = r->next) {
 		dispatcher_sid_t from = { UINT64_MAX, UINT64_MAX };
 		int any = 0;
 
-		for (dispatcher_tail_sub_t *s = r->subs; s != NULL; s = s->next) {
+		for (dispatcher_tail_sub_t *s = r->subs; s; s = s->next) {
 			if (!sub_active(s))
 				continue;
 			if (!any || dispatcher_sid_cmp(s->cursor, from) < 0)
@@ -238,7 +238,7 @@ static void arm(tail_conn_t *c)
 			continue;
 		r->inflight = 1;
 		r->inflight_from = from;
-		snprintf(ids[c->ninflight], sizeof ids[0], "%" PRIu64 "-%" PRIu64, from.ms, from.seq);
+		snprintf(ids[c->ninflight], sizeof(ids[0]), "%" PRIu64 "-%" PRIu64, from.ms, from.seq);
 		c->inflight[c->ninflight++] = r;
 	}
 	for (size_t i = 0; i < c->ninflight; i++)
@@ -273,14 +273,14 @@ static int line_terminal(const char *line, size_t len)
 	 * be a result or an error at all.  The worker publishes the agent's
 	 * bytes as they are, so the type may be spelled with \u escapes
 	 * ("\u0072esult"): any escape means the line must be parsed. */
-	if (memmem(line, len, "\"result\"", 8) == NULL && memmem(line, len, "\"error\"", 7) == NULL &&
-	    memmem(line, len, "\\u", 2) == NULL)
+	if (!memmem(line, len, "\"result\"", 8) && !memmem(line, len, "\"error\"", 7) &&
+	    !memmem(line, len, "\\u", 2))
 		return 0;
 	o = json_loadb(line, len, 0, NULL);
-	if (o == NULL)
+	if (!o)
 		return 0;
 	type = json_string_value(json_object_get(o, "type"));
-	if (type != NULL && (strcmp(type, "result") == 0 || strcmp(type, "error") == 0))
+	if (type && (strcmp(type, "result") == 0 || strcmp(type, "error") == 0))
 		term = 1;
 	json_decref(o);
 	return term;
@@ -296,10 +296,10 @@ static void deliver(tail_run_t *run, const redisReply *entries)
 
 	if (n == 0)
 		return;
-	sids = calloc(n, sizeof *sids);
-	lines = calloc(n, sizeof *lines);
-	term = calloc(n, sizeof *term);
-	if (sids == NULL || lines == NULL || term == NULL)
+	sids = calloc(n, sizeof(*sids));
+	lines = calloc(n, sizeof(*lines));
+	term = calloc(n, sizeof(*term));
+	if (!sids || !lines || !term)
 		goto out;
 	for (size_t i = 0; i < n; i++) {
 		const redisReply *e = entries->element[i], *f;
@@ -322,14 +322,14 @@ static void deliver(tail_run_t *run, const redisReply *entries)
 		}
 	}
 	rn_counter_add(t->c_entries, n);
-	for (dispatcher_tail_sub_t *s = run->subs; s != NULL; s = s->next) {
+	for (dispatcher_tail_sub_t *s = run->subs; s; s = s->next) {
 		if (!sub_active(s) || dispatcher_sid_cmp(s->cursor, run->inflight_from) < 0)
 			continue;
 		for (size_t i = 0; i < n && sub_active(s); i++) {
 			if (dispatcher_sid_cmp(sids[i], s->cursor) <= 0)
 				continue;
 			s->cursor = sids[i];
-			if (lines[i] == NULL)
+			if (!lines[i])
 				continue; /* an entry without a line: nothing to show */
 			s->cb(s->arg, entries->element[i]->element[0]->str, lines[i]->str, lines[i]->len, term[i]);
 			if (term[i])
@@ -349,9 +349,9 @@ static void on_xread(redisReply *r, void *arg)
 	size_t pos = 0;
 
 	c->reading = 0;
-	if (r != NULL && r->type == REDIS_REPLY_ERROR)
+	if (r && r->type == REDIS_REPLY_ERROR)
 		rn_log_error(NULL, "tail_read_failed", "%s: %.200s", c->name, r->str);
-	if (r != NULL && r->type == REDIS_REPLY_ARRAY) {
+	if (r && r->type == REDIS_REPLY_ARRAY) {
 		t->depth++;
 		for (size_t i = 0; i < r->elements; i++) {
 			const redisReply *kv = r->element[i];
@@ -380,7 +380,7 @@ static void on_xread(redisReply *r, void *arg)
 		run_gc(run);
 	}
 	c->ninflight = 0;
-	if (r == NULL)
+	if (!r)
 		return; /* connection lost: re-armed when it is back */
 	if (r->type == REDIS_REPLY_ERROR) {
 		/* Do not spin on a persistent error (e.g. a key of the wrong type). */
@@ -394,7 +394,7 @@ static void on_client_id(redisReply *r, void *arg)
 {
 	tail_conn_t *c = arg;
 
-	if (r != NULL && r->type == REDIS_REPLY_INTEGER) {
+	if (r && r->type == REDIS_REPLY_INTEGER) {
 		c->client_id = r->integer;
 		c->have_id = 1;
 		if (c->dirty)
@@ -473,18 +473,18 @@ dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_u
                                        long batch, dispatcher_store_t *store,
                                        rn_metrics_t *metrics)
 {
-	dispatcher_tail_t *t = calloc(1, sizeof *t);
+	dispatcher_tail_t *t = calloc(1, sizeof(*t));
 
-	if (t == NULL)
+	if (!t)
 		return NULL;
 	t->base = base;
-	snprintf(t->prefix, sizeof t->prefix, "%s", prefix);
+	snprintf(t->prefix, sizeof(t->prefix), "%s", prefix);
 	t->block_ms = block_ms;
 	t->batch = batch;
 	t->store = store;
 	rn_metrics_register(metrics, t, tail_metrics, sizeof(tail_metrics) / sizeof(tail_metrics[0]));
-	t->conns = calloc((size_t)nconns, sizeof *t->conns);
-	if (t->conns == NULL) {
+	t->conns = calloc((size_t)nconns, sizeof(*t->conns));
+	if (!t->conns) {
 		free(t);
 		return NULL;
 	}
@@ -494,11 +494,11 @@ dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_u
 
 		c->t = t;
 		c->idx = i;
-		snprintf(c->name, sizeof c->name, "runnel-dispatcher-tail-%d", i);
+		snprintf(c->name, sizeof(c->name), "runnel-dispatcher-tail-%d", i);
 		c->ev_kick = event_new(base, -1, 0, on_kick, c);
 		c->ev_retry = evtimer_new(base, on_kick, c);
 		c->rc = dispatcher_rconn_new(base, url, c->name, on_conn_state, c);
-		if (c->ev_kick == NULL || c->ev_retry == NULL || c->rc == NULL) {
+		if (!c->ev_kick || !c->ev_retry || !c->rc) {
 			dispatcher_tail_free(t);
 			return NULL;
 		}
@@ -508,7 +508,7 @@ dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_u
 
 void dispatcher_tail_free(dispatcher_tail_t *t)
 {
-	if (t == NULL)
+	if (!t)
 		return;
 	for (int i = 0; i < t->nconns; i++) {
 		tail_conn_t *c = &t->conns[i];
@@ -516,12 +516,12 @@ void dispatcher_tail_free(dispatcher_tail_t *t)
 		/* Pending XREAD callbacks run now with NULL: no delivery. */
 		dispatcher_rconn_free(c->rc);
 		c->rc = NULL;
-		while (c->runs != NULL)
+		while (c->runs)
 			run_free(c->runs);
 		free(c->inflight);
-		if (c->ev_kick != NULL)
+		if (c->ev_kick)
 			event_free(c->ev_kick);
-		if (c->ev_retry != NULL)
+		if (c->ev_retry)
 			event_free(c->ev_retry);
 	}
 	free(t->conns);
@@ -538,27 +538,27 @@ dispatcher_tail_sub_t *dispatcher_tail_attach(dispatcher_tail_t *t, const char *
 
 	if (!proto_run_id_valid(run_id))
 		return NULL;
-	for (int i = 0; i < t->nconns && run == NULL; i++)
-		for (tail_run_t *r = t->conns[i].runs; r != NULL; r = r->next)
+	for (int i = 0; i < t->nconns && !run; i++)
+		for (tail_run_t *r = t->conns[i].runs; r; r = r->next)
 			if (strcmp(r->run_id, run_id) == 0) {
 				run = r;
 				break;
 			}
-	s = calloc(1, sizeof *s);
-	if (s == NULL)
+	s = calloc(1, sizeof(*s));
+	if (!s)
 		return NULL;
-	if (run == NULL) {
+	if (!run) {
 		c = &t->conns[0];
 		for (int i = 1; i < t->nconns; i++)
 			if (t->conns[i].nruns < c->nruns)
 				c = &t->conns[i];
-		run = calloc(1, sizeof *run);
-		if (run == NULL) {
+		run = calloc(1, sizeof(*run));
+		if (!run) {
 			free(s);
 			return NULL;
 		}
-		snprintf(run->run_id, sizeof run->run_id, "%s", run_id);
-		proto_key(run->key, sizeof run->key, t->prefix, run_id, PROTO_KEY_OUT);
+		snprintf(run->run_id, sizeof(run->run_id), "%s", run_id);
+		proto_key(run->key, sizeof(run->key), t->prefix, run_id, PROTO_KEY_OUT);
 		run->conn = c;
 		RN_LIST_PUSH(c->runs, run);
 		c->nruns++;
@@ -587,7 +587,7 @@ void dispatcher_tail_detach(dispatcher_tail_sub_t *s)
 	tail_run_t *run;
 	dispatcher_tail_t *t;
 
-	if (s == NULL || s->dead)
+	if (!s || s->dead)
 		return;
 	run = s->run;
 	t = run->conn->t;

@@ -24,7 +24,7 @@ const dispatcher_ui_file_t *dispatcher_ui_find(const char *path)
 {
 	if (strcmp(path, "/ui/") == 0)
 		path = "/ui/index.html";
-	for (const dispatcher_ui_file_t *f = dispatcher_ui_files; f->path != NULL; f++)
+	for (const dispatcher_ui_file_t *f = dispatcher_ui_files; f->path; f++)
 		if (strcmp(f->path, path) == 0)
 			return f;
 	return NULL;
@@ -36,10 +36,10 @@ int dispatcher_ui_stub_url_ok(const char *url)
 	const char *p;
 	size_t n = 0;
 
-	if (url == NULL || strncmp(url, "http://", 7) != 0)
+	if (!url || strncmp(url, "http://", 7) != 0)
 		return 0;
 	url += 7;
-	for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
+	for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {
 		if (strncmp(url, hosts[i], strlen(hosts[i])) != 0)
 			continue;
 		for (p = url + strlen(hosts[i]); *p >= '0' && *p <= '9'; p++)
@@ -51,10 +51,10 @@ int dispatcher_ui_stub_url_ok(const char *url)
 
 static void security_headers(dispatcher_t *d, struct evkeyvalq *out)
 {
-	char csp[sizeof CSP_BASE + 80];
+	char csp[sizeof(CSP_BASE) + 80];
 
-	snprintf(csp, sizeof csp, "%s%s%s", CSP_BASE, d->cfg->ui_dev_stub != NULL ? " " : "",
-	         d->cfg->ui_dev_stub != NULL ? d->cfg->ui_dev_stub : "");
+	snprintf(csp, sizeof(csp), "%s%s%s", CSP_BASE, d->cfg->ui_dev_stub ? " " : "",
+	         d->cfg->ui_dev_stub ? d->cfg->ui_dev_stub : "");
 	evhttp_add_header(out, "Content-Security-Policy", csp);
 	evhttp_add_header(out, "X-Content-Type-Options", "nosniff");
 	evhttp_add_header(out, "X-Frame-Options", "DENY");
@@ -66,15 +66,15 @@ static void security_headers(dispatcher_t *d, struct evkeyvalq *out)
 static void serve_config(dispatcher_t *d, struct evhttp_request *req)
 {
 	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-	json_t *o = json_pack("{s:b,s:s,s:s?}", "auth", d->cfg->api_token != NULL, "version", RUNNEL_VERSION,
+	json_t *o = json_pack("{s:b,s:s,s:s?}", "auth", !!d->cfg->api_token, "version", RUNNEL_VERSION,
 	                      "dev_stub", d->cfg->ui_dev_stub);
-	char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 
 	json_decref(o);
 	security_headers(d, out);
 	evhttp_add_header(out, "Content-Type", "application/json");
 	evhttp_add_header(out, "Cache-Control", "no-store");
-	if (text == NULL) {
+	if (!text) {
 		dispatcher_send(d, req, DISPATCHER_ROUTE_UI, 500, "{}\n", 3);
 		return;
 	}
@@ -87,7 +87,7 @@ void dispatcher_ui_serve(dispatcher_t *d, struct evhttp_request *req, const char
 	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
 	const dispatcher_ui_file_t *f;
 	unsigned char h[16];
-	char etag[2 * sizeof h + 3];
+	char etag[2 * sizeof(h) + 3];
 	const char *inm;
 
 	if (strcmp(path, "/ui") == 0) {
@@ -101,22 +101,22 @@ void dispatcher_ui_serve(dispatcher_t *d, struct evhttp_request *req, const char
 		return;
 	}
 	f = dispatcher_ui_find(path);
-	if (f == NULL) {
+	if (!f) {
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_UI, 404, "not_found", "ui: no such file");
 		return;
 	}
 	/* The names carry no hash, so browsers revalidate every time; an
 	 * unchanged file costs a 304. */
-	crypto_generichash(h, sizeof h, f->data, f->len, NULL, 0);
+	crypto_generichash(h, sizeof(h), f->data, f->len, NULL, 0);
 	etag[0] = '"';
-	sodium_bin2hex(etag + 1, sizeof etag - 1, h, sizeof h);
-	etag[sizeof etag - 2] = '"';
-	etag[sizeof etag - 1] = '\0';
+	sodium_bin2hex(etag + 1, sizeof(etag) - 1, h, sizeof(h));
+	etag[sizeof(etag) - 2] = '"';
+	etag[sizeof(etag) - 1] = '\0';
 	security_headers(d, out);
 	evhttp_add_header(out, "ETag", etag);
 	evhttp_add_header(out, "Cache-Control", "no-cache");
 	inm = evhttp_find_header(evhttp_request_get_input_headers(req), "If-None-Match");
-	if (inm != NULL && strstr(inm, etag) != NULL) {
+	if (inm && strstr(inm, etag)) {
 		dispatcher_send(d, req, DISPATCHER_ROUTE_UI, 304, NULL, 0);
 		return;
 	}

@@ -38,7 +38,7 @@ static void must_be_valid(const char *line, size_t len)
 		len--;
 	if (!out.valid || out.len != len || memcmp(out.text, line, len) != 0)
 		__builtin_trap();
-	if (memchr(line, '\n', len) != NULL)
+	if (memchr(line, '\n', len))
 		__builtin_trap();
 	/* Keep the checker usable: terminal lines would make it drop. */
 	if (proto_env_terminated(checker))
@@ -52,8 +52,8 @@ static void must_be_settlement(const char *line, size_t len)
 	const char *type = json_string_value(json_object_get(o, "type"));
 	const char *status = json_string_value(json_object_get(o, "status"));
 
-	if (o == NULL || type == NULL || strcmp(type, "ask") != 0 || status == NULL ||
-	    strcmp(status, "open") == 0 || memchr(line, '\n', len) != NULL)
+	if (!o || !type || strcmp(type, "ask") != 0 || !status ||
+	    strcmp(status, "open") == 0 || memchr(line, '\n', len))
 		__builtin_trap();
 	json_decref(o);
 }
@@ -99,7 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		proto_env_allow_asks(env, 1);
 	while (p < end) {
 		nl = memchr(p, '\n', (size_t)(end - p));
-		if (nl == NULL)
+		if (!nl)
 			nl = end;
 		proto_env_process(env, p, (size_t)(nl - p), now++, &out);
 		if (out.action == PROTO_ENV_DROP) {
@@ -124,13 +124,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		size_t len = 0;
 		proto_ask_rc_t rc;
 
-		if (oldest == NULL || strlen(oldest) >= sizeof id)
+		if (!oldest || strlen(oldest) >= sizeof(id))
 			__builtin_trap();
 		memcpy(id, oldest, strlen(oldest) + 1);
 		rc = proto_env_settle_ask(env, id, "answered", "allow_once", NULL, now, &line, &len);
 		if (rc == PROTO_ASK_BAD_OPTION)
 			rc = proto_env_settle_ask(env, id, "expired", NULL, NULL, now, &line, &len);
-		if (rc != PROTO_ASK_SETTLED || line == NULL)
+		if (rc != PROTO_ASK_SETTLED || !line)
 			__builtin_trap();
 		must_be_settlement(line, len);
 		free(line);
@@ -157,12 +157,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		memcpy(msg, data, size);
 		msg[size] = '\0';
 		built = proto_env_make_log("warn", msg, now, &blen);
-		if (built == NULL)
+		if (!built)
 			__builtin_trap();
 		must_be_valid(built, blen);
 		free(built);
 		built = proto_env_make_error("internal", msg, now, &blen);
-		if (built == NULL)
+		if (!built)
 			__builtin_trap();
 		must_be_valid(built, blen);
 		free(built);

@@ -17,7 +17,7 @@ static const char key_hex[] = "000102030405060708090a0b0c0d0e0f10111213141516171
 
 static int same_str(const char *a, const char *b)
 {
-	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+	return (!a && !b) || (a && b && strcmp(a, b) == 0);
 }
 
 static int same_job(const proto_job_t *a, const proto_job_t *b)
@@ -27,7 +27,7 @@ static int same_job(const proto_job_t *a, const proto_job_t *b)
 	        same_str(a->otp_run, b->otp_run) && same_str(a->otp_upload, b->otp_upload) &&
 	        same_str(a->prompt, b->prompt) && same_str(a->caller, b->caller) &&
 	        a->enqueued_at == b->enqueued_at && a->max_runtime_sec == b->max_runtime_sec &&
-	        ((a->meta == NULL && b->meta == NULL) || json_equal(a->meta, b->meta)) &&
+	        ((!a->meta && !b->meta) || json_equal(a->meta, b->meta)) &&
 	        strcmp(a->idempotency_key, b->idempotency_key) == 0 && a->has_priority == b->has_priority &&
 	        a->priority == b->priority && strcmp(a->traceparent, b->traceparent) == 0 &&
 	        same_str(a->webhook, b->webhook);
@@ -38,7 +38,7 @@ static void check_error(const char *err)
 	/* Every rejection names a field: "<field>: <reason>". */
 	const char *colon = strstr(err, ": ");
 
-	if (colon == NULL || colon == err || strlen(err) < 4)
+	if (!colon || colon == err || strlen(err) < 4)
 		__builtin_trap();
 }
 
@@ -49,16 +49,16 @@ static void round_trip(const proto_job_t *job, const uint8_t *key)
 	proto_job_t back;
 	char *s;
 
-	if (proto_job_validate(job, err, sizeof err) != 0)
+	if (proto_job_validate(job, err, sizeof(err)) != 0)
 		__builtin_trap();
-	s = proto_job_serialize(job, key, &len, err, sizeof err);
-	if (s == NULL) {
+	s = proto_job_serialize(job, key, &len, err, sizeof(err));
+	if (!s) {
 		/* Only a job grown past the size cap by escaping may fail. */
 		if (strncmp(err, "job: too large", 14) != 0)
 			__builtin_trap();
 		return;
 	}
-	if (proto_job_parse(s, len, key, key != NULL, &back, err, sizeof err) != 0)
+	if (proto_job_parse(s, len, key, !!key, &back, err, sizeof(err)) != 0)
 		__builtin_trap();
 	if (!same_job(job, &back))
 		__builtin_trap();
@@ -75,18 +75,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int require;
 
 	if (!have_key) {
-		if (proto_job_key_parse(key_hex, key, err, sizeof err) != 0)
+		if (proto_job_key_parse(key_hex, key, err, sizeof(err)) != 0)
 			__builtin_trap();
 		have_key = 1;
 	}
 	for (require = 0; require <= 1; require++) {
-		if (proto_job_parse((const char *)data, size, NULL, require, &job, err, sizeof err) == 0) {
+		if (proto_job_parse((const char *)data, size, NULL, require, &job, err, sizeof(err)) == 0) {
 			round_trip(&job, NULL);
 			proto_job_clear(&job);
 		} else {
 			check_error(err);
 		}
-		if (proto_job_parse((const char *)data, size, key, require, &job, err, sizeof err) == 0) {
+		if (proto_job_parse((const char *)data, size, key, require, &job, err, sizeof(err)) == 0) {
 			round_trip(&job, key);
 			proto_job_clear(&job);
 		} else {

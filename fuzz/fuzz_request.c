@@ -19,7 +19,7 @@ static void check_error(const char *err)
 {
 	const char *colon = strstr(err, ": ");
 
-	if (colon == NULL || colon == err || strlen(err) < 4)
+	if (!colon || colon == err || strlen(err) < 4)
 		__builtin_trap();
 }
 
@@ -30,15 +30,15 @@ static void one(const uint8_t *data, size_t size, dispatcher_req_mode_t mode)
 	size_t len = 0;
 	char *value;
 
-	if (dispatcher_request_parse((const char *)data, size, mode, 28800, 1700000000000, &job, err, sizeof err) < 0) {
+	if (dispatcher_request_parse((const char *)data, size, mode, 28800, 1700000000000, &job, err, sizeof(err)) < 0) {
 		check_error(err);
 		proto_job_clear(&job);
 		return;
 	}
-	if (proto_job_validate(&job, err, sizeof err) < 0)
+	if (proto_job_validate(&job, err, sizeof(err)) < 0)
 		__builtin_trap();
-	value = proto_job_serialize(&job, NULL, &len, err, sizeof err);
-	if (value == NULL) {
+	value = proto_job_serialize(&job, NULL, &len, err, sizeof(err));
+	if (!value) {
 		/* Only a job over Kafka's message cap may fail here. */
 		if (strncmp(err, "job: too large", 14) != 0)
 			__builtin_trap();
@@ -46,11 +46,11 @@ static void one(const uint8_t *data, size_t size, dispatcher_req_mode_t mode)
 		return;
 	}
 	/* What a worker would make of it: the job it was asked for. */
-	if (proto_job_parse(value, len, NULL, 0, &back, err, sizeof err) < 0)
+	if (proto_job_parse(value, len, NULL, 0, &back, err, sizeof(err)) < 0)
 		__builtin_trap();
 	if (strcmp(back.run_id, job.run_id) != 0 || strcmp(back.prompt, job.prompt) != 0 ||
 	    back.max_runtime_sec != job.max_runtime_sec ||
-	    !((back.meta == NULL && job.meta == NULL) || json_equal(back.meta, job.meta)))
+	    !((!back.meta && !job.meta) || json_equal(back.meta, job.meta)))
 		__builtin_trap();
 	proto_job_clear(&back);
 	free(value);

@@ -21,13 +21,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char err[256], tp[PROTO_TRACEPARENT_LEN + 1], again[PROTO_TRACEPARENT_LEN + 1];
 	int ok[4];
 
-	if (s == NULL)
+	if (!s)
 		return 0;
 	memcpy(s, data, size);
 	s[size] = '\0';
 	for (unsigned f = 0; f < 4; f++) {
 		err[0] = '\0';
-		ok[f] = proto_webhook_url_check(s, f, err, sizeof err) == 0;
+		ok[f] = proto_webhook_url_check(s, f, err, sizeof(err)) == 0;
 		if (!ok[f] && strncmp(err, "webhook: ", 9) != 0)
 			__builtin_trap();
 	}

@@ -27,7 +27,7 @@ int proto_ctl_id_ok(const char *s)
 {
 	size_t n = 0;
 
-	if (s == NULL)
+	if (!s)
 		return 0;
 	for (; s[n] != '\0'; n++) {
 		char c = s[n];
@@ -43,25 +43,25 @@ int proto_ctl_id_ok(const char *s)
 int proto_ctl_reply_set(proto_ctl_t *ctl, const char *id, const char *option,
                         const char *text, int reject, char *errstr, size_t errstr_size)
 {
-	memset(ctl, 0, sizeof *ctl);
+	memset(ctl, 0, sizeof(*ctl));
 	ctl->type = PROTO_CTL_REPLY;
 	if (!proto_ctl_id_ok(id)) {
 		snprintf(errstr, errstr_size, "id: must be 1-128 characters of A-Z a-z 0-9 _ . : -");
 		return -1;
 	}
-	if ((option != NULL) + (text != NULL) + (reject != 0) != 1) {
+	if (!!option + !!text + (reject != 0) != 1) {
 		snprintf(errstr, errstr_size, "reply: give exactly one of option, text, reject");
 		return -1;
 	}
-	snprintf(ctl->id, sizeof ctl->id, "%s", id);
-	if (option != NULL) {
+	snprintf(ctl->id, sizeof(ctl->id), "%s", id);
+	if (option) {
 		if (!proto_ctl_id_ok(option)) {
 			snprintf(errstr, errstr_size, "option: must be 1-128 characters of A-Z a-z 0-9 _ . : -");
 			return -1;
 		}
 		ctl->reply = PROTO_REPLY_OPTION;
-		snprintf(ctl->option, sizeof ctl->option, "%s", option);
-	} else if (text != NULL) {
+		snprintf(ctl->option, sizeof(ctl->option), "%s", option);
+	} else if (text) {
 		if (strlen(text) > PROTO_CTL_TEXT_MAX) {
 			snprintf(errstr, errstr_size, "text: longer than %d bytes", PROTO_CTL_TEXT_MAX);
 			return -1;
@@ -71,7 +71,7 @@ int proto_ctl_reply_set(proto_ctl_t *ctl, const char *id, const char *option,
 			return -1;
 		}
 		ctl->reply = PROTO_REPLY_TEXT;
-		snprintf(ctl->text, sizeof ctl->text, "%s", text);
+		snprintf(ctl->text, sizeof(ctl->text), "%s", text);
 	} else {
 		ctl->reply = PROTO_REPLY_REJECT;
 	}
@@ -91,26 +91,26 @@ static int parse_reply(json_t *root, proto_ctl_t *ctl, char *errstr, size_t errs
 		snprintf(errstr, errstr_size, "id: missing or not a string");
 		return -1;
 	}
-	if (option != NULL && !json_is_string(option)) {
+	if (option && !json_is_string(option)) {
 		snprintf(errstr, errstr_size, "option: not a string");
 		return -1;
 	}
-	if (text != NULL && !json_is_string(text)) {
+	if (text && !json_is_string(text)) {
 		snprintf(errstr, errstr_size, "text: not a string");
 		return -1;
 	}
-	if (reject != NULL && !json_is_true(reject)) {
+	if (reject && !json_is_true(reject)) {
 		snprintf(errstr, errstr_size, "reject: must be true");
 		return -1;
 	}
-	if (text != NULL && memchr(json_string_value(text), '\0', json_string_length(text)) != NULL) {
+	if (text && memchr(json_string_value(text), '\0', json_string_length(text))) {
 		snprintf(errstr, errstr_size, "text: contains a NUL character");
 		return -1;
 	}
 	return proto_ctl_reply_set(ctl, json_string_value(id),
-	                           option != NULL ? json_string_value(option) : NULL,
-	                           text != NULL ? json_string_value(text) : NULL,
-	                           reject != NULL, errstr, errstr_size);
+	                           option ? json_string_value(option) : NULL,
+	                           text ? json_string_value(text) : NULL,
+	                           !!reject, errstr, errstr_size);
 }
 
 int proto_ctl_parse(const char *buf, size_t len, proto_ctl_t *ctl,
@@ -120,14 +120,14 @@ int proto_ctl_parse(const char *buf, size_t len, proto_ctl_t *ctl,
 	json_t *root, *type, *reason;
 	const char *t;
 
-	memset(ctl, 0, sizeof *ctl);
+	memset(ctl, 0, sizeof(*ctl));
 	if (len > PROTO_CTL_MAX_BYTES) {
 		snprintf(errstr, errstr_size, "msg: too long (%zu bytes > %d)",
 		         len, PROTO_CTL_MAX_BYTES);
 		return -1;
 	}
 	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (root == NULL) {
+	if (!root) {
 		snprintf(errstr, errstr_size, "msg: not JSON");
 		return -1;
 	}
@@ -165,7 +165,7 @@ int proto_ctl_serialize(const proto_ctl_t *ctl, char *buf, size_t size)
 	if (ctl->type != PROTO_CTL_CANCEL && ctl->type != PROTO_CTL_REPLY)
 		return -1;
 	root = json_object();
-	if (root == NULL)
+	if (!root)
 		return -1;
 	if (ctl->type == PROTO_CTL_CANCEL) {
 		if (json_object_set_new(root, "type", json_string("cancel")) != 0 ||

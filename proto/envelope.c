@@ -63,14 +63,14 @@ struct proto_env {
 
 proto_env_t *proto_env_new(size_t line_max)
 {
-	proto_env_t *env = calloc(1, sizeof *env);
+	proto_env_t *env = calloc(1, sizeof(*env));
 
-	if (env == NULL)
+	if (!env)
 		return NULL;
 	env->line_max = line_max != 0 ? line_max : PROTO_ENV_LINE_MAX_DEFAULT;
 	env->buf_cap = BUF_MIN;
 	env->buf = malloc(env->buf_cap);
-	if (env->buf == NULL) {
+	if (!env->buf) {
 		free(env);
 		return NULL;
 	}
@@ -84,11 +84,11 @@ static void step_unlink(proto_env_t *env, step_t *s)
 	while (*pp != s)
 		pp = &(*pp)->hnext;
 	*pp = s->hnext;
-	if (s->older != NULL)
+	if (s->older)
 		s->older->newer = s->newer;
 	else
 		env->oldest = s->newer;
-	if (s->newer != NULL)
+	if (s->newer)
 		s->newer->older = s->older;
 	else
 		env->newest = s->older;
@@ -107,14 +107,14 @@ static void ask_free(ask_t *a)
 
 void proto_env_free(proto_env_t *env)
 {
-	if (env == NULL)
+	if (!env)
 		return;
-	while (env->asks != NULL) {
+	while (env->asks) {
 		ask_t *a = env->asks;
 		env->asks = a->next;
 		ask_free(a);
 	}
-	while (env->oldest != NULL)
+	while (env->oldest)
 		step_unlink(env, env->oldest);
 	free(env->buckets);
 	free(env->buf);
@@ -156,9 +156,9 @@ static step_t *step_find(proto_env_t *env, const char *id, size_t id_len, uint32
 {
 	step_t *s;
 
-	if (env->buckets == NULL)
+	if (!env->buckets)
 		return NULL;
-	for (s = env->buckets[h & (STEP_BUCKETS - 1)]; s != NULL; s = s->hnext)
+	for (s = env->buckets[h & (STEP_BUCKETS - 1)]; s; s = s->hnext)
 		if (s->hash == h && s->id_len == id_len && memcmp(s->data, id, id_len) == 0)
 			return s;
 	return NULL;
@@ -173,19 +173,19 @@ static void step_open(proto_env_t *env, const char *id, size_t id_len,
 	uint32_t h = hash_bytes(id, id_len);
 	step_t *s = step_find(env, id, id_len, h);
 
-	if (s != NULL)
+	if (s)
 		return; /* already open: keep its place and first name */
 	if (id_len + name_len > STEP_BYTES_MAX)
 		return;
-	if (env->buckets == NULL) {
-		env->buckets = calloc(STEP_BUCKETS, sizeof *env->buckets);
-		if (env->buckets == NULL)
+	if (!env->buckets) {
+		env->buckets = calloc(STEP_BUCKETS, sizeof(*env->buckets));
+		if (!env->buckets)
 			return;
 	}
-	while (env->oldest != NULL && (env->nsteps >= PROTO_ENV_STEPS_MAX || env->step_bytes + id_len + name_len > STEP_BYTES_MAX))
+	while (env->oldest && (env->nsteps >= PROTO_ENV_STEPS_MAX || env->step_bytes + id_len + name_len > STEP_BYTES_MAX))
 		step_unlink(env, env->oldest);
-	s = malloc(sizeof *s + id_len + name_len + 2);
-	if (s == NULL)
+	s = malloc(sizeof(*s) + id_len + name_len + 2);
+	if (!s)
 		return;
 	s->hash = h;
 	s->id_len = id_len;
@@ -199,7 +199,7 @@ static void step_open(proto_env_t *env, const char *id, size_t id_len,
 	env->buckets[h & (STEP_BUCKETS - 1)] = s;
 	s->newer = NULL;
 	s->older = env->newest;
-	if (env->newest != NULL)
+	if (env->newest)
 		env->newest->newer = s;
 	else
 		env->oldest = s;
@@ -212,7 +212,7 @@ static void step_close(proto_env_t *env, const char *id, size_t id_len)
 {
 	step_t *s = step_find(env, id, id_len, hash_bytes(id, id_len));
 
-	if (s != NULL)
+	if (s)
 		step_unlink(env, s);
 }
 
@@ -233,7 +233,7 @@ static int buf_reserve(proto_env_t *env, size_t need)
 	if (cap > env->line_max + TS_SUFFIX_MAX + BUF_MIN)
 		cap = env->line_max + TS_SUFFIX_MAX + BUF_MIN;
 	p = realloc(env->buf, cap);
-	if (p == NULL)
+	if (!p)
 		return -1;
 	env->buf = p;
 	env->buf_cap = cap;
@@ -253,13 +253,13 @@ static size_t fmt_i64(char *dst, int64_t v)
 	} else {
 		u = (uint64_t)v;
 	}
-	i = sizeof tmp;
+	i = sizeof(tmp);
 	do {
 		tmp[--i] = (char)('0' + u % 10);
 		u /= 10;
 	} while (u != 0);
-	memcpy(dst, tmp + i, sizeof tmp - i);
-	return n + sizeof tmp - i;
+	memcpy(dst, tmp + i, sizeof(tmp) - i);
+	return n + sizeof(tmp) - i;
 }
 
 /* A string jansson accepts: s itself when valid UTF-8, else a sanitized copy. */
@@ -272,7 +272,7 @@ static json_t *json_string_sane(const char *s, size_t n)
 	if (proto_utf8_valid(s, n))
 		return json_stringn_nocheck(s, n);
 	tmp = malloc(3 * n + 1);
-	if (tmp == NULL)
+	if (!tmp)
 		return NULL;
 	m = proto_utf8_sanitize(tmp, s, n, n);
 	j = json_stringn_nocheck(tmp, m);
@@ -282,10 +282,10 @@ static json_t *json_string_sane(const char *s, size_t n)
 
 static char *dump_alloc(json_t *obj, size_t *lenp)
 {
-	char *p = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
+	char *p = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
 
 	json_decref(obj);
-	if (p != NULL && lenp != NULL)
+	if (p && lenp)
 		*lenp = strlen(p);
 	return p;
 }
@@ -295,9 +295,9 @@ static json_t *line_object(const char *type, const char *k1, const char *v1,
 {
 	json_t *o = json_object();
 
-	if (o == NULL)
+	if (!o)
 		return NULL;
-	if (message == NULL)
+	if (!message)
 		message = "";
 	if (json_object_set_new(o, "type", json_string(type)) != 0 ||
 	    json_object_set_new(o, k1, json_string_sane(v1, strlen(v1))) != 0 ||
@@ -311,14 +311,14 @@ static json_t *line_object(const char *type, const char *k1, const char *v1,
 
 char *proto_env_make_log(const char *level, const char *message, int64_t ts, size_t *lenp)
 {
-	return dump_alloc(line_object("log", "level", level != NULL ? level : "info",
+	return dump_alloc(line_object("log", "level", level ? level : "info",
 	                              message, ts),
 	                  lenp);
 }
 
 char *proto_env_make_error(const char *code, const char *message, int64_t ts, size_t *lenp)
 {
-	return dump_alloc(line_object("error", "code", code != NULL ? code : "internal",
+	return dump_alloc(line_object("error", "code", code ? code : "internal",
 	                              message, ts),
 	                  lenp);
 }
@@ -329,12 +329,12 @@ static void make_invalid(proto_env_t *env, const char *line, size_t len,
                          int64_t now_ms, proto_env_line_t *out)
 {
 	static const char prefix[] = "invalid agent output: ";
-	char msg[sizeof prefix + PROTO_ENV_REASON_MAX + 2 + 3 * PROTO_ENV_ECHO_MAX];
+	char msg[sizeof(prefix) + PROTO_ENV_REASON_MAX + 2 + 3 * PROTO_ENV_ECHO_MAX];
 	size_t m = 0, r = strlen(out->reason), n;
 	json_t *o;
 
-	memcpy(msg, prefix, sizeof prefix - 1);
-	m = sizeof prefix - 1;
+	memcpy(msg, prefix, sizeof(prefix) - 1);
+	m = sizeof(prefix) - 1;
 	memcpy(msg + m, out->reason, r);
 	m += r;
 	if (len > 0) {
@@ -346,7 +346,7 @@ static void make_invalid(proto_env_t *env, const char *line, size_t len,
 	out->terminal = 0;
 	out->type = PROTO_ENV_LOG;
 	o = json_object();
-	if (o != NULL &&
+	if (o &&
 	    json_object_set_new(o, "type", json_string_nocheck("log")) == 0 &&
 	    json_object_set_new(o, "level", json_string_nocheck("warn")) == 0 &&
 	    json_object_set_new(o, "message", json_string_sane(msg, m)) == 0 &&
@@ -379,7 +379,7 @@ static int reason(proto_env_line_t *out, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(out->reason, sizeof out->reason, fmt, ap);
+	vsnprintf(out->reason, sizeof(out->reason), fmt, ap);
 	va_end(ap);
 	return -1;
 }
@@ -390,7 +390,7 @@ static int need_string(json_t *obj, const char *tname, const char *key,
 {
 	json_t *v = json_object_get(obj, key);
 
-	if (v == NULL)
+	if (!v)
 		return reason(out, "%s: missing %s", tname, key);
 	if (!json_is_string(v))
 		return reason(out, "%s: %s not a string", tname, key);
@@ -402,7 +402,7 @@ static int is_one_of(json_t *v, const char *const *set)
 {
 	const char *s = json_string_value(v);
 
-	for (; *set != NULL; set++)
+	for (; *set; set++)
 		if (strcmp(s, *set) == 0)
 			return 1;
 	return 0;
@@ -415,7 +415,7 @@ static ask_t *ask_find(const proto_env_t *env, const char *id)
 {
 	ask_t *a;
 
-	for (a = env->asks; a != NULL; a = a->next)
+	for (a = env->asks; a; a = a->next)
 		if (strcmp(a->id, id) == 0)
 			return a;
 	return NULL;
@@ -441,10 +441,10 @@ static int check_ask(proto_env_t *env, json_t *root, proto_env_line_t *out)
 	if (strcmp(json_string_value(status), "open") != 0)
 		return reason(out, "ask: status must be open");
 	v = json_object_get(root, "title");
-	if (v != NULL && !json_is_string(v))
+	if (v && !json_is_string(v))
 		return reason(out, "ask: title not a string");
 	v = json_object_get(root, "options");
-	if (v != NULL || strcmp(json_string_value(kind), "permission") == 0) {
+	if (v || strcmp(json_string_value(kind), "permission") == 0) {
 		if (!json_is_array(v) || json_array_size(v) == 0)
 			return reason(out, "ask: options must be a non-empty array");
 		json_array_foreach(v, i, opt)
@@ -458,7 +458,7 @@ static int check_ask(proto_env_t *env, json_t *root, proto_env_line_t *out)
 	if (strcmp(json_string_value(kind), "question") == 0 &&
 	    !json_is_string(json_object_get(root, "question")))
 		return reason(out, "ask: question missing or not a string");
-	if (ask_find(env, json_string_value(id)) != NULL)
+	if (ask_find(env, json_string_value(id)))
 		return reason(out, "ask: id already used");
 	if (env->nopen_asks >= PROTO_ENV_ASKS_MAX)
 		return reason(out, "ask: too many open asks");
@@ -472,24 +472,24 @@ static void track_ask(proto_env_t *env, json_t *root, int64_t now_ms)
 	const char *title = json_string_value(json_object_get(root, "title"));
 	json_t *opts = json_object_get(root, "options"), *opt;
 	size_t i, n = strlen(id);
-	ask_t *a = calloc(1, sizeof *a + n + 1), *old, **pp;
+	ask_t *a = calloc(1, sizeof(*a) + n + 1), *old, **pp;
 
-	if (a == NULL)
+	if (!a)
 		return;
 	memcpy(a->id, id, n + 1);
 	a->open = 1;
 	a->opened_ms = now_ms;
 	a->kind = strdup(json_string_value(json_object_get(root, "kind")));
-	a->title = title != NULL ? strdup(title) : NULL;
+	a->title = title ? strdup(title) : NULL;
 	a->options = json_array();
 	json_array_foreach(opts, i, opt)
 	        json_array_append(a->options, json_object_get(opt, "id"));
-	if (a->kind == NULL || a->options == NULL || (title != NULL && a->title == NULL)) {
+	if (!a->kind || !a->options || (title && !a->title)) {
 		ask_free(a);
 		return;
 	}
 	/* Beyond the cap, forget the oldest settled asks. */
-	for (pp = &env->asks; env->nasks >= PROTO_ENV_ASKS_KEPT && *pp != NULL;) {
+	for (pp = &env->asks; env->nasks >= PROTO_ENV_ASKS_KEPT && *pp;) {
 		old = *pp;
 		if (old->open) {
 			pp = &old->next;
@@ -501,10 +501,10 @@ static void track_ask(proto_env_t *env, json_t *root, int64_t now_ms)
 		ask_free(old);
 		env->nasks--;
 	}
-	if (env->asks_tail == NULL)
-		for (env->asks_tail = env->asks; env->asks_tail != NULL && env->asks_tail->next != NULL;)
+	if (!env->asks_tail)
+		for (env->asks_tail = env->asks; env->asks_tail && env->asks_tail->next;)
 			env->asks_tail = env->asks_tail->next;
-	if (env->asks_tail != NULL)
+	if (env->asks_tail)
 		env->asks_tail->next = a;
 	else
 		env->asks = a;
@@ -520,7 +520,7 @@ static int check_fields(proto_env_t *env, json_t *root, proto_env_line_t *out)
 	const char *t;
 
 	type = json_object_get(root, "type");
-	if (type == NULL)
+	if (!type)
 		return reason(out, "missing type");
 	if (!json_is_string(type))
 		return reason(out, "type not a string");
@@ -542,7 +542,7 @@ static int check_fields(proto_env_t *env, json_t *root, proto_env_line_t *out)
 		t = json_string_value(status);
 		if (strcmp(t, "failed") == 0) {
 			v = json_object_get(root, "error");
-			if (v == NULL || json_is_null(v))
+			if (!v || json_is_null(v))
 				return reason(out, "step: failed without error");
 		} else if (strcmp(t, "running") != 0 && strcmp(t, "succeeded") != 0) {
 			return reason(out, "step: bad status");
@@ -623,7 +623,7 @@ void proto_env_process(proto_env_t *env, const char *line, size_t len,
 		reason(out, "empty line");
 		goto invalid;
 	}
-	if (memchr(line, '\0', len) != NULL) {
+	if (memchr(line, '\0', len)) {
 		reason(out, "contains a NUL byte");
 		goto invalid;
 	}
@@ -632,7 +632,7 @@ void proto_env_process(proto_env_t *env, const char *line, size_t len,
 	if (i < len && line[i] != '{') {
 		/* Parse anyway (rare path) to tell "not JSON" from "not an object". */
 		root = json_loadb(line, len, JSON_DECODE_ANY, &jerr);
-		if (root != NULL) {
+		if (root) {
 			json_decref(root);
 			reason(out, "not a JSON object");
 		} else {
@@ -642,7 +642,7 @@ void proto_env_process(proto_env_t *env, const char *line, size_t len,
 	}
 
 	root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (root == NULL) {
+	if (!root) {
 		reason(out, "%s", proto_json_error_words(&jerr, "not JSON"));
 		goto invalid;
 	}
@@ -651,7 +651,7 @@ void proto_env_process(proto_env_t *env, const char *line, size_t len,
 		goto invalid;
 	}
 	ts = json_object_get(root, "ts");
-	if (ts != NULL && (!json_is_integer(ts) || json_integer_value(ts) < 0)) {
+	if (ts && (!json_is_integer(ts) || json_integer_value(ts) < 0)) {
 		json_decref(root);
 		reason(out, "ts: not a non-negative integer");
 		goto invalid;
@@ -661,7 +661,7 @@ void proto_env_process(proto_env_t *env, const char *line, size_t len,
 		reason(out, "out of memory");
 		goto invalid;
 	}
-	if (ts != NULL) {
+	if (ts) {
 		memcpy(env->buf, line, len);
 		out->len = len;
 	} else {
@@ -702,7 +702,7 @@ static int emit_owned(char *line, size_t len, int (*emit)(const char *line, size
 {
 	int stop;
 
-	if (line == NULL)
+	if (!line)
 		return -1;
 	stop = emit(line, len, arg);
 	free(line);
@@ -718,11 +718,11 @@ size_t proto_env_close_steps(proto_env_t *env, int64_t now_ms, const char *why,
 	json_t *o;
 	char *line;
 
-	if (why == NULL)
+	if (!why)
 		why = "run ended";
-	while ((s = env->oldest) != NULL) {
+	while ((s = env->oldest)) {
 		o = json_object();
-		if (o == NULL ||
+		if (!o ||
 		    json_object_set_new(o, "type", json_string_nocheck("step")) != 0 ||
 		    json_object_set_new(o, "id", json_stringn_nocheck(s->data, s->id_len)) != 0 ||
 		    json_object_set_new(o, "name", json_stringn_nocheck(s->name, s->name_len)) != 0 ||
@@ -756,9 +756,9 @@ const char *proto_env_oldest_ask(const proto_env_t *env, int64_t *opened_ms)
 {
 	ask_t *a;
 
-	for (a = env->asks; a != NULL; a = a->next) {
+	for (a = env->asks; a; a = a->next) {
 		if (a->open) {
-			if (opened_ms != NULL)
+			if (opened_ms)
 				*opened_ms = a->opened_ms;
 			return a->id;
 		}
@@ -771,14 +771,14 @@ static char *settle_line(const ask_t *a, const char *status, const char *option,
 {
 	json_t *o = json_object();
 
-	if (o == NULL ||
+	if (!o ||
 	    json_object_set_new(o, "type", json_string_nocheck("ask")) != 0 ||
 	    json_object_set_new(o, "id", json_string(a->id)) != 0 ||
 	    json_object_set_new(o, "kind", json_string(a->kind)) != 0 ||
-	    (a->title != NULL && json_object_set_new(o, "title", json_string(a->title)) != 0) ||
+	    (a->title && json_object_set_new(o, "title", json_string(a->title)) != 0) ||
 	    json_object_set_new(o, "status", json_string(status)) != 0 ||
-	    (option != NULL && json_object_set_new(o, "option", json_string(option)) != 0) ||
-	    (text != NULL && json_object_set_new(o, "text", json_string_sane(text, strlen(text))) != 0) ||
+	    (option && json_object_set_new(o, "option", json_string(option)) != 0) ||
+	    (text && json_object_set_new(o, "text", json_string_sane(text, strlen(text))) != 0) ||
 	    json_object_set_new(o, "ts", json_integer(now_ms)) != 0) {
 		json_decref(o);
 		return NULL;
@@ -802,18 +802,18 @@ proto_ask_rc_t proto_env_settle_ask(proto_env_t *env, const char *id, const char
 	int found = 0;
 
 	*line = NULL;
-	if (a == NULL)
+	if (!a)
 		return PROTO_ASK_UNKNOWN;
 	if (!a->open)
 		return PROTO_ASK_CLOSED;
-	if (option != NULL) {
+	if (option) {
 		json_array_foreach(a->options, i, v) if (strcmp(json_string_value(v), option) == 0)
 		        found = 1;
 		if (!found)
 			return PROTO_ASK_BAD_OPTION;
 	}
 	*line = settle_line(a, status, option, text, now_ms, lenp);
-	if (*line == NULL)
+	if (!*line)
 		return PROTO_ASK_NOMEM;
 	ask_close(env, a);
 	return PROTO_ASK_SETTLED;
@@ -827,14 +827,14 @@ size_t proto_env_close_asks(proto_env_t *env, int64_t now_ms, const char *status
 	ask_t *a;
 	char *line;
 
-	for (a = env->asks; a != NULL; a = a->next) {
+	for (a = env->asks; a; a = a->next) {
 		if (!a->open)
 			continue;
 		line = settle_line(a, status, NULL, NULL, now_ms, &len);
 		if (emit_owned(line, len, emit, arg) != 0)
 			break;
 		ask_close(env, a);
-		if (on_closed != NULL)
+		if (on_closed)
 			on_closed(a->id, arg);
 		count++;
 	}

@@ -60,11 +60,11 @@ void proto_run_id_mint(char buf[27])
 	char b64[sodium_base64_ENCODED_LEN(16, sodium_base64_VARIANT_URLSAFE_NO_PADDING)];
 
 	proto_sodium_init();
-	randombytes_buf(raw, sizeof raw);
-	sodium_bin2base64(b64, sizeof b64, raw, sizeof raw,
+	randombytes_buf(raw, sizeof(raw));
+	sodium_bin2base64(b64, sizeof(b64), raw, sizeof(raw),
 	                  sodium_base64_VARIANT_URLSAFE_NO_PADDING);
 	memcpy(buf, "run_", 4);
 	memcpy(buf + 4, b64, 22);
 	buf[26] = '\0';
-	sodium_memzero(raw, sizeof raw);
+	sodium_memzero(raw, sizeof(raw));
 }

@@ -19,12 +19,12 @@ int proto_name_chars_ok(const char *s, size_t max, const char *extra)
 {
 	size_t i;
 
-	if (s == NULL)
+	if (!s)
 		return 0;
 	for (i = 0; s[i] != '\0'; i++) {
 		if (i >= max)
 			return 0;
-		if (!is_alpha(s[i]) && !is_digit(s[i]) && strchr(extra, s[i]) == NULL)
+		if (!is_alpha(s[i]) && !is_digit(s[i]) && !strchr(extra, s[i]))
 			return 0;
 	}
 	return i > 0;
@@ -32,14 +32,14 @@ int proto_name_chars_ok(const char *s, size_t max, const char *extra)
 
 int proto_env_name_valid(const char *name)
 {
-	if (name == NULL || (!is_alpha(name[0]) && name[0] != '_'))
+	if (!name || (!is_alpha(name[0]) && name[0] != '_'))
 		return 0;
 	return proto_name_chars_ok(name, PROTO_ENV_NAME_MAX, "_");
 }
 
 int proto_skill_name_valid(const char *name)
 {
-	if (name == NULL || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+	if (!name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
 		return 0;
 	return proto_name_chars_ok(name, PROTO_SKILL_NAME_MAX, "_-.");
 }

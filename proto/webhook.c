@@ -26,7 +26,7 @@ int proto_webhook_url_check(const char *url, unsigned flags, char *errstr, size_
 	const char *h, *end, *at;
 	size_t n;
 
-	if (url == NULL)
+	if (!url)
 		return seterr(errstr, errstr_size, "missing");
 	if (strncasecmp(url, "https://", 8) == 0)
 		h = url + 8;
@@ -43,12 +43,12 @@ int proto_webhook_url_check(const char *url, unsigned flags, char *errstr, size_
 			return seterr(errstr, errstr_size, "contains a space or control character");
 	end = h + strcspn(h, "/?#");
 	at = memchr(h, '@', (size_t)(end - h));
-	if (at != NULL)
+	if (at)
 		return seterr(errstr, errstr_size, "must not carry user credentials");
 	if (*h == '[') {
 		const char *close = memchr(h, ']', (size_t)(end - h));
 
-		if (close == NULL)
+		if (!close)
 			return seterr(errstr, errstr_size, "malformed IPv6 host");
 		n = (size_t)(close - h - 1);
 		h++;
@@ -80,7 +80,7 @@ int proto_webhook_url_check(const char *url, unsigned flags, char *errstr, size_
 			/* 2130706433, 0x7f.1, 0177.0.0.1: resolvers read these as
 			 * IPv4; refuse rather than guess what they mean. */
 			why = "a numeric host that is not a dotted IPv4 address";
-		if (why != NULL) {
+		if (why) {
 			char msg[128];
 
 			snprintf(msg, sizeof(msg), "resolves to %s, which is not allowed", why);
@@ -96,14 +96,14 @@ int proto_webhook_host(const char *url, char *host, size_t size, int *literal)
 	unsigned char buf[sizeof(struct in6_addr)];
 	size_t n;
 
-	if (h == NULL)
+	if (!h)
 		return -1;
 	h += 3;
 	end = h + strcspn(h, "/?#");
 	if (*h == '[') {
 		const char *close = memchr(h, ']', (size_t)(end - h));
 
-		if (close == NULL)
+		if (!close)
 			return -1;
 		h++;
 		n = (size_t)(close - h);
@@ -126,7 +126,7 @@ char *proto_webhook_body(const char *run_id, const char *status, const char *cod
 	json_t *o = json_object();
 	char *s;
 
-	if (o == NULL)
+	if (!o)
 		return NULL;
 	json_object_set_new(o, "run_id", json_string(run_id));
 	json_object_set_new(o, "status", json_string(status));

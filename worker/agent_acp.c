@@ -123,7 +123,7 @@ static void redact(const worker_acp_t *s, char *text)
 		const char *sec = s->secrets[i];
 		size_t sl = strlen(sec);
 		char *p;
-		while ((p = strstr(text, sec)) != NULL) {
+		while ((p = strstr(text, sec))) {
 			static const char mark[] = "[redacted]";
 			memcpy(p, mark, sizeof(mark) - 1);
 			memmove(p + sizeof(mark) - 1, p + sl, strlen(p + sl) + 1);
@@ -1319,7 +1319,7 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 	const char *prefix = bwrap ? WORKER_ACP_PREFIX_IN_SANDBOX : cfg->acp_prefix;
 	const char *node = bwrap ? WORKER_ACP_NODE_IN_SANDBOX : cfg->node_path;
 
-	if ((preset_name != NULL) == (argv != NULL)) {
+	if (!!preset_name == !!argv) {
 		snprintf(errstr, errstr_size, "an acp agent needs exactly one of agent.preset (claude, codex) or agent.argv");
 		return -1;
 	}

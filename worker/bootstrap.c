@@ -309,7 +309,7 @@ int worker_bootstrap_fetch(const char *agent_url, const char *otp_setup,
 		}
 		CURLMsg *msg;
 		int left;
-		while ((msg = curl_multi_info_read(m, &left)) != NULL) {
+		while ((msg = curl_multi_info_read(m, &left))) {
 			if (msg->msg != CURLMSG_DONE)
 				continue;
 			req_t *r = NULL;

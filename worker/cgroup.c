@@ -339,7 +339,7 @@ static void sweep(const char *base)
 	if (!d)
 		return;
 	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
+	while ((de = readdir(d))) {
 		if (strncmp(de->d_name, "runnel-", 7) != 0)
 			continue;
 		char *end;

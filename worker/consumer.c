@@ -544,7 +544,7 @@ int worker_fetcher_get(worker_fetcher_t *f, const char *topic, int32_t partition
 	if (ret == 0) {
 		/* What this fetch brought beyond it: kept for the next claims. */
 		rd_kafka_message_t *m;
-		while (f->nahead < FETCH_AHEAD_MAX && (m = rd_kafka_consumer_poll(f->rk, 0)) != NULL) {
+		while (f->nahead < FETCH_AHEAD_MAX && (m = rd_kafka_consumer_poll(f->rk, 0))) {
 			if (!m->err && m->partition == partition && !strcmp(rd_kafka_topic_name(m->rkt), topic)) {
 				f->next = m->offset + 1;
 				fetched_keep(f, m);

@@ -523,7 +523,7 @@ static void serve(conn_t *c)
 	}
 	/* host:port as a user would write it ([v6]:port). */
 	char shown[300];
-	int v6 = strchr(host, ':') != NULL;
+	int v6 = !!strchr(host, ':');
 	snprintf(shown, sizeof(shown), "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
 	if (!allowed(e, host, port)) {
 		note(e, "egress refused: %s is not on the run's allowlist", shown);

@@ -188,7 +188,7 @@ static int server_loading(redisContext *c)
 	redisReply *r = redisCommand(c, "INFO persistence");
 	if (!r)
 		return -1;
-	int loading = r->type == REDIS_REPLY_STRING && strstr(r->str, "loading:1") != NULL;
+	int loading = r->type == REDIS_REPLY_STRING && strstr(r->str, "loading:1");
 	if (r->type == REDIS_REPLY_ERROR)
 		loading = strncmp(r->str, "LOADING", 7) == 0 ? 1 : 0;
 	freeReplyObject(r);
@@ -233,7 +233,7 @@ redisContext *worker_pub_ctx(worker_pub_t *p)
 static int already_written(const redisReply *r)
 {
 	return r->type == REDIS_REPLY_ERROR && r->str &&
-	        strstr(r->str, "equal or smaller than the target stream top item") != NULL;
+	        !!strstr(r->str, "equal or smaller than the target stream top item");
 }
 
 /* Appends decimal v to buf; returns the new end. */

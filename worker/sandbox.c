@@ -1436,7 +1436,7 @@ static int signal_members(pid_t pgid, int sig)
 	if (!d)
 		return -1;
 	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
+	while ((de = readdir(d))) {
 		char *end;
 		long v = strtol(de->d_name, &end, 10);
 		if (*end || v <= 0 || v > INT_MAX || (pid_t)v == pgid)

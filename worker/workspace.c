@@ -808,7 +808,7 @@ static int remove_contents(int dfd, int depth)
 	/* Removing while reading: rewind after each pass until empty. */
 	for (int pass = 0; pass < 2; pass++) {
 		int removed_any = 0;
-		while ((de = readdir(d)) != NULL) {
+		while ((de = readdir(d))) {
 			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 				continue;
 			if (unlinkat(dirfd(d), de->d_name, 0) == 0) {
@@ -879,7 +879,7 @@ static int holds_only(int dfd, const char *const *want)
 		n++;
 	int ok = 1;
 	struct dirent *de;
-	while (ok && (de = readdir(d)) != NULL) {
+	while (ok && (de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
 		ok = 0;

@@ -153,7 +153,7 @@ static int reopen(wb_file_t *f)
 	snprintf(buf, sizeof(buf), "%s", f->rel);
 	int dfd = dup(f->ctx->root_fd);
 	char *p = buf;
-	for (char *slash; dfd >= 0 && (slash = strchr(p, '/')) != NULL; p = slash + 1) {
+	for (char *slash; dfd >= 0 && (slash = strchr(p, '/')); p = slash + 1) {
 		*slash = '\0';
 		int next = openat(dfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		close(dfd);

@@ -120,7 +120,7 @@ int at_process_with(const char *needle)
 	DIR *d = opendir("/proc");
 	struct dirent *e;
 	int hit = 0;
-	while (d && !hit && (e = readdir(d)) != NULL) {
+	while (d && !hit && (e = readdir(d))) {
 		if (e->d_name[0] < '0' || e->d_name[0] > '9')
 			continue;
 		size_t len = 0;

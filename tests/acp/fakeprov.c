@@ -306,7 +306,7 @@ int fp_calls(fp_t *p)
 int fp_seen(fp_t *p, const char *needle)
 {
 	pthread_mutex_lock(&p->mu);
-	int hit = p->seen && memmem(p->seen, p->seen_len, needle, strlen(needle)) != NULL;
+	int hit = p->seen && memmem(p->seen, p->seen_len, needle, strlen(needle));
 	pthread_mutex_unlock(&p->mu);
 	return hit;
 }

@@ -28,7 +28,7 @@ static void run_codex(const char *run_id, const char *cmd, int fails, dev_stub_o
 	long s = th_lines_find(l, n, 0, "step", fails ? "failed" : "succeeded");
 	TH_CHECK(r >= 0 && s > r, "%s: step running (%ld) then %s (%ld)", run_id, r, fails ? "failed" : "succeeded", s);
 	if (s >= 0) {
-		TH_CHECK(strstr(l[s], "\"durationMs\":") != NULL, "durationMs");
+		TH_CHECK(strstr(l[s], "\"durationMs\":"), "durationMs");
 		if (fails)
 			TH_CHECK(th_streq(wt_field(l[s], "error"), "the command exited with status 3"), "error: %s",
 			         wt_field(l[s], "error"));

@@ -91,7 +91,7 @@ static worker_acp_t *session(worker_acp_preset_t preset, worker_acp_perm_t perm,
 	/* The run keeps its workspace descriptor open for the session (leaked here). */
 	o.workspace_fd = ws ? open(ws, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
 	worker_acp_t *s = worker_acp_new(&o, err, sizeof(err));
-	TH_REQUIRE(s != NULL, "%s", err);
+	TH_REQUIRE(s, "%s", err);
 	return s;
 }
 
@@ -115,7 +115,7 @@ static void test_claude_flow(void)
 	json_t *vars = json_pack("{s:s,s:s}", "ANTHROPIC_API_KEY", KEY, "SHORT_KEY", "abc");
 	worker_acp_t *s = session(WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_BYPASS, NULL, vars);
 	handshake(s, &io, &r, "[{\"id\":\"default\"},{\"id\":\"bypassPermissions\"}]");
-	TH_CHECK(strstr(r.written[1], "\"_meta\":{\"systemPrompt\":{\"append\":\"sys\"}}") != NULL,
+	TH_CHECK(strstr(r.written[1], "\"_meta\":{\"systemPrompt\":{\"append\":\"sys\"}}"),
 	         "system prompt appended: %s", r.written[1]);
 	TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/set_mode") &&
 	                 th_streq(str_at(last_written(&r), "params", "modeId"), "bypassPermissions"),
@@ -125,10 +125,10 @@ static void test_claude_flow(void)
 	                 th_streq(str_at(last_written(&r), "params", "modelId"), "haiku"),
 	         "set_model");
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{\"code\":-32602,\"message\":\"no such model\"}}");
-	TH_CHECK(strstr(last_emitted(&r), "the agent refused session/set_model: no such model") != NULL,
+	TH_CHECK(strstr(last_emitted(&r), "the agent refused session/set_model: no such model"),
 	         "a refused setup call is a warn log: %s", last_emitted(&r));
 	TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/prompt"), "then the prompt");
-	TH_CHECK(strstr(last_written(&r), "the prompt") != NULL, "prompt text sent");
+	TH_CHECK(strstr(last_written(&r), "the prompt"), "prompt text sent");
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"agent_message_chunk\",\"content\":{\"type\":\"text\",\"text\":\"Looking.\"}}}}");
 	size_t before = r.ne;
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"tool_call\",\"toolCallId\":\"t1\",\"status\":\"pending\",\"title\":\"Terminal\",\"kind\":\"execute\",\"rawInput\":{},\"_meta\":{\"claudeCode\":{\"toolName\":\"Bash\"}}}}}");
@@ -139,7 +139,7 @@ static void test_claude_flow(void)
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"tool_call_update\",\"toolCallId\":\"t1\",\"status\":\"completed\",\"rawOutput\":\"file.txt\"}}}");
 	TH_CHECK(th_streq(str_at(last_emitted(&r), "status", NULL), "succeeded") &&
 	                 th_streq(str_at(last_emitted(&r), "result", NULL), "file.txt") &&
-	                 strstr(last_emitted(&r), "\"durationMs\":") != NULL,
+	                 !!strstr(last_emitted(&r), "\"durationMs\":"),
 	         "succeeded: %s", last_emitted(&r));
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"S1\",\"update\":{\"sessionUpdate\":\"tool_call_update\",\"toolCallId\":\"t1\",\"status\":\"failed\"}}}");
 	TH_CHECK(th_streq(str_at(last_emitted(&r), "status", NULL), "succeeded"), "a finished step is not finished twice");
@@ -281,7 +281,7 @@ static void test_ends(void)
 		rec_free(&r);
 	}
 	/* Handshake failures, and deny answering at once. */
-	for (size_t i = 0; i < sizeof one_answer / sizeof one_answer[0]; i++) {
+	for (size_t i = 0; i < sizeof(one_answer) / sizeof(one_answer[0]); i++) {
 		const struct one_answer *c = &one_answer[i];
 		rec_t r = { 0 };
 		worker_agent_io_t io = { emit_cb, write_cb, &r };
@@ -335,7 +335,7 @@ static void test_mcp_history(void)
 	o.mcp_servers = mcp;
 	o.history = hist;
 	worker_acp_t *s = worker_acp_new(&o, err, sizeof(err));
-	TH_REQUIRE(s != NULL);
+	TH_REQUIRE(s);
 	worker_acp_start(s, &io);
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1}}");
 	TH_CHECK(th_streq(str_at(last_written(&r), "params", "mcpServers"),
@@ -382,7 +382,7 @@ static void test_fs(void)
 		TH_CHECK(strstr(last_written(&r), "\"error\"") && !strstr(last_written(&r), "outside"),
 		         "refused %s: %s", bad[i], last_written(&r));
 	}
-	TH_CHECK(strstr(last_written(&r), "Too many levels of symbolic links") != NULL, "symlink refused: %s", last_written(&r));
+	TH_CHECK(strstr(last_written(&r), "Too many levels of symbolic links"), "symlink refused: %s", last_written(&r));
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"fs/write_text_file\",\"params\":{\"path\":\"/root/workspace/new.txt\",\"content\":\"hi\"}}");
 	TH_CHECK(th_streq(last_written(&r), "{\"jsonrpc\":\"2.0\",\"id\":12,\"result\":null}"), "write: %s", last_written(&r));
 	char *d = th_file_read(th_strf("%s/new.txt", ws), NULL);
@@ -405,7 +405,7 @@ static void test_fs(void)
 	oc.file_uid = 65534;
 	oc.file_gid = 65534;
 	s = worker_acp_new(&oc, cerr, sizeof(cerr));
-	TH_REQUIRE(s != NULL, "%s", cerr);
+	TH_REQUIRE(s, "%s", cerr);
 	TH_REQUIRE(worker_acp_start(s, &io) == 0);
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":14,\"method\":\"fs/write_text_file\",\"params\":{\"path\":\"/root/workspace/owned.txt\",\"content\":\"x\"}}");
 	struct stat st;
@@ -415,9 +415,9 @@ static void test_fs(void)
 	/* Without a workspace no fs capability is declared and requests fail. */
 	s = session(WORKER_ACP_PRESET_NONE, WORKER_ACP_PERM_BYPASS, NULL, NULL);
 	worker_acp_start(s, &io);
-	TH_CHECK(strstr(last_written(&r), "\"readTextFile\":false") != NULL, "no fs capability");
+	TH_CHECK(strstr(last_written(&r), "\"readTextFile\":false"), "no fs capability");
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"fs/read_text_file\",\"params\":{\"path\":\"/root/workspace/in.txt\"}}");
-	TH_CHECK(strstr(last_written(&r), "-32601") != NULL, "fs refused: %s", last_written(&r));
+	TH_CHECK(strstr(last_written(&r), "-32601"), "fs refused: %s", last_written(&r));
 	worker_acp_free(s);
 	rec_free(&r);
 }
@@ -434,14 +434,14 @@ static void test_agent_oddities(void)
 	size_t nw = r.nw;
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"sessionId\":\"S2\"}}");
 	TH_CHECK(r.nw == nw, "a second session/new answer writes nothing");
-	TH_CHECK(strstr(last_emitted(&r), "the agent answered request 2, which is not waiting for an answer") != NULL,
+	TH_CHECK(strstr(last_emitted(&r), "the agent answered request 2, which is not waiting for an answer"),
 	         "a second answer is a warn log: %s", last_emitted(&r));
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}");
-	TH_CHECK(strstr(last_emitted(&r), "the agent answered request 99, which is not waiting") != NULL,
+	TH_CHECK(strstr(last_emitted(&r), "the agent answered request 99, which is not waiting"),
 	         "an unasked answer is a warn log: %s", last_emitted(&r));
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}");
 	TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/prompt"), "the turn goes on");
-	TH_CHECK(strstr(last_written(&r), "\"S1\"") != NULL, "with the first session: %s", last_written(&r));
+	TH_CHECK(strstr(last_written(&r), "\"S1\""), "with the first session: %s", last_written(&r));
 
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":\"p1\",\"method\":\"session/request_permission\",\"params\":{\"toolCall\":{\"toolCallId\":\"c1\",\"title\":\"ls\"},\"options\":[{\"optionId\":\"ok%d\",\"name\":\"Yes\",\"kind\":\"allow_once\"},{\"optionId\":\"no\",\"name\":\"No\",\"kind\":\"reject_once\"}]}}");
 	const char *ask = last_emitted(&r);
@@ -450,7 +450,7 @@ static void test_agent_oddities(void)
 	         "the unnameable option is left out: %s", ask);
 	nw = r.nw;
 	feed(s, &io, "{\"jsonrpc\":\"2.0\",\"id\":\"p2\",\"method\":\"session/request_permission\",\"params\":{\"toolCall\":{\"toolCallId\":\"c2\",\"title\":\"ls\"},\"options\":[{\"optionId\":\"a b\",\"name\":\"Yes\",\"kind\":\"allow_once\"},{\"optionId\":\"\",\"name\":\"No\",\"kind\":\"reject_once\"}]}}");
-	TH_CHECK(strstr(last_emitted(&r), "refused ls: the agent offered no option a reply can name") != NULL,
+	TH_CHECK(strstr(last_emitted(&r), "refused ls: the agent offered no option a reply can name"),
 	         "no nameable option: refused with a warn log: %s", last_emitted(&r));
 	TH_CHECK(r.nw == nw + 1 && th_streq(last_written(&r), "{\"jsonrpc\":\"2.0\",\"id\":\"p2\",\"result\":{\"outcome\":{\"outcome\":\"selected\",\"optionId\":\"\"}}}"),
 	         "answered at once with the agent's reject option: %s", last_written(&r));

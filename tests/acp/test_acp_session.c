@@ -159,7 +159,7 @@ static int run(sess_t *t, worker_acp_preset_t preset, worker_acp_perm_t perm, co
 	/* The run keeps its workspace descriptor open for the session (leaked here). */
 	o.workspace_fd = ws ? open(ws, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
 	t->s = worker_acp_new(&o, err, sizeof(err));
-	TH_REQUIRE(t->s != NULL, "session: %s", err);
+	TH_REQUIRE(t->s, "session: %s", err);
 	TH_REQUIRE(worker_sandbox_spawn(&spec, &t->sb, err, sizeof(err)) == 0, "spawn: %s", err);
 	worker_agent_io_t io = { emit_cb, write_cb, t };
 	int fl = fcntl(t->sb.stdin_fd, F_GETFL);
@@ -189,7 +189,7 @@ static int run(sess_t *t, worker_acp_preset_t preset, worker_acp_perm_t perm, co
 				memcpy(acc + acc_len, buf, (size_t)r);
 				acc_len += (size_t)r;
 				char *nl;
-				while ((nl = memchr(acc, '\n', acc_len)) != NULL) {
+				while ((nl = memchr(acc, '\n', acc_len))) {
 					size_t ll = (size_t)(nl - acc);
 					worker_acp_on_line(t->s, acc, ll, &io);
 					memmove(acc, nl + 1, acc_len - ll - 1);
@@ -250,7 +250,7 @@ static void test_claude_bypass(void)
 	long res = th_lines_find(t.lines, t.n, 0, "result", NULL);
 	TH_CHECK(r >= 0 && s > r, "step running (%ld) then succeeded (%ld)", r, s);
 	TH_CHECK(th_streq(field(&t, r, "name"), "Bash"), "step name %s", field(&t, r, "name"));
-	TH_CHECK(strstr(field(&t, r, "args"), "assets/out.txt") != NULL, "args %s", field(&t, r, "args"));
+	TH_CHECK(strstr(field(&t, r, "args"), "assets/out.txt"), "args %s", field(&t, r, "args"));
 	TH_CHECK(th_streq(field(&t, s, "id"), field(&t, r, "id")), "same step id");
 	TH_CHECK(strtol(field(&t, s, "durationMs"), NULL, 10) > 0 || th_streq(field(&t, s, "durationMs"), "0"), "durationMs");
 	TH_CHECK(strlen(field(&t, s, "durationMs")) > 0, "durationMs present");
@@ -365,7 +365,7 @@ static void test_codex(const char *cmd, int fails, worker_acp_perm_t perm)
 	long s = th_lines_find(t.lines, t.n, 0, "step", fails ? "failed" : "succeeded");
 	TH_CHECK(r >= 0 && s > r, "codex step running (%ld) then %s (%ld)", r, fails ? "failed" : "succeeded", s);
 	if (fails)
-		TH_CHECK(strstr(field(&t, s, "error"), "status 3") != NULL, "error names the exit status: %s",
+		TH_CHECK(strstr(field(&t, s, "error"), "status 3"), "error names the exit status: %s",
 		         field(&t, s, "error"));
 	else
 		TH_CHECK(file_is(th_strf("%s/assets/out.txt", ws), "codex\n"), "codex wrote the file");
@@ -380,7 +380,7 @@ int main(int argc, char **argv)
 	th_init("acp_session");
 	TH_REQUIRE(argc >= 3, "usage: test_acp_session PREFIX NODE");
 	prefix = argv[1];
-	TH_REQUIRE(realpath(argv[2], node) != NULL, "node at %s", argv[2]);
+	TH_REQUIRE(realpath(argv[2], node), "node at %s", argv[2]);
 	TH_REQUIRE(access(th_strf("%s/node_modules/@zed-industries/claude-agent-acp/dist/index.js", prefix), R_OK) == 0,
 	           "agents installed in %s (agents/install.sh)", prefix);
 	char err[256];

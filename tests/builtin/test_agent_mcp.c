@@ -31,7 +31,7 @@ static int stdio_servers(const char *js)
 	int n = 0;
 	DIR *d = opendir("/proc");
 	struct dirent *e;
-	while (d && (e = readdir(d)) != NULL) {
+	while (d && (e = readdir(d))) {
 		if (e->d_name[0] < '1' || e->d_name[0] > '9')
 			continue;
 		size_t len = 0;
@@ -59,7 +59,7 @@ int main(int argc, char **argv)
 	TH_REQUIRE(argc == 3, "usage: test_agent_mcp RUNNEL_AGENT MCP_DIR");
 	const char *agent = argv[1];
 	char mcp[4096];
-	TH_REQUIRE(realpath(argv[2], mcp) != NULL, "%s", argv[2]);
+	TH_REQUIRE(realpath(argv[2], mcp), "%s", argv[2]);
 	const char *fs_js = th_strf("%s/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js", mcp);
 	const char *ev_js = th_strf("%s/node_modules/@modelcontextprotocol/server-everything/dist/index.js", mcp);
 	TH_REQUIRE(access(fs_js, R_OK) == 0 && access(ev_js, R_OK) == 0, "MCP servers installed in %s", mcp);
@@ -110,20 +110,20 @@ int main(int argc, char **argv)
 	const char *out = a.out ? a.out : "";
 
 	TH_CHECK(strstr(out, "\"level\":\"warn\",\"message\":\"MCP server \\\"broken\\\" did not start: "
-	                     "/nonexistent/mcp-server: No such file or directory\"") != NULL,
+	                     "/nonexistent/mcp-server: No such file or directory\""),
 	         "%s", out);
-	TH_CHECK(strstr(out, "\"message\":\"Loaded 0 skills, ") != NULL, "%s", out);
-	TH_CHECK(strstr(out, "\"type\":\"result\",\"message\":\"All three answered.\"") != NULL, "%s", out);
-	TH_CHECK(strstr(out, "\"name\":\"fs__read_text_file\",\"status\":\"succeeded\"") != NULL, "%s", out);
-	TH_CHECK(strstr(out, "\"name\":\"everything__echo\",\"status\":\"succeeded\"") != NULL, "%s", out);
-	TH_CHECK(strstr(out, "\"name\":\"web__get-sum\",\"status\":\"succeeded\"") != NULL, "%s", out);
-	TH_CHECK(strstr(out, "\"result\":{\"content\":\"hello from the workspace\"}") != NULL, "%s", out);
-	TH_CHECK(strstr(out, "Echo: over stdio") != NULL, "%s", out);
-	TH_CHECK(strstr(out, "The sum of 2 and 3 is 5") != NULL, "%s", out);
-	TH_CHECK(strstr(out, "\"name\":\"everything__get-env\",\"status\":\"succeeded\"") != NULL, "%s", out);
-	TH_CHECK(strstr(out, "EVERYTHING_TEST") != NULL, "the server's env reached it: %s", out);
+	TH_CHECK(strstr(out, "\"message\":\"Loaded 0 skills, "), "%s", out);
+	TH_CHECK(strstr(out, "\"type\":\"result\",\"message\":\"All three answered.\""), "%s", out);
+	TH_CHECK(strstr(out, "\"name\":\"fs__read_text_file\",\"status\":\"succeeded\""), "%s", out);
+	TH_CHECK(strstr(out, "\"name\":\"everything__echo\",\"status\":\"succeeded\""), "%s", out);
+	TH_CHECK(strstr(out, "\"name\":\"web__get-sum\",\"status\":\"succeeded\""), "%s", out);
+	TH_CHECK(strstr(out, "\"result\":{\"content\":\"hello from the workspace\"}"), "%s", out);
+	TH_CHECK(strstr(out, "Echo: over stdio"), "%s", out);
+	TH_CHECK(strstr(out, "The sum of 2 and 3 is 5"), "%s", out);
+	TH_CHECK(strstr(out, "\"name\":\"everything__get-env\",\"status\":\"succeeded\""), "%s", out);
+	TH_CHECK(strstr(out, "EVERYTHING_TEST"), "the server's env reached it: %s", out);
 	TH_CHECK(!strstr(out, "sk-mcp-test"), "the provider key is not in a server's env");
-	TH_CHECK(strstr(out, "\"MCP server \\\"fs\\\" skipped: another server has that name\"") != NULL, "%s", out);
+	TH_CHECK(strstr(out, "\"MCP server \\\"fs\\\" skipped: another server has that name\""), "%s", out);
 
 	TH_REQUIRE(fakechat_requests(&f) == 2);
 	json_t *req = json_loads(f.bodies[0], 0, NULL);

@@ -214,9 +214,9 @@ static const fc_resp_t split_tool_args_script[] = {
 static void split_tool_args(const char *ws, fakechat_t *f, ap_t *a)
 {
 	TH_CHECK(count_steps(a, "running") == 1 && count_steps(a, "succeeded") == 1, "%s", a->out);
-	TH_CHECK(strstr(a->out, "\"args\":{\"path\":\"assets/out.txt\",\"content\":\"hi \xc3\xa9\"}") != NULL,
+	TH_CHECK(strstr(a->out, "\"args\":{\"path\":\"assets/out.txt\",\"content\":\"hi \xc3\xa9\"}"),
 	         "step args: %s", a->out);
-	TH_CHECK(strstr(a->out, "\"durationMs\":") != NULL);
+	TH_CHECK(strstr(a->out, "\"durationMs\":"));
 	char *content = th_file_read(th_strf("%s/assets/out.txt", ws), NULL);
 	TH_CHECK(th_streq(content, "hi \xc3\xa9"), "file: %s", content ? content : "-");
 	free(content);
@@ -248,13 +248,13 @@ static void two_calls(const char *ws, fakechat_t *f, ap_t *a)
 {
 	(void)ws;
 	TH_CHECK(strstr(a->out, "\"name\":\"bash\"") && strstr(a->out, "\"name\":\"list_files\""));
-	TH_CHECK(strstr(a->out, "\"exitCode\":0,\"output\":\"one\\n\"") != NULL, "%s", a->out);
+	TH_CHECK(strstr(a->out, "\"exitCode\":0,\"output\":\"one\\n\""), "%s", a->out);
 	json_t *req = json_loads(f->bodies[1], 0, NULL);
 	json_t *msgs = json_object_get(req, "messages");
 	size_t n = json_array_size(msgs);
 	TH_CHECK(th_streq(json_string_value(json_object_get(json_array_get(msgs, n - 2), "tool_call_id")), "c1"));
 	TH_CHECK(th_streq(json_string_value(json_object_get(json_array_get(msgs, n - 1), "tool_call_id")), "c2"));
-	TH_CHECK(strstr(json_string_value(json_object_get(json_array_get(msgs, n - 1), "content")), "made") != NULL,
+	TH_CHECK(strstr(json_string_value(json_object_get(json_array_get(msgs, n - 1), "content")), "made"),
 	         "list_files ran after bash made the file");
 	json_decref(req);
 }
@@ -267,7 +267,7 @@ static const fc_resp_t retry_after_script[] = {
 static void retry_after(const char *ws, fakechat_t *f, ap_t *a)
 {
 	(void)ws;
-	TH_CHECK(strstr(a->out, "The model provider answered HTTP 429: Rate limit reached; retrying in 1.0 s (1 of 3)") != NULL,
+	TH_CHECK(strstr(a->out, "The model provider answered HTTP 429: Rate limit reached; retrying in 1.0 s (1 of 3)"),
 	         "%s", a->out);
 	long long gap = (f->at_us[1] - f->at_us[0]) / 1000;
 	TH_CHECK(gap >= 900, "Retry-After honoured: %lld ms between requests", gap);
@@ -301,7 +301,7 @@ static const fc_resp_t key_not_in_tools_script[] = {
 static void key_not_in_tools(const char *ws, fakechat_t *f, ap_t *a)
 {
 	(void)ws;
-	TH_CHECK(strstr(a->out, "key=[]") != NULL, "%s", a->out);
+	TH_CHECK(strstr(a->out, "key=[]"), "%s", a->out);
 	TH_CHECK(!strstr(a->out, "OPENAI_API_KEY="));
 	TH_CHECK(!strstr(f->bodies[1], KEY), "the tool result sent back has no key");
 }
@@ -432,7 +432,7 @@ int main(int argc, char **argv)
 	TH_REQUIRE(argc == 2, "usage: test_agent_model RUNNEL_AGENT");
 	agent_bin = argv[1];
 	const char *ws = th_tmpdir();
-	TH_REQUIRE(ws != NULL);
+	TH_REQUIRE(ws);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		play_case(ws, &cases[i]);
 	test_unreachable(ws);

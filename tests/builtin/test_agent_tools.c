@@ -97,7 +97,7 @@ static void test_confinement(void)
 	agent_tools_run(&cfg, "list_files", args, &out);
 	TH_CHECK(out.ok && strstr(out.text, "assets/\nassets/a.txt\n") && strstr(out.text, "sub/dir/new.txt\n"),
 	         "%s", out.text);
-	TH_CHECK(strstr(out.text, "dir-up\n") != NULL, "links listed, not followed: %s", out.text);
+	TH_CHECK(strstr(out.text, "dir-up\n"), "links listed, not followed: %s", out.text);
 	agent_tool_out_free(&out);
 	json_decref(args);
 
@@ -105,10 +105,10 @@ static void test_confinement(void)
 	args = json_pack("{s:s}", "command", "pwd >&2; head -c 5000 /dev/zero | tr '\\0' x; echo; exit 3");
 	agent_tools_run(&cfg, "bash", args, &out);
 	TH_CHECK(!out.ok && th_streq(out.error, "the command exited with status 3"), "%s", out.error);
-	TH_CHECK(strstr(out.text, "[... output cut]") != NULL && strlen(out.text) < 1200, "capped: %zu", strlen(out.text));
+	TH_CHECK(strstr(out.text, "[... output cut]") && strlen(out.text) < 1200, "capped: %zu", strlen(out.text));
 	json_t *o = json_object_get(out.result, "output");
 	TH_CHECK(json_integer_value(json_object_get(out.result, "exitCode")) == 3);
-	TH_CHECK(o && strstr(json_string_value(o), ws) != NULL, "cwd is the workspace: %s", json_string_value(o));
+	TH_CHECK(o && strstr(json_string_value(o), ws), "cwd is the workspace: %s", json_string_value(o));
 	agent_tool_out_free(&out);
 	json_decref(args);
 
@@ -152,7 +152,7 @@ static void test_front_matter(void)
 	TH_CHECK(prompt && proto_utf8_valid(prompt, strlen(prompt)) && strstr(prompt, "- b\xef\xbf\xbd: \xef\xbf\xbd ("),
 	         "%s", prompt ? prompt : "-");
 	free(prompt);
-	TH_CHECK(agent_skills_scan(th_strf("%s/missing", dir), &prompt) == 0 && prompt == NULL);
+	TH_CHECK(agent_skills_scan(th_strf("%s/missing", dir), &prompt) == 0 && !prompt);
 }
 
 /* A workspace, a skills dir with one skill, and the fake server. */
@@ -213,8 +213,8 @@ static void test_skills_prompt(void)
 	ap_t a;
 	env_run(&e, &a, "bypass");
 	TH_CHECK(ap_finish(&a, 20000) == 0);
-	TH_CHECK(strstr(a.out, "\"message\":\"Loaded 2 skills, 0 MCP tools\"") != NULL, "%s", a.out);
-	TH_CHECK(strstr(a.out, "skill-ran") != NULL, "the skill's script ran: %s", a.out);
+	TH_CHECK(strstr(a.out, "\"message\":\"Loaded 2 skills, 0 MCP tools\""), "%s", a.out);
+	TH_CHECK(strstr(a.out, "skill-ran"), "the skill's script ran: %s", a.out);
 	TH_REQUIRE(fakechat_requests(&e.f) >= 1);
 	json_t *req = json_loads(e.f.bodies[0], 0, NULL);
 	const char *sys = json_string_value(json_object_get(json_array_get(json_object_get(req, "messages"), 0), "content"));
@@ -240,7 +240,7 @@ static void test_ask(const char *reply, int want_ran, const char *want_error)
 	TH_CHECK(ap_wait_for(&a, "\"status\":\"open\"", 10000), "ask emitted: %s", a.out ? a.out : "");
 	TH_CHECK(strstr(a.out, "{\"type\":\"ask\",\"id\":\"ask_1\",\"kind\":\"permission\",\"title\":\"Run: echo ran > ran.txt\","
 	                       "\"tool\":\"bash\",\"args\":{\"command\":\"echo ran > ran.txt\"},\"options\":[{\"id\":\"allow_once\","
-	                       "\"label\":\"Allow\"},{\"id\":\"reject_once\",\"label\":\"Reject\"}],\"status\":\"open\"") != NULL,
+	                       "\"label\":\"Allow\"},{\"id\":\"reject_once\",\"label\":\"Reject\"}],\"status\":\"open\""),
 	         "%s", a.out);
 	TH_CHECK(access(th_strf("%s/ran.txt", e.ws), F_OK) != 0, "nothing ran before the reply");
 	/* A reply to another ask first: ignored. */
@@ -251,7 +251,7 @@ static void test_ask(const char *reply, int want_ran, const char *want_error)
 	if (!want_ran)
 		TH_CHECK(strstr(a.out, "\"status\":\"failed\"") && strstr(a.out, th_strf("\"error\":{\"message\":\"%s\"}", want_error)),
 		         "%s", a.out);
-	TH_CHECK(strstr(a.out, "\"type\":\"result\",\"message\":\"finished\"") != NULL);
+	TH_CHECK(strstr(a.out, "\"type\":\"result\",\"message\":\"finished\""));
 	ap_free(&a);
 	fakechat_stop(&e.f);
 }
@@ -264,7 +264,7 @@ static void test_deny(void)
 	env_run(&e, &a, "deny");
 	TH_CHECK(ap_finish(&a, 20000) == 0);
 	TH_CHECK(!strstr(a.out, "\"type\":\"ask\""));
-	TH_CHECK(strstr(a.out, "\"error\":{\"message\":\"refused: the run's permission mode is deny\"}") != NULL, "%s", a.out);
+	TH_CHECK(strstr(a.out, "\"error\":{\"message\":\"refused: the run's permission mode is deny\"}"), "%s", a.out);
 	TH_CHECK(access(th_strf("%s/ran.txt", e.ws), F_OK) != 0);
 	json_t *req = json_loads(e.f.bodies[1], 0, NULL);
 	json_t *msgs = json_object_get(req, "messages");

@@ -153,7 +153,7 @@ int main(int argc, char **argv)
 	th_init("builtin_worker");
 	TH_REQUIRE(argc == 2, "usage: test_builtin_worker MCP_DIR");
 	char mcp[4096];
-	TH_REQUIRE(realpath(argv[1], mcp) != NULL);
+	TH_REQUIRE(realpath(argv[1], mcp));
 	const char *ev_js = th_strf("%s/node_modules/@modelcontextprotocol/server-everything/dist/index.js", mcp);
 	TH_REQUIRE(access(ev_js, R_OK) == 0, "MCP servers installed in %s", mcp);
 

@@ -10,7 +10,7 @@ void cli_redis_start(cli_redis_t *t, int argc, char **argv, const char *name)
 	t->bin = argv[1];
 	TH_REQUIRE(th_redis_start(&t->r, NULL) == 0, "redis");
 	t->c = th_redis_connect(&t->r);
-	TH_REQUIRE(t->c != NULL);
+	TH_REQUIRE(t->c);
 	t->env_url = th_strf("RUNNEL_REDIS_URL=%s", t->r.url);
 }
 

@@ -106,9 +106,9 @@ static void test_demo_once(void)
 	int rc = clirun(ARGS(g_bin, "dev", "--demo", "--once", "--port", "0"), ARGS(envtmp), 120000, &p);
 	TH_NOTE("runnel dev --demo --once: exit %d in %lld ms", rc, (long long)(th_now_ms() - t0));
 	TH_CHECK(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, p.out, p.err);
-	TH_CHECK(strstr(p.out, "runnel dev: the stack is up") != NULL, "%s", p.out);
-	TH_CHECK(strstr(p.out, "\nresult  ") != NULL, "no result line:\n%s", p.out);
-	TH_CHECK(strstr(p.out, "step    ") != NULL, "no step line:\n%s", p.out);
+	TH_CHECK(strstr(p.out, "runnel dev: the stack is up"), "%s", p.out);
+	TH_CHECK(strstr(p.out, "\nresult  "), "no result line:\n%s", p.out);
+	TH_CHECK(strstr(p.out, "step    "), "no step line:\n%s", p.out);
 	char *redis = banner_field(p.out, "redis");
 	TH_CHECK(redis && strncmp(redis, "redis://127.0.0.1:", 18) == 0, "%s", p.out);
 	TH_CHECK(th_wait_until(none_left, NULL, 5000), "processes left after runnel dev");
@@ -131,13 +131,13 @@ static void test_demo_external_redis(void)
 	int rc = clirun(ARGS(g_bin, "dev", "--demo", "--once", "--port", "0", "--sandbox", "process"),
 	                ARGS(envtmp, envredis), 120000, &p);
 	TH_CHECK(rc == 0, "exit %d\n%s\n%s", rc, p.out, p.err);
-	TH_CHECK(strstr(p.out, th_strf("  redis       %s\n", r.url)) != NULL, "%s", p.out);
-	TH_CHECK(strstr(p.out, "sandbox process") != NULL, "%s", p.out);
+	TH_CHECK(strstr(p.out, th_strf("  redis       %s\n", r.url)), "%s", p.out);
+	TH_CHECK(strstr(p.out, "sandbox process"), "%s", p.out);
 	const char *d = strstr(p.out, "Demo run ");
-	TH_REQUIRE(d != NULL, "%s", p.out);
+	TH_REQUIRE(d, "%s", p.out);
 	char *run = th_strf("%.*s", (int)strcspn(d + 9, " "), d + 9);
 	redisContext *c = th_redis_connect(&r);
-	TH_REQUIRE(c != NULL, "the external redis-server was stopped");
+	TH_REQUIRE(c, "the external redis-server was stopped");
 	redisReply *rep = redisCommand(c, "HGET runnel:{%s}:state status", run);
 	TH_CHECK(rep && rep->type == REDIS_REPLY_STRING && !strcmp(rep->str, "succeeded"), "run %s", run);
 	if (rep)
@@ -157,7 +157,7 @@ static void test_child_dies(void)
 	clirun_t p;
 	char *script = th_strf("%s/fake-worker.sh", g_tmp);
 	FILE *f = fopen(script, "w");
-	TH_REQUIRE(f != NULL);
+	TH_REQUIRE(f);
 	fputs("#!/bin/sh\nsleep 300 &\nexit 1\n", f);
 	fclose(f);
 	TH_REQUIRE(chmod(script, 0755) == 0);
@@ -165,7 +165,7 @@ static void test_child_dies(void)
 	char *envworker = th_strf("RUNNEL_WORKER_BIN=%s", script);
 	int rc = clirun(ARGS(g_bin, "dev", "--port", "0", "--sandbox", "process"), ARGS(envtmp, envworker), 60000, &p);
 	TH_CHECK(rc == 1, "exit %d\n%s\n%s", rc, p.out, p.err);
-	TH_CHECK(strstr(p.err, "runnel dev: worker exited (exit 1)") != NULL, "%s", p.err);
+	TH_CHECK(strstr(p.err, "runnel dev: worker exited (exit 1)"), "%s", p.err);
 	TH_CHECK(th_wait_until(none_left, NULL, 5000), "processes left after a child died");
 	unlink(script);
 	TH_CHECK(dir_empty(g_tmp), "scratch left in %s", g_tmp);
@@ -182,7 +182,7 @@ static int banner_done(void *arg)
 {
 	stack_t_ *s = arg;
 	clirun_pump(&s->proc, 20);
-	return strstr(s->proc.out, "runnel submit --otp-file -") != NULL || s->proc.pid <= 0 ||
+	return strstr(s->proc.out, "runnel submit --otp-file -") || s->proc.pid <= 0 ||
 	        waitpid(s->proc.pid, NULL, WNOHANG) != 0;
 }
 
@@ -304,7 +304,7 @@ static void test_stack(void)
 	char *envtmp = th_strf("TMPDIR=%s", g_tmp);
 	TH_REQUIRE(clirun_start(&s.proc, ARGS(g_bin, "dev", "--port", "0", "--agents", agents), ARGS(envtmp), 0, 0) == 0);
 	TH_REQUIRE(th_wait_until(banner_done, &s, 60000), "no banner");
-	TH_REQUIRE(strstr(s.proc.out, "runnel submit --otp-file -") != NULL, "stack did not start:\n%s\n%s",
+	TH_REQUIRE(strstr(s.proc.out, "runnel submit --otp-file -"), "stack did not start:\n%s\n%s",
 	           s.proc.out, s.proc.err);
 	s.dispatcher = banner_field(s.proc.out, "dispatcher");
 	s.redis = banner_field(s.proc.out, "redis");
@@ -323,7 +323,7 @@ static void test_stack(void)
 	json_error_t jerr;
 	json_t *head = json_loadb(p.out, strcspn(p.out, "\n"), 0, &jerr);
 	const char *rid = json_string_value(json_object_get(head, "run_id"));
-	TH_REQUIRE(rid != NULL, "%s", p.out);
+	TH_REQUIRE(rid, "%s", p.out);
 	char *run1 = th_strf("%s", rid);
 	json_decref(head);
 	char *submit_lines = th_strf("%s", strchr(p.out, '\n') + 1);
@@ -346,7 +346,7 @@ static void test_stack(void)
 	clirun_free(&p);
 	rc = clirun(ARGS("/bin/bash", "-c", paste2), NULL, 60000, &p);
 	TH_CHECK(rc == 0, "pasted runnel line: %d %s\n%s", rc, p.err, p.out);
-	TH_CHECK(strstr(p.out, "\nresult  ") != NULL, "%s", p.out);
+	TH_CHECK(strstr(p.out, "\nresult  "), "%s", p.out);
 	clirun_free(&p);
 
 	/* tail of the finished run: the same lines, exit 0; status succeeded. */
@@ -361,7 +361,7 @@ static void test_stack(void)
 	/* redis-cli XREAD shows the same lines. */
 	char *key = th_strf("runnel:{%s}:out", run1);
 	const char *rcli = which("redis-cli");
-	TH_REQUIRE(rcli != NULL, "redis-cli not installed");
+	TH_REQUIRE(rcli, "redis-cli not installed");
 	rc = clirun(ARGS(rcli, "-u", s.redis, "--raw", "XREAD", "COUNT", "1000", "STREAMS", key, "0"), NULL, 20000, &p);
 	TH_CHECK(rc == 0, "redis-cli: %s", p.err);
 	size_t n;
@@ -369,14 +369,14 @@ static void test_stack(void)
 	TH_CHECK(n >= 2);
 	for (size_t i = 0; i < n; i++) {
 		char *needle = th_strf("\n%s\n", v[i]);
-		TH_CHECK(strstr(p.out, needle) != NULL, "redis-cli lacks line %zu: %s\n%s", i, v[i], p.out);
+		TH_CHECK(strstr(p.out, needle), "redis-cli lacks line %zu: %s\n%s", i, v[i], p.out);
 	}
 	free(v);
 	clirun_free(&p);
 
 	/* A job produced with plain kcat runs (the worker claims it; tail sees the result). */
 	json_t *m = json_loads(mint(&s, "demo"), 0, &jerr);
-	TH_REQUIRE(m != NULL);
+	TH_REQUIRE(m);
 	json_t *job = json_pack("{s:i, s:s, s:O, s:O, s:O, s:O, s:s}", "v", 1, "run_id", "run_kcat1",
 	                        "agent_url", json_object_get(m, "agent_url"), "otp_setup", json_object_get(m, "otp_setup"),
 	                        "otp_run", json_object_get(m, "otp_run"), "otp_upload", json_object_get(m, "otp_upload"),
@@ -387,7 +387,7 @@ static void test_stack(void)
 	json_decref(job);
 	json_decref(m);
 	const char *kcat = which("kcat");
-	TH_REQUIRE(kcat != NULL, "kcat not installed");
+	TH_REQUIRE(kcat, "kcat not installed");
 	rc = clirun(ARGS(kcat, "-P", "-b", s.kafka, "-t", "runnel.jobs", "-k", "run_kcat1", jf), NULL, 30000, &p);
 	TH_CHECK(rc == 0, "kcat: %d %s", rc, p.err);
 	clirun_free(&p);

@@ -182,9 +182,9 @@ static void test_queue(void)
 	TH_CHECK(run(ARGS("status"), NULL, &p) == 0, "%s", p.err);
 	TH_CHECK(strncmp(p.out, "3 run(s) queued, oldest ", 24) == 0, "%s", p.out);
 	TH_CHECK(strstr(p.out, "TENANT                             QUEUED  RUNNING   OLDEST\n"
-	                       "acme                                    2        0") != NULL,
+	                       "acme                                    2        0"),
 	         "%s", p.out);
-	TH_CHECK(strstr(p.out, "\nbeta                                    1        0") != NULL, "%s", p.out);
+	TH_CHECK(strstr(p.out, "\nbeta                                    1        0"), "%s", p.out);
 	clirun_free(&p);
 	TH_CHECK(run(ARGS("status", "--json"), NULL, &p) == 0, "%s", p.err);
 	json_t *o = json_loads(p.out, 0, NULL);

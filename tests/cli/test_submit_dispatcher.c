@@ -82,7 +82,7 @@ int main(int argc, char **argv)
 
 	th_httpd_opts_t hopts = { serve, NULL, 0, 10000 };
 	th_httpd_t *srv = th_httpd_start("fake dispatcher", &hopts);
-	TH_REQUIRE(srv != NULL);
+	TH_REQUIRE(srv);
 	char *url = th_strf("http://127.0.0.1:%d", th_httpd_port(srv));
 
 	char *env_url = th_strf("RUNNEL_DISPATCHER_URL=%s/", url); /* a trailing slash is fine */
@@ -103,8 +103,8 @@ int main(int argc, char **argv)
 	clirun_free(&p);
 	char *req = received();
 	TH_CHECK(strncmp(req, "POST /v1/runs HTTP/1.1\r\n", 24) == 0, "%s", req);
-	TH_CHECK(strstr(req, "\r\nAuthorization: Bearer tok_5ecret\r\n") != NULL, "%s", req);
-	TH_CHECK(strstr(req, "\r\nContent-Type: application/json\r\n") != NULL, "%s", req);
+	TH_CHECK(strstr(req, "\r\nAuthorization: Bearer tok_5ecret\r\n"), "%s", req);
+	TH_CHECK(strstr(req, "\r\nContent-Type: application/json\r\n"), "%s", req);
 	TH_CHECK(th_streq(body_of(req),
 	                  "{\"agent_url\":\"http://h/ws/sess_1\",\"otp_setup\":\"otp_s\",\"otp_run\":\"otp_r\","
 	                  "\"otp_upload\":\"otp_u\",\"prompt\":\"Add a node\",\"run_id\":\"run_fake1\","
@@ -119,7 +119,7 @@ int main(int argc, char **argv)
 	TH_CHECK(rc == 0 && th_streq(p.out, "run_minted_by_dispatcher\n"), "%d %s %s", rc, p.out, p.err);
 	clirun_free(&p);
 	req = received();
-	TH_CHECK(strstr(req, "Authorization") == NULL, "%s", req);
+	TH_CHECK(!strstr(req, "Authorization"), "%s", req);
 	TH_CHECK(th_streq(body_of(req), "{\"agent_url\":\"http://h/ws\",\"otp_setup\":\"a\",\"otp_run\":\"b\","
 	                                "\"prompt\":\"p\",\"caller\":\"cli\"}"),
 	         "%s", body_of(req));
@@ -186,7 +186,7 @@ int main(int argc, char **argv)
 	clirun_free(&p);
 	req = received();
 	TH_CHECK(strncmp(req, "POST /v1/runs/run_c1/cancel HTTP/1.1\r\n", 38) == 0, "%s", req);
-	TH_CHECK(strstr(req, "\r\nAuthorization: Bearer tok_5ecret\r\n") != NULL);
+	TH_CHECK(strstr(req, "\r\nAuthorization: Bearer tok_5ecret\r\n"));
 	TH_CHECK(th_streq(body_of(req), "{\"reason\":\"stop it\"}"), "%s", body_of(req));
 	program(404, "{\"error\":{\"code\":\"not_found\",\"message\":\"no such run\"}}");
 	rc = run(ARGS("cancel", "run_c2", "--via", "dispatcher"), env, &p);

@@ -50,7 +50,7 @@ static void check_keys(json_t *o, const char *const *keys)
 {
 	size_t n = 0;
 	for (; keys[n]; n++)
-		TH_CHECK(json_object_get(o, keys[n]) != NULL, "missing %s", keys[n]);
+		TH_CHECK(json_object_get(o, keys[n]), "missing %s", keys[n]);
 	TH_CHECK(json_object_size(o) == n, "%zu keys, want %zu", json_object_size(o), n);
 }
 
@@ -73,7 +73,7 @@ int main(int argc, char **argv)
 	g_env_brokers = th_strf("RUNNEL_KAFKA_BROKERS=%s", g_k.bootstrap);
 	g_env_topic = th_strf("RUNNEL_JOBS_TOPIC=%s", topic);
 	th_kafka_consumer_t *c = th_kafka_consumer_new(&g_k, topic, NULL);
-	TH_REQUIRE(c != NULL);
+	TH_REQUIRE(c);
 	TH_REQUIRE(proto_job_key_parse(KEY_HEX, key, err, sizeof(err)) == 0);
 
 	/* 1. Sealed: OTPs from the variables, key from RUNNEL_JOB_KEY. */
@@ -117,7 +117,7 @@ int main(int argc, char **argv)
 
 	/* 2. Unsealed, OTPs from --otp-file (a stub's /mint answer), minted run id, JSON output. */
 	const char *dir = th_tmpdir();
-	TH_REQUIRE(dir != NULL);
+	TH_REQUIRE(dir);
 	char *file = th_strf("%s/mint.json", dir);
 	const char *mint = "{\"agent_url\":\"http://127.0.0.1:9/ws/sess_2\",\"otp_setup\":\"" OTP_S
 	                   "\",\"otp_run\":\"" OTP_R "\",\"otp_upload\":null,\"session\":\"sess_2\"}";
@@ -146,7 +146,7 @@ int main(int argc, char **argv)
 	TH_CHECK(th_streq(job.run_id, rid_copy));
 	TH_CHECK(th_streq(job.agent_url, "http://127.0.0.1:9/ws/sess_2"));
 	TH_CHECK(th_streq(job.otp_setup, OTP_S) && th_streq(job.otp_run, OTP_R));
-	TH_CHECK(job.otp_upload == NULL);
+	TH_CHECK(!job.otp_upload);
 	TH_CHECK(th_streq(job.prompt, PROMPT));
 	TH_CHECK(th_streq(job.caller, "backend"));
 	TH_CHECK(job.max_runtime_sec == 0);

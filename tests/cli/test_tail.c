@@ -69,7 +69,7 @@ static int screen_shows(clirun_t *p, int cols, const char *needle)
 	for (int i = 0; i < 100 && !seen; i++) {
 		clirun_pump(p, 50);
 		char *sc = vt_screen(p->out, p->out_len, cols);
-		seen = strstr(sc, needle) != NULL;
+		seen = !!strstr(sc, needle);
 		free(sc);
 	}
 	return seen;
@@ -159,7 +159,7 @@ static void test_plain(void)
 	        "step    recipes/add-node.sh succeeded 412ms\n"
 	        "error   model_timeout: Provider timed out after 60s\n";
 	TH_CHECK(th_streq(p.out, want), "got\n%s", p.out);
-	TH_CHECK(strchr(p.out, '\033') == NULL);
+	TH_CHECK(!strchr(p.out, '\033'));
 	clirun_free(&p);
 }
 
@@ -280,9 +280,9 @@ static void test_tty(void)
 	        "✓ Added an Inference node\n";
 	TH_CHECK(th_streq(screen, want), "screen\n%s\nwant\n%s", screen, want);
 	/* The agent's ESC never reached the terminal as an escape. */
-	TH_CHECK(strstr(p.out, "\033[2J") == NULL);
+	TH_CHECK(!strstr(p.out, "\033[2J"));
 	/* The cursor is shown again. */
-	TH_CHECK(p.out_len >= 6 && strstr(p.out, "\033[?25h") != NULL);
+	TH_CHECK(p.out_len >= 6 && strstr(p.out, "\033[?25h"));
 	free(screen);
 	clirun_free(&p);
 }
@@ -312,8 +312,8 @@ static void test_tty_narrow(void)
 		TH_CHECK(u8_cols(l, n) < cols, "row too wide: %.*s", (int)n, l);
 		l += n + (l[n] == '\n');
 	}
-	TH_CHECK(strstr(screen, "✓ recipes/…  succeeded 412ms") != NULL, "%s", screen);
-	TH_CHECK(strstr(screen, "running") == NULL, "a step row was not updated:\n%s", screen);
+	TH_CHECK(strstr(screen, "✓ recipes/…  succeeded 412ms"), "%s", screen);
+	TH_CHECK(!strstr(screen, "running"), "a step row was not updated:\n%s", screen);
 	free(screen);
 	clirun_free(&p);
 }
@@ -338,14 +338,14 @@ static void test_tty_scrolled(void)
 	const char *want =
 	        "run run_scroll\n"
 	        "recipes/add-node.sh  running";
-	TH_CHECK(strstr(screen, want) != NULL || strstr(screen, "run run_scroll\n") != NULL, "%s", screen);
+	TH_CHECK(strstr(screen, want) || strstr(screen, "run run_scroll\n"), "%s", screen);
 	const char *tail =
 	        "  log 7\n"
 	        "✓ recipes/add-node.sh  succeeded 412ms\n"
 	        "✓ Added an Inference node\n";
 	size_t sl = strlen(screen), tl = strlen(tail);
 	TH_CHECK(sl >= tl && strcmp(screen + sl - tl, tail) == 0, "screen ends:\n%s", screen);
-	TH_CHECK(strstr(screen, "log 0\n  log 1\n  log 2\n  log 3\n  log 4\n  log 5\n  log 6\n  log 7\n") != NULL,
+	TH_CHECK(strstr(screen, "log 0\n  log 1\n  log 2\n  log 3\n  log 4\n  log 5\n  log 6\n  log 7\n"),
 	         "logs damaged:\n%s", screen);
 	free(screen);
 	clirun_free(&p);
@@ -357,8 +357,8 @@ static void test_tty_dumb(void)
 	clirun_t p;
 	start_tail(&p, ARGS("run_err"), ARGS("TERM=dumb"), 80, 24);
 	TH_CHECK(clirun_wait(&p, 10000) == 1, "exit %d", p.exit_code);
-	TH_CHECK(strchr(p.out, '\033') == NULL, "%s", p.out);
-	TH_CHECK(strstr(p.out, "step    recipes/add-node.sh succeeded 412ms\r\n") != NULL, "%s", p.out);
+	TH_CHECK(!strchr(p.out, '\033'), "%s", p.out);
+	TH_CHECK(strstr(p.out, "step    recipes/add-node.sh succeeded 412ms\r\n"), "%s", p.out);
 	clirun_free(&p);
 }
 
@@ -395,16 +395,16 @@ static void test_caps(void)
 	clirun_t p;
 	TH_CHECK(run_tail(ARGS("run_caps"), NULL, &p) == 0, "exit %d: %.200s", p.exit_code, p.err);
 	/* Every step line, the tracked ones and those past the cap. */
-	TH_CHECK(strstr(p.out, "step    s0 succeeded 5ms\n") != NULL);
-	TH_CHECK(strstr(p.out, "step    s4095 succeeded 5ms\n") != NULL);
-	TH_CHECK(strstr(p.out, "step    s4099 running\nstep    s4099 succeeded 5ms\n") != NULL);
+	TH_CHECK(strstr(p.out, "step    s0 succeeded 5ms\n"));
+	TH_CHECK(strstr(p.out, "step    s4095 succeeded 5ms\n"));
+	TH_CHECK(strstr(p.out, "step    s4099 running\nstep    s4099 succeeded 5ms\n"));
 	/* The long name is cut at 4096 bytes (the untracked step shows all of it). */
 	char *want_name = th_strf("step    %.*s running\n", 5000, longname);
-	TH_CHECK(strstr(p.out, want_name) != NULL, "long name");
+	TH_CHECK(strstr(p.out, want_name), "long name");
 	free(longname);
 	/* The 9 MiB message is cut at 8 MiB, marked, and the run still ends. */
 	TH_CHECK(p.out_len < (8u << 20) + (1u << 20), "output %zu bytes", p.out_len);
-	TH_CHECK(strstr(p.out, "mmmm\n… (cut)\nresult  Added an Inference node\n") != NULL, "end: %s",
+	TH_CHECK(strstr(p.out, "mmmm\n… (cut)\nresult  Added an Inference node\n"), "end: %s",
 	         p.out + (p.out_len > 200 ? p.out_len - 200 : 0));
 	clirun_free(&p);
 }
@@ -429,7 +429,7 @@ static void test_reconnect(void)
 	th_redis_t r2;
 	TH_REQUIRE(th_redis_start(&r2, "appendonly yes\nappendfsync always\n") == 0);
 	redisContext *c2 = th_redis_connect(&r2);
-	TH_REQUIRE(c2 != NULL);
+	TH_REQUIRE(c2);
 	redisReply *rep = redisCommand(c2, "XADD runnel:{run_rc}:out 1-1 line %s", LINES[0]);
 	TH_REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
 	freeReplyObject(rep);
@@ -443,7 +443,7 @@ static void test_reconnect(void)
 	TH_CHECK(th_streq(p.out, joined(0, 1, NULL)), "before the restart: %s", p.out);
 	TH_REQUIRE(th_redis_restart(&r2) == 0);
 	c2 = th_redis_connect(&r2);
-	TH_REQUIRE(c2 != NULL);
+	TH_REQUIRE(c2);
 	for (size_t i = 1; i < 4; i++) {
 		/* A restarted Redis answers LOADING until its AOF is read back. */
 		int64_t end = th_now_ms() + 10000;
@@ -466,7 +466,7 @@ static void test_reconnect(void)
 
 	/* Redis gone for good: exit 4 once the 10 s reconnect window is over. */
 	c2 = th_redis_connect(&r2);
-	TH_REQUIRE(c2 != NULL);
+	TH_REQUIRE(c2);
 	rep = redisCommand(c2, "XADD runnel:{run_gone}:out 1-1 line %s", LINES[0]);
 	TH_REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
 	freeReplyObject(rep);
@@ -475,7 +475,7 @@ static void test_reconnect(void)
 	/* Kill Redis only once the tail is reading (it printed the first line). */
 	for (int i = 0; i < 200 && !strchr(p.out, '\n'); i++)
 		clirun_pump(&p, 50);
-	TH_CHECK(strchr(p.out, '\n') != NULL, "the tail never started: %s", p.err);
+	TH_CHECK(strchr(p.out, '\n'), "the tail never started: %s", p.err);
 	th_redis_kill(&r2);
 	int64_t t0 = th_now_ms();
 	TH_CHECK(clirun_wait(&p, 30000) == 4, "exit %d", p.exit_code);

@@ -66,7 +66,7 @@ static void expect_help(const char *verb)
 	snprintf(want, sizeof(want), "usage: runnel %s ", verb);
 	TH_CHECK(rc == 0, "%s --help exit %d", verb, rc);
 	TH_CHECK(strncmp(p.out, want, strlen(want)) == 0, "%s --help: %s", verb, p.out);
-	TH_CHECK(strstr(p.out, "-h, --help") != NULL);
+	TH_CHECK(strstr(p.out, "-h, --help"));
 	TH_CHECK(p.err_len == 0, "%s --help wrote to stderr: %s", verb, p.err);
 	clirun_free(&p);
 	/* -h too, and after other arguments. */
@@ -159,7 +159,7 @@ int main(int argc, char **argv)
 	/* --otp-file has a cap (the largest job plus 4 KiB). */
 	{
 		const char *dir = th_tmpdir();
-		TH_REQUIRE(dir != NULL);
+		TH_REQUIRE(dir);
 		char *path = th_strf("%s/huge.json", dir);
 		size_t n = 900 * 1024 + 4096 + 1;
 		char *big = malloc(n);
@@ -174,7 +174,7 @@ int main(int argc, char **argv)
 			{ "{\n\"otp_setup\": otp_x", "not valid JSON (line 2)" },
 			{ "{\"otp_setup\":5}", "otp_setup must be a string" },
 		};
-		for (size_t i = 0; i < sizeof otp_files / sizeof otp_files[0]; i++) {
+		for (size_t i = 0; i < sizeof(otp_files) / sizeof(otp_files[0]); i++) {
 			char *bad = th_strf("%s/bad%zu.json", dir, i);
 			TH_REQUIRE(th_file_write(bad, otp_files[i][0], strlen(otp_files[i][0])) == 0);
 			expect(ARGS("submit", "--otp-file", bad), NULL, 2,

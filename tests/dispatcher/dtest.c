@@ -22,8 +22,8 @@ int dt_http(dt_resp_t *r, const char *method, const char *url, const char *const
 	th_body_t b = { 0 }, hb = { 0 }; /* TH_BODY_FAIL at TH_BODY_MAX */
 	CURLcode rc;
 
-	memset(r, 0, sizeof *r);
-	for (size_t i = 0; headers != NULL && headers[i] != NULL; i++)
+	memset(r, 0, sizeof(*r));
+	for (size_t i = 0; headers && headers[i]; i++)
 		h = curl_slist_append(h, headers[i]);
 	/* No "Expect: 100-continue" dance for big bodies. */
 	h = curl_slist_append(h, "Expect:");
@@ -36,7 +36,7 @@ int dt_http(dt_resp_t *r, const char *method, const char *url, const char *const
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, &hb);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	if (body != NULL) {
+	if (body) {
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
 		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
 		                 (curl_off_t)(len < 0 ? (long)strlen(body) : len));
@@ -58,7 +58,7 @@ void dt_resp_free(dt_resp_t *r)
 {
 	free(r->body);
 	free(r->headers);
-	memset(r, 0, sizeof *r);
+	memset(r, 0, sizeof(*r));
 }
 
 int dt_header(const dt_resp_t *r, const char *name, char *buf, size_t size)
@@ -66,9 +66,9 @@ int dt_header(const dt_resp_t *r, const char *name, char *buf, size_t size)
 	size_t nl = strlen(name);
 	const char *p = r->headers;
 
-	while (p != NULL && *p != '\0') {
+	while (p && *p != '\0') {
 		const char *e = strstr(p, "\r\n");
-		size_t ll = e != NULL ? (size_t)(e - p) : strlen(p);
+		size_t ll = e ? (size_t)(e - p) : strlen(p);
 
 		if (ll > nl && strncasecmp(p, name, nl) == 0 && p[nl] == ':') {
 			const char *v = p + nl + 1;
@@ -80,7 +80,7 @@ int dt_header(const dt_resp_t *r, const char *name, char *buf, size_t size)
 			snprintf(buf, size, "%.*s", (int)vl, v);
 			return 1;
 		}
-		p = e != NULL ? e + 2 : NULL;
+		p = e ? e + 2 : NULL;
 	}
 	return 0;
 }
@@ -120,12 +120,12 @@ void dt_servers_start(const char *test_name, th_redis_t *red, th_kafka_t *k, int
 	if (partitions > 0)
 		TH_REQUIRE(th_kafka_create_topic(k, "runnel.jobs", partitions) == 0, "topic runnel.jobs");
 	*c = th_redis_connect(red);
-	TH_REQUIRE(*c != NULL, "connect to %s", red->url);
+	TH_REQUIRE(*c, "connect to %s", red->url);
 }
 
 void dt_servers_stop(redisContext *c, th_kafka_t *k)
 {
-	if (c != NULL)
+	if (c)
 		redisFree(c);
 	th_kafka_stop(k);
 	curl_global_cleanup();
@@ -161,15 +161,15 @@ int dt_disp_start(dt_disp_t *d, const th_redis_t *r, const th_kafka_t *k,
 		char *argv[] = { DISPATCHER_BIN, NULL };
 		health_arg_t ha = { d, "/healthz", 200 };
 
-		memset(d, 0, sizeof *d);
+		memset(d, 0, sizeof(*d));
 		d->port = th_free_port();
-		snprintf(d->base, sizeof d->base, "http://127.0.0.1:%d", d->port);
-		snprintf(d->log, sizeof d->log, "%s/dispatcher.log", th_tmpdir());
+		snprintf(d->base, sizeof(d->base), "http://127.0.0.1:%d", d->port);
+		snprintf(d->log, sizeof(d->log), "%s/dispatcher.log", th_tmpdir());
 		env[n++] = th_strf("RUNNEL_LISTEN=127.0.0.1:%d", d->port);
 		env[n++] = th_strf("RUNNEL_REDIS_URL=%s", r->url);
-		env[n++] = th_strf("RUNNEL_KAFKA_BROKERS=%s", k != NULL ? k->bootstrap : "127.0.0.1:1");
+		env[n++] = th_strf("RUNNEL_KAFKA_BROKERS=%s", k ? k->bootstrap : "127.0.0.1:1");
 		env[n++] = "RUNNEL_LOG_LEVEL=debug";
-		for (size_t i = 0; extra_env != NULL && extra_env[i] != NULL && n < 62; i++)
+		for (size_t i = 0; extra_env && extra_env[i] && n < 62; i++)
 			env[n++] = extra_env[i];
 		env[n] = NULL;
 		d->pid = th_spawn(argv, env, d->log);
@@ -207,7 +207,7 @@ int dt_disp_stop(dt_disp_t *d)
 int dt_multi_init(dt_multi_t *m)
 {
 	m->multi = curl_multi_init();
-	return m->multi != NULL ? 0 : -1;
+	return m->multi ? 0 : -1;
 }
 
 void dt_multi_cleanup(dt_multi_t *m)
@@ -227,11 +227,11 @@ static size_t on_stream(char *p, size_t size, size_t n, void *arg)
 int dt_stream_open(dt_multi_t *m, dt_stream_t *s, const char *url, const char *const *headers,
                    const char *post)
 {
-	memset(s, 0, sizeof *s);
+	memset(s, 0, sizeof(*s));
 	s->easy = curl_easy_init();
-	if (s->easy == NULL)
+	if (!s->easy)
 		return -1;
-	for (size_t i = 0; headers != NULL && headers[i] != NULL; i++)
+	for (size_t i = 0; headers && headers[i]; i++)
 		s->hdrs = curl_slist_append(s->hdrs, headers[i]);
 	s->hdrs = curl_slist_append(s->hdrs, "Expect:");
 	curl_easy_setopt(s->easy, CURLOPT_URL, url);
@@ -241,7 +241,7 @@ int dt_stream_open(dt_multi_t *m, dt_stream_t *s, const char *url, const char *c
 	curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
 	curl_easy_setopt(s->easy, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(s->easy, CURLOPT_TIMEOUT_MS, 120000L);
-	if (post != NULL) {
+	if (post) {
 		s->post = strdup(post);
 		curl_easy_setopt(s->easy, CURLOPT_POSTFIELDS, s->post);
 		curl_easy_setopt(s->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(s->post));
@@ -253,14 +253,14 @@ int dt_stream_open(dt_multi_t *m, dt_stream_t *s, const char *url, const char *c
 
 void dt_stream_close(dt_multi_t *m, dt_stream_t *s)
 {
-	if (s->easy != NULL) {
+	if (s->easy) {
 		curl_multi_remove_handle(m->multi, s->easy);
 		curl_easy_cleanup(s->easy);
 	}
 	curl_slist_free_all(s->hdrs);
 	th_body_free(&s->rx);
 	free(s->post);
-	memset(s, 0, sizeof *s);
+	memset(s, 0, sizeof(*s));
 }
 
 void dt_multi_pump(dt_multi_t *m, int ms)
@@ -272,7 +272,7 @@ void dt_multi_pump(dt_multi_t *m, int ms)
 		CURLMsg *msg;
 
 		curl_multi_perform(m->multi, &running);
-		while ((msg = curl_multi_info_read(m->multi, &left)) != NULL) {
+		while ((msg = curl_multi_info_read(m->multi, &left))) {
 			if (msg->msg == CURLMSG_DONE) {
 				dt_stream_t *s = NULL;
 
@@ -312,7 +312,7 @@ size_t dt_stream_lines(const dt_stream_t *s)
 
 int dt_stream_started(dt_stream_t *s)
 {
-	if (s->status == 0 && s->easy != NULL)
+	if (s->status == 0 && s->easy)
 		curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &s->status);
 	return s->status != 0;
 }
@@ -322,9 +322,9 @@ char *dt_xadd_line(redisContext *c, const char *key, const char *line)
 	redisReply *r = redisCommand(c, "XADD %s * line %s", key, line);
 	char *id = NULL;
 
-	if (r != NULL && r->type == REDIS_REPLY_STRING)
+	if (r && r->type == REDIS_REPLY_STRING)
 		id = strdup(r->str);
-	if (r != NULL)
+	if (r)
 		freeReplyObject(r);
 	return id;
 }

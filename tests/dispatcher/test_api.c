@@ -36,7 +36,7 @@ static void expect(const char *method, const char *path, const char *const *hdrs
 
 	TH_CHECK(dt_http(&r, method, url(path), hdrs, body, len, 15000) == 0, "%s %s", method, path);
 	TH_CHECK(r.status == status, "%s %s: status %ld, want %ld (%s)", method, path, r.status, status, r.body);
-	if (want_body != NULL)
+	if (want_body)
 		TH_CHECK(strcmp(r.body, want_body) == 0, "%s %s:\n got  %s want %s", method, path, r.body, want_body);
 	dt_resp_free(&r);
 }
@@ -55,7 +55,7 @@ static void test_bad_requests(void)
 	char *prompt = malloc(n + 256), *big = malloc(big_n);
 	size_t off;
 
-	TH_REQUIRE(prompt != NULL && big != NULL);
+	TH_REQUIRE(prompt && big);
 	bad_body("", 0, "body: empty (expected a JSON object)");
 	bad_body("{oops", -1, "body: not valid JSON (line 1, column 5)");
 	bad_body("[{\"agent_url\":\"http://x/y\"}]", -1, "body: must be a JSON object");
@@ -88,7 +88,7 @@ static void test_bad_requests(void)
 		char *b = malloc(pn + mn + 512);
 		size_t o;
 
-		TH_REQUIRE(b != NULL);
+		TH_REQUIRE(b);
 		o = (size_t)snprintf(b, 256, "{%s,\"prompt\":\"", good);
 		memset(b + o, 'p', pn);
 		o += pn;
@@ -138,16 +138,16 @@ static void test_bad_requests(void)
 		TH_CHECK(strncmp(r.body, "{\"runs\":[", 9) == 0, "%s", r.body);
 		dt_resp_free(&r);
 		TH_CHECK(dt_http(&r, "DELETE", url("/v1/runs"), NULL, NULL, 0, 5000) == 0 && r.status == 405);
-		TH_CHECK(dt_header(&r, "Allow", allow, sizeof allow) && strcmp(allow, "GET, POST, OPTIONS") == 0, "%s", allow);
+		TH_CHECK(dt_header(&r, "Allow", allow, sizeof(allow)) && strcmp(allow, "GET, POST, OPTIONS") == 0, "%s", allow);
 		TH_CHECK(strcmp(r.body, "{\"error\":{\"code\":\"method_not_allowed\",\"message\":\"method: GET, POST, OPTIONS only\"}}\n") == 0,
 		         "%s", r.body);
 		dt_resp_free(&r);
 		TH_CHECK(dt_http(&r, "DELETE", url("/v1/runs/abc"), NULL, NULL, 0, 5000) == 0 && r.status == 405);
-		TH_CHECK(dt_header(&r, "Allow", allow, sizeof allow) && strcmp(allow, "GET, OPTIONS") == 0, "%s", allow);
+		TH_CHECK(dt_header(&r, "Allow", allow, sizeof(allow)) && strcmp(allow, "GET, OPTIONS") == 0, "%s", allow);
 		dt_resp_free(&r);
 		/* Methods evhttp knows but would refuse itself (501, HTML) get ours. */
 		TH_CHECK(dt_http(&r, "TRACE", url("/v1/runs"), NULL, NULL, 0, 5000) == 0 && r.status == 405, "%ld", r.status);
-		TH_CHECK(dt_header(&r, "Allow", allow, sizeof allow) && strcmp(allow, "GET, POST, OPTIONS") == 0, "%s", allow);
+		TH_CHECK(dt_header(&r, "Allow", allow, sizeof(allow)) && strcmp(allow, "GET, POST, OPTIONS") == 0, "%s", allow);
 		TH_CHECK(strcmp(r.body, "{\"error\":{\"code\":\"method_not_allowed\",\"message\":\"method: GET, POST, OPTIONS only\"}}\n") == 0,
 		         "%s", r.body);
 		dt_resp_free(&r);
@@ -167,19 +167,19 @@ static void test_enqueue(th_kafka_t *k, redisContext *c)
 	dt_resp_t r;
 	json_t *o;
 
-	TH_REQUIRE(cons != NULL);
+	TH_REQUIRE(cons);
 	TH_CHECK(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, body, -1, 15000) == 0);
 	TH_CHECK(r.status == 202, "%ld %s", r.status, r.body);
 	TH_CHECK(strcmp(r.body, "{\"run_id\":\"api_run_1\",\"stream\":\"runnel:{api_run_1}:out\","
 	                        "\"control\":\"runnel:{api_run_1}:ctl\"}\n") == 0,
 	         "%s", r.body);
-	TH_CHECK(dt_header(&r, "Location", loc, sizeof loc) && strcmp(loc, "/v1/runs/api_run_1") == 0);
+	TH_CHECK(dt_header(&r, "Location", loc, sizeof(loc)) && strcmp(loc, "/v1/runs/api_run_1") == 0);
 	dt_resp_free(&r);
 
 	/* The job on Kafka is the request. */
 	TH_REQUIRE(th_kafka_consumer_next(cons, 10000, &m) == 1, "no job on Kafka");
 	TH_CHECK(th_streq(m.key, "api_run_1"));
-	TH_CHECK(proto_job_parse(m.value, m.len, NULL, 0, &job, err, sizeof err) == 0, "%s", err);
+	TH_CHECK(proto_job_parse(m.value, m.len, NULL, 0, &job, err, sizeof(err)) == 0, "%s", err);
 	TH_CHECK(strcmp(job.run_id, "api_run_1") == 0);
 	TH_CHECK(th_streq(job.agent_url, "https://ws.example/api/assistant/sandbox/sess_1"));
 	TH_CHECK(th_streq(job.otp_setup, "otp_S1") && th_streq(job.otp_run, "otp_R1") &&
@@ -205,7 +205,7 @@ static void test_enqueue(th_kafka_t *k, redisContext *c)
 	{
 		redisReply *ttl = redisCommand(c, "TTL runnel:{api_run_1}:state");
 
-		TH_CHECK(ttl != NULL && ttl->integer > 600 + 86000 && ttl->integer <= 600 + 86400, "ttl");
+		TH_CHECK(ttl && ttl->integer > 600 + 86000 && ttl->integer <= 600 + 86400, "ttl");
 		freeReplyObject(ttl);
 	}
 	/* The model usage the worker writes comes back as an object. */
@@ -214,8 +214,8 @@ static void test_enqueue(th_kafka_t *k, redisContext *c)
 		                              "{\"requests\":1,\"input_tokens\":9,\"output_tokens\":3,"
 		                              "\"cache_read_input_tokens\":0,\"cache_creation_input_tokens\":0}");
 
-		TH_CHECK(hs != NULL && hs->type == REDIS_REPLY_INTEGER);
-		if (hs != NULL)
+		TH_CHECK(hs && hs->type == REDIS_REPLY_INTEGER);
+		if (hs)
 			freeReplyObject(hs);
 		TH_CHECK(dt_http(&r, "GET", url("/v1/runs/api_run_1"), NULL, NULL, 0, 5000) == 0 && r.status == 200);
 		o = json_loads(r.body, 0, NULL);
@@ -234,7 +234,7 @@ static void test_enqueue(th_kafka_t *k, redisContext *c)
 	{
 		const char *id = json_string_value(json_object_get(o, "run_id"));
 
-		TH_CHECK(id != NULL && strncmp(id, "run_", 4) == 0 && strlen(id) == 26, "%s", r.body);
+		TH_CHECK(id && strncmp(id, "run_", 4) == 0 && strlen(id) == 26, "%s", r.body);
 		TH_REQUIRE(th_kafka_consumer_next(cons, 10000, &m) == 1);
 		TH_CHECK(th_streq(m.key, id));
 		th_kafka_msg_free(&m);
@@ -260,7 +260,7 @@ static void test_cancel(redisContext *c)
 	expect("POST", "/v1/runs/api_run_1/cancel", JSON_CT, "[]", -1, 400,
 	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"body: must be a JSON object\"}}\n");
 	r = redisCommand(c, "XRANGE runnel:{api_run_1}:ctl - +");
-	TH_REQUIRE(r != NULL && r->type == REDIS_REPLY_ARRAY);
+	TH_REQUIRE(r && r->type == REDIS_REPLY_ARRAY);
 	n = r->elements;
 	TH_CHECK(n == 2, "%zu control messages", n);
 	if (n == 2) {
@@ -272,7 +272,7 @@ static void test_cancel(redisContext *c)
 	}
 	freeReplyObject(r);
 	r = redisCommand(c, "TTL runnel:{api_run_1}:ctl");
-	TH_CHECK(r != NULL && r->integer > 0, "the control stream expires");
+	TH_CHECK(r && r->integer > 0, "the control stream expires");
 	freeReplyObject(r);
 	(void)lines;
 }
@@ -297,22 +297,22 @@ static void test_cors_health_metrics(void)
 	dt_resp_t r;
 	char v[256] = "";
 
-	for (size_t i = 0; i < sizeof cors_cases / sizeof cors_cases[0]; i++) {
+	for (size_t i = 0; i < sizeof(cors_cases) / sizeof(cors_cases[0]); i++) {
 		const struct cors_case *c = &cors_cases[i];
 		const char *const hdrs[] = { c->origin, c->preflight ? "Access-Control-Request-Method: POST" : NULL, NULL };
 
 		TH_CHECK(dt_http(&r, c->method, url(c->path), hdrs, NULL, 0, 5000) == 0 && r.status == c->status,
 		         "%s %s %s: %ld", c->method, c->path, c->origin, r.status);
 		if (c->allowed)
-			TH_CHECK(dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v) &&
+			TH_CHECK(dt_header(&r, "Access-Control-Allow-Origin", v, sizeof(v)) &&
 			                 strcmp(v, "https://app.example") == 0,
 			         "%s %s: allow origin %s", c->method, c->path, v);
 		else
-			TH_CHECK(!dt_header(&r, "Access-Control-Allow-Origin", v, sizeof v), "%s %s %s", c->method,
+			TH_CHECK(!dt_header(&r, "Access-Control-Allow-Origin", v, sizeof(v)), "%s %s %s", c->method,
 			         c->path, c->origin);
 		if (c->preflight)
-			TH_CHECK(dt_header(&r, "Access-Control-Allow-Headers", v, sizeof v) &&
-			         strstr(v, "Authorization") != NULL);
+			TH_CHECK(dt_header(&r, "Access-Control-Allow-Headers", v, sizeof(v)) &&
+			         !!strstr(v, "Authorization"));
 		if (c->body)
 			TH_CHECK(strcmp(r.body, c->body) == 0, "%s", r.body);
 		dt_resp_free(&r);
@@ -323,13 +323,13 @@ static void test_cors_health_metrics(void)
 	dt_resp_free(&r);
 
 	TH_CHECK(dt_http(&r, "GET", url("/metrics"), NULL, NULL, 0, 5000) == 0 && r.status == 200);
-	TH_CHECK(strstr(r.body, "runnel_dispatcher_requests_total{route=\"runs_create\",status=\"202\"} 2\n") != NULL);
-	TH_CHECK(strstr(r.body, "runnel_dispatcher_requests_total{route=\"runs_create\",status=\"409\"} 1\n") != NULL);
-	TH_CHECK(strstr(r.body, "runnel_dispatcher_enqueue_seconds_count 2\n") != NULL);
-	TH_CHECK(strstr(r.body, "runnel_dispatcher_active_streams 0\n") != NULL);
-	TH_CHECK(strstr(r.body, "runnel_dispatcher_tail_callers 0\n") != NULL);
-	TH_CHECK(strstr(r.body, "runnel_dispatcher_cancels_total 2\n") != NULL);
-	TH_CHECK(strstr(r.body, "runnel_dispatcher_tail_connections 2\n") != NULL);
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_requests_total{route=\"runs_create\",status=\"202\"} 2\n"));
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_requests_total{route=\"runs_create\",status=\"409\"} 1\n"));
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_enqueue_seconds_count 2\n"));
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_active_streams 0\n"));
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_tail_callers 0\n"));
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_cancels_total 2\n"));
+	TH_CHECK(strstr(r.body, "runnel_dispatcher_tail_connections 2\n"));
 	dt_resp_free(&r);
 }
 
@@ -346,10 +346,10 @@ static char *raw_exchange(const char *bytes)
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	ssize_t k;
 
-	TH_REQUIRE(buf != NULL && fd >= 0);
+	TH_REQUIRE(buf && fd >= 0);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	TH_REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	TH_REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	TH_REQUIRE(write(fd, bytes, strlen(bytes)) == (ssize_t)strlen(bytes));
 	while (n < cap - 1 && (k = read(fd, buf + n, cap - 1 - n)) > 0)
 		n += (size_t)k;
@@ -362,7 +362,7 @@ static size_t count_of(const char *hay, const char *needle)
 {
 	size_t c = 0;
 
-	for (const char *p = strstr(hay, needle); p != NULL; p = strstr(p + 1, needle))
+	for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
 		c++;
 	return c;
 }
@@ -381,10 +381,10 @@ static void test_contract_bad_inputs(redisContext *c)
 	size_t depth = 100000;
 	char *deep = malloc(2 * depth + 1);
 
-	TH_REQUIRE(deep != NULL);
+	TH_REQUIRE(deep);
 	/* Wrong content types, on every route that takes a body. */
-	for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-		for (size_t j = 0; j < sizeof posts / sizeof posts[0]; j++)
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+		for (size_t j = 0; j < sizeof(posts) / sizeof(posts[0]); j++)
 			expect("POST", posts[j], (const char *const[]){ th_strf("Content-Type: %s", types[i]), NULL },
 			       th_strf("{%s,\"prompt\":\"p\",\"run_id\":\"bad_in_1\"}", good), -1, 415,
 			       "{\"error\":{\"code\":\"unsupported_media_type\",\"message\":\"content-type: must be application/json\"}}\n");
@@ -417,8 +417,8 @@ static void test_contract_bad_inputs(redisContext *c)
 	for (int i = 1; i <= 7; i++) {
 		redisReply *r = redisCommand(c, "EXISTS runnel:{bad_in_%d}:state runnel:{bad_in_%d}:ctl", i, i);
 
-		TH_CHECK(r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 0, "bad_in_%d left keys", i);
-		if (r != NULL)
+		TH_CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer == 0, "bad_in_%d left keys", i);
+		if (r)
 			freeReplyObject(r);
 	}
 	expect("GET", "/healthz", NULL, NULL, 0, 200, NULL);
@@ -434,10 +434,10 @@ static void test_found_by_schemathesis(void)
 
 	/* The OpenAPI document is served as JSON. */
 	TH_CHECK(dt_http(&r, "GET", url("/openapi.json"), NULL, NULL, 0, 5000) == 0 && r.status == 200);
-	TH_CHECK(dt_header(&r, "Content-Type", ct, sizeof ct) && strcmp(ct, "application/json") == 0, "%s", ct);
+	TH_CHECK(dt_header(&r, "Content-Type", ct, sizeof(ct)) && strcmp(ct, "application/json") == 0, "%s", ct);
 	doc = json_loads(r.body, 0, NULL);
 	TH_CHECK(th_streq(json_string_value(json_object_get(doc, "openapi")), "3.1.0"));
-	TH_CHECK(json_object_get(json_object_get(doc, "paths"), "/v1/runs/{run_id}/replies/{ask_id}") != NULL);
+	TH_CHECK(json_object_get(json_object_get(doc, "paths"), "/v1/runs/{run_id}/replies/{ask_id}"));
 	json_decref(doc);
 	dt_resp_free(&r);
 
@@ -452,7 +452,7 @@ static void test_found_by_schemathesis(void)
 	raw = raw_exchange("DELETE /v1/runs/r1 HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
 	                   "Content-Length: 17\r\n\r\n{\"reason\":\"oops\"}");
 	TH_CHECK(count_of(raw, "HTTP/1.1 ") == 1 && strstr(raw, "HTTP/1.1 405") == raw, "%s", raw);
-	TH_CHECK(strstr(raw, "Connection: close") != NULL && strstr(raw, "<HTML>") == NULL, "%s", raw);
+	TH_CHECK(strstr(raw, "Connection: close") && !strstr(raw, "<HTML>"), "%s", raw);
 	free(raw);
 	raw = raw_exchange("QUERY /stream HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}");
 	TH_CHECK(count_of(raw, "HTTP/1.1 ") == 1 && strstr(raw, "HTTP/1.1 405") == raw, "%s", raw);

@@ -51,7 +51,7 @@ static char *body_for(const dev_stub_otps_t *o, const char *extra)
 static void add_run_env(const char *script, json_t *env, dev_stub_otps_t *o)
 {
 	dev_stub_run_t run;
-	memset(&run, 0, sizeof run);
+	memset(&run, 0, sizeof(run));
 	run.config = json_pack("{s:{s:s,s:[s,s,s]}}", "agent", "kind", "command", "argv", "/bin/sh", "-c", script);
 	run.env = env;
 	TH_REQUIRE(dev_stub_add_run(stub, &run, o) == 0, "stub run");
@@ -70,7 +70,7 @@ static int jobs_on_kafka(void)
 	th_kafka_consumer_t *c = th_kafka_consumer_new(&K, "runnel.jobs", NULL);
 	th_kafka_msg_t m;
 	int n = 0;
-	TH_REQUIRE(c != NULL, "consumer");
+	TH_REQUIRE(c, "consumer");
 	while (th_kafka_consumer_next(c, 2000, &m) == 1) {
 		n++;
 		th_kafka_msg_free(&m);
@@ -87,7 +87,7 @@ static int key_gone(void *arg)
 static int run_ended(void *arg)
 {
 	char st[32] = "", err[128];
-	return rn_runstate_get(C, "runnel", arg, "ended_at", st, sizeof st, err, sizeof err) == 1;
+	return rn_runstate_get(C, "runnel", arg, "ended_at", st, sizeof(st), err, sizeof(err)) == 1;
 }
 
 /* The last line of a run's stream (a static buffer). */
@@ -98,7 +98,7 @@ static const char *last_line(const char *run_id)
 	size_t n = 0;
 	buf[0] = '\0';
 	if (th_stream_read_all(C, th_strf("runnel:{%s}:out", run_id), &lines, NULL, &n) == 0 && n > 0)
-		snprintf(buf, sizeof buf, "%s", lines[n - 1]);
+		snprintf(buf, sizeof(buf), "%s", lines[n - 1]);
 	th_strv_free(lines, n);
 	return buf;
 }
@@ -108,7 +108,7 @@ static const char *jfield(const char *json, const char *name)
 	static char buf[512];
 	json_t *j = json_loads(json, 0, NULL);
 	const char *s = json_string_value(json_object_get(j, name));
-	snprintf(buf, sizeof buf, "%s", s ? s : "");
+	snprintf(buf, sizeof(buf), "%s", s ? s : "");
 	json_decref(j);
 	return buf;
 }
@@ -155,8 +155,8 @@ int main(void)
 	static dt_stream_t s[N];
 
 	dt_servers_start("dispatcher_backends", &red, &K, 2, &C);
-	stub = dev_stub_start(NULL, err, sizeof err);
-	TH_REQUIRE(stub != NULL, "stub: %s", err);
+	stub = dev_stub_start(NULL, err, sizeof(err));
+	TH_REQUIRE(stub, "stub: %s", err);
 	TH_REQUIRE(dt_disp_start(&D, &red, &K, NULL) == 0);
 	pid_t worker = dt_worker_start(WORKER_BIN, &red, &K, th_tmpdir(), "w-backends", 2);
 	TH_REQUIRE(dt_multi_init(&m) == 0);
@@ -177,7 +177,7 @@ int main(void)
 		else if (s[i].status == 200)
 			n200++;
 		if (!first[0])
-			snprintf(first, sizeof first, "%s", id);
+			snprintf(first, sizeof(first), "%s", id);
 		TH_CHECK(th_streq(id, first), "answer %d names run %s (first %s)", i, id, first);
 		dt_stream_close(&m, &s[i]);
 	}
@@ -186,7 +186,7 @@ int main(void)
 	TH_CHECK(th_streq(jfield(last_line(first), "message"), "once"), "it ran: %s", last_line(first));
 	TH_CHECK(jobs_on_kafka() == 1, "exactly one job reached Kafka");
 	char st[64] = "";
-	rn_runstate_get(C, "runnel", first, "priority", st, sizeof st, err, sizeof err);
+	rn_runstate_get(C, "runnel", first, "priority", st, sizeof(st), err, sizeof(err));
 	TH_CHECK(th_streq(st, "7"), "priority 7 in the state hash (%s)", st);
 
 	/* /stream with the same key tails the first run (to its end). */
@@ -232,14 +232,14 @@ int main(void)
 	 * /etc/hosts) is refused too, after an asynchronous lookup. */
 	char host[256] = "";
 	struct addrinfo *ai = NULL, hints = { .ai_socktype = SOCK_STREAM };
-	if (gethostname(host, sizeof host) == 0 && strchr(host, '.') == NULL && getaddrinfo(host, NULL, &hints, &ai) == 0 &&
+	if (gethostname(host, sizeof(host)) == 0 && !strchr(host, '.') && getaddrinfo(host, NULL, &hints, &ai) == 0 &&
 	    ai->ai_family == AF_INET &&
 	    (ntohl(((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24) == 127)
 		bad(th_strf("\"webhook\":\"https://%s/x\"", host),
 		    "webhook: resolves to a loopback address, which is not allowed");
 	else
 		TH_NOTE("this host's name (%s) does not resolve to a loopback address: name lookup not checked", host);
-	if (ai != NULL)
+	if (ai)
 		freeaddrinfo(ai);
 	TH_CHECK(jobs_on_kafka() == 2, "no bad request reached Kafka");
 
@@ -262,10 +262,10 @@ int main(void)
 	TH_CHECK(th_streq(jfield(last, "trace_id"), TID), "terminal line trace_id: %s", last);
 	const char *msg = jfield(last, "message");
 	TH_CHECK(strncmp(msg, "tp=00-" TID "-", 6 + 32 + 1) == 0 && strlen(msg) == 3 + 55 &&
-	                 strstr(msg, "b7ad6b7169203331") == NULL,
+	                 !strstr(msg, "b7ad6b7169203331"),
 	         "the sandbox's TRACEPARENT (the run's, over the one /env gave): %s", msg);
 	TH_CHECK(th_streq(jfield(last, "otel"), "https://otel.example:4318 agent-x"), "OTEL_* passed through: %s", last);
-	rn_runstate_get(C, "runnel", "run_tp", "traceparent", st, sizeof st, err, sizeof err);
+	rn_runstate_get(C, "runnel", "run_tp", "traceparent", st, sizeof(st), err, sizeof(err));
 	TH_CHECK(th_streq(st, TP), "state hash traceparent %s", st);
 	TH_REQUIRE(dt_http(&r, "GET", th_strf("%s/v1/runs/run_tp", D.base), NULL, NULL, 0, 10000) == 0);
 	TH_CHECK(r.status == 200 && strstr(r.body, "\"traceparent\":\"" TP "\"") && strstr(r.body, "\"priority\":5"),

@@ -60,7 +60,7 @@ static int ended(void *arg)
 {
 	char st[32] = "", err[128];
 
-	return rn_runstate_get(C, "runnel", arg, "status", st, sizeof st, err, sizeof err) == 1 &&
+	return rn_runstate_get(C, "runnel", arg, "status", st, sizeof(st), err, sizeof(err)) == 1 &&
 	        strcmp(st, "cancelled") == 0;
 }
 
@@ -80,14 +80,14 @@ int main(void)
 	const char *const ct[] = { "Content-Type: application/json", NULL };
 
 	dt_servers_start("dispatcher_e2e", &red, &k, 2, &C);
-	stub = dev_stub_start(NULL, err, sizeof err);
-	TH_REQUIRE(stub != NULL, "stub: %s", err);
+	stub = dev_stub_start(NULL, err, sizeof(err));
+	TH_REQUIRE(stub, "stub: %s", err);
 	TH_REQUIRE(dt_disp_start(&D, &red, &k, NULL) == 0);
 	worker = dt_worker_start(WORKER_BIN, &red, &k, th_tmpdir(), "w-e2e", 2);
 	TH_REQUIRE(dt_multi_init(&m) == 0);
 
 	/* 1. The demo run, streamed through the dispatcher. */
-	memset(&run, 0, sizeof run);
+	memset(&run, 0, sizeof(run));
 	run.config = agent_config("demo");
 	TH_REQUIRE(dev_stub_add_run(stub, &run, &o1) == 0);
 	json_decref(run.config);
@@ -108,7 +108,7 @@ int main(void)
 			off += l + 1;
 		}
 		TH_CHECK(same && off == s1.rx.len, "streamed lines differ from the run's stream:\n%s", s1.rx.body);
-		TH_CHECK(n > 0 && th_line_type(lines[n - 1], type, sizeof type, code, sizeof code) == 0 &&
+		TH_CHECK(n > 0 && th_line_type(lines[n - 1], type, sizeof(type), code, sizeof(code)) == 0 &&
 		                 strcmp(type, "result") == 0,
 		         "last line %s", n ? lines[n - 1] : "");
 	}
@@ -116,7 +116,7 @@ int main(void)
 	dt_stream_close(&m, &s1);
 
 	/* 2. A long run: the caller leaves after its first line -> cancelled. */
-	memset(&run, 0, sizeof run);
+	memset(&run, 0, sizeof(run));
 	run.config = agent_config("sleep 60");
 	TH_REQUIRE(dev_stub_add_run(stub, &run, &o2) == 0);
 	json_decref(run.config);
@@ -129,7 +129,7 @@ int main(void)
 	{
 		char type[16], code[32];
 
-		TH_CHECK(th_line_type(lines[n - 1], type, sizeof type, code, sizeof code) == 0 &&
+		TH_CHECK(th_line_type(lines[n - 1], type, sizeof(type), code, sizeof(code)) == 0 &&
 		                 strcmp(type, "error") == 0 && strcmp(code, "cancelled") == 0,
 		         "%s", lines[n - 1]);
 	}

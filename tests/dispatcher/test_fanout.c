@@ -41,7 +41,7 @@ static int tails_attached(void *arg)
 	dt_resp_t r;
 	char *want = th_strf("runnel_dispatcher_tail_callers %d\n", *(int *)arg);
 	int ok = dt_http(&r, "GET", th_strf("%s/metrics", D.base), NULL, NULL, 0, 5000) == 0 &&
-	        strstr(r.body, want) != NULL;
+	        !!strstr(r.body, want);
 
 	dt_resp_free(&r);
 	return ok;
@@ -111,7 +111,7 @@ int main(void)
 
 		for (int l = 1; l <= NLINES; l++)
 			want = th_strf("%s%s\n", want, line(run, l));
-		TH_CHECK(S[i].rc == CURLE_OK && S[i].rx.body != NULL && strcmp(S[i].rx.body, want) == 0,
+		TH_CHECK(S[i].rc == CURLE_OK && S[i].rx.body && strcmp(S[i].rx.body, want) == 0,
 		         "caller %d got %.200s", i, S[i].rx.body ? S[i].rx.body : "(null)");
 	}
 	TH_NOTE("the dispatcher used at most %d Redis connections", max_conns);

@@ -93,10 +93,10 @@ static void test_leave_before_delivery(th_kafka_t *k)
 	{
 		redisReply *r = redisCommand(C, "XRANGE runnel:{kd_left}:ctl - +");
 
-		TH_CHECK(r != NULL && r->elements == 1 &&
+		TH_CHECK(r && r->elements == 1 &&
 		         strcmp(r->element[0]->element[1]->element[1]->str,
 		                "{\"type\":\"cancel\",\"reason\":\"client_closed\"}") == 0);
-		if (r != NULL)
+		if (r)
 			freeReplyObject(r);
 	}
 }
@@ -139,17 +139,17 @@ static void test_redis_down(void)
 
 	TH_REQUIRE(th_redis_restart(&RED) == 0);
 	C = th_redis_connect(&RED);
-	TH_REQUIRE(C != NULL);
+	TH_REQUIRE(C);
 	TH_CHECK(dt_wait_ready(&D, 200, 15000), "readyz not back after Redis returned");
 	TH_CHECK(th_wait_until(ctl_has, "rd_left", 5000), "the cancel of a caller who left while Redis was down is lost");
 	{
 		redisReply *x = redisCommand(C, "XRANGE runnel:{rd_left}:ctl - +");
 
-		TH_CHECK(x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 1 &&
+		TH_CHECK(x && x->type == REDIS_REPLY_ARRAY && x->elements == 1 &&
 		                 strcmp(x->element[0]->element[1]->element[1]->str,
 		                        "{\"type\":\"cancel\",\"reason\":\"client_closed\"}") == 0,
 		         "not exactly one cancel");
-		if (x != NULL)
+		if (x)
 			freeReplyObject(x);
 	}
 	/* Redis came back empty (no persistence): tail a fresh run. */
@@ -173,17 +173,17 @@ static void test_lost_sweep(void)
 	char err[256], **lines = NULL, type[16], code[32];
 	size_t n = 0;
 
-	TH_REQUIRE(rn_runstate_claim(C, "runnel", "lost_1", "w-gone", 300, 0, 3600, &cl, err, sizeof err) == 0, "%s", err);
+	TH_REQUIRE(rn_runstate_claim(C, "runnel", "lost_1", "w-gone", 300, 0, 3600, &cl, err, sizeof(err)) == 0, "%s", err);
 	TH_REQUIRE(cl.status == RN_CLAIM_OK);
-	TH_REQUIRE(rn_runstate_start(C, "runnel", "lost_1", "w-gone", err, sizeof err) == 1, "%s", err);
+	TH_REQUIRE(rn_runstate_start(C, "runnel", "lost_1", "w-gone", err, sizeof(err)) == 1, "%s", err);
 	/* No worker renews the lease: the dispatcher's sweep ends the run. */
 	TH_CHECK(th_wait_stream_terminal(C, "runnel:{lost_1}:out", 8000), "run not ended by the sweep");
 	TH_REQUIRE(th_stream_read_all(C, "runnel:{lost_1}:out", &lines, NULL, &n) == 0 && n == 1);
-	TH_CHECK(th_line_type(lines[0], type, sizeof type, code, sizeof code) == 0 &&
+	TH_CHECK(th_line_type(lines[0], type, sizeof(type), code, sizeof(code)) == 0 &&
 	                 strcmp(type, "error") == 0 && strcmp(code, "worker_lost") == 0,
 	         "%s", lines[0]);
 	th_strv_free(lines, n);
-	TH_CHECK(rn_runstate_get(C, "runnel", "lost_1", "status", type, sizeof type, err, sizeof err) == 1 &&
+	TH_CHECK(rn_runstate_get(C, "runnel", "lost_1", "status", type, sizeof(type), err, sizeof(err)) == 1 &&
 	                 strcmp(type, "lost") == 0,
 	         "%s", type);
 }
@@ -210,14 +210,14 @@ static void test_shutdown_answers(th_kafka_t *k)
 	TH_REQUIRE(kill(D.pid, SIGTERM) == 0);
 	dt_multi_pump(&m, 300);
 	/* Draining: new connections are no longer taken. */
-	memset(&r, 0, sizeof r);
+	memset(&r, 0, sizeof(r));
 	TH_CHECK(dt_http(&r, "GET", url("/healthz"), NULL, NULL, 0, 1000) == -1,
 	         "a new connection during the drain was answered %ld", r.status);
 	dt_resp_free(&r);
 	TH_REQUIRE(th_kafka_broker_up(k, 1) == 0);
 	TH_CHECK(dt_multi_until(&m, stream_done, &s, 10000), "no answer after SIGTERM");
 	TH_CHECK(s.rc == CURLE_OK && s.status == 202, "rc %d status %ld body %s", s.rc, s.status,
-	         s.rx.body != NULL ? s.rx.body : "");
+	         s.rx.body ? s.rx.body : "");
 	dt_stream_close(&m, &s);
 	dt_multi_cleanup(&m);
 	TH_CHECK(th_wait_exit(D.pid, 10000, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,

@@ -34,7 +34,7 @@ static void test_refuses_open_listener(void)
 {
 	static const char *const listens[] = { "0.0.0.0:0", "[::]:0", "192.0.2.1:0", "example.invalid:0", ":0" };
 
-	for (size_t i = 0; i < sizeof listens / sizeof listens[0]; i++) {
+	for (size_t i = 0; i < sizeof(listens) / sizeof(listens[0]); i++) {
 		char *argv[] = { DISPATCHER_BIN, NULL };
 		const char *env[] = { th_strf("RUNNEL_LISTEN=%s", listens[i]), "RUNNEL_API_TOKEN=", NULL };
 		char *log = th_strf("%s/refused-%zu.log", th_tmpdir(), i);
@@ -43,8 +43,8 @@ static void test_refuses_open_listener(void)
 		char *out = th_file_read(log, &len);
 
 		TH_CHECK(rc == 2, "%s: exit %d", listens[i], rc);
-		TH_CHECK(out != NULL && th_streq(out, th_strf(REFUSAL_FMT, listens[i])), "%s: %s", listens[i],
-		         out != NULL ? out : "(no output)");
+		TH_CHECK(out && th_streq(out, th_strf(REFUSAL_FMT, listens[i])), "%s: %s", listens[i],
+		         out ? out : "(no output)");
 		free(out);
 	}
 	/* The flag form too. */
@@ -81,11 +81,11 @@ static int dial(int port)
 	struct sockaddr_in sa;
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-	memset(&sa, 0, sizeof sa);
+	memset(&sa, 0, sizeof(sa));
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons((uint16_t)port);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
 		if (fd >= 0)
 			close(fd);
 		return -1;
@@ -113,7 +113,7 @@ static int all_closed(void *arg)
 		struct pollfd p = { S[i].fd, POLLIN, 0 };
 
 		if (poll(&p, 1, 0) == 1) {
-			ssize_t r = recv(S[i].fd, buf, sizeof buf, MSG_DONTWAIT);
+			ssize_t r = recv(S[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
 
 			if (r == 0 || (r < 0 && errno != EAGAIN)) {
 				S[i].closed_ms = th_now_ms();
@@ -133,7 +133,7 @@ static long metric(const dt_disp_t *d, const char *name)
 	if (dt_http(&r, "GET", th_strf("%s/metrics", d->base), NULL, NULL, 0, 10000) == 0 && r.status == 200) {
 		const char *p = strstr(r.body, th_strf("\n%s ", name));
 
-		if (p != NULL)
+		if (p)
 			v = strtol(p + strlen(name) + 2, NULL, 10);
 	}
 	dt_resp_free(&r);
@@ -236,12 +236,12 @@ static char *read_some(int fd, const char *want)
 	int64_t deadline = th_now_ms() + 5000;
 
 	buf[0] = '\0';
-	while (got < sizeof buf - 1 && th_now_ms() < deadline && strstr(buf, want) == NULL) {
+	while (got < sizeof(buf) - 1 && th_now_ms() < deadline && !strstr(buf, want)) {
 		struct pollfd p = { fd, POLLIN, 0 };
 
 		if (poll(&p, 1, 100) <= 0)
 			continue;
-		ssize_t n = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+		ssize_t n = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
 
 		if (n <= 0)
 			break;
@@ -287,7 +287,7 @@ static void test_cap_all_busy(const th_redis_t *red, const th_kafka_t *k)
 	const char *ans = read_some(over, "retry shortly\"}}\n");
 
 	TH_CHECK(strncmp(ans, "HTTP/1.1 503 Service Unavailable\r\n", 34) == 0 &&
-	                 strstr(ans, "{\"error\":{\"code\":\"overloaded\",\"message\":\"too many connections; retry shortly\"}}\n") != NULL,
+	                 strstr(ans, "{\"error\":{\"code\":\"overloaded\",\"message\":\"too many connections; retry shortly\"}}\n"),
 	         "the connection over the cap: %s", ans);
 	close(over);
 	/* The followers still stream; once they leave, callers get in again. */

@@ -41,7 +41,7 @@ static void start_run(const char *run_id, const char *mode)
 	dev_stub_run_t run;
 	dt_resp_t r;
 
-	memset(&run, 0, sizeof run);
+	memset(&run, 0, sizeof(run));
 	run.config = json_pack("{s:{s:s,s:s}}", "agent", "kind", "mock", "script", "ask");
 	TH_REQUIRE(dev_stub_add_run(S, &run, &o) == 0);
 	json_decref(run.config);
@@ -113,9 +113,9 @@ int main(void)
 
 	dt_servers_start("dispatcher_replies", &red, &k, 1, &C);
 	TMP = th_tmpdir();
-	TH_REQUIRE(TMP != NULL);
-	S = dev_stub_start(NULL, err, sizeof err);
-	TH_REQUIRE(S != NULL, "stub: %s", err);
+	TH_REQUIRE(TMP);
+	S = dev_stub_start(NULL, err, sizeof(err));
+	TH_REQUIRE(S, "stub: %s", err);
 	TH_REQUIRE(dt_disp_start(&D, &red, &k, NULL) == 0);
 	worker = dt_worker_start(WORKER_BIN, &red, &k, TMP, "w-replies", 4);
 

@@ -17,7 +17,7 @@ static void bad(const char *body, dispatcher_req_mode_t mode, const char *want)
 {
 	proto_job_t job;
 	char err[256] = "";
-	int rc = dispatcher_request_parse(body, strlen(body), mode, 28800, 1000, &job, err, sizeof err);
+	int rc = dispatcher_request_parse(body, strlen(body), mode, 28800, 1000, &job, err, sizeof(err));
 
 	TH_CHECK(rc == -1, "accepted: %.80s", body);
 	TH_CHECK(strcmp(err, want) == 0, "body %.60s: got \"%s\", want \"%s\"", body, err, want);
@@ -78,7 +78,7 @@ static void test_bad_bodies(void)
 	char *big;
 	size_t n = PROTO_JOB_PROMPT_MAX + 10;
 
-	for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++)
+	for (size_t i = 0; i < sizeof(bad_cases) / sizeof(bad_cases[0]); i++)
 		bad(bad_cases[i].body, bad_cases[i].mode, bad_cases[i].want);
 	{
 		proto_job_t job;
@@ -86,14 +86,14 @@ static void test_bad_bodies(void)
 		const char *b = "{" GOOD ",\"prompt\":\"p\",\"permission_mode\":\"ask\"}";
 
 		TH_CHECK(dispatcher_request_parse(b, strlen(b), DISPATCHER_REQ_STRICT, 28800, 1000, &job, err,
-		                                  sizeof err) == 0,
+		                                  sizeof(err)) == 0,
 		         "%s", err);
-		TH_CHECK(strcmp(job.permission_mode, "ask") == 0 && job.meta == NULL, "permission_mode taken");
+		TH_CHECK(strcmp(job.permission_mode, "ask") == 0 && !job.meta, "permission_mode taken");
 		proto_job_clear(&job);
 	}
 
 	big = malloc(n + 200);
-	TH_REQUIRE(big != NULL);
+	TH_REQUIRE(big);
 	{
 		size_t off = (size_t)snprintf(big, 200, "{" GOOD ",\"prompt\":\"");
 
@@ -131,11 +131,11 @@ static void test_good(void)
 	const char *b2 = "{" GOOD ",\"prompt\":\"hello\",\"otp_upload\":\"u1\",\"history\":[1],\"session\":\"s\"}";
 
 	TH_CHECK(dispatcher_request_parse(b1, strlen(b1), DISPATCHER_REQ_STRICT, 28800, 1234, &job,
-	                                  err, sizeof err) == 0,
+	                                  err, sizeof(err)) == 0,
 	         "%s", err);
 	TH_CHECK(strcmp(job.run_id, "run_a-1") == 0);
 	TH_CHECK(th_streq(job.agent_url, "https://ws.example/api/s1"));
-	TH_CHECK(th_streq(job.otp_setup, "s1") && th_streq(job.otp_run, "r1") && job.otp_upload == NULL);
+	TH_CHECK(th_streq(job.otp_setup, "s1") && th_streq(job.otp_run, "r1") && !job.otp_upload);
 	TH_CHECK(th_streq(job.prompt, "hello") && th_streq(job.caller, "assistant"));
 	TH_CHECK(job.max_runtime_sec == 60 && job.enqueued_at == 1234);
 	TH_CHECK(json_integer_value(json_object_get(job.meta, "k")) == 1);
@@ -144,7 +144,7 @@ static void test_good(void)
 
 	/* /stream: unknown fields travel in meta; a run id is minted. */
 	TH_CHECK(dispatcher_request_parse(b2, strlen(b2), DISPATCHER_REQ_LENIENT, 28800, 1, &job,
-	                                  err, sizeof err) == 0,
+	                                  err, sizeof(err)) == 0,
 	         "%s", err);
 	TH_CHECK(strncmp(job.run_id, "run_", 4) == 0 && strlen(job.run_id) == 26, "%s", job.run_id);
 	TH_CHECK(th_streq(job.otp_upload, "u1"));
@@ -165,11 +165,11 @@ static void test_numbers(void)
 	const char *b1 = "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":180.0}";
 	const char *b2 = "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":60,\"meta\":{\"big\":[-779187025953067499520],\"n\":3}}";
 
-	TH_CHECK(dispatcher_request_parse(b1, strlen(b1), DISPATCHER_REQ_STRICT, 28800, 1, &job, err, sizeof err) == 0,
+	TH_CHECK(dispatcher_request_parse(b1, strlen(b1), DISPATCHER_REQ_STRICT, 28800, 1, &job, err, sizeof(err)) == 0,
 	         "%s", err);
 	TH_CHECK(job.max_runtime_sec == 180, "%lld", (long long)job.max_runtime_sec);
 	proto_job_clear(&job);
-	TH_CHECK(dispatcher_request_parse(b2, strlen(b2), DISPATCHER_REQ_STRICT, 28800, 1, &job, err, sizeof err) == 0,
+	TH_CHECK(dispatcher_request_parse(b2, strlen(b2), DISPATCHER_REQ_STRICT, 28800, 1, &job, err, sizeof(err)) == 0,
 	         "%s", err);
 	TH_CHECK(job.max_runtime_sec == 60, "%lld", (long long)job.max_runtime_sec);
 	TH_CHECK(json_real_value(json_array_get(json_object_get(job.meta, "big"), 0)) < -7.7e20, "big number kept");

@@ -28,13 +28,13 @@ static void expect401(const char *method, const char *path, const char *const *h
 	TH_CHECK(dt_http(&r, method, th_strf("%s%s", D.base, path), hdrs, body, -1, 10000) == 0);
 	TH_CHECK(r.status == 401, "%s %s: %ld", method, path, r.status);
 	TH_CHECK(strcmp(r.body, UNAUTH) == 0, "%s", r.body);
-	TH_CHECK(dt_header(&r, "WWW-Authenticate", v, sizeof v) && strcmp(v, "Bearer") == 0);
+	TH_CHECK(dt_header(&r, "WWW-Authenticate", v, sizeof(v)) && strcmp(v, "Bearer") == 0);
 	dt_resp_free(&r);
 }
 
 static int has(const char *hay, size_t n, const char *needle)
 {
-	return memmem(hay, n, needle, strlen(needle)) != NULL;
+	return !!memmem(hay, n, needle, strlen(needle));
 }
 
 int main(void)
@@ -101,9 +101,9 @@ int main(void)
 	                 !has(m.value, m.len, "otp_UPLOAD_SECRET_3") && !has(m.value, m.len, "PROMPT_TEXT_4"),
 	         "plaintext secret on Kafka: %.*s", (int)m.len, m.value);
 	TH_CHECK(has(m.value, m.len, "\"sealed\""));
-	TH_CHECK(proto_job_parse(m.value, m.len, NULL, 0, &job, err, sizeof err) == -1, "opened without a key");
-	TH_REQUIRE(proto_job_key_parse(KEYHEX, key, err, sizeof err) == 0);
-	TH_CHECK(proto_job_parse(m.value, m.len, key, 1, &job, err, sizeof err) == 0, "%s", err);
+	TH_CHECK(proto_job_parse(m.value, m.len, NULL, 0, &job, err, sizeof(err)) == -1, "opened without a key");
+	TH_REQUIRE(proto_job_key_parse(KEYHEX, key, err, sizeof(err)) == 0);
+	TH_CHECK(proto_job_parse(m.value, m.len, key, 1, &job, err, sizeof(err)) == 0, "%s", err);
 	TH_CHECK(strcmp(job.run_id, "sec_1") == 0 && th_streq(job.otp_setup, "otp_SETUP_SECRET_1") &&
 	         th_streq(job.otp_run, "otp_RUN_SECRET_2") && th_streq(job.otp_upload, "otp_UPLOAD_SECRET_3") &&
 	         th_streq(job.prompt, "PROMPT_TEXT_4") && th_streq(job.caller, "test"));
@@ -113,7 +113,7 @@ int main(void)
 	TH_CHECK(dt_disp_stop(&D), "clean exit (see %s)", D.log);
 	for (const char *const *s = (const char *const[]){ "otp_SETUP_SECRET_1", "otp_RUN_SECRET_2",
 	                                                   "otp_UPLOAD_SECRET_3", "PROMPT_TEXT_4", TOKEN, KEYHEX, NULL };
-	     *s != NULL; s++) {
+	     *s; s++) {
 		TH_CHECK(th_redis_scan_contains(c, *s) == 0, "%s in Redis", *s);
 		TH_CHECK(!th_file_contains(D.log, *s), "%s in the log", *s);
 	}

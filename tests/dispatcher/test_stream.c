@@ -67,9 +67,9 @@ static char *ctl_reason(const char *run)
 	redisReply *r = redisCommand(C, "XRANGE runnel:{%s}:ctl - +", run);
 	char *out = NULL;
 
-	if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0)
+	if (r && r->type == REDIS_REPLY_ARRAY && r->elements > 0)
 		out = strdup(r->element[r->elements - 1]->element[1]->element[1]->str);
-	if (r != NULL)
+	if (r)
 		freeReplyObject(r);
 	return out;
 }
@@ -77,7 +77,7 @@ static char *ctl_reason(const char *run)
 static int ctl_has(void *arg)
 {
 	char *m = ctl_reason(arg);
-	int ok = m != NULL;
+	int ok = !!m;
 
 	free(m);
 	return ok;
@@ -178,7 +178,7 @@ static size_t sse_parse(const char *body, char ids[][48], char events[][16], cha
 		char id[48] = "", ev[16] = "";
 		const char *data;
 
-		if (end == NULL)
+		if (!end)
 			break;
 		if (strncmp(p, ": heartbeat", 11) == 0) {
 			p = end + 2;
@@ -186,8 +186,8 @@ static size_t sse_parse(const char *body, char ids[][48], char events[][16], cha
 		}
 		TH_CHECK(sscanf(p, "id: %47[^\n]\nevent: %15[^\n]\n", id, ev) == 2, "bad SSE event %.80s", p);
 		data = strstr(p, "data: ");
-		TH_CHECK(data != NULL && data < end);
-		if (data == NULL || data > end)
+		TH_CHECK(data && data < end);
+		if (!data || data > end)
 			break;
 		snprintf(ids[n], 48, "%s", id);
 		snprintf(events[n], 16, "%s", ev);
@@ -243,8 +243,8 @@ static void test_sse_cr(dt_multi_t *m)
 	free(dt_xadd_line(C, "runnel:{st_sse_cr}:out", "{\"type\":\"log\",\r\"level\":\"info\",\r\n\"message\":\"cr\",\"ts\":1}"));
 	free(dt_xadd_line(C, "runnel:{st_sse_cr}:out", line_n(2, 1)));
 	TH_CHECK(dt_multi_until(m, is_done, &w, 10000));
-	TH_CHECK(strchr(s.rx.body, '\r') == NULL, "a raw CR in the SSE answer: %s", s.rx.body);
-	TH_CHECK(strstr(s.rx.body, "event: log\ndata: {\"type\":\"log\",\ndata: \"level\":\"info\",\ndata: \"message\":\"cr\",\"ts\":1}\n\n") != NULL,
+	TH_CHECK(!strchr(s.rx.body, '\r'), "a raw CR in the SSE answer: %s", s.rx.body);
+	TH_CHECK(strstr(s.rx.body, "event: log\ndata: {\"type\":\"log\",\ndata: \"level\":\"info\",\ndata: \"message\":\"cr\",\"ts\":1}\n\n"),
 	         "%s", s.rx.body);
 	dt_stream_close(m, &s);
 }
@@ -276,7 +276,7 @@ static void test_resume(dt_multi_t *m)
 	/* Written while nobody listens. */
 	for (int i = 4; i <= 5; i++)
 		free(dt_xadd_line(C, "runnel:{st_resume}:out", line_n(i, 0)));
-	snprintf(hdr, sizeof hdr, "Last-Event-ID: %s", sids[2]);
+	snprintf(hdr, sizeof(hdr), "Last-Event-ID: %s", sids[2]);
 	TH_REQUIRE(dt_stream_open(m, &b, url("/v1/runs/st_resume/events?after=0"),
 	                          (const char *const[]){ "Accept: text/event-stream", hdr, NULL }, NULL) == 0);
 	wb.lines = 8;
@@ -308,7 +308,7 @@ static void test_resume(dt_multi_t *m)
 		TH_CHECK(r.secs < 2.0, "answered at once (%.2fs)", r.secs);
 		dt_resp_free(&r);
 		TH_CHECK(dt_http(&r, "GET", url("/v1/runs/st_resume/events"), NULL, NULL, 0, 10000) == 0);
-		TH_CHECK(r.status == 200 && dt_header(&r, "Content-Type", hdr, sizeof hdr) &&
+		TH_CHECK(r.status == 200 && dt_header(&r, "Content-Type", hdr, sizeof(hdr)) &&
 		                 strcmp(hdr, "application/x-ndjson") == 0,
 		         "%s", hdr);
 		{
@@ -344,20 +344,20 @@ static void test_slow_caller(dt_multi_t *m)
 	wait_stream_t wo = { &other, 1 };
 	int64_t end;
 
-	memset(pad, 'x', sizeof pad - 1);
-	pad[sizeof pad - 1] = '\0';
+	memset(pad, 'x', sizeof(pad) - 1);
+	pad[sizeof(pad) - 1] = '\0';
 	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("st_slow", NULL), -1, 15000) == 0 &&
 	           r.status == 202);
 	dt_resp_free(&r);
 	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("st_other", NULL), -1, 15000) == 0 &&
 	           r.status == 202);
 	dt_resp_free(&r);
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-	memset(&sa, 0, sizeof sa);
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	memset(&sa, 0, sizeof(sa));
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons((uint16_t)D.port);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	TH_REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+	TH_REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
 	req = th_strf("GET /v1/runs/st_slow/events HTTP/1.1\r\nHost: t\r\n\r\n");
 	TH_REQUIRE(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
 	TH_REQUIRE(dt_stream_open(m, &other, url("/v1/runs/st_other/events"), NULL, NULL) == 0);
@@ -379,12 +379,12 @@ static void test_slow_caller(dt_multi_t *m)
 	TH_CHECK(dt_multi_until(m, has_lines, &wo, 5000), "another caller stalled behind a slow one");
 	dt_stream_close(m, &other);
 	TH_CHECK(dt_http(&r, "GET", url("/metrics"), NULL, NULL, 0, 5000) == 0);
-	TH_CHECK(strstr(r.body, "runnel_dispatcher_stream_pauses_total 0\n") == NULL, "the slow caller was never paused");
+	TH_CHECK(!strstr(r.body, "runnel_dispatcher_stream_pauses_total 0\n"), "the slow caller was never paused");
 	dt_resp_free(&r);
 
 	/* Now read everything. */
 	buf = malloc(cap);
-	TH_REQUIRE(buf != NULL);
+	TH_REQUIRE(buf);
 	for (end = th_now_ms() + 30000; th_now_ms() < end && len < cap;) {
 		struct pollfd p = { fd, POLLIN, 0 };
 		ssize_t got;
@@ -403,7 +403,7 @@ static void test_slow_caller(dt_multi_t *m)
 		int next = 1, ok = 1;
 		const char *p = buf, *e = buf + len;
 
-		while ((p = memmem(p, (size_t)(e - p), "\"seq\":", 6)) != NULL) {
+		while ((p = memmem(p, (size_t)(e - p), "\"seq\":", 6))) {
 			int v = (int)strtol(p + 6, NULL, 10);
 
 			if (v == 0 && next == N + 1) {
@@ -425,8 +425,8 @@ static void test_slow_caller(dt_multi_t *m)
 static long rss_kb(pid_t pid)
 {
 	char *status = th_file_read(th_strf("/proc/%d/status", (int)pid), NULL);
-	const char *p = status != NULL ? strstr(status, "VmRSS:") : NULL;
-	long kb = p != NULL ? strtol(p + 6, NULL, 10) : -1;
+	const char *p = status ? strstr(status, "VmRSS:") : NULL;
+	long kb = p ? strtol(p + 6, NULL, 10) : -1;
 
 	free(status);
 	return kb;
@@ -466,21 +466,21 @@ static void test_flooding_caller(void)
 	dt_resp_t r;
 	int64_t end;
 
-	TH_REQUIRE(junk != NULL);
+	TH_REQUIRE(junk);
 	memset(junk, 'j', junk_len);
 	TH_REQUIRE(dt_http(&r, "POST", url("/v1/runs"), JSON_CT, dt_job_body("st_flood", NULL), -1, 15000) == 0 &&
 	           r.status == 202);
 	dt_resp_free(&r);
-	memset(&sa, 0, sizeof sa);
+	memset(&sa, 0, sizeof(sa));
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons((uint16_t)D.port);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	TH_REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+	TH_REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
 	TH_REQUIRE(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
 	/* The answer's head first: the stream is open. */
-	read_until(fd, buf, sizeof buf, &len, "\r\n\r\n", 5000);
-	TH_REQUIRE(memmem(buf, len, "\r\n\r\n", 4) != NULL, "no answer head");
-	TH_CHECK(memmem(buf, len, "Connection: close\r\n", 19) != NULL, "%.*s", (int)len, buf);
+	read_until(fd, buf, sizeof(buf), &len, "\r\n\r\n", 5000);
+	TH_REQUIRE(memmem(buf, len, "\r\n\r\n", 4), "no answer head");
+	TH_CHECK(memmem(buf, len, "Connection: close\r\n", 19), "%.*s", (int)len, buf);
 	before = rss_kb(D.pid);
 	for (end = th_now_ms() + 20000; sent < total && th_now_ms() < end;) {
 		struct pollfd p = { fd, POLLOUT, 0 };
@@ -500,9 +500,9 @@ static void test_flooding_caller(void)
 	/* The stream still works and ends after the terminal line. */
 	free(dt_xadd_line(C, "runnel:{st_flood}:out", "{\"type\":\"result\",\"message\":\"flood over\",\"ts\":1}"));
 	len = 0;
-	read_until(fd, buf, sizeof buf, &len, NULL, 10000);
+	read_until(fd, buf, sizeof(buf), &len, NULL, 10000);
 	buf[len] = '\0';
-	TH_CHECK(strstr(buf, "flood over") != NULL && strstr(buf, "0\r\n\r\n") != NULL, "got %s", buf);
+	TH_CHECK(strstr(buf, "flood over") && strstr(buf, "0\r\n\r\n"), "got %s", buf);
 	close(fd);
 	free(junk);
 }
@@ -517,7 +517,7 @@ static void test_heartbeat(dt_multi_t *m)
 	dt_resp_free(&r);
 	TH_REQUIRE(dt_stream_open(m, &s, url("/v1/runs/st_idle/events"), SSE_GET, NULL) == 0);
 	dt_multi_pump(m, 2500);
-	TH_CHECK(strstr(s.rx.body, ": heartbeat\n\n") != NULL, "no heartbeat in %s", s.rx.body);
+	TH_CHECK(strstr(s.rx.body, ": heartbeat\n\n"), "no heartbeat in %s", s.rx.body);
 	TH_CHECK(!s.done);
 	dt_stream_close(m, &s);
 }
@@ -529,9 +529,9 @@ typedef struct state_arg {
 static int state_exists(void *arg)
 {
 	redisReply *r = redisCommand(C, "EXISTS runnel:{%s}:state", ((state_arg_t *)arg)->run);
-	int ok = r != NULL && r->integer == 1;
+	int ok = r && r->integer == 1;
 
-	if (r != NULL)
+	if (r)
 		freeReplyObject(r);
 	return ok;
 }
@@ -553,7 +553,7 @@ static void test_curl_binary(void)
 	TH_CHECK(th_wait_exit(pid, 10000, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "curl status %d", st);
 	body = th_file_read(out, NULL);
 	want = th_strf("%s\n%s\n%s\n", line_n(1, 0), line_n(2, 0), line_n(3, 1));
-	TH_CHECK(body != NULL && strcmp(body, want) == 0, "curl -N got %s", body);
+	TH_CHECK(body && strcmp(body, want) == 0, "curl -N got %s", body);
 	free(body);
 }
 
@@ -574,7 +574,7 @@ static void test_cursor_past_the_end(dt_multi_t *m)
 		wait_stream_t w = { &s, 1 };
 		redisReply *r = redisCommand(C, "HSET runnel:{%s}:state status queued enqueued_at 1", run);
 
-		TH_REQUIRE(r != NULL);
+		TH_REQUIRE(r);
 		freeReplyObject(r);
 		TH_REQUIRE(dt_stream_open(m, &s, url(th_strf("/v1/runs/%s/events?after=9999999999999-0", run)), hdrs,
 		                          NULL) == 0);
@@ -583,7 +583,7 @@ static void test_cursor_past_the_end(dt_multi_t *m)
 		free(dt_xadd_line(C, th_strf("runnel:{%s}:out", run), "{\"type\":\"log\",\"level\":\"info\",\"message\":\"one\"}"));
 		free(dt_xadd_line(C, th_strf("runnel:{%s}:out", run), "{\"type\":\"result\",\"message\":\"over\"}"));
 		TH_CHECK(dt_multi_until(m, is_done, &w, 10000), "%s: the stream did not end after the terminal line", run);
-		TH_CHECK(strstr(s.rx.body, "\"one\"") != NULL && strstr(s.rx.body, "\"over\"") != NULL, "%s", s.rx.body);
+		TH_CHECK(strstr(s.rx.body, "\"one\"") && strstr(s.rx.body, "\"over\""), "%s", s.rx.body);
 		dt_stream_close(m, &s);
 	}
 	/* Past the end of a finished run: empty, at once (as before). */
@@ -607,7 +607,7 @@ int main(void)
 	dt_servers_start("dispatcher_stream", &red, &k, 0, &C);
 	/* A small ASan quarantine, so that the dispatcher's RSS shows what it
 	 * holds rather than what it freed recently. */
-	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){ "RUNNEL_HEARTBEAT_SEC=1", th_strf("ASAN_OPTIONS=%s%squarantine_size_mb=4", getenv("ASAN_OPTIONS") != NULL ? getenv("ASAN_OPTIONS") : "", getenv("ASAN_OPTIONS") != NULL ? ":" : ""), NULL }) == 0);
+	TH_REQUIRE(dt_disp_start(&D, &red, &k, (const char *const[]){ "RUNNEL_HEARTBEAT_SEC=1", th_strf("ASAN_OPTIONS=%s%squarantine_size_mb=4", getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "", getenv("ASAN_OPTIONS") ? ":" : ""), NULL }) == 0);
 	TH_REQUIRE(dt_multi_init(&m) == 0);
 
 	test_ndjson(&m);

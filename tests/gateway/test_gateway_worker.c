@@ -192,7 +192,7 @@ int main(void)
 	json_decref(j);
 	TH_REQUIRE(fakechat_requests(&chat) == 2);
 	TH_CHECK(th_streq(chat.auth[0], "Bearer " OKEY) && th_streq(chat.auth[1], "Bearer " OKEY), "the real key");
-	TH_CHECK(strstr(chat.bodies[0], "\"include_usage\":true") != NULL, "usage asked for: %s", chat.bodies[0]);
+	TH_CHECK(strstr(chat.bodies[0], "\"include_usage\":true"), "usage asked for: %s", chat.bodies[0]);
 	TH_CHECK(!strstr(chat.bodies[1], "include_usage"), "a whole answer is left alone");
 
 	/* Anthropic Messages, streamed and whole: 100 in, 20 out each. */

@@ -33,7 +33,7 @@ int main(int argc, char **argv)
 	th_kafka_t k;
 	TH_REQUIRE(th_kafka_start(&k, 1) == 0, "broker");
 	const char *tmp = th_tmpdir();
-	TH_REQUIRE(tmp != NULL);
+	TH_REQUIRE(tmp);
 	const char *topic = th_strf("dev.jobs.%ld", (long)getpid());
 
 	clirun_t p;
@@ -43,8 +43,8 @@ int main(int argc, char **argv)
 	                ARGS(th_strf("TMPDIR=%s", tmp)), 120000, &p);
 	TH_NOTE("runnel dev --kafka --demo --once: exit %d in %lld ms", rc, (long long)(th_now_ms() - t0));
 	TH_CHECK(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, p.out, p.err);
-	TH_CHECK(strstr(p.out, th_strf("  kafka       %s (external broker; topics %s, %s.dlq)\n", k.bootstrap, topic, topic)) != NULL, "%s", p.out);
-	TH_CHECK(strstr(p.out, "\nresult  ") != NULL, "no result line:\n%s", p.out);
+	TH_CHECK(strstr(p.out, th_strf("  kafka       %s (external broker; topics %s, %s.dlq)\n", k.bootstrap, topic, topic)), "%s", p.out);
+	TH_CHECK(strstr(p.out, "\nresult  "), "no result line:\n%s", p.out);
 	clirun_free(&p);
 	/* The demo's job went through the real broker's topic. */
 	th_kafka_msg_t m;

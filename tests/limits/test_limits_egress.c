@@ -65,7 +65,7 @@ static void *srv_main(void *arg)
 		if (got && (unsigned char)buf[0] == 0x16) {
 			snprintf(s->seen + l, sizeof(s->seen) - l, "TLS\n");
 		} else {
-			int closing = strstr(buf, "\r\nConnection: close\r\n") != NULL;
+			int closing = !!strstr(buf, "\r\nConnection: close\r\n");
 			char *eol = strstr(buf, "\r\n");
 			if (eol)
 				*eol = '\0';
@@ -100,7 +100,7 @@ static void srv_stop(srv_t *s)
 static int srv_saw(srv_t *s, const char *needle)
 {
 	pthread_mutex_lock(&s->mu);
-	int r = strstr(s->seen, needle) != NULL;
+	int r = !!strstr(s->seen, needle);
 	pthread_mutex_unlock(&s->mu);
 	return r;
 }

@@ -124,7 +124,7 @@ static worker_guard_t *guard(const worker_limits_env_t *env, int command_egress,
 	char err[256];
 	memset(notes, 0, sizeof(*notes));
 	worker_guard_t *g = worker_guard_new(env, &a, collect, notes, err, sizeof(err));
-	TH_CHECK(g != NULL, "guard: %s", err);
+	TH_CHECK(g, "guard: %s", err);
 	json_decref(cfg);
 	json_decref(vars);
 
@@ -152,7 +152,7 @@ static worker_guard_t *guard_at(const worker_limits_env_t *env, const char *run_
 	};
 	char err[256];
 	worker_guard_t *g = worker_guard_new(env, &a, NULL, NULL, err, sizeof(err));
-	TH_CHECK(g != NULL, "guard: %s", err);
+	TH_CHECK(g, "guard: %s", err);
 	json_decref(cfg);
 	return g;
 }
@@ -313,7 +313,7 @@ static void test_proxy_requests(void)
 	worker_egress_rules_t rules = { .allow = allow, .nallow = 2, .named = allow, .nnamed = 2 };
 	char err[256];
 	worker_egress_t *e = worker_egress_start(sock, &rules, "run_proxy", err, sizeof(err));
-	TH_REQUIRE(e != NULL, "proxy: %s", err);
+	TH_REQUIRE(e, "proxy: %s", err);
 	const char *refused = "CONNECT evil.example.com:443 HTTP/1.1\r\nHost: evil.example.com:443\r\n\r\n";
 	/* The metadata address through a wildcard: never dialled. */
 	const char *meta = "CONNECT 169.254.169.254:80 HTTP/1.1\r\n\r\n";
@@ -430,7 +430,7 @@ static void test_proxy_inside(void)
 	char *sock = th_strf("%s/inside.sock", th_tmpdir());
 	char err[256];
 	worker_egress_t *e = worker_egress_start(sock, &rules, "run_inside", err, sizeof(err));
-	TH_REQUIRE(e != NULL, "proxy: %s", err);
+	TH_REQUIRE(e, "proxy: %s", err);
 	for (size_t i = 0; i < nh; i++) {
 		char *req = th_strf("CONNECT %s:%d HTTP/1.1\r\nHost: x\r\n\r\n", hosts[i], port);
 		TH_CHECK(th_streq(ask_proxy(sock, req, strlen(req)), "HTTP/1.1 403 Forbidden"), "CONNECT %s", hosts[i]);
@@ -464,7 +464,7 @@ static void test_proxy_inside(void)
 	rules.named = exact;
 	rules.nnamed = 1;
 	e = worker_egress_start(sock, &rules, "run_inside", err, sizeof(err));
-	TH_REQUIRE(e != NULL, "proxy: %s", err);
+	TH_REQUIRE(e, "proxy: %s", err);
 	char *req = th_strf("CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", port);
 	TH_CHECK(th_streq(ask_proxy(sock, req, strlen(req)), "HTTP/1.1 200 Connection established"), "named");
 	req = th_strf("CONNECT 127.1:%d HTTP/1.1\r\n\r\n", port);
@@ -476,7 +476,7 @@ static void test_proxy_inside(void)
 	TH_CHECK(rn_netaddr_set_add(&own, "127.0.0.1", port, err, sizeof(err)) == 0, "%s", err);
 	rules.own = &own;
 	e = worker_egress_start(sock, &rules, "run_inside", err, sizeof(err));
-	TH_REQUIRE(e != NULL, "proxy: %s", err);
+	TH_REQUIRE(e, "proxy: %s", err);
 	req = th_strf("CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", port);
 	TH_CHECK(th_streq(ask_proxy(sock, req, strlen(req)), "HTTP/1.1 200 Connection established"),
 	         "the operator named it: open even though it is the worker's own");
@@ -496,7 +496,7 @@ static void test_proxy_long_path(void)
 	worker_egress_rules_t rules = { .allow = allow, .nallow = 1, .named = allow, .nnamed = 1 };
 	char err[256];
 	worker_egress_t *e = worker_egress_start(sock, &rules, "run_long", err, sizeof(err));
-	TH_REQUIRE(e != NULL, "proxy on a long path: %s", err);
+	TH_REQUIRE(e, "proxy on a long path: %s", err);
 	int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	char *short_path = th_strf("/proc/self/fd/%d/egress.sock", dfd);
 	const char *refused = "CONNECT evil.example.com:443 HTTP/1.1\r\n\r\n";
@@ -619,7 +619,7 @@ static void test_cgroup_v2_files(void)
 	/* A base that is not there: a clear error, nothing left open. */
 	snprintf(root.v2_base, sizeof(root.v2_base), "%s/missing/deeper", base);
 	TH_CHECK(worker_cgroup_create(&cg, &root, "run_v2", &lim, 0, err, sizeof(err)) < 0);
-	TH_CHECK(strstr(err, "cannot create cgroup ") != NULL, "%s", err);
+	TH_CHECK(strstr(err, "cannot create cgroup "), "%s", err);
 }
 
 static uint64_t fs_size(const char *dir)
@@ -671,7 +671,7 @@ static void test_disk_watch(void)
 	env.disk_mode = WORKER_DISK_WATCH;
 	const char *ws = th_tmpdir();
 	worker_guard_t *g = guard_at(&env, "run_watch", "{}", ws, NULL, ws, NULL);
-	TH_REQUIRE(g != NULL, "guard");
+	TH_REQUIRE(g, "guard");
 	worker_sandbox_spec_t spec;
 	memset(&spec, 0, sizeof(spec));
 	worker_guard_sandbox_spec(g, &spec);
@@ -697,7 +697,7 @@ static int in_cgroup(pid_t pid, const char *name)
 {
 	size_t len;
 	char *s = th_file_read(th_strf("/proc/%ld/cgroup", (long)pid), &len);
-	int r = s && strstr(s, name) != NULL;
+	int r = s && strstr(s, name);
 	free(s);
 	return r;
 }
@@ -758,7 +758,7 @@ static void test_adopt_cgroup(void)
 
 	const char *ws = th_tmpdir();
 	worker_guard_t *g = guard_at(&env, "run_attach", "{\"limits\":{\"pids\":16,\"memory_mb\":64}}", ws, NULL, ws, &cg);
-	TH_REQUIRE(g != NULL, "guard");
+	TH_REQUIRE(g, "guard");
 	TH_CHECK(cg.ndirs == 0 && cg.procs_fd[0] == -1, "the guard owns the cgroup now");
 	int v1 = env.cgroup.mode == WORKER_CGROUP_V1;
 	char *name = th_strf("runnel-%ld-%s", (long)getpid(), v1 ? "run_attach" : "warm_adopt");

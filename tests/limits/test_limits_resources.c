@@ -30,7 +30,7 @@ static void submit_sh(const char *run_id, const char *script, const char *extra_
 	if (extra_json) {
 		json_error_t e;
 		json_t *x = json_loads(extra_json, 0, &e);
-		TH_REQUIRE(x != NULL, "extra json: %s", e.text);
+		TH_REQUIRE(x, "extra json: %s", e.text);
 		json_object_update(cfg, x);
 		json_decref(x);
 	}

@@ -73,7 +73,7 @@ int main(void)
 	         "fields");
 	size_t len = 0;
 	char *s = proto_job_serialize(&job, NULL, &len, err, sizeof(err));
-	TH_REQUIRE(s != NULL, "serialize: %s", err);
+	TH_REQUIRE(s, "serialize: %s", err);
 	proto_job_t back;
 	TH_REQUIRE(proto_job_parse(s, len, NULL, 0, &back, err, sizeof(err)) == 0, "reparse: %s", err);
 	TH_CHECK(th_streq(back.idempotency_key, job.idempotency_key) && back.priority == 9 &&
@@ -86,7 +86,7 @@ int main(void)
 	/* Defaults. */
 	TH_REQUIRE(parse("", &job, err, sizeof(err)) == 0, "%s", err);
 	TH_CHECK(proto_job_priority(&job) == 5 && !job.has_priority && job.idempotency_key[0] == '\0' &&
-	                 job.traceparent[0] == '\0' && job.webhook == NULL,
+	                 job.traceparent[0] == '\0' && !job.webhook,
 	         "defaults");
 	proto_job_clear(&job);
 	TH_REQUIRE(parse("\"priority\":0", &job, err, sizeof(err)) == 0 && proto_job_priority(&job) == 0, "priority 0");

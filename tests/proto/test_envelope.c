@@ -354,7 +354,7 @@ static void run_table(void)
 {
 	size_t i;
 
-	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const env_case_t *c = &cases[i];
 		proto_env_t *env = proto_env_new(0);
 		proto_env_line_t out;
@@ -362,8 +362,8 @@ static void run_table(void)
 		proto_env_process(env, c->in, c->in_len, NOW, &out);
 		TH_CHECK(out.action == PROTO_ENV_PUBLISH, "%s: action", c->name);
 		TH_CHECK_MEM(c->name, out.text, out.len, c->want);
-		TH_CHECK(out.valid == (c->reason == NULL), "%s: valid=%d", c->name, out.valid);
-		TH_CHECK_STR(c->name, out.reason, c->reason != NULL ? c->reason : "");
+		TH_CHECK(out.valid == (!c->reason), "%s: valid=%d", c->name, out.valid);
+		TH_CHECK_STR(c->name, out.reason, c->reason ? c->reason : "");
 		TH_CHECK(out.type == c->type, "%s: type %d", c->name, (int)out.type);
 		TH_CHECK(out.terminal == c->terminal, "%s: terminal", c->name);
 		TH_CHECK(proto_env_terminated(env) == c->terminal, "%s: terminated", c->name);
@@ -380,7 +380,7 @@ static void run_table(void)
 		}
 		proto_env_free(env);
 	}
-	printf("envelope table: %zu cases\n", sizeof cases / sizeof cases[0]);
+	printf("envelope table: %zu cases\n", sizeof(cases) / sizeof(cases[0]));
 }
 
 /* Builds a valid log line of exactly len bytes (len >= 60). */
@@ -389,11 +389,11 @@ static char *log_line_of(size_t len)
 	static const char head[] = "{\"type\":\"log\",\"level\":\"info\",\"message\":\"";
 	static const char tail[] = "\",\"ts\":1}";
 	char *p = malloc(len + 1);
-	size_t pad = len - (sizeof head - 1) - (sizeof tail - 1);
+	size_t pad = len - (sizeof(head) - 1) - (sizeof(tail) - 1);
 
-	memcpy(p, head, sizeof head - 1);
-	memset(p + sizeof head - 1, 'a', pad);
-	memcpy(p + sizeof head - 1 + pad, tail, sizeof tail);
+	memcpy(p, head, sizeof(head) - 1);
+	memset(p + sizeof(head) - 1, 'a', pad);
+	memcpy(p + sizeof(head) - 1 + pad, tail, sizeof(tail));
 	return p;
 }
 
@@ -408,7 +408,7 @@ static void test_size_cap(void)
 	proto_env_process(env, big, 2 * 1024 * 1024, NOW, &out);
 	TH_CHECK_STR("2 MB reason", out.reason, "line too long (2097152 bytes > 1048576)");
 	/* The echo is the first 64 bytes: the 40-byte head and 24 of the a's. */
-	snprintf(want, sizeof want,
+	snprintf(want, sizeof(want),
 	         "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"invalid agent output: "
 	         "line too long (2097152 bytes > 1048576): "
 	         "{\\\"type\\\":\\\"log\\\",\\\"level\\\":\\\"info\\\",\\\"message\\\":\\\"%s\",\"ts\":5}",
@@ -484,7 +484,7 @@ static int collect_emit(const char *line, size_t len, void *arg)
 
 	if (c->stop_at != 0 && c->n + 1 == c->stop_at)
 		return 1;
-	if (c->n < 8 && len < sizeof c->lines[0]) {
+	if (c->n < 8 && len < sizeof(c->lines[0])) {
 		memcpy(c->lines[c->n], line, len);
 		c->lines[c->n][len] = '\0';
 	}
@@ -527,7 +527,7 @@ static void test_steps(void)
 	feed(env, "{\"type\":\"result\",\"message\":\"done\",\"ts\":1}", &out);
 	TH_CHECK(out.terminal && proto_env_open_steps(env) == 2, "result keeps steps");
 
-	memset(&c, 0, sizeof c);
+	memset(&c, 0, sizeof(c));
 	n = proto_env_close_steps(env, 9, "agent exited", collect_emit, &c);
 	TH_CHECK(n == 2 && c.n == 2, "closed %zu", n);
 	TH_CHECK_STR("close 1", c.lines[0],
@@ -545,13 +545,13 @@ static void test_steps(void)
 	feed(env, "{\"type\":\"step\",\"id\":\"c\",\"name\":\"n\",\"status\":\"running\"}", &out);
 	feed(env, "{\"type\":\"step\",\"id\":\"c\",\"name\":\"n\",\"status\":\"failed\",\"error\":\"x\"}", &out);
 	TH_CHECK(proto_env_open_steps(env) == 2, "failed closes c");
-	memset(&c, 0, sizeof c);
+	memset(&c, 0, sizeof(c));
 	c.stop_at = 2;
 	n = proto_env_close_steps(env, 9, "cancelled \"now\"", collect_emit, &c);
 	TH_CHECK(n == 1 && proto_env_open_steps(env) == 1, "stopped after 1: %zu", n);
 	TH_CHECK_STR("close escaped", c.lines[0],
 	             "{\"type\":\"step\",\"id\":\"a\",\"name\":\"n \\\"q\\\"\",\"status\":\"failed\",\"error\":\"cancelled \\\"now\\\"\",\"ts\":9}");
-	memset(&c, 0, sizeof c);
+	memset(&c, 0, sizeof(c));
 	n = proto_env_close_steps(env, 10, NULL, collect_emit, &c);
 	TH_CHECK(n == 1, "retry closes b");
 	TH_CHECK_STR("default why", c.lines[0],
@@ -561,12 +561,12 @@ static void test_steps(void)
 	/* Over the cap the oldest open step is forgotten. */
 	env = proto_env_new(0);
 	for (i = 0; i <= PROTO_ENV_STEPS_MAX; i++) {
-		snprintf(line, sizeof line,
+		snprintf(line, sizeof(line),
 		         "{\"type\":\"step\",\"id\":\"s%d\",\"name\":\"n\",\"status\":\"running\"}", i);
 		feed(env, line, &out);
 	}
 	TH_CHECK(proto_env_open_steps(env) == PROTO_ENV_STEPS_MAX, "cap %zu", proto_env_open_steps(env));
-	memset(&c, 0, sizeof c);
+	memset(&c, 0, sizeof(c));
 	n = proto_env_close_steps(env, 1, "x", collect_emit, &c);
 	TH_CHECK(n == PROTO_ENV_STEPS_MAX, "closed all");
 	TH_CHECK_STR("oldest kept is s1", c.lines[0],
@@ -585,7 +585,7 @@ static void test_drop_after_terminal(void)
 	feed(env, "{\"type\":\"error\",\"code\":\"x\",\"message\":\"boom\"}", &out);
 	TH_CHECK(out.terminal && out.action == PROTO_ENV_PUBLISH, "error terminal");
 	feed(env, "{\"type\":\"log\",\"level\":\"info\",\"message\":\"late\"}", &out);
-	TH_CHECK(out.action == PROTO_ENV_DROP && out.text == NULL && out.len == 0, "dropped 1");
+	TH_CHECK(out.action == PROTO_ENV_DROP && !out.text && out.len == 0, "dropped 1");
 	feed(env, "garbage", &out);
 	TH_CHECK(out.action == PROTO_ENV_DROP, "garbage dropped");
 	feed(env, "{\"type\":\"result\",\"message\":\"again\"}", &out);
@@ -667,19 +667,19 @@ static void test_asks(void)
 	TH_CHECK_STR("text settlement", line,
 	             "{\"type\":\"ask\",\"id\":\"q1\",\"kind\":\"question\",\"status\":\"answered\",\"text\":\"the \\\"red\\\" one\",\"ts\":10}");
 	free(line);
-	TH_CHECK(proto_env_oldest_ask(env, NULL) == NULL && proto_env_open_asks(env) == 0, "none open");
+	TH_CHECK(!proto_env_oldest_ask(env, NULL) && proto_env_open_asks(env) == 0, "none open");
 
 	/* The end of a run rejects what is open; a refusing emit keeps it open. */
 	feed(env, "{\"type\":\"ask\",\"id\":\"b1\",\"kind\":\"question\",\"question\":\"?\",\"status\":\"open\"}", &out);
 	feed(env, "{\"type\":\"ask\",\"id\":\"b2\",\"kind\":\"question\",\"question\":\"?\",\"status\":\"open\"}", &out);
 	feed(env, "{\"type\":\"result\",\"message\":\"done\"}", &out);
 	TH_CHECK(out.terminal && proto_env_open_asks(env) == 2, "result keeps asks open");
-	memset(&c, 0, sizeof c);
+	memset(&c, 0, sizeof(c));
 	c.stop_at = 2;
 	TH_CHECK(proto_env_close_asks(env, 11, "rejected", collect_emit, NULL, &c) == 1, "one closed");
 	TH_CHECK_STR("close ask", c.lines[0],
 	             "{\"type\":\"ask\",\"id\":\"b1\",\"kind\":\"question\",\"status\":\"rejected\",\"ts\":11}");
-	memset(&c, 0, sizeof c);
+	memset(&c, 0, sizeof(c));
 	TH_CHECK(proto_env_close_asks(env, 12, "rejected", collect_emit, NULL, &c) == 1 && proto_env_open_asks(env) == 0,
 	         "retry closes b2");
 	proto_env_free(env);
@@ -689,7 +689,7 @@ static void test_asks(void)
 	proto_env_allow_asks(env, 1);
 	for (int i = 0; i <= PROTO_ENV_ASKS_MAX; i++) {
 		char l[160];
-		snprintf(l, sizeof l, "{\"type\":\"ask\",\"id\":\"k%d\",\"kind\":\"question\",\"question\":\"?\",\"status\":\"open\"}", i);
+		snprintf(l, sizeof(l), "{\"type\":\"ask\",\"id\":\"k%d\",\"kind\":\"question\",\"question\":\"?\",\"status\":\"open\"}", i);
 		feed(env, l, &out);
 		if (i == PROTO_ENV_ASKS_MAX)
 			TH_CHECK(!out.valid && strcmp(out.reason, "ask: too many open asks") == 0, "cap: %s", out.reason);
@@ -706,7 +706,7 @@ static void test_builders(void)
 	p = proto_env_make_log("warn", "say \"hi\"\\ \n\ttab \x01 caf\xc3\xa9 \xff end", 42, &len);
 	TH_CHECK_STR("make_log", p,
 	             "{\"type\":\"log\",\"level\":\"warn\",\"message\":\"say \\\"hi\\\"\\\\ \\n\\ttab \\u0001 caf\xc3\xa9 \xef\xbf\xbd end\",\"ts\":42}");
-	TH_CHECK(p != NULL && len == strlen(p), "make_log len");
+	TH_CHECK(p && len == strlen(p), "make_log len");
 	free(p);
 	p = proto_env_make_error(PROTO_ERR_RUNTIME_CAP, "The run hit its 60 s limit / stopped", 7, NULL);
 	TH_CHECK_STR("make_error", p,
@@ -758,7 +758,7 @@ static void test_reuse(void)
 	int i;
 
 	for (i = 0; i < 20000; i++) {
-		int n = snprintf(line, sizeof line,
+		int n = snprintf(line, sizeof(line),
 		                 "{\"type\":\"step\",\"id\":\"s%d\",\"name\":\"n\",\"status\":\"%s\"}",
 		                 i / 2, i % 2 ? "succeeded" : "running");
 		proto_env_process(env, line, (size_t)n, i, &out);

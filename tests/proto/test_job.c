@@ -37,8 +37,8 @@ static int leak_checked;
 static void check_no_secret(const char *what, const char *err)
 {
 	leak_checked++;
-	TH_CHECK(strstr(err, MARK_OTP) == NULL && strstr(err, "upload-") == NULL &&
-	                 strstr(err, MARK_PROMPT) == NULL,
+	TH_CHECK(!strstr(err, MARK_OTP) && !strstr(err, "upload-") &&
+	                 !strstr(err, MARK_PROMPT),
 	         "%s: error quotes a secret: %s", what, err);
 }
 
@@ -60,12 +60,12 @@ static char *mutate(const char *field, const char *value)
 	json_t *o = json_loads(base_job, 0, NULL);
 	char *s;
 
-	if (value == NULL) {
+	if (!value) {
 		json_object_del(o, field);
 	} else {
 		json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
 
-		if (v == NULL) {
+		if (!v) {
 			fprintf(stderr, "bad test value %s\n", value);
 			abort();
 		}
@@ -188,25 +188,25 @@ static void run_table(void)
 	proto_job_t job;
 	size_t i;
 
-	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const job_case_t *c = &cases[i];
 		char *s = mutate(c->field, c->value);
-		int rc = parse_str(s, NULL, 0, &job, err, sizeof err);
+		int rc = parse_str(s, NULL, 0, &job, err, sizeof(err));
 
-		if (c->err == NULL) {
+		if (!c->err) {
 			TH_CHECK(rc == 0, "%s=%s: want accepted, got %s", c->field,
 			         c->value ? c->value : "(removed)", err);
 		} else {
 			TH_CHECK(rc == -1, "%s=%s: want rejected", c->field, c->value ? c->value : "(removed)");
 			TH_CHECK_STR(c->field, err, c->err);
-			TH_CHECK(job.agent_url == NULL && job.otp_setup == NULL && job.prompt == NULL &&
-			                 job.meta == NULL,
+			TH_CHECK(!job.agent_url && !job.otp_setup && !job.prompt &&
+			                 !job.meta,
 			         "cleared on failure");
 		}
 		proto_job_clear(&job);
 		free(s);
 	}
-	printf("job table: %zu cases\n", sizeof cases / sizeof cases[0]);
+	printf("job table: %zu cases\n", sizeof(cases) / sizeof(cases[0]));
 }
 
 static void test_valid(void)
@@ -216,7 +216,7 @@ static void test_valid(void)
 	const char *minimal = "{\"v\":1,\"run_id\":\"r1\",\"agent_url\":\"http://h\","
 	                      "\"otp_setup\":\"a\",\"otp_run\":\"b\",\"prompt\":\"p\"}";
 
-	TH_CHECK(parse_str(base_job, NULL, 0, &job, err, sizeof err) == 0, "full: %s", err);
+	TH_CHECK(parse_str(base_job, NULL, 0, &job, err, sizeof(err)) == 0, "full: %s", err);
 	TH_CHECK(job.v == 1, "v");
 	TH_CHECK_STR("run_id", job.run_id, "run_8Jd3kQ");
 	TH_CHECK_STR("agent_url", job.agent_url, "https://ws.example/api/assistant/sandbox/sess_1");
@@ -231,13 +231,13 @@ static void test_valid(void)
 	                 strcmp(json_string_value(json_object_get(job.meta, "k")), "v") == 0,
 	         "meta");
 	proto_job_clear(&job);
-	TH_CHECK(job.agent_url == NULL && job.otp_setup == NULL && job.meta == NULL &&
+	TH_CHECK(!job.agent_url && !job.otp_setup && !job.meta &&
 	                 job.run_id[0] == '\0' && job.v == 0,
 	         "clear zeroes");
 
-	TH_CHECK(parse_str(minimal, NULL, 0, &job, err, sizeof err) == 0, "minimal: %s", err);
-	TH_CHECK(job.otp_upload == NULL && job.caller == NULL && job.enqueued_at == 0 &&
-	                 job.max_runtime_sec == 0 && job.meta == NULL,
+	TH_CHECK(parse_str(minimal, NULL, 0, &job, err, sizeof(err)) == 0, "minimal: %s", err);
+	TH_CHECK(!job.otp_upload && !job.caller && job.enqueued_at == 0 &&
+	                 job.max_runtime_sec == 0 && !job.meta,
 	         "minimal defaults");
 	proto_job_clear(&job);
 	proto_job_clear(&job); /* twice is harmless */
@@ -250,32 +250,32 @@ static void test_raw(void)
 	char *big;
 	size_t n;
 
-	TH_CHECK(parse_str("{", NULL, 0, &job, err, sizeof err) == -1, "truncated");
+	TH_CHECK(parse_str("{", NULL, 0, &job, err, sizeof(err)) == -1, "truncated");
 	TH_CHECK_STR("truncated", err, "job: not valid JSON at line 1 column 1");
-	TH_CHECK(parse_str("", NULL, 0, &job, err, sizeof err) == -1, "empty");
+	TH_CHECK(parse_str("", NULL, 0, &job, err, sizeof(err)) == -1, "empty");
 	TH_CHECK_STR("empty", err, "job: not valid JSON at line 1 column 0");
-	TH_CHECK(parse_str("[1]", NULL, 0, &job, err, sizeof err) == -1, "array");
+	TH_CHECK(parse_str("[1]", NULL, 0, &job, err, sizeof(err)) == -1, "array");
 	TH_CHECK_STR("array", err, "job: not a JSON object");
-	TH_CHECK(parse_str("{\"v\":1,\"v\":1}", NULL, 0, &job, err, sizeof err) == -1, "dup");
+	TH_CHECK(parse_str("{\"v\":1,\"v\":1}", NULL, 0, &job, err, sizeof(err)) == -1, "dup");
 	TH_CHECK_STR("dup", err, "job: duplicate key at line 1 column 10");
 	/* A duplicate secret key: jansson's own message would quote it. */
 	TH_CHECK(parse_str("{\"otp_run\":\"x-" MARK_OTP "\",\"otp_run\":\"y-" MARK_OTP "\"}",
-	                   NULL, 0, &job, err, sizeof err) == -1,
+	                   NULL, 0, &job, err, sizeof(err)) == -1,
 	         "dup otp");
 	TH_CHECK_STR("dup otp", err, "job: duplicate key at line 1 column 31");
 	/* A bad escape inside an OTP: jansson's message would quote it. */
-	TH_CHECK(parse_str("{\"otp_run\":\"x-" MARK_OTP "\\q\"}", NULL, 0, &job, err, sizeof err) == -1,
+	TH_CHECK(parse_str("{\"otp_run\":\"x-" MARK_OTP "\\q\"}", NULL, 0, &job, err, sizeof(err)) == -1,
 	         "bad escape");
 	TH_CHECK_STR("bad escape", err, "job: not valid JSON at line 1 column 22");
-	TH_CHECK(parse_str("{\"v\":1,\"prompt\":\"\xff\"}", NULL, 0, &job, err, sizeof err) == -1, "utf8");
+	TH_CHECK(parse_str("{\"v\":1,\"prompt\":\"\xff\"}", NULL, 0, &job, err, sizeof(err)) == -1, "utf8");
 	TH_CHECK_STR("utf8", err, "job: invalid UTF-8 at line 1 column 17");
-	TH_CHECK(proto_job_parse("{\"v\":1}\0", 8, NULL, 0, &job, err, sizeof err) == -1, "nul");
+	TH_CHECK(proto_job_parse("{\"v\":1}\0", 8, NULL, 0, &job, err, sizeof(err)) == -1, "nul");
 	TH_CHECK_STR("nul", err, "job: not valid JSON at line 1 column 8");
-	TH_CHECK(parse_str("{\"v\":1,\"prompt\":\"a\\u0000b\"}", NULL, 0, &job, err, sizeof err) == -1,
+	TH_CHECK(parse_str("{\"v\":1,\"prompt\":\"a\\u0000b\"}", NULL, 0, &job, err, sizeof(err)) == -1,
 	         "escaped nul");
 	TH_CHECK_STR("escaped nul", err, "job: contains a NUL byte at line 1 column 26");
 	TH_CHECK(parse_str("{\"v\":1,\"enqueued_at\":99999999999999999999}", NULL, 0, &job, err,
-	                   sizeof err) == -1,
+	                   sizeof(err)) == -1,
 	         "overflow");
 	TH_CHECK_STR("overflow", err, "job: number out of range at line 1 column 41");
 
@@ -289,13 +289,13 @@ static void test_raw(void)
 	{
 		char *s = mutate("prompt", big);
 
-		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == -1, "big prompt");
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof(err)) == -1, "big prompt");
 		TH_CHECK_STR("big prompt", err, "prompt: longer than 524288 bytes");
 		free(s);
 		big[n] = '"';
 		big[n + 1] = '\0';
 		s = mutate("prompt", big);
-		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == 0, "prompt at cap: %s", err);
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof(err)) == 0, "prompt at cap: %s", err);
 		proto_job_clear(&job);
 		free(s);
 	}
@@ -308,7 +308,7 @@ static void test_raw(void)
 	big[0] = '{';
 	big[n - 1] = '}';
 	big[n] = '\0';
-	TH_CHECK(parse_str(big, NULL, 0, &job, err, sizeof err) == -1, "big job");
+	TH_CHECK(parse_str(big, NULL, 0, &job, err, sizeof(err)) == -1, "big job");
 	TH_CHECK_STR("big job", err, "job: too large (921601 bytes > 921600)");
 	free(big);
 
@@ -321,13 +321,13 @@ static void test_raw(void)
 	{
 		char *s = mutate("otp_run", big);
 
-		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == -1, "long otp");
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof(err)) == -1, "long otp");
 		TH_CHECK_STR("long otp", err, "otp_run: longer than 1024 bytes");
 		free(s);
 		big[1025] = '"';
 		big[1026] = '\0';
 		s = mutate("otp_run", big);
-		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == 0, "otp at cap: %s", err);
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof(err)) == 0, "otp at cap: %s", err);
 		proto_job_clear(&job);
 		free(s);
 	}
@@ -341,12 +341,12 @@ static void test_raw(void)
 	{
 		char *s = mutate("agent_url", big);
 
-		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == -1, "long url");
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof(err)) == -1, "long url");
 		TH_CHECK_STR("long url", err, "agent_url: longer than 2048 bytes");
 		free(s);
 		memcpy(big + 2049, "\"", 2);
 		s = mutate("agent_url", big);
-		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == 0, "url at cap: %s", err);
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof(err)) == 0, "url at cap: %s", err);
 		proto_job_clear(&job);
 		free(s);
 	}
@@ -356,7 +356,7 @@ static void test_raw(void)
 	{
 		char *s = mutate("caller", big);
 
-		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof err) == -1, "long caller");
+		TH_CHECK(parse_str(s, NULL, 0, &job, err, sizeof(err)) == -1, "long caller");
 		TH_CHECK_STR("long caller", err, "caller: longer than 128 bytes");
 		free(s);
 	}
@@ -369,41 +369,41 @@ static void test_key_parse(void)
 	char err[128];
 	char bad[65];
 
-	TH_CHECK(proto_job_key_parse(key_hex, key, err, sizeof err) == 0, "key: %s", err);
+	TH_CHECK(proto_job_key_parse(key_hex, key, err, sizeof(err)) == 0, "key: %s", err);
 	TH_CHECK(key[0] == 0 && key[1] == 1 && key[31] == 0x1f, "key bytes");
 	TH_CHECK(proto_job_key_parse("000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F",
-	                             key, err, sizeof err) == 0 &&
+	                             key, err, sizeof(err)) == 0 &&
 	                 key[10] == 0x0a,
 	         "upper case");
-	TH_CHECK(proto_job_key_parse(NULL, key, err, sizeof err) == -1, "null");
+	TH_CHECK(proto_job_key_parse(NULL, key, err, sizeof(err)) == -1, "null");
 	TH_CHECK_STR("null", err, "job key: missing");
-	TH_CHECK(proto_job_key_parse("", key, err, sizeof err) == -1, "empty");
+	TH_CHECK(proto_job_key_parse("", key, err, sizeof(err)) == -1, "empty");
 	TH_CHECK_STR("empty", err, "job key: missing");
-	TH_CHECK(proto_job_key_parse(key_hex + 1, key, err, sizeof err) == -1, "63");
+	TH_CHECK(proto_job_key_parse(key_hex + 1, key, err, sizeof(err)) == -1, "63");
 	TH_CHECK_STR("63", err, "job key: must be 64 hex digits (got 63 characters)");
 	memcpy(bad, key_hex, 65);
 	bad[40] = 'g';
-	TH_CHECK(proto_job_key_parse(bad, key, err, sizeof err) == -1, "g");
+	TH_CHECK(proto_job_key_parse(bad, key, err, sizeof(err)) == -1, "g");
 	TH_CHECK_STR("g", err, "job key: not a hex digit at position 41");
-	TH_CHECK(strstr(err, "0001") == NULL, "key not quoted");
+	TH_CHECK(!strstr(err, "0001"), "key not quoted");
 	{
 		char long_key[130];
 
 		memcpy(long_key, key_hex, 64);
 		memcpy(long_key + 64, key_hex, 65);
-		TH_CHECK(proto_job_key_parse(long_key, key, err, sizeof err) == -1, "128");
+		TH_CHECK(proto_job_key_parse(long_key, key, err, sizeof(err)) == -1, "128");
 		TH_CHECK_STR("128", err, "job key: must be 64 hex digits (got 128 characters)");
 	}
 }
 
 static int same_job(const proto_job_t *a, const proto_job_t *b)
 {
-#define SAME(f) ((a->f == NULL && b->f == NULL) || (a->f && b->f && strcmp(a->f, b->f) == 0))
+#define SAME(f) ((!a->f && !b->f) || (a->f && b->f && strcmp(a->f, b->f) == 0))
 	return a->v == b->v && strcmp(a->run_id, b->run_id) == 0 && SAME(agent_url) &&
 	        SAME(otp_setup) && SAME(otp_run) && SAME(otp_upload) && SAME(prompt) &&
 	        SAME(caller) && a->enqueued_at == b->enqueued_at &&
 	        a->max_runtime_sec == b->max_runtime_sec && a->max_tokens == b->max_tokens &&
-	        ((a->meta == NULL && b->meta == NULL) || json_equal(a->meta, b->meta));
+	        ((!a->meta && !b->meta) || json_equal(a->meta, b->meta));
 #undef SAME
 }
 
@@ -428,18 +428,18 @@ static void test_sealed(void)
 	json_t *o;
 	const char *sealed;
 
-	TH_CHECK(proto_job_key_parse(key_hex, key, err, sizeof err) == 0, "key");
-	TH_CHECK(proto_job_key_parse(key2_hex, key2, err, sizeof err) == 0, "key2");
-	TH_CHECK(parse_str(base_job, NULL, 0, &job, err, sizeof err) == 0, "base");
+	TH_CHECK(proto_job_key_parse(key_hex, key, err, sizeof(err)) == 0, "key");
+	TH_CHECK(proto_job_key_parse(key2_hex, key2, err, sizeof(err)) == 0, "key2");
+	TH_CHECK(parse_str(base_job, NULL, 0, &job, err, sizeof(err)) == 0, "base");
 
 	/* Round trip, sealed. */
-	s = proto_job_serialize(&job, key, &len, err, sizeof err);
-	TH_CHECK(s != NULL && len == strlen(s), "serialize sealed: %s", err);
-	TH_CHECK(strstr(s, MARK_OTP) == NULL && strstr(s, MARK_PROMPT) == NULL &&
-	                 strstr(s, "otp_") == NULL && strstr(s, "prompt") == NULL,
+	s = proto_job_serialize(&job, key, &len, err, sizeof(err));
+	TH_CHECK(s && len == strlen(s), "serialize sealed: %s", err);
+	TH_CHECK(!strstr(s, MARK_OTP) && !strstr(s, MARK_PROMPT) &&
+	                 !strstr(s, "otp_") && !strstr(s, "prompt"),
 	         "no plaintext: %s", s);
-	TH_CHECK(strstr(s, "\"sealed\":\"") != NULL, "has sealed");
-	TH_CHECK(parse_str(s, key, 1, &back, err, sizeof err) == 0, "parse sealed: %s", err);
+	TH_CHECK(strstr(s, "\"sealed\":\""), "has sealed");
+	TH_CHECK(parse_str(s, key, 1, &back, err, sizeof(err)) == 0, "parse sealed: %s", err);
 	TH_CHECK(same_job(&job, &back), "sealed round trip");
 	proto_job_clear(&back);
 
@@ -452,7 +452,7 @@ static void test_sealed(void)
 		char plain_json[512];
 		unsigned long long plen = 0;
 
-		TH_CHECK(sodium_base642bin(bin, sizeof bin, sealed, strlen(sealed), NULL, &bin_len, NULL,
+		TH_CHECK(sodium_base642bin(bin, sizeof(bin), sealed, strlen(sealed), NULL, &bin_len, NULL,
 		                           sodium_base64_VARIANT_ORIGINAL) == 0,
 		         "base64 original");
 		TH_CHECK(crypto_aead_xchacha20poly1305_ietf_decrypt(
@@ -466,19 +466,19 @@ static void test_sealed(void)
 	}
 
 	/* Two seals of the same job differ (random nonce). */
-	t = proto_job_serialize(&job, key, NULL, err, sizeof err);
-	TH_CHECK(t != NULL && strcmp(s, t) != 0, "fresh nonce");
+	t = proto_job_serialize(&job, key, NULL, err, sizeof(err));
+	TH_CHECK(t && strcmp(s, t) != 0, "fresh nonce");
 	free(t);
 
 	/* No key configured. */
-	TH_CHECK(parse_str(s, NULL, 0, &back, err, sizeof err) == -1, "no key");
+	TH_CHECK(parse_str(s, NULL, 0, &back, err, sizeof(err)) == -1, "no key");
 	TH_CHECK_STR("no key", err, "sealed: no job key configured");
 	/* Wrong key. */
-	TH_CHECK(parse_str(s, key2, 0, &back, err, sizeof err) == -1, "wrong key");
+	TH_CHECK(parse_str(s, key2, 0, &back, err, sizeof(err)) == -1, "wrong key");
 	TH_CHECK_STR("wrong key", err, "sealed: cannot be opened (wrong key or tampered)");
 	/* Moved to another run_id. */
 	t = with_string(s, "run_id", "run_other");
-	TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "moved");
+	TH_CHECK(parse_str(t, key, 0, &back, err, sizeof(err)) == -1, "moved");
 	TH_CHECK_STR("moved", err, "sealed: cannot be opened (wrong key or tampered)");
 	free(t);
 	/* Tampered: one base64 character changed in the middle. */
@@ -488,14 +488,14 @@ static void test_sealed(void)
 
 		m[mid] = m[mid] == 'A' ? 'B' : 'A';
 		t = with_string(s, "sealed", m);
-		TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "tampered");
+		TH_CHECK(parse_str(t, key, 0, &back, err, sizeof(err)) == -1, "tampered");
 		TH_CHECK_STR("tampered", err, "sealed: cannot be opened (wrong key or tampered)");
 		free(t);
 		/* Truncated. */
 		memcpy(m, sealed, strlen(sealed) + 1);
 		m[strlen(m) - 8] = '\0';
 		t = with_string(s, "sealed", m);
-		TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "truncated");
+		TH_CHECK(parse_str(t, key, 0, &back, err, sizeof(err)) == -1, "truncated");
 		TH_CHECK_STR("truncated", err, "sealed: cannot be opened (wrong key or tampered)");
 		free(t);
 		free(m);
@@ -505,16 +505,16 @@ static void test_sealed(void)
 			                            "AAAA AAAA" };
 		size_t i;
 
-		for (i = 0; i < sizeof junk / sizeof junk[0]; i++) {
+		for (i = 0; i < sizeof(junk) / sizeof(junk[0]); i++) {
 			t = with_string(s, "sealed", junk[i]);
-			TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "junk %zu", i);
+			TH_CHECK(parse_str(t, key, 0, &back, err, sizeof(err)) == -1, "junk %zu", i);
 			TH_CHECK_STR("junk", err, "sealed: cannot be opened (wrong key or tampered)");
 			free(t);
 		}
 	}
 	/* Plaintext secrets next to a seal. */
 	t = with_string(s, "otp_run", "x-" MARK_OTP);
-	TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "plaintext next to sealed");
+	TH_CHECK(parse_str(t, key, 0, &back, err, sizeof(err)) == -1, "plaintext next to sealed");
 	TH_CHECK_STR("plaintext next to sealed", err, "otp_run: must not appear in plaintext next to sealed");
 	free(t);
 	t = with_string(s, "sealed", "x");
@@ -526,43 +526,43 @@ static void test_sealed(void)
 		t = json_dumps(so, JSON_COMPACT);
 		json_decref(so);
 	}
-	TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "sealed 5");
+	TH_CHECK(parse_str(t, key, 0, &back, err, sizeof(err)) == -1, "sealed 5");
 	TH_CHECK_STR("sealed 5", err, "sealed: not a string");
 	free(t);
 	t = with_string(s, "prompt", "p");
-	TH_CHECK(parse_str(t, key, 0, &back, err, sizeof err) == -1, "prompt next to sealed");
+	TH_CHECK(parse_str(t, key, 0, &back, err, sizeof(err)) == -1, "prompt next to sealed");
 	TH_CHECK_STR("prompt next to sealed", err, "prompt: must not appear in plaintext next to sealed");
 	free(t);
 	json_decref(o);
 	free(s);
 
 	/* require_sealed refuses a plaintext job, with or without a key. */
-	TH_CHECK(parse_str(base_job, key, 1, &back, err, sizeof err) == -1, "require");
+	TH_CHECK(parse_str(base_job, key, 1, &back, err, sizeof(err)) == -1, "require");
 	TH_CHECK_STR("require", err, "sealed: required but the job is not sealed");
-	TH_CHECK(parse_str(base_job, NULL, 1, &back, err, sizeof err) == -1, "require no key");
+	TH_CHECK(parse_str(base_job, NULL, 1, &back, err, sizeof(err)) == -1, "require no key");
 	TH_CHECK_STR("require no key", err, "sealed: required but the job is not sealed");
 	/* A key alone does not require sealing. */
-	TH_CHECK(parse_str(base_job, key, 0, &back, err, sizeof err) == 0, "key, plaintext ok");
+	TH_CHECK(parse_str(base_job, key, 0, &back, err, sizeof(err)) == 0, "key, plaintext ok");
 	proto_job_clear(&back);
 
 	/* Round trip, unsealed; and sealed without otp_upload / optionals. */
-	s = proto_job_serialize(&job, NULL, &len, err, sizeof err);
+	s = proto_job_serialize(&job, NULL, &len, err, sizeof(err));
 	TH_CHECK_STR("unsealed serialize", s,
 	             "{\"v\":1,\"run_id\":\"run_8Jd3kQ\",\"agent_url\":\"https://ws.example/api/assistant/sandbox/sess_1\","
 	             "\"otp_setup\":\"setup-" MARK_OTP "-1\",\"otp_run\":\"run-" MARK_OTP "-2\","
 	             "\"otp_upload\":\"upload-" MARK_OTP "-3\",\"prompt\":\"Add an inference node " MARK_PROMPT "\","
 	             "\"caller\":\"assistant\",\"enqueued_at\":1700000000000,\"max_runtime_sec\":28800,"
 	             "\"meta\":{\"k\":\"v\"}}");
-	TH_CHECK(parse_str(s, NULL, 0, &back, err, sizeof err) == 0 && same_job(&job, &back),
+	TH_CHECK(parse_str(s, NULL, 0, &back, err, sizeof(err)) == 0 && same_job(&job, &back),
 	         "unsealed round trip");
 	proto_job_clear(&back);
 	free(s);
 
 	/* The budget goes through. */
 	job.max_tokens = 500;
-	s = proto_job_serialize(&job, NULL, &len, err, sizeof err);
+	s = proto_job_serialize(&job, NULL, &len, err, sizeof(err));
 	TH_CHECK(s && strstr(s, ",\"budget\":{\"max_tokens\":500}"), "budget serialized");
-	TH_CHECK(parse_str(s, NULL, 0, &back, err, sizeof err) == 0 && back.max_tokens == 500, "budget round trip");
+	TH_CHECK(parse_str(s, NULL, 0, &back, err, sizeof(err)) == 0 && back.max_tokens == 500, "budget round trip");
 	proto_job_clear(&back);
 	free(s);
 	job.max_tokens = 0;
@@ -575,15 +575,15 @@ static void test_sealed(void)
 	job.meta = NULL;
 	job.enqueued_at = 0;
 	job.max_runtime_sec = 0;
-	s = proto_job_serialize(&job, NULL, &len, err, sizeof err);
+	s = proto_job_serialize(&job, NULL, &len, err, sizeof(err));
 	TH_CHECK_STR("minimal serialize", s,
 	             "{\"v\":1,\"run_id\":\"run_8Jd3kQ\",\"agent_url\":\"https://ws.example/api/assistant/sandbox/sess_1\","
 	             "\"otp_setup\":\"setup-" MARK_OTP "-1\",\"otp_run\":\"run-" MARK_OTP "-2\","
 	             "\"prompt\":\"Add an inference node " MARK_PROMPT "\"}");
 	free(s);
-	s = proto_job_serialize(&job, key, &len, err, sizeof err);
-	TH_CHECK(parse_str(s, key, 0, &back, err, sizeof err) == 0 && same_job(&job, &back) &&
-	                 back.otp_upload == NULL,
+	s = proto_job_serialize(&job, key, &len, err, sizeof(err));
+	TH_CHECK(parse_str(s, key, 0, &back, err, sizeof(err)) == 0 && same_job(&job, &back) &&
+	                 !back.otp_upload,
 	         "sealed round trip without upload: %s", err);
 	proto_job_clear(&back);
 	free(s);
@@ -591,8 +591,8 @@ static void test_sealed(void)
 	/* Serialize refuses an invalid job, naming the field. */
 	u = job.otp_run;
 	job.otp_run = strdup("bad-" MARK_OTP "\r\nX: 1");
-	s = proto_job_serialize(&job, key, &len, err, sizeof err);
-	TH_CHECK(s == NULL, "serialize invalid");
+	s = proto_job_serialize(&job, key, &len, err, sizeof(err));
+	TH_CHECK(!s, "serialize invalid");
 	TH_CHECK_STR("serialize invalid", err, OTPERR("otp_run"));
 	check_no_secret("serialize", err);
 	free(job.otp_run);
@@ -619,8 +619,8 @@ static void test_odd_seal_content(void)
 	};
 	size_t i;
 
-	proto_job_key_parse(key_hex, key, err, sizeof err);
-	for (i = 0; i < sizeof contents / sizeof contents[0]; i++) {
+	proto_job_key_parse(key_hex, key, err, sizeof(err));
+	for (i = 0; i < sizeof(contents) / sizeof(contents[0]); i++) {
 		unsigned char box[256];
 		char b64[400], *s;
 		unsigned long long clen = 0;
@@ -631,10 +631,10 @@ static void test_odd_seal_content(void)
 		randombytes_buf(box, 24);
 		crypto_aead_xchacha20poly1305_ietf_encrypt(box + 24, &clen, (const unsigned char *)contents[i],
 		                                           plen, (const unsigned char *)"r1", 2, NULL, box, key);
-		sodium_bin2base64(b64, sizeof b64, box, 24 + clen, sodium_base64_VARIANT_ORIGINAL);
+		sodium_bin2base64(b64, sizeof(b64), box, 24 + clen, sodium_base64_VARIANT_ORIGINAL);
 		o = json_pack("{s:i,s:s,s:s,s:s}", "v", 1, "run_id", "r1", "agent_url", "http://h", "sealed", b64);
 		s = json_dumps(o, JSON_COMPACT);
-		TH_CHECK(parse_str(s, key, 0, &job, err, sizeof err) == -1, "odd seal %zu", i);
+		TH_CHECK(parse_str(s, key, 0, &job, err, sizeof(err)) == -1, "odd seal %zu", i);
 		TH_CHECK_STR("odd seal", err, errs[i]);
 		free(s);
 		json_decref(o);
@@ -646,36 +646,36 @@ static void test_validate(void)
 	proto_job_t job;
 	char err[256];
 
-	memset(&job, 0, sizeof job);
-	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "empty struct");
+	memset(&job, 0, sizeof(job));
+	TH_CHECK(proto_job_validate(&job, err, sizeof(err)) == -1, "empty struct");
 	TH_CHECK_STR("empty struct", err, "v: unsupported version 0 (want 1)");
 	job.v = 1;
-	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "no run_id");
+	TH_CHECK(proto_job_validate(&job, err, sizeof(err)) == -1, "no run_id");
 	TH_CHECK_STR("no run_id", err, "run_id: empty");
 	snprintf(job.run_id, sizeof(job.run_id), "%s", "r1");
 	job.agent_url = "http://h";
 	job.otp_setup = "a";
 	job.otp_run = "b";
-	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "no prompt");
+	TH_CHECK(proto_job_validate(&job, err, sizeof(err)) == -1, "no prompt");
 	TH_CHECK_STR("no prompt", err, "prompt: missing");
 	job.prompt = "bad \xff utf8";
-	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "bad prompt");
+	TH_CHECK(proto_job_validate(&job, err, sizeof(err)) == -1, "bad prompt");
 	TH_CHECK_STR("bad prompt", err, "prompt: invalid UTF-8");
 	job.prompt = "ok";
 	job.caller = "\xc3";
-	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "bad caller");
+	TH_CHECK(proto_job_validate(&job, err, sizeof(err)) == -1, "bad caller");
 	TH_CHECK_STR("bad caller", err, "caller: invalid UTF-8");
 	job.caller = NULL;
 	job.enqueued_at = -1;
-	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "neg enqueued");
+	TH_CHECK(proto_job_validate(&job, err, sizeof(err)) == -1, "neg enqueued");
 	TH_CHECK_STR("neg enqueued", err, "enqueued_at: must not be negative");
 	job.enqueued_at = 0;
 	job.meta = json_array();
-	TH_CHECK(proto_job_validate(&job, err, sizeof err) == -1, "meta array");
+	TH_CHECK(proto_job_validate(&job, err, sizeof(err)) == -1, "meta array");
 	TH_CHECK_STR("meta array", err, "meta: not an object");
 	json_decref(job.meta);
 	job.meta = NULL;
-	TH_CHECK(proto_job_validate(&job, err, sizeof err) == 0, "valid: %s", err);
+	TH_CHECK(proto_job_validate(&job, err, sizeof(err)) == 0, "valid: %s", err);
 	/* A tiny error buffer truncates, never overflows. */
 	job.prompt = NULL;
 	TH_CHECK(proto_job_validate(&job, err, 4) == -1 && strcmp(err, "pro") == 0, "small buffer");

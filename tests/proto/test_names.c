@@ -118,13 +118,13 @@ static void test_rule(const name_rule_t *r)
 	const name_case_t *c;
 	char *s;
 
-	for (c = r->cases; c->name != NULL; c++)
+	for (c = r->cases; c->name; c++)
 		TH_CHECK(r->valid(c->name) == c->ok, "%s \"%s\": want %s", r->what, c->name,
 		         c->ok ? "valid" : "invalid");
 	TH_CHECK(!r->valid(NULL), "%s NULL", r->what);
 
 	s = malloc(r->max + 2);
-	if (s == NULL)
+	if (!s)
 		abort();
 	memset(s, r->fill, r->max + 1);
 	s[r->max] = '\0';
@@ -151,9 +151,9 @@ static void test_json_words(void)
 	json_error_t jerr;
 	size_t i;
 
-	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		json_t *v = json_loads(cases[i].text, JSON_REJECT_DUPLICATES, &jerr);
-		TH_CHECK(v == NULL, "%s parses", cases[i].text);
+		TH_CHECK(!v, "%s parses", cases[i].text);
 		json_decref(v);
 		TH_CHECK_STR(cases[i].text, proto_json_error_words(&jerr, "other"), cases[i].words);
 	}
@@ -163,7 +163,7 @@ int main(void)
 {
 	size_t i;
 
-	for (i = 0; i < sizeof rules / sizeof rules[0]; i++)
+	for (i = 0; i < sizeof(rules) / sizeof(rules[0]); i++)
 		test_rule(&rules[i]);
 	test_json_words();
 	return th_done();

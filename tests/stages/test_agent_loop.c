@@ -203,7 +203,7 @@ int main(int argc, char **argv)
 	TH_REQUIRE(argc == 2, "usage: test_agent_loop MOCK_AGENT");
 	mock_agent = argv[1];
 	ws_dir = th_tmpdir();
-	TH_REQUIRE(ws_dir != NULL);
+	TH_REQUIRE(ws_dir);
 	signal(SIGPIPE, SIG_IGN);
 	test_stderr_race();
 	test_ask("{\"type\":\"reply\",\"id\":\"ask_1\",\"option\":\"allow_once\"}", "answered", "succeeded", 0);

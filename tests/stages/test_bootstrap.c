@@ -18,9 +18,9 @@ static dev_stub_t *stub;
 /* Every message is checked for both OTPs of the run. */
 static void no_secret(const char *err, const dev_stub_otps_t *o)
 {
-	TH_CHECK(strstr(err, o->otp_setup) == NULL, "setup OTP in \"%s\"", err);
-	TH_CHECK(strstr(err, o->otp_run) == NULL, "run OTP in \"%s\"", err);
-	TH_CHECK(strstr(err, o->otp_upload) == NULL, "upload OTP in \"%s\"", err);
+	TH_CHECK(!strstr(err, o->otp_setup), "setup OTP in \"%s\"", err);
+	TH_CHECK(!strstr(err, o->otp_run), "run OTP in \"%s\"", err);
+	TH_CHECK(!strstr(err, o->otp_upload), "upload OTP in \"%s\"", err);
 }
 
 static void add_run(const dev_stub_run_t *run, dev_stub_otps_t *o)
@@ -38,7 +38,7 @@ static void expect_error(const char *what, const dev_stub_otps_t *o,
 	                                err, sizeof(err));
 	TH_CHECK(rc == -1, "%s: succeeded", what);
 	TH_CHECK(th_streq(err, want), "%s: \"%s\", want \"%s\"", what, err, want);
-	TH_CHECK(boot.config == NULL && boot.variables == NULL, "%s: boot not cleared", what);
+	TH_CHECK(!boot.config && !boot.variables, "%s: boot not cleared", what);
 	no_secret(err, o);
 }
 
@@ -80,7 +80,7 @@ static void test_success(void)
 	TH_CHECK(th_streq(boot.ws_api_token, "asbx_tok"));
 	TH_CHECK(boot.max_runtime_sec == 600);
 	worker_boot_clear(&boot);
-	TH_CHECK(boot.config == NULL);
+	TH_CHECK(!boot.config);
 
 	dev_stub_ep_stats_t st;
 	TH_CHECK(dev_stub_stats(stub, o.session, DEV_STUB_EP_ENV, &st) == 0 && st.calls == 1 && st.ok == 1);
@@ -96,7 +96,7 @@ static void test_success(void)
 	                                  err, sizeof(err)) == 0,
 	           "%s", err);
 	TH_CHECK(json_is_object(boot.variables) && json_object_size(boot.variables) == 0);
-	TH_CHECK(boot.setup_script == NULL && boot.zip_url == NULL && boot.max_runtime_sec == 0);
+	TH_CHECK(!boot.setup_script && !boot.zip_url && boot.max_runtime_sec == 0);
 	worker_boot_clear(&boot);
 }
 
@@ -179,7 +179,7 @@ static void test_unreachable(void)
 	                                err, sizeof(err)) == -1);
 	TH_CHECK(th_streq(err, th_strf("GET /env: could not connect to 127.0.0.1:%d (Connection refused)", closed)),
 	         "%s", err);
-	TH_CHECK(strstr(err, "QUERY-SECRET") == NULL);
+	TH_CHECK(!strstr(err, "QUERY-SECRET"));
 	no_secret(err, &o);
 
 	TH_CHECK(worker_bootstrap_fetch("ftp://127.0.0.1/x", o.otp_setup, o.otp_run, NULL, &boot,
@@ -246,7 +246,7 @@ int main(void)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	char err[256];
 	stub = dev_stub_start(NULL, err, sizeof(err));
-	TH_REQUIRE(stub != NULL, "stub: %s", err);
+	TH_REQUIRE(stub, "stub: %s", err);
 
 	test_success();
 	test_http_failures();

@@ -26,14 +26,14 @@ static void test_strv(void)
 	TH_CHECK(rn_strv_setenv(&s, "N", "2") == 0, "replace");
 	for (int i = 0; i < 100; i++)
 		TH_CHECK(rn_strv_addf(&s, "x%d", i) == 0);
-	TH_REQUIRE(s.n == 103 && s.v != NULL && s.v[103] == NULL, "n %zu", s.n);
+	TH_REQUIRE(s.n == 103 && s.v && !s.v[103], "n %zu", s.n);
 	TH_CHECK(th_streq(s.v[0], "a"));
 	TH_CHECK(th_streq(s.v[1], "N=2"), "%s", s.v[1]);
 	TH_CHECK(th_streq(s.v[2], "HOME=/root"), "%s", s.v[2]);
 	TH_CHECK(th_streq(s.v[102], "x99"));
 	TH_CHECK(!s.oom);
 	rn_strv_free(&s);
-	TH_CHECK(s.v == NULL && s.n == 0 && s.cap == 0);
+	TH_CHECK(!s.v && s.n == 0 && s.cap == 0);
 
 	/* After a failed add the vector stays failed. */
 	s.oom = 1;
@@ -81,11 +81,11 @@ static void connect_fails(const char *url, const char *want)
 
 	TH_REQUIRE(rn_redis_url_parse(url, &u, err, sizeof(err)) == 0, "%s", err);
 	redisContext *c = rn_redis_connect(&u, 1000, 1000, err, sizeof(err));
-	TH_CHECK(c == NULL, "%s connected", url);
+	TH_CHECK(!c, "%s connected", url);
 	if (c)
 		redisFree(c);
 	TH_CHECK(th_streq(err, want), "%s: got \"%s\", want \"%s\"", url, err, want);
-	TH_CHECK(strstr(err, "hunter2") == NULL && strstr(err, "s3cret-pw") == NULL, "%s", err);
+	TH_CHECK(!strstr(err, "hunter2") && !strstr(err, "s3cret-pw"), "%s", err);
 }
 
 static void test_connect(void)
@@ -100,7 +100,7 @@ static void test_connect(void)
 	                              sizeof(err)) == 0,
 	           "%s", err);
 	redisContext *c = rn_redis_connect(&u, 1000, 1000, err, sizeof(err));
-	TH_REQUIRE(c != NULL, "%s", err);
+	TH_REQUIRE(c, "%s", err);
 	redisReply *rep = redisCommand(c, "CLIENT INFO");
 	TH_CHECK(rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, " db=3 "), "%s",
 	         rep && rep->str ? rep->str : "no reply");
@@ -123,7 +123,7 @@ static void test_dynbuf(void)
 {
 	rn_dynbuf_t b;
 	rn_dynbuf_init(&b, 100);
-	TH_CHECK(b.p == NULL && b.len == 0, "empty at init");
+	TH_CHECK(!b.p && b.len == 0, "empty at init");
 	char chunk[33];
 	memset(chunk, 'x', sizeof(chunk));
 	for (int i = 0; i < 3; i++)
@@ -144,7 +144,7 @@ static void test_dynbuf(void)
 	TH_CHECK(rn_dynbuf_adds(&b, "abc") == 0 && th_streq(b.p, "abc"), "adds");
 	size_t len = 0;
 	char *t = rn_dynbuf_take(&b, &len);
-	TH_CHECK(t && len == 3 && th_streq(t, "abc") && b.p == NULL && b.len == 0 && b.max == 100, "take");
+	TH_CHECK(t && len == 3 && th_streq(t, "abc") && !b.p && b.len == 0 && b.max == 100, "take");
 	free(t);
 	t = rn_dynbuf_take(&b, &len);
 	TH_CHECK(t && len == 0 && t[0] == '\0', "take of an empty buffer is \"\"");

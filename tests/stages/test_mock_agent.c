@@ -38,7 +38,7 @@ static void judge(const char *out, size_t len, verdict_t *v)
 {
 	memset(v, 0, sizeof(*v));
 	proto_env_t *env = proto_env_new(0);
-	TH_REQUIRE(env != NULL);
+	TH_REQUIRE(env);
 	const char *p = out, *end = out + len;
 	while (p < end) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -101,7 +101,7 @@ static void test_demo(worker_sandbox_driver_t driver)
 	TH_CHECK(v.lines == 8, "demo printed %zu lines", v.lines);
 	TH_CHECK(v.invalid == 0, "invalid demo lines: %s", v.reasons);
 	TH_CHECK(v.terminated && v.last_type == PROTO_ENV_RESULT, "last: %s", v.last_text);
-	TH_CHECK(strstr(v.last_text, "Add an inference node") != NULL, "result: %s", v.last_text);
+	TH_CHECK(strstr(v.last_text, "Add an inference node"), "result: %s", v.last_text);
 	TH_CHECK(v.open_steps_at_end == 0);
 	TH_CHECK(took >= 900 && took < 5000, "demo took %lld ms", (long long)took);
 	TH_CHECK(o.err_len == 0, "stderr: %s", o.err);
@@ -154,7 +154,7 @@ static void test_scripts(void)
 
 	TH_REQUIRE(run_mock(WORKER_SANDBOX_BWRAP, (char *[]){ "stderr", NULL }, TURN, &o) == 0);
 	judge(o.out, o.out_len, &v);
-	TH_CHECK(v.terminated && strstr(o.err, "a line on stderr\n") != NULL, "stderr: %s", o.err);
+	TH_CHECK(v.terminated && strstr(o.err, "a line on stderr\n"), "stderr: %s", o.err);
 	sbx_out_free(&o);
 
 	TH_REQUIRE(run_mock(WORKER_SANDBOX_BWRAP, (char *[]){ "open-step", NULL }, TURN, &o) == 0);
@@ -195,7 +195,7 @@ int main(int argc, char **argv)
 	TH_REQUIRE(argc == 2, "usage: test_mock_agent MOCK_AGENT");
 	mock_agent = argv[1];
 	ws_dir = th_tmpdir();
-	TH_REQUIRE(ws_dir != NULL);
+	TH_REQUIRE(ws_dir);
 	test_demo(WORKER_SANDBOX_BWRAP);
 	test_demo(WORKER_SANDBOX_PROCESS);
 	test_scripts();

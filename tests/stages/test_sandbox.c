@@ -87,10 +87,10 @@ static void test_env(void)
 	sbx_out_t o;
 	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, "env", NULL, &o) == 0);
 	TH_CHECK(exit_code(&o) == 0, "status %d, stderr %s", o.status, o.err);
-	TH_CHECK(strstr(o.out, "FOO=bar baz\n") != NULL, "env: %s", o.out);
-	TH_CHECK(strstr(o.out, "RUNNEL_RUN_ID=run_sbx\n") != NULL);
-	TH_CHECK(strstr(o.out, "RUNNEL_REDIS_URL") == NULL, "worker env leaked: %s", o.out);
-	TH_CHECK(strstr(o.out, "sandbox-test-secret") == NULL, "worker env leaked: %s", o.out);
+	TH_CHECK(strstr(o.out, "FOO=bar baz\n"), "env: %s", o.out);
+	TH_CHECK(strstr(o.out, "RUNNEL_RUN_ID=run_sbx\n"));
+	TH_CHECK(!strstr(o.out, "RUNNEL_REDIS_URL"), "worker env leaked: %s", o.out);
+	TH_CHECK(!strstr(o.out, "sandbox-test-secret"), "worker env leaked: %s", o.out);
 	sbx_out_free(&o);
 
 	/* bwrap's command line does not carry the values either. */
@@ -102,11 +102,11 @@ static void test_env(void)
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)sb.pid);
 	size_t len = 0;
 	char *cmd = th_file_read(path, &len);
-	TH_CHECK(cmd != NULL);
+	TH_CHECK(cmd);
 	for (size_t i = 0; cmd && i < len; i++)
 		if (cmd[i] == '\0')
 			cmd[i] = ' ';
-	TH_CHECK(cmd && strstr(cmd, "bar baz") == NULL, "env value on bwrap's command line: %s", cmd);
+	TH_CHECK(cmd && !strstr(cmd, "bar baz"), "env value on bwrap's command line: %s", cmd);
 	free(cmd);
 	TH_CHECK(sbx_collect(&sb, NULL, 1, 10000, &o) == 0);
 	worker_sandbox_destroy(&sb);
@@ -137,7 +137,7 @@ static int count_files(const char *dir)
 static void test_loader_env(void)
 {
 	const char *marks = th_tmpdir();
-	TH_REQUIRE(marks != NULL);
+	TH_REQUIRE(marks);
 	char *envp[] = {
 		"PATH=/usr/local/bin:/usr/bin:/bin",
 		th_strf("LD_PRELOAD=%s", RUNNEL_TEST_PRELOAD_SO),
@@ -150,7 +150,7 @@ static void test_loader_env(void)
 	sbx_out_t o;
 	TH_REQUIRE(sbx_run(sbx_spawn, &s, NULL, 1, 10000, &o) == 0);
 	TH_CHECK(exit_code(&o) == 0, "status %d, stderr %s", o.status, o.err);
-	TH_CHECK(strstr(o.out, "preload=" RUNNEL_TEST_PRELOAD_SO) != NULL, "the agent's env: %s", o.out);
+	TH_CHECK(strstr(o.out, "preload=" RUNNEL_TEST_PRELOAD_SO), "the agent's env: %s", o.out);
 	TH_CHECK(count_files(marks) == 0, "a host process loaded the run's LD_PRELOAD (%d marker(s))",
 	         count_files(marks));
 	sbx_out_free(&o);
@@ -197,11 +197,11 @@ static void test_host_root(void)
 	sbx_out_t o;
 	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, script, NULL, &o) == 0);
 	TH_CHECK(exit_code(&o) == 0, "status %d, stderr %s", o.status, o.err);
-	TH_CHECK(strstr(o.out, "OPEN") == NULL, "a kernel knob opened for writing: %s", o.out);
-	TH_CHECK(strstr(o.out, "refused /proc/sys/kernel/core_pattern\n") != NULL, "out: %s", o.out);
-	TH_CHECK(strstr(o.out, "refused /proc/sys/vm/drop_caches\n") != NULL, "out: %s", o.out);
-	TH_CHECK(strstr(o.out, "refused /proc/sysrq-trigger\n") != NULL, "out: %s", o.out);
-	TH_CHECK(strstr(o.out, "done\n") != NULL, "out: %s", o.out);
+	TH_CHECK(!strstr(o.out, "OPEN"), "a kernel knob opened for writing: %s", o.out);
+	TH_CHECK(strstr(o.out, "refused /proc/sys/kernel/core_pattern\n"), "out: %s", o.out);
+	TH_CHECK(strstr(o.out, "refused /proc/sys/vm/drop_caches\n"), "out: %s", o.out);
+	TH_CHECK(strstr(o.out, "refused /proc/sysrq-trigger\n"), "out: %s", o.out);
+	TH_CHECK(strstr(o.out, "done\n"), "out: %s", o.out);
 	sbx_out_free(&o);
 	struct stat st;
 	char *owned = th_strf("%s/owned-by", ws_dir);
@@ -263,10 +263,10 @@ static void test_syscalls(void)
 	sbx_out_t o;
 	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, script, NULL, &o) == 0);
 	TH_CHECK(exit_code(&o) == 0, "status %d, stderr %s", o.status, o.err);
-	TH_CHECK(strstr(o.out, "userns=no\n") != NULL, "a nested user namespace: %s", o.out);
-	TH_CHECK(strstr(o.out, th_strf("keyctl=-1 %d\n", EPERM)) != NULL, "keyctl: %s", o.out);
-	TH_CHECK(strstr(o.out, th_strf("bpf=-1 %d\n", EPERM)) != NULL, "bpf: %s", o.out);
-	TH_CHECK(strstr(o.out, "still-running\n") != NULL, "the run stopped: %s", o.out);
+	TH_CHECK(strstr(o.out, "userns=no\n"), "a nested user namespace: %s", o.out);
+	TH_CHECK(strstr(o.out, th_strf("keyctl=-1 %d\n", EPERM)), "keyctl: %s", o.out);
+	TH_CHECK(strstr(o.out, th_strf("bpf=-1 %d\n", EPERM)), "bpf: %s", o.out);
+	TH_CHECK(strstr(o.out, "still-running\n"), "the run stopped: %s", o.out);
 	sbx_out_free(&o);
 }
 
@@ -277,16 +277,16 @@ static void test_no_host_paths(void)
 	sbx_out_t o;
 	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, "tr '\\0' ' ' < /proc/1/cmdline", NULL, &o) == 0);
 	TH_CHECK(exit_code(&o) == 0, "status %d, stderr %s", o.status, o.err);
-	TH_CHECK(strstr(o.out, "bwrap") != NULL, "cmdline: %s", o.out);
-	TH_CHECK(strstr(o.out, ws_dir) == NULL, "the workspace's host path on bwrap's command line: %s", o.out);
-	TH_CHECK(strstr(o.out, RUNNEL_TEST_SANDBOX_INIT) == NULL, "a host path on bwrap's command line: %s", o.out);
+	TH_CHECK(strstr(o.out, "bwrap"), "cmdline: %s", o.out);
+	TH_CHECK(!strstr(o.out, ws_dir), "the workspace's host path on bwrap's command line: %s", o.out);
+	TH_CHECK(!strstr(o.out, RUNNEL_TEST_SANDBOX_INIT), "a host path on bwrap's command line: %s", o.out);
 	sbx_out_free(&o);
 }
 
 static void test_filesystem(void)
 {
 	const char *tmp = th_tmpdir();
-	TH_REQUIRE(tmp != NULL);
+	TH_REQUIRE(tmp);
 	char *secret = th_strf("%s/host-secret.txt", tmp);
 	TH_REQUIRE(th_file_write(secret, "top secret\n", 11) == 0);
 
@@ -294,8 +294,8 @@ static void test_filesystem(void)
 	/* A host file outside the workspace does not exist in the sandbox. */
 	char *script = th_strf("cat %s; echo rc=$?", secret);
 	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, script, NULL, &o) == 0);
-	TH_CHECK(strstr(o.out, "top secret") == NULL, "host file readable: %s", o.out);
-	TH_CHECK(strstr(o.out, "rc=1") != NULL, "out %s", o.out);
+	TH_CHECK(!strstr(o.out, "top secret"), "host file readable: %s", o.out);
+	TH_CHECK(strstr(o.out, "rc=1"), "out %s", o.out);
 	sbx_out_free(&o);
 
 	/* /root is a fresh tmpfs holding only the workspace. */
@@ -305,8 +305,8 @@ static void test_filesystem(void)
 
 	/* The host's /etc/shadow is not there (only a few /etc files are). */
 	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, "cat /etc/shadow; echo rc=$?", NULL, &o) == 0);
-	TH_CHECK(strstr(o.out, "root:") == NULL, "shadow readable: %s", o.out);
-	TH_CHECK(strstr(o.out, "rc=1") != NULL, "out %s", o.out);
+	TH_CHECK(!strstr(o.out, "root:"), "shadow readable: %s", o.out);
+	TH_CHECK(strstr(o.out, "rc=1"), "out %s", o.out);
 	sbx_out_free(&o);
 
 	/* The system is read-only; the workspace is writable and shared. */
@@ -315,12 +315,12 @@ static void test_filesystem(void)
 	                  "echo hello > /root/workspace/out.txt; echo ws=$?; "
 	                  "echo private > /tmp/sbx-private; ls -A /tmp; echo tmp-end; pwd",
 	                  NULL, &o) == 0);
-	TH_CHECK(strstr(o.out, "usr=1") != NULL, "out %s", o.out);
-	TH_CHECK(strstr(o.out, "ws=0") != NULL, "out %s", o.out);
+	TH_CHECK(strstr(o.out, "usr=1"), "out %s", o.out);
+	TH_CHECK(strstr(o.out, "ws=0"), "out %s", o.out);
 	/* /tmp is private: the host's /tmp entries (our temp dir) are absent. */
-	TH_CHECK(strstr(o.out, "sbx-private\ntmp-end\n") != NULL, "ls /tmp: %s", o.out);
-	TH_CHECK(strstr(o.out, "runnel-th-") == NULL, "host /tmp visible: %s", o.out);
-	TH_CHECK(strstr(o.out, "/root/workspace\n") != NULL, "pwd: %s", o.out);
+	TH_CHECK(strstr(o.out, "sbx-private\ntmp-end\n"), "ls /tmp: %s", o.out);
+	TH_CHECK(!strstr(o.out, "runnel-th-"), "host /tmp visible: %s", o.out);
+	TH_CHECK(strstr(o.out, "/root/workspace\n"), "pwd: %s", o.out);
 	sbx_out_free(&o);
 	char *out_path = th_strf("%s/out.txt", ws_dir);
 	TH_CHECK(th_file_contains(out_path, "hello"));
@@ -328,14 +328,14 @@ static void test_filesystem(void)
 
 	/* No network namespace shared: only lo. */
 	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, "cat /proc/net/dev", NULL, &o) == 0);
-	TH_CHECK(strstr(o.out, "lo:") != NULL && strstr(o.out, "eth0") == NULL, "net: %s", o.out);
+	TH_CHECK(strstr(o.out, "lo:") && !strstr(o.out, "eth0"), "net: %s", o.out);
 	sbx_out_free(&o);
 }
 
 static void test_setup_script(void)
 {
 	const char *tmp = th_tmpdir();
-	TH_REQUIRE(tmp != NULL);
+	TH_REQUIRE(tmp);
 	char *setup = th_strf("%s/setup.sh", tmp);
 	const char *body = "echo SETUP-STDOUT\necho setup-ran > setup-flag\n"
 	                   "if read line; then echo ate-stdin; fi\n";
@@ -351,8 +351,8 @@ static void test_setup_script(void)
 	worker_sandbox_destroy(&sb);
 	TH_CHECK(exit_code(&o) == 0, "status %d err %s", o.status, o.err);
 	TH_CHECK(th_streq(o.out, "setup-ran\ngot=the-turn\n"), "stdout: %s", o.out);
-	TH_CHECK(strstr(o.err, "SETUP-STDOUT") != NULL, "stderr: %s", o.err);
-	TH_CHECK(strstr(o.err, "ate-stdin") == NULL, "setup read the agent's stdin");
+	TH_CHECK(strstr(o.err, "SETUP-STDOUT"), "stderr: %s", o.err);
+	TH_CHECK(!strstr(o.err, "ate-stdin"), "setup read the agent's stdin");
 	sbx_out_free(&o);
 
 	/* A failing setup script: the agent never runs, exit 97. */
@@ -360,7 +360,7 @@ static void test_setup_script(void)
 	TH_REQUIRE(th_file_write(setup, bad, strlen(bad)) == 0);
 	TH_REQUIRE(run_sh(WORKER_SANDBOX_BWRAP, "echo agent-ran", setup, &o) == 0);
 	TH_CHECK(exit_code(&o) == WORKER_SANDBOX_SETUP_FAILED, "status %d", o.status);
-	TH_CHECK(strstr(o.out, "agent-ran") == NULL);
+	TH_CHECK(!strstr(o.out, "agent-ran"));
 	sbx_out_free(&o);
 
 	/* Same with the process driver. */
@@ -368,7 +368,7 @@ static void test_setup_script(void)
 	TH_REQUIRE(run_sh(WORKER_SANDBOX_PROCESS, "cat setup-flag", setup, &o) == 0);
 	TH_CHECK(exit_code(&o) == 0, "status %d err %s", o.status, o.err);
 	TH_CHECK(th_streq(o.out, "setup-ran\n"), "stdout: %s", o.out);
-	TH_CHECK(strstr(o.err, "SETUP-STDOUT") != NULL, "stderr: %s", o.err);
+	TH_CHECK(strstr(o.err, "SETUP-STDOUT"), "stderr: %s", o.err);
 	sbx_out_free(&o);
 }
 
@@ -542,7 +542,7 @@ static void start_mock(const worker_sandbox_spec_t *s, worker_sandbox_t *sb, con
 		}
 	}
 	buf[got] = '\0';
-	TH_CHECK(strstr(buf, want) != NULL, "first line: %s", buf);
+	TH_CHECK(strstr(buf, want), "first line: %s", buf);
 }
 
 /* SIGTERM reaches the agent (its grace period), SIGKILL ends a hang. */
@@ -587,10 +587,10 @@ static void test_process_driver(void)
 	sbx_out_t o;
 	TH_REQUIRE(run_sh(WORKER_SANDBOX_PROCESS, "env; pwd; exit 7", NULL, &o) == 0);
 	TH_CHECK(exit_code(&o) == 7, "status %d", o.status);
-	TH_CHECK(strstr(o.out, "FOO=bar baz\n") != NULL, "env: %s", o.out);
-	TH_CHECK(strstr(o.out, "RUNNEL_REDIS_URL") == NULL, "worker env leaked: %s", o.out);
+	TH_CHECK(strstr(o.out, "FOO=bar baz\n"), "env: %s", o.out);
+	TH_CHECK(!strstr(o.out, "RUNNEL_REDIS_URL"), "worker env leaked: %s", o.out);
 	char *pwd = th_strf("%s\n", ws_dir);
-	TH_CHECK(strstr(o.out, pwd) != NULL, "pwd: %s", o.out);
+	TH_CHECK(strstr(o.out, pwd), "pwd: %s", o.out);
 	sbx_out_free(&o);
 
 	/* A background child left behind dies with the run. */
@@ -710,7 +710,7 @@ int main(int argc, char **argv)
 	/* The worker's own environment must never reach the agent. */
 	setenv("RUNNEL_REDIS_URL", "redis://:sandbox-test-secret@127.0.0.1:1", 1);
 	ws_dir = th_tmpdir();
-	TH_REQUIRE(ws_dir != NULL);
+	TH_REQUIRE(ws_dir);
 
 	test_probe();
 	test_env();

@@ -33,7 +33,7 @@ static worker_warm_pool_t *pool_new(size_t size, int share_net)
 	o.rlimit_nofile = 4096;
 	char err[256] = "";
 	worker_warm_pool_t *p = worker_warm_pool_new(&o, err, sizeof(err));
-	TH_REQUIRE(p != NULL, "%s", err);
+	TH_REQUIRE(p, "%s", err);
 	return p;
 }
 
@@ -56,7 +56,7 @@ static worker_warm_sb_t *take(worker_warm_pool_t *p, unsigned long started)
 	struct ready_arg a = { p, started };
 	TH_REQUIRE(th_wait_until(started_cond, &a, 10000), "the pool did not start %lu sandbox(es)", started);
 	worker_warm_sb_t *w = worker_warm_pool_take(p, 0);
-	TH_REQUIRE(w != NULL, "no warm sandbox");
+	TH_REQUIRE(w, "no warm sandbox");
 	return w;
 }
 
@@ -117,7 +117,7 @@ static void test_isolation(void)
 	TH_REQUIRE(run_in(a, "echo a > /tmp/trace-a; echo a > /root/workspace/trace-a; "
 	                     "(sleep 30 &) ; env",
 	                  env_a, &o) == 0);
-	TH_CHECK(strstr(o.out, "RUN_A_SECRET=warm-secret-a\n") != NULL, "env: %s", o.out);
+	TH_CHECK(strstr(o.out, "RUN_A_SECRET=warm-secret-a\n"), "env: %s", o.out);
 	sbx_out_free(&o);
 	TH_CHECK(!th_file_contains(th_strf("/proc/%ld/cmdline", (long)b->sb.pid), "warm-secret-a"));
 
@@ -141,9 +141,9 @@ static void test_isolation(void)
 	TH_REQUIRE(run_in(b, "ls -A /tmp /root/workspace; env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; "
 	                     "ls /proc | grep -c '^[0-9]'",
 	                  env_b, &o) == 0);
-	TH_CHECK(strstr(o.out, "trace-a") == NULL, "run b sees run a's files: %s", o.out);
-	TH_CHECK(strstr(o.out, "warm-secret-a") == NULL, "run b sees run a's environment: %s", o.out);
-	TH_CHECK(strstr(o.out, "sleep") == NULL, "run b sees run a's process: %s", o.out);
+	TH_CHECK(!strstr(o.out, "trace-a"), "run b sees run a's files: %s", o.out);
+	TH_CHECK(!strstr(o.out, "warm-secret-a"), "run b sees run a's environment: %s", o.out);
+	TH_CHECK(!strstr(o.out, "sleep"), "run b sees run a's process: %s", o.out);
 	sbx_out_free(&o);
 
 	/* One run each: a used sandbox does not launch again. */
@@ -172,7 +172,7 @@ static void test_fits(void)
 {
 	worker_warm_pool_t *p = pool_new(1, 0);
 	/* Another network mode: the pool has none. */
-	TH_CHECK(worker_warm_pool_take(p, 1) == NULL);
+	TH_CHECK(!worker_warm_pool_take(p, 1));
 	worker_warm_sb_t *w = take(p, 1);
 	char *argv[] = { "/bin/true", NULL };
 	char *envp[] = { NULL };
@@ -213,7 +213,7 @@ static void test_drain(void)
 	TH_REQUIRE(th_wait_until(started_cond, &a, 10000), "pool not filled");
 	TH_CHECK(count_warm_dirs() == 3, "%d warm run directories", count_warm_dirs());
 	worker_warm_pool_drain(p);
-	TH_CHECK(worker_warm_pool_take(p, 0) == NULL, "a draining pool handed out a sandbox");
+	TH_CHECK(!worker_warm_pool_take(p, 0), "a draining pool handed out a sandbox");
 	TH_CHECK(count_warm_dirs() == 0, "%d warm run directories after the drain", count_warm_dirs());
 	unsigned long t, m, s;
 	worker_warm_pool_stats(p, &t, &m, &s);
@@ -278,7 +278,7 @@ static void test_dead(void)
 	kill(-bw, SIGKILL);
 	TH_CHECK(th_wait_until(zombie_cond, &bw, 5000), "the killed sandbox did not die");
 	worker_warm_sb_t *x = worker_warm_pool_take(p, 0);
-	TH_CHECK(x == NULL || x->sb.pid != bw, "a dead warm sandbox was handed out");
+	TH_CHECK(!x || x->sb.pid != bw, "a dead warm sandbox was handed out");
 	if (x) {
 		sbx_out_t o;
 		char *envp[] = { "PATH=/usr/bin:/bin", NULL };
@@ -298,7 +298,7 @@ int main(int argc, char **argv)
 	warm_init = argv[1];
 	signal(SIGPIPE, SIG_IGN);
 	const char *tmp = th_tmpdir();
-	TH_REQUIRE(tmp != NULL);
+	TH_REQUIRE(tmp);
 	work_dir = th_strf("%s/work", tmp);
 	TH_REQUIRE(mkdir(work_dir, 0711) == 0); /* the sandbox uid binds from it */
 

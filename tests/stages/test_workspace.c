@@ -183,7 +183,7 @@ static int extract_via_pipe(const char *zip_path, const worker_bag_limits_t *lim
 	TH_REQUIRE(mkdir(dir, 0700) == 0 && mkdir(ws, 0700) == 0);
 	struct feeder f;
 	f.data = th_file_read(zip_path, &f.len);
-	TH_REQUIRE(f.data != NULL);
+	TH_REQUIRE(f.data);
 	int p[2];
 	TH_REQUIRE(pipe(p) == 0);
 	f.fd = p[1];
@@ -210,7 +210,7 @@ static void expect_refused(const char *what, const ent_t *ents, size_t n, int ta
 	char *l = list_dir(dir);
 	TH_CHECK(th_streq(l, "ws"), "%s: written outside the workspace: %s", what, l);
 	l = list_dir(base);
-	TH_CHECK(strstr(l, "evil") == NULL, "%s: written into the parent: %s", what, l);
+	TH_CHECK(!strstr(l, "evil"), "%s: written into the parent: %s", what, l);
 }
 
 static void test_refusals(void)
@@ -540,7 +540,7 @@ static void test_fetch(void)
 {
 	char err[512];
 	dev_stub_t *stub = dev_stub_start(NULL, err, sizeof(err));
-	TH_REQUIRE(stub != NULL, "stub: %s", err);
+	TH_REQUIRE(stub, "stub: %s", err);
 
 	const char *zip = th_strf("%s/fetch.zip", base);
 	ent_t good[] = { { E_FILE, "hello.txt", "hello from the bag\n", 0, 0 } };
@@ -585,7 +585,7 @@ static void test_fetch(void)
 	TH_CHECK(worker_ws_fetch_zip(signed_url, dest2, NULL, &reject, err, sizeof(err)) == -1);
 	TH_CHECK(reject == 0);
 	TH_CHECK(th_streq(err, th_strf("download of %s answered HTTP 404", url)), "%s", err);
-	TH_CHECK(strstr(err, "SIG-SECRET") == NULL);
+	TH_CHECK(!strstr(err, "SIG-SECRET"));
 
 	f = (dev_stub_fault_t){ .delay_ms = 3000 };
 	TH_REQUIRE(dev_stub_set_blob_fault(stub, "bag.zip", &f) == 0);
@@ -639,7 +639,7 @@ static void test_fetch_reach(void)
 {
 	char err[512];
 	dev_stub_t *stub = dev_stub_start(NULL, err, sizeof(err));
-	TH_REQUIRE(stub != NULL, "stub: %s", err);
+	TH_REQUIRE(stub, "stub: %s", err);
 	const char *zip = th_strf("%s/reach.zip", base);
 	ent_t good[] = { { E_FILE, "hello.txt", "hello from the bag\n", 0, 0 } };
 	TH_REQUIRE(build_archive(zip, good, 1, 0) == 0);
@@ -670,10 +670,10 @@ static void test_fetch_reach(void)
 	for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {
 		char *u = th_strf("http://%s:%d/bag.zip?X-Signature=SIG-SECRET", hosts[i], port);
 		TH_CHECK(worker_ws_fetch_zip(u, dest2, &lim, &reject, err, sizeof(err)) == -1, "%s", hosts[i]);
-		TH_CHECK(reject == 0 && strstr(err, "which a run's URL may not reach") != NULL &&
+		TH_CHECK(reject == 0 && strstr(err, "which a run's URL may not reach") &&
 		                 (strstr(err, "(a loopback address)") || strstr(err, "(an unspecified address)")),
 		         "%s: %s", hosts[i], err);
-		TH_CHECK(strstr(err, "SIG-SECRET") == NULL, "no query string: %s", err);
+		TH_CHECK(!strstr(err, "SIG-SECRET"), "no query string: %s", err);
 	}
 	TH_CHECK(th_streq(err, th_strf("download of http://0.0.0.0:%d/bag.zip: 0.0.0.0:%d resolves to 0.0.0.0:%d "
 	                               "(an unspecified address), which a run's URL may not reach",
@@ -688,7 +688,7 @@ static void test_fetch_reach(void)
 	TH_REQUIRE(dev_stub_set_blob_fault(stub, "hop", &f) == 0);
 	TH_REQUIRE(dev_stub_blob_url(stub, "hop", url, sizeof(url)) == 0);
 	TH_CHECK(worker_ws_fetch_zip(url, dest2, &lim, &reject, err, sizeof(err)) == -1);
-	TH_CHECK(strstr(err, th_strf("127.0.0.1:%d (a loopback address)", port)) != NULL, "redirect: %s", err);
+	TH_CHECK(strstr(err, th_strf("127.0.0.1:%d (a loopback address)", port)), "redirect: %s", err);
 	struct pollfd p = { lfd, POLLIN, 0 };
 	TH_CHECK(poll(&p, 1, 0) == 0, "the worker's service was never dialled");
 	/* Named exactly by the operator: reached (here: refused by nobody, the
@@ -697,7 +697,7 @@ static void test_fetch_reach(void)
 	worker_bag_limits_t lim2 = { .reach = { .on = 1, .named = exact, .nnamed = 1, .own = &own }, .timeout_ms = 300 };
 	TH_CHECK(worker_ws_fetch_zip(th_strf("http://127.0.0.1:%d/bag.zip", port), dest2, &lim2, &reject, err,
 	                             sizeof(err)) == -1);
-	TH_CHECK(strstr(err, "timed out") != NULL, "named: connected, then %s", err);
+	TH_CHECK(strstr(err, "timed out"), "named: connected, then %s", err);
 	TH_CHECK(th_streq(list_dir(dest2), ""), "extracted: %s", list_dir(dest2));
 	rn_netaddr_set_free(&own);
 	close(lfd);
@@ -709,7 +709,7 @@ int main(void)
 	th_init("stages_workspace");
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	base = th_tmpdir();
-	TH_REQUIRE(base != NULL);
+	TH_REQUIRE(base);
 	test_refusals();
 	test_good_bag();
 	test_tree();

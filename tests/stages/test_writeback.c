@@ -48,7 +48,7 @@ static int results_calls(const char *session)
 
 static void no_secret(const char *err, const dev_stub_otps_t *o)
 {
-	TH_CHECK(strstr(err, o->otp_upload) == NULL, "upload OTP in \"%s\"", err);
+	TH_CHECK(!strstr(err, o->otp_upload), "upload OTP in \"%s\"", err);
 }
 
 static void test_upload(void)
@@ -182,7 +182,7 @@ static void test_http_failures(void)
 	                                 NULL, &nf, &ns, err, sizeof(err)) == -1);
 	TH_CHECK(th_streq(err, th_strf("POST /results: could not connect to 127.0.0.1:%d (Connection refused)", closed)),
 	         "%s", err);
-	TH_CHECK(strstr(err, "Q-SECRET") == NULL);
+	TH_CHECK(!strstr(err, "Q-SECRET"));
 	no_secret(err, &o);
 }
 
@@ -192,7 +192,7 @@ int main(void)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	char err[256];
 	stub = dev_stub_start(NULL, err, sizeof(err));
-	TH_REQUIRE(stub != NULL, "stub: %s", err);
+	TH_REQUIRE(stub, "stub: %s", err);
 
 	test_upload();
 	test_caps_and_nothing();

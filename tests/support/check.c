@@ -16,7 +16,7 @@ static atomic_int th_nfailed;
 
 void th_check_name(const char *test_name)
 {
-	snprintf(th_name, sizeof th_name, "%s",
+	snprintf(th_name, sizeof(th_name), "%s",
 	         test_name && *test_name ? test_name : program_invocation_short_name);
 }
 
@@ -37,7 +37,7 @@ void th_check_failed(const char *file, int line, const char *cond, const char *f
 	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	atomic_fetch_add(&th_nfailed, 1);
 	fprintf(stderr, "# FAIL %s:%d: %s:%s\n", file, line, cond, msg);
@@ -49,7 +49,7 @@ void th_note(const char *file, int line, const char *fmt, ...)
 	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	const char *base = strrchr(file, '/');
 	fprintf(stderr, "# %s:%d: %s\n", base ? base + 1 : file, line, msg);

@@ -98,17 +98,17 @@ int th_proc_each(int (*fn)(const th_proc_t *p, void *arg), void *arg)
 	if (!d)
 		return -1;
 	struct dirent *de;
-	while ((de = readdir(d)) != NULL) {
+	while ((de = readdir(d))) {
 		char *end;
 		long pid = strtol(de->d_name, &end, 10);
 		if (*end || pid <= 0)
 			continue;
 		char path[64], buf[512];
-		snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+		snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
 		int fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			continue;
-		ssize_t n = read(fd, buf, sizeof buf - 1);
+		ssize_t n = read(fd, buf, sizeof(buf) - 1);
 		close(fd);
 		if (n <= 0)
 			continue;
@@ -212,7 +212,7 @@ static void th_cleanup_atexit(void)
 /* The handlers we replaced (AddressSanitizer's SIGSEGV report, say): ours
  * cleans up, then hands the signal on to them. */
 static const int th_sigs[] = { SIGINT, SIGTERM, SIGABRT, SIGSEGV, SIGHUP };
-#define TH_NSIGS (sizeof th_sigs / sizeof th_sigs[0])
+#define TH_NSIGS (sizeof(th_sigs) / sizeof(th_sigs[0]))
 static struct sigaction th_old_sa[TH_NSIGS];
 
 /*
@@ -268,7 +268,7 @@ static void th_sweep_stale(const char *base)
 		return;
 	struct dirent *de;
 	size_t plen = strlen(TH_TMP_PREFIX);
-	while ((de = readdir(d)) != NULL) {
+	while ((de = readdir(d))) {
 		if (strncmp(de->d_name, TH_TMP_PREFIX, plen) != 0)
 			continue;
 		char *end;
@@ -278,7 +278,7 @@ static void th_sweep_stale(const char *base)
 		if (kill((pid_t)p, 0) == 0 || errno != ESRCH)
 			continue;
 		char path[PATH_MAX];
-		if ((size_t)snprintf(path, sizeof path, "%s/%s", base, de->d_name) < sizeof path)
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", base, de->d_name) < sizeof(path))
 			th_rm_rf(path);
 	}
 	closedir(d);
@@ -301,7 +301,7 @@ void th_init(const char *test_name)
 	th_keep = k && *k && strcmp(k, "0") != 0;
 	atexit(th_cleanup_atexit);
 	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
+	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = th_fatal_signal;
 	sigemptyset(&sa.sa_mask);
 	for (size_t i = 0; i < TH_NSIGS; i++)
@@ -329,8 +329,8 @@ const char *th_tmpdir(void)
 		return NULL;
 	}
 	char tmpl[PATH_MAX];
-	int n = snprintf(tmpl, sizeof tmpl, "%s/" TH_TMP_PREFIX "%d-XXXXXX", th_tmp_base(), (int)getpid());
-	if (n < 0 || (size_t)n >= sizeof tmpl)
+	int n = snprintf(tmpl, sizeof(tmpl), "%s/" TH_TMP_PREFIX "%d-XXXXXX", th_tmp_base(), (int)getpid());
+	if (n < 0 || (size_t)n >= sizeof(tmpl))
 		return NULL;
 	if (!mkdtemp(tmpl)) {
 		fprintf(stderr, "# harness: mkdtemp %s: %s\n", tmpl, strerror(errno));
@@ -373,12 +373,12 @@ int th_listen_loopback(int backlog, int *port)
 	if (fd < 0)
 		return -1;
 	struct sockaddr_in a;
-	memset(&a, 0, sizeof a);
+	memset(&a, 0, sizeof(a));
 	a.sin_family = AF_INET;
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	a.sin_port = 0;
-	socklen_t len = sizeof a;
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, backlog) != 0 ||
+	socklen_t len = sizeof(a);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, backlog) != 0 ||
 	    getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
 		close(fd);
 		return -1;
@@ -401,7 +401,7 @@ static void th_arena_push(char *s)
 {
 	if (th_arena_n == th_arena_cap) {
 		size_t cap = th_arena_cap ? th_arena_cap * 2 : 64;
-		char **n = realloc(th_arena, cap * sizeof *n);
+		char **n = realloc(th_arena, cap * sizeof(*n));
 		if (!n) {
 			fprintf(stderr, "# harness: out of memory\n");
 			th_abort_test();
@@ -465,7 +465,7 @@ int th_file_contains(const char *path, const char *needle)
 	char *s = th_file_read(path, &len);
 	if (!s)
 		return 0;
-	int hit = memmem(s, len, needle, strlen(needle)) != NULL;
+	int hit = !!memmem(s, len, needle, strlen(needle));
 	free(s);
 	return hit;
 }
@@ -483,7 +483,7 @@ static int th_contains_cb(const char *path, const struct stat *st, int flag, str
 	char *s = th_file_read(path, &len);
 	if (!s)
 		return 0;
-	int hit = memmem(s, len, th_walk_needle, th_walk_needle_len) != NULL;
+	int hit = !!memmem(s, len, th_walk_needle, th_walk_needle_len);
 	free(s);
 	if (hit) {
 		fprintf(stderr, "# found in file %s\n", path);
@@ -576,7 +576,7 @@ char **th_env_new(const char *const extra_env[])
 	while (extra_env && extra_env[nextra])
 		nextra++;
 	size_t n = 0;
-	char **envp = calloc(8 + nextra + 1, sizeof *envp);
+	char **envp = calloc(8 + nextra + 1, sizeof(*envp));
 	if (!envp)
 		return NULL;
 	for (int i = 0; pass[i]; i++) {
@@ -683,7 +683,7 @@ pid_t th_spawn_opts(char *const argv[], const char *const extra_env[], const th_
 		syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
 		execvpe(argv[0], argv, envp);
 		int e = errno;
-		ssize_t w = write(errpipe[1], &e, sizeof e);
+		ssize_t w = write(errpipe[1], &e, sizeof(e));
 		(void)w;
 		_exit(127);
 	}
@@ -698,9 +698,9 @@ pid_t th_spawn_opts(char *const argv[], const char *const extra_env[], const th_
 	int child_errno = 0;
 	ssize_t r;
 	do {
-		r = read(errpipe[0], &child_errno, sizeof child_errno);
+		r = read(errpipe[0], &child_errno, sizeof(child_errno));
 	} while (r < 0 && errno == EINTR);
-	if (r == (ssize_t)sizeof child_errno) {
+	if (r == (ssize_t)sizeof(child_errno)) {
 		waitpid(pid, NULL, 0);
 		fprintf(stderr, "# spawn %s: exec failed: %s\n", argv[0], strerror(child_errno));
 		pid = -1;
@@ -818,7 +818,7 @@ int th_alive(pid_t pid)
 	/* WNOWAIT: look without reaping, so th_wait_exit still gets the
 	 * status later. */
 	siginfo_t info;
-	memset(&info, 0, sizeof info);
+	memset(&info, 0, sizeof(info));
 	if (waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) < 0)
 		return 0;
 	return info.si_pid == 0;
@@ -837,8 +837,8 @@ static const char *th_redis_binary(void)
 		while (*p) {
 			const char *colon = strchr(p, ':');
 			size_t len = colon ? (size_t)(colon - p) : strlen(p);
-			if (len > 0 && len < sizeof found - 32) {
-				snprintf(found, sizeof found, "%.*s/redis-server", (int)len, p);
+			if (len > 0 && len < sizeof(found) - 32) {
+				snprintf(found, sizeof(found), "%.*s/redis-server", (int)len, p);
 				if (access(found, X_OK) == 0)
 					return found;
 			}
@@ -896,7 +896,7 @@ static int th_redis_probe(const th_redis_t *r)
 		 * the port. */
 		rep = redisCommand(c, "INFO server");
 		char want[64];
-		snprintf(want, sizeof want, "process_id:%d\r", (int)r->pid);
+		snprintf(want, sizeof(want), "process_id:%d\r", (int)r->pid);
 		if (rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, want))
 			ok = 1;
 	}
@@ -924,7 +924,7 @@ static void th_redis_print_log(const th_redis_t *r)
 static int th_redis_try(th_redis_t *r, int64_t deadline)
 {
 	char conf[PATH_MAX + 16];
-	snprintf(conf, sizeof conf, "%s/redis.conf", r->dir);
+	snprintf(conf, sizeof(conf), "%s/redis.conf", r->dir);
 	if (th_redis_write_conf(r, conf) < 0) {
 		fprintf(stderr, "# redis: cannot write %s\n", conf);
 		return -1;
@@ -957,12 +957,12 @@ static int th_redis_try(th_redis_t *r, int64_t deadline)
 
 int th_redis_start(th_redis_t *r, const char *extra_config_lines)
 {
-	memset(r, 0, sizeof *r);
+	memset(r, 0, sizeof(*r));
 	const char *dir = th_tmpdir();
 	if (!dir)
 		return -1;
-	snprintf(r->dir, sizeof r->dir, "%s", dir);
-	if (snprintf(r->log_path, sizeof r->log_path, "%s/redis.log", r->dir) >= (int)sizeof r->log_path)
+	snprintf(r->dir, sizeof(r->dir), "%s", dir);
+	if (snprintf(r->log_path, sizeof(r->log_path), "%s/redis.log", r->dir) >= (int)sizeof(r->log_path))
 		return -1;
 	if (extra_config_lines) {
 		r->extra = th_strf("%s", extra_config_lines);
@@ -970,7 +970,7 @@ int th_redis_start(th_redis_t *r, const char *extra_config_lines)
 		for (const char *l = extra_config_lines; l && *l;) {
 			const char *nl = strchr(l, '\n');
 			size_t len = nl ? (size_t)(nl - l) : strlen(l);
-			if (len > 12 && strncmp(l, "requirepass ", 12) == 0 && len - 12 < sizeof r->password) {
+			if (len > 12 && strncmp(l, "requirepass ", 12) == 0 && len - 12 < sizeof(r->password)) {
 				memcpy(r->password, l + 12, len - 12);
 				r->password[len - 12] = 0;
 			}
@@ -985,9 +985,9 @@ int th_redis_start(th_redis_t *r, const char *extra_config_lines)
 		int rc = th_redis_try(r, deadline);
 		if (rc == 0) {
 			if (r->password[0])
-				snprintf(r->url, sizeof r->url, "redis://:%s@127.0.0.1:%d", r->password, r->port);
+				snprintf(r->url, sizeof(r->url), "redis://:%s@127.0.0.1:%d", r->password, r->port);
 			else
-				snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
+				snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
 			return 0;
 		}
 		if (rc < 0 || th_now_ms() > deadline)
@@ -1094,8 +1094,8 @@ int th_stream_read_all(redisContext *c, const char *key, char ***lines, char ***
 		return -1;
 	}
 	size_t m = rep->elements;
-	char **l = calloc(m + 1, sizeof *l);
-	char **d = ids ? calloc(m + 1, sizeof *d) : NULL;
+	char **l = calloc(m + 1, sizeof(*l));
+	char **d = ids ? calloc(m + 1, sizeof(*d)) : NULL;
 	if (!l || (ids && !d)) {
 		free(l);
 		free(d);
@@ -1196,7 +1196,7 @@ static int th_last_is_terminal(void *p)
 	if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1) {
 		char *line = th_entry_field(rep->element[0], "line");
 		char type[32];
-		if (line && th_line_type(line, type, sizeof type, NULL, 0) == 0)
+		if (line && th_line_type(line, type, sizeof(type), NULL, 0) == 0)
 			done = strcmp(type, "result") == 0 || strcmp(type, "error") == 0;
 		free(line);
 	}
@@ -1228,7 +1228,7 @@ static int th_reply_contains(const redisReply *r, const char *needle, size_t nle
 	switch (r->type) {
 	case REDIS_REPLY_STRING:
 	case REDIS_REPLY_STATUS:
-		return r->str && memmem(r->str, r->len, needle, nlen) != NULL;
+		return r->str && memmem(r->str, r->len, needle, nlen);
 	case REDIS_REPLY_ARRAY:
 		for (size_t i = 0; i < r->elements; i++)
 			if (th_reply_contains(r->element[i], needle, nlen))
@@ -1251,11 +1251,11 @@ static int th_scan_db(redisContext *c, int db, const char *needle)
 				freeReplyObject(rep);
 			return -1;
 		}
-		snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+		snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
 		const redisReply *keys = rep->element[1];
 		for (size_t i = 0; i < keys->elements; i++) {
 			const redisReply *k = keys->element[i];
-			int hit = memmem(k->str, k->len, needle, nlen) != NULL;
+			int hit = !!memmem(k->str, k->len, needle, nlen);
 			redisReply *t = hit ? NULL : redisCommand(c, "TYPE %b", k->str, k->len);
 			redisReply *v = NULL;
 			if (t && t->type == REDIS_REPLY_STATUS) {

@@ -27,7 +27,7 @@
  *		th_redis_t r;
  *		TH_REQUIRE(th_redis_start(&r, NULL) == 0, "redis");
  *		redisContext *c = th_redis_connect(&r);
- *		TH_CHECK(c != NULL, "connect to %s", r.url);
+ *		TH_CHECK(c, "connect to %s", r.url);
  *		...
  *		redisFree(c);
  *		return th_done();

@@ -38,10 +38,10 @@ static rd_kafka_conf_t *th_kafka_conf(const th_kafka_t *k)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	char errstr[256];
-	if (k && rd_kafka_conf_set(conf, "bootstrap.servers", k->bootstrap, errstr, sizeof errstr) != RD_KAFKA_CONF_OK)
+	if (k && rd_kafka_conf_set(conf, "bootstrap.servers", k->bootstrap, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
 		fprintf(stderr, "# rdkafka conf: %s\n", errstr);
 	rd_kafka_conf_set_log_cb(conf, th_kafka_log_cb);
-	rd_kafka_conf_set(conf, "log.connection.close", "false", errstr, sizeof errstr);
+	rd_kafka_conf_set(conf, "log.connection.close", "false", errstr, sizeof(errstr));
 	return conf;
 }
 
@@ -50,7 +50,7 @@ static rd_kafka_conf_t *th_kafka_conf(const th_kafka_t *k)
 static rd_kafka_t *th_kafka_new(rd_kafka_type_t type, rd_kafka_conf_t *conf, const char *what)
 {
 	char errstr[512];
-	rd_kafka_t *rk = rd_kafka_new(type, conf, errstr, sizeof errstr);
+	rd_kafka_t *rk = rd_kafka_new(type, conf, errstr, sizeof(errstr));
 	if (!rk) {
 		rd_kafka_conf_destroy(conf);
 		fprintf(stderr, "# kafka: %s: %s\n", what, errstr);
@@ -97,7 +97,7 @@ static int th_kafka_real_addr(th_kafka_t *k)
 {
 	const char *env = getenv("RUNNEL_TEST_KAFKA_BROKERS");
 	if (env && *env) {
-		snprintf(k->bootstrap, sizeof k->bootstrap, "%s", env);
+		snprintf(k->bootstrap, sizeof(k->bootstrap), "%s", env);
 		return 0;
 	}
 	const char *path = getenv("RUNNEL_TEST_KAFKA_ADDR_FILE");
@@ -112,7 +112,7 @@ static int th_kafka_real_addr(th_kafka_t *k)
 		return -1;
 	}
 	addr[strcspn(addr, "\r\n")] = '\0';
-	snprintf(k->bootstrap, sizeof k->bootstrap, "%s", addr);
+	snprintf(k->bootstrap, sizeof(k->bootstrap), "%s", addr);
 	free(addr);
 	return 0;
 }
@@ -123,7 +123,7 @@ static int th_kafka_start_real(th_kafka_t *k, const char *mode)
 		const char *dir = th_tmpdir();
 		if (!dir)
 			return -1;
-		snprintf(k->state_dir, sizeof k->state_dir, "%s", dir);
+		snprintf(k->state_dir, sizeof(k->state_dir), "%s", dir);
 		if (th_kafka_script(k, "start") < 0) {
 			k->state_dir[0] = '\0';
 			return -1;
@@ -133,7 +133,7 @@ static int th_kafka_start_real(th_kafka_t *k, const char *mode)
 		if (!addr)
 			return -1;
 		addr[strcspn(addr, "\r\n")] = '\0';
-		snprintf(k->bootstrap, sizeof k->bootstrap, "%s", addr);
+		snprintf(k->bootstrap, sizeof(k->bootstrap), "%s", addr);
 		free(addr);
 	} else {
 		if (th_kafka_real_addr(k) < 0)
@@ -146,7 +146,7 @@ static int th_kafka_start_real(th_kafka_t *k, const char *mode)
 
 int th_kafka_start(th_kafka_t *k, int brokers)
 {
-	memset(k, 0, sizeof *k);
+	memset(k, 0, sizeof(*k));
 	const char *mode = getenv("RUNNEL_TEST_KAFKA");
 	if (mode && (!strcmp(mode, "real") || !strcmp(mode, "private"))) {
 		if (brokers != 1) {
@@ -166,7 +166,7 @@ int th_kafka_start(th_kafka_t *k, int brokers)
 		return -1;
 	}
 	k->brokers = brokers;
-	snprintf(k->bootstrap, sizeof k->bootstrap, "%s", rd_kafka_mock_cluster_bootstraps(k->mcluster));
+	snprintf(k->bootstrap, sizeof(k->bootstrap), "%s", rd_kafka_mock_cluster_bootstraps(k->mcluster));
 	return 0;
 }
 
@@ -178,15 +178,15 @@ static int th_kafka_create_topic_real(th_kafka_t *k, const char *topic, int part
 	char errstr[512];
 	if (!k->admin && !(k->admin = th_kafka_new(RD_KAFKA_PRODUCER, th_kafka_conf(k), "admin")))
 		return -1;
-	rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, partitions, 1, errstr, sizeof errstr);
+	rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, partitions, 1, errstr, sizeof(errstr));
 	if (!nt) {
 		fprintf(stderr, "# kafka: new topic %s: %s\n", topic, errstr);
 		return -1;
 	}
 	rd_kafka_queue_t *q = rd_kafka_queue_new(k->admin);
 	rd_kafka_AdminOptions_t *o = rd_kafka_AdminOptions_new(k->admin, RD_KAFKA_ADMIN_OP_CREATETOPICS);
-	rd_kafka_AdminOptions_set_operation_timeout(o, 30000, errstr, sizeof errstr);
-	rd_kafka_AdminOptions_set_request_timeout(o, 60000, errstr, sizeof errstr);
+	rd_kafka_AdminOptions_set_operation_timeout(o, 30000, errstr, sizeof(errstr));
+	rd_kafka_AdminOptions_set_request_timeout(o, 60000, errstr, sizeof(errstr));
 	rd_kafka_CreateTopics(k->admin, &nt, 1, o, q);
 	rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 70000);
 	int rc = -1;
@@ -257,8 +257,8 @@ static rd_kafka_t *th_kafka_producer(th_kafka_t *k)
 		return k->producer;
 	char errstr[512];
 	rd_kafka_conf_t *conf = th_kafka_conf(k);
-	rd_kafka_conf_set(conf, "message.timeout.ms", "10000", errstr, sizeof errstr);
-	rd_kafka_conf_set(conf, "linger.ms", "0", errstr, sizeof errstr);
+	rd_kafka_conf_set(conf, "message.timeout.ms", "10000", errstr, sizeof(errstr));
+	rd_kafka_conf_set(conf, "linger.ms", "0", errstr, sizeof(errstr));
 	rd_kafka_conf_set_dr_msg_cb(conf, th_kafka_dr_cb);
 	k->producer = th_kafka_new(RD_KAFKA_PRODUCER, conf, "producer");
 	return k->producer;
@@ -333,12 +333,12 @@ void th_kafka_msg_free(th_kafka_msg_t *m)
 	}
 	free(m->header_names);
 	free(m->header_values);
-	memset(m, 0, sizeof *m);
+	memset(m, 0, sizeof(*m));
 }
 
 static void th_kafka_msg_copy(const rd_kafka_message_t *rm, th_kafka_msg_t *out)
 {
-	memset(out, 0, sizeof *out);
+	memset(out, 0, sizeof(*out));
 	if (rm->key) {
 		out->key = th_memdup0(rm->key, rm->key_len);
 		out->key_len = rm->key_len;
@@ -391,16 +391,16 @@ th_kafka_consumer_t *th_kafka_consumer_new(th_kafka_t *k, const char *topic, con
 	char errstr[512], gid[96];
 	rd_kafka_conf_t *conf = th_kafka_conf(k);
 	if (group)
-		snprintf(gid, sizeof gid, "%s", group);
+		snprintf(gid, sizeof(gid), "%s", group);
 	else
-		snprintf(gid, sizeof gid, "th-%d-%d", (int)getpid(), atomic_fetch_add(&th_kafka_seq, 1));
-	rd_kafka_conf_set(conf, "group.id", gid, errstr, sizeof errstr);
-	rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", errstr, sizeof errstr);
-	rd_kafka_conf_set(conf, "enable.partition.eof", "false", errstr, sizeof errstr);
-	rd_kafka_conf_set(conf, "enable.auto.commit", group ? "true" : "false", errstr, sizeof errstr);
+		snprintf(gid, sizeof(gid), "th-%d-%d", (int)getpid(), atomic_fetch_add(&th_kafka_seq, 1));
+	rd_kafka_conf_set(conf, "group.id", gid, errstr, sizeof(errstr));
+	rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", errstr, sizeof(errstr));
+	rd_kafka_conf_set(conf, "enable.partition.eof", "false", errstr, sizeof(errstr));
+	rd_kafka_conf_set(conf, "enable.auto.commit", group ? "true" : "false", errstr, sizeof(errstr));
 	/* Short fetch waits: tests poll for one message and want it now. */
-	rd_kafka_conf_set(conf, "fetch.wait.max.ms", "50", errstr, sizeof errstr);
-	rd_kafka_conf_set(conf, "fetch.error.backoff.ms", "50", errstr, sizeof errstr);
+	rd_kafka_conf_set(conf, "fetch.wait.max.ms", "50", errstr, sizeof(errstr));
+	rd_kafka_conf_set(conf, "fetch.error.backoff.ms", "50", errstr, sizeof(errstr));
 	rd_kafka_t *rk = th_kafka_new(RD_KAFKA_CONSUMER, conf, "consumer");
 	if (!rk)
 		return NULL;
@@ -429,7 +429,7 @@ th_kafka_consumer_t *th_kafka_consumer_new(th_kafka_t *k, const char *topic, con
 		rd_kafka_destroy(rk);
 		return NULL;
 	}
-	th_kafka_consumer_t *c = calloc(1, sizeof *c);
+	th_kafka_consumer_t *c = calloc(1, sizeof(*c));
 	if (!c) {
 		rd_kafka_destroy(rk);
 		return NULL;

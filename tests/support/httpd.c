@@ -79,7 +79,7 @@ typedef struct req_shape {
 static int request_done(const char *buf, size_t n, const req_shape_t *sh)
 {
 	if (!sh->hlen)
-		return memmem(buf, n, "\r\n\r\n", 4) != NULL;
+		return !!memmem(buf, n, "\r\n\r\n", 4);
 	const char *body = buf + sh->hlen;
 	size_t have = n - sh->hlen;
 	if (!sh->chunked)

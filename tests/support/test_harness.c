@@ -15,7 +15,7 @@ static void test_kafka(void)
 {
 	th_kafka_t k;
 	TH_REQUIRE(th_kafka_start(&k, 1) == 0, "mock cluster");
-	TH_CHECK(strstr(k.bootstrap, "127.0.0.1:") != NULL, "bootstrap %s", k.bootstrap);
+	TH_CHECK(strstr(k.bootstrap, "127.0.0.1:"), "bootstrap %s", k.bootstrap);
 	TH_REQUIRE(th_kafka_create_topic(&k, "th.jobs", 2) == 0);
 
 	const char *hdrs[] = { "reason", "bad json", NULL };
@@ -23,7 +23,7 @@ static void test_kafka(void)
 
 	/* Through a consumer group, as the worker reads jobs (~3 s join). */
 	th_kafka_consumer_t *c = th_kafka_consumer_new(&k, "th.jobs", "th-group");
-	TH_REQUIRE(c != NULL);
+	TH_REQUIRE(c);
 	th_kafka_msg_t m;
 	int rc = th_kafka_consumer_next(c, 15000, &m);
 	TH_CHECK(rc == 1, "consumed through the group (rc %d)", rc);
@@ -60,7 +60,7 @@ static void test_redis(void)
 	TH_REQUIRE(th_redis_start(&r, "appendonly yes\nappendfsync always\n") == 0);
 	TH_CHECK(strncmp(r.url, "redis://127.0.0.1:", 18) == 0, "url %s", r.url);
 	redisContext *c = th_redis_connect(&r);
-	TH_REQUIRE(c != NULL);
+	TH_REQUIRE(c);
 
 	redisReply *rep = redisCommand(c, "XADD th:{r}:out 5-1 line %s", "{\"type\":\"log\",\"level\":\"info\",\"message\":\"hi\"}");
 	TH_CHECK(rep && rep->type == REDIS_REPLY_STRING && th_streq(rep->str, "5-1"));
@@ -94,7 +94,7 @@ static void test_redis(void)
 	TH_REQUIRE(th_redis_restart(&r) == 0);
 	TH_CHECK(r.port == port);
 	c = th_redis_connect(&r);
-	TH_REQUIRE(c != NULL);
+	TH_REQUIRE(c);
 	char **lines, **ids;
 	size_t n;
 	TH_CHECK(th_stream_read_all(c, "th:{r}:out", &lines, &ids, &n) == 0);
@@ -102,7 +102,7 @@ static void test_redis(void)
 	if (n == 2) {
 		TH_CHECK(th_streq(ids[0], "5-1") && th_streq(ids[1], "5-2"));
 		char type[16];
-		TH_CHECK(th_line_type(lines[1], type, sizeof type, NULL, 0) == 0 && th_streq(type, "result"));
+		TH_CHECK(th_line_type(lines[1], type, sizeof(type), NULL, 0) == 0 && th_streq(type, "result"));
 	}
 	th_strv_free(lines, n);
 	th_strv_free(ids, n);
@@ -119,7 +119,7 @@ static void test_redis_password(void)
 	TH_CHECK(th_streq(r.password, "s3cret-pw"));
 	TH_CHECK(th_streq(r.url, th_strf("redis://:s3cret-pw@127.0.0.1:%d", r.port)), "url %s", r.url);
 	redisContext *c = th_redis_connect(&r);
-	TH_REQUIRE(c != NULL);
+	TH_REQUIRE(c);
 	redisReply *rep = redisCommand(c, "SET k v");
 	TH_CHECK(rep && rep->type == REDIS_REPLY_STATUS);
 	if (rep)
@@ -144,7 +144,7 @@ static int file_has_ready(void *arg)
 static void test_processes(void)
 {
 	const char *dir = th_tmpdir();
-	TH_REQUIRE(dir != NULL);
+	TH_REQUIRE(dir);
 	char *log = th_strf("%s/child.log", dir);
 	const char *env[] = { "TH_GREETING=ready", NULL };
 	/* The test's own environment never reaches the child. */

@@ -31,7 +31,7 @@ typedef struct resp {
 static void resp_free(resp_t *r)
 {
 	th_body_free(&r->rx);
-	memset(r, 0, sizeof *r);
+	memset(r, 0, sizeof(*r));
 }
 
 /* One request.  mime non-NULL makes it a multipart POST; post_empty a POST
@@ -39,12 +39,12 @@ static void resp_free(resp_t *r)
 static void http(resp_t *r, const char *url, const char *bearer, curl_mime *mime,
                  int post_empty, long timeout_ms, int follow)
 {
-	memset(r, 0, sizeof *r);
+	memset(r, 0, sizeof(*r));
 	CURL *c = curl_easy_init();
 	struct curl_slist *h = NULL;
 	if (bearer) {
 		char line[256];
-		snprintf(line, sizeof line, "Authorization: Bearer %s", bearer);
+		snprintf(line, sizeof(line), "Authorization: Bearer %s", bearer);
 		h = curl_slist_append(h, line);
 	}
 	curl_easy_setopt(c, CURLOPT_URL, url);
@@ -62,7 +62,7 @@ static void http(resp_t *r, const char *url, const char *bearer, curl_mime *mime
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
 	char *loc = NULL;
 	if (curl_easy_getinfo(c, CURLINFO_REDIRECT_URL, &loc) == CURLE_OK && loc)
-		snprintf(r->location, sizeof r->location, "%s", loc);
+		snprintf(r->location, sizeof(r->location), "%s", loc);
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
 }
@@ -77,7 +77,7 @@ static void test_auth(dev_stub_t *s)
 	dev_stub_otps_t o;
 	json_t *env = json_pack("{s:{s:s}}", "variables", "GREETING", "hi");
 	dev_stub_run_t run;
-	memset(&run, 0, sizeof run);
+	memset(&run, 0, sizeof(run));
 	run.env = env;
 	TH_REQUIRE(dev_stub_add_run(s, &run, &o) == 0);
 	json_decref(env);
@@ -142,7 +142,7 @@ static void test_faults(dev_stub_t *s)
 {
 	dev_stub_otps_t o;
 	dev_stub_run_t run;
-	memset(&run, 0, sizeof run);
+	memset(&run, 0, sizeof(run));
 	run.faults[DEV_STUB_EP_ENV].status = 500;
 	run.faults[DEV_STUB_EP_CONFIG].body = "this is not json";
 	TH_REQUIRE(dev_stub_add_run(s, &run, &o) == 0);
@@ -164,7 +164,7 @@ static void test_faults(dev_stub_t *s)
 
 	/* Delay: a short client timeout gives up; a patient client gets it. */
 	dev_stub_otps_t d;
-	memset(&run, 0, sizeof run);
+	memset(&run, 0, sizeof(run));
 	run.faults[DEV_STUB_EP_ENV].delay_ms = 1500;
 	run.faults[DEV_STUB_EP_CONFIG].delay_ms = 150;
 	TH_REQUIRE(dev_stub_add_run(s, &run, &d) == 0);
@@ -183,7 +183,7 @@ static void test_faults(dev_stub_t *s)
 	 * forwarded Authorization. */
 	TH_REQUIRE(dev_stub_add_blob(s, "target.txt", "blob!", 5) == 0);
 	dev_stub_otps_t rd;
-	memset(&run, 0, sizeof run);
+	memset(&run, 0, sizeof(run));
 	run.faults[DEV_STUB_EP_ENV].redirect = "/blobs/target.txt";
 	run.faults[DEV_STUB_EP_CONFIG].redirect = "/blobs/target.txt";
 	TH_REQUIRE(dev_stub_add_run(s, &run, &rd) == 0);
@@ -200,7 +200,7 @@ static void test_faults(dev_stub_t *s)
 
 	/* Close without an answer, at once and after a delay. */
 	dev_stub_otps_t c;
-	memset(&run, 0, sizeof run);
+	memset(&run, 0, sizeof(run));
 	run.faults[DEV_STUB_EP_ENV].close = 1;
 	run.faults[DEV_STUB_EP_CONFIG].close = 1;
 	run.faults[DEV_STUB_EP_CONFIG].delay_ms = 100;
@@ -230,7 +230,7 @@ static void test_concurrency(dev_stub_t *s)
 	enum { N = 24 };
 	dev_stub_otps_t o[N];
 	dev_stub_run_t run;
-	memset(&run, 0, sizeof run);
+	memset(&run, 0, sizeof(run));
 	CURLM *multi = curl_multi_init();
 	CURL *e[N];
 	struct curl_slist *h[N];
@@ -238,7 +238,7 @@ static void test_concurrency(dev_stub_t *s)
 	for (int i = 0; i < N; i++) {
 		run.faults[DEV_STUB_EP_ENV].delay_ms = (i % 3) * 50;
 		TH_REQUIRE(dev_stub_add_run(s, &run, &o[i]) == 0);
-		memset(&r[i], 0, sizeof r[i]);
+		memset(&r[i], 0, sizeof(r[i]));
 		e[i] = curl_easy_init();
 		h[i] = curl_slist_append(NULL, th_strf("Authorization: Bearer %s", o[i].otp_setup));
 		curl_easy_setopt(e[i], CURLOPT_URL, ep_url(&o[i], "env"));
@@ -269,7 +269,7 @@ static void test_concurrency(dev_stub_t *s)
 
 	/* Keep-alive: one handle, one connection, four requests. */
 	dev_stub_otps_t k;
-	memset(&run, 0, sizeof run);
+	memset(&run, 0, sizeof(run));
 	run.faults[DEV_STUB_EP_CONFIG].delay_ms = 100;
 	TH_REQUIRE(dev_stub_add_run(s, &run, &k) == 0);
 	CURL *c = curl_easy_init();
@@ -278,7 +278,7 @@ static void test_concurrency(dev_stub_t *s)
 	long want[] = { 401, 200, 200, 401 };
 	for (int i = 0; i < 4; i++) {
 		resp_t rr;
-		memset(&rr, 0, sizeof rr);
+		memset(&rr, 0, sizeof(rr));
 		struct curl_slist *hh = curl_slist_append(NULL, th_strf("Authorization: Bearer %s", toks[i]));
 		curl_easy_setopt(c, CURLOPT_URL, urls[i]);
 		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hh);
@@ -318,7 +318,7 @@ static void test_upload(dev_stub_t *s, const char *results_dir)
 	CURL *c = curl_easy_init();
 	curl_mime *m = curl_mime_init(c);
 	mime_part(m, "files", "out.txt", "hello assets\n", CURL_ZERO_TERMINATED);
-	mime_part(m, "files", "sub/dir/data.bin", bin, sizeof bin - 1);
+	mime_part(m, "files", "sub/dir/data.bin", bin, sizeof(bin) - 1);
 	mime_part(m, "note", NULL, "not a file", CURL_ZERO_TERMINATED);
 
 	resp_t r;
@@ -337,13 +337,13 @@ static void test_upload(dev_stub_t *s, const char *results_dir)
 	         memcmp(data, "hello assets\n", 13) == 0);
 	free(data);
 	TH_CHECK(dev_stub_file_get(s, o.session, "sub/dir/data.bin", &data, &len) == 1 &&
-	                 len == sizeof bin - 1 && memcmp(data, bin, len) == 0,
+	                 len == sizeof(bin) - 1 && memcmp(data, bin, len) == 0,
 	         "binary part intact (%zu)", len);
 	free(data);
 	TH_CHECK(dev_stub_file_get(s, o.session, "leak.txt", &data, &len) == 0);
 	/* Written under results_dir/<session>/ too. */
 	char *disk = th_file_read(th_strf("%s/%s/sub/dir/data.bin", results_dir, o.session), &len);
-	TH_CHECK(disk && len == sizeof bin - 1 && memcmp(disk, bin, len) == 0);
+	TH_CHECK(disk && len == sizeof(bin) - 1 && memcmp(disk, bin, len) == 0);
 	free(disk);
 
 	curl_mime_free(m);
@@ -360,7 +360,7 @@ static void test_upload(dev_stub_t *s, const char *results_dir)
 	/* Not multipart: 400, recorded. */
 	dev_stub_otps_t b;
 	dev_stub_run_t run;
-	memset(&run, 0, sizeof run);
+	memset(&run, 0, sizeof(run));
 	run.results_status = 500;
 	TH_REQUIRE(dev_stub_add_run(s, &run, &b) == 0);
 	http(&r, ep_url(&b, "results"), b.otp_upload, NULL, 1, 5000, 0);
@@ -375,11 +375,11 @@ static void test_results_status_and_cap(void)
 {
 	char err[256];
 	dev_stub_opts_t opts = { .max_body = 4096 };
-	dev_stub_t *s = dev_stub_start(&opts, err, sizeof err);
-	TH_REQUIRE(s != NULL, "%s", err);
+	dev_stub_t *s = dev_stub_start(&opts, err, sizeof(err));
+	TH_REQUIRE(s, "%s", err);
 	dev_stub_otps_t o, big;
 	dev_stub_run_t run;
-	memset(&run, 0, sizeof run);
+	memset(&run, 0, sizeof(run));
 	run.results_status = 500;
 	TH_REQUIRE(dev_stub_add_run(s, &run, &o) == 0);
 	TH_REQUIRE(dev_stub_add_run(s, NULL, &big) == 0);
@@ -408,8 +408,8 @@ static void test_results_status_and_cap(void)
 	/* A 2 MiB upload (curl sends Expect: 100-continue) under a bigger cap;
 	 * max_store keeps the small file in memory, counts the big one. */
 	dev_stub_opts_t big_opts = { .max_body = 4u << 20, .max_store = 1024 };
-	s = dev_stub_start(&big_opts, err, sizeof err);
-	TH_REQUIRE(s != NULL, "%s", err);
+	s = dev_stub_start(&big_opts, err, sizeof(err));
+	TH_REQUIRE(s, "%s", err);
 	TH_REQUIRE(dev_stub_add_run(s, NULL, &o) == 0);
 	size_t blen = 2u << 20;
 	blob = malloc(blen);
@@ -438,20 +438,20 @@ static void test_results_status_and_cap(void)
 
 	/* Only loopback. */
 	dev_stub_opts_t wide = { .listen = "0.0.0.0:0" };
-	TH_CHECK(dev_stub_start(&wide, err, sizeof err) == NULL && strstr(err, "loopback"), "%s", err);
+	TH_CHECK(!dev_stub_start(&wide, err, sizeof(err)) && strstr(err, "loopback"), "%s", err);
 }
 
 static void test_blob_faults(dev_stub_t *s)
 {
 	unsigned char zip[300];
-	for (size_t i = 0; i < sizeof zip; i++)
+	for (size_t i = 0; i < sizeof(zip); i++)
 		zip[i] = (unsigned char)i;
-	TH_REQUIRE(dev_stub_add_blob(s, "bag.zip", zip, sizeof zip) == 0);
+	TH_REQUIRE(dev_stub_add_blob(s, "bag.zip", zip, sizeof(zip)) == 0);
 	char url[256];
-	TH_REQUIRE(dev_stub_blob_url(s, "bag.zip", url, sizeof url) == 0);
+	TH_REQUIRE(dev_stub_blob_url(s, "bag.zip", url, sizeof(url)) == 0);
 	resp_t r;
 	http(&r, url, NULL, NULL, 0, 5000, 0);
-	TH_CHECK(r.status == 200 && r.rx.len == sizeof zip && memcmp(r.rx.body, zip, sizeof zip) == 0);
+	TH_CHECK(r.status == 200 && r.rx.len == sizeof(zip) && memcmp(r.rx.body, zip, sizeof(zip)) == 0);
 	resp_free(&r);
 	dev_stub_fault_t f = { .status = 403 };
 	TH_CHECK(dev_stub_set_blob_fault(s, "bag.zip", &f) == 0);
@@ -469,7 +469,7 @@ static void test_blob_faults(dev_stub_t *s)
 static void test_folder(void)
 {
 	const char *dir = th_tmpdir();
-	TH_REQUIRE(dir != NULL);
+	TH_REQUIRE(dir);
 	const char *def = "{\"env\":{\"variables\":{\"A\":\"1\"}},"
 	                  "\"config\":{\"assets\":{\"zip_url\":\"${RUNNEL_STUB_URL}/blobs/bag.zip\"}}}";
 	TH_REQUIRE(th_file_write(th_strf("%s/mine.json", dir), def, strlen(def)) == 0);
@@ -477,8 +477,8 @@ static void test_folder(void)
 	TH_REQUIRE(th_file_write(th_strf("%s/bag.zip", dir), "PK-bytes", 8) == 0);
 	char err[256];
 	dev_stub_opts_t opts = { .agents_dir = dir, .enable_mint = 1, .blobs_dir = dir };
-	dev_stub_t *s = dev_stub_start(&opts, err, sizeof err);
-	TH_REQUIRE(s != NULL, "%s", err);
+	dev_stub_t *s = dev_stub_start(&opts, err, sizeof(err));
+	TH_REQUIRE(s, "%s", err);
 	dev_stub_otps_t o;
 	TH_CHECK(dev_stub_add_run_from_agent(s, "nope", &o) == -1);
 	TH_CHECK(dev_stub_add_run_from_agent(s, "broken", &o) == -1);
@@ -528,10 +528,10 @@ static void test_folder(void)
 
 	/* The shipped examples all mint. */
 	dev_stub_opts_t ex = { .agents_dir = EXAMPLES_AGENTS_DIR };
-	s = dev_stub_start(&ex, err, sizeof err);
-	TH_REQUIRE(s != NULL);
+	s = dev_stub_start(&ex, err, sizeof(err));
+	TH_REQUIRE(s);
 	const char *names[] = { "demo", "echo", "command", "ask", "builtin" };
-	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		TH_CHECK(dev_stub_add_run_from_agent(s, names[i], &o) == 0, "examples/agents/%s.json", names[i]);
 	dev_stub_stop(s);
 }
@@ -564,7 +564,7 @@ static int file_nonempty(void *arg)
 static void test_program(void)
 {
 	const char *dir = th_tmpdir();
-	TH_REQUIRE(dir != NULL);
+	TH_REQUIRE(dir);
 	url_wait_t w = { th_strf("%s/stub.log", dir), "" };
 	char *argv[] = { STUB_PROGRAM, "--listen", "127.0.0.1:0", "--agents", EXAMPLES_AGENTS_DIR,
 		         "--results", th_strf("%s/results", dir), NULL };
@@ -608,11 +608,11 @@ int main(void)
 	th_init("stub_basics");
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	const char *results = th_tmpdir();
-	TH_REQUIRE(results != NULL);
+	TH_REQUIRE(results);
 	char err[256];
 	dev_stub_opts_t opts = { .results_dir = results };
-	dev_stub_t *s = dev_stub_start(&opts, err, sizeof err);
-	TH_REQUIRE(s != NULL, "%s", err);
+	dev_stub_t *s = dev_stub_start(&opts, err, sizeof(err));
+	TH_REQUIRE(s, "%s", err);
 	TH_CHECK(strncmp(dev_stub_url(s), "http://127.0.0.1:", 17) == 0 && dev_stub_port(s) > 0);
 
 	test_auth(s);

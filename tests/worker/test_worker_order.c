@@ -82,7 +82,7 @@ int main(void)
 		wt_produce_raw(&T, bad[i][0], v, strlen(v));
 	}
 	th_kafka_consumer_t *dc = th_kafka_consumer_new(&T.kafka, th_strf("%s.dlq", T.topic), NULL);
-	TH_REQUIRE(dc != NULL, "dlq consumer");
+	TH_REQUIRE(dc, "dlq consumer");
 	th_kafka_msg_t m;
 	int found = 0;
 	while (found < 3 && th_kafka_consumer_next(dc, 15000, &m) == 1) {

@@ -45,7 +45,7 @@ int main(void)
 	th_redis_t r;
 	TH_REQUIRE(th_redis_start(&r, NULL) == 0);
 	c = th_redis_connect(&r);
-	TH_REQUIRE(c != NULL);
+	TH_REQUIRE(c);
 
 	/* Two tenants; A first, so A is served first and then in turn. */
 	push("a_p1", "a", 1);

@@ -33,7 +33,7 @@ static void remember(const char *s)
 	secrets[nsecrets++] = th_strf("%s", s);
 }
 
-/* Produces a job for a fresh stub run; sealed with key when key != NULL. */
+/* Produces a job for a fresh stub run; sealed with key when there is one. */
 static void submit_meta(const char *id, const char *script, const char *prompt, const uint8_t *key,
                         json_t *meta)
 {
@@ -54,7 +54,7 @@ static void submit_meta(const char *id, const char *script, const char *prompt, 
 	char err[256];
 	size_t len = 0;
 	char *s = proto_job_serialize(&j, key, &len, err, sizeof(err));
-	TH_REQUIRE(s != NULL, "serialize: %s", err);
+	TH_REQUIRE(s, "serialize: %s", err);
 	wt_produce_raw(&T, id, s, len);
 	free(s);
 	remember(o.otp_setup);
@@ -129,7 +129,7 @@ static void mode(const char *name, const char *const *env, const uint8_t *key)
 		         name, entry_of(q3));
 	const char *e = entry_of(q1);
 	if (key)
-		TH_CHECK(strstr(e, "\"sealed\":") != NULL, "%s: the unsealed record was sealed for the queue: %.80s", name, e);
+		TH_CHECK(strstr(e, "\"sealed\":"), "%s: the unsealed record was sealed for the queue: %.80s", name, e);
 	else
 		TH_CHECK(!strncmp(e, "{\"ref\":", 7), "%s: the entry is a reference: %.80s", name, e);
 	scan_all(th_strf("%s, queued", name));

@@ -90,7 +90,7 @@ int main(void)
 	}
 	TH_REQUIRE(th_redis_restart(&T.redis) == 0, "redis back");
 	T.rc = th_redis_connect(&T.redis);
-	TH_REQUIRE(T.rc != NULL);
+	TH_REQUIRE(T.rc);
 	TH_CHECK(wt_wait_terminal(&T, "run_wait_redis", 20000), "job run after Redis came back");
 	l = wt_lines(&T, "run_wait_redis", &n);
 	TH_CHECK(n == 1 && th_streq(wt_field(l[0], "message"), "patience"), "%zu lines", n);

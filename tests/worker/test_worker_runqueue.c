@@ -60,7 +60,7 @@ int main(void)
 	th_redis_t r;
 	TH_REQUIRE(th_redis_start(&r, NULL) == 0);
 	c = th_redis_connect(&r);
-	TH_REQUIRE(c != NULL);
+	TH_REQUIRE(c);
 
 	/* The state mark: queued + tenant, and never over a later status. */
 	TH_CHECK(rn_runqueue_mark(c, "rq", "run_m", "acme", 1700000000000LL, 60, NULL, err, sizeof(err)) == 0, "%s", err);

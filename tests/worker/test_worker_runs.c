@@ -279,10 +279,10 @@ static void test_workspace_detached(pid_t worker)
 	TH_CHECK(!strncmp(msg, "dev ", 4), "first line %s", n ? l[0] : "(none)");
 	if (!strncmp(msg, "dev ", 4) && strcmp(msg + 4, "none")) {
 		char *mi = th_file_read(th_strf("/proc/%d/mountinfo", (int)worker), NULL);
-		TH_REQUIRE(mi != NULL);
+		TH_REQUIRE(mi);
 		/* mountinfo's third field is the device, "0:123". */
 		char *needle = th_strf(" %s / ", msg + 4);
-		TH_CHECK(strstr(mi, needle) == NULL, "the run's workspace (%s) is still mounted in the worker", msg + 4);
+		TH_CHECK(!strstr(mi, needle), "the run's workspace (%s) is still mounted in the worker", msg + 4);
 		free(mi);
 	} else {
 		TH_NOTE("no workspace tmpfs here: %s", msg);
@@ -370,7 +370,7 @@ static void test_garbage(void)
 	}
 	TH_CHECK(warns >= 6, "%zu warn lines", warns);
 	if (n > 5)
-		TH_CHECK(strstr(wt_field(l[5], "message"), "line too long") != NULL, "%s", l[5]);
+		TH_CHECK(strstr(wt_field(l[5], "message"), "line too long"), "%s", l[5]);
 	check_error(l, n, "", "garbage done");
 	th_strv_free(l, n);
 	check_state("run_garbage", "succeeded", NULL);
@@ -480,7 +480,7 @@ static void test_bootstrap_failures(void)
 	check_error(l, n, "bootstrap_failed", NULL);
 	if (n) {
 		TH_CHECK(!strncmp(wt_field(l[0], "message"), "Could not load the run's setup from the workspace: ", 51), "%s", l[0]);
-		TH_CHECK(strstr(l[0], "500") != NULL, "names the status: %s", l[0]);
+		TH_CHECK(strstr(l[0], "500"), "names the status: %s", l[0]);
 	}
 	th_strv_free(l, n);
 	dev_stub_ep_stats_t st;

@@ -51,7 +51,7 @@ static int has_log(char **l, size_t n, const char *msg)
 static void test_preload(void)
 {
 	const char *marks = th_tmpdir();
-	TH_REQUIRE(marks != NULL);
+	TH_REQUIRE(marks);
 	const char *script = "read turn; printf '{\"type\":\"result\",\"message\":\"preload=%s gconv=%s\"}\\n' "
 	                     "\"${LD_PRELOAD:-none}\" \"${GCONV_PATH:-none}\"";
 	json_t *agent = json_pack("{s:s, s:[s,s,s]}", "kind", "command", "argv", "/bin/sh", "-c", script);
@@ -91,7 +91,7 @@ static void test_unreachable_work_dir(void)
 	if (geteuid() != 0)
 		return;
 	const char *tmp = th_tmpdir();
-	TH_REQUIRE(tmp != NULL);
+	TH_REQUIRE(tmp);
 	char *locked = th_strf("%s/locked", tmp);
 	TH_REQUIRE(mkdir(locked, 0700) == 0);
 	char *log = th_strf("%s/unreachable.log", tmp);

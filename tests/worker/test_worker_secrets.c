@@ -43,8 +43,8 @@ static void submit_sealed(const char *run_id, const dev_stub_run_t *run, const c
 	char err[256];
 	size_t len = 0;
 	char *s = proto_job_serialize(&j, key, &len, err, sizeof(err));
-	TH_REQUIRE(s != NULL, "serialize: %s", err);
-	TH_CHECK(strstr(s, o->otp_run) == NULL, "sealed job carries no plaintext OTP");
+	TH_REQUIRE(s, "serialize: %s", err);
+	TH_CHECK(!strstr(s, o->otp_run), "sealed job carries no plaintext OTP");
 	wt_produce_raw(&T, run_id, s, len);
 	free(s);
 }
@@ -84,7 +84,7 @@ static void test_dlq(void)
 	char dlq[96];
 	snprintf(dlq, sizeof(dlq), "%s.dlq", T.topic);
 	th_kafka_consumer_t *c = th_kafka_consumer_new(&T.kafka, dlq, NULL);
-	TH_REQUIRE(c != NULL);
+	TH_REQUIRE(c);
 	for (size_t i = 0; i < 3; i++) {
 		th_kafka_msg_t m;
 		int rc = th_kafka_consumer_next(c, 10000, &m);
@@ -106,7 +106,7 @@ static void test_dlq(void)
 
 static int file_has(const char *data, size_t len, const char *needle)
 {
-	return data && memmem(data, len, needle, strlen(needle)) != NULL;
+	return data && memmem(data, len, needle, strlen(needle));
 }
 
 static void test_secrets(void)
@@ -240,7 +240,7 @@ int main(void)
 	 * any process of the same user can read (the process sandbox driver). */
 	size_t elen = 0;
 	char *environ_text = th_file_read(th_strf("/proc/%ld/environ", (long)w), &elen);
-	TH_CHECK(environ_text != NULL, "read the worker's /proc environ");
+	TH_CHECK(environ_text, "read the worker's /proc environ");
 	TH_CHECK(environ_text && !memmem(environ_text, elen, KEY_HEX, strlen(KEY_HEX)),
 	         "the job key is gone from /proc/<worker>/environ");
 	free(environ_text);

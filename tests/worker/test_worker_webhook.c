@@ -318,7 +318,7 @@ int main(void)
 	char msg[200];
 	snprintf(msg, sizeof(msg), "%s", wt_field(last, "message"));
 	TH_CHECK(strncmp(msg, "tp=00-" TID "-", 6 + 32 + 1) == 0 && strlen(msg) == 3 + 55 &&
-	                 strstr(msg, "00f067aa0ba902b7") == NULL && th_streq(msg + 3 + 52, "-01"),
+	                 !strstr(msg, "00f067aa0ba902b7") && th_streq(msg + 3 + 52, "-01"),
 	         "the sandbox's TRACEPARENT is the caller's trace with the run's own span: %s", msg);
 	th_strv_free(lines, n);
 	TH_CHECK(th_streq(wt_state(&T, "run_wh1", "traceparent"), TP), "traceparent in the state hash");
@@ -383,7 +383,7 @@ int main(void)
 	         "a run with a bad traceparent runs");
 	TH_CHECK(wt_log_has(&T, "w1", "traceparent_dropped"), "the bad traceparent is logged");
 	th_kafka_consumer_t *dc = th_kafka_consumer_new(&T.kafka, th_strf("%s.dlq", T.topic), NULL);
-	TH_REQUIRE(dc != NULL, "dlq consumer");
+	TH_REQUIRE(dc, "dlq consumer");
 	int found = 0;
 	th_kafka_msg_t m;
 	while (found < 3 && th_kafka_consumer_next(dc, 15000, &m) == 1) {

@@ -19,10 +19,10 @@ void wt_setup(wt_t *t, const char *redis_extra, int partitions)
 {
 	memset(t, 0, sizeof(*t));
 	t->dir = th_tmpdir();
-	TH_REQUIRE(t->dir != NULL, "tmpdir");
+	TH_REQUIRE(t->dir, "tmpdir");
 	TH_REQUIRE(th_redis_start(&t->redis, redis_extra) == 0, "redis");
 	t->rc = th_redis_connect(&t->redis);
-	TH_REQUIRE(t->rc != NULL, "redis connect");
+	TH_REQUIRE(t->rc, "redis connect");
 	TH_REQUIRE(th_kafka_start(&t->kafka, 1) == 0, "kafka");
 	snprintf(t->topic, sizeof(t->topic), "wt.jobs.%ld", (long)getpid());
 	snprintf(t->group, sizeof(t->group), "wt-workers-%ld", (long)getpid());
@@ -32,7 +32,7 @@ void wt_setup(wt_t *t, const char *redis_extra, int partitions)
 	TH_REQUIRE(th_kafka_create_topic(&t->kafka, dlq, 1) == 0, "dlq topic");
 	char err[256];
 	t->stub = dev_stub_start(NULL, err, sizeof(err));
-	TH_REQUIRE(t->stub != NULL, "stub: %s", err);
+	TH_REQUIRE(t->stub, "stub: %s", err);
 }
 
 pid_t wt_start(wt_t *t, const char *test_name, int partitions, const char *name,
@@ -57,7 +57,7 @@ void wt_redis_restart(wt_t *t, const char *what)
 	t->rc = NULL;
 	TH_REQUIRE(th_redis_restart(&t->redis) == 0, "%s", what);
 	t->rc = th_redis_connect(&t->redis);
-	TH_REQUIRE(t->rc != NULL, "redis connect after: %s", what);
+	TH_REQUIRE(t->rc, "redis connect after: %s", what);
 }
 
 void wt_teardown(wt_t *t)
@@ -106,7 +106,7 @@ json_t *wt_agent_config(const char *agent_json)
 {
 	json_error_t e;
 	json_t *agent = json_loads(agent_json, 0, &e);
-	TH_REQUIRE(agent != NULL, "agent json: %s", e.text);
+	TH_REQUIRE(agent, "agent json: %s", e.text);
 	json_t *cfg = json_object();
 	json_object_set_new(cfg, "agent", agent);
 	return cfg;
@@ -298,7 +298,7 @@ const char *wt_check_terminal(char **lines, size_t n)
 			TH_CHECK(i == n - 1, "terminal line %zu of %zu is not last: %s", i, n, lines[i]);
 			snprintf(code, sizeof(code), "%s", c);
 		}
-		TH_CHECK(strstr(lines[i], "\"ts\":") != NULL, "line without ts: %s", lines[i]);
+		TH_CHECK(strstr(lines[i], "\"ts\":"), "line without ts: %s", lines[i]);
 	}
 	TH_CHECK(terms == 1, "%zu terminal lines", terms);
 	return code;
