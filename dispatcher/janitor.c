@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/bg.h"
 #include "common/log.h"
 #include "common/redis.h"
 #include "common/runstate.h"
@@ -23,10 +24,7 @@
 
 struct dispatcher_janitor {
 	dispatcher_t *d;
-	pthread_t thread;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int stop;
+	rn_bg_t bg; /* the janitor thread */
 	_Atomic int kafka_ok;
 	redisContext *rc;
 	int redis_logged;
@@ -91,31 +89,23 @@ static void *janitor_main(void *arg)
 	dispatcher_janitor_t *j = arg;
 	int64_t next_probe = 0;
 
-	pthread_mutex_lock(&j->lock);
-	while (!j->stop) {
-		struct timespec ts;
+	pthread_mutex_lock(&j->bg.mu);
+	while (!j->bg.stop) {
 		int64_t now;
 
-		pthread_mutex_unlock(&j->lock);
+		pthread_mutex_unlock(&j->bg.mu);
 		now = rn_mono_ms();
 		if (now >= next_probe) {
 			probe_kafka(j);
 			next_probe = rn_mono_ms() + KAFKA_PROBE_MS;
 		}
 		sweep(j);
-		pthread_mutex_lock(&j->lock);
-		if (j->stop)
+		pthread_mutex_lock(&j->bg.mu);
+		if (j->bg.stop)
 			break;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += j->d->cfg->sweep_ms / 1000;
-		ts.tv_nsec += (j->d->cfg->sweep_ms % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+		rn_bg_wait_ms(&j->bg, j->d->cfg->sweep_ms);
 	}
-	pthread_mutex_unlock(&j->lock);
+	pthread_mutex_unlock(&j->bg.mu);
 	if (j->rc)
 		redisFree(j->rc);
 	j->rc = NULL;
@@ -132,13 +122,11 @@ dispatcher_janitor_t *dispatcher_janitor_start(dispatcher_t *d, char *errstr, si
 		return NULL;
 	}
 	j->d = d;
-	pthread_mutex_init(&j->lock, NULL);
-	pthread_cond_init(&j->cond, NULL);
-	rc = pthread_create(&j->thread, NULL, janitor_main, j);
+	rn_bg_init(&j->bg);
+	rc = rn_bg_start(&j->bg, "runnel-janitor", 0, janitor_main, j);
 	if (rc != 0) {
 		snprintf(errstr, errstr_size, "pthread_create: %s", strerror(rc));
-		pthread_mutex_destroy(&j->lock);
-		pthread_cond_destroy(&j->cond);
+		rn_bg_destroy(&j->bg);
 		free(j);
 		return NULL;
 	}
@@ -154,12 +142,7 @@ void dispatcher_janitor_stop(dispatcher_janitor_t *j)
 {
 	if (!j)
 		return;
-	pthread_mutex_lock(&j->lock);
-	j->stop = 1;
-	pthread_cond_signal(&j->cond);
-	pthread_mutex_unlock(&j->lock);
-	pthread_join(j->thread, NULL);
-	pthread_mutex_destroy(&j->lock);
-	pthread_cond_destroy(&j->cond);
+	rn_bg_stop(&j->bg, NULL, NULL, NULL);
+	rn_bg_destroy(&j->bg);
 	free(j);
 }

@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "common/bg.h"
 #include "common/log.h"
 #include "common/runqueue.h"
 #include "common/runstate.h"
@@ -123,12 +124,9 @@ struct worker_claimer {
 	long slots;
 	worker_claim_cb cb;
 	void *arg;
-	pthread_t thread;
-	pthread_mutex_t mu;
-	pthread_cond_t cond;
+	rn_bg_t bg;       /* the claimer thread; mu guards what follows */
 	long outstanding; /* handed out, not done */
 	int paused;
-	int stop;
 	redisContext *rc;
 	unsigned attempt;
 	worker_fetcher_t *fetcher; /* reference mode, created on first use */
@@ -217,10 +215,9 @@ static char *recent_take(worker_claimer_t *cl, const char *topic, int32_t partit
 /* Sleeps up to ms unless stopped. */
 static void nap(worker_claimer_t *cl, long ms)
 {
-	pthread_mutex_lock(&cl->mu);
-	if (!cl->stop)
-		rn_cond_wait_ms(&cl->cond, &cl->mu, ms);
-	pthread_mutex_unlock(&cl->mu);
+	pthread_mutex_lock(&cl->bg.mu);
+	rn_bg_wait_ms(&cl->bg, ms);
+	pthread_mutex_unlock(&cl->bg.mu);
 }
 
 static redisContext *conn(worker_claimer_t *cl)
@@ -383,10 +380,10 @@ static int take_one(worker_claimer_t *cl, redisContext *c)
 		wc->queued_ms = it.queued_ms;
 		rn_log_debug(wc->job.run_id, "run_taken", "tenant %s, %lld ms in the queue", it.tenant,
 		             (long long)(it.queued_ms > 0 ? it.now_ms - it.queued_ms : 0));
-		pthread_mutex_lock(&cl->mu);
+		pthread_mutex_lock(&cl->bg.mu);
 		cl->outstanding++;
 		cl->ready[cl->nready++] = wc;
-		pthread_mutex_unlock(&cl->mu);
+		pthread_mutex_unlock(&cl->bg.mu);
 		event_active(cl->ev_ready, EV_READ, 0);
 		break;
 	}
@@ -401,11 +398,11 @@ static void *claimer_main(void *arg)
 	worker_claimer_t *cl = arg;
 	char err[256];
 	for (;;) {
-		pthread_mutex_lock(&cl->mu);
-		while (!cl->stop && (cl->paused || cl->outstanding >= cl->slots))
-			pthread_cond_wait(&cl->cond, &cl->mu);
-		int stop = cl->stop;
-		pthread_mutex_unlock(&cl->mu);
+		pthread_mutex_lock(&cl->bg.mu);
+		while (!cl->bg.stop && (cl->paused || cl->outstanding >= cl->slots))
+			pthread_cond_wait(&cl->bg.cv, &cl->bg.mu);
+		int stop = cl->bg.stop;
+		pthread_mutex_unlock(&cl->bg.mu);
 		if (stop)
 			break;
 		redisContext *c = conn(cl);
@@ -427,11 +424,11 @@ static void ready_cb(evutil_socket_t fd, short what, void *arg)
 	worker_claimer_t *cl = arg;
 	(void)fd;
 	(void)what;
-	pthread_mutex_lock(&cl->mu);
+	pthread_mutex_lock(&cl->bg.mu);
 	size_t n = cl->nready;
 	memcpy(cl->batch, cl->ready, n * sizeof(*cl->batch));
 	cl->nready = 0;
-	pthread_mutex_unlock(&cl->mu);
+	pthread_mutex_unlock(&cl->bg.mu);
 	for (size_t i = 0; i < n; i++) {
 		cl->cb(cl->batch[i], cl->arg);
 		free(cl->batch[i]);
@@ -443,8 +440,7 @@ static void claimer_free(worker_claimer_t *cl)
 	for (size_t i = 0; i < RECENT_MAX; i++)
 		recent_drop(cl, &cl->recent[i]);
 	pthread_mutex_destroy(&cl->recent_mu);
-	pthread_mutex_destroy(&cl->mu);
-	pthread_cond_destroy(&cl->cond);
+	rn_bg_destroy(&cl->bg);
 	if (cl->ev_ready)
 		event_free(cl->ev_ready);
 	free(cl->ready);
@@ -462,8 +458,7 @@ worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_con
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
-	pthread_mutex_init(&cl->mu, NULL);
-	pthread_cond_init(&cl->cond, NULL);
+	rn_bg_init(&cl->bg);
 	pthread_mutex_init(&cl->recent_mu, NULL);
 	cl->ready = calloc((size_t)slots, sizeof(*cl->ready));
 	cl->batch = calloc((size_t)slots, sizeof(*cl->batch));
@@ -495,7 +490,7 @@ worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_con
 	cl->caps.ntok = cfg->n_tenant_tokens;
 	cl->caps.tok_names = (const char *const *)cfg->tenant_token_ptrs;
 	cl->caps.toks = cfg->tenant_tokens;
-	int e = rn_thread_start(&cl->thread, "runnel-claim", 0, 0, claimer_main, cl);
+	int e = rn_bg_start(&cl->bg, "runnel-claim", 0, claimer_main, cl);
 	if (e) {
 		snprintf(errstr, errstr_size, "claimer thread: %s", strerror(e));
 		claimer_free(cl);
@@ -510,30 +505,26 @@ void worker_claimer_done(worker_claimer_t *cl)
 	 * drain gave up) there is nobody to tell. */
 	if (!cl)
 		return;
-	pthread_mutex_lock(&cl->mu);
+	pthread_mutex_lock(&cl->bg.mu);
 	if (cl->outstanding > 0)
 		cl->outstanding--;
-	pthread_cond_broadcast(&cl->cond);
-	pthread_mutex_unlock(&cl->mu);
+	pthread_cond_broadcast(&cl->bg.cv);
+	pthread_mutex_unlock(&cl->bg.mu);
 }
 
 void worker_claimer_pause(worker_claimer_t *cl)
 {
-	pthread_mutex_lock(&cl->mu);
+	pthread_mutex_lock(&cl->bg.mu);
 	cl->paused = 1;
-	pthread_cond_broadcast(&cl->cond);
-	pthread_mutex_unlock(&cl->mu);
+	pthread_cond_broadcast(&cl->bg.cv);
+	pthread_mutex_unlock(&cl->bg.mu);
 }
 
 void worker_claimer_stop(worker_claimer_t *cl)
 {
 	if (!cl)
 		return;
-	pthread_mutex_lock(&cl->mu);
-	cl->stop = 1;
-	pthread_cond_broadcast(&cl->cond);
-	pthread_mutex_unlock(&cl->mu);
-	pthread_join(cl->thread, NULL);
+	rn_bg_stop(&cl->bg, NULL, NULL, NULL);
 	/* A claim that was in flight when the drain began and arrived after
 	 * the loop ended is claimed in Redis under our name: end it
 	 * worker_shutdown rather than leave it to the lost sweep. */

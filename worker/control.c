@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/bg.h"
 #include "common/log.h"
 #include "common/redis.h"
 #include "common/util.h"
@@ -39,10 +40,7 @@ struct worker_control {
 	const worker_config_t *cfg;
 	worker_control_cb cb;
 	void *arg;
-	pthread_t thread;
-	pthread_mutex_t mu;
-	pthread_cond_t cond;
-	int stop;
+	rn_bg_t bg; /* the control thread; mu guards what follows */
 	size_t max;
 	watch_t *w; /* max entries */
 	size_t nused;
@@ -61,7 +59,7 @@ static void wake(worker_control_t *wc)
 int worker_control_watch(worker_control_t *wc, const char *run_id)
 {
 	int ret = -1;
-	pthread_mutex_lock(&wc->mu);
+	pthread_mutex_lock(&wc->bg.mu);
 	for (size_t i = 0; i < wc->max; i++) {
 		if (wc->w[i].used)
 			continue;
@@ -76,8 +74,8 @@ int worker_control_watch(worker_control_t *wc, const char *run_id)
 		ret = 0;
 		break;
 	}
-	pthread_cond_signal(&wc->cond);
-	pthread_mutex_unlock(&wc->mu);
+	pthread_cond_signal(&wc->bg.cv);
+	pthread_mutex_unlock(&wc->bg.mu);
 	if (ret == 0)
 		wake(wc);
 	return ret;
@@ -85,7 +83,7 @@ int worker_control_watch(worker_control_t *wc, const char *run_id)
 
 void worker_control_unwatch(worker_control_t *wc, const char *run_id)
 {
-	pthread_mutex_lock(&wc->mu);
+	pthread_mutex_lock(&wc->bg.mu);
 	for (size_t i = 0; i < wc->max; i++) {
 		if (wc->w[i].used && !strcmp(wc->w[i].run_id, run_id)) {
 			wc->w[i].used = 0;
@@ -93,7 +91,7 @@ void worker_control_unwatch(worker_control_t *wc, const char *run_id)
 			break;
 		}
 	}
-	pthread_mutex_unlock(&wc->mu);
+	pthread_mutex_unlock(&wc->bg.mu);
 }
 
 static void sleep_ms(long ms)
@@ -117,7 +115,7 @@ static void handle_stream(worker_control_t *wc, const redisReply *s)
 			continue;
 		char run_id[PROTO_RUN_ID_MAX + 1] = "";
 		int live = 0;
-		pthread_mutex_lock(&wc->mu);
+		pthread_mutex_lock(&wc->bg.mu);
 		for (size_t j = 0; j < wc->max; j++) {
 			if (wc->w[j].used && !strcmp(wc->w[j].key, key)) {
 				snprintf(wc->w[j].last_id, sizeof(wc->w[j].last_id), "%s", e->element[0]->str);
@@ -126,7 +124,7 @@ static void handle_stream(worker_control_t *wc, const redisReply *s)
 				break;
 			}
 		}
-		pthread_mutex_unlock(&wc->mu);
+		pthread_mutex_unlock(&wc->bg.mu);
 		if (!live)
 			return;
 		const redisReply *f = e->element[1];
@@ -221,12 +219,12 @@ static redisReply *xread(worker_control_t *wc, redisContext *c, redisContext **u
 			uint64_t v;
 			ssize_t rr = read(wc->wake_fd, &v, sizeof(v));
 			(void)rr;
-			pthread_mutex_lock(&wc->mu);
-			if ((wc->dirty || wc->stop) && !want) {
+			pthread_mutex_lock(&wc->bg.mu);
+			if ((wc->dirty || wc->bg.stop) && !want) {
 				want = 1;
 				tries = 0;
 			}
-			pthread_mutex_unlock(&wc->mu);
+			pthread_mutex_unlock(&wc->bg.mu);
 		}
 		if (pr > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) && redisBufferRead(c) != REDIS_OK)
 			return NULL;
@@ -252,11 +250,11 @@ static void *control_main(void *arg)
 
 	for (;;) {
 		size_t n = 0;
-		pthread_mutex_lock(&wc->mu);
-		while (!wc->stop && wc->nused == 0)
-			rn_cond_wait_ms(&wc->cond, &wc->mu, 1000);
-		if (wc->stop) {
-			pthread_mutex_unlock(&wc->mu);
+		pthread_mutex_lock(&wc->bg.mu);
+		while (!wc->bg.stop && wc->nused == 0)
+			rn_bg_wait_ms(&wc->bg, 1000);
+		if (wc->bg.stop) {
+			pthread_mutex_unlock(&wc->bg.mu);
 			break;
 		}
 		for (size_t i = 0; i < wc->max; i++) {
@@ -267,7 +265,7 @@ static void *control_main(void *arg)
 			n++;
 		}
 		wc->dirty = 0;
-		pthread_mutex_unlock(&wc->mu);
+		pthread_mutex_unlock(&wc->bg.mu);
 
 		if (!c) {
 			char err[256];
@@ -344,11 +342,11 @@ worker_control_t *worker_control_start(const worker_config_t *cfg, size_t max_ru
 		free(wc);
 		return NULL;
 	}
-	pthread_mutex_init(&wc->mu, NULL);
-	pthread_cond_init(&wc->cond, NULL);
-	int e = rn_thread_start(&wc->thread, "runnel-control", 512 * 1024, 0, control_main, wc);
+	rn_bg_init(&wc->bg);
+	int e = rn_bg_start(&wc->bg, "runnel-control", 512 * 1024, control_main, wc);
 	if (e) {
 		snprintf(errstr, errstr_size, "control thread: %s", strerror(e));
+		rn_bg_destroy(&wc->bg);
 		close(wc->wake_fd);
 		free(wc->w);
 		free(wc);
@@ -357,19 +355,19 @@ worker_control_t *worker_control_start(const worker_config_t *cfg, size_t max_ru
 	return wc;
 }
 
+static void wake_cb(void *wc)
+{
+	wake(wc);
+}
+
 void worker_control_stop(worker_control_t *wc)
 {
 	if (!wc)
 		return;
-	pthread_mutex_lock(&wc->mu);
-	wc->stop = 1;
-	pthread_cond_signal(&wc->cond);
-	pthread_mutex_unlock(&wc->mu);
-	wake(wc);
-	pthread_join(wc->thread, NULL);
+	/* The wake fd interrupts the thread's blocking read of the streams. */
+	rn_bg_stop(&wc->bg, NULL, wake_cb, wc);
 	close(wc->wake_fd);
-	pthread_mutex_destroy(&wc->mu);
-	pthread_cond_destroy(&wc->cond);
+	rn_bg_destroy(&wc->bg);
 	free(wc->w);
 	free(wc);
 }

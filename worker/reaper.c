@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bg.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "proto/job.h"
@@ -24,14 +25,10 @@ typedef struct item {
 } item_t;
 
 struct worker_reaper {
-	pthread_mutex_t mu;
-	pthread_cond_t cv; /* an item came, or stop */
-	pthread_cond_t room;
+	rn_bg_t bg;          /* the reaper threads; cv: an item came, or stop */
+	pthread_cond_t room; /* under bg.mu: the queue has room, or stop */
 	item_t *q;
 	size_t cap, head, n;
-	int stop;
-	pthread_t *threads;
-	size_t nthreads;
 };
 
 static void reap(item_t *it)
@@ -49,21 +46,21 @@ static void reap(item_t *it)
 static void *reaper_main(void *arg)
 {
 	worker_reaper_t *r = arg;
-	pthread_mutex_lock(&r->mu);
+	pthread_mutex_lock(&r->bg.mu);
 	for (;;) {
-		while (!r->n && !r->stop)
-			pthread_cond_wait(&r->cv, &r->mu);
+		while (!r->n && !r->bg.stop)
+			pthread_cond_wait(&r->bg.cv, &r->bg.mu);
 		if (!r->n)
 			break; /* stop, and nothing left */
 		item_t it = r->q[r->head];
 		r->head = (r->head + 1) % r->cap;
 		r->n--;
 		pthread_cond_signal(&r->room);
-		pthread_mutex_unlock(&r->mu);
+		pthread_mutex_unlock(&r->bg.mu);
 		reap(&it);
-		pthread_mutex_lock(&r->mu);
+		pthread_mutex_lock(&r->bg.mu);
 	}
-	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_unlock(&r->bg.mu);
 	return NULL;
 }
 
@@ -72,7 +69,9 @@ worker_reaper_t *worker_reaper_new(size_t cap, size_t nthreads, char *errstr, si
 	cap = cap ? cap : 1;
 	nthreads = nthreads ? nthreads : 1;
 	worker_reaper_t *r = calloc(1, sizeof(*r));
-	if (!r || !(r->q = calloc(cap, sizeof(*r->q))) || !(r->threads = calloc(nthreads, sizeof(*r->threads)))) {
+	if (nthreads > RN_BG_THREADS_MAX)
+		nthreads = RN_BG_THREADS_MAX;
+	if (!r || !(r->q = calloc(cap, sizeof(*r->q)))) {
 		if (r)
 			free(r->q);
 		free(r);
@@ -80,12 +79,11 @@ worker_reaper_t *worker_reaper_new(size_t cap, size_t nthreads, char *errstr, si
 		return NULL;
 	}
 	r->cap = cap;
-	pthread_mutex_init(&r->mu, NULL);
-	pthread_cond_init(&r->cv, NULL);
+	rn_bg_init(&r->bg);
 	pthread_cond_init(&r->room, NULL);
-	for (; r->nthreads < nthreads; r->nthreads++) {
+	for (size_t i = 0; i < nthreads; i++) {
 		/* nftw and the proxy's stop are the deepest calls made here. */
-		int e = rn_thread_start(&r->threads[r->nthreads], "runnel-reaper", 256 * 1024, 0, reaper_main, r);
+		int e = rn_bg_start(&r->bg, "runnel-reaper", 256 * 1024, reaper_main, r);
 		if (e) {
 			snprintf(errstr, errstr_size, "cannot start a reaper thread: %s", strerror(e));
 			worker_reaper_free(r);
@@ -108,17 +106,17 @@ void worker_reaper_put(worker_reaper_t *r, const char *run_id, int64_t claimed_m
 		it.have_ws = 1;
 	}
 	if (r) {
-		pthread_mutex_lock(&r->mu);
-		while (r->n == r->cap && !r->stop)
-			pthread_cond_wait(&r->room, &r->mu);
-		if (!r->stop) {
+		pthread_mutex_lock(&r->bg.mu);
+		while (r->n == r->cap && !r->bg.stop)
+			pthread_cond_wait(&r->room, &r->bg.mu);
+		if (!r->bg.stop) {
 			r->q[(r->head + r->n) % r->cap] = it;
 			r->n++;
-			pthread_cond_signal(&r->cv);
-			pthread_mutex_unlock(&r->mu);
+			pthread_cond_signal(&r->bg.cv);
+			pthread_mutex_unlock(&r->bg.mu);
 			return;
 		}
-		pthread_mutex_unlock(&r->mu);
+		pthread_mutex_unlock(&r->bg.mu);
 	}
 	reap(&it);
 }
@@ -127,17 +125,9 @@ void worker_reaper_free(worker_reaper_t *r)
 {
 	if (!r)
 		return;
-	pthread_mutex_lock(&r->mu);
-	r->stop = 1;
-	pthread_cond_broadcast(&r->cv);
-	pthread_cond_broadcast(&r->room);
-	pthread_mutex_unlock(&r->mu);
-	for (size_t i = 0; i < r->nthreads; i++)
-		pthread_join(r->threads[i], NULL); /* they empty the queue first */
-	free(r->threads);
+	rn_bg_stop(&r->bg, &r->room, NULL, NULL); /* they empty the queue first */
 	pthread_cond_destroy(&r->room);
-	pthread_cond_destroy(&r->cv);
-	pthread_mutex_destroy(&r->mu);
+	rn_bg_destroy(&r->bg);
 	free(r->q);
 	free(r);
 }

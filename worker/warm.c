@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/bg.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -193,14 +194,11 @@ struct worker_warm_pool {
 	long uid, gid;
 	const worker_limits_env_t *limits;
 
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	rn_bg_t bg; /* the refill thread; mu guards what follows */
 	worker_warm_sb_t **idle;
 	size_t nidle;
-	int draining, stopping;
+	int draining;
 	unsigned long taken, missed, started, seq;
-	pthread_t thread;
-	int have_thread;
 };
 
 /* One new warm sandbox with its own run directory, or NULL. */
@@ -273,38 +271,38 @@ static void *pool_main(void *arg)
 {
 	worker_warm_pool_t *p = arg;
 	int failing = 0;
-	pthread_mutex_lock(&p->mu);
-	while (!p->stopping) {
+	pthread_mutex_lock(&p->bg.mu);
+	while (!p->bg.stop) {
 		if (p->draining || p->nidle >= p->size) {
-			pthread_cond_wait(&p->cv, &p->mu);
+			pthread_cond_wait(&p->bg.cv, &p->bg.mu);
 			continue;
 		}
 		unsigned long seq = ++p->seq;
-		pthread_mutex_unlock(&p->mu);
+		pthread_mutex_unlock(&p->bg.mu);
 		char err[512];
 		worker_warm_sb_t *w = pool_start_one(p, seq, err, sizeof(err));
-		pthread_mutex_lock(&p->mu);
+		pthread_mutex_lock(&p->bg.mu);
 		if (!w) {
 			if (!failing)
 				rn_log_warn(NULL, "warm_start", "a warm sandbox could not be started (%s); "
 				                                "runs start cold meanwhile",
 				            err);
 			failing = 1;
-			if (!p->stopping)
-				rn_cond_wait_ms(&p->cv, &p->mu, WARM_RETRY_MS);
+			if (!p->bg.stop)
+				rn_bg_wait_ms(&p->bg, WARM_RETRY_MS);
 			continue;
 		}
 		failing = 0;
 		p->started++;
-		if (p->draining || p->stopping) {
-			pthread_mutex_unlock(&p->mu);
+		if (p->draining || p->bg.stop) {
+			pthread_mutex_unlock(&p->bg.mu);
 			worker_warm_free(w, 0);
-			pthread_mutex_lock(&p->mu);
+			pthread_mutex_lock(&p->bg.mu);
 			continue;
 		}
 		p->idle[p->nidle++] = w;
 	}
-	pthread_mutex_unlock(&p->mu);
+	pthread_mutex_unlock(&p->bg.mu);
 	return NULL;
 }
 
@@ -333,21 +331,19 @@ worker_warm_pool_t *worker_warm_pool_new(const worker_warm_pool_opts_t *o,
 	p->gid = o->gid;
 	p->limits = o->limits;
 	p->idle = calloc(o->size, sizeof(*p->idle));
-	pthread_mutex_init(&p->mu, NULL);
-	pthread_cond_init(&p->cv, NULL);
+	rn_bg_init(&p->bg);
 	if (!p->init_path || !p->work_dir || (o->bwrap_path && !p->bwrap_path) ||
 	    (o->rootfs && !p->rootfs) || !p->ro_binds || !p->idle) {
 		worker_warm_pool_free(p);
 		snprintf(errstr, errstr_size, "out of memory");
 		return NULL;
 	}
-	int e = rn_thread_start(&p->thread, "runnel-warm", 0, 0, pool_main, p);
+	int e = rn_bg_start(&p->bg, "runnel-warm", 0, pool_main, p);
 	if (e) {
 		worker_warm_pool_free(p);
 		snprintf(errstr, errstr_size, "warm: cannot start the refill thread: %s", strerror(e));
 		return NULL;
 	}
-	p->have_thread = 1;
 	return p;
 }
 
@@ -357,9 +353,9 @@ worker_warm_sb_t *worker_warm_pool_take(worker_warm_pool_t *p, int share_net)
 		return NULL;
 	for (;;) {
 		worker_warm_sb_t *w = NULL;
-		pthread_mutex_lock(&p->mu);
+		pthread_mutex_lock(&p->bg.mu);
 		if (share_net != p->share_net || p->draining) {
-			pthread_mutex_unlock(&p->mu);
+			pthread_mutex_unlock(&p->bg.mu);
 			return NULL;
 		}
 		if (p->nidle > 0) {
@@ -367,18 +363,18 @@ worker_warm_sb_t *worker_warm_pool_take(worker_warm_pool_t *p, int share_net)
 			w = p->idle[0];
 			memmove(p->idle, p->idle + 1, (p->nidle - 1) * sizeof(*p->idle));
 			p->nidle--;
-			pthread_cond_signal(&p->cv);
+			pthread_cond_signal(&p->bg.cv);
 		} else {
 			p->missed++;
 		}
-		pthread_mutex_unlock(&p->mu);
+		pthread_mutex_unlock(&p->bg.mu);
 		if (!w)
 			return NULL;
 		/* One that died while waiting is thrown away, not handed out. */
 		if (worker_sandbox_reap(&w->sb) == 0) {
-			pthread_mutex_lock(&p->mu);
+			pthread_mutex_lock(&p->bg.mu);
 			p->taken++;
-			pthread_mutex_unlock(&p->mu);
+			pthread_mutex_unlock(&p->bg.mu);
 			return w;
 		}
 		rn_log_warn(NULL, "warm_dead", "a warm sandbox ended while waiting (status %d)", w->sb.status);
@@ -398,18 +394,18 @@ void worker_warm_pool_drain(worker_warm_pool_t *p)
 {
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->mu);
+	pthread_mutex_lock(&p->bg.mu);
 	p->draining = 1;
-	pthread_cond_broadcast(&p->cv);
+	pthread_cond_broadcast(&p->bg.cv);
 	for (;;) {
 		if (p->nidle == 0)
 			break;
 		worker_warm_sb_t *w = p->idle[--p->nidle];
-		pthread_mutex_unlock(&p->mu);
+		pthread_mutex_unlock(&p->bg.mu);
 		worker_warm_free(w, 0);
-		pthread_mutex_lock(&p->mu);
+		pthread_mutex_lock(&p->bg.mu);
 	}
-	pthread_mutex_unlock(&p->mu);
+	pthread_mutex_unlock(&p->bg.mu);
 }
 
 void worker_warm_pool_stats(worker_warm_pool_t *p, unsigned long *taken,
@@ -419,29 +415,28 @@ void worker_warm_pool_stats(worker_warm_pool_t *p, unsigned long *taken,
 		*taken = *missed = *started = 0;
 		return;
 	}
-	pthread_mutex_lock(&p->mu);
+	pthread_mutex_lock(&p->bg.mu);
 	*taken = p->taken;
 	*missed = p->missed;
 	*started = p->started;
-	pthread_mutex_unlock(&p->mu);
+	pthread_mutex_unlock(&p->bg.mu);
+}
+
+static void drain_cb(void *p)
+{
+	worker_warm_pool_drain(p);
 }
 
 void worker_warm_pool_free(worker_warm_pool_t *p)
 {
 	if (!p)
 		return;
-	if (p->have_thread) {
-		pthread_mutex_lock(&p->mu);
-		p->stopping = 1;
-		pthread_cond_broadcast(&p->cv);
-		pthread_mutex_unlock(&p->mu);
+	if (p->bg.nthreads) {
 		/* Drain before the join: idle sandboxes die with their forking thread. */
-		worker_warm_pool_drain(p);
-		pthread_join(p->thread, NULL);
+		rn_bg_stop(&p->bg, NULL, drain_cb, p);
 		worker_warm_pool_drain(p); /* one the thread finished meanwhile */
 	}
-	pthread_mutex_destroy(&p->mu);
-	pthread_cond_destroy(&p->cv);
+	rn_bg_destroy(&p->bg);
 	free(p->idle);
 	free(p->init_path);
 	free(p->work_dir);

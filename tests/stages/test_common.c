@@ -1,15 +1,17 @@
 /*
  * tests/stages/test_common.c - the helpers in common/ every program shares:
- * the capped buffer and the HTTP body (the cap is enforced), the string vector (order, NULL terminator, setenv replacement), the
+ * the background thread shape, the capped buffer and the HTTP body (the cap is enforced), the string vector (order, NULL terminator, setenv replacement), the
  * reconnect backoff's bounds, and rn_redis_connect against a real
  * redis-server: a good URL, a wrong password, no password, a database that
  * does not exist and a port nobody listens on, each with its exact error words and
  * never the password.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bg.h"
 #include "common/dynbuf.h"
 #include "common/redis.h"
 #include "common/strv.h"
@@ -169,8 +171,47 @@ static void test_dynbuf(void)
 	rn_body_free(&body);
 }
 
+static void *bg_waiter(void *arg)
+{
+	rn_bg_t *b = arg;
+	pthread_mutex_lock(&b->mu);
+	while (!rn_bg_wait_ms(b, -1))
+		;
+	pthread_mutex_unlock(&b->mu);
+	return NULL;
+}
+
+static int poked;
+static void bg_poke(void *arg)
+{
+	(void)arg;
+	poked++;
+}
+
+/* The thread shape: a timed wait times out on its own, and one stop wakes
+ * every waiter (on cv and on the second condition), pokes, and joins. */
+static void test_bg(void)
+{
+	rn_bg_t b;
+	TH_REQUIRE(rn_bg_init(&b) == 0);
+	pthread_mutex_lock(&b.mu);
+	int64_t t0 = rn_mono_ms();
+	TH_CHECK(rn_bg_wait_ms(&b, 50) == 0, "not stopped");
+	TH_CHECK(rn_mono_ms() - t0 >= 40, "a timed wait waits");
+	pthread_mutex_unlock(&b.mu);
+	for (int i = 0; i < 3; i++)
+		TH_REQUIRE(rn_bg_start(&b, "test-bg", 0, bg_waiter, &b) == 0);
+	pthread_cond_t also;
+	pthread_cond_init(&also, NULL);
+	rn_bg_stop(&b, &also, bg_poke, NULL);
+	TH_CHECK(b.stop == 1 && b.nthreads == 0 && poked == 1, "stopped, poked once, joined");
+	pthread_cond_destroy(&also);
+	rn_bg_destroy(&b);
+}
+
 int main(void)
 {
+	test_bg();
 	test_dynbuf();
 	test_strv();
 	test_backoff();
