@@ -2,11 +2,13 @@
  * common/redis.c - blocking Redis connect and reconnect backoff (see redis.h).
  */
 #include "common/redis.h"
+#include "common/log.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/time.h>
 
 /* A setup command's reply: 0 unless it failed (the reply is freed). */
@@ -105,4 +107,86 @@ long long rn_redis_command_ll(redisContext *c, int argc, const char **argv, cons
 	if (r)
 		freeReplyObject(r);
 	return v;
+}
+
+void rn_redis_conn_init(rn_redis_conn_t *rc, const rn_redis_url_t *url, const char *who,
+                        const char *client_name, int connect_timeout_ms)
+{
+	memset(rc, 0, sizeof(*rc));
+	rc->url = url;
+	snprintf(rc->who, sizeof(rc->who), "%s", who);
+	snprintf(rc->client_name, sizeof(rc->client_name), "%s", client_name ? client_name : "");
+	rc->connect_timeout_ms = connect_timeout_ms;
+}
+
+/* 1 when the server answers PING with LOADING (it is reading its data back
+ * and refuses commands until done). */
+static int server_loading(redisContext *c)
+{
+	redisReply *r = redisCommand(c, "PING");
+	int loading = r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "LOADING", 7);
+	if (r)
+		freeReplyObject(r);
+	return loading;
+}
+
+static void conn_down(rn_redis_conn_t *rc, const char *why)
+{
+	long back = rn_backoff_ms(rc->attempt, RN_REDIS_BACKOFF_MIN_MS, RN_REDIS_BACKOFF_MAX_MS);
+	if (rc->attempt % 20 == 0)
+		rn_log_warn(NULL, "redis_unreachable", "%s: redis %s:%d: %s; retrying", rc->who, rc->url->host,
+		            rc->url->port, why);
+	rc->attempt++;
+	rc->down = 1;
+	rc->retry_at = rn_mono_ms() + back;
+}
+
+redisContext *rn_redis_conn_get(rn_redis_conn_t *rc, long *wait_ms)
+{
+	if (rc->c)
+		return rc->c;
+	int64_t now = rn_mono_ms();
+	if (now < rc->retry_at) {
+		if (wait_ms)
+			*wait_ms = (long)(rc->retry_at - now);
+		return NULL;
+	}
+	char why[256];
+	rc->c = rn_redis_connect(rc->url, rc->connect_timeout_ms, RN_REDIS_COMMAND_TIMEOUT_MS, why, sizeof(why));
+	if (rc->c && server_loading(rc->c)) {
+		redisFree(rc->c);
+		rc->c = NULL;
+		snprintf(why, sizeof(why), "the server is loading its data");
+	}
+	if (!rc->c) {
+		conn_down(rc, why);
+		if (wait_ms)
+			*wait_ms = (long)(rc->retry_at - rn_mono_ms());
+		return NULL;
+	}
+	if (rc->client_name[0]) {
+		redisReply *r = redisCommand(rc->c, "CLIENT SETNAME %s", rc->client_name);
+		if (r)
+			freeReplyObject(r);
+	}
+	if (rc->down)
+		rn_log_info(NULL, "redis_reconnected", "%s: connected to Redis again", rc->who);
+	rc->down = 0;
+	rc->attempt = 0;
+	return rc->c;
+}
+
+void rn_redis_conn_failed(rn_redis_conn_t *rc, const char *what, const char *err)
+{
+	rn_log_warn(NULL, "redis_error", "%s %s: %s", rc->who, what, err);
+	rn_redis_conn_close(rc);
+	rc->down = 1;
+	rc->retry_at = rn_mono_ms() + rn_backoff_ms(rc->attempt, RN_REDIS_BACKOFF_MIN_MS, RN_REDIS_BACKOFF_MAX_MS);
+}
+
+void rn_redis_conn_close(rn_redis_conn_t *rc)
+{
+	if (rc->c)
+		redisFree(rc->c);
+	rc->c = NULL;
 }

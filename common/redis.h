@@ -14,6 +14,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include <stdint.h>
+
 #include "common/util.h"
 
 /*
@@ -34,6 +36,43 @@ redisContext *rn_redis_connect(const rn_redis_url_t *url, int connect_timeout_ms
  * jitter).  Thread-safe.
  */
 long rn_backoff_ms(unsigned attempt, long min_ms, long max_ms);
+
+/*
+ * A blocking connection that reconnects itself, for the threads that talk
+ * to Redis all their life (the worker's main loop, claimer and control
+ * reader, the dispatcher's janitor): one backoff (rn_backoff_ms from
+ * RN_REDIS_BACKOFF_MIN_MS to RN_REDIS_BACKOFF_MAX_MS), one command timeout,
+ * one log event for each change ("redis_unreachable" when it goes down,
+ * again every 20 failed connects; "redis_reconnected" when it is back), and
+ * a server still loading its data (LOADING) counted as down.
+ * @locality the thread that owns it.
+ */
+#define RN_REDIS_BACKOFF_MIN_MS     50
+#define RN_REDIS_BACKOFF_MAX_MS     2000
+#define RN_REDIS_COMMAND_TIMEOUT_MS 5000 /* above any BLOCK these threads send */
+
+typedef struct rn_redis_conn {
+	const rn_redis_url_t *url; /* borrowed */
+	char who[32];              /* names the owner in its log lines */
+	char client_name[48];      /* CLIENT SETNAME after each connect; "" none */
+	int connect_timeout_ms;
+	redisContext *c;  /* NULL while down */
+	unsigned attempt; /* failed connects since the last success */
+	int64_t retry_at; /* monotonic ms: no connect before */
+	int down;         /* it failed since the last success */
+} rn_redis_conn_t;
+
+void rn_redis_conn_init(rn_redis_conn_t *rc, const rn_redis_url_t *url, const char *who,
+                        const char *client_name, int connect_timeout_ms);
+/* The context, connecting first when there is none and the backoff has
+ * passed; NULL while Redis is down, with *wait_ms (when not NULL) how long
+ * until the next try is worth it. */
+redisContext *rn_redis_conn_get(rn_redis_conn_t *rc, long *wait_ms);
+/* A command on the context failed (err in words): logged as redis_error,
+ * the context is dropped and the next connect waits for the backoff. */
+void rn_redis_conn_failed(rn_redis_conn_t *rc, const char *what, const char *err);
+/* Frees the context (the connection may be used again). */
+void rn_redis_conn_close(rn_redis_conn_t *rc);
 
 /* Turns a missing reply (the context's error, else "connection lost") or an
  * error reply into errstr as "redis WHAT: REASON"; 0 when r is usable.

@@ -26,8 +26,7 @@ struct dispatcher_janitor {
 	dispatcher_t *d;
 	rn_bg_t bg; /* the janitor thread */
 	_Atomic int kafka_ok;
-	redisContext *rc;
-	int redis_logged;
+	rn_redis_conn_t rc;
 };
 
 static void on_lost(const char *run_id, void *arg)
@@ -38,39 +37,16 @@ static void on_lost(const char *run_id, void *arg)
 	rn_log_warn(run_id, "run_lost", "the run's lease expired: ended worker_lost");
 }
 
-static redisContext *redis_connect(dispatcher_janitor_t *j)
-{
-	char why[256];
-	redisContext *c = rn_redis_connect(&j->d->redis_url, 1000, 5000, why, sizeof(why));
-	redisReply *r;
-
-	if (!c) {
-		if (!j->redis_logged)
-			rn_log_warn(NULL, "sweep_redis_down", "cannot connect: %s", why);
-		j->redis_logged = 1;
-		return NULL;
-	}
-	r = redisCommand(c, "CLIENT SETNAME runnel-dispatcher-sweep");
-	if (r)
-		freeReplyObject(r);
-	if (j->redis_logged)
-		rn_log_info(NULL, "sweep_redis_up", "connected");
-	j->redis_logged = 0;
-	return c;
-}
-
 static void sweep(dispatcher_janitor_t *j)
 {
 	char err[256];
 
-	if (!j->rc && !(j->rc = redis_connect(j)))
-		return;
-	if (rn_runstate_sweep(j->rc, j->d->cfg->key_prefix, j->d->cfg->retention_sec, 100,
-	                      on_lost, j, err, sizeof(err)) < 0) {
-		rn_log_warn(NULL, "sweep_failed", "%s", err);
-		redisFree(j->rc);
-		j->rc = NULL;
-	}
+	redisContext *c = rn_redis_conn_get(&j->rc, NULL);
+	if (!c)
+		return; /* the next sweep tries again */
+	if (rn_runstate_sweep(c, j->d->cfg->key_prefix, j->d->cfg->retention_sec, 100, on_lost, j, err,
+	                      sizeof(err)) < 0)
+		rn_redis_conn_failed(&j->rc, "sweep", err);
 }
 
 static void probe_kafka(dispatcher_janitor_t *j)
@@ -106,9 +82,7 @@ static void *janitor_main(void *arg)
 		rn_bg_wait_ms(&j->bg, j->d->cfg->sweep_ms);
 	}
 	pthread_mutex_unlock(&j->bg.mu);
-	if (j->rc)
-		redisFree(j->rc);
-	j->rc = NULL;
+	rn_redis_conn_close(&j->rc);
 	return NULL;
 }
 
@@ -123,6 +97,7 @@ dispatcher_janitor_t *dispatcher_janitor_start(dispatcher_t *d, char *errstr, si
 	}
 	j->d = d;
 	rn_bg_init(&j->bg);
+	rn_redis_conn_init(&j->rc, &d->redis_url, "sweep", "runnel-dispatcher-sweep", 1000);
 	rc = rn_bg_start(&j->bg, "runnel-janitor", 0, janitor_main, j);
 	if (rc != 0) {
 		snprintf(errstr, errstr_size, "pthread_create: %s", strerror(rc));

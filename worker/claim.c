@@ -16,6 +16,7 @@
 
 #include "common/bg.h"
 #include "common/log.h"
+#include "common/redis.h"
 #include "common/runqueue.h"
 #include "common/runstate.h"
 #include "common/util.h"
@@ -127,8 +128,7 @@ struct worker_claimer {
 	rn_bg_t bg;       /* the claimer thread; mu guards what follows */
 	long outstanding; /* handed out, not done */
 	int paused;
-	redisContext *rc;
-	unsigned attempt;
+	rn_redis_conn_t rc;
 	worker_fetcher_t *fetcher; /* reference mode, created on first use */
 	/* Reference mode: the records this worker queued itself, so that its
 	 * own claims need no read back from Kafka.  A ring under recent_mu
@@ -220,33 +220,20 @@ static void nap(worker_claimer_t *cl, long ms)
 	pthread_mutex_unlock(&cl->bg.mu);
 }
 
+/* The claimer's connection; while Redis is down, naps until the next try
+ * (a stop cuts the nap short). */
 static redisContext *conn(worker_claimer_t *cl)
 {
-	if (cl->rc)
-		return cl->rc;
-	char err[256];
-	cl->rc = worker_redis_connect(&cl->cfg->redis, 1000, err, sizeof(err));
-	if (!cl->rc) {
-		if (cl->attempt++ % 20 == 0)
-			rn_log_warn(NULL, "redis_unreachable", "claimer: %s; retrying", err);
-		nap(cl, 200);
-		return NULL;
-	}
-	/* Longer than one BLPOP. */
-	struct timeval tv = { 5, 0 };
-	redisSetTimeout(cl->rc, tv);
-	cl->attempt = 0;
-	return cl->rc;
+	long wait = 0;
+	redisContext *c = rn_redis_conn_get(&cl->rc, &wait);
+	if (!c)
+		nap(cl, wait);
+	return c;
 }
 
 static void failed(worker_claimer_t *cl, const char *what, const char *err)
 {
-	rn_log_warn(NULL, "redis_error", "claimer %s: %s", what, err);
-	if (cl->rc) {
-		redisFree(cl->rc);
-		cl->rc = NULL;
-	}
-	nap(cl, 100);
+	rn_redis_conn_failed(&cl->rc, what, err);
 }
 
 /* Opens a queue entry into *job.  0, or -1 with errstr, or -2 with errstr
@@ -459,6 +446,7 @@ worker_claimer_t *worker_claimer_start(struct event_base *base, const worker_con
 		return NULL;
 	}
 	rn_bg_init(&cl->bg);
+	rn_redis_conn_init(&cl->rc, &cfg->redis, "claimer", NULL, 1000);
 	pthread_mutex_init(&cl->recent_mu, NULL);
 	cl->ready = calloc((size_t)slots, sizeof(*cl->ready));
 	cl->batch = calloc((size_t)slots, sizeof(*cl->batch));
@@ -527,7 +515,9 @@ void worker_claimer_stop(worker_claimer_t *cl)
 	rn_bg_stop(&cl->bg, NULL, NULL, NULL);
 	/* A claim that was in flight when the drain began and arrived after
 	 * the loop ended is claimed in Redis under our name: end it
-	 * worker_shutdown rather than leave it to the lost sweep. */
+	 * worker_shutdown rather than leave it to the lost sweep (one try to
+	 * connect now, whatever the backoff said). */
+	cl->rc.retry_at = 0;
 	for (size_t i = 0; i < cl->nready; i++) {
 		worker_claimed_t *wc = cl->ready[i];
 		char err[256];
@@ -546,8 +536,7 @@ void worker_claimer_stop(worker_claimer_t *cl)
 		free(wc);
 	}
 	cl->nready = 0;
-	if (cl->rc)
-		redisFree(cl->rc);
+	rn_redis_conn_close(&cl->rc);
 	worker_fetcher_free(cl->fetcher);
 	claimer_free(cl);
 }

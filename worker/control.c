@@ -234,9 +234,10 @@ static redisReply *xread(worker_control_t *wc, redisContext *c, redisContext **u
 static void *control_main(void *arg)
 {
 	worker_control_t *wc = arg;
-	redisContext *c = NULL, *u = NULL;
-	long long cid = -1; /* CLIENT ID of c, for CLIENT UNBLOCK */
-	unsigned attempt = 0;
+	rn_redis_conn_t conn;
+	redisContext *c = NULL, *u = NULL; /* c: conn's, while it lasts */
+	long long cid = -1;                /* CLIENT ID of c, for CLIENT UNBLOCK */
+	rn_redis_conn_init(&conn, &wc->cfg->redis, "control", NULL, 1000);
 	/* argv: XREAD COUNT 16 BLOCK ms STREAMS k1..kn id1..idn */
 	size_t argc_max = 6 + 2 * wc->max;
 	const char **argv = calloc(argc_max, sizeof(*argv));
@@ -268,15 +269,12 @@ static void *control_main(void *arg)
 		pthread_mutex_unlock(&wc->bg.mu);
 
 		if (!c) {
-			char err[256];
-			c = worker_redis_connect(&wc->cfg->redis, 1000, err, sizeof(err));
+			long wait = 0;
+			c = rn_redis_conn_get(&conn, &wait);
 			if (!c) {
-				if (attempt++ % 20 == 0)
-					rn_log_warn(NULL, "control_reconnect", "%s; retrying", err);
-				sleep_ms(rn_backoff_ms(attempt, 50, 1000));
+				sleep_ms(wait);
 				continue;
 			}
-			attempt = 0;
 			redisReply *ir = redisCommand(c, "CLIENT ID");
 			cid = ir && ir->type == REDIS_REPLY_INTEGER ? ir->integer : -1;
 			if (ir)
@@ -297,13 +295,13 @@ static void *control_main(void *arg)
 			argv[ac++] = ids[i];
 		redisReply *r = xread(wc, c, &u, cid, (int)ac, argv);
 		if (!r || r->type == REDIS_REPLY_ERROR) {
-			if (r) {
-				rn_log_warn(NULL, "control_read", "%.160s", r->str);
+			char err[256];
+			snprintf(err, sizeof(err), "%.160s", r ? r->str : c->errstr[0] ? c->errstr
+			                                                               : "connection lost");
+			if (r)
 				freeReplyObject(r);
-			}
-			redisFree(c);
+			rn_redis_conn_failed(&conn, "read", err);
 			c = NULL;
-			sleep_ms(100);
 			continue;
 		}
 		for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
@@ -311,8 +309,7 @@ static void *control_main(void *arg)
 		freeReplyObject(r);
 	}
 out:
-	if (c)
-		redisFree(c);
+	rn_redis_conn_close(&conn);
 	if (u)
 		redisFree(u);
 	free(argv);

@@ -66,9 +66,7 @@ typedef struct worker {
 	worker_webhook_t *webhook; /* the completion webhooks' delivery thread */
 	worker_claimer_t *claimer;
 	worker_http_t *http;
-	redisContext *rc;    /* main thread's Redis: claim, heartbeat, sweep */
-	int64_t rc_retry_at; /* mono ms: do not reconnect before */
-	unsigned rc_attempt;
+	rn_redis_conn_t rc; /* main thread's Redis: claim, heartbeat, sweep */
 
 	pthread_mutex_t mu;                    /* guards runs[] for the control thread, done[] */
 	worker_run_t **runs;                   /* cfg.slots entries, NULL = free */
@@ -108,37 +106,12 @@ static void pump(worker_t *w);
 
 static redisContext *main_redis(worker_t *w)
 {
-	if (w->rc)
-		return w->rc;
-	int64_t now = rn_mono_ms();
-	if (now < w->rc_retry_at)
-		return NULL;
-	char err[256];
-	w->rc = worker_redis_connect(&w->cfg.redis, 500, err, sizeof(err));
-	if (!w->rc) {
-		long back = rn_backoff_ms(w->rc_attempt, 50, 1600);
-		w->rc_attempt++;
-		w->rc_retry_at = now + back;
-		if (w->rc_attempt == 1 || w->rc_attempt % 20 == 0)
-			rn_log_warn(NULL, "redis_unreachable", "%s; retrying", err);
-		return NULL;
-	}
-	struct timeval tv = { 5, 0 };
-	redisSetTimeout(w->rc, tv);
-	if (w->rc_attempt)
-		rn_log_info(NULL, "redis_reconnected", "connected to Redis again");
-	w->rc_attempt = 0;
-	return w->rc;
+	return rn_redis_conn_get(&w->rc, NULL);
 }
 
 static void main_redis_failed(worker_t *w, const char *what, const char *err)
 {
-	rn_log_warn(NULL, "redis_error", "%s: %s", what, err);
-	if (w->rc) {
-		redisFree(w->rc);
-		w->rc = NULL;
-	}
-	w->rc_retry_at = rn_mono_ms() + 100;
+	rn_redis_conn_failed(&w->rc, what, err);
 }
 
 /* ------------------------------------------------------------------------
@@ -851,6 +824,7 @@ static int worker_alloc(worker_t *w)
 	w->ctx.on_done = on_run_done;
 	w->ctx.arg = w;
 	w->ctx.pub_pool = worker_pub_pool_new((size_t)w->cfg.slots);
+	rn_redis_conn_init(&w->rc, &w->cfg.redis, "main", NULL, 500);
 	w->ctx.reaper = worker_reaper_new((size_t)w->cfg.slots, (size_t)w->cfg.slots, err, sizeof(err));
 	w->base = event_base_new();
 	if (!w->runs || !w->done || !w->tenants || !w->s_runs || !w->s_tenants || !w->s_ids ||
@@ -944,8 +918,7 @@ static void worker_stop(worker_t *w)
 	w->ctx.reaper = NULL;
 	worker_pub_pool_free(w->ctx.pub_pool); /* after every run ended */
 	w->ctx.pub_pool = NULL;
-	if (w->rc)
-		redisFree(w->rc);
+	rn_redis_conn_close(&w->rc);
 	free(w->runs);
 	free(w->done);
 	free(w->s_runs);

@@ -1,6 +1,6 @@
 /*
  * tests/stages/test_common.c - the helpers in common/ every program shares:
- * the background thread shape, the capped buffer and the HTTP body (the cap is enforced), the string vector (order, NULL terminator, setenv replacement), the
+ * the reconnecting Redis connection, the background thread shape, the capped buffer and the HTTP body (the cap is enforced), the string vector (order, NULL terminator, setenv replacement), the
  * reconnect backoff's bounds, and rn_redis_connect against a real
  * redis-server: a good URL, a wrong password, no password, a database that
  * does not exist and a port nobody listens on, each with its exact error words and
@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/bg.h"
 #include "common/dynbuf.h"
@@ -209,8 +210,47 @@ static void test_bg(void)
 	rn_bg_destroy(&b);
 }
 
+/* The reconnecting connection: down while nobody listens (with a wait
+ * within the backoff), up once the server is there, and a failed command
+ * drops the context for the next get to replace. */
+static void test_conn(void)
+{
+	rn_redis_url_t u;
+	char err[256] = "";
+	int port = th_free_port();
+	TH_REQUIRE(port > 0);
+	TH_REQUIRE(rn_redis_url_parse(th_strf("redis://127.0.0.1:%d", port), &u, err, sizeof(err)) == 0, "%s", err);
+	rn_redis_conn_t rc;
+	rn_redis_conn_init(&rc, &u, "test", "runnel-test", 500);
+	long wait = -1;
+	TH_CHECK(!rn_redis_conn_get(&rc, &wait), "nobody listens");
+	TH_CHECK(wait >= 0 && wait <= RN_REDIS_BACKOFF_MIN_MS, "first wait %ld ms", wait);
+	TH_CHECK(!rn_redis_conn_get(&rc, &wait) && rc.attempt == 1, "no second try within the backoff");
+
+	th_redis_t r;
+	TH_REQUIRE(th_redis_start(&r, "") == 0, "redis");
+	TH_REQUIRE(rn_redis_url_parse(th_strf("redis://127.0.0.1:%d", r.port), &u, err, sizeof(err)) == 0, "%s", err);
+	int64_t deadline = rn_mono_ms() + 5000;
+	redisContext *c = NULL;
+	while (!(c = rn_redis_conn_get(&rc, &wait)) && rn_mono_ms() < deadline) {
+		struct timespec ts = { 0, (wait > 0 ? wait : 1) * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	TH_REQUIRE(c, "connected once the server is there");
+	TH_CHECK(rc.attempt == 0 && !rc.down, "the backoff starts over");
+	redisReply *rep = redisCommand(c, "CLIENT GETNAME");
+	TH_CHECK(rep && rep->type == REDIS_REPLY_STRING && th_streq(rep->str, "runnel-test"), "named");
+	if (rep)
+		freeReplyObject(rep);
+	rn_redis_conn_failed(&rc, "test", "a failure");
+	TH_CHECK(!rc.c && rc.down, "a failure drops the context");
+	rn_redis_conn_close(&rc);
+	th_redis_stop(&r);
+}
+
 int main(void)
 {
+	test_conn();
 	test_bg();
 	test_dynbuf();
 	test_strv();
