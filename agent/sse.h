@@ -12,19 +12,18 @@
 
 #include <stddef.h>
 
+#include "common/dynbuf.h"
+
 /* Called once per dispatched event with its data (the data: lines joined by
  * LF, NUL-terminated) and event name ("" when none).  Return 0 to go on,
  * nonzero to stop the feed (agent_sse_feed then returns that value). */
 typedef int (*agent_sse_event_fn)(void *arg, const char *event, const char *data, size_t len);
 
 typedef struct agent_sse {
-	char *line; /* the line being read */
-	size_t line_len, line_cap;
-	char *data; /* data of the event being read */
-	size_t data_len, data_cap;
+	rn_dynbuf_t line; /* the line being read, at most max bytes */
+	rn_dynbuf_t data; /* data of the event being read, at most max bytes */
 	int has_data;
 	char event[64];
-	size_t max;   /* cap on one line and on one event's data */
 	int last_cr;  /* the previous byte was CR: a following LF is not a new line */
 	int overflow; /* a line or event went over max */
 	agent_sse_event_fn fn;
