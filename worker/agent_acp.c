@@ -18,6 +18,7 @@
 
 #include <sodium.h>
 
+#include "common/dynbuf.h"
 #include "common/log.h"
 #include "common/sandbox_layout.h"
 #include "common/util.h"
@@ -72,9 +73,8 @@ struct worker_acp {
 	char *session_id;
 	json_t *modes; /* session/new result.modes (owned) or NULL */
 	int cancelled;
-	int fs;     /* fs requests served */
-	char *text; /* the agent's message, accumulated */
-	size_t text_len;
+	int fs;           /* fs requests served */
+	rn_dynbuf_t text; /* the agent's message, its first WORKER_ACP_TEXT_MAX bytes */
 	int text_cut;
 	int text_break; /* a tool ran since the last text: start a paragraph */
 	char *thought;
@@ -217,9 +217,12 @@ static char *content_text(const json_t *v)
 		return strdup(json_string_value(v));
 	if (!json_is_array(v))
 		return NULL;
-	size_t i, len = 0;
+	size_t i;
 	json_t *c;
-	char *out = NULL;
+	rn_dynbuf_t out;
+	/* The texts joined by LF, as many whole ones as fit the cap with a NUL. */
+	rn_dynbuf_init(&out, WORKER_ACP_RESULT_MAX - 1);
+	int any = 0;
 	json_array_foreach(v, i, c)
 	{
 		const json_t *inner = json_object_get(c, "content");
@@ -227,18 +230,16 @@ static char *content_text(const json_t *v)
 		if (!t)
 			continue;
 		size_t tl = strlen(t);
-		if (len + tl + 2 > WORKER_ACP_RESULT_MAX)
+		if (rn_dynbuf_reserve(&out, (any ? 1 : 0) + tl) < 0 || (any && rn_dynbuf_add(&out, "\n", 1) < 0) ||
+		    rn_dynbuf_add(&out, t, tl) < 0)
 			break;
-		char *n = realloc(out, len + tl + 2);
-		if (!n)
-			break;
-		out = n;
-		if (len)
-			out[len++] = '\n';
-		memcpy(out + len, t, tl + 1);
-		len += tl;
+		any = 1;
 	}
-	return out;
+	if (!any) {
+		rn_dynbuf_free(&out);
+		return NULL;
+	}
+	return rn_dynbuf_take(&out, NULL);
 }
 
 /* ------------------------------------------------------------------------
@@ -468,13 +469,13 @@ static void end_turn(worker_acp_t *s, const worker_agent_io_t *io, const json_t 
 		else if (stop && !strcmp(stop, "cancelled"))
 			code = "agent_cancelled";
 		snprintf(msg, sizeof(msg), "The agent stopped its turn (%s)%s%.600s", stop ? stop : "no stop reason",
-		         s->text_len ? ": " : ".", s->text_len ? s->text : "");
+		         s->text.len ? ": " : ".", s->text.len ? s->text.p : "");
 		end_error(s, io, code, msg);
 		return;
 	}
 	steps_close(s, io, "the agent's turn ended before the tool finished");
 	s->phase = PH_DONE;
-	json_t *line = json_pack("{s:s,s:s}", "type", "result", "message", s->text ? s->text : "");
+	json_t *line = json_pack("{s:s,s:s}", "type", "result", "message", s->text.p ? s->text.p : "");
 	json_t *u = json_object_get(result, "usage");
 	if (line && u)
 		json_object_set(line, "usage", u);
@@ -726,22 +727,13 @@ static void append_text(worker_acp_t *s, const char *t)
 	if (!*t)
 		return;
 	/* Text before and after a tool call are separate paragraphs. */
-	if (s->text_break && s->text_len) {
+	if (s->text_break && s->text.len) {
 		s->text_break = 0;
 		append_text(s, "\n\n");
 	}
 	s->text_break = 0;
-	size_t tl = strlen(t);
-	if (s->text_len + tl > WORKER_ACP_TEXT_MAX) {
+	if (rn_dynbuf_adds(&s->text, t) == RN_DYNBUF_TOO_BIG)
 		s->text_cut = 1;
-		return;
-	}
-	char *n = realloc(s->text, s->text_len + tl + 1);
-	if (!n)
-		return;
-	s->text = n;
-	memcpy(s->text + s->text_len, t, tl + 1);
-	s->text_len += tl;
 }
 
 static void append_thought(worker_acp_t *s, const char *t)
@@ -1103,6 +1095,7 @@ worker_acp_t *worker_acp_new(const worker_acp_opts_t *opts, char *errstr, size_t
 		return NULL;
 	}
 	s->o = *opts;
+	rn_dynbuf_init(&s->text, WORKER_ACP_TEXT_MAX);
 	s->fs = opts->workspace_fd >= 0;
 	/* workspace_fd is borrowed like the rest (the run keeps it open). */
 	const char *k;
@@ -1136,7 +1129,7 @@ void worker_acp_free(worker_acp_t *s)
 	free(s->session_id);
 	json_decref(s->modes);
 	json_decref(s->usage);
-	free(s->text);
+	rn_dynbuf_free(&s->text);
 	free(s->thought);
 	free(s);
 }
