@@ -21,6 +21,7 @@
 #include "agent/emit.h"
 #include "agent/loop.h"
 #include "common/conf.h"
+#include "common/dynbuf.h"
 #include "common/sandbox_layout.h"
 #include "proto/jsonerr.h"
 
@@ -30,15 +31,17 @@
  * newline) and the bytes read past it. */
 static char *read_turn(int fd, char **rest, size_t *rest_len)
 {
-	size_t cap = 64 * 1024, len = 0;
-	char *buf = malloc(cap + 1);
+	rn_dynbuf_t b;
+	char chunk[64 * 1024];
+	size_t scanned = 0;
+	rn_dynbuf_init(&b, TURN_MAX);
 	*rest = NULL;
 	*rest_len = 0;
-	while (buf) {
-		char *nl = len ? memchr(buf, '\n', len) : NULL;
+	for (;;) {
+		char *nl = b.len > scanned ? memchr(b.p + scanned, '\n', b.len - scanned) : NULL;
 		if (nl) {
-			size_t n = (size_t)(nl - buf);
-			*rest_len = len - n - 1;
+			size_t n = (size_t)(nl - b.p);
+			*rest_len = b.len - n - 1;
 			if (*rest_len) {
 				*rest = malloc(*rest_len);
 				if (*rest)
@@ -46,30 +49,26 @@ static char *read_turn(int fd, char **rest, size_t *rest_len)
 				else
 					*rest_len = 0;
 			}
-			buf[n] = '\0';
-			return buf;
+			b.p[n] = '\0';
+			return rn_dynbuf_take(&b, NULL);
 		}
-		if (len == cap) {
-			if (cap >= TURN_MAX)
-				break;
-			cap *= 2;
-			char *p = realloc(buf, cap + 1);
-			if (!p)
-				break;
-			buf = p;
-		}
-		ssize_t r = read(fd, buf + len, cap - len);
+		scanned = b.len;
+		/* Never past the cap: a turn without a newline by then is refused. */
+		size_t room = b.max - b.len;
+		if (room == 0)
+			break;
+		ssize_t r = read(fd, chunk, room < sizeof(chunk) ? room : sizeof(chunk));
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0) {
-			if (len == 0)
+			if (b.len == 0)
 				break;
-			buf[len] = '\0'; /* a turn without its newline, then EOF */
-			return buf;
+			return rn_dynbuf_take(&b, NULL); /* a turn without its newline, then EOF */
 		}
-		len += (size_t)r;
+		if (rn_dynbuf_add(&b, chunk, (size_t)r) < 0)
+			break;
 	}
-	free(buf);
+	rn_dynbuf_free(&b);
 	return NULL;
 }
 

@@ -26,6 +26,7 @@
 #include <jansson.h>
 
 #include "common/sandbox_layout.h"
+#include "common/dynbuf.h"
 #include "common/util.h"
 #include "proto/agentctl.h"
 
@@ -172,35 +173,28 @@ static int wait_reply(const char *id, proto_agentctl_t *out)
 /* Reads the turn line from stdin (blocking).  Caller owns the result. */
 static json_t *read_turn(void)
 {
-	size_t cap = 4096, len = 0;
-	char *buf = malloc(cap);
-	if (!buf)
-		exit(2);
+	rn_dynbuf_t b;
+	rn_dynbuf_init(&b, TURN_MAX - 1);
 	for (;;) {
-		if (len + 1 >= cap) {
-			if (cap >= TURN_MAX)
-				break;
-			cap *= 2;
-			char *nb = realloc(buf, cap);
-			if (!nb)
-				exit(2);
-			buf = nb;
-		}
 		/* One byte at a time: bytes after the newline are control lines. */
-		ssize_t n = read(0, buf + len, 1);
+		char c;
+		ssize_t n = read(0, &c, 1);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
 			stdin_open = 0;
 			break;
 		}
-		if (buf[len] == '\n')
+		if (c == '\n')
 			break;
-		len++;
+		int rc = rn_dynbuf_add(&b, &c, 1);
+		if (rc == RN_DYNBUF_OOM)
+			exit(2);
+		if (rc < 0)
+			break; /* past the cap: what was read does not parse */
 	}
-	buf[len] = '\0';
-	json_t *turn = json_loads(buf, 0, NULL);
-	free(buf);
+	json_t *turn = json_loads(b.p ? b.p : "", 0, NULL);
+	rn_dynbuf_free(&b);
 	return turn;
 }
 
