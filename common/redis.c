@@ -119,14 +119,15 @@ void rn_redis_conn_init(rn_redis_conn_t *rc, const rn_redis_url_t *url, const ch
 	rc->connect_timeout_ms = connect_timeout_ms;
 }
 
-/* 1 when the server answers PING with LOADING (it is reading its data back
- * and refuses commands until done). */
-static int server_loading(redisContext *c)
+int rn_redis_loading(redisContext *c)
 {
-	redisReply *r = redisCommand(c, "PING");
-	int loading = r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "LOADING", 7);
-	if (r)
-		freeReplyObject(r);
+	redisReply *r = redisCommand(c, "INFO persistence");
+	if (!r)
+		return -1;
+	int loading = r->type == REDIS_REPLY_STRING && strstr(r->str, "loading:1");
+	if (r->type == REDIS_REPLY_ERROR)
+		loading = !strncmp(r->str, "LOADING", 7);
+	freeReplyObject(r);
 	return loading;
 }
 
@@ -153,10 +154,12 @@ redisContext *rn_redis_conn_get(rn_redis_conn_t *rc, long *wait_ms)
 	}
 	char why[256];
 	rc->c = rn_redis_connect(rc->url, rc->connect_timeout_ms, RN_REDIS_COMMAND_TIMEOUT_MS, why, sizeof(why));
-	if (rc->c && server_loading(rc->c)) {
+	int loading = rc->c ? rn_redis_loading(rc->c) : 0;
+	if (loading) {
 		redisFree(rc->c);
 		rc->c = NULL;
-		snprintf(why, sizeof(why), "the server is loading its data");
+		snprintf(why, sizeof(why), "%s",
+		         loading > 0 ? "Redis is loading its dataset" : "connection lost while checking Redis");
 	}
 	if (!rc->c) {
 		conn_down(rc, why);

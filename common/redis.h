@@ -38,6 +38,14 @@ redisContext *rn_redis_connect(const rn_redis_url_t *url, int connect_timeout_ms
 long rn_backoff_ms(unsigned attempt, long min_ms, long max_ms);
 
 /*
+ * 1 while the server is still loading its dataset, 0 when it serves, -1
+ * when the connection failed.  Redis accepts connections while it replays
+ * its AOF and refuses most commands with LOADING meanwhile; INFO is
+ * allowed.
+ */
+int rn_redis_loading(redisContext *c);
+
+/*
  * A blocking connection that reconnects itself, for the threads that talk
  * to Redis all their life (the worker's main loop, claimer and control
  * reader, the dispatcher's janitor): one backoff (rn_backoff_ms from

@@ -160,7 +160,7 @@ int worker_pub_add(worker_pub_t *p, const char *line, size_t len)
 
 void worker_pub_backoff(worker_pub_t *p, unsigned attempt)
 {
-	long ms = rn_backoff_ms(attempt, 50, 2000);
+	long ms = rn_backoff_ms(attempt, RN_REDIS_BACKOFF_MIN_MS, RN_REDIS_BACKOFF_MAX_MS);
 	while (ms > 0 && !(p->stop && worker_stopword_given_up(p->stop))) {
 		long slice = ms > 50 ? 50 : ms;
 		struct timespec ts = { 0, slice * 1000000L };
@@ -176,23 +176,6 @@ void worker_pub_reset(worker_pub_t *p)
 		p->c = NULL;
 	}
 	p->inflight = 0;
-}
-
-/*
- * 1 while the server is still loading its dataset, 0 when it serves, -1 when
- * the connection failed.  Redis accepts connections while it replays its
- * AOF and refuses most commands with LOADING meanwhile; INFO is allowed.
- */
-static int server_loading(redisContext *c)
-{
-	redisReply *r = redisCommand(c, "INFO persistence");
-	if (!r)
-		return -1;
-	int loading = r->type == REDIS_REPLY_STRING && strstr(r->str, "loading:1");
-	if (r->type == REDIS_REPLY_ERROR)
-		loading = strncmp(r->str, "LOADING", 7) == 0 ? 1 : 0;
-	freeReplyObject(r);
-	return loading;
 }
 
 /*
@@ -214,7 +197,7 @@ redisContext *worker_pub_ctx(worker_pub_t *p)
 			return NULL;
 		p->c = worker_redis_connect(p->url, 1000, err, sizeof(err));
 		if (p->c) {
-			int loading = server_loading(p->c);
+			int loading = rn_redis_loading(p->c);
 			if (loading == 0)
 				break;
 			snprintf(err, sizeof(err), "%s",
@@ -222,7 +205,7 @@ redisContext *worker_pub_ctx(worker_pub_t *p)
 			worker_pub_reset(p);
 		}
 		if (attempt == 0 || attempt % 20 == 0)
-			rn_log_warn(p->run_id, "redis_reconnect", "%s; retrying", err);
+			rn_log_warn(p->run_id, "redis_unreachable", "publisher: %s; retrying", err);
 		p->retries++;
 		worker_pub_backoff(p, attempt++);
 	}
