@@ -3,26 +3,13 @@
  * (see agentctl.h).
  */
 #include "proto/agentctl.h"
+#include "proto/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 #include <sodium.h>
-
-/* Copies s into dst (max bytes at most), cut at a UTF-8 character boundary
- * (jansson hands out valid UTF-8). */
-static void copy_cut(char *dst, const char *s, size_t max)
-{
-	size_t len = strlen(s);
-	if (len > max) {
-		len = max;
-		while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80)
-			len--;
-	}
-	memcpy(dst, s, len);
-	dst[len] = '\0';
-}
 
 void proto_agentctl_parse(const char *line, size_t len, proto_agentctl_t *out)
 {
@@ -40,11 +27,11 @@ void proto_agentctl_parse(const char *line, size_t len, proto_agentctl_t *out)
 			const char *text = json_string_value(json_object_get(o, "text"));
 			if (opt) {
 				out->has_option = 1;
-				copy_cut(out->option, opt, PROTO_AGENTCTL_OPTION_MAX);
+				proto_utf8_copy_cut(out->option, opt, strlen(opt), PROTO_AGENTCTL_OPTION_MAX);
 			}
 			if (text) {
 				out->has_text = 1;
-				copy_cut(out->text, text, PROTO_AGENTCTL_TEXT_MAX);
+				proto_utf8_copy_cut(out->text, text, strlen(text), PROTO_AGENTCTL_TEXT_MAX);
 			}
 			out->reject = json_is_true(json_object_get(o, "reject"));
 			out->expired = json_is_true(json_object_get(o, "expired"));

@@ -10,19 +10,6 @@
 
 #include <jansson.h>
 
-/* Copies at most max bytes of s into dst, cutting at a UTF-8 character
- * boundary so the copy stays valid UTF-8 (jansson gave us valid input). */
-static void copy_utf8_cut(char *dst, const char *s, size_t len, size_t max)
-{
-	if (len > max) {
-		len = max;
-		while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80)
-			len--;
-	}
-	memcpy(dst, s, len);
-	dst[len] = '\0';
-}
-
 int proto_ctl_id_ok(const char *s)
 {
 	size_t n = 0;
@@ -151,8 +138,8 @@ int proto_ctl_parse(const char *buf, size_t len, proto_ctl_t *ctl,
 	ctl->type = strcmp(t, "cancel") == 0 ? PROTO_CTL_CANCEL : PROTO_CTL_UNKNOWN;
 	reason = json_object_get(root, "reason");
 	if (json_is_string(reason))
-		copy_utf8_cut(ctl->reason, json_string_value(reason),
-		              json_string_length(reason), PROTO_CTL_REASON_MAX);
+		proto_utf8_copy_cut(ctl->reason, json_string_value(reason),
+		                    json_string_length(reason), PROTO_CTL_REASON_MAX);
 	json_decref(root);
 	return 0;
 }

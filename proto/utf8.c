@@ -83,3 +83,14 @@ size_t proto_utf8_sanitize(char *dst, const char *src, size_t src_len, size_t bu
 	}
 	return o;
 }
+
+void proto_utf8_copy_cut(char *dst, const char *s, size_t len, size_t max)
+{
+	if (len > max) {
+		len = max;
+		while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80)
+			len--;
+	}
+	memcpy(dst, s, len);
+	dst[len] = '\0';
+}

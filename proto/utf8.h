@@ -13,6 +13,11 @@
  * (at most n of them) do not start one. */
 size_t proto_utf8_char(const unsigned char *s, size_t n);
 
+/* Copies s (len bytes of valid UTF-8) into dst, at most max bytes of it,
+ * cut at a character boundary so the copy stays valid UTF-8, and a NUL
+ * (dst holds max + 1 bytes). */
+void proto_utf8_copy_cut(char *dst, const char *s, size_t len, size_t max);
+
 /* 1 when s[0..n) is entirely valid UTF-8. */
 int proto_utf8_valid(const char *s, size_t n);
 
