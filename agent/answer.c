@@ -9,16 +9,19 @@
 
 #include <jansson.h>
 
+/* A call's id and name are short; its arguments and the text have caps of
+ * their own (answer.h). */
+#define ANSWER_NAME_MAX 256
+
 void agent_answer_init(agent_answer_t *a)
 {
 	memset(a, 0, sizeof(*a));
+	rn_dynbuf_init(&a->text, AGENT_ANSWER_TEXT_MAX);
 }
 
 static void str_free(agent_str_t *s)
 {
-	free(s->p);
-	s->p = NULL;
-	s->len = 0;
+	rn_dynbuf_free(s);
 }
 
 void agent_answer_free(agent_answer_t *a)
@@ -32,26 +35,17 @@ void agent_answer_free(agent_answer_t *a)
 	a->ncalls = 0;
 }
 
-static int str_append(agent_str_t *s, const char *p, size_t n, size_t max)
+/* Appends n bytes (nothing at all for 0: p stays NULL when empty).  0, or
+ * -1 past the string's cap or out of memory. */
+static int str_append(agent_str_t *s, const char *p, size_t n)
 {
-	if (n == 0)
-		return 0;
-	if (s->len + n > max)
-		return -1;
-	char *q = realloc(s->p, s->len + n + 1);
-	if (!q)
-		return -1;
-	memcpy(q + s->len, p, n);
-	q[s->len + n] = '\0';
-	s->p = q;
-	s->len += n;
-	return 0;
+	return n == 0 || rn_dynbuf_add(s, p, n) == 0 ? 0 : -1;
 }
 
-static int str_set(agent_str_t *s, const char *p, size_t n, size_t max)
+static int str_set(agent_str_t *s, const char *p, size_t n)
 {
 	str_free(s);
-	return str_append(s, p, n, max);
+	return str_append(s, p, n);
 }
 
 /* The call a delta belongs to: by index when the provider gives one, else a
@@ -79,6 +73,9 @@ static agent_call_t *call_for(agent_answer_t *a, const json_t *d, size_t pos)
 	agent_call_t *c = &a->calls[a->ncalls++];
 	memset(c, 0, sizeof(*c));
 	c->index = index;
+	rn_dynbuf_init(&c->id, ANSWER_NAME_MAX);
+	rn_dynbuf_init(&c->name, ANSWER_NAME_MAX);
+	rn_dynbuf_init(&c->args, AGENT_ANSWER_ARGS_MAX);
 	return c;
 }
 
@@ -98,7 +95,7 @@ static int take_tool_calls(agent_answer_t *a, const json_t *tcs, char *errstr, s
 		}
 		const json_t *jid = json_object_get(d, "id");
 		if (json_is_string(jid) && json_string_length(jid) > 0 && !c->id.p &&
-		    str_set(&c->id, json_string_value(jid), json_string_length(jid), 256) < 0)
+		    str_set(&c->id, json_string_value(jid), json_string_length(jid)) < 0)
 			goto big;
 		const json_t *fn = json_object_get(d, "function");
 		if (!fn || json_is_null(fn))
@@ -112,12 +109,12 @@ static int take_tool_calls(agent_answer_t *a, const json_t *tcs, char *errstr, s
 			/* Most providers send the whole name once; some repeat it in
 			 * every delta, a few stream it in pieces. */
 			if (!c->name.p || !(nl == c->name.len && !memcmp(c->name.p, n, nl)))
-				if (str_append(&c->name, n, nl, 256) < 0)
+				if (str_append(&c->name, n, nl) < 0)
 					goto big;
 		}
 		const json_t *ja = json_object_get(fn, "arguments");
 		if (json_is_string(ja) &&
-		    str_append(&c->args, json_string_value(ja), json_string_length(ja), AGENT_ANSWER_ARGS_MAX) < 0)
+		    str_append(&c->args, json_string_value(ja), json_string_length(ja)) < 0)
 			goto big;
 	}
 	return 0;
@@ -197,7 +194,7 @@ int agent_answer_chunk(agent_answer_t *a, const char *data, size_t len, char *er
 		}
 		const json_t *c = json_object_get(d, "content");
 		if (json_is_string(c) &&
-		    str_append(&a->text, json_string_value(c), json_string_length(c), AGENT_ANSWER_TEXT_MAX) < 0) {
+		    str_append(&a->text, json_string_value(c), json_string_length(c)) < 0) {
 			snprintf(errstr, errstr_size, "the model's answer is over the size limit");
 			rc = -1;
 			goto out;
@@ -224,10 +221,10 @@ int agent_answer_finish(agent_answer_t *a, char *errstr, size_t errstr_size)
 		if (!c->id.p) {
 			char id[32];
 			int n = snprintf(id, sizeof(id), "call_%d", i + 1);
-			if (str_set(&c->id, id, (size_t)n, 256) < 0)
+			if (str_set(&c->id, id, (size_t)n) < 0)
 				goto oom;
 		}
-		if (!c->args.p && str_set(&c->args, "{}", 2, 2) < 0)
+		if (!c->args.p && str_set(&c->args, "{}", 2) < 0)
 			goto oom;
 	}
 	return 0;

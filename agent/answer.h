@@ -12,14 +12,14 @@
 
 #include <stddef.h>
 
+#include "common/dynbuf.h"
+
 #define AGENT_ANSWER_CALLS_MAX 64            /* tool calls in one answer */
 #define AGENT_ANSWER_TEXT_MAX  (1024 * 1024) /* assistant text bytes */
 #define AGENT_ANSWER_ARGS_MAX  (1024 * 1024) /* argument bytes of one call */
 
-typedef struct agent_str {
-	char *p; /* NUL-terminated, or NULL when empty */
-	size_t len;
-} agent_str_t;
+/* p: NUL-terminated, or NULL when empty; capped at init (answer.c). */
+typedef rn_dynbuf_t agent_str_t;
 
 typedef struct agent_call {
 	int index; /* the provider's index */
