@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/openat2.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -21,6 +22,7 @@
 
 #include "agent/ctl.h"
 #include "agent/emit.h"
+#include "common/dynbuf.h"
 #include "common/io.h"
 #include "common/sandbox_layout.h"
 #include "common/strv.h"
@@ -265,9 +267,11 @@ static void tool_write(const agent_tools_cfg_t *cfg, const json_t *args, agent_t
 	out->result = json_pack("{s:s,s:I}", "path", json_string_value(p), "bytes", (json_int_t)len);
 }
 
+/* A listing's text: LIST_MAX entries of at most a path each. */
+#define LIST_BYTES_MAX ((size_t)LIST_MAX * (PATH_MAX + 2))
+
 typedef struct listing {
-	char *buf;
-	size_t len, cap;
+	rn_dynbuf_t buf; /* "name\n" or "dir/\n" per entry */
 	int n;
 	int cut;
 } listing_t;
@@ -278,16 +282,10 @@ static void list_add(listing_t *l, const char *prefix, const char *name, int dir
 		l->cut = 1;
 		return;
 	}
-	size_t need = strlen(prefix) + strlen(name) + 3;
-	if (l->len + need + 1 > l->cap) {
-		size_t nc = (l->cap ? l->cap * 2 : 4096) + need;
-		char *p = realloc(l->buf, nc);
-		if (!p)
-			return;
-		l->buf = p;
-		l->cap = nc;
-	}
-	l->len += (size_t)snprintf(l->buf + l->len, l->cap - l->len, "%s%s%s\n", prefix, name, dir ? "/" : "");
+	/* The entry whole or not at all. */
+	if (rn_dynbuf_reserve(&l->buf, strlen(prefix) + strlen(name) + 2) < 0 || rn_dynbuf_adds(&l->buf, prefix) < 0 ||
+	    rn_dynbuf_adds(&l->buf, name) < 0 || rn_dynbuf_adds(&l->buf, dir ? "/\n" : "\n") < 0)
+		return;
 	l->n++;
 }
 
@@ -346,10 +344,11 @@ static void tool_list(const agent_tools_cfg_t *cfg, const json_t *args, agent_to
 	int fd = agent_tools_open(cfg, path, O_RDONLY | O_DIRECTORY, 0, 0, err, sizeof(err));
 	if (fd < 0)
 		return fail(out, "%s", err);
-	listing_t l = { 0 };
+	listing_t l = { .n = 0 };
+	rn_dynbuf_init(&l.buf, LIST_BYTES_MAX);
 	list_dir(fd, "", json_is_true(json_object_get(args, "recursive")), 0, &l);
 	out->ok = 1;
-	out->text = agent_cap_text(l.buf ? l.buf : "", l.len, cfg->output_max);
+	out->text = agent_cap_text(l.buf.p ? l.buf.p : "", l.buf.len, cfg->output_max);
 	if (l.cut && out->text) {
 		char *t = NULL;
 		if (asprintf(&t, "%s[... more than %d entries]\n", out->text, LIST_MAX) >= 0) {
@@ -358,7 +357,7 @@ static void tool_list(const agent_tools_cfg_t *cfg, const json_t *args, agent_to
 		}
 	}
 	out->result = json_pack("{s:s,s:i}", "path", path, "entries", l.n);
-	free(l.buf);
+	rn_dynbuf_free(&l.buf);
 }
 
 /*
