@@ -4,6 +4,7 @@
  */
 #include "common/dynbuf.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,31 @@ int rn_dynbuf_add(rn_dynbuf_t *b, const void *data, size_t n)
 int rn_dynbuf_adds(rn_dynbuf_t *b, const char *s)
 {
 	return rn_dynbuf_add(b, s, strlen(s));
+}
+
+int rn_dynbuf_vaddf(rn_dynbuf_t *b, const char *fmt, va_list ap)
+{
+	va_list ap2;
+	va_copy(ap2, ap);
+	int n = vsnprintf(NULL, 0, fmt, ap2);
+	va_end(ap2);
+	if (n < 0)
+		return RN_DYNBUF_OOM;
+	int rc = rn_dynbuf_reserve(b, (size_t)n);
+	if (rc < 0)
+		return rc;
+	vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+	b->len += (size_t)n;
+	return 0;
+}
+
+int rn_dynbuf_addf(rn_dynbuf_t *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = rn_dynbuf_vaddf(b, fmt, ap);
+	va_end(ap);
+	return rc;
 }
 
 void rn_dynbuf_reset(rn_dynbuf_t *b)

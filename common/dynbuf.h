@@ -13,6 +13,7 @@
 #ifndef RUNNEL_COMMON_DYNBUF_H
 #define RUNNEL_COMMON_DYNBUF_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #define RN_DYNBUF_OOM     (-1) /* out of memory: the buffer is unchanged */
@@ -32,6 +33,10 @@ void rn_dynbuf_init(rn_dynbuf_t *b, size_t max);
 int rn_dynbuf_add(rn_dynbuf_t *b, const void *data, size_t n);
 /* Appends a NUL-terminated string.  Same returns. */
 int rn_dynbuf_adds(rn_dynbuf_t *b, const char *s);
+/* Appends printf output.  Same returns (RN_DYNBUF_OOM also for a format
+ * error). */
+int rn_dynbuf_addf(rn_dynbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int rn_dynbuf_vaddf(rn_dynbuf_t *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* Makes room for len + n bytes without adding any (p is then not NULL).
  * Same returns. */
 int rn_dynbuf_reserve(rn_dynbuf_t *b, size_t n);

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/dynbuf.h"
+
 enum { K_COUNTER,
        K_GAUGE,
        K_HIST };
@@ -175,10 +177,13 @@ void rn_hist_observe(rn_hist_t *h, double v)
 	pthread_mutex_unlock(&h->lock);
 }
 
+/* The rendered text never grows past this (a fleet's worth of tenants is a
+ * few hundred kB): a render over it fails like one out of memory. */
+#define METRICS_TEXT_MAX ((size_t)64 << 20)
+
 typedef struct {
-	char *buf;
-	size_t len, cap;
-	int oom;
+	rn_dynbuf_t buf;
+	int oom; /* an add failed: the text is incomplete */
 } out_t;
 
 static void out_printf(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -186,39 +191,21 @@ static void out_printf(out_t *o, const char *fmt, ...)
 {
 	if (o->oom)
 		return;
-	for (;;) {
-		va_list ap;
-		va_start(ap, fmt);
-		int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			o->oom = 1;
-			return;
-		}
-		if ((size_t)n < o->cap - o->len) {
-			o->len += (size_t)n;
-			return;
-		}
-		size_t ncap = o->cap * 2 + (size_t)n + 1;
-		char *nb = realloc(o->buf, ncap);
-		if (!nb) {
-			o->oom = 1;
-			return;
-		}
-		o->buf = nb;
-		o->cap = ncap;
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	if (rn_dynbuf_vaddf(&o->buf, fmt, ap) < 0)
+		o->oom = 1;
+	va_end(ap);
 }
 
 static const char *const type_names[] = { "counter", "gauge", "histogram" };
 
 char *rn_metrics_render(rn_metrics_t *m, size_t *lenp)
 {
-	out_t o = { .cap = 4096 };
-	o.buf = malloc(o.cap);
-	if (!o.buf)
+	out_t o = { .oom = 0 };
+	rn_dynbuf_init(&o.buf, METRICS_TEXT_MAX);
+	if (rn_dynbuf_reserve(&o.buf, 4096) < 0)
 		return NULL;
-	o.buf[0] = '\0';
 
 	pthread_mutex_lock(&m->lock);
 	const char *prev = NULL;
@@ -260,10 +247,8 @@ char *rn_metrics_render(rn_metrics_t *m, size_t *lenp)
 	}
 	pthread_mutex_unlock(&m->lock);
 	if (o.oom) {
-		free(o.buf);
+		rn_dynbuf_free(&o.buf);
 		return NULL;
 	}
-	if (lenp)
-		*lenp = o.len;
-	return o.buf;
+	return rn_dynbuf_take(&o.buf, lenp);
 }

@@ -154,6 +154,13 @@ static void test_dynbuf(void)
 	free(t);
 	rn_dynbuf_free(&b);
 
+	/* printf output: whole, or refused whole at the cap. */
+	rn_dynbuf_init(&b, 10);
+	TH_CHECK(rn_dynbuf_addf(&b, "%s-%d", "ab", 12) == 0 && th_streq(b.p, "ab-12"), "addf");
+	TH_CHECK(rn_dynbuf_addf(&b, "%06d", 7) == RN_DYNBUF_TOO_BIG && th_streq(b.p, "ab-12"), "addf over the cap");
+	TH_CHECK(rn_dynbuf_addf(&b, "%05d", 7) == 0 && b.len == 10 && th_streq(b.p, "ab-1200007"), "addf to the cap");
+	rn_dynbuf_free(&b);
+
 	/* A buffer with max 0 holds nothing but its NUL. */
 	rn_dynbuf_init(&b, 0);
 	TH_CHECK(rn_dynbuf_add(&b, "a", 1) == RN_DYNBUF_TOO_BIG && rn_dynbuf_add(&b, "", 0) == 0 && b.cap == 1,
