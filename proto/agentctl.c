@@ -40,6 +40,27 @@ void proto_agentctl_parse(const char *line, size_t len, proto_agentctl_t *out)
 	json_decref(o);
 }
 
+char *proto_agentctl_line(json_t *t, size_t *lenp)
+{
+	char *s = t ? json_dumps(t, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(t);
+	if (!s)
+		return NULL;
+	/* A fresh copy with the newline; the dump is wiped (it may hold the
+	 * prompt, or anything a user typed). */
+	size_t n = strlen(s);
+	char *line = malloc(n + 2);
+	if (line) {
+		memcpy(line, s, n);
+		line[n] = '\n';
+		line[n + 1] = '\0';
+		*lenp = n + 1;
+	}
+	sodium_memzero(s, n);
+	free(s);
+	return line;
+}
+
 char *proto_agentctl_reply_line(const char *id, const char *option, const char *text, int expired,
                                 size_t *lenp)
 {
@@ -54,21 +75,5 @@ char *proto_agentctl_reply_line(const char *id, const char *option, const char *
 		json_object_set_new(t, "reject", json_true());
 	if (expired)
 		json_object_set_new(t, "expired", json_true());
-	char *s = t ? json_dumps(t, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-	json_decref(t);
-	if (!s)
-		return NULL;
-	/* A fresh copy with the newline; the dump is wiped (free text may be
-	 * anything the caller typed). */
-	size_t n = strlen(s);
-	char *line = malloc(n + 2);
-	if (line) {
-		memcpy(line, s, n);
-		line[n] = '\n';
-		line[n + 1] = '\0';
-		*lenp = n + 1;
-	}
-	sodium_memzero(s, n);
-	free(s);
-	return line;
+	return proto_agentctl_line(t, lenp);
 }

@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 #define PROTO_AGENTCTL_ID_MAX     128  /* bytes of an ask id */
 #define PROTO_AGENTCTL_OPTION_MAX 128  /* bytes of an option id */
 #define PROTO_AGENTCTL_TEXT_MAX   4095 /* bytes of free text kept */
@@ -42,6 +44,13 @@ typedef struct proto_agentctl {
  * ignore (a newer worker may send lines an older agent does not know).
  */
 void proto_agentctl_parse(const char *line, size_t len, proto_agentctl_t *out);
+
+/*
+ * t (taken, may be NULL) as one stdin line: compact JSON and a newline,
+ * malloc'd (the caller frees; it wipes a line holding the prompt).  NULL
+ * out of memory.  The turn line and the reply line are written with it.
+ */
+char *proto_agentctl_line(json_t *t, size_t *lenp);
 
 /*
  * The reply line for ask id: option when non-NULL, else text when

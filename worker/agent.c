@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sodium.h>
 
 #include "common/sandbox_layout.h"
 #include "proto/agentctl.h"
@@ -138,27 +137,6 @@ int worker_agent_launch_argv(worker_agent_launch_t *l, const json_t *argv, char 
  * Envelope-native agents: the turn and the control lines
  * ------------------------------------------------------------------------ */
 
-/* A compact JSON dump plus a newline; the dump is wiped (it may hold the
- * prompt).  NULL out of memory. */
-static char *dump_line(json_t *t, size_t *lenp)
-{
-	char *text = json_dumps(t, JSON_COMPACT);
-	json_decref(t);
-	if (!text)
-		return NULL;
-	size_t n = strlen(text);
-	char *line = malloc(n + 2);
-	if (line) {
-		memcpy(line, text, n);
-		line[n] = '\n';
-		line[n + 1] = '\0';
-		*lenp = n + 1;
-	}
-	sodium_memzero(text, n);
-	free(text);
-	return line;
-}
-
 char *worker_agent_turn_line(const worker_agent_ctx_t *ctx, size_t *lenp)
 {
 	const worker_boot_t *boot = ctx->boot;
@@ -190,7 +168,7 @@ char *worker_agent_turn_line(const worker_agent_ctx_t *ctx, size_t *lenp)
 	json_object_set_new(t, "history", boot->history ? json_incref(boot->history) : json_array());
 	json_object_set_new(t, "permission_mode", json_string(ctx->permission_mode));
 	json_object_set_new(t, "ask_timeout_sec", json_integer(ctx->ask_timeout_sec));
-	return dump_line(t, lenp);
+	return proto_agentctl_line(t, lenp);
 }
 
 char *worker_agent_reply_line(const worker_agent_reply_t *r, size_t *lenp)
