@@ -40,8 +40,7 @@ typedef struct mcp_server {
 	/* stdio */
 	pid_t pid;
 	int to_fd, from_fd;
-	char *rbuf;
-	size_t rlen;
+	rn_dynbuf_t rbuf; /* stdout read ahead: under MCP_LINE_MAX plus a read */
 	/* http */
 	char *url;
 	struct curl_slist *headers;
@@ -76,6 +75,8 @@ static int stdio_spawn(mcp_server_t *s, const json_t *cfg, const char *cwd, char
 	const json_t *args = json_object_get(cfg, "args");
 	const json_t *env = json_object_get(cfg, "env");
 	size_t nargs = json_is_array(args) ? json_array_size(args) : 0;
+	/* A line over MCP_LINE_MAX is refused; one read may come on top. */
+	rn_dynbuf_init(&s->rbuf, (size_t)MCP_LINE_MAX + 65536);
 	if (!cmd || !*cmd) {
 		snprintf(errstr, errstr_size, "it has neither a command nor a url");
 		return -1;
@@ -210,12 +211,11 @@ static json_t *stdio_wait(mcp_server_t *s, json_int_t id, int64_t deadline, int 
 {
 	for (;;) {
 		/* A whole line already buffered? */
-		char *nl = s->rlen ? memchr(s->rbuf, '\n', s->rlen) : NULL;
+		char *nl = s->rbuf.len ? memchr(s->rbuf.p, '\n', s->rbuf.len) : NULL;
 		if (nl) {
-			size_t n = (size_t)(nl - s->rbuf);
-			json_t *o = json_loadb(s->rbuf, n, 0, NULL);
-			memmove(s->rbuf, nl + 1, s->rlen - n - 1);
-			s->rlen -= n + 1;
+			size_t n = (size_t)(nl - s->rbuf.p);
+			json_t *o = json_loadb(s->rbuf.p, n, 0, NULL);
+			rn_dynbuf_consume(&s->rbuf, n + 1);
 			if (!json_is_object(o)) {
 				json_decref(o);
 				continue; /* stray output: not ours to judge */
@@ -238,7 +238,7 @@ static json_t *stdio_wait(mcp_server_t *s, json_int_t id, int64_t deadline, int 
 			json_decref(o);
 			continue;
 		}
-		if (s->rlen >= MCP_LINE_MAX) {
+		if (s->rbuf.len >= MCP_LINE_MAX) {
 			snprintf(errstr, errstr_size, "it sent a line over %d bytes", MCP_LINE_MAX);
 			return NULL;
 		}
@@ -255,19 +255,16 @@ static json_t *stdio_wait(mcp_server_t *s, json_int_t id, int64_t deadline, int 
 		struct pollfd fds[2] = { { s->from_fd, POLLIN, 0 }, { agent_ctl_stop_fd(), POLLIN, 0 } };
 		poll(fds, 2, left > 1000 ? 1000 : (int)left);
 		if (fds[0].revents) {
-			char *p = realloc(s->rbuf, s->rlen + 65536 + 1);
-			if (!p) {
-				snprintf(errstr, errstr_size, "out of memory");
-				return NULL;
-			}
-			s->rbuf = p;
-			ssize_t r = read(s->from_fd, s->rbuf + s->rlen, 65536);
+			char chunk[65536];
+			ssize_t r = read(s->from_fd, chunk, sizeof(chunk));
 			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
 				snprintf(errstr, errstr_size, "it exited");
 				return NULL;
 			}
-			if (r > 0)
-				s->rlen += (size_t)r;
+			if (r > 0 && rn_dynbuf_add(&s->rbuf, chunk, (size_t)r) < 0) {
+				snprintf(errstr, errstr_size, "out of memory");
+				return NULL;
+			}
 		}
 	}
 }
@@ -534,8 +531,7 @@ static void server_close(mcp_server_t *s)
 	if (s->from_fd >= 0)
 		close(s->from_fd);
 	s->to_fd = s->from_fd = -1;
-	free(s->rbuf);
-	s->rbuf = NULL;
+	rn_dynbuf_free(&s->rbuf);
 	free(s->url);
 	s->url = NULL;
 	curl_slist_free_all(s->headers);

@@ -85,6 +85,17 @@ int rn_dynbuf_addf(rn_dynbuf_t *b, const char *fmt, ...)
 	return rc;
 }
 
+void rn_dynbuf_consume(rn_dynbuf_t *b, size_t n)
+{
+	if (n >= b->len) {
+		rn_dynbuf_reset(b);
+		return;
+	}
+	memmove(b->p, b->p + n, b->len - n);
+	b->len -= n;
+	b->p[b->len] = '\0';
+}
+
 void rn_dynbuf_reset(rn_dynbuf_t *b)
 {
 	b->len = 0;

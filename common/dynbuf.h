@@ -40,6 +40,9 @@ int rn_dynbuf_vaddf(rn_dynbuf_t *b, const char *fmt, va_list ap) __attribute__((
 /* Makes room for len + n bytes without adding any (p is then not NULL).
  * Same returns. */
 int rn_dynbuf_reserve(rn_dynbuf_t *b, size_t n);
+/* Drops the first n bytes (all of them when n >= len), keeping the rest
+ * NUL-terminated and the memory. */
+void rn_dynbuf_consume(rn_dynbuf_t *b, size_t n);
 /* Empties the buffer, keeping its memory. */
 void rn_dynbuf_reset(rn_dynbuf_t *b);
 /* Frees the memory; the buffer is empty again (same max). */

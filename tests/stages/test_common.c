@@ -154,6 +154,15 @@ static void test_dynbuf(void)
 	free(t);
 	rn_dynbuf_free(&b);
 
+	/* Consuming a line keeps the rest, NUL-terminated. */
+	rn_dynbuf_init(&b, 16);
+	TH_CHECK(rn_dynbuf_adds(&b, "one\ntwo") == 0, "add");
+	rn_dynbuf_consume(&b, 4);
+	TH_CHECK(b.len == 3 && th_streq(b.p, "two"), "consume");
+	rn_dynbuf_consume(&b, 10);
+	TH_CHECK(b.len == 0 && b.p[0] == '\0', "consume all");
+	rn_dynbuf_free(&b);
+
 	/* printf output: whole, or refused whole at the cap. */
 	rn_dynbuf_init(&b, 10);
 	TH_CHECK(rn_dynbuf_addf(&b, "%s-%d", "ab", 12) == 0 && th_streq(b.p, "ab-12"), "addf");
