@@ -28,6 +28,7 @@ static const char *const known[] = {
 	"priority",
 	"traceparent",
 	"webhook",
+	"budget", /* SPEC §5: {"max_tokens":N} */
 	NULL,
 };
 
@@ -268,6 +269,35 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 			goto out;
 		}
 		job->max_runtime_sec = n;
+	}
+	/* budget: {"max_tokens":N}, N >= 1 (SPEC §5); the worker takes the
+	 * smaller of this and the config's. */
+	v = json_object_get(root, "budget");
+	if (v != NULL && !json_is_null(v)) {
+		json_t *mt;
+		json_int_t n = 0;
+
+		if (!json_is_object(v)) {
+			snprintf(errstr, errstr_size, "budget: must be an object {\"max_tokens\": N}");
+			goto out;
+		}
+		json_object_foreach(v, k, mt)
+		{
+			if (strcmp(k, "max_tokens") != 0) {
+				snprintf(errstr, errstr_size, "budget: unknown field (only max_tokens)");
+				goto out;
+			}
+		}
+		mt = json_object_get(v, "max_tokens");
+		if (mt == NULL || json_is_null(mt)) {
+			snprintf(errstr, errstr_size, "budget.max_tokens: missing");
+			goto out;
+		}
+		if (!whole_number(mt, &n) || n <= 0) {
+			snprintf(errstr, errstr_size, "budget.max_tokens: must be a positive integer");
+			goto out;
+		}
+		job->max_tokens = n;
 	}
 	/* permission_mode: bypass, ask or deny (SPEC §5). */
 	v = json_object_get(root, "permission_mode");

@@ -7,7 +7,8 @@
  * Fields: agent_url, otp_setup, otp_run (strings, required), otp_upload
  * (string or null, optional), prompt (string, required), run_id (string,
  * optional), caller (string, optional), max_runtime_sec (positive integer,
- * optional), meta (object, optional).  Unknown fields are refused for
+ * optional), budget ({"max_tokens": positive integer}, optional; no other
+ * key), meta (object, optional).  Unknown fields are refused for
  * /v1/runs; for /stream (the older SANDBOX_URL contract) they are carried
  * in meta (a top-level field wins over a meta key of the same name).
  */

@@ -71,6 +71,20 @@ static const struct bad_case {
 	{ "{" GOOD ",\"prompt\":\"p\",\"caller\":{}}", DISPATCHER_REQ_STRICT, "caller: must be a string" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"permission_mode\":\"always\"}", DISPATCHER_REQ_STRICT, "permission_mode: must be bypass, ask or deny" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"permission_mode\":true}", DISPATCHER_REQ_LENIENT, "permission_mode: must be bypass, ask or deny" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":0}}", DISPATCHER_REQ_STRICT, "budget.max_tokens: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":-3}}", DISPATCHER_REQ_STRICT, "budget.max_tokens: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":\"500\"}}", DISPATCHER_REQ_STRICT, "budget.max_tokens: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":500.5}}", DISPATCHER_REQ_STRICT, "budget.max_tokens: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":1e300}}", DISPATCHER_REQ_STRICT, "budget.max_tokens: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":99999999999999999999999}}", DISPATCHER_REQ_STRICT, "budget.max_tokens: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":true}}", DISPATCHER_REQ_LENIENT, "budget.max_tokens: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{}}", DISPATCHER_REQ_STRICT, "budget.max_tokens: missing" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":null}}", DISPATCHER_REQ_STRICT, "budget.max_tokens: missing" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":5,\"usd\":1}}", DISPATCHER_REQ_STRICT, "budget: unknown field (only max_tokens)" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":5,\"usd\":1}}", DISPATCHER_REQ_LENIENT, "budget: unknown field (only max_tokens)" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":500}", DISPATCHER_REQ_STRICT, "budget: must be an object {\"max_tokens\": N}" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":[500]}", DISPATCHER_REQ_LENIENT, "budget: must be an object {\"max_tokens\": N}" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":5,\"max_tokens\":6}}", DISPATCHER_REQ_STRICT, "body: duplicate key" },
 };
 
 static void test_bad_bodies(void)
@@ -177,6 +191,43 @@ static void test_numbers(void)
 	proto_job_clear(&job);
 }
 
+/* budget (SPEC §5) is a job field on both routes, 500.0 as 500; on /stream
+ * it is not swept into meta, and a null budget is no budget. */
+static void test_budget(void)
+{
+	proto_job_t job;
+	char err[256] = "";
+	const char *b1 = "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":500}}";
+	const char *b2 = "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":500.0},\"session\":\"s\"}";
+	const char *b3 = "{" GOOD ",\"prompt\":\"p\",\"budget\":null}";
+	json_t *wire = NULL;
+	char *s = NULL;
+	size_t n = 0;
+
+	TH_CHECK(dispatcher_request_parse(b1, strlen(b1), DISPATCHER_REQ_STRICT, 28800, 1, &job, err, sizeof err) == 0,
+	         "%s", err);
+	TH_CHECK(job.max_tokens == 500, "%lld", (long long)job.max_tokens);
+	TH_CHECK(job.meta == NULL, "budget is not meta");
+	/* It reaches the worker: the job's wire form carries it back. */
+	s = proto_job_serialize(&job, NULL, &n, err, sizeof err);
+	TH_CHECK(s != NULL && (wire = json_loadb(s, n, 0, NULL)) != NULL, "serialize: %s", err);
+	TH_CHECK(json_integer_value(json_object_get(json_object_get(wire, "budget"), "max_tokens")) == 500,
+	         "budget on the wire");
+	json_decref(wire);
+	memset(s, 0, n);
+	free(s);
+	proto_job_clear(&job);
+	TH_CHECK(dispatcher_request_parse(b2, strlen(b2), DISPATCHER_REQ_LENIENT, 28800, 1, &job, err, sizeof err) == 0,
+	         "%s", err);
+	TH_CHECK(job.max_tokens == 500, "%lld", (long long)job.max_tokens);
+	TH_CHECK(json_object_get(job.meta, "budget") == NULL && json_object_size(job.meta) == 1, "not in meta");
+	proto_job_clear(&job);
+	TH_CHECK(dispatcher_request_parse(b3, strlen(b3), DISPATCHER_REQ_STRICT, 28800, 1, &job, err, sizeof err) == 0,
+	         "%s", err);
+	TH_CHECK(job.max_tokens == 0);
+	proto_job_clear(&job);
+}
+
 static void test_sid(void)
 {
 	dispatcher_sid_t a, b;
@@ -198,6 +249,7 @@ int main(void)
 	th_init("dispatcher_request");
 	test_bad_bodies();
 	test_good();
+	test_budget();
 	test_numbers();
 	test_sid();
 	return th_done();
