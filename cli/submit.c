@@ -39,6 +39,7 @@ static struct {
 	char *caller;
 	char *tenant;
 	long max_runtime_sec;
+	long budget_tokens; /* 0: none */
 	char *idem_key;
 	long priority; /* -1: not given */
 	char *traceparent;
@@ -79,6 +80,9 @@ static const rn_opt_t submit_opts[] = {
 	  "whose run it is, for fair shares and caps ([A-Za-z0-9_.-]{1,64}; default: default)", 0, 0 },
 	{ "max-runtime-sec", 0, "RUNNEL_JOB_MAX_RUNTIME_SEC", RN_OPT_INT, &g_opt.max_runtime_sec, "0", "SEC",
 	  "the job's runtime cap (0: the worker's)", 0, 7L * 86400 },
+	{ "budget-tokens", 0, "RUNNEL_BUDGET_TOKENS", RN_OPT_INT, &g_opt.budget_tokens, "0", "N",
+	  "the run's model token budget, input + output (0: none; the config's, when smaller, wins)", 0,
+	  9000000000000000000L },
 	{ "idempotency-key", 0, "RUNNEL_IDEMPOTENCY_KEY", RN_OPT_STR, &g_opt.idem_key, NULL, "KEY",
 	  "a retried submit with the same key (per tenant) gets the first run back ([A-Za-z0-9_.:-]{1,128})", 0, 0 },
 	{ "priority", 0, "RUNNEL_PRIORITY", RN_OPT_INT, &g_opt.priority, "-1", "0-9",
@@ -231,6 +235,8 @@ static int submit_dispatcher(char *run_id_out, size_t run_id_size, json_t **answ
 		json_object_set_new(b, "tenant", json_string(g_opt.tenant));
 	if (g_opt.max_runtime_sec > 0)
 		json_object_set_new(b, "max_runtime_sec", json_integer(g_opt.max_runtime_sec));
+	if (g_opt.budget_tokens > 0)
+		json_object_set_new(b, "budget", json_pack("{s:I}", "max_tokens", (json_int_t)g_opt.budget_tokens));
 	if (g_opt.idem_key)
 		json_object_set_new(b, "idempotency_key", json_string(g_opt.idem_key));
 	if (g_opt.priority >= 0)
@@ -339,6 +345,7 @@ static int submit_kafka(const char *run_id)
 	job.caller = g_opt.caller && *g_opt.caller ? strdup(g_opt.caller) : NULL;
 	job.enqueued_at = rn_now_ms();
 	job.max_runtime_sec = g_opt.max_runtime_sec;
+	job.max_tokens = g_opt.budget_tokens;
 	if (g_opt.tenant && strlen(g_opt.tenant) > PROTO_TENANT_MAX) {
 		proto_job_clear(&job);
 		sodium_memzero(key, sizeof(key));

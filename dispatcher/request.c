@@ -293,7 +293,8 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 			snprintf(errstr, errstr_size, "budget.max_tokens: missing");
 			goto out;
 		}
-		if (!whole_number(mt, &n) || n <= 0) {
+		/* The bound is the API document's maximum (and whole_number's). */
+		if (!whole_number(mt, &n) || n <= 0 || n > 9000000000000000000LL) {
 			snprintf(errstr, errstr_size, "budget.max_tokens: must be a positive integer");
 			goto out;
 		}

@@ -159,7 +159,7 @@ static void test_enqueue(th_kafka_t *k, redisContext *c)
 	const char *body = "{\"agent_url\":\"https://ws.example/api/assistant/sandbox/sess_1\","
 	                   "\"otp_setup\":\"otp_S1\",\"otp_run\":\"otp_R1\",\"otp_upload\":\"otp_U1\","
 	                   "\"prompt\":\"Add an inference node\",\"run_id\":\"api_run_1\",\"caller\":\"assistant\","
-	                   "\"max_runtime_sec\":600,\"meta\":{\"turn\":3}}";
+	                   "\"max_runtime_sec\":600,\"meta\":{\"turn\":3},\"budget\":{\"max_tokens\":500.0}}";
 	th_kafka_consumer_t *cons = th_kafka_consumer_new(k, "runnel.jobs", NULL);
 	th_kafka_msg_t m;
 	proto_job_t job;
@@ -187,6 +187,7 @@ static void test_enqueue(th_kafka_t *k, redisContext *c)
 	TH_CHECK(th_streq(job.prompt, "Add an inference node") && th_streq(job.caller, "assistant"));
 	TH_CHECK(job.max_runtime_sec == 600 && job.enqueued_at > 1600000000000LL);
 	TH_CHECK(json_integer_value(json_object_get(job.meta, "turn")) == 3);
+	TH_CHECK(job.max_tokens == 500, "budget on the job: %lld", (long long)job.max_tokens);
 	proto_job_clear(&job);
 	th_kafka_msg_free(&m);
 
@@ -410,11 +411,21 @@ static void test_contract_bad_inputs(redisContext *c)
 	         -1, "max_runtime_sec: must be a positive integer");
 	/* Unknown fields. */
 	bad_body(th_strf("{%s,\"prompt\":\"p\",\"run_id\":\"bad_in_7\",\"colour\":\"red\"}", good), -1, "colour: unknown field");
+	/* Budgets (SPEC §5), on both routes. */
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"run_id\":\"bad_in_8\",\"budget\":{\"max_tokens\":0}}", good), -1,
+	         "budget.max_tokens: must be a positive integer");
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"run_id\":\"bad_in_9\",\"budget\":{\"max_tokens\":2.5}}", good), -1,
+	         "budget.max_tokens: must be a positive integer");
+	bad_body(th_strf("{%s,\"prompt\":\"p\",\"run_id\":\"bad_in_10\",\"budget\":{\"max_tokens\":5,\"usd\":1}}", good),
+	         -1, "budget: unknown field (only max_tokens)");
+	expect("POST", "/stream", JSON_CT,
+	       th_strf("{%s,\"prompt\":\"p\",\"run_id\":\"bad_in_11\",\"budget\":{\"max_tokens\":\"9\"}}", good), -1,
+	       400, "{\"error\":{\"code\":\"bad_request\",\"message\":\"budget.max_tokens: must be a positive integer\"}}\n");
 	/* Duplicate query parameters (more in test_found_by_schemathesis). */
 	expect("GET", "/v1/runs?limit=2&x=1&limit=3", NULL, NULL, 0, 400,
 	       "{\"error\":{\"code\":\"bad_request\",\"message\":\"limit: given more than once\"}}\n");
 	/* Nothing was left behind, and the dispatcher still answers. */
-	for (int i = 1; i <= 7; i++) {
+	for (int i = 1; i <= 11; i++) {
 		redisReply *r = redisCommand(c, "EXISTS runnel:{bad_in_%d}:state runnel:{bad_in_%d}:ctl", i, i);
 
 		TH_CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer == 0, "bad_in_%d left keys", i);

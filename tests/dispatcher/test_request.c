@@ -78,6 +78,7 @@ static const struct bad_case {
 	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":1e300}}", DISPATCHER_REQ_STRICT, "budget.max_tokens: must be a positive integer" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":99999999999999999999999}}", DISPATCHER_REQ_STRICT, "budget.max_tokens: must be a positive integer" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":true}}", DISPATCHER_REQ_LENIENT, "budget.max_tokens: must be a positive integer" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":9000000000000000001}}", DISPATCHER_REQ_STRICT, "budget.max_tokens: must be a positive integer" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{}}", DISPATCHER_REQ_STRICT, "budget.max_tokens: missing" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":null}}", DISPATCHER_REQ_STRICT, "budget.max_tokens: missing" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"budget\":{\"max_tokens\":5,\"usd\":1}}", DISPATCHER_REQ_STRICT, "budget: unknown field (only max_tokens)" },

@@ -10,13 +10,16 @@
  *     (setup script included) finds only placeholders, and neither the
  *     stream, the state hash nor the worker's log holds a key;
  *   - usage on the terminal line and in the state hash equals what the
- *     fakes reported, streamed and whole, for each provider API;
+ *     fakes reported, streamed and whole, for each provider API, and the
+ *     worker's /metrics counts the same tokens, calls and latencies;
  *   - refusals (wrong key, other host, huge body, garbage) reach no
  *     provider and leave a `log` line;
  *   - SPEC §6: a base URL at an address the operator's list does not name
  *     ends the run bootstrap_failed naming the variable;
  *   - budgets: a looping agent with max_tokens 500 ends budget_exceeded
- *     after the call that crosses it; a tenant's hourly budget holds
+ *     after the call that crosses it; the same with the budget in a job
+ *     given to the real dispatcher's POST /v1/runs (the smaller of job's
+ *     and config's wins); a tenant's hourly budget holds
  *     across two workers;
  *   - faults: provider 500, 429, down, silent mid-answer.
  */
@@ -27,6 +30,7 @@
 
 #include "tests/acp/fakeprov.h"
 #include "tests/builtin/fakechat.h"
+#include "tests/dispatcher/dtest.h"
 #include "tests/worker/wtest.h"
 
 #define OKEY "sk-openai-real-7f3e9a1c5b2d"
@@ -109,6 +113,56 @@ static const char *msg_of(json_t *j)
 	static char buf[512];
 	snprintf(buf, sizeof(buf), "%s", json_string_value(json_object_get(j, "message")) ?: "");
 	return buf;
+}
+
+/* The value of the series "name{labels}" in a Prometheus text body; -1
+ * when absent. */
+static double series_value(const char *body, const char *name, const char *labels)
+{
+	char *want = th_strf("\n%s{%s} ", name, labels);
+	const char *p = body ? strstr(body, want) : NULL;
+	double v = p ? strtod(p + strlen(want), NULL) : -1;
+	return v;
+}
+
+/* The worker's /metrics after the chat, Anthropic and Responses runs:
+ * tokens by tenant, model and direction, calls by provider and status, and
+ * one upstream latency observation a call. */
+static void check_metrics(const char *worker)
+{
+	int port = wt_metrics_port(&T, worker);
+	TH_REQUIRE(port > 0, "metrics port");
+	long st = 0;
+	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/metrics", port), &st);
+	TH_REQUIRE(st == 200 && body, "metrics answered %ld", st);
+	static const struct {
+		const char *name, *labels;
+		double want;
+	} want[] = {
+		{ "runnel_worker_model_tokens_total", "tenant=\"default\",model=\"m\",direction=\"input\"", 18 },
+		{ "runnel_worker_model_tokens_total", "tenant=\"default\",model=\"m\",direction=\"output\"", 5 },
+		{ "runnel_worker_model_tokens_total", "tenant=\"default\",model=\"claude-fake\",direction=\"input\"", 200 },
+		{ "runnel_worker_model_tokens_total", "tenant=\"default\",model=\"claude-fake\",direction=\"output\"", 40 },
+		{ "runnel_worker_model_tokens_total", "tenant=\"default\",model=\"gpt-fake\",direction=\"input\"", 100 },
+		{ "runnel_worker_model_tokens_total", "tenant=\"default\",model=\"gpt-fake\",direction=\"output\"", 20 },
+		{ "runnel_worker_model_requests_total", "provider=\"openai\",status=\"200\"", 3 },
+		{ "runnel_worker_model_requests_total", "provider=\"anthropic\",status=\"200\"", 2 },
+		{ "runnel_worker_model_upstream_seconds_count", "provider=\"openai\",status=\"200\"", 3 },
+		{ "runnel_worker_model_upstream_seconds_count", "provider=\"anthropic\",status=\"200\"", 2 },
+		{ "runnel_worker_model_upstream_seconds_bucket", "provider=\"anthropic\",status=\"200\",le=\"+Inf\"", 2 },
+	};
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		double v = series_value(body, want[i].name, want[i].labels);
+		TH_CHECK(v == want[i].want, "%s{%s} is %g, want %g", want[i].name, want[i].labels, v, want[i].want);
+	}
+	TH_CHECK(strstr(body, "# TYPE runnel_worker_model_tokens_total counter") &&
+	                 strstr(body, "# TYPE runnel_worker_model_requests_total counter") &&
+	                 strstr(body, "# TYPE runnel_worker_model_upstream_seconds histogram"),
+	         "TYPE lines");
+	TH_CHECK(series_value(body, "runnel_worker_model_upstream_seconds_sum", "provider=\"openai\",status=\"200\"") >= 0,
+	         "latency sum");
+	TH_CHECK(!strstr(body, OKEY) && !strstr(body, AKEY), "no key in the metrics");
+	free(body);
 }
 
 static int any_key_in_redis(void)
@@ -222,6 +276,7 @@ int main(void)
 	TH_CHECK(th_streq(msg_of(j), "200 completed"), "%s", msg_of(j));
 	json_decref(j);
 	TH_CHECK(fp_calls(resp) == 1 && fp_seen(resp, OKEY), "the real OpenAI key");
+	check_metrics("w1");
 
 	/* Refusals: none reaches the provider, each leaves a log line. */
 	int before = fakechat_requests(&chat);
@@ -308,6 +363,43 @@ int main(void)
 	TH_CHECK(strstr(msg_of(j), "600 tokens, over its budget of 500"), "%s", msg_of(j));
 	json_decref(j);
 	TH_CHECK(fakechat_requests(&loop) == 5, "%d calls reached the provider", fakechat_requests(&loop));
+
+	/* The same through the real dispatcher: POST /v1/runs with a job
+	 * budget of 300.0 (a whole double, as a JavaScript caller sends it)
+	 * under a config budget of 1000; the smaller wins, so the third call
+	 * (360 tokens) ends the run. */
+	{
+		dt_disp_t d;
+		const char *denv[] = { th_strf("RUNNEL_JOBS_TOPIC=%s", T.topic), NULL };
+		TH_REQUIRE(dt_disp_start(&d, &T.redis, &T.kafka, denv) == 0, "dispatcher");
+		dev_stub_run_t run = { 0 };
+		run.env = json_pack("{s:o,s:n}", "variables", vars_openai(loop.base_url), "setup_script");
+		run.config = json_pack("{s:{s:s,s:[s,s,s]},s:{s:i}}", "agent", "kind", "command", "argv", "/bin/sh", "-c",
+		                       loop_sh, "budget", "max_tokens", 1000);
+		dev_stub_otps_t o;
+		TH_REQUIRE(dev_stub_add_run(T.stub, &run, &o) == 0, "stub add run");
+		json_decref(run.env);
+		json_decref(run.config);
+		json_t *body = json_pack("{s:s,s:s,s:s,s:s,s:s,s:{s:f}}", "agent_url", o.agent_url, "otp_setup", o.otp_setup,
+		                         "otp_run", o.otp_run, "prompt", "go", "run_id", "run_budget_api", "budget",
+		                         "max_tokens", 300.0);
+		char *b = json_dumps(body, JSON_COMPACT);
+		json_decref(body);
+		dt_resp_t r;
+		int loop_at = fakechat_requests(&loop);
+		TH_REQUIRE(dt_http(&r, "POST", th_strf("%s/v1/runs", d.base), (const char *const[]){ "Content-Type: application/json", NULL },
+		                   b, -1, 15000) == 0,
+		           "POST /v1/runs");
+		TH_CHECK(r.status == 202, "%ld %s", r.status, r.body);
+		dt_resp_free(&r);
+		free(b);
+		j = ended("run_budget_api", "budget_exceeded", 3, 300, 60);
+		TH_CHECK(strstr(msg_of(j), "360 tokens, over its budget of 300"), "%s", msg_of(j));
+		json_decref(j);
+		TH_CHECK(fakechat_requests(&loop) == loop_at + 3, "%d calls reached the provider",
+		         fakechat_requests(&loop) - loop_at);
+		dt_disp_stop(&d);
+	}
 
 	/* Faults: the agent sees what the provider said, no hang. */
 	submit_sh("run_500", vars_openai(f500.base_url), NULL,
