@@ -127,7 +127,7 @@ int main(int argc, char **argv)
 	/* The backends' fields, and a repeat of an idempotency key (200). */
 	program(200, "{\"run_id\":\"run_first\"}");
 	rc = run(ARGS("submit", "--agent-url", "http://h/ws", "--prompt", "p", "--no-tail", "--otp-setup", "a",
-	              "--otp-run", "b", "--idempotency-key", "turn-1", "--priority", "8", "--traceparent",
+	              "--otp-run", "b", "--budget-tokens", "500", "--idempotency-key", "turn-1", "--priority", "8", "--traceparent",
 	              "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "--webhook", "https://b.example/h"),
 	         ARGS(env_url), &p);
 	TH_CHECK(rc == 0 && th_streq(p.out, "run_first\n") &&
@@ -136,7 +136,8 @@ int main(int argc, char **argv)
 	clirun_free(&p);
 	req = received();
 	TH_CHECK(th_streq(body_of(req), "{\"agent_url\":\"http://h/ws\",\"otp_setup\":\"a\",\"otp_run\":\"b\","
-	                                "\"prompt\":\"p\",\"caller\":\"cli\",\"idempotency_key\":\"turn-1\",\"priority\":8,"
+	                                "\"prompt\":\"p\",\"caller\":\"cli\",\"budget\":{\"max_tokens\":500},"
+	                                "\"idempotency_key\":\"turn-1\",\"priority\":8,"
 	                                "\"traceparent\":\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\","
 	                                "\"webhook\":\"https://b.example/h\"}"),
 	         "%s", body_of(req));
@@ -144,6 +145,11 @@ int main(int argc, char **argv)
 	              "--otp-run", "b", "--priority", "10"),
 	         ARGS(env_url), &p);
 	TH_CHECK(rc == 2, "--priority 10 is a usage error: %d %s", rc, p.err);
+	clirun_free(&p);
+	rc = run(ARGS("submit", "--agent-url", "http://h/ws", "--prompt", "p", "--no-tail", "--otp-setup", "a",
+	              "--otp-run", "b", "--budget-tokens", "-1"),
+	         ARGS(env_url), &p);
+	TH_CHECK(rc == 2 && strstr(p.err, "--budget-tokens"), "--budget-tokens -1 is a usage error: %d %s", rc, p.err);
 	clirun_free(&p);
 
 	/* 2. Refused: the dispatcher's code and message, exit 1. */

@@ -157,7 +157,7 @@ int main(int argc, char **argv)
 	rc = run(ARGS("--via", "kafka", "--no-tail", "--agent-url", "http://h/ws", "--prompt", PROMPT, "--otp-setup",
 	              OTP_S, "--otp-run", OTP_R, "--run-id", "run_bk", "--idempotency-key", "turn-9", "--priority",
 	              "0", "--traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "--webhook",
-	              "https://b.example/h"),
+	              "https://b.example/h", "--budget-tokens", "700"),
 	         NULL, &p);
 	TH_CHECK(rc == 0, "exit %d: %s", rc, p.err);
 	clirun_free(&p);
@@ -165,7 +165,7 @@ int main(int argc, char **argv)
 	TH_REQUIRE(proto_job_parse(m.value, m.len, NULL, 0, &job, err, sizeof(err)) == 0, "%s", err);
 	TH_CHECK(th_streq(job.idempotency_key, "turn-9") && job.has_priority && job.priority == 0 &&
 	                 th_streq(job.traceparent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01") &&
-	                 th_streq(job.webhook, "https://b.example/h"),
+	                 th_streq(job.webhook, "https://b.example/h") && job.max_tokens == 700,
 	         "fields of run_bk");
 	proto_job_clear(&job);
 	th_kafka_msg_free(&m);
