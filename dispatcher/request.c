@@ -273,7 +273,7 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 	/* budget: {"max_tokens":N}, N >= 1 (SPEC §5); the worker takes the
 	 * smaller of this and the config's. */
 	v = json_object_get(root, "budget");
-	if (v != NULL && !json_is_null(v)) {
+	if (v && !json_is_null(v)) {
 		json_t *mt;
 		json_int_t n = 0;
 
@@ -289,7 +289,7 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 			}
 		}
 		mt = json_object_get(v, "max_tokens");
-		if (mt == NULL || json_is_null(mt)) {
+		if (!mt || json_is_null(mt)) {
 			snprintf(errstr, errstr_size, "budget.max_tokens: missing");
 			goto out;
 		}

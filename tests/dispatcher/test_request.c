@@ -205,25 +205,25 @@ static void test_budget(void)
 	char *s = NULL;
 	size_t n = 0;
 
-	TH_CHECK(dispatcher_request_parse(b1, strlen(b1), DISPATCHER_REQ_STRICT, 28800, 1, &job, err, sizeof err) == 0,
+	TH_CHECK(dispatcher_request_parse(b1, strlen(b1), DISPATCHER_REQ_STRICT, 28800, 1, &job, err, sizeof(err)) == 0,
 	         "%s", err);
 	TH_CHECK(job.max_tokens == 500, "%lld", (long long)job.max_tokens);
-	TH_CHECK(job.meta == NULL, "budget is not meta");
+	TH_CHECK(!job.meta, "budget is not meta");
 	/* It reaches the worker: the job's wire form carries it back. */
-	s = proto_job_serialize(&job, NULL, &n, err, sizeof err);
-	TH_CHECK(s != NULL && (wire = json_loadb(s, n, 0, NULL)) != NULL, "serialize: %s", err);
+	s = proto_job_serialize(&job, NULL, &n, err, sizeof(err));
+	TH_CHECK(s && (wire = json_loadb(s, n, 0, NULL)), "serialize: %s", err);
 	TH_CHECK(json_integer_value(json_object_get(json_object_get(wire, "budget"), "max_tokens")) == 500,
 	         "budget on the wire");
 	json_decref(wire);
 	memset(s, 0, n);
 	free(s);
 	proto_job_clear(&job);
-	TH_CHECK(dispatcher_request_parse(b2, strlen(b2), DISPATCHER_REQ_LENIENT, 28800, 1, &job, err, sizeof err) == 0,
+	TH_CHECK(dispatcher_request_parse(b2, strlen(b2), DISPATCHER_REQ_LENIENT, 28800, 1, &job, err, sizeof(err)) == 0,
 	         "%s", err);
 	TH_CHECK(job.max_tokens == 500, "%lld", (long long)job.max_tokens);
-	TH_CHECK(json_object_get(job.meta, "budget") == NULL && json_object_size(job.meta) == 1, "not in meta");
+	TH_CHECK(!json_object_get(job.meta, "budget") && json_object_size(job.meta) == 1, "not in meta");
 	proto_job_clear(&job);
-	TH_CHECK(dispatcher_request_parse(b3, strlen(b3), DISPATCHER_REQ_STRICT, 28800, 1, &job, err, sizeof err) == 0,
+	TH_CHECK(dispatcher_request_parse(b3, strlen(b3), DISPATCHER_REQ_STRICT, 28800, 1, &job, err, sizeof(err)) == 0,
 	         "%s", err);
 	TH_CHECK(job.max_tokens == 0);
 	proto_job_clear(&job);
