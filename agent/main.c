@@ -127,6 +127,10 @@ int main(int argc, char **argv)
 	unsetenv("OPENAI_API_KEY");
 	agent_emit_secret(key);
 	const char *base = getenv("OPENAI_BASE_URL");
+	/* Without a key the default provider can only answer 401, after the
+	 * retries and their backoff: say what is missing at once instead.  A
+	 * base URL of its own may need no key (a local vLLM or Ollama). */
+	int no_key = (!key || !*key) && (!base || !*base);
 	if (!base || !*base)
 		base = "https://api.openai.com/v1";
 
@@ -151,6 +155,11 @@ int main(int argc, char **argv)
 		/* jansson's text may quote the line, which holds the prompt. */
 		agent_emit_error("model_error", "runnel-agent could not read its turn line: %s",
 		                 turn ? "not a JSON object" : proto_json_error_words(&jerr, "not valid JSON"));
+		goto out;
+	}
+	if (no_key) {
+		agent_emit_error("model_error", "runnel-agent has no model key configured: the run's environment "
+		                                "sets neither OPENAI_API_KEY nor OPENAI_BASE_URL");
 		goto out;
 	}
 	if (agent_ctl_start(0, rest, rest_len) < 0) {

@@ -291,6 +291,31 @@ static void test_unreachable(const char *ws)
 	ap_free(&a);
 }
 
+/* No key and no base URL of its own: one error at once, no request to the
+ * default provider (and so no retries of it). */
+static void test_no_key(const char *ws)
+{
+	ap_t a;
+	const char *env[] = { "OPENAI_API_KEY=", NULL };
+	const char *args[] = { "--workspace", ws, "--retries", "3", "--backoff-ms", "5000", NULL };
+	int64_t t0 = th_now_ms();
+	TH_REQUIRE(ap_start(&a, agent_bin, args, env, turn_json("x")) == 0);
+	TH_CHECK(ap_finish(&a, 20000) == 0);
+	TH_CHECK(th_now_ms() - t0 < 4000, "ended before a first backoff could pass");
+	json_t *arr = ap_lines(&a);
+	TH_CHECK(json_array_size(arr) == 1, "one line: %s", a.out ? a.out : "");
+	json_decref(arr);
+	json_t *l = last_line(&a);
+	TH_CHECK(th_streq(json_string_value(json_object_get(l, "type")), "error"));
+	TH_CHECK(th_streq(json_string_value(json_object_get(l, "code")), "model_error"));
+	TH_CHECK(th_streq(json_string_value(json_object_get(l, "message")),
+	                  "runnel-agent has no model key configured: the run's environment sets neither "
+	                  "OPENAI_API_KEY nor OPENAI_BASE_URL"),
+	         "%s", a.out ? a.out : "");
+	TH_CHECK(!strstr(a.out ? a.out : "", "retrying"), "no retries");
+	json_decref(l);
+	ap_free(&a);
+}
 
 /* The key is for the provider only: bash does not inherit it. */
 static const fc_resp_t key_not_in_tools_script[] = {
@@ -436,5 +461,6 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		play_case(ws, &cases[i]);
 	test_unreachable(ws);
+	test_no_key(ws);
 	return th_done();
 }
