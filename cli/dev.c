@@ -66,6 +66,7 @@ static struct {
 	char *prefix;
 	char *jobs_topic;
 	int keep;
+	int with_agents;
 	char *kafka; /* external bootstrap servers, NULL = the mock cluster */
 } g_opt;
 
@@ -98,6 +99,10 @@ static const rn_opt_t dev_opts[] = {
 	  "job topic (the DLQ is <topic>.dlq)", 0, 0 },
 	{ "keep", 0, "RUNNEL_DEV_KEEP", RN_OPT_BOOL, &g_opt.keep, "false", NULL,
 	  "keep the scratch directory (logs, redis, run dirs) on exit", 0, 0 },
+	{ "with-agents", 0, "RUNNEL_DEV_WITH_AGENTS", RN_OPT_BOOL, &g_opt.with_agents, "false", NULL,
+	  "install the pinned ACP agents (Claude Code, Codex) into the build tree (agents/install.sh) "
+	  "and give them to the worker (RUNNEL_ACP_PREFIX)",
+	  0, 0 },
 	{ "kafka", 0, "RUNNEL_DEV_KAFKA", RN_OPT_STR, &g_opt.kafka, NULL, "HOST:PORT",
 	  "use this Kafka broker (bootstrap list) instead of the in-process mock cluster", 0, 0 },
 	RN_OPT_END,
@@ -251,6 +256,63 @@ found:;
 }
 
 /* 0 when bwrap can build a sandbox here (user namespaces allowed, etc). */
+/*
+ * --with-agents: runs agents/install.sh of the source tree into
+ * RUNNEL_ACP_PREFIX, or the build tree's agents/ beside cli/ (where the
+ * acp tests install them too, so a second start returns at once), and
+ * sets RUNNEL_ACP_PREFIX for the worker, which inherits it.  The install's
+ * own output (npm's) goes to the terminal.
+ */
+static int install_agents(void)
+{
+	char self[PATH_MAX], prefix[PATH_MAX], script[PATH_MAX];
+	const char *given = getenv("RUNNEL_ACP_PREFIX");
+	if (given && *given) {
+		snprintf(prefix, sizeof(prefix), "%s", given);
+	} else {
+		self_dir(self, sizeof(self));
+		char *slash = strrchr(self, '/');
+		if (slash)
+			*slash = '\0';
+		snprintf(prefix, sizeof(prefix), "%s/agents", self);
+	}
+	snprintf(script, sizeof(script), "%s/agents/install.sh", RUNNEL_SOURCE_DIR);
+	if (!RUNNEL_SOURCE_DIR[0] || access(script, X_OK) != 0) {
+		say("--with-agents needs the source tree's agents/install.sh (not found at %s)", script);
+		return -1;
+	}
+	say("installing the ACP agents into %s (agents/install.sh)", prefix);
+	pid_t pid = fork();
+	if (pid < 0) {
+		say("cannot start agents/install.sh: %s", strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		dup2(2, 1); /* npm's progress beside runnel dev's own lines */
+		char *const argv[] = { script, prefix, NULL };
+		execv(script, argv);
+		_exit(127);
+	}
+	int st = 0;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		say("agents/install.sh %s failed (see its output above)", prefix);
+		return -1;
+	}
+	char *real = realpath(prefix, NULL);
+	int rc = real ? setenv("RUNNEL_ACP_PREFIX", real, 1) : -1;
+	free(real);
+	if (rc < 0) {
+		say("cannot use %s: %s", prefix, strerror(errno));
+		return -1;
+	}
+	if (!getenv("ANTHROPIC_API_KEY") && !getenv("OPENAI_API_KEY"))
+		say("note: neither ANTHROPIC_API_KEY nor OPENAI_API_KEY is set here; "
+		    "claude and codex runs will have no model key");
+	return 0;
+}
+
 static int bwrap_works(void)
 {
 	char path[PATH_MAX], err[256];
@@ -489,7 +551,21 @@ static int start_stub(dev_stack_t *s)
 	/* The /ui/ viewer (served by the dispatcher) mints runs from the stub. */
 	snprintf(s->dispatcher_url, sizeof(s->dispatcher_url), "http://127.0.0.1:%ld", g_opt.port);
 	mkdir(results, 0700);
+	/* The provider keys come from the caller's environment, not from a
+	 * file: "${ANTHROPIC_API_KEY}" in a definition (see dev/stub.h). */
+	const char *names[] = { "ANTHROPIC_API_KEY", "OPENAI_API_KEY" };
+	char *vals[3] = { NULL, NULL, NULL };
+	for (int i = 0; i < 2; i++) {
+		const char *v = getenv(names[i]);
+		if (v && *v ? asprintf(&vals[i], "%s=%s", names[i], v) < 0 : !(vals[i] = strdup(names[i]))) {
+			vals[i] = NULL;
+			say("workspace stub: out of memory");
+			free(vals[0]);
+			return -1;
+		}
+	}
 	dev_stub_opts_t o = {
+		.env_values = (const char *const *)vals,
 		.listen = listen,
 		.agents_dir = s->agents,
 		.results_dir = results,
@@ -497,6 +573,10 @@ static int start_stub(dev_stack_t *s)
 		.cors_origin = s->dispatcher_url,
 	};
 	s->stub = dev_stub_start(&o, err, sizeof(err));
+	for (int i = 0; i < 2; i++) {
+		explicit_bzero(vals[i], strlen(vals[i]));
+		free(vals[i]);
+	}
 	if (!s->stub) {
 		say("workspace stub: %s", err);
 		return -1;
@@ -764,6 +844,8 @@ int cli_dev_main(int argc, char **argv)
 		say("cannot find runnel-worker next to runnel or on PATH (set RUNNEL_WORKER_BIN)");
 		goto out_conf;
 	}
+	if (g_opt.with_agents && install_agents() < 0)
+		goto out_conf;
 	if (find_agents(s.agents, sizeof(s.agents)) < 0) {
 		say("cannot find the agent definitions (examples/agents); pass --agents DIR");
 		goto out_conf;

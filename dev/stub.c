@@ -68,6 +68,11 @@ static void stub_free(dev_stub_t *s)
 		free(b->data);
 		free(b);
 	}
+	for (size_t i = 0; s->env_values && s->env_values[i]; i++) {
+		explicit_bzero(s->env_values[i], strlen(s->env_values[i])); /* provider keys */
+		free(s->env_values[i]);
+	}
+	free(s->env_values);
 	free(s->agents_dir);
 	free(s->results_dir);
 	free(s->blobs_dir);
@@ -138,7 +143,17 @@ dev_stub_t *dev_stub_start(const dev_stub_opts_t *opts, char *errstr, size_t err
 	s->enable_mint = opts->enable_mint;
 	if (opts->cors_origin)
 		snprintf(s->cors_origin, sizeof(s->cors_origin), "%s", opts->cors_origin);
-	if ((opts->agents_dir && !(s->agents_dir = strdup(opts->agents_dir))) ||
+	size_t nvals = 0;
+	while (opts->env_values && opts->env_values[nvals])
+		nvals++;
+	if (nvals && (s->env_values = calloc(nvals + 1, sizeof(*s->env_values))) != NULL)
+		for (size_t i = 0; i < nvals; i++)
+			if (!(s->env_values[i] = strdup(opts->env_values[i]))) {
+				snprintf(errstr, errstr_size, "out of memory");
+				stub_free(s);
+				return NULL;
+			}
+	if ((nvals && !s->env_values) || (opts->agents_dir && !(s->agents_dir = strdup(opts->agents_dir))) ||
 	    (opts->blobs_dir && !(s->blobs_dir = strdup(opts->blobs_dir))) ||
 	    (opts->results_dir && !(s->results_dir = strdup(opts->results_dir)))) {
 		snprintf(errstr, errstr_size, "out of memory");

@@ -89,6 +89,14 @@ typedef struct dev_stub_opts {
 	 * dispatcher serving /ui/) allowed to call /mint and /agents (CORS;
 	 * "http://localhost:8080" too).  NULL = none. */
 	const char *cors_origin;
+	/* Values from the caller's own environment for the definitions read
+	 * from agents_dir (NULL-terminated, may be NULL): for an entry
+	 * "NAME=value", a variable of env.variables whose value is exactly
+	 * "${NAME}" gets value; for an entry "NAME" (unset by the caller)
+	 * such a variable is left out.  runnel dev passes the provider keys
+	 * this way (ANTHROPIC_API_KEY, OPENAI_API_KEY), so that no example
+	 * file holds a key.  Copied; wiped when the stub is freed. */
+	const char *const *env_values;
 } dev_stub_opts_t;
 
 /*

@@ -88,6 +88,7 @@ struct dev_stub {
 	size_t max_store;
 	int enable_mint;
 	char cors_origin[128]; /* "" = no CORS */
+	char **env_values;     /* dev_stub_opts_t.env_values, copied */
 	stub_run_t *runs;
 	stub_blob_t *blobs;
 	int unknown;

@@ -246,6 +246,31 @@ fail:
 	return -1;
 }
 
+/* Fills "${NAME}" variables of a definition from dev_stub_opts_t.env_values. */
+static void stub_env_values(dev_stub_t *s, json_t *env)
+{
+	json_t *vars = json_object_get(env, "variables");
+	if (!s->env_values || !json_is_object(vars))
+		return;
+	for (size_t i = 0; s->env_values[i]; i++) {
+		const char *e = s->env_values[i], *eq = strchr(e, '=');
+		size_t nl = eq ? (size_t)(eq - e) : strlen(e);
+		const char *k;
+		json_t *v, *tmp;
+		json_object_foreach_safe(vars, tmp, k, v)
+		{
+			const char *sv = json_string_value(v);
+			if (!sv || strncmp(sv, "${", 2) != 0 || strlen(sv) != nl + 3 || strncmp(sv + 2, e, nl) != 0 ||
+			    sv[nl + 2] != '}')
+				continue;
+			if (eq)
+				json_object_set_new(vars, k, json_string(eq + 1));
+			else
+				json_object_del(vars, k);
+		}
+	}
+}
+
 int dev_stub_add_run_from_agent(dev_stub_t *s, const char *agent, dev_stub_otps_t *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -268,6 +293,7 @@ int dev_stub_add_run_from_agent(dev_stub_t *s, const char *agent, dev_stub_otps_
 		memset(&run, 0, sizeof(run));
 		run.env = env;
 		run.config = config;
+		stub_env_values(s, env);
 		rc = dev_stub_add_run(s, &run, out);
 	}
 	json_decref(def);

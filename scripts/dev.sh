@@ -5,11 +5,21 @@
 # the viewer's URL (http://127.0.0.1:8080/ui/).  Ctrl-C stops everything it
 # started.
 #
-#   scripts/dev.sh [runnel dev options]     e.g. scripts/dev.sh --port 0
+#   scripts/dev.sh [--agents] [runnel dev options]     e.g. scripts/dev.sh --port 0
+#
+# --agents: also install the pinned ACP agents (Claude Code, Codex) into
+# $BUILD_DIR/agents and give them to the worker (`runnel dev --with-agents`);
+# the claude and codex definitions take the key from your own
+# ANTHROPIC_API_KEY / OPENAI_API_KEY.
 #
 # Environment: BUILD_DIR (default build), JOBS (default: nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+args=()
+for a in "$@"; do
+  if [ "$a" = --agents ]; then args+=(--with-agents); else args+=("$a"); fi
+done
 
 scripts/deps.sh
 
@@ -25,4 +35,4 @@ CC=${CC:-gcc} cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release \
 # RUNNEL_DISPATCHER_BIN).
 cmake --build "$build" -j "$jobs" --target runnel runnel-dispatcher runnel-worker runnel-mock-agent
 
-exec "$build/cli/runnel" dev --demo "$@"
+exec "$build/cli/runnel" dev --demo ${args[@]+"${args[@]}"}
