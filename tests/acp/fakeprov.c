@@ -27,7 +27,44 @@ struct fp {
 	unsigned seq;
 	char *seen;
 	size_t seen_len;
+	struct {
+		long long ms;
+		char tag[64];
+	} tags[FP_TAGS_MAX];
+	int ntags;
 };
+
+/* Notes the arrival of a model call carrying "[[tag:TAG]]" (fp_tag_ms). */
+static void note_tag(fp_t *p, const char *body, size_t len)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	const char *m = memmem(body, len, "[[tag:", 6);
+	if (!m)
+		return;
+	m += 6;
+	const char *e = memmem(m, len - (size_t)(m - body), "]]", 2);
+	if (!e || e - m >= 64)
+		return;
+	pthread_mutex_lock(&p->mu);
+	if (p->ntags < FP_TAGS_MAX) {
+		p->tags[p->ntags].ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+		snprintf(p->tags[p->ntags].tag, sizeof(p->tags[0].tag), "%.*s", (int)(e - m), m);
+		p->ntags++;
+	}
+	pthread_mutex_unlock(&p->mu);
+}
+
+long long fp_tag_ms(fp_t *p, const char *tag)
+{
+	long long ms = -1;
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < p->ntags && ms < 0; i++)
+		if (!strcmp(p->tags[i].tag, tag))
+			ms = p->tags[i].ms;
+	pthread_mutex_unlock(&p->mu);
+	return ms;
+}
 
 static void sleep_ms(int ms)
 {
@@ -243,6 +280,7 @@ static void serve(th_httpd_t *srv, void *arg, int fd, th_http_req_t *req)
 		unsigned seq = ++p->seq;
 		p->calls++;
 		pthread_mutex_unlock(&p->mu);
+		note_tag(p, req->body, req->body_len);
 		for (int waited = 0; waited < delay && !th_httpd_stopping(srv); waited += 20)
 			sleep_ms(20);
 		if (status) {

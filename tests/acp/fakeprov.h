@@ -45,6 +45,11 @@ const char *fp_url(const fp_t *p);
 int fp_calls(fp_t *p);
 /* 1 when some request (headers or body) received so far contained needle. */
 int fp_seen(fp_t *p, const char *needle);
+/* The wall-clock time (CLOCK_REALTIME, ms) at which the first model call
+ * whose request held "[[tag:TAG]]" arrived, or -1 (the bench's per-run
+ * marker; the first FP_TAGS_MAX tagged calls are kept). */
+#define FP_TAGS_MAX 1024
+long long fp_tag_ms(fp_t *p, const char *tag);
 /* Stops serving; waits for connections still open (slow answers are cut). */
 void fp_stop(fp_t *p);
 
