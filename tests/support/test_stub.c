@@ -530,9 +530,42 @@ static void test_folder(void)
 	dev_stub_opts_t ex = { .agents_dir = EXAMPLES_AGENTS_DIR };
 	s = dev_stub_start(&ex, err, sizeof(err));
 	TH_REQUIRE(s);
-	const char *names[] = { "demo", "echo", "command", "ask", "builtin" };
+	const char *names[] = { "demo", "echo", "command", "ask", "builtin", "claude", "codex" };
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		TH_CHECK(dev_stub_add_run_from_agent(s, names[i], &o) == 0, "examples/agents/%s.json", names[i]);
+	dev_stub_stop(s);
+}
+
+/* The env values: "${NAME}" variables from the caller's environment, left
+ * out when the caller has none; anything else as written. */
+static void test_env_values(void)
+{
+	const char *dir = th_tmpdir();
+	TH_REQUIRE(dir);
+	const char *def = "{\"env\":{\"variables\":{\"ANTHROPIC_API_KEY\":\"${ANTHROPIC_API_KEY}\","
+	                  "\"OPENAI_API_KEY\":\"${OPENAI_API_KEY}\",\"KEEP\":\"x${ANTHROPIC_API_KEY}\","
+	                  "\"OTHER\":\"${ANTHROPIC_API_KEYS}\",\"PLAIN\":\"v\"}}}";
+	TH_REQUIRE(th_file_write(th_strf("%s/keys.json", dir), def, strlen(def)) == 0);
+	/* A key with characters JSON must escape stays one string. */
+	const char *vals[] = { "ANTHROPIC_API_KEY=sk-\"quoted\"\\key", "OPENAI_API_KEY", NULL };
+	char err[256];
+	dev_stub_opts_t opts = { .agents_dir = dir, .env_values = vals };
+	dev_stub_t *s = dev_stub_start(&opts, err, sizeof(err));
+	TH_REQUIRE(s, "%s", err);
+	dev_stub_otps_t o;
+	TH_REQUIRE(dev_stub_add_run_from_agent(s, "keys", &o) == 0);
+	resp_t r;
+	http(&r, ep_url(&o, "env"), o.otp_setup, NULL, 0, 5000, 0);
+	json_t *j = r.rx.body ? json_loads(r.rx.body, 0, NULL) : NULL;
+	json_t *v = json_object_get(j, "variables");
+	TH_CHECK(r.status == 200 && json_is_object(v), "%ld %s", r.status, r.rx.body ? r.rx.body : "");
+	TH_CHECK(th_streq(json_string_value(json_object_get(v, "ANTHROPIC_API_KEY")), "sk-\"quoted\"\\key"));
+	TH_CHECK(!json_object_get(v, "OPENAI_API_KEY"), "an unset key is left out");
+	TH_CHECK(th_streq(json_string_value(json_object_get(v, "KEEP")), "x${ANTHROPIC_API_KEY}"));
+	TH_CHECK(th_streq(json_string_value(json_object_get(v, "OTHER")), "${ANTHROPIC_API_KEYS}"));
+	TH_CHECK(th_streq(json_string_value(json_object_get(v, "PLAIN")), "v"));
+	json_decref(j);
+	resp_free(&r);
 	dev_stub_stop(s);
 }
 
@@ -623,6 +656,7 @@ int main(void)
 	dev_stub_stop(s);
 	test_results_status_and_cap();
 	test_folder();
+	test_env_values();
 	test_program();
 	curl_global_cleanup();
 	return th_done();
