@@ -150,7 +150,42 @@ typedef struct dev_stack {
 	char dispatcher_url[96];
 	char worker_bin[PATH_MAX], dispatcher_bin[PATH_MAX];
 	const char *sandbox;
+	/* The caller's provider keys for the stub ("NAME=value", or "NAME"
+	 * when unset), taken out of the environment before any child starts;
+	 * wiped at the end. */
+	char *keys[3];
 } dev_stack_t;
+
+static const char *const dev_key_names[] = { "ANTHROPIC_API_KEY", "OPENAI_API_KEY" };
+
+/* Moves the provider keys from the environment into s->keys: the stub
+ * serves them to the runs that name them, and no child (Redis, the
+ * dispatcher, the worker) inherits them.  0 or -1 (out of memory). */
+static int take_keys(dev_stack_t *s)
+{
+	for (int i = 0; i < 2; i++) {
+		char *v = getenv(dev_key_names[i]);
+		if (v && *v ? asprintf(&s->keys[i], "%s=%s", dev_key_names[i], v) < 0
+		            : !(s->keys[i] = strdup(dev_key_names[i]))) {
+			s->keys[i] = NULL;
+			return -1;
+		}
+		if (v)
+			explicit_bzero(v, strlen(v));
+		unsetenv(dev_key_names[i]);
+	}
+	return 0;
+}
+
+static void free_keys(dev_stack_t *s)
+{
+	for (int i = 0; i < 2; i++) {
+		if (s->keys[i])
+			explicit_bzero(s->keys[i], strlen(s->keys[i]));
+		free(s->keys[i]);
+		s->keys[i] = NULL;
+	}
+}
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...)
@@ -255,7 +290,6 @@ found:;
 	return n > 0 && (size_t)n < size ? 0 : -1;
 }
 
-/* 0 when bwrap can build a sandbox here (user namespaces allowed, etc). */
 /*
  * --with-agents: runs agents/install.sh of the source tree into
  * RUNNEL_ACP_PREFIX, or the build tree's agents/ beside cli/ (where the
@@ -313,6 +347,7 @@ static int install_agents(void)
 	return 0;
 }
 
+/* 0 when bwrap can build a sandbox here (user namespaces allowed, etc). */
 static int bwrap_works(void)
 {
 	char path[PATH_MAX], err[256];
@@ -553,19 +588,8 @@ static int start_stub(dev_stack_t *s)
 	mkdir(results, 0700);
 	/* The provider keys come from the caller's environment, not from a
 	 * file: "${ANTHROPIC_API_KEY}" in a definition (see dev/stub.h). */
-	const char *names[] = { "ANTHROPIC_API_KEY", "OPENAI_API_KEY" };
-	char *vals[3] = { NULL, NULL, NULL };
-	for (int i = 0; i < 2; i++) {
-		const char *v = getenv(names[i]);
-		if (v && *v ? asprintf(&vals[i], "%s=%s", names[i], v) < 0 : !(vals[i] = strdup(names[i]))) {
-			vals[i] = NULL;
-			say("workspace stub: out of memory");
-			free(vals[0]);
-			return -1;
-		}
-	}
 	dev_stub_opts_t o = {
-		.env_values = (const char *const *)vals,
+		.env_values = (const char *const *)s->keys,
 		.listen = listen,
 		.agents_dir = s->agents,
 		.results_dir = results,
@@ -573,10 +597,6 @@ static int start_stub(dev_stack_t *s)
 		.cors_origin = s->dispatcher_url,
 	};
 	s->stub = dev_stub_start(&o, err, sizeof(err));
-	for (int i = 0; i < 2; i++) {
-		explicit_bzero(vals[i], strlen(vals[i]));
-		free(vals[i]);
-	}
 	if (!s->stub) {
 		say("workspace stub: %s", err);
 		return -1;
@@ -881,6 +901,10 @@ int cli_dev_main(int argc, char **argv)
 	snprintf(logs, sizeof(logs), "%s/logs", s.dir);
 	mkdir(logs, 0700);
 
+	if (take_keys(&s) < 0) {
+		say("out of memory");
+		goto out;
+	}
 	if (start_kafka(&s) < 0 || start_redis(&s) < 0 || start_stub(&s) < 0 || start_children(&s) < 0 ||
 	    wait_ready(&s) < 0) {
 		rc = cli_interrupted() ? CLI_EXIT_OK : CLI_EXIT_RUN_ERROR;
@@ -912,6 +936,7 @@ out:
 	if (cli_interrupted())
 		say("stopping");
 	stop_stack(&s);
+	free_keys(&s);
 out_conf:
 	rn_conf_free(dev_opts);
 	return rc;
