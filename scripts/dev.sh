@@ -7,7 +7,7 @@
 #
 #   scripts/dev.sh [--agents] [runnel dev options]     e.g. scripts/dev.sh --port 0
 #
-# --agents: also install the pinned ACP agents (Claude Code, Codex) into
+# --agents (bare): also install the pinned ACP agents (Claude Code, Codex) into
 # $BUILD_DIR/agents and give them to the worker (`runnel dev --with-agents`);
 # the claude and codex definitions take the key from your own
 # ANTHROPIC_API_KEY / OPENAI_API_KEY.
@@ -16,9 +16,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A bare --agents means --with-agents; `--agents DIR` (runnel dev's folder
+# of definitions) passes through as before.
 args=()
-for a in "$@"; do
-  if [ "$a" = --agents ]; then args+=(--with-agents); else args+=("$a"); fi
+while [ $# -gt 0 ]; do
+  if [ "$1" = --agents ] && { [ $# -eq 1 ] || [ "${2#-}" != "$2" ]; }; then
+    args+=(--with-agents)
+  else
+    args+=("$1")
+  fi
+  shift
 done
 
 scripts/deps.sh
