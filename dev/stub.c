@@ -146,7 +146,9 @@ dev_stub_t *dev_stub_start(const dev_stub_opts_t *opts, char *errstr, size_t err
 	size_t nvals = 0;
 	while (opts->env_values && opts->env_values[nvals])
 		nvals++;
-	if (nvals && (s->env_values = calloc(nvals + 1, sizeof(*s->env_values))) != NULL)
+	if (nvals)
+		s->env_values = calloc(nvals + 1, sizeof(*s->env_values));
+	if (s->env_values)
 		for (size_t i = 0; i < nvals; i++)
 			if (!(s->env_values[i] = strdup(opts->env_values[i]))) {
 				snprintf(errstr, errstr_size, "out of memory");

@@ -77,9 +77,9 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	g_tmp = (char *)th_tmpdir();
-	TH_REQUIRE(g_tmp != NULL);
+	TH_REQUIRE(g_tmp);
 	g_prov = fp_start(FP_ANTHROPIC);
-	TH_REQUIRE(g_prov != NULL, "fake provider");
+	TH_REQUIRE(g_prov, "fake provider");
 	fp_script_t script = { .final = "Hello from the fake provider." };
 	fp_set(g_prov, &script);
 	write_defs();
@@ -89,7 +89,7 @@ int main(int argc, char **argv)
 	clirun_t p;
 	int rc = run_dev(0, &p);
 	TH_CHECK(rc == 1, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, p.out, p.err);
-	TH_CHECK(strstr(p.out, "this worker has no ACP agents installed") != NULL, "%s", p.out);
+	TH_CHECK(strstr(p.out, "this worker has no ACP agents installed"), "%s", p.out);
 	TH_CHECK(fp_calls(g_prov) == 0);
 	clirun_free(&p);
 
@@ -97,9 +97,9 @@ int main(int argc, char **argv)
 	 * and a Claude Code run from prompt to result. */
 	rc = run_dev(1, &p);
 	TH_CHECK(rc == 0, "exit %d\nstdout:\n%s\nstderr:\n%s", rc, p.out, p.err);
-	TH_CHECK(strstr(p.err, "installing the ACP agents into ") != NULL, "%s", p.err);
-	TH_CHECK(strstr(p.out, "\nresult  ") != NULL, "no result line:\n%s", p.out);
-	TH_CHECK(strstr(p.out, "Hello from the fake provider.") != NULL, "%s", p.out);
+	TH_CHECK(strstr(p.err, "installing the ACP agents into "), "%s", p.err);
+	TH_CHECK(strstr(p.out, "\nresult  "), "no result line:\n%s", p.out);
+	TH_CHECK(strstr(p.out, "Hello from the fake provider."), "%s", p.out);
 	TH_CHECK(fp_calls(g_prov) >= 1, "%d model calls", fp_calls(g_prov));
 	/* The caller's key reached the provider, and nothing printed it. */
 	TH_CHECK(fp_seen(g_prov, KEY), "the provider saw the caller's key");
