@@ -7,7 +7,7 @@
 #   scripts/test.sh [extra ctest args]
 #
 # Environment: BUILD_DIR (default build-asan), JOBS (default: nproc),
-# RUNNEL_FUZZ_SECONDS (default 60 per fuzz target).
+# RUNNEL_FUZZ_SECONDS (default 30 per fuzz target).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +17,7 @@ build=${BUILD_DIR:-build-asan}
 jobs=${JOBS:-$(nproc)}
 CC=${CC:-clang-14} cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DRUNNEL_SANITIZE=ON -DRUNNEL_WERROR=ON \
-  -DRUNNEL_FUZZ_SECONDS="${RUNNEL_FUZZ_SECONDS:-60}" >/dev/null
+  -DRUNNEL_FUZZ_SECONDS="${RUNNEL_FUZZ_SECONDS:-30}" >/dev/null
 cmake --build "$build" -j "$jobs"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
