@@ -75,11 +75,11 @@ static int origin_allowed(const dispatcher_t *d, const char *origin)
 	const char *p = d->cfg->cors_origins;
 	size_t olen = strlen(origin);
 
-	if (p == NULL || *p == '\0')
+	if (!p || *p == '\0')
 		return 0;
 	while (*p != '\0') {
 		const char *e = strchr(p, ',');
-		size_t n = e != NULL ? (size_t)(e - p) : strlen(p);
+		size_t n = e ? (size_t)(e - p) : strlen(p);
 
 		while (n > 0 && (*p == ' ' || *p == '\t')) {
 			p++;
@@ -89,7 +89,7 @@ static int origin_allowed(const dispatcher_t *d, const char *origin)
 			n--;
 		if ((n == 1 && *p == '*') || (n == olen && strncasecmp(p, origin, n) == 0))
 			return 1;
-		if (e == NULL)
+		if (!e)
 			break;
 		p = e + 1;
 	}
@@ -101,7 +101,7 @@ void dispatcher_cors(dispatcher_t *d, struct evhttp_request *req)
 	const char *origin = evhttp_find_header(evhttp_request_get_input_headers(req), "Origin");
 	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
 
-	if (origin == NULL || !origin_allowed(d, origin))
+	if (!origin || !origin_allowed(d, origin))
 		return;
 	evhttp_add_header(out, "Access-Control-Allow-Origin", origin);
 	evhttp_add_header(out, "Vary", "Origin");
@@ -118,14 +118,14 @@ void dispatcher_reply_json(dispatcher_t *d, struct evhttp_request *req, dispatch
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
 	dispatcher_cors(d, req);
-	if (buf != NULL && text != NULL) {
+	if (buf && text) {
 		evbuffer_add(buf, text, strlen(text));
 		evbuffer_add(buf, "\n", 1);
 	}
 	free(text);
 	dispatcher_count(d, route, status);
 	evhttp_send_reply(req, status, NULL, buf);
-	if (buf != NULL)
+	if (buf)
 		evbuffer_free(buf);
 }
 
@@ -136,7 +136,7 @@ void dispatcher_reply_error(dispatcher_t *d, struct evhttp_request *req, dispatc
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	dispatcher_reply_json(d, req, route, status,
 	                      json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg));
@@ -151,19 +151,19 @@ static int token_ok(const dispatcher_t *d, struct evhttp_request *req)
 	const char *tok;
 	int ok;
 
-	if (d->cfg->api_token == NULL)
+	if (!d->cfg->api_token)
 		return 1;
-	if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
+	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
 		return 0;
 	tok = h + 7;
 	while (*tok == ' ')
 		tok++;
-	crypto_generichash(a, sizeof a, (const unsigned char *)tok, strlen(tok), NULL, 0);
-	crypto_generichash(b, sizeof b, (const unsigned char *)d->cfg->api_token,
+	crypto_generichash(a, sizeof(a), (const unsigned char *)tok, strlen(tok), NULL, 0);
+	crypto_generichash(b, sizeof(b), (const unsigned char *)d->cfg->api_token,
 	                   strlen(d->cfg->api_token), NULL, 0);
-	ok = sodium_memcmp(a, b, sizeof a) == 0;
-	sodium_memzero(a, sizeof a);
-	sodium_memzero(b, sizeof b);
+	ok = sodium_memcmp(a, b, sizeof(a)) == 0;
+	sodium_memzero(a, sizeof(a));
+	sodium_memzero(b, sizeof(b));
 	return ok;
 }
 
@@ -173,11 +173,11 @@ void dispatcher_send(dispatcher_t *d, struct evhttp_request *req, dispatcher_rou
 	struct evbuffer *buf = evbuffer_new();
 
 	/* evhttp leaves the body out of a HEAD answer by itself. */
-	if (buf != NULL && len > 0)
+	if (buf && len > 0)
 		evbuffer_add(buf, body, len);
 	dispatcher_count(d, route, status);
 	evhttp_send_reply(req, status, NULL, buf);
-	if (buf != NULL)
+	if (buf)
 		evbuffer_free(buf);
 }
 
@@ -207,7 +207,7 @@ static void handle_metrics(dispatcher_t *d, struct evhttp_request *req)
 	char *text;
 
 	text = rn_metrics_render(d->metrics, &len);
-	if (text == NULL) {
+	if (!text) {
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_METRICS, 500, "internal", "metrics: out of memory");
 		return;
 	}
@@ -266,12 +266,12 @@ static int segment_decode(const char *s, size_t n, char *out, size_t size)
 	size_t len = 0;
 	char *dec;
 
-	if (n == 0 || n >= sizeof raw)
+	if (n == 0 || n >= sizeof(raw))
 		return -1;
 	memcpy(raw, s, n);
 	raw[n] = '\0';
 	dec = evhttp_uridecode(raw, 0, &len);
-	if (dec == NULL)
+	if (!dec)
 		return -1;
 	if (len == 0 || len >= size || strlen(dec) != len) {
 		free(dec);
@@ -288,9 +288,9 @@ static void match_path(const char *path, match_t *m)
 	const char *rest, *slash;
 	size_t idlen;
 
-	memset(m, 0, sizeof *m);
+	memset(m, 0, sizeof(*m));
 	m->route = DISPATCHER_ROUTE_OTHER;
-	if (path == NULL)
+	if (!path)
 		return;
 	m->found = 1;
 	if (strcmp(path, "/stream") == 0) {
@@ -325,11 +325,11 @@ static void match_path(const char *path, match_t *m)
 		m->method = EVHTTP_REQ_GET;
 		return;
 	}
-	if (strncmp(path, runs, sizeof runs - 1) == 0) {
-		rest = path + sizeof runs - 1;
+	if (strncmp(path, runs, sizeof(runs) - 1) == 0) {
+		rest = path + sizeof(runs) - 1;
 		slash = strchr(rest, '/');
-		idlen = slash != NULL ? (size_t)(slash - rest) : strlen(rest);
-		if (slash == NULL) {
+		idlen = slash ? (size_t)(slash - rest) : strlen(rest);
+		if (!slash) {
 			m->route = DISPATCHER_ROUTE_RUN;
 			m->allow = "GET, OPTIONS";
 			m->method = EVHTTP_REQ_GET;
@@ -341,11 +341,11 @@ static void match_path(const char *path, match_t *m)
 			m->route = DISPATCHER_ROUTE_CANCEL;
 			m->allow = "POST, OPTIONS";
 			m->method = EVHTTP_REQ_POST;
-		} else if (strncmp(slash, "/replies/", 9) == 0 && strchr(slash + 9, '/') == NULL) {
+		} else if (strncmp(slash, "/replies/", 9) == 0 && !strchr(slash + 9, '/')) {
 			m->route = DISPATCHER_ROUTE_REPLY;
 			m->allow = "POST, OPTIONS";
 			m->method = EVHTTP_REQ_POST;
-			if (segment_decode(slash + 9, strlen(slash + 9), m->ask_id, sizeof m->ask_id) < 0 ||
+			if (segment_decode(slash + 9, strlen(slash + 9), m->ask_id, sizeof(m->ask_id)) < 0 ||
 			    !proto_ctl_id_ok(m->ask_id)) {
 				m->bad_ask_id = 1;
 				m->ask_id[0] = '\0';
@@ -354,7 +354,7 @@ static void match_path(const char *path, match_t *m)
 			m->found = 0;
 			return;
 		}
-		if (segment_decode(rest, idlen, m->run_id, sizeof m->run_id) < 0 || !proto_run_id_valid(m->run_id)) {
+		if (segment_decode(rest, idlen, m->run_id, sizeof(m->run_id)) < 0 || !proto_run_id_valid(m->run_id)) {
 			m->bad_id = 1;
 			m->run_id[0] = '\0';
 		}
@@ -369,11 +369,11 @@ static void preflight(dispatcher_t *d, struct evhttp_request *req, const match_t
 	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
 
 	evhttp_add_header(out, "Allow", m->allow);
-	if (origin != NULL && !origin_allowed(d, origin)) {
+	if (origin && !origin_allowed(d, origin)) {
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_OTHER, 403, "forbidden", "origin: not allowed");
 		return;
 	}
-	if (origin != NULL) {
+	if (origin) {
 		evhttp_add_header(out, "Access-Control-Allow-Methods", m->allow);
 		evhttp_add_header(out, "Access-Control-Allow-Headers",
 		                  "Authorization, Content-Type, Accept, Last-Event-ID");
@@ -391,7 +391,7 @@ static int content_type_ok(struct evhttp_request *req)
 	const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
 	size_t n;
 
-	if (ct == NULL)
+	if (!ct)
 		return 1;
 	while (*ct == ' ')
 		ct++;
@@ -405,7 +405,7 @@ static int content_type_ok(struct evhttp_request *req)
 
 void dispatcher_request_abandon(struct evhttp_request *req)
 {
-	if (req != NULL && evhttp_request_get_connection(req) == NULL)
+	if (req && !evhttp_request_get_connection(req))
 		evhttp_request_free(req);
 }
 
@@ -416,21 +416,21 @@ int dispatcher_query(dispatcher_t *d, struct evhttp_request *req, dispatcher_rou
 
 	q->tqh_first = NULL;
 	q->tqh_last = &q->tqh_first;
-	if (query != NULL && evhttp_parse_query_str(query, q) < 0) {
+	if (query && evhttp_parse_query_str(query, q) < 0) {
 		dispatcher_reply_error(d, req, route, 400, "bad_request", "query: not a valid query string");
 		return -1;
 	}
 	/* "?after=1&after=2": which one the caller meant is a guess, and
 	 * proxies disagree on it; refuse the request, naming the parameter. */
-	for (const struct evkeyval *a = q->tqh_first; a != NULL; a = a->next.tqe_next)
-		for (const struct evkeyval *b = a->next.tqe_next; b != NULL; b = b->next.tqe_next) {
+	for (const struct evkeyval *a = q->tqh_first; a; a = a->next.tqe_next)
+		for (const struct evkeyval *b = a->next.tqe_next; b; b = b->next.tqe_next) {
 			char name[40];
 			size_t i;
 
 			if (strcmp(a->key, b->key) != 0)
 				continue;
 			/* The name is the caller's text: a short, printable prefix. */
-			for (i = 0; a->key[i] != '\0' && i < sizeof name - 1; i++)
+			for (i = 0; a->key[i] != '\0' && i < sizeof(name) - 1; i++)
 				name[i] = (a->key[i] >= 0x20 && a->key[i] < 0x7f) ? a->key[i] : '?';
 			name[i] = '\0';
 			evhttp_clear_headers(q);
@@ -456,9 +456,9 @@ static int announces_body(struct evhttp_request *req)
 	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
 	const char *cl = evhttp_find_header(in, "Content-Length");
 
-	if (evhttp_find_header(in, "Transfer-Encoding") != NULL)
+	if (evhttp_find_header(in, "Transfer-Encoding"))
 		return 1;
-	if (cl == NULL)
+	if (!cl)
 		return 0;
 	while (*cl == '0')
 		cl++;
@@ -479,7 +479,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 	 * answer to its next one): answer this one, then close. */
 	if (!(method & (EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_PATCH)) && announces_body(req))
 		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-	match_path(uri != NULL ? evhttp_uri_get_path(uri) : NULL, &m);
+	match_path(uri ? evhttp_uri_get_path(uri) : NULL, &m);
 	rn_log_debug(m.run_id[0] ? m.run_id : NULL, "http_request", "%s %s",
 	             method_name(method), route_names[m.route]);
 	/* Preflights carry no credentials; /healthz is open.  Everything else,
@@ -610,9 +610,9 @@ void dispatcher_http_metrics(dispatcher_t *d)
 	for (int r = 0; r < DISPATCHER_ROUTE_COUNT; r++)
 		for (int s = 0; s < DISPATCHER_NSTATUS; s++) {
 			if (statuses[s] != 0)
-				snprintf(labels, sizeof labels, "route=\"%s\",status=\"%d\"", route_names[r], statuses[s]);
+				snprintf(labels, sizeof(labels), "route=\"%s\",status=\"%d\"", route_names[r], statuses[s]);
 			else
-				snprintf(labels, sizeof labels, "route=\"%s\",status=\"other\"", route_names[r]);
+				snprintf(labels, sizeof(labels), "route=\"%s\",status=\"other\"", route_names[r]);
 			d->c_requests[r][s] = rn_metrics_counter(d->metrics, "runnel_dispatcher_requests_total",
 			                                         "HTTP answers by route and status", labels);
 		}
@@ -626,7 +626,7 @@ int dispatcher_http_listen(dispatcher_t *d, const char *host, unsigned short por
 	struct evhttp_bound_socket *sock;
 
 	d->http = evhttp_new(d->base);
-	if (d->http == NULL) {
+	if (!d->http) {
 		snprintf(errstr, errstr_size, "evhttp_new failed");
 		return -1;
 	}
@@ -646,14 +646,14 @@ int dispatcher_http_listen(dispatcher_t *d, const char *host, unsigned short por
 		return -1;
 	}
 	sock = evhttp_bind_socket_with_handle(d->http, host, port);
-	if (sock == NULL) {
+	if (!sock) {
 		snprintf(errstr, errstr_size, "cannot listen on %s", cfg->listen);
 		return -1;
 	}
 	d->sock = sock;
 	{
 		struct sockaddr_storage ss;
-		socklen_t sl = sizeof ss;
+		socklen_t sl = sizeof(ss);
 		evutil_socket_t fd = evhttp_bound_socket_get_fd(sock);
 		int bport = port;
 
@@ -663,7 +663,7 @@ int dispatcher_http_listen(dispatcher_t *d, const char *host, unsigned short por
 			else if (ss.ss_family == AF_INET6)
 				bport = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 		}
-		snprintf(d->bound, sizeof d->bound, "%s:%d", host, bport);
+		snprintf(d->bound, sizeof(d->bound), "%s:%d", host, bport);
 	}
 	return 0;
 }

@@ -44,7 +44,7 @@ static void seterr(char *errstr, size_t size, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (errstr == NULL || size == 0)
+	if (!errstr || size == 0)
 		return;
 	va_start(ap, fmt);
 	vsnprintf(errstr, size, fmt, ap);
@@ -60,7 +60,7 @@ static void wipe_json_string(json_t *s)
 
 static void free_secret(char **p)
 {
-	if (*p != NULL) {
+	if (*p) {
 		sodium_memzero(*p, strlen(*p));
 		free(*p);
 		*p = NULL;
@@ -69,7 +69,7 @@ static void free_secret(char **p)
 
 void proto_job_clear(proto_job_t *job)
 {
-	if (job == NULL)
+	if (!job)
 		return;
 	free_secret(&job->otp_setup);
 	free_secret(&job->otp_run);
@@ -79,7 +79,7 @@ void proto_job_clear(proto_job_t *job)
 	free(job->caller);
 	free(job->webhook);
 	json_decref(job->meta);
-	sodium_memzero(job, sizeof *job);
+	sodium_memzero(job, sizeof(*job));
 }
 
 int proto_job_key_parse(const char *hex, uint8_t key[PROTO_JOB_KEY_BYTES],
@@ -87,7 +87,7 @@ int proto_job_key_parse(const char *hex, uint8_t key[PROTO_JOB_KEY_BYTES],
 {
 	size_t i, n, bin_len = 0;
 
-	if (hex == NULL || hex[0] == '\0') {
+	if (!hex || hex[0] == '\0') {
 		seterr(errstr, errstr_size, "job key: missing");
 		return -1;
 	}
@@ -137,7 +137,7 @@ static int check_name(const char *field, const char *s, size_t max, int (*valid)
 
 static int check_run_id(const char *run_id, char *errstr, size_t size)
 {
-	if (run_id == NULL || run_id[0] == '\0') {
+	if (!run_id || run_id[0] == '\0') {
 		seterr(errstr, size, "run_id: empty");
 		return -1;
 	}
@@ -166,7 +166,7 @@ static int check_url_field(const char *field, const char *url, char *errstr, siz
 {
 	size_t n, i, skip;
 
-	if (url == NULL) {
+	if (!url) {
 		seterr(errstr, size, "%s: missing", field);
 		return -1;
 	}
@@ -236,7 +236,7 @@ int proto_traceparent_parse(const char *s, char out[PROTO_TRACEPARENT_LEN + 1])
 	int zero;
 	size_t n;
 
-	if (s == NULL)
+	if (!s)
 		return -1;
 	n = strnlen(s, 512);
 	/* version-traceid-parentid-flags; a later version may append "-…". */
@@ -289,7 +289,7 @@ static int check_otp(const char *field, const char *otp, int required,
 {
 	size_t i;
 
-	if (otp == NULL) {
+	if (!otp) {
 		if (!required)
 			return 0;
 		seterr(errstr, size, "%s: missing", field);
@@ -319,7 +319,7 @@ static int check_prompt(const char *prompt, char *errstr, size_t size)
 {
 	size_t n;
 
-	if (prompt == NULL) {
+	if (!prompt) {
 		seterr(errstr, size, "prompt: missing");
 		return -1;
 	}
@@ -349,7 +349,7 @@ int proto_job_validate(const proto_job_t *job, char *errstr, size_t errstr_size)
 	    check_otp("otp_upload", job->otp_upload, 0, errstr, errstr_size) != 0 ||
 	    check_prompt(job->prompt, errstr, errstr_size) != 0)
 		return -1;
-	if (job->caller != NULL) {
+	if (job->caller) {
 		size_t n = strnlen(job->caller, PROTO_JOB_CALLER_MAX + 1);
 
 		if (n > PROTO_JOB_CALLER_MAX) {
@@ -372,7 +372,7 @@ int proto_job_validate(const proto_job_t *job, char *errstr, size_t errstr_size)
 		seterr(errstr, errstr_size, "max_runtime_sec: must be at least 1");
 		return -1;
 	}
-	if (job->meta != NULL && !json_is_object(job->meta)) {
+	if (job->meta && !json_is_object(job->meta)) {
 		seterr(errstr, errstr_size, "meta: not an object");
 		return -1;
 	}
@@ -398,14 +398,14 @@ int proto_job_validate(const proto_job_t *job, char *errstr, size_t errstr_size)
 			return -1;
 		}
 	}
-	if (job->webhook != NULL && check_url_field("webhook", job->webhook, errstr, errstr_size) != 0)
+	if (job->webhook && check_url_field("webhook", job->webhook, errstr, errstr_size) != 0)
 		return -1;
 	return 0;
 }
 
 int proto_permission_mode_ok(const char *s)
 {
-	return s != NULL && (strcmp(s, "bypass") == 0 || strcmp(s, "ask") == 0 || strcmp(s, "deny") == 0);
+	return s && (strcmp(s, "bypass") == 0 || strcmp(s, "ask") == 0 || strcmp(s, "deny") == 0);
 }
 
 /* ---- parsing ---- */
@@ -415,7 +415,7 @@ static char *dup_json_string(json_t *s)
 	size_t n = json_string_length(s);
 	char *p = malloc(n + 1);
 
-	if (p != NULL) {
+	if (p) {
 		memcpy(p, json_string_value(s), n);
 		p[n] = '\0';
 	}
@@ -433,14 +433,14 @@ static int take_string(json_t *obj, const char *key, int null_ok, char **dst,
 	json_t *v = json_object_get(obj, key);
 
 	*dst = NULL;
-	if (v == NULL || (null_ok && json_is_null(v)))
+	if (!v || (null_ok && json_is_null(v)))
 		return 0;
 	if (!json_is_string(v)) {
 		seterr(errstr, size, "%s: not a string", key);
 		return -1;
 	}
 	*dst = dup_json_string(v);
-	if (*dst == NULL) {
+	if (!*dst) {
 		seterr(errstr, size, "%s: out of memory", key);
 		return -1;
 	}
@@ -461,7 +461,7 @@ static int take_secrets(json_t *obj, proto_job_t *job, char *errstr, size_t size
 	    take_string(obj, "otp_upload", 1, &job->otp_upload, errstr, size) != 0 ||
 	    take_string(obj, "prompt", 0, &job->prompt, errstr, size) != 0)
 		rc = -1;
-	for (i = 0; i < sizeof secret_fields / sizeof secret_fields[0]; i++)
+	for (i = 0; i < sizeof(secret_fields) / sizeof(secret_fields[0]); i++)
 		wipe_json_string(json_object_get(obj, secret_fields[i]));
 	return rc;
 }
@@ -478,7 +478,7 @@ static int open_seal(json_t *sealed, const char *run_id, const uint8_t *key,
 	int rc = -1;
 
 	bin = malloc(max);
-	if (bin == NULL) {
+	if (!bin) {
 		seterr(errstr, size, "sealed: out of memory");
 		return -1;
 	}
@@ -489,7 +489,7 @@ static int open_seal(json_t *sealed, const char *run_id, const uint8_t *key,
 		goto out;
 	}
 	plain = malloc(bin_len); /* at least TAG_BYTES more than needed */
-	if (plain == NULL) {
+	if (!plain) {
 		seterr(errstr, size, "sealed: out of memory");
 		goto out;
 	}
@@ -507,7 +507,7 @@ static int open_seal(json_t *sealed, const char *run_id, const uint8_t *key,
 	}
 	rc = take_secrets(inner, job, errstr, size);
 out:
-	if (plain != NULL) {
+	if (plain) {
 		sodium_memzero(plain, bin_len);
 		free(plain);
 	}
@@ -523,7 +523,7 @@ static int take_int(json_t *root, const char *key, int64_t min, int64_t *dst,
 	json_t *v = json_object_get(root, key);
 
 	*dst = 0;
-	if (v == NULL || json_is_null(v))
+	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_integer(v)) {
 		seterr(errstr, size, "%s: not an integer", key);
@@ -546,17 +546,17 @@ static int parse_backend_fields(json_t *root, proto_job_t *job, char *errstr, si
 {
 	json_t *v = json_object_get(root, "idempotency_key");
 
-	if (v != NULL && !json_is_null(v)) {
+	if (v && !json_is_null(v)) {
 		if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v) ||
 		    !proto_idem_key_valid(json_string_value(v))) {
 			seterr(errstr, size, "idempotency_key: 1 to %d characters of A-Z a-z 0-9 _ . : -",
 			       PROTO_IDEM_KEY_MAX);
 			return -1;
 		}
-		snprintf(job->idempotency_key, sizeof job->idempotency_key, "%s", json_string_value(v));
+		snprintf(job->idempotency_key, sizeof(job->idempotency_key), "%s", json_string_value(v));
 	}
 	v = json_object_get(root, "priority");
-	if (v != NULL && !json_is_null(v)) {
+	if (v && !json_is_null(v)) {
 		/* 7.0 is an integer to JSON Schema and to many encoders. */
 		double x = json_is_number(v) ? json_number_value(v) : -1;
 
@@ -569,7 +569,7 @@ static int parse_backend_fields(json_t *root, proto_job_t *job, char *errstr, si
 		job->priority = (int)x;
 	}
 	v = json_object_get(root, "traceparent");
-	if (v != NULL && !json_is_null(v)) {
+	if (v && !json_is_null(v)) {
 		if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v) ||
 		    proto_traceparent_parse(json_string_value(v), job->traceparent) != 0) {
 			job->traceparent[0] = '\0';
@@ -587,7 +587,7 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 	size_t i;
 
 	v = json_object_get(root, "v");
-	if (v == NULL) {
+	if (!v) {
 		seterr(errstr, size, "v: missing");
 		return -1;
 	}
@@ -603,7 +603,7 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 	job->v = PROTO_JOB_VERSION;
 
 	v = json_object_get(root, "run_id");
-	if (v == NULL) {
+	if (!v) {
 		seterr(errstr, size, "run_id: missing");
 		return -1;
 	}
@@ -620,7 +620,7 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 	memcpy(job->run_id, s, strlen(s) + 1);
 
 	v = json_object_get(root, "agent_url");
-	if (v == NULL) {
+	if (!v) {
 		seterr(errstr, size, "agent_url: missing");
 		return -1;
 	}
@@ -628,9 +628,9 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 		return -1;
 
 	sealed = json_object_get(root, "sealed");
-	if (sealed != NULL) {
-		for (i = 0; i < sizeof secret_fields / sizeof secret_fields[0]; i++) {
-			if (json_object_get(root, secret_fields[i]) != NULL) {
+	if (sealed) {
+		for (i = 0; i < sizeof(secret_fields) / sizeof(secret_fields[0]); i++) {
+			if (json_object_get(root, secret_fields[i])) {
 				wipe_json_string(json_object_get(root, secret_fields[i]));
 				seterr(errstr, size, "%s: must not appear in plaintext next to sealed",
 				       secret_fields[i]);
@@ -641,7 +641,7 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 			seterr(errstr, size, "sealed: not a string");
 			return -1;
 		}
-		if (key == NULL) {
+		if (!key) {
 			seterr(errstr, size, "sealed: no job key configured");
 			return -1;
 		}
@@ -649,7 +649,7 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 			return -1;
 	} else {
 		if (require_sealed) {
-			for (i = 0; i < sizeof secret_fields / sizeof secret_fields[0]; i++)
+			for (i = 0; i < sizeof(secret_fields) / sizeof(secret_fields[0]); i++)
 				wipe_json_string(json_object_get(root, secret_fields[i]));
 			seterr(errstr, size, "sealed: required but the job is not sealed");
 			return -1;
@@ -665,7 +665,7 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 
 	/* budget (SPEC §5): {"max_tokens":N}, N >= 1. */
 	v = json_object_get(root, "budget");
-	if (v != NULL && !json_is_null(v)) {
+	if (v && !json_is_null(v)) {
 		json_t *mt = json_object_get(v, "max_tokens");
 		if (!json_is_object(v) || !json_is_integer(mt) || json_integer_value(mt) < 1) {
 			seterr(errstr, size, "budget: must be {\"max_tokens\": N} with N at least 1");
@@ -675,16 +675,16 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 	}
 
 	v = json_object_get(root, "permission_mode");
-	if (v != NULL && !json_is_null(v)) {
+	if (v && !json_is_null(v)) {
 		if (!json_is_string(v) || !proto_permission_mode_ok(json_string_value(v))) {
 			seterr(errstr, size, "permission_mode: must be bypass, ask or deny");
 			return -1;
 		}
-		snprintf(job->permission_mode, sizeof job->permission_mode, "%s", json_string_value(v));
+		snprintf(job->permission_mode, sizeof(job->permission_mode), "%s", json_string_value(v));
 	}
 
 	v = json_object_get(root, "tenant");
-	if (v != NULL && !json_is_null(v)) {
+	if (v && !json_is_null(v)) {
 		if (!json_is_string(v)) {
 			seterr(errstr, size, "tenant: not a string");
 			return -1;
@@ -704,7 +704,7 @@ static int parse_root(json_t *root, const uint8_t *key, int require_sealed,
 	}
 
 	v = json_object_get(root, "meta");
-	if (v != NULL && !json_is_null(v)) {
+	if (v && !json_is_null(v)) {
 		if (!json_is_object(v)) {
 			seterr(errstr, size, "meta: not an object");
 			return -1;
@@ -725,7 +725,7 @@ int proto_job_parse(const char *buf, size_t len,
 	size_t i;
 	int rc;
 
-	memset(job, 0, sizeof *job);
+	memset(job, 0, sizeof(*job));
 	if (proto_sodium_init() != 0) {
 		seterr(errstr, errstr_size, "job: libsodium failed to initialise");
 		return -1;
@@ -736,7 +736,7 @@ int proto_job_parse(const char *buf, size_t len,
 		return -1;
 	}
 	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (root == NULL) {
+	if (!root) {
 		/* jerr.text may quote the input (an OTP): report only the position. */
 		seterr(errstr, errstr_size, "job: %s at line %d column %d",
 		       proto_json_error_words(&jerr, "not valid JSON"), jerr.line, jerr.column);
@@ -748,7 +748,7 @@ int proto_job_parse(const char *buf, size_t len,
 		return -1;
 	}
 	rc = parse_root(root, key, require_sealed, job, errstr, errstr_size);
-	for (i = 0; i < sizeof secret_fields / sizeof secret_fields[0]; i++)
+	for (i = 0; i < sizeof(secret_fields) / sizeof(secret_fields[0]); i++)
 		wipe_json_string(json_object_get(root, secret_fields[i]));
 	if (rc != 0)
 		proto_job_clear(job);
@@ -767,7 +767,7 @@ static void wipe_secret_members(json_t *obj)
 {
 	size_t i;
 
-	for (i = 0; i < sizeof secret_fields / sizeof secret_fields[0]; i++)
+	for (i = 0; i < sizeof(secret_fields) / sizeof(secret_fields[0]); i++)
 		wipe_json_string(json_object_get(obj, secret_fields[i]));
 }
 
@@ -781,7 +781,7 @@ static char *dump_exact(const json_t *obj, size_t *lenp)
 	if (n == 0)
 		return NULL;
 	p = malloc(n + 1);
-	if (p == NULL)
+	if (!p)
 		return NULL;
 	if (json_dumpb(obj, p, n, JSON_COMPACT) != n) {
 		sodium_memzero(p, n);
@@ -797,12 +797,12 @@ static json_t *secrets_object(const proto_job_t *job)
 {
 	json_t *o = json_object();
 
-	if (o == NULL)
+	if (!o)
 		return NULL;
 	if (set_string(o, "otp_setup", job->otp_setup) != 0 ||
 	    set_string(o, "otp_run", job->otp_run) != 0 ||
-	    (job->otp_upload != NULL ? set_string(o, "otp_upload", job->otp_upload)
-	                             : json_object_set_new(o, "otp_upload", json_null())) != 0 ||
+	    (job->otp_upload ? set_string(o, "otp_upload", job->otp_upload)
+	                     : json_object_set_new(o, "otp_upload", json_null())) != 0 ||
 	    set_string(o, "prompt", job->prompt) != 0) {
 		wipe_secret_members(o);
 		json_decref(o);
@@ -820,16 +820,16 @@ static char *seal(const proto_job_t *job, const uint8_t *key)
 	size_t plain_len = 0, box_len, b64_size;
 	unsigned long long clen = 0;
 
-	if (inner == NULL)
+	if (!inner)
 		return NULL;
 	plain = dump_exact(inner, &plain_len);
 	wipe_secret_members(inner);
 	json_decref(inner);
-	if (plain == NULL)
+	if (!plain)
 		return NULL;
 	box_len = NONCE_BYTES + plain_len + TAG_BYTES;
 	box = malloc(box_len);
-	if (box == NULL)
+	if (!box)
 		goto out;
 	randombytes_buf(box, NONCE_BYTES);
 	crypto_aead_xchacha20poly1305_ietf_encrypt(
@@ -837,7 +837,7 @@ static char *seal(const proto_job_t *job, const uint8_t *key)
 	        (const unsigned char *)job->run_id, strlen(job->run_id), NULL, box, key);
 	b64_size = sodium_base64_ENCODED_LEN(box_len, sodium_base64_VARIANT_ORIGINAL);
 	b64 = malloc(b64_size);
-	if (b64 != NULL)
+	if (b64)
 		sodium_bin2base64(b64, b64_size, box, box_len, sodium_base64_VARIANT_ORIGINAL);
 out:
 	sodium_memzero(plain, plain_len);
@@ -861,14 +861,14 @@ char *proto_job_serialize(const proto_job_t *job, const uint8_t *key,
 	if (proto_job_validate(job, errstr, errstr_size) != 0)
 		return NULL;
 	root = json_object();
-	if (root == NULL)
+	if (!root)
 		goto oom;
 	bad |= json_object_set_new(root, "v", json_integer(PROTO_JOB_VERSION));
 	bad |= set_string(root, "run_id", job->run_id);
 	bad |= set_string(root, "agent_url", job->agent_url);
-	if (key != NULL) {
+	if (key) {
 		sealed = seal(job, key);
-		if (sealed == NULL)
+		if (!sealed)
 			bad = -1;
 		else
 			bad |= json_object_set_new(root, "sealed", json_string_nocheck(sealed));
@@ -876,11 +876,11 @@ char *proto_job_serialize(const proto_job_t *job, const uint8_t *key,
 	} else {
 		bad |= set_string(root, "otp_setup", job->otp_setup);
 		bad |= set_string(root, "otp_run", job->otp_run);
-		if (job->otp_upload != NULL)
+		if (job->otp_upload)
 			bad |= set_string(root, "otp_upload", job->otp_upload);
 		bad |= set_string(root, "prompt", job->prompt);
 	}
-	if (job->caller != NULL)
+	if (job->caller)
 		bad |= set_string(root, "caller", job->caller);
 	if (job->tenant[0])
 		bad |= set_string(root, "tenant", job->tenant);
@@ -889,7 +889,7 @@ char *proto_job_serialize(const proto_job_t *job, const uint8_t *key,
 	if (job->max_runtime_sec > 0)
 		bad |= json_object_set_new(root, "max_runtime_sec",
 		                           json_integer(job->max_runtime_sec));
-	if (job->meta != NULL)
+	if (job->meta)
 		bad |= json_object_set(root, "meta", job->meta);
 	if (job->permission_mode[0] != '\0')
 		bad |= set_string(root, "permission_mode", job->permission_mode);
@@ -899,7 +899,7 @@ char *proto_job_serialize(const proto_job_t *job, const uint8_t *key,
 		bad |= json_object_set_new(root, "priority", json_integer(job->priority));
 	if (job->traceparent[0] != '\0')
 		bad |= set_string(root, "traceparent", job->traceparent);
-	if (job->webhook != NULL)
+	if (job->webhook)
 		bad |= set_string(root, "webhook", job->webhook);
 	if (job->max_tokens > 0)
 		bad |= json_object_set_new(root, "budget", json_pack("{s:I}", "max_tokens", (json_int_t)job->max_tokens));
@@ -907,7 +907,7 @@ char *proto_job_serialize(const proto_job_t *job, const uint8_t *key,
 		out = dump_exact(root, &len);
 	wipe_secret_members(root);
 	json_decref(root);
-	if (out == NULL)
+	if (!out)
 		goto oom;
 	if (len > PROTO_JOB_MAX_BYTES) {
 		sodium_memzero(out, len);
@@ -916,7 +916,7 @@ char *proto_job_serialize(const proto_job_t *job, const uint8_t *key,
 		       len, PROTO_JOB_MAX_BYTES);
 		return NULL;
 	}
-	if (lenp != NULL)
+	if (lenp)
 		*lenp = len;
 	return out;
 oom:
