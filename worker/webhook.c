@@ -6,7 +6,6 @@
 
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 #include <jansson.h>
 #include <sodium.h>
 
+#include "common/bg.h"
 #include "common/log.h"
 #include "common/netaddr.h"
 #include "common/redis.h"
@@ -70,12 +70,9 @@ typedef struct attempt {
 struct worker_webhook {
 	const worker_config_t *cfg;
 	worker_metrics_t *m;
-	pthread_t thread;
-	atomic_int stop;
+	rn_bg_t bg; /* the delivery thread */
 	CURLM *multi;
-	redisContext *rc;
-	unsigned redis_attempt;
-	int64_t redis_retry_at;
+	rn_redis_conn_t rc;
 	attempt_t *active;
 	long nactive;
 	char outbox[96];
@@ -83,30 +80,16 @@ struct worker_webhook {
 
 /* ---- Redis ---- */
 
+/* The thread's connection; NULL while Redis is down (the outbox is looked
+ * at again on the next poll, so no nap here: curl's transfers go on). */
 static redisContext *wh_redis(worker_webhook_t *wh)
 {
-	char err[256];
-	if (wh->rc)
-		return wh->rc;
-	if (rn_mono_ms() < wh->redis_retry_at)
-		return NULL;
-	wh->rc = rn_redis_connect(&wh->cfg->redis, 2000, 5000, err, sizeof(err));
-	if (!wh->rc) {
-		rn_log_warn(NULL, "webhook_redis", "cannot connect to Redis: %s", err);
-		wh->redis_retry_at = rn_mono_ms() + rn_backoff_ms(wh->redis_attempt++, 200, 5000);
-	} else {
-		wh->redis_attempt = 0;
-	}
-	return wh->rc;
+	return rn_redis_conn_get(&wh->rc, NULL);
 }
 
-static void wh_redis_failed(worker_webhook_t *wh, const char *err)
+static void wh_redis_failed(worker_webhook_t *wh, const char *what, const char *err)
 {
-	rn_log_warn(NULL, "webhook_redis", "%s", err);
-	if (wh->rc)
-		redisFree(wh->rc);
-	wh->rc = NULL;
-	wh->redis_retry_at = rn_mono_ms() + rn_backoff_ms(wh->redis_attempt++, 200, 5000);
+	rn_redis_conn_failed(&wh->rc, what, err);
 }
 
 /* KEYS: outbox.  ARGV: now lease_ms max.  The due ids, each moved a lease
@@ -142,7 +125,7 @@ static void resched(worker_webhook_t *wh, const char *run_id, int64_t expected, 
 	snprintf(a_due, sizeof(a_due), "%" PRId64, due);
 	const char *argv[] = { "EVAL", lua_resched, "1", wh->outbox, run_id, a_exp, a_due };
 	if (rn_redis_command_ll(c, 7, argv, NULL, "webhook reschedule", err, sizeof(err)) < 0)
-		wh_redis_failed(wh, err);
+		wh_redis_failed(wh, "reschedule", err);
 }
 
 static void outbox_remove(worker_webhook_t *wh, const char *run_id)
@@ -153,7 +136,7 @@ static void outbox_remove(worker_webhook_t *wh, const char *run_id)
 		return;
 	const char *argv[] = { "ZREM", wh->outbox, run_id };
 	if (rn_redis_command_ll(c, 3, argv, NULL, "webhook remove", err, sizeof(err)) < 0)
-		wh_redis_failed(wh, err);
+		wh_redis_failed(wh, "remove", err);
 }
 
 /* webhook_state, webhook_attempts and webhook_error of the state hash. */
@@ -167,7 +150,7 @@ static void note(worker_webhook_t *wh, const char *run_id, const char *state, lo
 	const char *argv[] = { "EVAL", lua_note, "1", key, "webhook_state", state, "webhook_attempts", a_att,
 		               "webhook_error", error ? error : "" };
 	if (rn_redis_command_ll(c, 10, argv, NULL, "webhook note", err, sizeof(err)) < 0)
-		wh_redis_failed(wh, err);
+		wh_redis_failed(wh, "note", err);
 }
 
 /* ---- one attempt ---- */
@@ -369,7 +352,7 @@ static void take_due(worker_webhook_t *wh)
 	if (rn_redis_reply_check(c, r, "webhook take", err, sizeof(err)) < 0) {
 		if (r)
 			freeReplyObject(r);
-		wh_redis_failed(wh, err);
+		wh_redis_failed(wh, "take", err);
 		return;
 	}
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->type != REDIS_REPLY_ARRAY) {
@@ -393,7 +376,7 @@ static void take_due(worker_webhook_t *wh)
 			if (s)
 				freeReplyObject(s);
 			freeReplyObject(r);
-			wh_redis_failed(wh, err);
+			wh_redis_failed(wh, "state", err);
 			return;
 		}
 		const char *f[7] = { 0 };
@@ -414,7 +397,7 @@ static void take_due(worker_webhook_t *wh)
 			              f[5] ? strtol(f[5], NULL, 10) : 0, f[6]);
 		}
 		freeReplyObject(s);
-		if (!wh->rc)
+		if (!wh->rc.c)
 			break; /* a Redis failure inside: the rest come due again */
 	}
 	freeReplyObject(r);
@@ -445,11 +428,26 @@ static void reap(worker_webhook_t *wh)
 	}
 }
 
+static int stopping(worker_webhook_t *wh)
+{
+	pthread_mutex_lock(&wh->bg.mu);
+	int stop = wh->bg.stop;
+	pthread_mutex_unlock(&wh->bg.mu);
+	return stop;
+}
+
+/* rn_bg_stop's poke: ends the wait in curl_multi_poll (or the next one). */
+static void wake(void *arg)
+{
+	worker_webhook_t *wh = arg;
+	curl_multi_wakeup(wh->multi);
+}
+
 static void *webhook_main(void *arg)
 {
 	worker_webhook_t *wh = arg;
 	int64_t next_take = 0;
-	while (!atomic_load(&wh->stop)) {
+	while (!stopping(wh)) {
 		int running = 0;
 		if (rn_mono_ms() >= next_take) {
 			take_due(wh);
@@ -466,6 +464,7 @@ static void *webhook_main(void *arg)
 		curl_multi_remove_handle(wh->multi, at->h);
 		attempt_free(at);
 	}
+	rn_redis_conn_close(&wh->rc);
 	return NULL;
 }
 
@@ -479,15 +478,24 @@ worker_webhook_t *worker_webhook_start(const worker_config_t *cfg, worker_metric
 	}
 	wh->cfg = cfg;
 	wh->m = m;
+	rn_redis_conn_init(&wh->rc, &cfg->redis, "webhook", NULL, 2000);
 	if (rn_webhook_outbox_key(cfg->key_prefix, wh->outbox, sizeof(wh->outbox)) < 0 ||
 	    !(wh->multi = curl_multi_init())) {
 		snprintf(errstr, errstr_size, "cannot set up the webhook sender");
 		free(wh);
 		return NULL;
 	}
-	int e = rn_thread_start(&wh->thread, "runnel-webhook", 512 * 1024, 0, webhook_main, wh);
+	int e = rn_bg_init(&wh->bg);
+	if (e) {
+		snprintf(errstr, errstr_size, "cannot set up the webhook thread: %s", strerror(e));
+		curl_multi_cleanup(wh->multi);
+		free(wh);
+		return NULL;
+	}
+	e = rn_bg_start(&wh->bg, "runnel-webhook", 512 * 1024, webhook_main, wh);
 	if (e) {
 		snprintf(errstr, errstr_size, "cannot start the webhook thread: %s", strerror(e));
+		rn_bg_destroy(&wh->bg);
 		curl_multi_cleanup(wh->multi);
 		free(wh);
 		return NULL;
@@ -499,11 +507,8 @@ void worker_webhook_stop(worker_webhook_t *wh)
 {
 	if (!wh)
 		return;
-	atomic_store(&wh->stop, 1);
-	curl_multi_wakeup(wh->multi);
-	pthread_join(wh->thread, NULL);
+	rn_bg_stop(&wh->bg, NULL, wake, wh);
+	rn_bg_destroy(&wh->bg);
 	curl_multi_cleanup(wh->multi);
-	if (wh->rc)
-		redisFree(wh->rc);
 	free(wh);
 }

@@ -2,7 +2,8 @@
  * tests/worker/test_worker_redis.c - Redis restarted while a "flood" agent
  * prints 100000 lines (AOF on): the stream holds every line exactly once,
  * in order, then the result; and a job that arrives while Redis is away
- * waits and runs when it is back.
+ * waits and runs when it is back (and the webhook sender, which lost
+ * Redis too, reconnects).
  */
 #include "tests/worker/wtest.h"
 
@@ -97,6 +98,10 @@ int main(void)
 	th_strv_free(l, n);
 	TH_CHECK(th_streq(wt_state(&T, "run_wait_redis", "status"), "succeeded"));
 	TH_CHECK(wt_log_has(&T, "wr", "\"redis_unreachable\""), "the outage was logged");
+	/* The webhook sender looks at its outbox all the time: it lost Redis
+	 * too and comes back through the same reconnecting connection. */
+	TH_CHECK(wt_wait_log(&T, "wr", "webhook: connected to Redis again", 10000),
+	         "the webhook sender reconnected");
 
 	wt_stop_worker(w, 10000, "worker");
 	wt_teardown(&T);
