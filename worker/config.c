@@ -481,28 +481,10 @@ int worker_config_limits(worker_config_t *c, char *warn, size_t warn_size,
 	return 0;
 }
 
-int worker_config_load(worker_config_t *c, int argc, char **argv,
-                       char *errstr, size_t errstr_size)
+/* Where the worker connects: Redis, its key prefix, the Kafka topics and group. */
+static int connect_parse(worker_config_t *c, char *errstr, size_t errstr_size)
 {
-	rn_opt_t o[OPTS_N];
 	char err[256];
-	int argi = 1;
-
-	memset(c, 0, sizeof(*c));
-	opts_fill(o, c);
-	int rc = rn_conf_parse(o, argc, argv, &argi, err, sizeof(err));
-	if (rc == 1) {
-		worker_config_usage(stdout);
-		return 1;
-	}
-	if (rc < 0) {
-		snprintf(errstr, errstr_size, "%s", err);
-		return -1;
-	}
-	if (argi < argc) {
-		snprintf(errstr, errstr_size, "unexpected argument \"%.64s\" (see --help)", argv[argi]);
-		return -1;
-	}
 
 	if (rn_redis_url_parse(c->redis_url, &c->redis, err, sizeof(err)) < 0) {
 		snprintf(errstr, errstr_size, "RUNNEL_REDIS_URL/--redis-url: %s", err);
@@ -522,6 +504,12 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		snprintf(errstr, errstr_size, "RUNNEL_GROUP and RUNNEL_KAFKA_BROKERS must not be empty");
 		return -1;
 	}
+	return 0;
+}
+
+/* The sandbox driver and its network. */
+static int sandbox_parse(worker_config_t *c, char *errstr, size_t errstr_size)
+{
 	if (!strcmp(c->sandbox, "bwrap")) {
 		c->driver = WORKER_SANDBOX_BWRAP;
 	} else if (!strcmp(c->sandbox, "process")) {
@@ -538,14 +526,12 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		snprintf(errstr, errstr_size, "RUNNEL_SANDBOX_NET/--sandbox-net: \"%.32s\" is not none or host", c->sandbox_net);
 		return -1;
 	}
-	c->log_level_num = rn_log_level_parse(c->log_level);
-	if (c->log_level_num < 0) {
-		snprintf(errstr, errstr_size, "RUNNEL_LOG_LEVEL/--log-level: \"%.32s\" is not debug, info, warn or error", c->log_level);
-		return -1;
-	}
-	if (listen_parse(c, errstr, errstr_size) < 0)
-		return -1;
+	return 0;
+}
 
+/* The work directory and the worker id, with their defaults. */
+static int identity_parse(worker_config_t *c, char *errstr, size_t errstr_size)
+{
 	if (!c->work_dir) {
 		const char *tmp = getenv("TMPDIR");
 		char buf[PATH_MAX];
@@ -576,24 +562,12 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		snprintf(errstr, errstr_size, "RUNNEL_WORKER_ID/--worker-id: must be 1..128 characters");
 		return -1;
 	}
+	return 0;
+}
 
-	if (program_path(c->mock_agent_path, sizeof(c->mock_agent_path), c->mock_agent, "runnel-mock-agent",
-	                 "RUNNEL_MOCK_AGENT/--mock-agent", errstr, errstr_size) < 0)
-		return -1;
-
-	if (tenant_caps_parse(c, errstr, errstr_size) < 0)
-		return -1;
-	/* runnel-agent (agent kind builtin), found like the mock agent. */
-	if (program_path(c->builtin_agent_path, sizeof(c->builtin_agent_path), c->builtin_agent, "runnel-agent",
-	                 "RUNNEL_BUILTIN_AGENT/--builtin-agent", errstr, errstr_size) < 0)
-		return -1;
-	if (acp_paths(c, errstr, errstr_size) < 0)
-		return -1;
-	if (limits_parse(c, errstr, errstr_size) < 0)
-		return -1;
-	if (gateway_parse(c, errstr, errstr_size) < 0)
-		return -1;
-	/* Warm sandboxes: bwrap only, and only with runnel-warm-init at hand. */
+/* Warm sandboxes: bwrap only, and only with runnel-warm-init at hand. */
+static int warm_parse(worker_config_t *c, char *errstr, size_t errstr_size)
+{
 	if (c->warm < 0)
 		c->warm = (c->slots + 3) / 4;
 	if (c->driver != WORKER_SANDBOX_BWRAP)
@@ -610,6 +584,13 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		                              "the bwrap sandbox needs it");
 		return -1;
 	}
+	return 0;
+}
+
+/* The secrets read from the environment (and removed from it). */
+static int secrets_read(worker_config_t *c, char *errstr, size_t errstr_size)
+{
+	char err[256];
 
 	/* The job key: environment only, removed once read. */
 	const char *hex = getenv("RUNNEL_JOB_KEY");
@@ -644,6 +625,65 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 		return -1;
 	}
 	return 0;
+}
+
+int worker_config_load(worker_config_t *c, int argc, char **argv,
+                       char *errstr, size_t errstr_size)
+{
+	rn_opt_t o[OPTS_N];
+	char err[256];
+	int argi = 1;
+
+	memset(c, 0, sizeof(*c));
+	opts_fill(o, c);
+	int rc = rn_conf_parse(o, argc, argv, &argi, err, sizeof(err));
+	if (rc == 1) {
+		worker_config_usage(stdout);
+		return 1;
+	}
+	if (rc < 0) {
+		snprintf(errstr, errstr_size, "%s", err);
+		return -1;
+	}
+	if (argi < argc) {
+		snprintf(errstr, errstr_size, "unexpected argument \"%.64s\" (see --help)", argv[argi]);
+		return -1;
+	}
+
+	if (connect_parse(c, errstr, errstr_size) < 0)
+		return -1;
+	if (sandbox_parse(c, errstr, errstr_size) < 0)
+		return -1;
+	c->log_level_num = rn_log_level_parse(c->log_level);
+	if (c->log_level_num < 0) {
+		snprintf(errstr, errstr_size, "RUNNEL_LOG_LEVEL/--log-level: \"%.32s\" is not debug, info, warn or error", c->log_level);
+		return -1;
+	}
+	if (listen_parse(c, errstr, errstr_size) < 0)
+		return -1;
+
+	if (identity_parse(c, errstr, errstr_size) < 0)
+		return -1;
+
+	if (program_path(c->mock_agent_path, sizeof(c->mock_agent_path), c->mock_agent, "runnel-mock-agent",
+	                 "RUNNEL_MOCK_AGENT/--mock-agent", errstr, errstr_size) < 0)
+		return -1;
+
+	if (tenant_caps_parse(c, errstr, errstr_size) < 0)
+		return -1;
+	/* runnel-agent (agent kind builtin), found like the mock agent. */
+	if (program_path(c->builtin_agent_path, sizeof(c->builtin_agent_path), c->builtin_agent, "runnel-agent",
+	                 "RUNNEL_BUILTIN_AGENT/--builtin-agent", errstr, errstr_size) < 0)
+		return -1;
+	if (acp_paths(c, errstr, errstr_size) < 0)
+		return -1;
+	if (limits_parse(c, errstr, errstr_size) < 0)
+		return -1;
+	if (gateway_parse(c, errstr, errstr_size) < 0)
+		return -1;
+	if (warm_parse(c, errstr, errstr_size) < 0)
+		return -1;
+	return secrets_read(c, errstr, errstr_size);
 }
 
 void worker_config_free(worker_config_t *c)
