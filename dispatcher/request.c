@@ -118,23 +118,13 @@ static int get_string(json_t *root, const char *name, int required, int nullable
 	return 1;
 }
 
-int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t mode,
-                             int64_t max_runtime_cap, int64_t now_ms, proto_job_t *job,
-                             char *errstr, size_t errstr_size)
+/* The body as JSON, or NULL with errstr saying what is wrong with it in
+ * the caller's terms (duplicate keys and NUL characters are refused). */
+static json_t *body_load(const char *body, size_t len, char *errstr, size_t errstr_size)
 {
 	json_error_t jerr;
-	json_t *root, *v;
-	const char *k;
-	char *run_id = NULL, *tenant = NULL, *idem = NULL, *tp = NULL;
-	int rc = -1;
+	json_t *root;
 
-	memset(job, 0, sizeof(*job));
-	job->v = PROTO_JOB_VERSION;
-	job->enqueued_at = now_ms;
-	if (len == 0) {
-		snprintf(errstr, errstr_size, "body: empty (expected a JSON object)");
-		return -1;
-	}
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
 	/* An integer past 64 bits is legal JSON (a JavaScript caller's meta
 	 * may hold one): read the body again with every integer as a double,
@@ -163,32 +153,63 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 		else
 			snprintf(errstr, errstr_size, "body: not valid JSON (line %d, column %d)",
 			         jerr.line, jerr.column);
+		return NULL;
+	}
+	return root;
+}
+
+/* 1 with errstr when root has a field the strict mode does not know, else 0. */
+static int unknown_field(json_t *root, char *errstr, size_t errstr_size)
+{
+	const char *k;
+	json_t *v;
+
+	json_object_foreach(root, k, v)
+	{
+		if (!is_known(k)) {
+			/* The name is the caller's own text: quote a short, safe prefix. */
+			char name[40];
+			size_t i;
+
+			for (i = 0; k[i] != '\0' && i < sizeof(name) - 1; i++)
+				name[i] = (k[i] >= 0x20 && k[i] < 0x7f) ? k[i] : '?';
+			name[i] = '\0';
+			/* "": an error must still start with a field. */
+			if (i == 0)
+				snprintf(errstr, errstr_size, "body: unknown field with an empty name");
+			else
+				snprintf(errstr, errstr_size, "%s: unknown field", name);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t mode,
+                             int64_t max_runtime_cap, int64_t now_ms, proto_job_t *job,
+                             char *errstr, size_t errstr_size)
+{
+	json_t *root, *v;
+	const char *k;
+	char *run_id = NULL, *tenant = NULL, *idem = NULL, *tp = NULL;
+	int rc = -1;
+
+	memset(job, 0, sizeof(*job));
+	job->v = PROTO_JOB_VERSION;
+	job->enqueued_at = now_ms;
+	if (len == 0) {
+		snprintf(errstr, errstr_size, "body: empty (expected a JSON object)");
 		return -1;
 	}
+	root = body_load(body, len, errstr, errstr_size);
+	if (!root)
+		return -1;
 	if (!json_is_object(root)) {
 		snprintf(errstr, errstr_size, "body: must be a JSON object");
 		goto out;
 	}
-	if (mode == DISPATCHER_REQ_STRICT) {
-		json_object_foreach(root, k, v)
-		{
-			if (!is_known(k)) {
-				/* The name is the caller's own text: quote a short, safe prefix. */
-				char name[40];
-				size_t i;
-
-				for (i = 0; k[i] != '\0' && i < sizeof(name) - 1; i++)
-					name[i] = (k[i] >= 0x20 && k[i] < 0x7f) ? k[i] : '?';
-				name[i] = '\0';
-				/* "": an error must still start with a field. */
-				if (i == 0)
-					snprintf(errstr, errstr_size, "body: unknown field with an empty name");
-				else
-					snprintf(errstr, errstr_size, "%s: unknown field", name);
-				goto out;
-			}
-		}
-	}
+	if (mode == DISPATCHER_REQ_STRICT && unknown_field(root, errstr, errstr_size))
+		goto out;
 	if (get_string(root, "agent_url", 1, 0, &job->agent_url, errstr, errstr_size) < 0 ||
 	    get_string(root, "otp_setup", 1, 0, &job->otp_setup, errstr, errstr_size) < 0 ||
 	    get_string(root, "otp_run", 1, 0, &job->otp_run, errstr, errstr_size) < 0 ||
