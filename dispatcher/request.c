@@ -185,6 +185,57 @@ static int unknown_field(json_t *root, char *errstr, size_t errstr_size)
 	return 0;
 }
 
+/* max_runtime_sec: a positive integer up to this dispatcher's cap. */
+static int max_runtime_take(json_t *v, int64_t cap, proto_job_t *job, char *errstr, size_t errstr_size)
+{
+	json_int_t n = 0;
+
+	if (!whole_number(v, &n) || n <= 0) {
+		snprintf(errstr, errstr_size, "max_runtime_sec: must be a positive integer");
+		return -1;
+	}
+	if (n > cap) {
+		snprintf(errstr, errstr_size, "max_runtime_sec: over this dispatcher's cap of %" PRId64,
+		         cap);
+		return -1;
+	}
+	job->max_runtime_sec = n;
+	return 0;
+}
+
+/* budget: {"max_tokens":N}, N >= 1 (SPEC §5); the worker takes the
+ * smaller of this and the config's. */
+static int budget_take(json_t *v, proto_job_t *job, char *errstr, size_t errstr_size)
+{
+	const char *k;
+	json_t *mt;
+	json_int_t n = 0;
+
+	if (!json_is_object(v)) {
+		snprintf(errstr, errstr_size, "budget: must be an object {\"max_tokens\": N}");
+		return -1;
+	}
+	json_object_foreach(v, k, mt)
+	{
+		if (strcmp(k, "max_tokens") != 0) {
+			snprintf(errstr, errstr_size, "budget: unknown field (only max_tokens)");
+			return -1;
+		}
+	}
+	mt = json_object_get(v, "max_tokens");
+	if (!mt || json_is_null(mt)) {
+		snprintf(errstr, errstr_size, "budget.max_tokens: missing");
+		return -1;
+	}
+	/* The bound is the API document's maximum (and whole_number's). */
+	if (!whole_number(mt, &n) || n <= 0 || n > 9000000000000000000LL) {
+		snprintf(errstr, errstr_size, "budget.max_tokens: must be a positive integer");
+		return -1;
+	}
+	job->max_tokens = n;
+	return 0;
+}
+
 int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t mode,
                              int64_t max_runtime_cap, int64_t now_ms, proto_job_t *job,
                              char *errstr, size_t errstr_size)
@@ -277,50 +328,11 @@ int dispatcher_request_parse(const char *body, size_t len, dispatcher_req_mode_t
 		snprintf(job->run_id, sizeof(job->run_id), "%s", minted);
 	}
 	v = json_object_get(root, "max_runtime_sec");
-	if (v && !json_is_null(v)) {
-		json_int_t n = 0;
-
-		if (!whole_number(v, &n) || n <= 0) {
-			snprintf(errstr, errstr_size, "max_runtime_sec: must be a positive integer");
-			goto out;
-		}
-		if (n > max_runtime_cap) {
-			snprintf(errstr, errstr_size, "max_runtime_sec: over this dispatcher's cap of %" PRId64,
-			         max_runtime_cap);
-			goto out;
-		}
-		job->max_runtime_sec = n;
-	}
-	/* budget: {"max_tokens":N}, N >= 1 (SPEC §5); the worker takes the
-	 * smaller of this and the config's. */
+	if (v && !json_is_null(v) && max_runtime_take(v, max_runtime_cap, job, errstr, errstr_size) < 0)
+		goto out;
 	v = json_object_get(root, "budget");
-	if (v && !json_is_null(v)) {
-		json_t *mt;
-		json_int_t n = 0;
-
-		if (!json_is_object(v)) {
-			snprintf(errstr, errstr_size, "budget: must be an object {\"max_tokens\": N}");
-			goto out;
-		}
-		json_object_foreach(v, k, mt)
-		{
-			if (strcmp(k, "max_tokens") != 0) {
-				snprintf(errstr, errstr_size, "budget: unknown field (only max_tokens)");
-				goto out;
-			}
-		}
-		mt = json_object_get(v, "max_tokens");
-		if (!mt || json_is_null(mt)) {
-			snprintf(errstr, errstr_size, "budget.max_tokens: missing");
-			goto out;
-		}
-		/* The bound is the API document's maximum (and whole_number's). */
-		if (!whole_number(mt, &n) || n <= 0 || n > 9000000000000000000LL) {
-			snprintf(errstr, errstr_size, "budget.max_tokens: must be a positive integer");
-			goto out;
-		}
-		job->max_tokens = n;
-	}
+	if (v && !json_is_null(v) && budget_take(v, job, errstr, errstr_size) < 0)
+		goto out;
 	/* permission_mode: bypass, ask or deny (SPEC §5). */
 	v = json_object_get(root, "permission_mode");
 	if (v && !json_is_null(v)) {
