@@ -40,6 +40,7 @@
 #include "worker/sandbox.h"
 #include "worker/reaper.h"
 #include "worker/warm.h"
+#include "worker/webhook.h"
 #include "worker/workspace.h"
 #include "worker/writeback.h"
 
@@ -55,7 +56,8 @@
 #define RUN_STACK (256 * 1024)
 #endif
 
-#define RUN_ENV_MAX 4096
+#define RUN_ENV_MAX        4096
+#define WEBHOOK_RESOLVE_MS 5000 /* the boot check of a webhook's name, at most */
 
 /* Everything the run's thread holds; lives on the thread's stack or heap. */
 typedef struct run_io {
@@ -820,6 +822,16 @@ static stage_t stage_boot(run_io_t *io)
 	io->cap_sec = io->cfg->max_runtime_sec;
 	if (run->job.max_runtime_sec > 0 && run->job.max_runtime_sec < io->cap_sec)
 		io->cap_sec = run->job.max_runtime_sec;
+	/* A webhook whose name resolves to a forbidden address (the intake
+	 * judged only a literal one) ends the run before any OTP is used. */
+	if (run->job.webhook) {
+		long wt = io->cfg->webhook_timeout_sec * 1000L;
+		if (worker_webhook_resolve_check(io->cfg, run->job.webhook, wt < WEBHOOK_RESOLVE_MS ? wt : WEBHOOK_RESOLVE_MS,
+		                                 err, sizeof(err)) < 0) {
+			rn_log_warn(run->run_id, "job_rejected", "%s", err);
+			return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The run was not started: %s.", err);
+		}
+	}
 	worker_boot_opts_t bo = { .stop = &run->stop };
 	if (worker_bootstrap_fetch(run->job.agent_url, run->job.otp_setup, run->job.otp_run, &bo, &io->boot,
 	                           err, sizeof(err)) < 0) {

@@ -51,6 +51,56 @@ int worker_webhook_job_check(const worker_config_t *cfg, const proto_job_t *job,
 	return 0;
 }
 
+/* The delivery's rule for one address it is about to connect to (see
+ * open_socket): the boot check and the delivery share it. */
+static int may_reach(const worker_config_t *cfg, const struct sockaddr *sa, char *why, size_t why_size)
+{
+	return rn_netaddr_run_may_reach(sa, cfg->webhook_allow_private, &cfg->limits.own, why, why_size);
+}
+
+typedef struct {
+	const worker_config_t *cfg;
+	char forbidden[120]; /* the first address refused; "" none */
+} resolve_check_t;
+
+/* Judges each address curl would connect to, and connects to none. */
+static curl_socket_t check_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	resolve_check_t *rc = arg;
+	char why[120];
+	(void)purpose;
+	if (!rc->forbidden[0] && !may_reach(rc->cfg, &a->addr, why, sizeof(why)))
+		snprintf(rc->forbidden, sizeof(rc->forbidden), "%s", why);
+	return CURL_SOCKET_BAD;
+}
+
+int worker_webhook_resolve_check(const worker_config_t *cfg, const char *url, long timeout_ms, char *errstr,
+                                 size_t errstr_size)
+{
+	resolve_check_t rc = { .cfg = cfg, .forbidden = "" };
+	CURL *h = curl_easy_init();
+	if (!h)
+		return 0; /* the delivery checks again */
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, cfg->webhook_allow_http ? "http,https" : "https");
+	curl_easy_setopt(h, CURLOPT_PROXY, ""); /* the target itself, as the delivery resolves it */
+	curl_easy_setopt(h, CURLOPT_NETRC, (long)CURL_NETRC_IGNORED);
+	curl_easy_setopt(h, CURLOPT_CONNECT_ONLY, 1L);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+	curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, check_socket);
+	curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, &rc);
+	curl_easy_setopt(h, CURLOPT_FORBID_REUSE, 1L);
+	(void)curl_easy_perform(h); /* never connects: check_socket opens no socket */
+	curl_easy_cleanup(h);
+	if (rc.forbidden[0]) {
+		snprintf(errstr, errstr_size, "webhook: resolves to %s, which is not allowed", rc.forbidden);
+		return -1;
+	}
+	return 0;
+}
+
 /* One attempt in flight. */
 typedef struct attempt {
 	struct attempt *next;
@@ -172,7 +222,7 @@ static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_so
 	const worker_config_t *cfg = at->wh->cfg;
 	char why[120];
 	(void)purpose;
-	if (!rn_netaddr_run_may_reach(&a->addr, cfg->webhook_allow_private, &cfg->limits.own, why, sizeof(why))) {
+	if (!may_reach(cfg, &a->addr, why, sizeof(why))) {
 		snprintf(at->forbidden, sizeof(at->forbidden), "%s", why);
 		return CURL_SOCKET_BAD;
 	}

@@ -50,6 +50,18 @@ unsigned worker_webhook_flags(const worker_config_t *cfg);
 int worker_webhook_job_check(const worker_config_t *cfg, const proto_job_t *job, char *errstr,
                              size_t errstr_size);
 
+/*
+ * Boot of a run (its own thread, before any OTP is used): resolves url's
+ * host, within timeout_ms, as the delivery would and judges every address
+ * by the delivery's own rule (the operator's allow settings included).  -1
+ * with "webhook: resolves to <what>, which is not allowed" when one is
+ * forbidden; 0 otherwise (a name that does not resolve, or not in time, is
+ * left to the delivery, which checks again at connect time).  Connects to
+ * nothing.  @locality any thread; blocks up to timeout_ms.
+ */
+int worker_webhook_resolve_check(const worker_config_t *cfg, const char *url, long timeout_ms, char *errstr,
+                                 size_t errstr_size);
+
 typedef struct worker_webhook worker_webhook_t;
 
 /* Starts the delivery thread.  NULL with errstr.  @locality main thread. */

@@ -23,10 +23,17 @@
  *   5. Metrics, and the secret never in a log or in Redis.
  *   6. An endpoint that only answers 500: retried, then dropped at the
  *      give-up horizon with a log line and the metric.
+ *   7. A webhook whose host is a name (this host's own, from /etc/hosts)
+ *      that resolves to 127.0.0.1: with private targets allowed the run
+ *      goes on and the webhook is delivered (section 1's worker); without,
+ *      the run ends bootstrap_failed naming the webhook at its boot, before
+ *      any OTP is redeemed (the stub saw no call).
  */
 #include "tests/worker/wtest.h"
 
 #include <errno.h>
+#include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -255,6 +262,20 @@ static const char *hook(void)
 	return th_strf("\"webhook\":\"http://127.0.0.1:%d/hook\"", R.port);
 }
 
+/* This host's name when it resolves to 127/8 (through /etc/hosts), else
+ * NULL: a name, not a literal, that the intake cannot judge by its text. */
+static const char *loopback_name(void)
+{
+	static char host[256];
+	struct addrinfo *ai = NULL, hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM };
+	int ok = gethostname(host, sizeof(host)) == 0 && host[0] && !strchr(host, '.') &&
+	        getaddrinfo(host, NULL, &hints, &ai) == 0 &&
+	        (ntohl(((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+	if (ai)
+		freeaddrinfo(ai);
+	return ok ? host : NULL;
+}
+
 static char *agent_cmd(const char *script)
 {
 	json_t *j = json_pack("{s:s,s:[s,s,s]}", "kind", "command", "argv", "/bin/sh", "-c", script);
@@ -353,6 +374,19 @@ int main(void)
 	TH_CHECK(wt_log_has(&T, "w1", "HTTP 302 (redirects are not followed)"), "the redirect was not followed");
 	TH_CHECK(wt_log_has(&T, "w1", "\"event\":\"webhook_delivered\",\"run_id\":\"run_wh1\",\"trace_id\":\"" TID "\""),
 	         "the delivery's log line carries the trace id");
+
+	/* ---- 7a. a name resolving to loopback, private targets allowed ---- */
+	const char *lname = loopback_name();
+	if (lname) {
+		produce("run_name_ok", quick, NULL, th_strf("\"webhook\":\"http://%s:%d/hook\"", lname, R.port), -1, &o);
+		state_arg_t dn = { "run_name_ok", "webhook_state", "delivered" };
+		TH_CHECK(th_wait_until(state_is, &dn, 30000), "a name resolving to loopback is delivered when the operator "
+		                                              "allows private targets (state %s, error %s)",
+		         wt_state(&T, "run_name_ok", "webhook_state"), wt_state(&T, "run_name_ok", "webhook_error"));
+		TH_CHECK(count_for("run_name_ok", -1) == 1, "one delivery for run_name_ok (%d)", count_for("run_name_ok", -1));
+	} else {
+		TH_NOTE("this host's name does not resolve to a loopback address: name lookup not checked");
+	}
 
 	/* ---- 2. idempotency through Kafka ---- */
 	produce("run_i1", quick, "acme", "\"idempotency_key\":\"order-7\"", 0, &o);
@@ -474,6 +508,30 @@ int main(void)
 	TH_CHECK(!wt_log_has(&T, "w3", SECRET), "the secret is in no log");
 
 	wt_stop_worker(w3, 20000, "w3");
+
+	/* ---- 7b. the same name without private targets: refused at boot ---- */
+	if (lname) {
+		const char *env4[] = { "RUNNEL_WEBHOOK_SECRET=" SECRET, "RUNNEL_WEBHOOK_ALLOW_HTTP=true",
+			               "RUNNEL_WEBHOOK_TIMEOUT_SEC=2", NULL };
+		pid_t w4 = wt_worker(&T, "w4", env4);
+		dev_stub_otps_t on;
+		produce("run_name_bad", quick, NULL, th_strf("\"webhook\":\"http://%s:%d/hook\"", lname, R.port), -1, &on);
+		TH_REQUIRE(wt_wait_terminal(&T, "run_name_bad", 20000), "run_name_bad ended");
+		size_t nl = 0;
+		char **ll = wt_ended_lines(&T, "run_name_bad", 5000, &nl);
+		TH_REQUIRE(nl > 0, "run_name_bad has lines");
+		TH_CHECK(th_streq(wt_field(ll[nl - 1], "code"), "bootstrap_failed") &&
+		                 th_streq(wt_field(ll[nl - 1], "message"),
+		                          "The run was not started: webhook: resolves to a loopback address, which is not "
+		                          "allowed."),
+		         "ended bootstrap_failed naming the webhook: %s", ll[nl - 1]);
+		th_strv_free(ll, nl);
+		TH_CHECK(dev_stub_total_calls(T.stub, on.session) == 0, "no OTP of the refused run was redeemed");
+		TH_CHECK(wt_log_has(&T, "w4", "\"event\":\"job_rejected\",\"run_id\":\"run_name_bad\""),
+		         "the worker logs the refusal");
+		TH_CHECK(count_for("run_name_bad", -1) == 0, "nothing was sent to the refused target");
+		wt_stop_worker(w4, 20000, "w4");
+	}
 	receiver_stop();
 	wt_teardown(&T);
 	return th_done();
