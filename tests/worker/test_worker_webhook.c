@@ -28,8 +28,14 @@
  *      goes on and the webhook is delivered (section 1's worker); without,
  *      the run ends bootstrap_failed naming the webhook at its boot, before
  *      any OTP is redeemed (the stub saw no call).
+ *   8. The dispatcher's sweep: a worker is SIGKILLed mid-run with no other
+ *      worker alive; the dispatcher's lost-lease sweep writes worker_lost
+ *      and makes the webhook due (the dispatcher sends none: it has no
+ *      secret); a worker started afterwards delivers exactly one signed
+ *      webhook for it.
  */
 #include "tests/worker/wtest.h"
+#include "tests/dispatcher/dtest.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -532,6 +538,45 @@ int main(void)
 		TH_CHECK(count_for("run_name_bad", -1) == 0, "nothing was sent to the refused target");
 		wt_stop_worker(w4, 20000, "w4");
 	}
+
+	/* ---- 8. worker_lost written by the dispatcher's sweep ---- */
+	pthread_mutex_lock(&R.mu); /* the receiver answers 200 from here on */
+	R.nplan = 0;
+	R.used = 0;
+	pthread_mutex_unlock(&R.mu);
+	dt_disp_t D;
+	TH_REQUIRE(dt_disp_start(&D, &T.redis, &T.kafka, (const char *const[]){ "RUNNEL_SWEEP_MS=200", NULL }) == 0,
+	           "dispatcher");
+	pid_t w5 = wt_worker(&T, "w5", env);
+	produce("run_sweep", agent_cmd("read turn; sleep 60"), NULL, hook(), -1, &o);
+	TH_REQUIRE(wt_wait_started(&T, "run_sweep", 20000) || th_streq(wt_state(&T, "run_sweep", "status"), "running"),
+	           "run_sweep running");
+	TH_REQUIRE(th_kill(w5) == 0, "SIGKILL the only worker");
+	state_arg_t slost = { "run_sweep", "status", "lost" };
+	TH_CHECK(th_wait_until(state_is, &slost, 30000), "run_sweep ended worker_lost with no worker alive");
+	TH_CHECK(th_file_contains(D.log, "\"event\":\"run_lost\",\"run_id\":\"run_sweep\""),
+	         "the dispatcher's sweep wrote it");
+	redisReply *zs = redisCommand(T.rc, "ZSCORE runnel:{wh}:outbox run_sweep");
+	TH_CHECK(zs && zs->type == REDIS_REPLY_STRING && th_streq(zs->str, "0"),
+	         "its webhook is due in the outbox at once (%s)", zs && zs->type == REDIS_REPLY_STRING ? zs->str : "none");
+	if (zs)
+		freeReplyObject(zs);
+	TH_CHECK(count_for("run_sweep", -1) == 0, "nothing delivered while no worker is alive");
+	pid_t w6 = wt_worker(&T, "w6", env);
+	state_arg_t sd = { "run_sweep", "webhook_state", "delivered" };
+	TH_CHECK(th_wait_until(state_is, &sd, 30000), "the next worker delivers it (state %s, error %s)",
+	         wt_state(&T, "run_sweep", "webhook_state"), wt_state(&T, "run_sweep", "webhook_error"));
+	TH_CHECK(th_wait_until(outbox_empty, NULL, 10000), "the outbox is empty afterwards");
+	TH_CHECK(count_for("run_sweep", -1) == 1, "exactly one delivery (%d)", count_for("run_sweep", -1));
+	pthread_mutex_lock(&R.mu);
+	for (int i = 0; i < R.nseen; i++)
+		if (th_streq(R.seen[i].run_id, "run_sweep"))
+			TH_CHECK(strstr(R.seen[i].body, "\"status\":\"lost\",\"code\":\"worker_lost\"") &&
+			                 R.seen[i].sig_ok,
+			         "signed worker_lost body %s", R.seen[i].body);
+	pthread_mutex_unlock(&R.mu);
+	wt_stop_worker(w6, 20000, "w6");
+	TH_CHECK(dt_disp_stop(&D), "the dispatcher exits cleanly");
 	receiver_stop();
 	wt_teardown(&T);
 	return th_done();
