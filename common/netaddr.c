@@ -26,6 +26,18 @@ static const char *const class_text[RN_ADDR_CLASS_COUNT] = {
 	[RN_ADDR_RESERVED] = "a reserved address",
 };
 
+int rn_netaddr_literal(const char *host, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (inet_pton(AF_INET, host, &((struct sockaddr_in *)ss)->sin_addr) == 1)
+		ss->ss_family = AF_INET;
+	else if (inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)ss)->sin6_addr) == 1)
+		ss->ss_family = AF_INET6;
+	else
+		return -1;
+	return 0;
+}
+
 const char *rn_netaddr_class_text(rn_addr_class_t c)
 {
 	return (unsigned)c < RN_ADDR_CLASS_COUNT ? class_text[c] : "a reserved address";

@@ -52,6 +52,10 @@ typedef enum {
 /* The class of an AF_INET or AF_INET6 address (anything else: reserved). */
 rn_addr_class_t rn_netaddr_classify(const struct sockaddr *sa);
 
+/* Reads an IPv4 or IPv6 address literal ("127.0.0.1", "::1"; no brackets,
+ * no port) into ss.  0, or -1 when host is a name or not an address. */
+int rn_netaddr_literal(const char *host, struct sockaddr_storage *ss);
+
 /* "a loopback address", "a private (RFC 1918) address", … for messages. */
 const char *rn_netaddr_class_text(rn_addr_class_t c);
 

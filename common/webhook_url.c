@@ -23,12 +23,7 @@ int rn_webhook_url_check(const char *url, unsigned flags, char *errstr, size_t e
 	if ((flags & PROTO_WEBHOOK_ALLOW_PRIVATE) || proto_webhook_host(url, host, sizeof(host), &literal) < 0 ||
 	    !literal)
 		return 0;
-	memset(&ss, 0, sizeof(ss));
-	if (inet_pton(AF_INET, host, &((struct sockaddr_in *)&ss)->sin_addr) == 1)
-		ss.ss_family = AF_INET;
-	else if (inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1)
-		ss.ss_family = AF_INET6;
-	else
+	if (rn_netaddr_literal(host, &ss) < 0)
 		return 0;
 	rn_addr_class_t c = rn_netaddr_classify((struct sockaddr *)&ss);
 	if (c == RN_ADDR_PUBLIC)

@@ -103,12 +103,7 @@ static int listen_is_loopback(const char *listen)
 	host[end - listen] = '\0';
 	if (strcasecmp(host, "localhost") == 0)
 		return 1;
-	memset(&ss, 0, sizeof(ss));
-	if (inet_pton(AF_INET, host, &((struct sockaddr_in *)&ss)->sin_addr) == 1)
-		ss.ss_family = AF_INET;
-	else if (inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1)
-		ss.ss_family = AF_INET6;
-	else
+	if (rn_netaddr_literal(host, &ss) < 0)
 		return 0; /* a name, "", "*": it may reach beyond this machine */
 	return rn_netaddr_classify((struct sockaddr *)&ss) == RN_ADDR_LOOPBACK;
 }

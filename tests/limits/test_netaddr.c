@@ -128,6 +128,22 @@ static void test_format(void)
 	TH_CHECK(th_streq(buf, "[::ffff:127.0.0.1]:80"), "%s", buf);
 }
 
+/* Literals only: a name, a bracketed or shortened form is not one. */
+static void test_literal(void)
+{
+	struct sockaddr_storage ss;
+	TH_CHECK(rn_netaddr_literal("10.1.2.3", &ss) == 0 && ss.ss_family == AF_INET &&
+	                 rn_netaddr_classify((struct sockaddr *)&ss) == RN_ADDR_PRIVATE,
+	         "IPv4 literal");
+	TH_CHECK(rn_netaddr_literal("::1", &ss) == 0 && ss.ss_family == AF_INET6 &&
+	                 rn_netaddr_classify((struct sockaddr *)&ss) == RN_ADDR_LOOPBACK,
+	         "IPv6 literal");
+	TH_CHECK(rn_netaddr_literal("localhost", &ss) < 0, "a name");
+	TH_CHECK(rn_netaddr_literal("[::1]", &ss) < 0, "brackets");
+	TH_CHECK(rn_netaddr_literal("127.1", &ss) < 0, "inet_aton's short form is for the resolver");
+	TH_CHECK(rn_netaddr_literal("", &ss) < 0, "empty");
+}
+
 /* The worker's own services: address and port; a mapped address is itself;
  * a listener on every interface covers each local address. */
 static void test_own_set(void)
@@ -183,6 +199,7 @@ int main(void)
 	th_init("netaddr");
 	test_classes();
 	test_format();
+	test_literal();
 	test_own_set();
 	return th_done();
 }
