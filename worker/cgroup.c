@@ -12,11 +12,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -677,4 +680,96 @@ void worker_cgroup_destroy(worker_cgroup_t *cg, int timeout_ms)
 		}
 	}
 	cg->ndirs = 0;
+}
+
+/* What a charged child hands back through its pipe. */
+typedef struct call_reply {
+	int rc;
+	char out[1024];
+} call_reply_t;
+
+/* The charged child: enters the cgroup, calls fn, writes the reply. */
+static void call_child(int wfd, const int *fds, int nfds, worker_cgroup_fn_t fn, void *arg, pid_t parent)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent)
+		_exit(127);
+	for (int i = 0; i < nfds; i++)
+		if (fds[i] >= 0 && write(fds[i], "0", 1) != 1)
+			_exit(126);
+	static call_reply_t r;
+	r.rc = fn(arg, r.out, sizeof(r.out));
+	r.out[sizeof(r.out) - 1] = '\0';
+	ssize_t w = write(wfd, &r, sizeof(r));
+	_exit(w == (ssize_t)sizeof(r) ? 0 : 125);
+}
+
+int worker_cgroup_call(const int *fds, int nfds, const worker_stopword_t *stop, int timeout_ms,
+                       worker_cgroup_fn_t fn, void *arg, char *out, size_t out_size, int *sig)
+{
+	if (sig)
+		*sig = 0;
+	if (!fds || nfds <= 0)
+		return fn(arg, out, out_size);
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0) {
+		snprintf(out, out_size, "cannot make a pipe: %s", strerror(errno));
+		return WORKER_CGROUP_CALL_DIED;
+	}
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		snprintf(out, out_size, "cannot fork: %s", strerror(errno));
+		close(p[0]);
+		close(p[1]);
+		return WORKER_CGROUP_CALL_DIED;
+	}
+	if (pid == 0) {
+		close(p[0]);
+		call_child(p[1], fds, nfds, fn, arg, parent);
+	}
+	close(p[1]);
+	call_reply_t *r = calloc(1, sizeof(*r));
+	size_t got = 0;
+	int64_t deadline = rn_mono_ms() + timeout_ms;
+	int late = 0;
+	while (r && got < sizeof(*r)) {
+		if ((stop && worker_stopword_any(stop)) || rn_mono_ms() >= deadline) {
+			late = 1;
+			break;
+		}
+		struct pollfd pf = { .fd = p[0], .events = POLLIN };
+		int n = poll(&pf, 1, 200);
+		if (n < 0 && errno != EINTR)
+			break;
+		if (n <= 0)
+			continue;
+		ssize_t rd = read(p[0], (char *)r + got, sizeof(*r) - got);
+		if (rd < 0 && errno == EINTR)
+			continue;
+		if (rd <= 0)
+			break; /* the child died before it answered */
+		got += (size_t)rd;
+	}
+	close(p[0]);
+	if (got < sizeof(*r))
+		kill(pid, SIGKILL);
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	int rc = WORKER_CGROUP_CALL_DIED;
+	if (r && got == sizeof(*r)) {
+		rc = r->rc;
+		snprintf(out, out_size, "%s", r->out);
+	} else if (late) {
+		snprintf(out, out_size, stop && worker_stopword_any(stop) ? "cancelled" : "timed out");
+	} else if (WIFSIGNALED(status)) {
+		if (sig)
+			*sig = WTERMSIG(status);
+		snprintf(out, out_size, "killed by signal %d", WTERMSIG(status));
+	} else {
+		snprintf(out, out_size, "its child ended with status %d before answering",
+		         WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	}
+	free(r);
+	return rc;
 }

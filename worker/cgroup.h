@@ -33,6 +33,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "worker/stop.h"
+
 typedef enum {
 	WORKER_CGROUP_NONE = 0,
 	WORKER_CGROUP_V1,
@@ -124,5 +126,26 @@ int worker_cgroup_events(const worker_cgroup_t *cg, worker_cgroup_events_t *ev);
  * most timeout_ms) and removes it.  Safe on a zeroed (never made: nothing is closed) or
  * failed cgroup. */
 void worker_cgroup_destroy(worker_cgroup_t *cg, int timeout_ms);
+
+/* Work done in a charged child: returns a result and fills out (a
+ * message), both handed back to worker_cgroup_call's caller. */
+typedef int (*worker_cgroup_fn_t)(void *arg, char *out, size_t out_size);
+
+#define WORKER_CGROUP_CALL_DIED (-1000) /* the child was killed or timed out */
+
+/*
+ * Runs fn(arg, out, out_size) so that the memory it allocates, tmpfs pages
+ * above all, is charged to a run's cgroup rather than the worker's: in a
+ * forked child that first enters the cgroup through its procs files
+ * fds[0..nfds) (what worker_guard_cgroup_fds hands out), with
+ * PR_SET_PDEATHSIG.  The worker is multi-threaded: fn may take no lock
+ * another thread could hold (malloc is reset by glibc in the child).  The
+ * caller waits at most timeout_ms and polls stop (may be NULL); a stopped
+ * or late child is killed.  nfds 0 (no cgroups on this host): fn runs here.
+ * Returns fn's result, or WORKER_CGROUP_CALL_DIED with out telling why
+ * (*sig, may be NULL, gets the signal that killed it, 0 when none).
+ */
+int worker_cgroup_call(const int *fds, int nfds, const worker_stopword_t *stop, int timeout_ms,
+                       worker_cgroup_fn_t fn, void *arg, char *out, size_t out_size, int *sig);
 
 #endif

@@ -712,6 +712,12 @@ void worker_guard_sandbox_spec(worker_guard_t *g, worker_sandbox_spec_t *spec)
 		spec->rlimit_fsize_mb = g->lim.disk_mb;
 }
 
+const int *worker_guard_cgroup_fds(const worker_guard_t *g, int *n)
+{
+	*n = g ? g->cg.ndirs : 0;
+	return *n ? g->cg.procs_fd : NULL;
+}
+
 int worker_guard_fd(const worker_guard_t *g)
 {
 	return g && g->proxy ? worker_egress_fd(g->proxy) : -1;

@@ -180,6 +180,10 @@ void worker_guard_sandbox_spec(worker_guard_t *g, worker_sandbox_spec_t *spec);
  * egress refusal), or -1.  Poll it beside the agent's pipes. */
 int worker_guard_fd(const worker_guard_t *g);
 
+/* The procs files of the run's cgroup (for worker_cgroup_call), *n of
+ * them; NULL with *n = 0 when the host has no cgroups. */
+const int *worker_guard_cgroup_fds(const worker_guard_t *g, int *n);
+
 /*
  * Between reads: passes pending egress notes to note() and checks the
  * limits (at most every 100 ms; the rest return the last answer).  The
