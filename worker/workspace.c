@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 #include <curl/curl.h>
 
 #include "proto/keys.h"
+#include "worker/cgroup.h"
 #include "worker/httpc.h"
 
 #define DEF_MAX_DOWNLOAD   (256ULL << 20)
@@ -622,6 +624,47 @@ out:
 	return rc;
 }
 
+/* One unpacking, run by worker_cgroup_call. */
+typedef struct extract_call {
+	int fd;
+	const char *dest_dir;
+	const worker_bag_limits_t *lim;
+} extract_call_t;
+
+#define EXTRACT_REJECTED (-2)
+
+static int extract_call(void *arg, char *out, size_t out_size)
+{
+	extract_call_t *c = arg;
+	int reject = 0;
+	if (extract_fd(c->fd, c->dest_dir, c->lim, &reject, out, out_size) == 0)
+		return 0;
+	return reject ? EXTRACT_REJECTED : -1;
+}
+
+/* extract_fd, in the run's cgroup when lim names one: tmpfs pages are
+ * charged to the process that writes them.  An unpacking the kernel kills
+ * (SIGKILL: the run's memory limit, with memory.oom.group) is a refused
+ * bag; the files it wrote stay charged to the run. */
+static int extract_charged(int fd, const char *dest_dir, const worker_bag_limits_t *lim, int *reject,
+                           char *errstr, size_t errstr_size)
+{
+	extract_call_t c = { .fd = fd, .dest_dir = dest_dir, .lim = lim };
+	int sig = 0;
+	int rc = worker_cgroup_call(lim->cgroup_fds, lim->ncgroup_fds, lim->stop, (int)lim->timeout_ms,
+	                            extract_call, &c, errstr, errstr_size, &sig);
+	*reject = rc == EXTRACT_REJECTED;
+	if (rc == WORKER_CGROUP_CALL_DIED && sig == SIGKILL) {
+		snprintf(errstr, errstr_size, "archive does not fit the run's memory limit");
+		*reject = 1;
+	} else if (rc == WORKER_CGROUP_CALL_DIED && strcmp(errstr, "cancelled") != 0) {
+		char why[256];
+		snprintf(why, sizeof(why), "%s", errstr);
+		snprintf(errstr, errstr_size, "unpacking: %s", why);
+	}
+	return rc == 0 ? 0 : -1;
+}
+
 int worker_ws_extract_file(const char *zip_path, const char *dest_dir,
                            const worker_bag_limits_t *limits,
                            char *errstr, size_t errstr_size)
@@ -632,7 +675,9 @@ int worker_ws_extract_file(const char *zip_path, const char *dest_dir,
 		return -1;
 	}
 	int reject;
-	int rc = extract_fd(fd, dest_dir, limits, &reject, errstr, errstr_size);
+	worker_bag_limits_t lim;
+	limits_resolve(limits, &lim);
+	int rc = extract_charged(fd, dest_dir, &lim, &reject, errstr, errstr_size);
 	close(fd);
 	return rc;
 }
@@ -773,7 +818,7 @@ int worker_ws_fetch_zip(const char *url, const char *dest_dir,
 	} else if (lseek(fd, 0, SEEK_SET) != 0) {
 		snprintf(errstr, errstr_size, "download of %s: cannot rewind: %s", safe, strerror(errno));
 	} else {
-		ret = extract_fd(fd, dest_dir, &lim, reject, errstr, errstr_size);
+		ret = extract_charged(fd, dest_dir, &lim, reject, errstr, errstr_size);
 	}
 	curl_easy_cleanup(h);
 	close(fd);

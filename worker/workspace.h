@@ -34,6 +34,7 @@
  *   archive unpacks to more than 1073741824 bytes
  *   download of https://host/path is larger than 268435456 bytes
  *   not a zip archive (...), archive is damaged: ...
+ *   archive does not fit the run's memory limit
  * Zip, tar and tar.gz are read.  Files get 0755 (any x bit) or 0644, dirs
  * 0755; nothing else of the archive's metadata is applied.  See
  * docs/sandbox.md.
@@ -62,6 +63,11 @@ typedef struct worker_bag_limits {
 	 * run's, so inside addresses only for named hosts.  reach.on 0 =
 	 * anywhere. */
 	worker_httpc_reach_t reach;
+	/* The run's cgroup (worker_guard_cgroup_fds): the unpacking runs in a
+	 * child inside it, so the run is charged for the files' tmpfs pages
+	 * (worker_cgroup_call).  NULL: unpacked by this thread. */
+	const int *cgroup_fds;
+	int ncgroup_fds;
 } worker_bag_limits_t;
 
 typedef struct worker_ws {
