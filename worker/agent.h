@@ -85,6 +85,11 @@ typedef struct worker_agent_ctx {
 	 * path, only for what the agent is told (the process driver's cwd). */
 	int workspace_fd;
 	const char *workspace_dir;
+	/* The run's cgroup's procs files (worker_guard_cgroup_fds; NULL and 0
+	 * without cgroups): writes into the workspace made for the run go
+	 * through a child in it (worker_cgroup_call). */
+	const int *cgroup_fds;
+	int ncgroup_fds;
 } worker_agent_ctx_t;
 
 /* The loop's side, handed to every callback after prepare. */

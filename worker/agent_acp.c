@@ -23,6 +23,7 @@
 #include "common/sandbox_layout.h"
 #include "common/util.h"
 #include "proto/control.h"
+#include "worker/cgroup.h"
 #include "worker/sandbox.h"
 
 #define ACP_PROTOCOL_VERSION 1
@@ -952,6 +953,44 @@ static int fs_open(const worker_acp_t *s, const char *path, int flags, char *err
 	return fd;
 }
 
+/* One fs/write_text_file, run by worker_cgroup_call: in a child inside
+ * the run's cgroup when there is one, so the file's tmpfs pages are the
+ * run's to pay for (memory_mb), not the worker's. */
+typedef struct fs_write {
+	const worker_acp_t *s;
+	const char *path;
+	const char *content;
+	size_t len;
+} fs_write_t;
+
+#define FS_WRITE_NO_OPEN    1 /* out holds why */
+#define FS_WRITE_FAILED     2
+#define FS_WRITE_TIMEOUT_MS 30000 /* a tmpfs write of <= ACP_FS_MAX */
+
+static int fs_write(void *arg, char *out, size_t out_size)
+{
+	fs_write_t *w = arg;
+	int fd = fs_open(w->s, w->path, O_WRONLY | O_CREAT | O_TRUNC, out, out_size);
+	if (fd < 0)
+		return FS_WRITE_NO_OPEN;
+	/* The worker (root) made it: the sandbox's uid owns the workspace. */
+	if (w->s->o.chown_files && fchown(fd, w->s->o.file_uid, w->s->o.file_gid) != 0) {
+		close(fd);
+		return FS_WRITE_FAILED;
+	}
+	size_t off = 0;
+	while (off < w->len) {
+		ssize_t n = write(fd, w->content + off, w->len - off);
+		/* A short write is the run's tmpfs full (disk_mb): reported as a
+		 * failed write, and the guard ends the run over its disk limit. */
+		if (n <= 0)
+			break;
+		off += (size_t)n;
+	}
+	close(fd);
+	return off < w->len ? FS_WRITE_FAILED : 0;
+}
+
 static void on_fs(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, const char *method,
                   const json_t *params)
 {
@@ -1017,28 +1056,13 @@ static void on_fs(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, 
 		send_error(s, io, rpc_id, -32602, "content too large");
 		return;
 	}
-	int fd = fs_open(s, path, O_WRONLY | O_CREAT | O_TRUNC, err, sizeof(err));
-	if (fd < 0) {
+	fs_write_t w = { .s = s, .path = path, .content = content };
+	w.len = json_string_length(json_object_get(params, "content"));
+	int rc = worker_cgroup_call(s->o.cgroup_fds, s->o.ncgroup_fds, NULL, FS_WRITE_TIMEOUT_MS, fs_write, &w, err,
+	                            sizeof(err), NULL);
+	if (rc == FS_WRITE_NO_OPEN)
 		send_error(s, io, rpc_id, -32002, err);
-		return;
-	}
-	/* The worker (root) made it: the sandbox's uid owns the workspace. */
-	if (s->o.chown_files && fchown(fd, s->o.file_uid, s->o.file_gid) != 0) {
-		close(fd);
-		send_error(s, io, rpc_id, -32603, "write failed");
-		return;
-	}
-	size_t n = json_string_length(json_object_get(params, "content")), off = 0;
-	while (off < n) {
-		ssize_t w = write(fd, content + off, n - off);
-		/* A short write is the run's tmpfs full (disk_mb): reported as a
-		 * failed write, and the guard ends the run over its disk limit. */
-		if (w <= 0)
-			break;
-		off += (size_t)w;
-	}
-	close(fd);
-	if (off < n)
+	else if (rc != 0)
 		send_error(s, io, rpc_id, -32603, "write failed");
 	else
 		send_result(s, io, rpc_id, json_null());
@@ -1421,6 +1445,8 @@ static int acp_prepare(const worker_agent_ctx_t *ctx, worker_agent_launch_t *l, 
 	o.variables = boot->variables;
 	/* The run's workspace, for the agent's fs requests. */
 	o.workspace_fd = ctx->workspace_fd;
+	o.cgroup_fds = ctx->cgroup_fds;
+	o.ncgroup_fds = ctx->ncgroup_fds;
 	/* Without bwrap the agent sees the host's paths. */
 	if (!bwrap && ctx->workspace_dir)
 		o.cwd = ctx->workspace_dir;

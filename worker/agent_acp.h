@@ -80,6 +80,11 @@ typedef struct worker_acp_opts {
 	int workspace_fd;          /* the run's workspace: a directory descriptor
 	                             * (borrowed), or -1: no fs requests */
 	const char *cwd;           /* the workspace as the agent sees it; NULL = /root/workspace */
+	/* The run's cgroup (worker_guard_cgroup_fds): fs/write_text_file
+	 * writes from a child inside it, so the run is charged for the file's
+	 * tmpfs pages (worker_cgroup_call).  NULL: written by this thread. */
+	const int *cgroup_fds;
+	int ncgroup_fds;
 	/* A file fs/write_text_file creates belongs to these host ids (the
 	 * sandbox's, worker_sandbox_ids), so the agent can change it later. */
 	int chown_files;

@@ -998,6 +998,7 @@ static stage_t stage_agent(run_io_t *io)
 	actx->ask_timeout_sec = io->cfg->ask_timeout_sec;
 	actx->workspace_fd = io->ws_fd;
 	actx->workspace_dir = io->ws.workspace;
+	actx->cgroup_fds = worker_guard_cgroup_fds(io->guard, &actx->ncgroup_fds);
 	const char *kind = worker_agent_kind_of(io->boot.agent); /* SPEC §5: none, the default kind */
 	if (!kind)
 		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent cannot be started: the workspace config has no agent.kind");
