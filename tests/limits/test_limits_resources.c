@@ -7,9 +7,14 @@
  * printed, never asserted); a config asking for more than the worker's
  * limit gets a log line and the worker's value; 100 MiB of output over an
  * 8 MiB output cap ends resource_limit with the stream under the cap.
+ * The bag is unpacked in the run's cgroup: a 12 MiB bag shows in the
+ * run's memory.stat shmem, and one larger than the run's memory_mb ends
+ * bag_rejected.
  */
 #include "tests/worker/wtest.h"
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,6 +235,117 @@ static void test_raise_refused(void)
 	TH_CHECK(wt_log_has(&T, "w1", "memory 64 MiB, pids 32,"), "the worker's memory limit and the lowered pids were used");
 }
 
+/* A zip holding one file of size zero bytes. */
+static void make_zip(const char *path, size_t size)
+{
+	struct archive *a = archive_write_new();
+	archive_write_set_format_zip(a);
+	TH_REQUIRE(archive_write_open_filename(a, path) == ARCHIVE_OK);
+	struct archive_entry *e = archive_entry_new();
+	archive_entry_set_pathname(e, "big.bin");
+	archive_entry_set_size(e, (la_int64_t)size);
+	archive_entry_set_filetype(e, AE_IFREG);
+	archive_entry_set_perm(e, 0644);
+	archive_write_header(a, e);
+	char *buf = calloc(1, 1 << 20);
+	TH_REQUIRE(buf);
+	for (size_t off = 0; off < size; off += 1 << 20)
+		archive_write_data(a, buf, size - off < (1 << 20) ? size - off : 1 << 20);
+	free(buf);
+	archive_entry_free(e);
+	archive_write_close(a);
+	archive_write_free(a);
+}
+
+/* The "shmem" of the run's cgroup memory.stat (tmpfs pages charged to it):
+ * v2 "<own>/runnel-<pid>-<run>" beside the worker's "worker" leaf, v1
+ * "<own>/runnel-<pid>-<run>" in the memory hierarchy; -1 when not found. */
+static long long run_shmem(const char *run_id)
+{
+	char line[1024], dir[1024] = "";
+	FILE *f = fopen(th_strf("/proc/%d/cgroup", (int)W), "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		const char *c = strchr(line, ':');
+		size_t l;
+		if (c && !strncmp(c, ":memory:", 8)) {
+			snprintf(dir, sizeof(dir), "/sys/fs/cgroup/memory%s", c + 8);
+			break;
+		}
+		if (!strncmp(line, "0::", 3) && (l = strlen(line)) > 10 && !strcmp(line + l - 7, "/worker"))
+			snprintf(dir, sizeof(dir), "/sys/fs/cgroup%.*s", (int)(l - 10), line + 3);
+	}
+	if (f)
+		fclose(f);
+	if (!dir[0])
+		return -1;
+	f = fopen(th_strf("%s/runnel-%d-%s/memory.stat", dir, (int)W, run_id), "r");
+	long long v = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "shmem ", 6))
+			v = strtoll(line + 6, NULL, 10);
+	if (f)
+		fclose(f);
+	return v;
+}
+
+static void submit_bag(const char *run_id, const char *blob, const char *script, const char *limits_json)
+{
+	char url[512];
+	dev_stub_blob_url(T.stub, blob, url, sizeof(url));
+	json_t *argv = json_pack("[s,s,s]", "/bin/sh", "-c", script);
+	json_t *cfg = json_pack("{s:{s:s,s:o},s:{s:s}}", "agent", "kind", "command", "argv", argv, "assets", "zip_url", url);
+	if (limits_json) {
+		json_error_t e;
+		json_t *x = json_loads(limits_json, 0, &e);
+		TH_REQUIRE(x, "limits json: %s", e.text);
+		json_object_set_new(cfg, "limits", x);
+	}
+	dev_stub_run_t run = { 0 };
+	run.config = cfg;
+	dev_stub_otps_t o;
+	wt_submit(&T, run_id, &run, "p", 0, 0, &o);
+	json_decref(cfg);
+}
+
+static int bag_run_started(void *arg)
+{
+	(void)arg;
+	return wt_stream_has(&T, "run_bagmem", "bagged");
+}
+
+/* The bag's files are the run's memory: 12 MiB unpacked raise the run's
+ * cgroup shmem by as much (the worker's before), and a bag larger than the
+ * run's memory_mb is refused. */
+static void test_bag_charged(void)
+{
+	char *zip = th_strf("%s/bag12.zip", T.dir);
+	make_zip(zip, 12u << 20);
+	TH_REQUIRE(dev_stub_add_blob_file(T.stub, "bag12.zip", zip) == 0);
+	submit_bag("run_bagmem", "bag12.zip",
+	           "read t; echo '{\"type\":\"step\",\"id\":\"s1\",\"name\":\"bagged\",\"status\":\"running\"}'; "
+	           "sleep 60",
+	           NULL);
+	TH_REQUIRE(th_wait_until(bag_run_started, NULL, 60000), "the bag run started its agent");
+	long long shmem = run_shmem("run_bagmem");
+	fprintf(stderr, "# a 12 MiB bag: the run's cgroup shmem is %lld KiB\n", shmem / 1024);
+	if (shmem >= 0)
+		TH_CHECK(shmem >= 11LL << 20, "the run's cgroup is charged for its bag: shmem %lld", shmem);
+	else
+		fprintf(stderr, "# not measured: the run's memory cgroup was not found\n");
+	wt_ctl(&T, "run_bagmem", "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");
+	char msg[256];
+	const char *code = wt_ended(&T, "run_bagmem", 30000, msg, sizeof(msg));
+	TH_CHECK(th_streq(code, "cancelled"), "bag run: %s %s", code, msg);
+
+	submit_bag("run_bagbig", "bag12.zip", "read t; echo never", "{\"memory_mb\":8}");
+	code = wt_ended(&T, "run_bagbig", 60000, msg, sizeof(msg));
+	fprintf(stderr, "# a 12 MiB bag with memory_mb 8 ended %s: %s\n", code, msg);
+	TH_CHECK(th_streq(code, "bag_rejected"), "bag over memory_mb: %s", code);
+	TH_CHECK(th_streq(msg, "The workspace bag was refused: archive does not fit the run's memory limit"), "%s", msg);
+	TH_CHECK(th_alive(W), "the worker lives on");
+}
+
 static void test_metrics(void)
 {
 	int port = wt_metrics_port(&T, "w1");
@@ -272,6 +388,7 @@ int main(void)
 	if (have_cgroup) {
 		test_cpu_spinner();
 		test_metrics();
+		test_bag_charged();
 	}
 
 	th_stop(W, 20000);
