@@ -7,6 +7,8 @@
  *   - a write lands in the run's own workspace: the agent reads it back
  *     through fs/read_text_file and sees it in /root/workspace itself, and a
  *     file written to assets/ is uploaded;
+ *   - the files it writes are charged to the run's cgroup: 2.7 MiB written
+ *     raise the shmem of the run's cgroup by as much (with a cgroup);
  *   - writes past the run's disk_mb fill the run's tmpfs and end the run
  *     resource_limit, and nothing the agents wrote is on the host's disk
  *     under the work directory;
@@ -31,6 +33,7 @@ static at_t T;
  *   big    write 900 KiB five times (past a disk_mb of 2; a line is 1 MiB
  *          at most)
  *   plant  write planted.txt
+ *   mem    write 900 KiB three times, end a minute later
  *   list   list /root/workspace
  * and the result's message says what happened. */
 static const char AGENT_JS[] =
@@ -66,6 +69,11 @@ static const char AGENT_JS[] =
         "      if (r !== 'ok') return `big=${i} ${r}`;\n"
         "    }\n"
         "    return 'big=all written';\n"
+        "  }\n"
+        "  if (what === 'mem') {\n"
+        "    for (let i = 0; i < 3; i++) await write(W + '/mem' + i + '.txt', 'm'.repeat(900 << 10));\n"
+        "    await new Promise((r) => setTimeout(r, 60000));\n"
+        "    return 'mem=done';\n"
         "  }\n"
         "  if (what === 'plant') return 'plant=' + (await write(W + '/planted.txt', 'planted'));\n"
         "  return 'list=' + fs.readdirSync(W).sort().join(',');\n"
@@ -115,6 +123,35 @@ static const char *run_agent(const char *run_id, const char *prompt, long disk_m
 		return msg;
 	fprintf(stderr, "# %s ended %s: %s\n", run_id, code, msg);
 	return "";
+}
+
+/* 1 once a run cgroup of the worker (*arg) holds the 2.7 MiB. */
+static int mem_charged(void *arg)
+{
+	return wt_runs_max_shmem(*(pid_t *)arg) >= (long long)(2700 << 10);
+}
+
+/* 2.7 MiB written through fs/write_text_file are charged to the run's
+ * cgroup, not to the worker's. */
+static void test_charged(const char *mode, const char *name, pid_t w)
+{
+	if (!wt_log_has(&T.w, name, "cgroup v1") && !wt_log_has(&T.w, name, "cgroup v2")) {
+		fprintf(stderr, "# %s: no writable cgroup on this machine: charge not checked\n", mode);
+		return;
+	}
+	const char *mem_run = th_strf("run_mem_%s", mode);
+	dev_stub_run_t run = { 0 };
+	run.config = json_pack("{s:{s:s,s:[s,s,s]}}", "agent", "kind", "acp", "argv", WORKER_ACP_NODE_IN_SANDBOX, "-e",
+	                       AGENT_JS);
+	dev_stub_otps_t o;
+	wt_submit(&T.w, mem_run, &run, "mem", 1, 0, &o);
+	json_decref(run.config);
+	int charged = th_wait_until(mem_charged, &w, 30000);
+	long long shmem = wt_runs_max_shmem(w);
+	fprintf(stderr, "# %s: 2.7 MiB written over ACP: the run's cgroup shmem is %lld KiB\n", mode, shmem / 1024);
+	TH_CHECK(charged, "%s: the run's cgroup is charged for the writes: shmem %lld", mode, shmem);
+	wt_ctl(&T.w, mem_run, "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");
+	TH_CHECK(wt_wait_terminal(&T.w, mem_run, 30000), "%s: the run ended", mode);
 }
 
 /* 1 when a file called name is anywhere under dir (not following links). */
@@ -171,6 +208,8 @@ static void test_mode(const char *mode, const char *warm)
 	const char *up = at_upload(&T, &o, "acp_out.txt");
 	TH_CHECK(up && th_streq(up, "uploaded after ACP"), "%s: the file written to assets/ is uploaded: %s", mode,
 	         up ? up : "(none)");
+
+	test_charged(mode, name, w);
 
 	/* The third 900 KiB file no longer fits in 2 MiB: the write fails on
 	 * the full tmpfs, and the guard ends the run over its disk limit. */

@@ -15,7 +15,6 @@
 
 #include <archive.h>
 #include <archive_entry.h>
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,57 +257,6 @@ static void make_zip(const char *path, size_t size)
 	archive_write_free(a);
 }
 
-/* The "shmem" of a cgroup's memory.stat, or -1. */
-static long long cg_shmem(const char *dir)
-{
-	char line[256];
-	FILE *f = fopen(th_strf("%s/memory.stat", dir), "r");
-	long long v = -1;
-	while (f && fgets(line, sizeof(line), f))
-		if (!strncmp(line, "shmem ", 6))
-			v = strtoll(line + 6, NULL, 10);
-	if (f)
-		fclose(f);
-	return v;
-}
-
-/* The most tmpfs memory ("shmem") charged to any of the worker's run
- * cgroups ("runnel-<pid>-*" beside its v2 "worker" leaf, or below its v1
- * memory cgroup), or -1 when it has none.  The largest: a warm sandbox's
- * cgroup keeps its own name on v2, and the idle ones hold next to nothing. */
-static long long runs_max_shmem(void)
-{
-	char line[1024], base[1024] = "";
-	FILE *f = fopen(th_strf("/proc/%d/cgroup", (int)W), "r");
-	while (f && fgets(line, sizeof(line), f)) {
-		line[strcspn(line, "\n")] = '\0';
-		const char *c = strchr(line, ':');
-		size_t l;
-		if (c && !strncmp(c, ":memory:", 8)) {
-			snprintf(base, sizeof(base), "/sys/fs/cgroup/memory%s", c + 8);
-			break;
-		}
-		if (!strncmp(line, "0::", 3) && (l = strlen(line)) > 10 && !strcmp(line + l - 7, "/worker"))
-			snprintf(base, sizeof(base), "/sys/fs/cgroup%.*s", (int)(l - 10), line + 3);
-	}
-	if (f)
-		fclose(f);
-	DIR *d = base[0] ? opendir(base) : NULL;
-	const char *prefix = th_strf("runnel-%d-", (int)W);
-	long long best = -1;
-	struct dirent *de;
-	while (d && (de = readdir(d))) {
-		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0)
-			continue;
-		long long v = cg_shmem(th_strf("%s/%s", base, de->d_name));
-		if (v > best)
-			best = v;
-	}
-	if (d)
-		closedir(d);
-	return best;
-}
-
 static void submit_bag(const char *run_id, const char *blob, const char *script, const char *limits_json)
 {
 	char url[512];
@@ -347,7 +295,7 @@ static void test_bag_charged(void)
 	           "sleep 60",
 	           NULL);
 	TH_REQUIRE(th_wait_until(bag_run_started, NULL, 60000), "the bag run started its agent");
-	long long shmem = runs_max_shmem();
+	long long shmem = wt_runs_max_shmem(W);
 	fprintf(stderr, "# a 12 MiB bag: the run's cgroup shmem is %lld KiB\n", shmem / 1024);
 	TH_CHECK(shmem >= 11LL << 20, "the run's cgroup is charged for its bag: shmem %lld", shmem);
 	wt_ctl(&T, "run_bagmem", "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");

@@ -4,6 +4,7 @@
 #include "tests/worker/wtest.h"
 
 #include <curl/curl.h>
+#include <dirent.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -380,4 +381,55 @@ int wt_stream_has(wt_t *t, const char *run_id, const char *needle)
 			found = 1;
 	th_strv_free(l, n);
 	return found;
+}
+
+/* The "shmem" of a cgroup's memory.stat, or -1. */
+static long long cg_shmem(const char *dir)
+{
+	char line[256];
+	FILE *f = fopen(th_strf("%s/memory.stat", dir), "r");
+	long long v = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "shmem ", 6))
+			v = strtoll(line + 6, NULL, 10);
+	if (f)
+		fclose(f);
+	return v;
+}
+
+/* The most tmpfs memory ("shmem") charged to any of the worker's run
+ * cgroups ("runnel-<pid>-*" beside its v2 "worker" leaf, or below its v1
+ * memory cgroup), or -1 when it has none.  The largest: a warm sandbox's
+ * cgroup keeps its own name on v2, and the idle ones hold next to nothing. */
+long long wt_runs_max_shmem(pid_t worker)
+{
+	char line[1024], base[1024] = "";
+	FILE *f = fopen(th_strf("/proc/%d/cgroup", (int)worker), "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		const char *c = strchr(line, ':');
+		size_t l;
+		if (c && !strncmp(c, ":memory:", 8)) {
+			snprintf(base, sizeof(base), "/sys/fs/cgroup/memory%s", c + 8);
+			break;
+		}
+		if (!strncmp(line, "0::", 3) && (l = strlen(line)) > 10 && !strcmp(line + l - 7, "/worker"))
+			snprintf(base, sizeof(base), "/sys/fs/cgroup%.*s", (int)(l - 10), line + 3);
+	}
+	if (f)
+		fclose(f);
+	DIR *d = base[0] ? opendir(base) : NULL;
+	const char *prefix = th_strf("runnel-%d-", (int)worker);
+	long long best = -1;
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		long long v = cg_shmem(th_strf("%s/%s", base, de->d_name));
+		if (v > best)
+			best = v;
+	}
+	if (d)
+		closedir(d);
+	return best;
 }

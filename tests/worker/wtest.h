@@ -139,4 +139,11 @@ void wt_check_probe(int port, const char *path, long want_status, const char *wa
  * trivial run and waits for it (the first group join takes ~3 s). */
 void wt_warmup(wt_t *t);
 
+/* The most tmpfs memory ("shmem" in memory.stat) charged to any of the
+ * worker's run cgroups ("runnel-<pid>-*" beside its v2 "worker" leaf, or
+ * below its v1 memory cgroup), or -1 when it has none.  The largest: on v2
+ * a warm sandbox's cgroup keeps its own name, and idle ones hold next to
+ * nothing. */
+long long wt_runs_max_shmem(pid_t worker);
+
 #endif
