@@ -45,6 +45,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include "common/rcluster.h"
 #include "tests/support/check.h"
 
 /* ------------------------------------------------------------------------
@@ -354,6 +355,76 @@ int th_redis_clients(redisContext *c, const char *needle);
  * or dflt when the command failed or answered something else. */
 long long th_redis_int(redisContext *c, long long dflt, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
+
+/* ------------------------------------------------------------------------
+ * Redis Cluster: real redis-server nodes joined by redis-cli --cluster
+ * ------------------------------------------------------------------------ */
+
+#define TH_CLUSTER_MAX_NODES 12
+
+typedef struct th_cluster {
+	int n;                                 /* nodes started */
+	th_redis_t node[TH_CLUSTER_MAX_NODES]; /* each with its own dir and log */
+	int bus_port[TH_CLUSTER_MAX_NODES];    /* its cluster-port */
+	char url[192];                         /* node 0's URL: any node will do */
+	char password[128];                    /* "" or every node's requirepass */
+} th_cluster_t;
+
+/*
+ * Starts primaries * (1 + replicas) redis-server nodes on free loopback
+ * ports, each with cluster-enabled yes, an explicit cluster-port (the
+ * default port + 10000 can pass 65535 for an ephemeral port),
+ * cluster-node-timeout 2000, appendonly yes and extra_config_lines (NULL
+ * or lines; a "requirepass P" line also sets masterauth and is passed to
+ * redis-cli), then runs `redis-cli --cluster create ... --cluster-replicas
+ * replicas --cluster-yes` and waits (th_cluster_wait_ok) until every node
+ * agrees.  The nodes are registered children: they die with the test.
+ * 0, or -1 (printed, with redis-cli's output).
+ */
+int th_cluster_start(th_cluster_t *cl, int primaries, int replicas, const char *extra_config_lines);
+
+/*
+ * Waits up to timeout_ms until every running node says cluster_state:ok,
+ * knows all cl->n nodes, maps all 16384 slots to running primaries in its
+ * CLUSTER SLOTS (the same map on every node), and every running replica of
+ * a running primary has its replication link up.  After a primary is
+ * killed this is the moment its replica has taken over.  1, or 0 on
+ * timeout (the disagreement is printed).
+ */
+int th_cluster_wait_ok(th_cluster_t *cl, int timeout_ms);
+
+/* The index of the running node that serves slot as a primary, according
+ * to the first running node's CLUSTER SLOTS; -1 when none does. */
+int th_cluster_primary_of(th_cluster_t *cl, int slot);
+
+/* The index of a running node replicating from node primary; -1. */
+int th_cluster_replica_of(th_cluster_t *cl, int primary);
+
+/* A blocking connection to node i (th_redis_connect); NULL when down. */
+redisContext *th_cluster_connect(th_cluster_t *cl, int i);
+
+/* SIGKILL node i (a crash). 0 or -1. */
+int th_cluster_kill(th_cluster_t *cl, int i);
+
+/* Runs redis-cli with the cluster's password (via REDISCLI_AUTH) and the
+ * NULL-terminated args after it, output to log_path (NULL: the test's),
+ * up to timeout_ms.  The exit status as th_run gives it. */
+int th_cluster_cli(th_cluster_t *cl, const char *log_path, int timeout_ms, ...)
+        __attribute__((sentinel));
+
+
+/*
+ * A handle of common/rcluster (what runnel's run-state and queue calls
+ * take) to the server c is connected to, opened on first use and kept
+ * for the test's life (one per port).  For tests that hold a plain
+ * context for their own checks.  No password.  Ends the test when it
+ * cannot be opened.
+ */
+rn_rcluster_t *th_rc_for(const redisContext *c);
+
+/* A handle to url (a standalone server or any cluster node) for the
+ * caller to free with rn_rcluster_free; NULL on failure (printed). */
+rn_rcluster_t *th_rcluster_open(const char *url);
 
 /* ------------------------------------------------------------------------
  * Kafka: librdkafka's mock cluster, in the test's own process
