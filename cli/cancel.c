@@ -68,7 +68,7 @@ static int cancel_redis(const char *run_id, const char *msg)
 
 	proto_key(kctl, sizeof(kctl), g_opt.prefix, run_id, PROTO_KEY_CTL);
 	proto_key(kstate, sizeof(kstate), g_opt.prefix, run_id, PROTO_KEY_STATE);
-	redisContext *c = cli_rconn_open(g_opt.redis_url, err, sizeof(err));
+	rn_rcluster_t *c = cli_rconn_open(g_opt.redis_url, err, sizeof(err));
 	if (!c) {
 		fprintf(stderr, "runnel cancel: %s\n", err);
 		return CLI_EXIT_UNREACHABLE;
@@ -86,7 +86,7 @@ static int cancel_redis(const char *run_id, const char *msg)
 			rc = CLI_EXIT_NOT_FOUND;
 			goto out;
 		}
-		redisReply *r = redisCommand(c, "HGET %s status", kstate);
+		redisReply *r = rn_rcluster_command(c, 0, "HGET %s status", kstate);
 		if (r && r->type == REDIS_REPLY_STRING && is_terminal(r->str)) {
 			printf("run %s already ended (%s); nothing to cancel\n", run_id, r->str);
 			freeReplyObject(r);
@@ -109,7 +109,7 @@ static int cancel_redis(const char *run_id, const char *msg)
 	char kout[PROTO_KEY_MAX], ttl[24];
 	proto_key(kout, sizeof(kout), g_opt.prefix, run_id, PROTO_KEY_OUT);
 	snprintf(ttl, sizeof(ttl), "%d", CANCEL_DEFAULT_TTL_SEC);
-	redisReply *r = redisCommand(c, "EVAL %s 3 %s %s %s %s %s", lua, kctl, kstate, kout, msg, ttl);
+	redisReply *r = rn_rcluster_command(c, 0, "EVAL %s 3 %s %s %s %s %s", lua, kctl, kstate, kout, msg, ttl);
 	if (!r || r->type != REDIS_REPLY_STRING) {
 		cli_rconn_error(c, r, err, sizeof(err));
 		fprintf(stderr, "runnel cancel: %s\n", err);
@@ -122,7 +122,7 @@ static int cancel_redis(const char *run_id, const char *msg)
 	freeReplyObject(r);
 	rc = CLI_EXIT_OK;
 out:
-	redisFree(c);
+	rn_rcluster_free(c);
 	return rc;
 }
 

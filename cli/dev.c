@@ -503,14 +503,14 @@ static int start_kafka(dev_stack_t *s)
 static int redis_ping(const char *url)
 {
 	char err[256];
-	redisContext *c = cli_rconn_open(url, err, sizeof(err));
+	rn_rcluster_t *c = cli_rconn_open(url, err, sizeof(err));
 	if (!c)
 		return 0;
-	redisReply *r = redisCommand(c, "PING");
+	redisReply *r = rn_rcluster_command(c, 0, "PING");
 	int ok = r && r->type == REDIS_REPLY_STATUS && !strcmp(r->str, "PONG");
 	if (r)
 		freeReplyObject(r);
-	redisFree(c);
+	rn_rcluster_free(c);
 	return ok;
 }
 

@@ -8,19 +8,22 @@
 #include <stddef.h>
 #include <hiredis/hiredis.h>
 
+#include "common/rcluster.h"
+
 /*
- * Connects to a redis:// URL, authenticates and selects the database.
- * Returns a context the caller frees with redisFree(), or NULL with errstr
+ * Connects to a redis:// URL (a standalone server or any node of a Redis
+ * Cluster), authenticates and selects the database.  Returns a handle the
+ * caller frees with rn_rcluster_free(), or NULL with errstr
  * ("cannot reach Redis at HOST:PORT: REASON"; never the password).
  */
-redisContext *cli_rconn_open(const char *url, char *errstr, size_t errstr_size);
+rn_rcluster_t *cli_rconn_open(const char *url, char *errstr, size_t errstr_size);
 
 /* 1 when the run has a state hash or an output stream, 0 when neither, -1
  * on a Redis error (errstr filled). */
-int cli_rconn_run_exists(redisContext *c, const char *prefix, const char *run_id,
+int cli_rconn_run_exists(rn_rcluster_t *c, const char *prefix, const char *run_id,
                          char *errstr, size_t errstr_size);
 
 /* Fills errstr from a failed command: the context's error or the reply's. */
-void cli_rconn_error(redisContext *c, const redisReply *r, char *errstr, size_t errstr_size);
+void cli_rconn_error(rn_rcluster_t *c, const redisReply *r, char *errstr, size_t errstr_size);
 
 #endif

@@ -68,13 +68,13 @@ static int reply_redis(const char *run_id, const char *ask_id, const char *msg, 
 	proto_key(kstate, sizeof(kstate), g_opt.prefix, run_id, PROTO_KEY_STATE);
 	proto_key(kout, sizeof(kout), g_opt.prefix, run_id, PROTO_KEY_OUT);
 	snprintf(ttl, sizeof(ttl), "%d", REPLY_DEFAULT_TTL_SEC);
-	redisContext *c = cli_rconn_open(g_opt.redis_url, err, sizeof(err));
+	rn_rcluster_t *c = cli_rconn_open(g_opt.redis_url, err, sizeof(err));
 	if (!c) {
 		fprintf(stderr, "runnel reply: %s\n", err);
 		return CLI_EXIT_UNREACHABLE;
 	}
-	redisReply *r = redisCommand(c, "EVAL %s 3 %s %s %s %s %s %s %s", proto_ctl_reply_lua, kstate, kout, kctl,
-	                             ask_id, msg, ttl, option ? option : "");
+	redisReply *r = rn_rcluster_command(c, 0, "EVAL %s 3 %s %s %s %s %s %s %s", proto_ctl_reply_lua, kstate, kout, kctl,
+	                                    ask_id, msg, ttl, option ? option : "");
 	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
 	    r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING) {
 		cli_rconn_error(c, r, err, sizeof(err));
@@ -99,7 +99,7 @@ static int reply_redis(const char *run_id, const char *ask_id, const char *msg, 
 	}
 	if (r)
 		freeReplyObject(r);
-	redisFree(c);
+	rn_rcluster_free(c);
 	return rc;
 }
 

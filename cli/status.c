@@ -194,7 +194,7 @@ static void print_table(const char *run_id, const redisReply *h, long long lines
  * tenant over its hourly token budget starts no run until the hour turns
  * (the budget itself is the workers' setting).  Table output only.
  */
-static void print_waiting(redisContext *c, const redisReply *h)
+static void print_waiting(rn_rcluster_t *c, const redisReply *h)
 {
 	const char *st = hash_get(h, "status"), *tenant = hash_get(h, "tenant");
 	if (g_opt.json || !st || strcmp(st, "queued"))
@@ -202,7 +202,7 @@ static void print_waiting(redisContext *c, const redisReply *h)
 	char key[256];
 	snprintf(key, sizeof(key), RN_RUNQUEUE_TOKENS_FMT, g_opt.prefix, tenant && *tenant ? tenant : "default",
 	         (long long)(time(NULL) / 3600));
-	redisReply *r = redisCommand(c, "GET %s", key);
+	redisReply *r = rn_rcluster_command(c, 0, "GET %s", key);
 	long long n = 0;
 	if (r && r->type == REDIS_REPLY_STRING && parse_ll(r->str, &n) == 0 && n > 0)
 		printf("%-12s its tenant used %lld model tokens this hour; a tenant over its hourly token budget starts "
@@ -220,7 +220,7 @@ static const char *secs(char *buf, size_t size, long long ms)
 }
 
 /* The queue by tenant (deepest first).  Returns a CLI exit code. */
-static int print_queue(redisContext *c)
+static int print_queue(rn_rcluster_t *c)
 {
 	char err[256], b1[32];
 	rn_queue_stats_t st;
@@ -273,7 +273,7 @@ int cli_status_main(int argc, char **argv)
 {
 	char err[320], kstate[PROTO_KEY_MAX], kout[PROTO_KEY_MAX];
 	cli_args_t a;
-	redisContext *c = NULL;
+	rn_rcluster_t *c = NULL;
 	redisReply *h = NULL, *x = NULL;
 	int rc;
 
@@ -299,8 +299,8 @@ int cli_status_main(int argc, char **argv)
 	}
 	proto_key(kstate, sizeof(kstate), g_opt.prefix, a.pos[0], PROTO_KEY_STATE);
 	proto_key(kout, sizeof(kout), g_opt.prefix, a.pos[0], PROTO_KEY_OUT);
-	h = redisCommand(c, "HGETALL %s", kstate);
-	x = redisCommand(c, "XLEN %s", kout);
+	h = rn_rcluster_command(c, 0, "HGETALL %s", kstate);
+	x = rn_rcluster_command(c, 0, "XLEN %s", kout);
 	if (!h || h->type != REDIS_REPLY_ARRAY || !x || x->type != REDIS_REPLY_INTEGER) {
 		cli_rconn_error(c, (h && h->type == REDIS_REPLY_ERROR) ? h : x, err, sizeof(err));
 		fprintf(stderr, "runnel status: %s\n", err);
@@ -324,7 +324,7 @@ out:
 	if (x)
 		freeReplyObject(x);
 	if (c)
-		redisFree(c);
+		rn_rcluster_free(c);
 	rn_conf_free(status_opts);
 	return rc;
 }

@@ -40,9 +40,9 @@ cli_view_mode_t cli_tail_mode(int json)
 }
 
 /* Footer word for the LIVE view, from the state hash. */
-static void refresh_status(redisContext *c, const char *kstate, cli_view_t *view)
+static void refresh_status(rn_rcluster_t *c, const char *kstate, cli_view_t *view)
 {
-	redisReply *r = redisCommand(c, "HGET %s status", kstate);
+	redisReply *r = rn_rcluster_command(c, 0, "HGET %s status", kstate);
 	if (r && r->type == REDIS_REPLY_STRING) {
 		if (!strcmp(r->str, "queued"))
 			cli_view_status(view, "queued, waiting for a worker");
@@ -97,7 +97,7 @@ static void sleep_ms(int ms)
  * Waits for the run to exist (state hash or stream).  Returns 0 when it
  * does, CLI_EXIT_NOT_FOUND, CLI_EXIT_UNREACHABLE or CLI_EXIT_INTERRUPTED.
  */
-static int await_run(redisContext *c, const cli_tail_req_t *req)
+static int await_run(rn_rcluster_t *c, const cli_tail_req_t *req)
 {
 	char err[320];
 	int64_t end = req->wait_ms > 0 ? rn_mono_ms() + req->wait_ms : 0;
@@ -145,14 +145,14 @@ static int parse_id(const char *s, unsigned long long *ms, unsigned long long *s
  * (including any doubt: then the tail simply follows), -1 when the
  * connection broke.
  */
-static int ended_before(redisContext *c, const char *kout, const char *after)
+static int ended_before(rn_rcluster_t *c, const char *kout, const char *after)
 {
 	unsigned long long ams, aseq, lms, lseq;
 	int term = 0;
 
 	if (parse_id(after, &ams, &aseq) < 0)
 		return 0;
-	redisReply *r = redisCommand(c, "XREVRANGE %s + - COUNT 1", kout);
+	redisReply *r = rn_rcluster_command(c, 0, "XREVRANGE %s + - COUNT 1", kout);
 	if (!r)
 		return -1;
 	if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0]->type == REDIS_REPLY_ARRAY &&
@@ -181,14 +181,14 @@ static int ended_before(redisContext *c, const char *kout, const char *after)
 }
 
 /* Replaces a broken connection, retrying until TAIL_RECONNECT_MS passes. */
-static redisContext *reconnect(const cli_tail_req_t *req, cli_view_t *view, char *err, size_t errsz)
+static rn_rcluster_t *reconnect(const cli_tail_req_t *req, cli_view_t *view, char *err, size_t errsz)
 {
 	int64_t end = rn_mono_ms() + TAIL_RECONNECT_MS;
 	cli_view_status(view, "reconnecting to Redis");
 	while (rn_mono_ms() < end && !cli_interrupted()) {
 		cli_view_tick(view);
 		sleep_ms(TAIL_LIVE_TICK_MS * 2);
-		redisContext *c = cli_rconn_open(req->redis_url, err, errsz);
+		rn_rcluster_t *c = cli_rconn_open(req->redis_url, err, errsz);
 		if (c) {
 			cli_view_status(view, "running");
 			return c;
@@ -210,14 +210,14 @@ int cli_tail_follow(const cli_tail_req_t *req)
 	}
 	snprintf(last_id, sizeof(last_id), "%s", req->after ? req->after : "0-0");
 
-	redisContext *c = cli_rconn_open(req->redis_url, err, sizeof(err));
+	rn_rcluster_t *c = cli_rconn_open(req->redis_url, err, sizeof(err));
 	if (!c) {
 		fprintf(stderr, "runnel %s: %s\n", req->verb, err);
 		return CLI_EXIT_UNREACHABLE;
 	}
 	rc = await_run(c, req);
 	if (rc != 0) {
-		redisFree(c);
+		rn_rcluster_free(c);
 		return rc;
 	}
 	if (req->after) {
@@ -227,7 +227,7 @@ int cli_tail_follow(const cli_tail_req_t *req)
 				cli_rconn_error(c, NULL, err, sizeof(err));
 				fprintf(stderr, "runnel %s: %s\n", req->verb, err);
 			}
-			redisFree(c);
+			rn_rcluster_free(c);
 			return ended < 0 ? CLI_EXIT_UNREACHABLE : ended == 1 ? CLI_EXIT_OK
 			                                                     : CLI_EXIT_RUN_ERROR;
 		}
@@ -236,7 +236,7 @@ int cli_tail_follow(const cli_tail_req_t *req)
 	cli_view_t *view = cli_view_new(req->mode, stdout, req->run_id, 0, 0);
 	if (!view) {
 		fprintf(stderr, "runnel %s: out of memory\n", req->verb);
-		redisFree(c);
+		rn_rcluster_free(c);
 		return CLI_EXIT_RUN_ERROR;
 	}
 	int live = req->mode == CLI_VIEW_LIVE;
@@ -251,9 +251,9 @@ int cli_tail_follow(const cli_tail_req_t *req)
 			refresh_status(c, kstate, view);
 			next_poll = rn_mono_ms() + TAIL_STATE_POLL_MS;
 		}
-		redisReply *r = redisCommand(c, "XREAD COUNT %d BLOCK %d STREAMS %s %s",
-		                             TAIL_BATCH, block, kout, last_id);
-		if (!r || c->err) {
+		redisReply *r = rn_rcluster_command(c, 0, "XREAD COUNT %d BLOCK %d STREAMS %s %s",
+		                                    TAIL_BATCH, block, kout, last_id);
+		if (!r) {
 			/* The connection broke: resume after last_id on a new one. */
 			if (r)
 				freeReplyObject(r);
@@ -262,7 +262,7 @@ int cli_tail_follow(const cli_tail_req_t *req)
 				break;
 			}
 			cli_rconn_error(c, NULL, err, sizeof(err));
-			redisFree(c);
+			rn_rcluster_free(c);
 			c = reconnect(req, view, err, sizeof(err));
 			if (!c) {
 				if (cli_interrupted()) {
@@ -316,7 +316,7 @@ int cli_tail_follow(const cli_tail_req_t *req)
 	cli_view_finish(view);
 	cli_view_free(view);
 	if (c)
-		redisFree(c);
+		rn_rcluster_free(c);
 	return rc;
 }
 

@@ -3,6 +3,7 @@
  */
 #include "common/redis.h"
 #include "common/log.h"
+#include "common/rcluster.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -142,7 +143,27 @@ static void conn_down(rn_redis_conn_t *rc, const char *why)
 	rc->retry_at = rn_mono_ms() + back;
 }
 
-redisContext *rn_redis_conn_get(rn_redis_conn_t *rc, long *wait_ms)
+/* rn_redis_conn_get's LOADING check over every primary: a server still
+ * loading its data, or (standalone) no answer at all. */
+struct loading_check {
+	int loading;
+	int replies;
+};
+
+static int loading_reply(void *arg, const char *node, redisReply *r)
+{
+	struct loading_check *lc = arg;
+	(void)node;
+	if (!r)
+		return 0;
+	lc->replies++;
+	if ((r->type == REDIS_REPLY_STRING && strstr(r->str, "loading:1")) ||
+	    (r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "LOADING", 7)))
+		lc->loading = 1;
+	return 0;
+}
+
+rn_rcluster_t *rn_redis_conn_get(rn_redis_conn_t *rc, long *wait_ms)
 {
 	if (rc->c)
 		return rc->c;
@@ -153,13 +174,23 @@ redisContext *rn_redis_conn_get(rn_redis_conn_t *rc, long *wait_ms)
 		return NULL;
 	}
 	char why[256];
-	rc->c = rn_redis_connect(rc->url, rc->connect_timeout_ms, RN_REDIS_COMMAND_TIMEOUT_MS, why, sizeof(why));
-	int loading = rc->c ? rn_redis_loading(rc->c) : 0;
-	if (loading) {
-		redisFree(rc->c);
-		rc->c = NULL;
-		snprintf(why, sizeof(why), "%s",
-		         loading > 0 ? "Redis is loading its dataset" : "connection lost while checking Redis");
+	rn_rcluster_opts_t o = RN_RCLUSTER_OPTS_INIT;
+	o.connect_timeout_ms = rc->connect_timeout_ms;
+	o.command_timeout_ms = RN_REDIS_COMMAND_TIMEOUT_MS;
+	/* The owners retry with this backoff: a call waits out a short
+	 * cluster hiccup, not a whole failover. */
+	o.retry_budget_ms = 3000;
+	rc->c = rn_rcluster_open(rc->url, &o, why, sizeof(why));
+	if (rc->c) {
+		static const char *argv[] = { "INFO", "persistence" };
+		struct loading_check lc = { 0, 0 };
+		rn_rcluster_each_primary(rc->c, 2, argv, NULL, loading_reply, &lc);
+		if (lc.loading || !lc.replies) {
+			rn_rcluster_free(rc->c);
+			rc->c = NULL;
+			snprintf(why, sizeof(why), "%s",
+			         lc.loading ? "Redis is loading its dataset" : "connection lost while checking Redis");
+		}
 	}
 	if (!rc->c) {
 		conn_down(rc, why);
@@ -168,7 +199,7 @@ redisContext *rn_redis_conn_get(rn_redis_conn_t *rc, long *wait_ms)
 		return NULL;
 	}
 	if (rc->client_name[0]) {
-		redisReply *r = redisCommand(rc->c, "CLIENT SETNAME %s", rc->client_name);
+		redisReply *r = rn_rcluster_command(rc->c, 0, "CLIENT SETNAME %s", rc->client_name);
 		if (r)
 			freeReplyObject(r);
 	}
@@ -190,6 +221,6 @@ void rn_redis_conn_failed(rn_redis_conn_t *rc, const char *what, const char *err
 void rn_redis_conn_close(rn_redis_conn_t *rc)
 {
 	if (rc->c)
-		redisFree(rc->c);
+		rn_rcluster_free(rc->c);
 	rc->c = NULL;
 }

@@ -48,38 +48,42 @@ int rn_redis_loading(redisContext *c);
 /*
  * A blocking connection that reconnects itself, for the threads that talk
  * to Redis all their life (the worker's main loop, claimer and control
- * reader, the dispatcher's janitor): one backoff (rn_backoff_ms from
+ * reader, the dispatcher's janitor).  It holds a common/rcluster router,
+ * so a standalone server or any node of a Redis Cluster will do: one backoff (rn_backoff_ms from
  * RN_REDIS_BACKOFF_MIN_MS to RN_REDIS_BACKOFF_MAX_MS), one command timeout,
  * one log event for each change ("redis_unreachable" when it goes down,
  * again every 20 failed connects; "redis_reconnected" when it is back), and
- * a server still loading its data (LOADING) counted as down.
+ * a server (or any primary of a cluster) still loading its data (LOADING)
+ * counted as down.
  * @locality the thread that owns it.
  */
 #define RN_REDIS_BACKOFF_MIN_MS     50
 #define RN_REDIS_BACKOFF_MAX_MS     2000
 #define RN_REDIS_COMMAND_TIMEOUT_MS 5000 /* above any BLOCK these threads send */
 
+struct rn_rcluster; /* common/rcluster.h */
+
 typedef struct rn_redis_conn {
 	const rn_redis_url_t *url; /* borrowed */
 	char who[32];              /* names the owner in its log lines */
 	char client_name[48];      /* CLIENT SETNAME after each connect; "" none */
 	int connect_timeout_ms;
-	redisContext *c;  /* NULL while down */
-	unsigned attempt; /* failed connects since the last success */
-	int64_t retry_at; /* monotonic ms: no connect before */
-	int down;         /* it failed since the last success */
+	struct rn_rcluster *c; /* the router; NULL while down */
+	unsigned attempt;      /* failed connects since the last success */
+	int64_t retry_at;      /* monotonic ms: no connect before */
+	int down;              /* it failed since the last success */
 } rn_redis_conn_t;
 
 void rn_redis_conn_init(rn_redis_conn_t *rc, const rn_redis_url_t *url, const char *who,
                         const char *client_name, int connect_timeout_ms);
-/* The context, connecting first when there is none and the backoff has
+/* The router, connecting first when there is none and the backoff has
  * passed; NULL while Redis is down, with *wait_ms (when not NULL) how long
  * until the next try is worth it. */
-redisContext *rn_redis_conn_get(rn_redis_conn_t *rc, long *wait_ms);
-/* A command on the context failed (err in words): logged as redis_error,
- * the context is dropped and the next connect waits for the backoff. */
+struct rn_rcluster *rn_redis_conn_get(rn_redis_conn_t *rc, long *wait_ms);
+/* A command on the router failed (err in words): logged as redis_error,
+ * the router is dropped and the next connect waits for the backoff. */
 void rn_redis_conn_failed(rn_redis_conn_t *rc, const char *what, const char *err);
-/* Frees the context (the connection may be used again). */
+/* Frees the router (the connection may be used again). */
 void rn_redis_conn_close(rn_redis_conn_t *rc);
 
 /* Turns a missing reply (the context's error, else "connection lost") or an

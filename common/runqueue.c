@@ -278,19 +278,19 @@ static int run_keys(qkeys_t *k, const char *prefix, const char *run_id, const ch
 }
 
 /* rn_redis_reply_check, freeing a failed reply. */
-static int check(redisContext *c, redisReply *r, const char *what, char *errstr, size_t errstr_size)
+static int check(rn_rcluster_t *c, redisReply *r, const char *what, char *errstr, size_t errstr_size)
 {
-	if (rn_redis_reply_check(c, r, what, errstr, errstr_size) == 0)
+	if (rn_rcluster_reply_check(c, r, what, errstr, errstr_size) == 0)
 		return 0;
 	if (r)
 		freeReplyObject(r);
 	return -1;
 }
 
-static int eval_int(redisContext *c, int argc, const char **argv, const size_t *lens,
+static int eval_int(rn_rcluster_t *c, int argc, const char **argv, const size_t *lens,
                     const char *what, char *errstr, size_t errstr_size)
 {
-	return (int)rn_redis_command_ll(c, argc, argv, lens, what, errstr, errstr_size);
+	return (int)rn_rcluster_command_ll(c, 0, argc, argv, lens, what, errstr, errstr_size);
 }
 
 int rn_runqueue_depth_key(const char *prefix, char *buf, size_t size)
@@ -302,7 +302,7 @@ int rn_runqueue_depth_key(const char *prefix, char *buf, size_t size)
 	return snprintf(buf, size, "%s", k.depth) < (int)size ? 0 : -1;
 }
 
-int rn_runqueue_mark(redisContext *c, const char *prefix, const char *run_id,
+int rn_runqueue_mark(rn_rcluster_t *c, const char *prefix, const char *run_id,
                      const char *tenant, int64_t enqueued_at, int64_t ttl_sec,
                      const rn_queue_fields_t *f, char *errstr, size_t errstr_size)
 {
@@ -334,13 +334,13 @@ int rn_runqueue_mark(redisContext *c, const char *prefix, const char *run_id,
 	return eval_int(c, argc, argv, NULL, "queue mark", errstr, errstr_size) < 0 ? -1 : 0;
 }
 
-int rn_idem_claim(redisContext *c, const char *idem_rkey, const char *run_id, int64_t ttl_sec,
+int rn_idem_claim(rn_rcluster_t *c, const char *idem_rkey, const char *run_id, int64_t ttl_sec,
                   char owner[65], char *errstr, size_t errstr_size)
 {
 	char a_ttl[24];
 	snprintf(a_ttl, sizeof(a_ttl), "%" PRId64, ttl_sec > 0 ? ttl_sec : 86400);
 	const char *argv[] = { "EVAL", rn_idem_claim_lua, "1", idem_rkey, run_id, a_ttl };
-	redisReply *r = redisCommandArgv(c, 6, argv, NULL);
+	redisReply *r = rn_rcluster_argv(c, 0, 6, argv, NULL);
 	if (check(c, r, "idempotency claim", errstr, errstr_size) < 0)
 		return -1;
 	int ret = -1;
@@ -356,7 +356,7 @@ int rn_idem_claim(redisContext *c, const char *idem_rkey, const char *run_id, in
 	return ret;
 }
 
-int rn_runqueue_push(redisContext *c, const char *prefix, const char *run_id,
+int rn_runqueue_push(rn_rcluster_t *c, const char *prefix, const char *run_id,
                      const char *tenant, int priority, const void *entry, size_t len,
                      char *errstr, size_t errstr_size)
 {
@@ -390,7 +390,7 @@ void rn_queue_item_clear(rn_queue_item_t *it)
 	memset(it, 0, sizeof(*it));
 }
 
-int rn_runqueue_take(redisContext *c, const char *prefix, const rn_tenant_caps_t *caps,
+int rn_runqueue_take(rn_rcluster_t *c, const char *prefix, const rn_tenant_caps_t *caps,
                      int64_t inflight_ms, int64_t lease_ms, rn_queue_item_t *it,
                      char *errstr, size_t errstr_size)
 {
@@ -453,7 +453,7 @@ int rn_runqueue_take(redisContext *c, const char *prefix, const rn_tenant_caps_t
 		argv[a++] = "~tokdef";
 		argv[a++] = nums[3 + ncaps + ntok];
 	}
-	redisReply *r = redisCommandArgv(c, (int)a, argv, NULL);
+	redisReply *r = rn_rcluster_argv(c, 0, (int)a, argv, NULL);
 	free(argv);
 	free(nums);
 	free(tnames);
@@ -486,7 +486,7 @@ int rn_runqueue_take(redisContext *c, const char *prefix, const rn_tenant_caps_t
 	return ret;
 }
 
-int rn_runqueue_ack(redisContext *c, const char *prefix, const char *run_id,
+int rn_runqueue_ack(rn_rcluster_t *c, const char *prefix, const char *run_id,
                     const char *tenant, int running, char *errstr, size_t errstr_size)
 {
 	qkeys_t k;
@@ -498,7 +498,7 @@ int rn_runqueue_ack(redisContext *c, const char *prefix, const char *run_id,
 	return eval_int(c, 12, argv, NULL, "queue ack", errstr, errstr_size) < 0 ? -1 : 0;
 }
 
-int rn_runqueue_release(redisContext *c, const char *prefix, const char *run_id,
+int rn_runqueue_release(rn_rcluster_t *c, const char *prefix, const char *run_id,
                         const char *tenant, char *errstr, size_t errstr_size)
 {
 	qkeys_t k;
@@ -509,7 +509,7 @@ int rn_runqueue_release(redisContext *c, const char *prefix, const char *run_id,
 	return eval_int(c, 6, argv, NULL, "queue release", errstr, errstr_size) < 0 ? -1 : 0;
 }
 
-int rn_runqueue_touch(redisContext *c, const char *prefix, const char *const *run_ids,
+int rn_runqueue_touch(rn_rcluster_t *c, const char *prefix, const char *const *run_ids,
                       const char *const *tenants, size_t n, int64_t lease_ms,
                       char *errstr, size_t errstr_size)
 {
@@ -525,8 +525,8 @@ int rn_runqueue_touch(redisContext *c, const char *prefix, const char *const *ru
 			continue;
 		snprintf(runset, sizeof(runset), "%srun:%s", k.q, tenants[i]);
 		const char *argv[] = { "EVAL", lua_touch, "1", runset, run_ids[i], a_lease };
-		if (redisAppendCommandArgv(c, 6, argv, NULL) != REDIS_OK) {
-			snprintf(errstr, errstr_size, "redis queue touch: %s", c->errstr);
+		if (rn_rcluster_append_argv(c, 0, 6, argv, NULL) < 0) {
+			snprintf(errstr, errstr_size, "redis queue touch: %s", rn_rcluster_errstr(c));
 			return -1;
 		}
 		sent++;
@@ -534,16 +534,16 @@ int rn_runqueue_touch(redisContext *c, const char *prefix, const char *const *ru
 	int ret = 0;
 	for (size_t i = 0; i < sent; i++) {
 		redisReply *r = NULL;
-		if (redisGetReply(c, (void **)&r) != REDIS_OK)
-			return rn_redis_reply_check(c, NULL, "queue touch", errstr, errstr_size);
-		if (rn_redis_reply_check(c, r, "queue touch", errstr, errstr_size) < 0)
+		if (rn_rcluster_get_reply(c, &r) < 0)
+			return rn_rcluster_reply_check(c, NULL, "queue touch", errstr, errstr_size);
+		if (rn_rcluster_reply_check(c, r, "queue touch", errstr, errstr_size) < 0)
 			ret = -1;
 		freeReplyObject(r);
 	}
 	return ret;
 }
 
-int rn_runqueue_wait(redisContext *c, const char *prefix, int timeout_ms,
+int rn_runqueue_wait(rn_rcluster_t *c, const char *prefix, int timeout_ms,
                      char *errstr, size_t errstr_size)
 {
 	qkeys_t k;
@@ -552,7 +552,7 @@ int rn_runqueue_wait(redisContext *c, const char *prefix, int timeout_ms,
 		return -1;
 	snprintf(secs, sizeof(secs), "%d.%03d", timeout_ms / 1000, timeout_ms % 1000);
 	const char *argv[] = { "BLPOP", k.wake, secs };
-	redisReply *r = redisCommandArgv(c, 3, argv, NULL);
+	redisReply *r = rn_rcluster_argv(c, 0, 3, argv, NULL);
 	if (check(c, r, "queue wait", errstr, errstr_size) < 0)
 		return -1;
 	int ret = r->type == REDIS_REPLY_ARRAY ? 1 : 0;
@@ -568,7 +568,7 @@ static int cmp_depth(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
-int rn_runqueue_stats(redisContext *c, const char *prefix, size_t max_tenants,
+int rn_runqueue_stats(rn_rcluster_t *c, const char *prefix, size_t max_tenants,
                       rn_queue_stats_t *st, char *errstr, size_t errstr_size)
 {
 	qkeys_t k;
@@ -576,7 +576,7 @@ int rn_runqueue_stats(redisContext *c, const char *prefix, size_t max_tenants,
 	if (qkeys_make(&k, prefix, errstr, errstr_size) < 0)
 		return -1;
 	const char *argv[] = { "EVAL", lua_stats, "4", k.ring, k.age, k.inflight, k.depth, k.q };
-	redisReply *r = redisCommandArgv(c, 8, argv, NULL);
+	redisReply *r = rn_rcluster_argv(c, 0, 8, argv, NULL);
 	if (check(c, r, "queue stats", errstr, errstr_size) < 0)
 		return -1;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements < 15 || (r->elements - 15) % 4) {

@@ -47,6 +47,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "common/rcluster.h"
+
 #define RN_TENANT_MAX 64
 
 /* What the state hash learns at intake besides status and tenant (SPEC
@@ -64,7 +66,7 @@ typedef struct rn_queue_fields {
  * ttl_sec, unless the hash already has a status other than queued (then
  * nothing changes but a missing tenant field).  0 or -1.
  */
-int rn_runqueue_mark(redisContext *c, const char *prefix, const char *run_id,
+int rn_runqueue_mark(rn_rcluster_t *c, const char *prefix, const char *run_id,
                      const char *tenant, int64_t enqueued_at, int64_t ttl_sec,
                      const rn_queue_fields_t *f, char *errstr, size_t errstr_size);
 
@@ -84,7 +86,7 @@ extern const char rn_idem_release_lua[];
 /* rn_idem_claim_lua on a synchronous connection: the owner goes to owner
  * (65 bytes).  1 when run_id owns the key, 0 when another run does, -1 on
  * error. */
-int rn_idem_claim(redisContext *c, const char *idem_rkey, const char *run_id, int64_t ttl_sec,
+int rn_idem_claim(rn_rcluster_t *c, const char *idem_rkey, const char *run_id, int64_t ttl_sec,
                   char owner[65], char *errstr, size_t errstr_size);
 
 /*
@@ -93,7 +95,7 @@ int rn_idem_claim(redisContext *c, const char *idem_rkey, const char *run_id, in
  * twice.  1 queued, 0 already there, -1 on error.  When this returns >= 0
  * the write is as durable as the Redis server makes writes.
  */
-int rn_runqueue_push(redisContext *c, const char *prefix, const char *run_id,
+int rn_runqueue_push(rn_rcluster_t *c, const char *prefix, const char *run_id,
                      const char *tenant, int priority, const void *entry, size_t len,
                      char *errstr, size_t errstr_size);
 
@@ -135,7 +137,7 @@ typedef struct rn_queue_item {
  * their tenant's queue first.  1 with *it filled, 0 when nothing can be
  * taken, -1 on error.
  */
-int rn_runqueue_take(redisContext *c, const char *prefix, const rn_tenant_caps_t *caps,
+int rn_runqueue_take(rn_rcluster_t *c, const char *prefix, const rn_tenant_caps_t *caps,
                      int64_t inflight_ms, int64_t lease_ms, rn_queue_item_t *it,
                      char *errstr, size_t errstr_size);
 
@@ -148,16 +150,16 @@ void rn_queue_item_clear(rn_queue_item_t *it);
  * until rn_runqueue_release); 0 removes it (the claim skipped it) and wakes
  * a claimer.  0 or -1.
  */
-int rn_runqueue_ack(redisContext *c, const char *prefix, const char *run_id,
+int rn_runqueue_ack(rn_rcluster_t *c, const char *prefix, const char *run_id,
                     const char *tenant, int running, char *errstr, size_t errstr_size);
 
 /* A run ended: out of its tenant's running set; wakes a claimer.  0 or -1. */
-int rn_runqueue_release(redisContext *c, const char *prefix, const char *run_id,
+int rn_runqueue_release(rn_rcluster_t *c, const char *prefix, const char *run_id,
                         const char *tenant, char *errstr, size_t errstr_size);
 
 /* Renews (or restores) the running-set leases of n runs this worker is
  * running (pipelined).  0 or -1. */
-int rn_runqueue_touch(redisContext *c, const char *prefix, const char *const *run_ids,
+int rn_runqueue_touch(rn_rcluster_t *c, const char *prefix, const char *const *run_ids,
                       const char *const *tenants, size_t n, int64_t lease_ms,
                       char *errstr, size_t errstr_size);
 
@@ -166,7 +168,7 @@ int rn_runqueue_touch(redisContext *c, const char *prefix, const char *const *ru
  * freed).  1 woken, 0 timed out, -1 on error.  The context's own timeout
  * must be longer than timeout_ms.
  */
-int rn_runqueue_wait(redisContext *c, const char *prefix, int timeout_ms,
+int rn_runqueue_wait(rn_rcluster_t *c, const char *prefix, int timeout_ms,
                      char *errstr, size_t errstr_size);
 
 typedef struct rn_queue_tenant {
@@ -190,7 +192,7 @@ typedef struct rn_queue_stats {
 /* Reads the queue's depth and its tenants (the ring's first 1000 looked
  * at; at most max_tenants listed, the deepest first).  0 or -1.  Free with
  * rn_queue_stats_clear. */
-int rn_runqueue_stats(redisContext *c, const char *prefix, size_t max_tenants,
+int rn_runqueue_stats(rn_rcluster_t *c, const char *prefix, size_t max_tenants,
                       rn_queue_stats_t *st, char *errstr, size_t errstr_size);
 void rn_queue_stats_clear(rn_queue_stats_t *st);
 

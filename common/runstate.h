@@ -40,6 +40,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "common/rcluster.h"
+
 #define RN_RUNSTATE_DETAIL_MAX 160
 
 typedef enum {
@@ -67,7 +69,7 @@ typedef struct rn_claim {
  * to the state hash while the run is live (choose max runtime + retention).
  * 0 with *out filled, or -1 with errstr (Redis error or unreachable).
  */
-int rn_runstate_claim(redisContext *c, const char *prefix, const char *run_id,
+int rn_runstate_claim(rn_rcluster_t *c, const char *prefix, const char *run_id,
                       const char *worker_id, int64_t lease_ms, int64_t enqueued_at,
                       int64_t ttl_sec, rn_claim_t *out,
                       char *errstr, size_t errstr_size);
@@ -78,7 +80,7 @@ int rn_runstate_claim(redisContext *c, const char *prefix, const char *run_id,
  * any more (do not redeem anything), -1 on a Redis error.  Idempotent: a
  * retry after a lost reply answers 1 when the run is already running for us.
  */
-int rn_runstate_start(redisContext *c, const char *prefix, const char *run_id,
+int rn_runstate_start(rn_rcluster_t *c, const char *prefix, const char *run_id,
                       const char *worker_id, char *errstr, size_t errstr_size);
 
 /*
@@ -87,7 +89,7 @@ int rn_runstate_start(redisContext *c, const char *prefix, const char *run_id,
  * owned[i] is set to 1 when renewed, 0 when the run is terminal or not ours
  * (someone wrote worker_lost: stop it).  0, or -1 on a Redis error.
  */
-int rn_runstate_heartbeat(redisContext *c, const char *prefix,
+int rn_runstate_heartbeat(rn_rcluster_t *c, const char *prefix,
                           const char *const *run_ids, size_t n,
                           const char *worker_id, int64_t lease_ms, int *owned,
                           char *errstr, size_t errstr_size);
@@ -101,14 +103,14 @@ int rn_runstate_heartbeat(redisContext *c, const char *prefix,
  * result line).  1 when written, 0 when the run already had a terminal line
  * (nothing written), -1 on a Redis error.  Safe to retry.
  */
-int rn_runstate_finish(redisContext *c, const char *prefix, const char *run_id,
+int rn_runstate_finish(rn_rcluster_t *c, const char *prefix, const char *run_id,
                        const char *line, size_t len, const char *status,
                        const char *code, int64_t retention_sec,
                        char *errstr, size_t errstr_size);
 
 /* rn_runstate_finish that also sets the state hash's `usage` field (the
  * SPEC §4 object as JSON text) in the same script; usage NULL or "": none. */
-int rn_runstate_finish_usage(redisContext *c, const char *prefix, const char *run_id, const char *line, size_t len,
+int rn_runstate_finish_usage(rn_rcluster_t *c, const char *prefix, const char *run_id, const char *line, size_t len,
                              const char *status, const char *code, int64_t retention_sec, const char *usage,
                              char *errstr, size_t errstr_size);
 
@@ -122,7 +124,7 @@ int rn_runstate_finish_usage(redisContext *c, const char *prefix, const char *ru
  * are removed from the set.  on_lost (may be NULL) is called for each run
  * this call ended.  Returns the number ended, or -1 on a Redis error.
  */
-int rn_runstate_sweep(redisContext *c, const char *prefix, int64_t retention_sec,
+int rn_runstate_sweep(rn_rcluster_t *c, const char *prefix, int64_t retention_sec,
                       size_t max, void (*on_lost)(const char *run_id, void *arg),
                       void *arg, char *errstr, size_t errstr_size);
 
@@ -136,7 +138,7 @@ int rn_runstate_sweep(redisContext *c, const char *prefix, int64_t retention_sec
  * traceparent) on the terminal line.
  */
 int rn_webhook_outbox_key(const char *prefix, char *buf, size_t size);
-int rn_webhook_arm(redisContext *c, const char *prefix, const char *run_id, int64_t due_ms,
+int rn_webhook_arm(rn_rcluster_t *c, const char *prefix, const char *run_id, int64_t due_ms,
                    char *errstr, size_t errstr_size);
 
 /* The message of the worker_lost line the sweep and a claim write. */
@@ -146,7 +148,7 @@ int rn_webhook_arm(redisContext *c, const char *prefix, const char *run_id, int6
  * Reads the state hash field (e.g. "status") into buf.  1 when present, 0
  * when absent, -1 on error.  For tests and the CLI.
  */
-int rn_runstate_get(redisContext *c, const char *prefix, const char *run_id,
+int rn_runstate_get(rn_rcluster_t *c, const char *prefix, const char *run_id,
                     const char *field, char *buf, size_t size,
                     char *errstr, size_t errstr_size);
 

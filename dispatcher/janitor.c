@@ -41,7 +41,7 @@ static void sweep(dispatcher_janitor_t *j)
 {
 	char err[256];
 
-	redisContext *c = rn_redis_conn_get(&j->rc, NULL);
+	rn_rcluster_t *c = rn_redis_conn_get(&j->rc, NULL);
 	if (!c)
 		return; /* the next sweep tries again */
 	if (rn_runstate_sweep(c, j->d->cfg->key_prefix, j->d->cfg->retention_sec, 100, on_lost, j, err,

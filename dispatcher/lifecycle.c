@@ -14,6 +14,7 @@
 #include <event2/dns.h>
 
 #include "common/log.h"
+#include "common/rcluster.h"
 #include "common/util.h"
 
 /* How long the loop runs after the streams were ended at a stop, so that
@@ -59,6 +60,27 @@ int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_c
 	if (rn_redis_url_parse(cfg->redis_url, &d->redis_url, uerr, sizeof(uerr)) < 0) {
 		snprintf(errstr, errstr_size, "--redis-url/RUNNEL_REDIS_URL: %s", uerr);
 		return -1;
+	}
+	{
+		/*
+		 * A wrong Redis is refused at start with the reason, not met
+		 * by a reconnect loop.  A cluster too: the sweep routes by
+		 * slot, but the request and tail connections (async, below)
+		 * do not yet.  A Redis that does not answer yet is left to
+		 * those loops, as before.
+		 */
+		int kind = rn_rcluster_probe(&d->redis_url, 1000, uerr, sizeof(uerr));
+
+		if (kind == -1) {
+			snprintf(errstr, errstr_size, "--redis-url/RUNNEL_REDIS_URL: %s", uerr);
+			return -1;
+		}
+		if (kind == 1) {
+			snprintf(errstr, errstr_size,
+			         "--redis-url/RUNNEL_REDIS_URL names a Redis Cluster node: runnel-dispatcher needs a "
+			         "standalone Redis for now (docs/operations.md, section 6)");
+			return -1;
+		}
 	}
 	if (split_listen(cfg->listen, host, sizeof(host), &port) < 0) {
 		snprintf(errstr, errstr_size, "--listen/RUNNEL_LISTEN: expected host:port");

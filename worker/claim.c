@@ -53,7 +53,7 @@ char *worker_queue_entry(const worker_config_t *cfg, const proto_job_t *job,
 	return s;
 }
 
-worker_queue_push_t worker_queue_push(redisContext *c, const worker_config_t *cfg,
+worker_queue_push_t worker_queue_push(rn_rcluster_t *c, const worker_config_t *cfg,
                                       const proto_job_t *job, const rd_kafka_message_t *m,
                                       int *already, char *errstr, size_t errstr_size)
 {
@@ -102,7 +102,8 @@ worker_queue_push_t worker_queue_push(redisContext *c, const worker_config_t *cf
 		return WORKER_QUEUE_REDIS;
 	*already = pushed == 0;
 	if (cfg->queue_wait_replicas > 0) {
-		redisReply *r = redisCommand(c, "WAIT %ld %d", cfg->queue_wait_replicas, 1000);
+		/* Keyless: it goes to the node the push went to, the queue's. */
+		redisReply *r = rn_rcluster_command(c, 0, "WAIT %ld %d", cfg->queue_wait_replicas, 1000);
 		long long got = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
 		if (r)
 			freeReplyObject(r);
@@ -222,10 +223,10 @@ static void nap(worker_claimer_t *cl, long ms)
 
 /* The claimer's connection; while Redis is down, naps until the next try
  * (a stop cuts the nap short). */
-static redisContext *conn(worker_claimer_t *cl)
+static rn_rcluster_t *conn(worker_claimer_t *cl)
 {
 	long wait = 0;
-	redisContext *c = rn_redis_conn_get(&cl->rc, &wait);
+	rn_rcluster_t *c = rn_redis_conn_get(&cl->rc, &wait);
 	if (!c)
 		nap(cl, wait);
 	return c;
@@ -274,7 +275,7 @@ static int open_entry(worker_claimer_t *cl, const rn_queue_item_t *it, proto_job
 }
 
 /* A run whose entry cannot be opened can never start: end it. */
-static void end_unopenable(worker_claimer_t *cl, redisContext *c, const rn_queue_item_t *it,
+static void end_unopenable(worker_claimer_t *cl, rn_rcluster_t *c, const rn_queue_item_t *it,
                            const char *why)
 {
 	char err[256];
@@ -294,7 +295,7 @@ static void end_unopenable(worker_claimer_t *cl, redisContext *c, const rn_queue
 
 /* One take.  1 when something was taken (try again at once), 0 when the
  * queue had nothing for us, -1 on a Redis error (already handled). */
-static int take_one(worker_claimer_t *cl, redisContext *c)
+static int take_one(worker_claimer_t *cl, rn_rcluster_t *c)
 {
 	const worker_config_t *cfg = cl->cfg;
 	char err[256];
@@ -392,7 +393,7 @@ static void *claimer_main(void *arg)
 		pthread_mutex_unlock(&cl->bg.mu);
 		if (stop)
 			break;
-		redisContext *c = conn(cl);
+		rn_rcluster_t *c = conn(cl);
 		if (!c)
 			continue;
 		int r = take_one(cl, c);
@@ -521,7 +522,7 @@ void worker_claimer_stop(worker_claimer_t *cl)
 	for (size_t i = 0; i < cl->nready; i++) {
 		worker_claimed_t *wc = cl->ready[i];
 		char err[256];
-		redisContext *c = conn(cl);
+		rn_rcluster_t *c = conn(cl);
 		size_t len = 0;
 		char *line = proto_env_make_error(PROTO_ERR_WORKER_SHUTDOWN,
 		                                  "The worker shut down before the run could start.",

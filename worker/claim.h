@@ -75,7 +75,7 @@ typedef enum {
  * never redeemed.  Anything but WORKER_QUEUE_PUSHED comes with errstr.  The entry's plaintext is wiped before returning.
  * @locality main thread (c is the main thread's connection).
  */
-worker_queue_push_t worker_queue_push(redisContext *c, const worker_config_t *cfg,
+worker_queue_push_t worker_queue_push(rn_rcluster_t *c, const worker_config_t *cfg,
                                       const proto_job_t *job, const rd_kafka_message_t *m,
                                       int *already, char *errstr, size_t errstr_size);
 

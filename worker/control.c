@@ -28,6 +28,9 @@
 /* No reply this long after the block ended: the connection is dead. */
 #define CTL_REPLY_SLACK_MS 10000
 #define CTL_UNBLOCK_TRIES  20
+/* On a Redis Cluster, how often each watched :ctl stream is read (a new
+ * run is read at once). */
+#define CTL_CLUSTER_POLL_MS 250
 
 typedef struct watch {
 	char run_id[PROTO_RUN_ID_MAX + 1];
@@ -145,15 +148,15 @@ static void handle_stream(worker_control_t *wc, const redisReply *s)
 
 /* CLIENT UNBLOCK on the side connection: 1 unblocked, 0 not blocked, -1
  * connection error, -2 refused by the server. */
-static int unblock(const worker_control_t *wc, redisContext **u, long long cid)
+static int unblock(const worker_control_t *wc, rn_rcluster_t **u, long long cid)
 {
 	if (!*u) {
 		char err[256];
-		*u = worker_redis_connect(&wc->cfg->redis, 1000, err, sizeof(err));
+		*u = worker_redis_open(&wc->cfg->redis, 1000, 10000, err, sizeof(err));
 		if (!*u)
 			return -1;
 	}
-	redisReply *r = redisCommand(*u, "CLIENT UNBLOCK %lld", cid);
+	redisReply *r = rn_rcluster_command(*u, 0, "CLIENT UNBLOCK %lld", cid);
 	if (r && r->type == REDIS_REPLY_ERROR) {
 		freeReplyObject(r);
 		return -2;
@@ -161,7 +164,7 @@ static int unblock(const worker_control_t *wc, redisContext **u, long long cid)
 	if (!r || r->type != REDIS_REPLY_INTEGER) {
 		if (r)
 			freeReplyObject(r);
-		redisFree(*u);
+		rn_rcluster_free(*u);
 		*u = NULL;
 		return -1;
 	}
@@ -177,7 +180,7 @@ static int unblock(const worker_control_t *wc, redisContext **u, long long cid)
  * cancel for a run claimed a moment ago is not held up by the old block.
  * Returns the reply, or NULL when the connection failed.
  */
-static redisReply *xread(worker_control_t *wc, redisContext *c, redisContext **u,
+static redisReply *xread(worker_control_t *wc, redisContext *c, rn_rcluster_t **u,
                          long long cid, int ac, const char **argv)
 {
 	if (redisAppendCommandArgv(c, ac, argv, NULL) != REDIS_OK)
@@ -231,12 +234,55 @@ static redisReply *xread(worker_control_t *wc, redisContext *c, redisContext **u
 	}
 }
 
+/*
+ * A cluster refuses one XREAD over streams of different slots, so there
+ * each watched :ctl stream is read on its own, without blocking, in one
+ * pipeline (a batch per primary), and the loop waits CTL_CLUSTER_POLL_MS
+ * or until a run is added.  0, or -1 when a read failed (the handle
+ * reconnects by itself; the caller backs off).
+ */
+static int poll_cluster(worker_control_t *wc, rn_rcluster_t *h, char (*keys)[PROTO_KEY_MAX],
+                        char (*ids)[48], size_t n)
+{
+	size_t sent = 0;
+	int ret = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		const char *argv[] = { "XREAD", "COUNT", "16", "STREAMS", keys[i], ids[i] };
+		if (rn_rcluster_append_argv(h, RN_RCLUSTER_IDEMPOTENT, 6, argv, NULL) == 0)
+			sent++;
+	}
+	for (size_t i = 0; i < sent; i++) {
+		redisReply *r = NULL;
+		if (rn_rcluster_get_reply(h, &r) < 0 || r->type == REDIS_REPLY_ERROR) {
+			if (ret == 0)
+				rn_log_warn(NULL, "control_read", "%.160s",
+				            r ? r->str : rn_rcluster_errstr(h));
+			ret = -1;
+		}
+		for (size_t j = 0; r && r->type == REDIS_REPLY_ARRAY && j < r->elements; j++)
+			handle_stream(wc, r->element[j]);
+		if (r)
+			freeReplyObject(r);
+	}
+	struct pollfd p = { wc->wake_fd, POLLIN, 0 };
+	if (poll(&p, 1, CTL_CLUSTER_POLL_MS) > 0) {
+		uint64_t v;
+		ssize_t rr = read(wc->wake_fd, &v, sizeof(v));
+		(void)rr;
+	}
+	return ret;
+}
+
 static void *control_main(void *arg)
 {
 	worker_control_t *wc = arg;
 	rn_redis_conn_t conn;
-	redisContext *c = NULL, *u = NULL; /* c: conn's, while it lasts */
-	long long cid = -1;                /* CLIENT ID of c, for CLIENT UNBLOCK */
+	rn_rcluster_t *h = NULL, *u = NULL; /* h: conn's, while it lasts */
+	redisContext *c = NULL;             /* h's connection (standalone) */
+	long long cid = -1;                 /* CLIENT ID of c, for CLIENT UNBLOCK */
+	int have_cid = 0;
+	unsigned attempt = 0; /* cluster polls failed in a row */
 	rn_redis_conn_init(&conn, &wc->cfg->redis, "control", NULL, 1000);
 	/* argv: XREAD COUNT 16 BLOCK ms STREAMS k1..kn id1..idn */
 	size_t argc_max = 6 + 2 * wc->max;
@@ -268,13 +314,29 @@ static void *control_main(void *arg)
 		wc->dirty = 0;
 		pthread_mutex_unlock(&wc->bg.mu);
 
-		if (!c) {
+		if (!h) {
 			long wait = 0;
-			c = rn_redis_conn_get(&conn, &wait);
-			if (!c) {
+			char err[256];
+			h = rn_redis_conn_get(&conn, &wait);
+			if (!h) {
 				sleep_ms(wait);
 				continue;
 			}
+			if (!rn_rcluster_is_cluster(h) && !(c = rn_rcluster_slot_context(h, 0, err, sizeof(err)))) {
+				rn_redis_conn_failed(&conn, "connect", err);
+				h = NULL;
+				continue;
+			}
+		}
+		if (rn_rcluster_is_cluster(h)) {
+			if (poll_cluster(wc, h, keys, ids, n) < 0)
+				sleep_ms(rn_backoff_ms(attempt++, RN_REDIS_BACKOFF_MIN_MS, RN_REDIS_BACKOFF_MAX_MS));
+			else
+				attempt = 0;
+			continue;
+		}
+		if (!have_cid) {
+			have_cid = 1;
 			redisReply *ir = redisCommand(c, "CLIENT ID");
 			cid = ir && ir->type == REDIS_REPLY_INTEGER ? ir->integer : -1;
 			if (ir)
@@ -301,7 +363,10 @@ static void *control_main(void *arg)
 			if (r)
 				freeReplyObject(r);
 			rn_redis_conn_failed(&conn, "read", err);
+			h = NULL;
 			c = NULL;
+			cid = -1;
+			have_cid = 0;
 			continue;
 		}
 		for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
@@ -310,8 +375,7 @@ static void *control_main(void *arg)
 	}
 out:
 	rn_redis_conn_close(&conn);
-	if (u)
-		redisFree(u);
+	rn_rcluster_free(u);
 	free(argv);
 	free(keys);
 	free(ids);

@@ -38,6 +38,7 @@
 #include "common/io.h"
 #include "common/log.h"
 #include "common/netaddr.h"
+#include "common/rcluster.h"
 #include "common/runqueue.h"
 #include "common/util.h"
 #include "worker/egress.h"
@@ -103,8 +104,8 @@ struct worker_gateway {
 	int64_t max_tokens;
 	int over; /* 1 run budget, 2 tenant budget */
 	int64_t tenant_budget;
-	int64_t tenant_used; /* last count seen in Redis */
-	redisContext *redis; /* tenant counting, under mu */
+	int64_t tenant_used;  /* last count seen in Redis */
+	rn_rcluster_t *redis; /* tenant counting, under mu (any node of a cluster) */
 };
 
 /* ------------------------------------------------------------------------
@@ -242,14 +243,17 @@ static long long tenant_cmd(worker_gateway_t *g, int argc, const char **argv)
 	char err[256] = "not connected";
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (!g->redis) {
-			g->redis = rn_redis_connect(g->conf->redis, 2000, 2000, err, sizeof(err));
+			rn_rcluster_opts_t o = RN_RCLUSTER_OPTS_INIT;
+			o.command_timeout_ms = 2000;
+			o.retry_budget_ms = 2000;
+			g->redis = rn_rcluster_open(g->conf->redis, &o, err, sizeof(err));
 			if (!g->redis)
 				break;
 		}
-		long long v = rn_redis_command_ll(g->redis, argc, argv, NULL, "tenant budget", err, sizeof(err));
+		long long v = rn_rcluster_command_ll(g->redis, 0, argc, argv, NULL, "tenant budget", err, sizeof(err));
 		if (v >= 0)
 			return v;
-		redisFree(g->redis);
+		rn_rcluster_free(g->redis);
 		g->redis = NULL;
 	}
 	rn_log_warn(g->run_id, "gateway", "tenant budget: %s", err);
@@ -1734,8 +1738,7 @@ void worker_gateway_stop(worker_gateway_t *g)
 		close(g->tfd);
 	if (g->stop_fd >= 0)
 		close(g->stop_fd);
-	if (g->redis)
-		redisFree(g->redis);
+	rn_rcluster_free(g->redis);
 	for (int p = 0; p < P_COUNT; p++) {
 		if (g->prov[p].key) {
 			sodium_memzero(g->prov[p].key, strlen(g->prov[p].key));

@@ -66,6 +66,7 @@ typedef struct worker {
 	worker_webhook_t *webhook; /* the completion webhooks' delivery thread */
 	worker_claimer_t *claimer;
 	worker_http_t *http;
+	int redis_kind;     /* rn_rcluster_probe at start: 1 cluster, 0 standalone, -2 not answering */
 	rn_redis_conn_t rc; /* main thread's Redis: claim, heartbeat, sweep */
 
 	pthread_mutex_t mu;                    /* guards runs[] for the control thread, done[] */
@@ -104,7 +105,7 @@ static void pump(worker_t *w);
  * The main Redis connection
  * ------------------------------------------------------------------------ */
 
-static redisContext *main_redis(worker_t *w)
+static rn_rcluster_t *main_redis(worker_t *w)
 {
 	return rn_redis_conn_get(&w->rc, NULL);
 }
@@ -127,7 +128,7 @@ static void update_busy(worker_t *w)
 static void release_slot(worker_t *w, const char *run_id, const char *tenant)
 {
 	char err[256];
-	redisContext *c = main_redis(w);
+	rn_rcluster_t *c = main_redis(w);
 	/* Unreachable Redis: the running-set lease lapses by itself. */
 	if (c && rn_runqueue_release(c, w->cfg.key_prefix, run_id, tenant, err, sizeof(err)) < 0)
 		main_redis_failed(w, "queue release", err);
@@ -273,7 +274,7 @@ static int intake(worker_t *w, rd_kafka_message_t *m)
 	if (job.traceparent_dropped)
 		rn_log_warn(job.run_id, "traceparent_dropped", "the job's traceparent is not W3C Trace Context; the run "
 		                                               "starts a trace of its own");
-	redisContext *c = main_redis(w);
+	rn_rcluster_t *c = main_redis(w);
 	if (!c) {
 		proto_job_clear(&job);
 		return 0;
@@ -367,7 +368,7 @@ static void start_claimed(worker_claimed_t *wc, void *arg)
 		pthread_mutex_unlock(&w->mu);
 		w->busy--;
 		worker_control_unwatch(w->control, run->run_id);
-		redisContext *c = main_redis(w);
+		rn_rcluster_t *c = main_redis(w);
 		size_t len = 0;
 		char *line = proto_env_make_error(PROTO_ERR_INTERNAL, "The worker could not start the run.",
 		                                  rn_now_ms(), &len);
@@ -440,7 +441,7 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 		}
 	if (n == 0)
 		return;
-	redisContext *c = main_redis(w);
+	rn_rcluster_t *c = main_redis(w);
 	if (!c)
 		return;
 	char err[256];
@@ -475,7 +476,7 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 	/* Renew our own leases first: after a Redis outage longer than a lease
 	 * this worker's live runs would otherwise look dead to its own sweep. */
 	heartbeat_cb(fd, what, arg);
-	redisContext *c = main_redis(w);
+	rn_rcluster_t *c = main_redis(w);
 	if (!c)
 		return;
 	char err[256];
@@ -518,7 +519,7 @@ static void stats_cb(evutil_socket_t fd, short what, void *arg)
 	worker_t *w = arg;
 	/* A sandbox init still exiting when its run was cleaned up. */
 	worker_sandbox_reap_orphans();
-	redisContext *c = main_redis(w);
+	rn_rcluster_t *c = main_redis(w);
 	if (!c)
 		return;
 	char err[256];
@@ -753,6 +754,17 @@ static int worker_setup(worker_t *w, int argc, char **argv, char *limits_warn, s
 	/* Secrets in our own environment are not needed past this point. */
 	worker_config_wipe_env("RUNNEL_REDIS_URL");
 	worker_config_wipe_env("RUNNEL_KAFKA_PROPERTIES");
+	/* A wrong Redis (a password it refuses, not Redis at all, a cluster
+	 * with unserved slots) is refused now with the reason rather than
+	 * retried forever; one that does not answer yet is waited for by the
+	 * reconnect loops, as before. */
+	int kind = rn_rcluster_probe(&w->cfg.redis, 2000, err, sizeof(err));
+	if (kind == -1) {
+		rn_log_error(NULL, "config", "RUNNEL_REDIS_URL: %s", err);
+		worker_config_free(&w->cfg);
+		return 2;
+	}
+	w->redis_kind = kind;
 
 	/* Each sandbox's init comes back here when bwrap exits, and is reaped
 	 * (worker/sandbox.h), as it would be were this a container's pid 1. */
@@ -1018,9 +1030,12 @@ int main(int argc, char **argv)
 	}
 
 	rn_log_info(NULL, "worker_started",
-	            "worker %s: topic %s, group %s, %ld slot(s), sandbox %s, lease %ld s, metrics %s:%d",
+	            "worker %s: topic %s, group %s, %ld slot(s), sandbox %s, lease %ld s, metrics %s:%d, redis %s",
 	            w->cfg.worker_id, w->cfg.jobs_topic, w->cfg.group, w->cfg.slots, w->cfg.sandbox,
-	            w->cfg.lease_sec, w->cfg.metrics_host[0] ? w->cfg.metrics_host : "off", mport);
+	            w->cfg.lease_sec, w->cfg.metrics_host[0] ? w->cfg.metrics_host : "off", mport,
+	            w->redis_kind == 1           ? "cluster (commands routed by slot)"
+	                    : w->redis_kind == 0 ? "standalone"
+	                                         : "not answering yet");
 	log_limits(&w->cfg, limits_warn);
 
 	event_base_dispatch(w->base);

@@ -15,12 +15,18 @@
 #include "common/log.h"
 #include "common/redis.h"
 
-redisContext *worker_redis_connect(const rn_redis_url_t *url, int timeout_ms,
-                                   char *errstr, size_t errstr_size)
+rn_rcluster_t *worker_redis_open(const rn_redis_url_t *url, int timeout_ms, int command_timeout_ms,
+                                 char *errstr, size_t errstr_size)
 {
 	char why[256];
-	/* Replies may take a while under load, but a dead server must not hang a run. */
-	redisContext *c = rn_redis_connect(url, timeout_ms, 10000, why, sizeof(why));
+	rn_rcluster_opts_t o = RN_RCLUSTER_OPTS_INIT;
+
+	o.connect_timeout_ms = timeout_ms;
+	o.command_timeout_ms = command_timeout_ms;
+	/* The callers retry with their own backoff and stop word: a call
+	 * waits out a short cluster hiccup, not a whole failover. */
+	o.retry_budget_ms = 3000;
+	rn_rcluster_t *c = rn_rcluster_open(url, &o, why, sizeof(why));
 
 	if (!c) {
 		/* A longer message is cut (and ends with "..."), never an error of its own. */
@@ -43,6 +49,7 @@ int worker_pub_init(worker_pub_t *p, const rn_redis_url_t *url, const char *pref
 	snprintf(p->run_id, sizeof(p->run_id), "%s", run_id);
 	if (proto_key(p->key, sizeof(p->key), prefix, run_id, PROTO_KEY_OUT) < 0)
 		return -1;
+	p->slot = rn_rcluster_key_slot(p->key, strlen(p->key));
 	p->lens = malloc(WORKER_PUB_BATCH_LINES * sizeof(*p->lens));
 	if (!p->lens)
 		return -1;
@@ -51,7 +58,7 @@ int worker_pub_init(worker_pub_t *p, const rn_redis_url_t *url, const char *pref
 
 struct worker_pub_pool {
 	pthread_mutex_t mu;
-	redisContext **idle;
+	rn_rcluster_t **idle;
 	size_t n, cap;
 };
 
@@ -72,30 +79,28 @@ void worker_pub_pool_free(worker_pub_pool_t *pool)
 	if (!pool)
 		return;
 	for (size_t i = 0; i < pool->n; i++)
-		redisFree(pool->idle[i]);
+		rn_rcluster_free(pool->idle[i]);
 	pthread_mutex_destroy(&pool->mu);
 	free(pool->idle);
 	free(pool);
 }
 
-/* An idle connection the server has not closed, or NULL.  Redis never
- * writes to an idle client, so anything readable is the close. */
-static redisContext *pool_take(worker_pub_pool_t *pool)
+/* An idle handle with a connection the server has not closed, or NULL. */
+static rn_rcluster_t *pool_take(worker_pub_pool_t *pool)
 {
 	for (;;) {
 		pthread_mutex_lock(&pool->mu);
-		redisContext *c = pool->n ? pool->idle[--pool->n] : NULL;
+		rn_rcluster_t *c = pool->n ? pool->idle[--pool->n] : NULL;
 		pthread_mutex_unlock(&pool->mu);
 		if (!c)
 			return NULL;
-		struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
-		if (poll(&pfd, 1, 0) == 0)
+		if (rn_rcluster_idle_check(c))
 			return c;
-		redisFree(c);
+		rn_rcluster_free(c);
 	}
 }
 
-static void pool_put(worker_pub_pool_t *pool, redisContext *c)
+static void pool_put(worker_pub_pool_t *pool, rn_rcluster_t *c)
 {
 	pthread_mutex_lock(&pool->mu);
 	if (pool->n < pool->cap) {
@@ -104,16 +109,16 @@ static void pool_put(worker_pub_pool_t *pool, redisContext *c)
 	}
 	pthread_mutex_unlock(&pool->mu);
 	if (c)
-		redisFree(c);
+		rn_rcluster_free(c);
 }
 
 void worker_pub_free(worker_pub_t *p)
 {
 	/* Nothing pending on it: the next run may use it as it is. */
-	if (p->c && p->pool && !p->inflight && !p->c->err)
-		pool_put(p->pool, p->c);
-	else if (p->c)
-		redisFree(p->c);
+	if (p->rc && p->pool && !p->inflight && !(p->c && p->c->err))
+		pool_put(p->pool, p->rc);
+	else if (p->rc)
+		rn_rcluster_free(p->rc);
 	free(p->buf);
 	free(p->lens);
 	memset(p, 0, sizeof(*p));
@@ -171,10 +176,11 @@ void worker_pub_backoff(worker_pub_t *p, unsigned attempt)
 
 void worker_pub_reset(worker_pub_t *p)
 {
-	if (p->c) {
-		redisFree(p->c);
-		p->c = NULL;
-	}
+	/* The handle stays (its map, its other nodes); the run's node
+	 * connection goes, and the map is read again before the next use. */
+	if (p->rc)
+		rn_rcluster_reset_slot(p->rc, p->slot);
+	p->c = NULL;
 	p->inflight = 0;
 }
 
@@ -186,17 +192,20 @@ void worker_pub_reset(worker_pub_t *p)
  * refused ones could never be written below the new stream top.  So no
  * batch is sent before the load is over.
  */
-redisContext *worker_pub_ctx(worker_pub_t *p)
+rn_rcluster_t *worker_pub_ctx(worker_pub_t *p)
 {
 	unsigned attempt = 0;
-	if (!p->c && p->pool)
-		p->c = pool_take(p->pool);
+	if (!p->rc && p->pool)
+		p->rc = pool_take(p->pool);
 	while (!p->c) {
 		char err[256];
 		if (p->stop && worker_stopword_given_up(p->stop))
 			return NULL;
-		p->c = worker_redis_connect(p->url, 1000, err, sizeof(err));
-		if (p->c) {
+		if (!p->rc)
+			p->rc = worker_redis_open(p->url, 1000, 10000, err, sizeof(err));
+		/* Replies may take a while under load, but a dead server must not
+		 * hang a run: the handle's command timeout is 10 s. */
+		if (p->rc && (p->c = rn_rcluster_slot_context(p->rc, p->slot, err, sizeof(err)))) {
 			int loading = rn_redis_loading(p->c);
 			if (loading == 0)
 				break;
@@ -209,7 +218,15 @@ redisContext *worker_pub_ctx(worker_pub_t *p)
 		p->retries++;
 		worker_pub_backoff(p, attempt++);
 	}
-	return p->c;
+	return p->rc;
+}
+
+/* A refusal that means "not this node (any more)": the map is behind. */
+static int wrong_node(const redisReply *r)
+{
+	return r->type == REDIS_REPLY_ERROR && r->str &&
+	        (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0 ||
+	         strncmp(r->str, "CLUSTERDOWN", 11) == 0 || strncmp(r->str, "TRYAGAIN", 8) == 0);
 }
 
 /* 1 when the error means the entry is already in the stream. */
@@ -311,7 +328,7 @@ static int collect(worker_pub_t *p)
 	redisContext *c = p->c;
 	size_t count = p->inflight;
 	size_t acked = 0, acked_bytes = 0;
-	int failed = 0;
+	int failed = 0, moved = 0;
 
 	p->inflight = 0;
 	for (size_t i = 0; i < count + 2; i++) {
@@ -346,8 +363,14 @@ static int collect(worker_pub_t *p)
 			rn_log_warn(p->run_id, "redis_publish", "batch refused: %.120s; retrying", r->str);
 			failed = 1;
 		}
+		if (wrong_node(r))
+			moved = 1;
 		freeReplyObject(r);
 	}
+	/* A cluster moved the run's slot (or is electing its primary): the
+	 * batch was refused whole; the next attempt goes where the map says. */
+	if (moved)
+		worker_pub_reset(p);
 	if (acked) {
 		p->published += acked;
 		p->first_n += acked;

@@ -23,20 +23,24 @@
 
 #include <hiredis/hiredis.h>
 
+#include "common/rcluster.h"
 #include "common/util.h"
 #include "proto/job.h"
 #include "proto/keys.h"
 #include "worker/stop.h"
 
-/* Connects, authenticates and selects the db.  NULL with errstr (never
- * quoting the password). */
-redisContext *worker_redis_connect(const rn_redis_url_t *url, int timeout_ms,
-                                   char *errstr, size_t errstr_size);
+/* Connects to a standalone Redis or any node of a Redis Cluster (with
+ * AUTH and SELECT), commands answered within command_timeout_ms.  A
+ * cluster's failover is waited out for a few seconds inside a call, then
+ * the call fails and the caller's own retry loop goes on.  NULL with
+ * errstr (never quoting the password). */
+rn_rcluster_t *worker_redis_open(const rn_redis_url_t *url, int timeout_ms, int command_timeout_ms,
+                                 char *errstr, size_t errstr_size);
 
 /*
- * Idle publishing connections kept between runs, so that a run's first
- * Redis call does not pay for a connect, AUTH, SELECT and the LOADING
- * check.  A connection goes back only when nothing is pending on it; one
+ * Idle publishing connections (handles, with their node connections) kept
+ * between runs, so that a run's first Redis call does not pay for a
+ * connect, AUTH, SELECT, the cluster detection and the LOADING check.  A connection goes back only when nothing is pending on it; one
  * the server closed meanwhile (a restart) is noticed when taken and
  * dropped.  Thread-safe.
  */
@@ -52,7 +56,9 @@ void worker_pub_pool_free(worker_pub_pool_t *pool);
 
 typedef struct worker_pub {
 	const rn_redis_url_t *url; /* borrowed */
-	redisContext *c;           /* owned; NULL while disconnected */
+	rn_rcluster_t *rc;         /* owned; NULL while disconnected */
+	redisContext *c;           /* rc's connection to the node of key's slot, or NULL */
+	unsigned slot;             /* key's hash slot */
 	char key[PROTO_KEY_MAX];
 	int64_t seq_base;
 	uint64_t next_n; /* id sequence of the next line added */
@@ -106,11 +112,11 @@ int worker_pub_pump(worker_pub_t *p);
 int worker_pub_wait_fd(const worker_pub_t *p);
 
 /*
- * A connected context for one-off calls (state updates), reconnecting with
+ * A connected handle for one-off calls (state updates), reconnecting with
  * the same backoff; NULL only when the stop word gave up.  After a
  * failing call, call worker_pub_reset() so the next use reconnects.
  */
-redisContext *worker_pub_ctx(worker_pub_t *p);
+rn_rcluster_t *worker_pub_ctx(worker_pub_t *p);
 void worker_pub_reset(worker_pub_t *p);
 
 /* Sleeps the retry backoff for attempt (0, 1, 2, ...), in slices that

@@ -219,7 +219,7 @@ static int emit_cb(const char *line, size_t len, void *arg)
 }
 
 /* One run-state script call on c: >= 0 its answer, -1 with err. */
-typedef int (*state_call_fn)(run_io_t *io, redisContext *c, const void *arg, char *err, size_t err_size);
+typedef int (*state_call_fn)(run_io_t *io, rn_rcluster_t *c, const void *arg, char *err, size_t err_size);
 
 /* Makes a run-state call, retrying across reconnects (each retry logged as
  * event and counted in retries unless NULL); -1 once the stop word gave up. */
@@ -229,7 +229,7 @@ static int state_call(run_io_t *io, state_call_fn fn, const void *arg, const cha
 	unsigned attempt = 0;
 	for (;;) {
 		char err[256];
-		redisContext *c = worker_pub_ctx(&io->pub);
+		rn_rcluster_t *c = worker_pub_ctx(&io->pub);
 		if (!c)
 			return -1;
 		int rc = fn(io, c, arg, err, sizeof(err));
@@ -249,7 +249,7 @@ typedef struct finish_args {
 	const char *usage; /* the state hash's usage field, or NULL */
 } finish_args_t;
 
-static int finish_call(run_io_t *io, redisContext *c, const void *arg, char *err, size_t err_size)
+static int finish_call(run_io_t *io, rn_rcluster_t *c, const void *arg, char *err, size_t err_size)
 {
 	const finish_args_t *f = arg;
 	return rn_runstate_finish_usage(c, io->cfg->key_prefix, io->run->run_id, f->line, f->len, f->status, f->code,
@@ -759,7 +759,7 @@ static worker_stop_t run_stop_of(worker_run_t *run)
 	return worker_stopword_reason(&run->stop);
 }
 
-static int start_call(run_io_t *io, redisContext *c, const void *arg, char *err, size_t err_size)
+static int start_call(run_io_t *io, rn_rcluster_t *c, const void *arg, char *err, size_t err_size)
 {
 	(void)arg;
 	return rn_runstate_start(c, io->cfg->key_prefix, io->run->run_id, io->cfg->worker_id, err, err_size);

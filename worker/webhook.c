@@ -17,12 +17,14 @@
 #include "common/bg.h"
 #include "common/log.h"
 #include "common/netaddr.h"
+#include "common/rcluster.h"
 #include "common/redis.h"
 #include "common/runstate.h"
 #include "common/util.h"
 #include "common/webhook_url.h"
 #include "proto/keys.h"
 #include "proto/webhook.h"
+#include "worker/publish.h"
 
 #define TAKE_MAX       64     /* due entries taken per look */
 #define LEASE_EXTRA_MS 5000   /* a taken entry's lease past the attempt's timeout */
@@ -132,7 +134,7 @@ struct worker_webhook {
 
 /* The thread's connection; NULL while Redis is down (the outbox is looked
  * at again on the next poll, so no nap here: curl's transfers go on). */
-static redisContext *wh_redis(worker_webhook_t *wh)
+static rn_rcluster_t *wh_redis(worker_webhook_t *wh)
 {
 	return rn_redis_conn_get(&wh->rc, NULL);
 }
@@ -168,24 +170,24 @@ static const char lua_note[] =
 static void resched(worker_webhook_t *wh, const char *run_id, int64_t expected, int64_t due)
 {
 	char a_exp[24], a_due[24], err[256];
-	redisContext *c = wh_redis(wh);
+	rn_rcluster_t *c = wh_redis(wh);
 	if (!c)
 		return; /* the lease runs out and the entry comes due anyway */
 	snprintf(a_exp, sizeof(a_exp), "%" PRId64, expected);
 	snprintf(a_due, sizeof(a_due), "%" PRId64, due);
 	const char *argv[] = { "EVAL", lua_resched, "1", wh->outbox, run_id, a_exp, a_due };
-	if (rn_redis_command_ll(c, 7, argv, NULL, "webhook reschedule", err, sizeof(err)) < 0)
+	if (rn_rcluster_command_ll(c, 0, 7, argv, NULL, "webhook reschedule", err, sizeof(err)) < 0)
 		wh_redis_failed(wh, "reschedule", err);
 }
 
 static void outbox_remove(worker_webhook_t *wh, const char *run_id)
 {
 	char err[256];
-	redisContext *c = wh_redis(wh);
+	rn_rcluster_t *c = wh_redis(wh);
 	if (!c)
 		return;
 	const char *argv[] = { "ZREM", wh->outbox, run_id };
-	if (rn_redis_command_ll(c, 3, argv, NULL, "webhook remove", err, sizeof(err)) < 0)
+	if (rn_rcluster_command_ll(c, 0, 3, argv, NULL, "webhook remove", err, sizeof(err)) < 0)
 		wh_redis_failed(wh, "remove", err);
 }
 
@@ -193,13 +195,13 @@ static void outbox_remove(worker_webhook_t *wh, const char *run_id)
 static void note(worker_webhook_t *wh, const char *run_id, const char *state, long attempts, const char *error)
 {
 	char key[PROTO_KEY_MAX], a_att[24], err[256];
-	redisContext *c = wh_redis(wh);
+	rn_rcluster_t *c = wh_redis(wh);
 	if (!c || proto_key(key, sizeof(key), wh->cfg->key_prefix, run_id, PROTO_KEY_STATE) < 0)
 		return;
 	snprintf(a_att, sizeof(a_att), "%ld", attempts);
 	const char *argv[] = { "EVAL", lua_note, "1", key, "webhook_state", state, "webhook_attempts", a_att,
 		               "webhook_error", error ? error : "" };
-	if (rn_redis_command_ll(c, 10, argv, NULL, "webhook note", err, sizeof(err)) < 0)
+	if (rn_rcluster_command_ll(c, 0, 10, argv, NULL, "webhook note", err, sizeof(err)) < 0)
 		wh_redis_failed(wh, "note", err);
 }
 
@@ -390,7 +392,7 @@ static void take_due(worker_webhook_t *wh)
 	long room = wh->cfg->webhook_parallel - wh->nactive;
 	if (room <= 0)
 		return;
-	redisContext *c = wh_redis(wh);
+	rn_rcluster_t *c = wh_redis(wh);
 	if (!c)
 		return;
 	int64_t now = rn_now_ms();
@@ -398,8 +400,8 @@ static void take_due(worker_webhook_t *wh)
 	snprintf(a_lease, sizeof(a_lease), "%ld", wh->cfg->webhook_timeout_sec * 1000 + LEASE_EXTRA_MS);
 	snprintf(a_max, sizeof(a_max), "%ld", room < TAKE_MAX ? room : TAKE_MAX);
 	const char *argv[] = { "EVAL", lua_take, "1", wh->outbox, a_now, a_lease, a_max };
-	redisReply *r = redisCommandArgv(c, 7, argv, NULL);
-	if (rn_redis_reply_check(c, r, "webhook take", err, sizeof(err)) < 0) {
+	redisReply *r = rn_rcluster_argv(c, 0, 7, argv, NULL);
+	if (rn_rcluster_reply_check(c, r, "webhook take", err, sizeof(err)) < 0) {
 		if (r)
 			freeReplyObject(r);
 		wh_redis_failed(wh, "take", err);
@@ -421,8 +423,8 @@ static void take_due(worker_webhook_t *wh)
 			outbox_remove(wh, run_id);
 			continue;
 		}
-		redisReply *s = redisCommand(c, "HMGET %s status ended_at code usage webhook webhook_attempts traceparent", key);
-		if (rn_redis_reply_check(c, s, "webhook state", err, sizeof(err)) < 0) {
+		redisReply *s = rn_rcluster_command(c, 0, "HMGET %s status ended_at code usage webhook webhook_attempts traceparent", key);
+		if (rn_rcluster_reply_check(c, s, "webhook state", err, sizeof(err)) < 0) {
 			if (s)
 				freeReplyObject(s);
 			freeReplyObject(r);

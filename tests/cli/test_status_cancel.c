@@ -176,7 +176,7 @@ static void test_queue(void)
 	clirun_free(&p);
 	const char *runs[][2] = { { "run_q1", "acme" }, { "run_q2", "acme" }, { "run_q3", "beta" } };
 	for (int i = 0; i < 3; i++)
-		TH_CHECK(rn_runqueue_push(T.c, "runnel", runs[i][0], runs[i][1], 5, "{\"ref\":{}}", 10,
+		TH_CHECK(rn_runqueue_push(th_rc_for(T.c), "runnel", runs[i][0], runs[i][1], 5, "{\"ref\":{}}", 10,
 		                          err, sizeof(err)) == 1,
 		         "%s", err);
 	TH_CHECK(run(ARGS("status"), NULL, &p) == 0, "%s", p.err);

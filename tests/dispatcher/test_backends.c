@@ -87,7 +87,7 @@ static int key_gone(void *arg)
 static int run_ended(void *arg)
 {
 	char st[32] = "", err[128];
-	return rn_runstate_get(C, "runnel", arg, "ended_at", st, sizeof(st), err, sizeof(err)) == 1;
+	return rn_runstate_get(th_rc_for(C), "runnel", arg, "ended_at", st, sizeof(st), err, sizeof(err)) == 1;
 }
 
 /* The last line of a run's stream (a static buffer). */
@@ -186,7 +186,7 @@ int main(void)
 	TH_CHECK(th_streq(jfield(last_line(first), "message"), "once"), "it ran: %s", last_line(first));
 	TH_CHECK(jobs_on_kafka() == 1, "exactly one job reached Kafka");
 	char st[64] = "";
-	rn_runstate_get(C, "runnel", first, "priority", st, sizeof(st), err, sizeof(err));
+	rn_runstate_get(th_rc_for(C), "runnel", first, "priority", st, sizeof(st), err, sizeof(err));
 	TH_CHECK(th_streq(st, "7"), "priority 7 in the state hash (%s)", st);
 
 	/* /stream with the same key tails the first run (to its end). */
@@ -265,7 +265,7 @@ int main(void)
 	                 !strstr(msg, "b7ad6b7169203331"),
 	         "the sandbox's TRACEPARENT (the run's, over the one /env gave): %s", msg);
 	TH_CHECK(th_streq(jfield(last, "otel"), "https://otel.example:4318 agent-x"), "OTEL_* passed through: %s", last);
-	rn_runstate_get(C, "runnel", "run_tp", "traceparent", st, sizeof(st), err, sizeof(err));
+	rn_runstate_get(th_rc_for(C), "runnel", "run_tp", "traceparent", st, sizeof(st), err, sizeof(err));
 	TH_CHECK(th_streq(st, TP), "state hash traceparent %s", st);
 	TH_REQUIRE(dt_http(&r, "GET", th_strf("%s/v1/runs/run_tp", D.base), NULL, NULL, 0, 10000) == 0);
 	TH_CHECK(r.status == 200 && strstr(r.body, "\"traceparent\":\"" TP "\"") && strstr(r.body, "\"priority\":5"),

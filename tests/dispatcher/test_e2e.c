@@ -60,7 +60,7 @@ static int ended(void *arg)
 {
 	char st[32] = "", err[128];
 
-	return rn_runstate_get(C, "runnel", arg, "status", st, sizeof(st), err, sizeof(err)) == 1 &&
+	return rn_runstate_get(th_rc_for(C), "runnel", arg, "status", st, sizeof(st), err, sizeof(err)) == 1 &&
 	        strcmp(st, "cancelled") == 0;
 }
 

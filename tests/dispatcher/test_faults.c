@@ -173,9 +173,9 @@ static void test_lost_sweep(void)
 	char err[256], **lines = NULL, type[16], code[32];
 	size_t n = 0;
 
-	TH_REQUIRE(rn_runstate_claim(C, "runnel", "lost_1", "w-gone", 300, 0, 3600, &cl, err, sizeof(err)) == 0, "%s", err);
+	TH_REQUIRE(rn_runstate_claim(th_rc_for(C), "runnel", "lost_1", "w-gone", 300, 0, 3600, &cl, err, sizeof(err)) == 0, "%s", err);
 	TH_REQUIRE(cl.status == RN_CLAIM_OK);
-	TH_REQUIRE(rn_runstate_start(C, "runnel", "lost_1", "w-gone", err, sizeof(err)) == 1, "%s", err);
+	TH_REQUIRE(rn_runstate_start(th_rc_for(C), "runnel", "lost_1", "w-gone", err, sizeof(err)) == 1, "%s", err);
 	/* No worker renews the lease: the dispatcher's sweep ends the run. */
 	TH_CHECK(th_wait_stream_terminal(C, "runnel:{lost_1}:out", 8000), "run not ended by the sweep");
 	TH_REQUIRE(th_stream_read_all(C, "runnel:{lost_1}:out", &lines, NULL, &n) == 0 && n == 1);
@@ -183,7 +183,7 @@ static void test_lost_sweep(void)
 	                 strcmp(type, "error") == 0 && strcmp(code, "worker_lost") == 0,
 	         "%s", lines[0]);
 	th_strv_free(lines, n);
-	TH_CHECK(rn_runstate_get(C, "runnel", "lost_1", "status", type, sizeof(type), err, sizeof(err)) == 1 &&
+	TH_CHECK(rn_runstate_get(th_rc_for(C), "runnel", "lost_1", "status", type, sizeof(type), err, sizeof(err)) == 1 &&
 	                 strcmp(type, "lost") == 0,
 	         "%s", type);
 }

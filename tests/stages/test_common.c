@@ -14,6 +14,7 @@
 
 #include "common/bg.h"
 #include "common/dynbuf.h"
+#include "common/rcluster.h"
 #include "common/redis.h"
 #include "common/strv.h"
 #include "common/util.h"
@@ -228,7 +229,7 @@ static void test_bg(void)
 
 /* The reconnecting connection: down while nobody listens (with a wait
  * within the backoff), up once the server is there, and a failed command
- * drops the context for the next get to replace. */
+ * drops the router for the next get to replace. */
 static void test_conn(void)
 {
 	rn_redis_url_t u;
@@ -247,19 +248,19 @@ static void test_conn(void)
 	TH_REQUIRE(th_redis_start(&r, "") == 0, "redis");
 	TH_REQUIRE(rn_redis_url_parse(th_strf("redis://127.0.0.1:%d", r.port), &u, err, sizeof(err)) == 0, "%s", err);
 	int64_t deadline = rn_mono_ms() + 5000;
-	redisContext *c = NULL;
+	rn_rcluster_t *c = NULL;
 	while (!(c = rn_redis_conn_get(&rc, &wait)) && rn_mono_ms() < deadline) {
 		struct timespec ts = { 0, (wait > 0 ? wait : 1) * 1000000L };
 		nanosleep(&ts, NULL);
 	}
 	TH_REQUIRE(c, "connected once the server is there");
 	TH_CHECK(rc.attempt == 0 && !rc.down, "the backoff starts over");
-	redisReply *rep = redisCommand(c, "CLIENT GETNAME");
+	redisReply *rep = rn_rcluster_command(c, 0, "CLIENT GETNAME");
 	TH_CHECK(rep && rep->type == REDIS_REPLY_STRING && th_streq(rep->str, "runnel-test"), "named");
 	if (rep)
 		freeReplyObject(rep);
 	rn_redis_conn_failed(&rc, "test", "a failure");
-	TH_CHECK(!rc.c && rc.down, "a failure drops the context");
+	TH_CHECK(!rc.c && rc.down, "a failure drops the router");
 	rn_redis_conn_close(&rc);
 	th_redis_stop(&r);
 }

@@ -37,7 +37,7 @@ int main(void)
 	int swept = 0;
 	while (th_now_ms() < end) {
 		char err[256];
-		int r = rn_runstate_sweep(T.rc, "runnel", 60, 100, NULL, NULL, err, sizeof(err));
+		int r = rn_runstate_sweep(th_rc_for(T.rc), "runnel", 60, 100, NULL, NULL, err, sizeof(err));
 		TH_CHECK(r >= 0, "sweep: %s", err);
 		if (r > 0)
 			swept += r;

@@ -19,14 +19,14 @@ static char err[256];
 
 static void push(const char *run, const char *tenant, int prio)
 {
-	TH_CHECK(rn_runqueue_push(c, "rp", run, tenant, prio, "e", 1, err, sizeof(err)) == 1, "push %s: %s", run, err);
+	TH_CHECK(rn_runqueue_push(th_rc_for(c), "rp", run, tenant, prio, "e", 1, err, sizeof(err)) == 1, "push %s: %s", run, err);
 }
 
 static const char *take(int64_t inflight_ms)
 {
 	static char id[80];
 	rn_queue_item_t it;
-	int r = rn_runqueue_take(c, "rp", NULL, inflight_ms, 60000, &it, err, sizeof(err));
+	int r = rn_runqueue_take(th_rc_for(c), "rp", NULL, inflight_ms, 60000, &it, err, sizeof(err));
 	TH_CHECK(r >= 0, "take: %s", err);
 	id[0] = '\0';
 	if (r == 1)
@@ -37,7 +37,7 @@ static const char *take(int64_t inflight_ms)
 
 static void ack(const char *run, const char *tenant)
 {
-	TH_CHECK(rn_runqueue_ack(c, "rp", run, tenant, 0, err, sizeof(err)) == 0, "ack %s: %s", run, err);
+	TH_CHECK(rn_runqueue_ack(th_rc_for(c), "rp", run, tenant, 0, err, sizeof(err)) == 0, "ack %s: %s", run, err);
 }
 
 int main(void)
@@ -60,7 +60,7 @@ int main(void)
 	TH_CHECK(th_redis_int(c, -1, "LLEN rp:{q}:t:a:9") == 2, "priority 9 has its own list");
 
 	rn_queue_stats_t st;
-	TH_CHECK(rn_runqueue_stats(c, "rp", 10, &st, err, sizeof(err)) == 0, "stats: %s", err);
+	TH_CHECK(rn_runqueue_stats(th_rc_for(c), "rp", 10, &st, err, sizeof(err)) == 0, "stats: %s", err);
 	TH_CHECK(st.depth == 8 && st.by_priority[9] == 3 && st.by_priority[5] == 3 && st.by_priority[1] == 1 &&
 	                 st.by_priority[0] == 1,
 	         "stats by priority 9:%lld 5:%lld 1:%lld 0:%lld", (long long)st.by_priority[9],
@@ -111,10 +111,10 @@ int main(void)
 	ack("x_p2", "x");
 
 	/* Out of range. */
-	TH_CHECK(rn_runqueue_push(c, "rp", "bad", "x", 10, "e", 1, err, sizeof(err)) == -1 &&
+	TH_CHECK(rn_runqueue_push(th_rc_for(c), "rp", "bad", "x", 10, "e", 1, err, sizeof(err)) == -1 &&
 	                 th_streq(err, "invalid priority"),
 	         "priority 10 refused: %s", err);
-	TH_CHECK(rn_runqueue_push(c, "rp", "bad", "x", -1, "e", 1, err, sizeof(err)) == -1, "priority -1 refused");
+	TH_CHECK(rn_runqueue_push(th_rc_for(c), "rp", "bad", "x", -1, "e", 1, err, sizeof(err)) == -1, "priority -1 refused");
 
 	redisFree(c);
 	return th_done();

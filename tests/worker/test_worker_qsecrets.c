@@ -72,7 +72,7 @@ static const char *entry_of(const char *id)
 {
 	static char buf[4096];
 	buf[0] = '\0';
-	redisReply *r = redisCommand(T.rc, "HGET runnel:{q}:jobs %s", id);
+	redisReply *r = redisCommand(wt_rc_key(&T, "runnel:{q}:jobs"), "HGET runnel:{q}:jobs %s", id);
 	if (r && r->type == REDIS_REPLY_STRING)
 		snprintf(buf, sizeof(buf), "%s", r->str);
 	if (r)
@@ -89,8 +89,8 @@ static int is_queued(void *arg)
 static void scan_all(const char *when)
 {
 	for (size_t i = 0; i < nsecrets; i++) {
-		TH_CHECK(th_redis_scan_contains(T.rc, secrets[i]) == 0, "%s: secret %zu in a Redis key", when, i);
-		TH_CHECK(!th_dir_contains(T.redis.dir, secrets[i], strlen(secrets[i])),
+		TH_CHECK(wt_scan_contains(&T, secrets[i]) == 0, "%s: secret %zu in a Redis key", when, i);
+		TH_CHECK(!wt_aof_contains(&T, secrets[i]),
 		         "%s: secret %zu in Redis's files", when, i);
 	}
 }

@@ -27,7 +27,7 @@ static void push(const char *run, const char *tenant)
 {
 	char entry[64];
 	snprintf(entry, sizeof(entry), "entry-of-%s", run);
-	TH_CHECK(rn_runqueue_push(c, "rq", run, tenant, 5, entry, strlen(entry), err, sizeof(err)) == 1,
+	TH_CHECK(rn_runqueue_push(th_rc_for(c), "rq", run, tenant, 5, entry, strlen(entry), err, sizeof(err)) == 1,
 	         "push %s: %s", run, err);
 }
 
@@ -36,7 +36,7 @@ static const char *take(const rn_tenant_caps_t *caps, int64_t inflight_ms, int64
 {
 	static char id[80];
 	rn_queue_item_t it;
-	int r = rn_runqueue_take(c, "rq", caps, inflight_ms, lease_ms, &it, err, sizeof(err));
+	int r = rn_runqueue_take(th_rc_for(c), "rq", caps, inflight_ms, lease_ms, &it, err, sizeof(err));
 	TH_CHECK(r >= 0, "take: %s", err);
 	id[0] = '\0';
 	if (r == 1) {
@@ -63,7 +63,7 @@ int main(void)
 	TH_REQUIRE(c);
 
 	/* The state mark: queued + tenant, and never over a later status. */
-	TH_CHECK(rn_runqueue_mark(c, "rq", "run_m", "acme", 1700000000000LL, 60, NULL, err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(rn_runqueue_mark(th_rc_for(c), "rq", "run_m", "acme", 1700000000000LL, 60, NULL, err, sizeof(err)) == 0, "%s", err);
 	redisReply *h = redisCommand(c, "HMGET rq:{run_m}:state status tenant enqueued_at");
 	TH_REQUIRE(h && h->type == REDIS_REPLY_ARRAY && h->elements == 3);
 	TH_CHECK(th_streq(h->element[0]->str, "queued") && th_streq(h->element[1]->str, "acme") &&
@@ -71,21 +71,21 @@ int main(void)
 	         "mark fields");
 	freeReplyObject(h);
 	freeReplyObject(redisCommand(c, "HSET rq:{run_m}:state status running"));
-	TH_CHECK(rn_runqueue_mark(c, "rq", "run_m", "acme", 0, 60, NULL, err, sizeof(err)) == 0);
+	TH_CHECK(rn_runqueue_mark(th_rc_for(c), "rq", "run_m", "acme", 0, 60, NULL, err, sizeof(err)) == 0);
 	h = redisCommand(c, "HGET rq:{run_m}:state status");
 	TH_CHECK(h && th_streq(h->str, "running"), "mark leaves a running run alone");
 	freeReplyObject(h);
 
 	/* Idempotent push. */
 	push("run_a1", "a");
-	TH_CHECK(rn_runqueue_push(c, "rq", "run_a1", "a", 5, "x", 1, err, sizeof(err)) == 0, "second push is a no-op");
+	TH_CHECK(rn_runqueue_push(th_rc_for(c), "rq", "run_a1", "a", 5, "x", 1, err, sizeof(err)) == 0, "second push is a no-op");
 	push("run_a2", "a");
 	push("run_a3", "a");
 	push("run_b1", "b");
 	push("run_c1", "c");
 	TH_CHECK(llen("rq:{q}:depth") == 5, "depth list = 5");
 	rn_queue_stats_t st;
-	TH_CHECK(rn_runqueue_stats(c, "rq", 2, &st, err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(rn_runqueue_stats(th_rc_for(c), "rq", 2, &st, err, sizeof(err)) == 0, "%s", err);
 	TH_CHECK(st.depth == 5 && st.ntenants == 3 && st.nlisted == 2, "stats %lld %zu %zu",
 	         (long long)st.depth, st.ntenants, st.nlisted);
 	TH_CHECK(st.nlisted == 2 && th_streq(st.tenants[0].name, "a") && st.tenants[0].queued == 3,
@@ -98,17 +98,17 @@ int main(void)
 		const char *got = take(NULL, 60000, 60000);
 		TH_CHECK(th_streq(got, want[i]), "take %zu: %s, want %s", i, got, want[i]);
 		if (got[0])
-			TH_CHECK(rn_runqueue_ack(c, "rq", got, got[4] == 'a' ? "a" : got[4] == 'b' ? "b"
-			                                                                           : "c",
+			TH_CHECK(rn_runqueue_ack(th_rc_for(c), "rq", got, got[4] == 'a' ? "a" : got[4] == 'b' ? "b"
+			                                                                                      : "c",
 			                         0,
 			                         err, sizeof(err)) == 0,
 			         "%s", err);
 	}
 	TH_CHECK(llen("rq:{q}:depth") == 0, "depth list empty");
-	TH_CHECK(rn_runqueue_push(c, "rq", "run_a1", "a", 5, "entry-of-run_a1", 15, err, sizeof(err)) == 1,
+	TH_CHECK(rn_runqueue_push(th_rc_for(c), "rq", "run_a1", "a", 5, "entry-of-run_a1", 15, err, sizeof(err)) == 1,
 	         "after the ack the same run may be queued again (a redelivery; the claim skips it)");
 	TH_CHECK(th_streq(take(NULL, 60000, 60000), "run_a1"));
-	TH_CHECK(rn_runqueue_ack(c, "rq", "run_a1", "a", 0, err, sizeof(err)) == 0);
+	TH_CHECK(rn_runqueue_ack(th_rc_for(c), "rq", "run_a1", "a", 0, err, sizeof(err)) == 0);
 
 	/* A burst of tenant "big" and one run of "small": small is next but one. */
 	for (int i = 0; i < 50; i++) {
@@ -125,16 +125,16 @@ int main(void)
 	const char *names[] = { "big" };
 	long capv[] = { 3 };
 	rn_tenant_caps_t caps = { .def = 0, .n = 1, .names = names, .caps = capv };
-	TH_CHECK(rn_runqueue_ack(c, "rq", "run_big0", "big", 1, err, sizeof(err)) == 0);
-	TH_CHECK(rn_runqueue_ack(c, "rq", "run_big1", "big", 1, err, sizeof(err)) == 0);
-	TH_CHECK(rn_runqueue_ack(c, "rq", "run_small", "small", 1, err, sizeof(err)) == 0);
+	TH_CHECK(rn_runqueue_ack(th_rc_for(c), "rq", "run_big0", "big", 1, err, sizeof(err)) == 0);
+	TH_CHECK(rn_runqueue_ack(th_rc_for(c), "rq", "run_big1", "big", 1, err, sizeof(err)) == 0);
+	TH_CHECK(rn_runqueue_ack(th_rc_for(c), "rq", "run_small", "small", 1, err, sizeof(err)) == 0);
 	TH_CHECK(th_streq(take(&caps, 60000, 60000), "run_big2"), "third of big");
 	TH_CHECK(th_streq(take(&caps, 60000, 60000), ""), "big at its cap of 3");
-	TH_CHECK(rn_runqueue_stats(c, "rq", 10, &st, err, sizeof(err)) == 0);
+	TH_CHECK(rn_runqueue_stats(th_rc_for(c), "rq", 10, &st, err, sizeof(err)) == 0);
 	TH_CHECK(st.nlisted == 1 && st.tenants[0].running == 3, "running of big: %lld",
 	         st.nlisted ? (long long)st.tenants[0].running : -1LL);
 	rn_queue_stats_clear(&st);
-	TH_CHECK(rn_runqueue_release(c, "rq", "run_big0", "big", err, sizeof(err)) == 0);
+	TH_CHECK(rn_runqueue_release(th_rc_for(c), "rq", "run_big0", "big", err, sizeof(err)) == 0);
 	TH_CHECK(th_streq(take(&caps, 60000, 60000), "run_big3"), "a release frees the cap");
 	rn_tenant_caps_t def = { .def = 2 };
 	TH_CHECK(th_streq(take(&def, 60000, 60000), ""), "default cap 2 also holds big back");
@@ -142,7 +142,7 @@ int main(void)
 	/* A lapsed running lease (dead worker) frees its place under the cap. */
 	const char *ids[] = { "run_big1" };
 	const char *tens[] = { "big" };
-	TH_CHECK(rn_runqueue_touch(c, "rq", ids, tens, 1, 100, err, sizeof(err)) == 0, "%s", err);
+	TH_CHECK(rn_runqueue_touch(th_rc_for(c), "rq", ids, tens, 1, 100, err, sizeof(err)) == 0, "%s", err);
 	sleep_ms(150);
 	/* big now: run_big2, run_big3 inflight (live), run_big1 lapsed -> 2 live + ... */
 	rn_tenant_caps_t cap4 = { .def = 4 };
@@ -171,16 +171,16 @@ int main(void)
 	TH_CHECK(th_streq(take(&tcap, 60000, 60000), ""), "tok waits");
 	rn_tenant_caps_t tdef = { .n = 1, .names = names, .caps = cap1, .tok_def = 1000 };
 	TH_CHECK(th_streq(take(&tdef, 60000, 60000), "run_tok1"), "within a larger default budget");
-	TH_CHECK(rn_runqueue_ack(c, "rq", "run_tok1", "tok", 1, err, sizeof(err)) == 0);
-	TH_CHECK(rn_runqueue_ack(c, "rq", "run_tok2", "other", 1, err, sizeof(err)) == 0);
+	TH_CHECK(rn_runqueue_ack(th_rc_for(c), "rq", "run_tok1", "tok", 1, err, sizeof(err)) == 0);
+	TH_CHECK(rn_runqueue_ack(th_rc_for(c), "rq", "run_tok2", "other", 1, err, sizeof(err)) == 0);
 	freeReplyObject(redisCommand(c, "DEL %s", tk));
 
 	/* The wake list: a push leaves a token, a wait takes it, then times out. */
 	freeReplyObject(redisCommand(c, "DEL rq:{q}:wake"));
 	push("run_w", "w");
-	TH_CHECK(rn_runqueue_wait(c, "rq", 500, err, sizeof(err)) == 1, "woken by the push");
+	TH_CHECK(rn_runqueue_wait(th_rc_for(c), "rq", 500, err, sizeof(err)) == 1, "woken by the push");
 	int64_t t0 = th_now_ms();
-	TH_CHECK(rn_runqueue_wait(c, "rq", 300, err, sizeof(err)) == 0, "nothing: timeout");
+	TH_CHECK(rn_runqueue_wait(th_rc_for(c), "rq", 300, err, sizeof(err)) == 0, "nothing: timeout");
 	TH_CHECK(th_now_ms() - t0 >= 250, "blocked for the timeout");
 
 	char dk[128];
@@ -201,7 +201,7 @@ int main(void)
 	freeReplyObject(k);
 
 	/* Bad input. */
-	TH_CHECK(rn_runqueue_push(c, "rq", "", "a", 5, "x", 1, err, sizeof(err)) == -1 &&
+	TH_CHECK(rn_runqueue_push(th_rc_for(c), "rq", "", "a", 5, "x", 1, err, sizeof(err)) == -1 &&
 	                 th_streq(err, "invalid run id or tenant"),
 	         "%s", err);
 

@@ -159,16 +159,16 @@ static void test_secrets(void)
 
 	/* Nothing secret in Redis (keys, values, and the AOF's history). */
 	for (size_t i = 0; i < 3; i++) {
-		TH_CHECK(th_redis_scan_contains(T.rc, otps[i]) == 0, "OTP in Redis");
-		TH_CHECK(th_dir_contains(T.redis.dir, otps[i], strlen(otps[i])) == 0, "OTP in the AOF");
+		TH_CHECK(wt_scan_contains(&T, otps[i]) == 0, "OTP in Redis");
+		TH_CHECK(wt_aof_contains(&T, otps[i]) == 0, "OTP in the AOF");
 		TH_CHECK(!wt_log_has(&T, "ws1", otps[i]), "OTP in the worker log");
 	}
-	TH_CHECK(th_redis_scan_contains(T.rc, prompt) == 0, "prompt in Redis");
-	TH_CHECK(th_dir_contains(T.redis.dir, prompt, strlen(prompt)) == 0, "prompt in the AOF");
+	TH_CHECK(wt_scan_contains(&T, prompt) == 0, "prompt in Redis");
+	TH_CHECK(wt_aof_contains(&T, prompt) == 0, "prompt in the AOF");
 	TH_CHECK(!wt_log_has(&T, "ws1", prompt), "prompt in the log");
 	TH_CHECK(!wt_log_has(&T, "ws1", KEY_HEX), "job key in the log");
 	TH_CHECK(!wt_log_has(&T, "ws1", "asbx_wstoken"), "workspace token in the log");
-	TH_CHECK(th_redis_scan_contains(T.rc, "asbx_wstoken") == 0, "workspace token in Redis");
+	TH_CHECK(wt_scan_contains(&T, "asbx_wstoken") == 0, "workspace token in Redis");
 }
 
 static void test_bad_config(void)

@@ -21,7 +21,17 @@ void wt_setup(wt_t *t, const char *redis_extra, int partitions)
 	memset(t, 0, sizeof(*t));
 	t->dir = th_tmpdir();
 	TH_REQUIRE(t->dir, "tmpdir");
-	TH_REQUIRE(th_redis_start(&t->redis, redis_extra) == 0, "redis");
+	const char *mode = getenv("RUNNEL_TEST_REDIS");
+	if (mode && strcmp(mode, "cluster") == 0) {
+		static th_cluster_t cl;
+		TH_REQUIRE(th_cluster_start(&cl, 3, 1, redis_extra) == 0, "redis cluster");
+		t->cluster = &cl;
+		t->redis = cl.node[0];
+		t->rcl = th_rcluster_open(cl.url);
+		TH_REQUIRE(t->rcl && rn_rcluster_is_cluster(t->rcl), "cluster handle");
+	} else {
+		TH_REQUIRE(th_redis_start(&t->redis, redis_extra) == 0, "redis");
+	}
 	t->rc = th_redis_connect(&t->redis);
 	TH_REQUIRE(t->rc, "redis connect");
 	TH_REQUIRE(th_kafka_start(&t->kafka, 1) == 0, "kafka");
@@ -54,6 +64,7 @@ void wt_stop_worker(pid_t pid, int timeout_ms, const char *what)
 
 void wt_redis_restart(wt_t *t, const char *what)
 {
+	TH_REQUIRE(!t->cluster, "%s: a restart of the one server is not a cluster case", what);
 	redisFree(t->rc);
 	t->rc = NULL;
 	TH_REQUIRE(th_redis_restart(&t->redis) == 0, "%s", what);
@@ -67,7 +78,33 @@ void wt_teardown(wt_t *t)
 		redisFree(t->rc);
 	dev_stub_stop(t->stub);
 	th_kafka_stop(&t->kafka);
-	th_redis_stop(&t->redis);
+	if (t->cluster) {
+		rn_rcluster_free(t->rcl);
+		t->rcl = NULL;
+		for (int i = 0; i < t->cluster->n; i++)
+			th_redis_stop(&t->cluster->node[i]);
+	} else {
+		th_redis_stop(&t->redis);
+	}
+}
+
+redisContext *wt_rc_key(wt_t *t, const char *key)
+{
+	if (!t->rcl)
+		return t->rc;
+	char err[256];
+	/* A failover or a stale map: the handle reads the map again. */
+	for (int tries = 0; tries < 50; tries++) {
+		redisContext *c =
+		        rn_rcluster_slot_context(t->rcl, rn_rcluster_key_slot(key, strlen(key)), err, sizeof(err));
+		if (c && !c->err)
+			return c;
+		rn_rcluster_reset_slot(t->rcl, rn_rcluster_key_slot(key, strlen(key)));
+		struct timeval tv = { 0, 100000 };
+		select(0, NULL, NULL, NULL, &tv);
+	}
+	TH_REQUIRE(0, "no node for %s: %s", key, err);
+	return NULL;
 }
 
 const char *wt_log_path(wt_t *t, const char *name)
@@ -183,9 +220,32 @@ static const char *key_of(const char *run_id, const char *kind)
 	return th_strf("runnel:{%s}:%s", run_id, kind);
 }
 
+typedef struct {
+	wt_t *t;
+	const char *run_id;
+} wt_run_ref_t;
+
+static int last_is_terminal(void *arg)
+{
+	wt_run_ref_t *ref = arg;
+	size_t n;
+	char **l = wt_lines(ref->t, ref->run_id, &n);
+	char type[32] = "", code[64];
+	if (n > 0)
+		th_line_type(l[n - 1], type, sizeof(type), code, sizeof(code));
+	th_strv_free(l, n);
+	return strcmp(type, "result") == 0 || strcmp(type, "error") == 0;
+}
+
 int wt_wait_terminal(wt_t *t, const char *run_id, int timeout_ms)
 {
-	return th_wait_stream_terminal(t->rc, key_of(run_id, "out"), timeout_ms);
+	const char *key = key_of(run_id, "out");
+	if (!t->rcl)
+		return th_wait_stream_terminal(t->rc, key, timeout_ms);
+	/* On a cluster each look asks the node serving the slot now (a
+	 * failover may move it while we wait). */
+	wt_run_ref_t ref = { t, run_id };
+	return th_wait_until(last_is_terminal, &ref, timeout_ms);
 }
 
 /* What a th_wait_until condition of the fixture looks at: a run (what),
@@ -227,7 +287,16 @@ char **wt_lines(wt_t *t, const char *run_id, size_t *n)
 {
 	char **lines = NULL;
 	*n = 0;
-	if (th_stream_read_all(t->rc, key_of(run_id, "out"), &lines, NULL, n) < 0)
+	const char *key = key_of(run_id, "out");
+	if (th_stream_read_all(wt_rc_key(t, key), key, &lines, NULL, n) == 0)
+		return lines;
+	/* On a cluster: the slot moved (MOVED) or its node died; read the
+	 * map again and ask once more. */
+	if (!t->rcl)
+		return NULL;
+	rn_rcluster_reset_slot(t->rcl, rn_rcluster_key_slot(key, strlen(key)));
+	*n = 0;
+	if (th_stream_read_all(wt_rc_key(t, key), key, &lines, NULL, n) < 0)
 		return NULL;
 	return lines;
 }
@@ -252,7 +321,7 @@ const char *wt_run_code(wt_t *t, const char *run_id, size_t *n)
 
 void wt_ctl(wt_t *t, const char *run_id, const char *msg)
 {
-	redisReply *r = redisCommand(t->rc, "XADD runnel:{%s}:ctl * msg %s", run_id, msg);
+	redisReply *r = redisCommand(wt_rc_key(t, key_of(run_id, "ctl")), "XADD runnel:{%s}:ctl * msg %s", run_id, msg);
 	TH_CHECK(r && r->type == REDIS_REPLY_STRING, "XADD ctl of %s", run_id);
 	if (r)
 		freeReplyObject(r);
@@ -262,7 +331,8 @@ const char *wt_state(wt_t *t, const char *run_id, const char *field)
 {
 	static char buf[256];
 	buf[0] = '\0';
-	redisReply *r = redisCommand(t->rc, "HGET %s %s", key_of(run_id, "state"), field);
+	const char *key = key_of(run_id, "state");
+	redisReply *r = redisCommand(wt_rc_key(t, key), "HGET %s %s", key, field);
 	if (r && r->type == REDIS_REPLY_STRING)
 		snprintf(buf, sizeof(buf), "%s", r->str);
 	if (r)
@@ -432,4 +502,31 @@ long long wt_runs_max_shmem(pid_t worker)
 	if (d)
 		closedir(d);
 	return best;
+}
+
+int wt_scan_contains(wt_t *t, const char *needle)
+{
+	if (!t->cluster)
+		return th_redis_scan_contains(t->rc, needle);
+	int found = 0;
+	for (int i = 0; i < t->cluster->n && !found; i++) {
+		redisContext *c = th_cluster_connect(t->cluster, i);
+		if (!c)
+			continue;
+		int r = th_redis_scan_contains(c, needle);
+		redisFree(c);
+		if (r != 0)
+			found = r;
+	}
+	return found;
+}
+
+int wt_aof_contains(wt_t *t, const char *needle)
+{
+	if (!t->cluster)
+		return th_dir_contains(t->redis.dir, needle, strlen(needle));
+	for (int i = 0; i < t->cluster->n; i++)
+		if (th_dir_contains(t->cluster->node[i].dir, needle, strlen(needle)))
+			return 1;
+	return 0;
 }

@@ -14,7 +14,9 @@
 #include "tests/support/harness.h"
 
 typedef struct wt {
-	th_redis_t redis;
+	th_redis_t redis;      /* on a cluster: a copy of node 0 (its URL names the cluster) */
+	th_cluster_t *cluster; /* RUNNEL_TEST_REDIS=cluster: the cluster, else NULL */
+	rn_rcluster_t *rcl;    /* on a cluster: routes the fixture's reads and writes */
 	th_kafka_t kafka;
 	dev_stub_t *stub;
 	redisContext *rc;
@@ -24,13 +26,17 @@ typedef struct wt {
 } wt_t;
 
 /* Starts redis (with extra config lines, may be NULL), kafka (partitions of
- * the job topic) and the stub.  Ends the test on failure. */
+ * the job topic) and the stub.  Ends the test on failure.
+ * With RUNNEL_TEST_REDIS=cluster in the environment (the cluster-labelled
+ * reruns), a real Redis Cluster of 3 primaries and 3 replicas instead
+ * (th_cluster_start): the worker gets node 0's URL, and the fixture's own
+ * reads and writes of a run's keys go to the node serving its slot. */
 void wt_setup(wt_t *t, const char *redis_extra, int partitions);
 void wt_teardown(wt_t *t);
 
 /* Restarts redis-server on its port and data (th_redis_restart) and
  * reconnects t->rc; what names the step in a failure.  Ends the test on
- * failure. */
+ * failure (on a cluster, always: not a case the cluster reruns cover). */
 void wt_redis_restart(wt_t *t, const char *what);
 
 /* The usual start of a worker test: names the test (th_init), wt_setup
@@ -114,6 +120,17 @@ int wt_stream_has(wt_t *t, const char *run_id, const char *needle);
 /* Appends a control message (JSON text, e.g. a cancel or a reply) to the
  * run's ctl stream, as a client would; checks that redis took it. */
 void wt_ctl(wt_t *t, const char *run_id, const char *msg);
+
+/* The connection for a key: t->rc standalone, the serving node's on a
+ * cluster (owned by t->rcl). */
+redisContext *wt_rc_key(wt_t *t, const char *key);
+
+/* th_redis_scan_contains over every node of the fixture's Redis (the one
+ * server, or every running node of the cluster): 1 found, 0 not, -1 error. */
+int wt_scan_contains(wt_t *t, const char *needle);
+
+/* th_dir_contains over every node's data dir (AOF, RDB): 1 found, else 0. */
+int wt_aof_contains(wt_t *t, const char *needle);
 
 /* Produces raw bytes as a job. */
 void wt_produce_raw(wt_t *t, const char *key, const void *v, size_t len);
