@@ -152,6 +152,16 @@ struct worker_claimer {
 	const char **cap_names;
 };
 
+void worker_claimed_raw_clear(char **raw, size_t *raw_len)
+{
+	if (*raw) {
+		sodium_memzero(*raw, *raw_len);
+		free(*raw);
+	}
+	*raw = NULL;
+	*raw_len = 0;
+}
+
 static void recent_drop(worker_claimer_t *cl, struct recent *r)
 {
 	if (r->buf) {
@@ -237,10 +247,20 @@ static void failed(worker_claimer_t *cl, const char *what, const char *err)
 	rn_redis_conn_failed(&cl->rc, what, err);
 }
 
-/* Opens a queue entry into *job.  0, or -1 with errstr, or -2 with errstr
- * when the referenced Kafka record could not be read now (try later). */
+/* Keeps a copy of the bytes of a job with a webhook (see worker_claimed_t). */
+static void keep_raw(const proto_job_t *job, const char *buf, size_t len, char **raw, size_t *raw_len)
+{
+	if (!job->webhook || !(*raw = malloc(len ? len : 1)))
+		return;
+	memcpy(*raw, buf, len);
+	*raw_len = len;
+}
+
+/* Opens a queue entry into *job (and *raw, see keep_raw).  0, or -1 with
+ * errstr, or -2 with errstr when the referenced Kafka record could not be
+ * read now (try later). */
 static int open_entry(worker_claimer_t *cl, const rn_queue_item_t *it, proto_job_t *job,
-                      char *errstr, size_t errstr_size)
+                      char **raw, size_t *raw_len, char *errstr, size_t errstr_size)
 {
 	const worker_config_t *cfg = cl->cfg;
 	const uint8_t *key = cfg->have_job_key ? cfg->job_key : NULL;
@@ -248,8 +268,12 @@ static int open_entry(worker_claimer_t *cl, const rn_queue_item_t *it, proto_job
 	int isref = proto_queue_ref_parse(it->entry, it->len, &ref, errstr, errstr_size);
 	if (isref < 0)
 		return -1;
-	if (!isref)
-		return proto_job_parse(it->entry, it->len, key, cfg->require_sealed, job, errstr, errstr_size);
+	if (!isref) {
+		if (proto_job_parse(it->entry, it->len, key, cfg->require_sealed, job, errstr, errstr_size) < 0)
+			return -1;
+		keep_raw(job, it->entry, it->len, raw, raw_len);
+		return 0;
+	}
 	const char *topic = ref.topic[0] ? ref.topic : cfg->jobs_topic;
 	int32_t p = ref.partition;
 	int64_t o = ref.offset;
@@ -264,13 +288,15 @@ static int open_entry(worker_claimer_t *cl, const rn_queue_item_t *it, proto_job
 			return got;
 	}
 	int rc = proto_job_parse(buf, len, key, cfg->require_sealed, job, errstr, errstr_size);
-	sodium_memzero(buf, len);
-	free(buf);
 	if (rc == 0 && strcmp(job->run_id, it->run_id) != 0) {
 		proto_job_clear(job);
 		snprintf(errstr, errstr_size, "the referenced record holds another run");
-		return -1;
+		rc = -1;
 	}
+	if (rc == 0)
+		keep_raw(job, buf, len, raw, raw_len);
+	sodium_memzero(buf, len);
+	free(buf);
 	return rc;
 }
 
@@ -311,7 +337,9 @@ static int take_one(worker_claimer_t *cl, rn_rcluster_t *c)
 	rn_counter_add(cl->m->queue_claims, 1);
 
 	proto_job_t job;
-	int opened = open_entry(cl, &it, &job, err, sizeof(err));
+	char *raw = NULL;
+	size_t raw_len = 0;
+	int opened = open_entry(cl, &it, &job, &raw, &raw_len, err, sizeof(err));
 	if (opened == -2) {
 		/* Kafka is away (a broker restart): the run is not broken.  The
 		 * entry stays inflight and returns to the queue at its deadline. */
@@ -331,6 +359,7 @@ static int take_one(worker_claimer_t *cl, rn_rcluster_t *c)
 	                      job.enqueued_at, ttl, &st, err, sizeof(err)) < 0) {
 		/* Still inflight: it goes back to the queue when its deadline passes. */
 		proto_job_clear(&job);
+		worker_claimed_raw_clear(&raw, &raw_len);
 		rn_queue_item_clear(&it);
 		failed(cl, "claim", err);
 		return -1;
@@ -366,6 +395,9 @@ static int take_one(worker_claimer_t *cl, rn_rcluster_t *c)
 		memset(&job, 0, sizeof(job));
 		wc->claim = st;
 		wc->queued_ms = it.queued_ms;
+		wc->raw = raw;
+		wc->raw_len = raw_len;
+		raw = NULL;
 		rn_log_debug(wc->job.run_id, "run_taken", "tenant %s, %lld ms in the queue", it.tenant,
 		             (long long)(it.queued_ms > 0 ? it.now_ms - it.queued_ms : 0));
 		pthread_mutex_lock(&cl->bg.mu);
@@ -377,6 +409,7 @@ static int take_one(worker_claimer_t *cl, rn_rcluster_t *c)
 	}
 	}
 	proto_job_clear(&job);
+	worker_claimed_raw_clear(&raw, &raw_len);
 	rn_queue_item_clear(&it);
 	return 1;
 }
@@ -534,6 +567,7 @@ void worker_claimer_stop(worker_claimer_t *cl)
 			                    proto_job_tenant(&wc->job), err, sizeof(err));
 		free(line);
 		proto_job_clear(&wc->job);
+		worker_claimed_raw_clear(&wc->raw, &wc->raw_len);
 		free(wc);
 	}
 	cl->nready = 0;

@@ -84,7 +84,15 @@ typedef struct worker_claimed {
 	proto_job_t job; /* owned */
 	rn_claim_t claim;
 	int64_t queued_ms; /* when it entered the queue (server clock) */
+	/* A job with a webhook: the record's bytes as fetched (sealed stays
+	 * sealed), for the DLQ if the run refuses the webhook at boot; NULL
+	 * otherwise.  Owned; wiped when freed. */
+	char *raw;
+	size_t raw_len;
 } worker_claimed_t;
+
+/* Wipes and frees a kept record copy (*raw NULL ok); leaves NULL, 0. */
+void worker_claimed_raw_clear(char **raw, size_t *raw_len);
 
 /* Main thread, inside the loop: start the run.  The callback owns c->job
  * (moves or clears it); the struct itself is freed after it returns. */

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -599,4 +600,132 @@ void worker_consumer_close(worker_consumer_t *wc)
 	if (wc->pipefd[1] >= 0)
 		close(wc->pipefd[1]);
 	free(wc);
+}
+
+/* ------------------------------------------------------------------------
+ * The DLQ for runs' threads
+ * ------------------------------------------------------------------------ */
+
+struct worker_dlq {
+	const worker_config_t *cfg; /* borrowed, outlives us */
+	pthread_mutex_t mu;         /* guards rk's creation and every waiter */
+	rd_kafka_t *rk;             /* created on first use */
+};
+
+/* One message's report, on the heap: a sender that stopped waiting leaves
+ * it to the report (abandoned), which frees it then. */
+struct dlq_waiter {
+	int done, abandoned;
+	rd_kafka_resp_err_t err;
+};
+
+static void dlq_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	worker_dlq_t *d = opaque;
+	struct dlq_waiter *w = m->_private;
+	if (!w)
+		return;
+	pthread_mutex_lock(&d->mu);
+	if (w->abandoned) {
+		pthread_mutex_unlock(&d->mu);
+		free(w);
+		return;
+	}
+	w->err = m->err;
+	w->done = 1;
+	pthread_mutex_unlock(&d->mu);
+}
+
+worker_dlq_t *worker_dlq_new(const worker_config_t *cfg)
+{
+	worker_dlq_t *d = calloc(1, sizeof(*d));
+	if (!d)
+		return NULL;
+	d->cfg = cfg;
+	pthread_mutex_init(&d->mu, NULL);
+	return d;
+}
+
+int worker_dlq_send(worker_dlq_t *d, const void *key, size_t key_len, const void *value,
+                    size_t value_len, const char *reason, int timeout_ms, char *errstr,
+                    size_t errstr_size)
+{
+	pthread_mutex_lock(&d->mu);
+	if (!d->rk) {
+		static const char *const defaults[] = {
+			"linger.ms",
+			"0",
+			"message.timeout.ms",
+			"30000",
+			"enable.idempotence",
+			"false",
+			NULL,
+		};
+		rd_kafka_conf_t *conf = conf_build(d->cfg, defaults, 1, NULL, errstr, errstr_size);
+		if (conf) {
+			rd_kafka_conf_set_dr_msg_cb(conf, dlq_dr_cb);
+			rd_kafka_conf_set_opaque(conf, d);
+			d->rk = client_new(RD_KAFKA_PRODUCER, conf, "producer", errstr, errstr_size);
+		}
+	}
+	rd_kafka_t *rk = d->rk;
+	pthread_mutex_unlock(&d->mu);
+	if (!rk)
+		return -1;
+	struct dlq_waiter *w = calloc(1, sizeof(*w));
+	if (!w) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	rd_kafka_resp_err_t e = rd_kafka_producev(
+	        rk,
+	        RD_KAFKA_V_TOPIC(d->cfg->dlq_topic),
+	        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+	        RD_KAFKA_V_KEY(key, key_len),
+	        RD_KAFKA_V_VALUE((void *)value, value_len),
+	        RD_KAFKA_V_HEADER("reason", reason, -1),
+	        RD_KAFKA_V_HEADER("worker", d->cfg->worker_id, -1),
+	        RD_KAFKA_V_OPAQUE(w),
+	        RD_KAFKA_V_END);
+	if (e) {
+		free(w);
+		snprintf(errstr, errstr_size, "produce to %s: %s", d->cfg->dlq_topic, rd_kafka_err2str(e));
+		return -1;
+	}
+	/* Any thread's poll serves any waiter's report (under mu). */
+	int64_t deadline = rn_mono_ms() + timeout_ms;
+	for (;;) {
+		rd_kafka_poll(rk, 100);
+		pthread_mutex_lock(&d->mu);
+		if (w->done) {
+			e = w->err;
+			pthread_mutex_unlock(&d->mu);
+			free(w);
+			if (e) {
+				snprintf(errstr, errstr_size, "produce to %s: %s", d->cfg->dlq_topic, rd_kafka_err2str(e));
+				return -1;
+			}
+			return 0;
+		}
+		if (rn_mono_ms() >= deadline) {
+			w->abandoned = 1;
+			pthread_mutex_unlock(&d->mu);
+			snprintf(errstr, errstr_size, "produce to %s: no delivery within %d ms", d->cfg->dlq_topic,
+			         timeout_ms);
+			return -1;
+		}
+		pthread_mutex_unlock(&d->mu);
+	}
+}
+
+void worker_dlq_free(worker_dlq_t *d)
+{
+	if (!d)
+		return;
+	if (d->rk) {
+		rd_kafka_flush(d->rk, 5000);
+		rd_kafka_destroy(d->rk);
+	}
+	pthread_mutex_destroy(&d->mu);
+	free(d);
 }

@@ -82,4 +82,27 @@ int worker_fetcher_get(worker_fetcher_t *f, const char *topic, int32_t partition
 
 void worker_fetcher_free(worker_fetcher_t *f);
 
+/*
+ * The DLQ for runs' own threads: a job refused only once claimed (its
+ * webhook resolves to a forbidden address) goes to <topic>.dlq with the
+ * same "reason" and "worker" headers as the consumer's.  Its own producer
+ * (created on first use), apart from the consumer's, so that the main
+ * thread's loop and delivery reports stay as they are.
+ *
+ * @locality new and free: main thread (free after every run ended);
+ * send: any thread, concurrently.
+ */
+typedef struct worker_dlq worker_dlq_t;
+
+worker_dlq_t *worker_dlq_new(const worker_config_t *cfg);
+
+/* Produces key and value (the record's bytes as fetched) with reason, and
+ * waits up to timeout_ms for the delivery report.  0, or -1 with errstr. */
+int worker_dlq_send(worker_dlq_t *d, const void *key, size_t key_len, const void *value,
+                    size_t value_len, const char *reason, int timeout_ms, char *errstr,
+                    size_t errstr_size);
+
+/* Flushes what is in flight (up to 5 s) and frees it (NULL ok). */
+void worker_dlq_free(worker_dlq_t *d);
+
 #endif

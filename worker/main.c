@@ -333,9 +333,14 @@ static void start_claimed(worker_claimed_t *wc, void *arg)
 	if (!run) {
 		rn_log_error(wc->job.run_id, "run_internal", "out of memory");
 		proto_job_clear(&wc->job);
+		worker_claimed_raw_clear(&wc->raw, &wc->raw_len);
 		worker_claimer_done(w->claimer);
 		return;
 	}
+	run->raw = wc->raw;
+	run->raw_len = wc->raw_len;
+	wc->raw = NULL;
+	wc->raw_len = 0;
 	if (cl.status == RN_CLAIM_CANCEL)
 		worker_run_stop(run, WORKER_STOP_CANCEL, cl.detail);
 	long slot = -1;
@@ -836,11 +841,12 @@ static int worker_alloc(worker_t *w)
 	w->ctx.on_done = on_run_done;
 	w->ctx.arg = w;
 	w->ctx.pub_pool = worker_pub_pool_new((size_t)w->cfg.slots);
+	w->ctx.dlq = worker_dlq_new(&w->cfg);
 	rn_redis_conn_init(&w->rc, &w->cfg.redis, "main", NULL, 500);
 	w->ctx.reaper = worker_reaper_new((size_t)w->cfg.slots, (size_t)w->cfg.slots, err, sizeof(err));
 	w->base = event_base_new();
 	if (!w->runs || !w->done || !w->tenants || !w->s_runs || !w->s_tenants || !w->s_ids ||
-	    !w->s_tenant_ptrs || !w->s_owned || !w->ctx.pub_pool || !w->ctx.reaper || !w->base) {
+	    !w->s_tenant_ptrs || !w->s_owned || !w->ctx.pub_pool || !w->ctx.dlq || !w->ctx.reaper || !w->base) {
 		rn_log_error(NULL, "startup", "out of memory");
 		return -1;
 	}
@@ -930,6 +936,8 @@ static void worker_stop(worker_t *w)
 	w->ctx.reaper = NULL;
 	worker_pub_pool_free(w->ctx.pub_pool); /* after every run ended */
 	w->ctx.pub_pool = NULL;
+	worker_dlq_free(w->ctx.dlq); /* after every run ended */
+	w->ctx.dlq = NULL;
 	rn_redis_conn_close(&w->rc);
 	free(w->runs);
 	free(w->done);

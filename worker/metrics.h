@@ -17,7 +17,7 @@
  *                 webhook_latency
  *   run threads   runs_<outcome>, lines_published, lines_dropped,
  *                 lines_invalid, redis_retries, sandbox_start, first_line,
- *                 limit_hits
+ *                 limit_hits, jobs_dlq (a job refused at boot)
  */
 #ifndef RUNNEL_WORKER_METRICS_H
 #define RUNNEL_WORKER_METRICS_H

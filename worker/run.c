@@ -34,6 +34,8 @@
 #include "worker/agent.h"
 #include "worker/agent_loop.h"
 #include "worker/bootstrap.h"
+#include "worker/claim.h"
+#include "worker/consumer.h"
 #include "worker/gateway.h"
 #include "worker/limits.h"
 #include "worker/publish.h"
@@ -57,7 +59,8 @@
 #endif
 
 #define RUN_ENV_MAX        4096
-#define WEBHOOK_RESOLVE_MS 5000 /* the boot check of a webhook's name, at most */
+#define WEBHOOK_RESOLVE_MS 5000  /* the boot check of a webhook's name, at most */
+#define DLQ_SEND_MS        10000 /* a refused job's DLQ delivery report, at most */
 
 /* Everything the run's thread holds; lives on the thread's stack or heap. */
 typedef struct run_io {
@@ -799,6 +802,25 @@ static void log_phase(run_io_t *io, const char *what)
 	rn_log_debug(io->run->run_id, "run_phase", "%s at +%" PRId64 " ms", what, rn_mono_ms() - io->run->claimed_mono_ms);
 }
 
+/* A job refused at boot goes to the DLQ like any invalid job: the record's
+ * bytes as fetched (a sealed job stays sealed), keyed by its run id, with
+ * the reason.  Best effort: the run ends bootstrap_failed either way. */
+static void dlq_refused(run_io_t *io, const char *reason)
+{
+	worker_run_t *run = io->run;
+	char err[512];
+	if (!run->raw || !run->ctx->dlq) {
+		rn_log_warn(run->run_id, "dlq_failed", "the refused job's record is not at hand; not sent to the DLQ");
+		return;
+	}
+	if (worker_dlq_send(run->ctx->dlq, run->run_id, strlen(run->run_id), run->raw, run->raw_len, reason,
+	                    DLQ_SEND_MS, err, sizeof(err)) < 0) {
+		rn_log_error(run->run_id, "dlq_failed", "%s", err);
+		return;
+	}
+	rn_counter_add(run->ctx->m->jobs_dlq, 1);
+}
+
 /* The run is marked running and its setup redeemed (the setup and run
  * OTPs); the runtime cap is the smallest of the worker's, the job's and the
  * config's. */
@@ -829,9 +851,11 @@ static stage_t stage_boot(run_io_t *io)
 		if (worker_webhook_resolve_check(io->cfg, run->job.webhook, wt < WEBHOOK_RESOLVE_MS ? wt : WEBHOOK_RESOLVE_MS,
 		                                 err, sizeof(err)) < 0) {
 			rn_log_warn(run->run_id, "job_rejected", "%s", err);
+			dlq_refused(io, err);
 			return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The run was not started: %s.", err);
 		}
 	}
+	worker_claimed_raw_clear(&run->raw, &run->raw_len);
 	worker_boot_opts_t bo = { .stop = &run->stop };
 	if (worker_bootstrap_fetch(run->job.agent_url, run->job.otp_setup, run->job.otp_run, &bo, &io->boot,
 	                           err, sizeof(err)) < 0) {
@@ -1371,6 +1395,7 @@ void worker_run_free(worker_run_t *run)
 	if (!run)
 		return;
 	proto_job_clear(&run->job);
+	worker_claimed_raw_clear(&run->raw, &run->raw_len);
 	worker_inbox_free(run->inbox);
 	if (run->wake_fd >= 0)
 		close(run->wake_fd);

@@ -55,6 +55,8 @@ typedef struct worker_ctx {
 	/* Removes finished runs' cgroups and directories, or NULL: the run's
 	 * thread does (worker/reaper.h). */
 	struct worker_reaper *reaper;
+	/* The DLQ for jobs refused at boot, or NULL: none (worker/consumer.h). */
+	struct worker_dlq *dlq;
 } worker_ctx_t;
 
 struct worker_run {
@@ -70,6 +72,11 @@ struct worker_run {
 	struct worker_inbox *inbox; /* control messages for the agent loop */
 	char cancel_reason[PROTO_CTL_REASON_MAX + 1];
 	char outcome[32]; /* metric outcome, set at the end */
+	/* The record's bytes as fetched, for the DLQ should the boot refuse
+	 * the job (worker_claimed_t.raw; moved in after worker_run_new), or
+	 * NULL.  Wiped once the boot judged the webhook, or by worker_run_free. */
+	char *raw;
+	size_t raw_len;
 };
 
 /* NULL on allocation failure (the job is then left with the caller). */

@@ -27,7 +27,9 @@
  *      that resolves to 127.0.0.1: with private targets allowed the run
  *      goes on and the webhook is delivered (section 1's worker); without,
  *      the run ends bootstrap_failed naming the webhook at its boot, before
- *      any OTP is redeemed (the stub saw no call).
+ *      any OTP is redeemed (the stub saw no call), and the job goes to
+ *      the DLQ once with the reason: the record's bytes as produced, or,
+ *      from a worker with a job key, sealed (no OTP or prompt in plaintext).
  *   8. The dispatcher's sweep: a worker is SIGKILLed mid-run with no other
  *      worker alive; the dispatcher's lost-lease sweep writes worker_lost
  *      and makes the webhook due (the dispatcher sends none: it has no
@@ -248,10 +250,13 @@ static int count_for(const char *run_id, int answered)
 
 static wt_t T;
 
+#define JOB_KEY_HEX "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
 /* Produces a job for a fresh stub run of agent_json, with extra JSON
- * fields (an object's members, e.g. "\"priority\":3") spliced in. */
-static void produce(const char *run_id, const char *agent_json, const char *tenant, const char *extra, int partition,
-                    dev_stub_otps_t *o)
+ * fields (an object's members, e.g. "\"priority\":3") spliced in; returns
+ * the record's value as produced. */
+static const char *produce(const char *run_id, const char *agent_json, const char *tenant, const char *extra, int partition,
+                           dev_stub_otps_t *o)
 {
 	wt_add_agent_run(&T, agent_json, o);
 	char *v = th_strf("{\"v\":1,\"run_id\":\"%s\",\"agent_url\":\"%s\",\"otp_setup\":\"%s\",\"otp_run\":\"%s\","
@@ -261,6 +266,29 @@ static void produce(const char *run_id, const char *agent_json, const char *tena
 	                  extra ? extra : "");
 	TH_REQUIRE(th_kafka_produce(&T.kafka, T.topic, partition, run_id, v, strlen(v), NULL) == 0, "produce %s",
 	           run_id);
+	return v;
+}
+
+/* The DLQ messages keyed run_id, read from the start of <topic>.dlq until
+ * none came for 3 s: their count; the last one's reason and value. */
+static int dlq_for(const char *run_id, char **reason, char **value, size_t *len)
+{
+	th_kafka_consumer_t *dc = th_kafka_consumer_new(&T.kafka, th_strf("%s.dlq", T.topic), NULL);
+	TH_REQUIRE(dc, "dlq consumer");
+	int n = 0;
+	th_kafka_msg_t m;
+	while (th_kafka_consumer_next(dc, 3000, &m) == 1) {
+		if (th_streq(m.key, run_id)) {
+			const char *r = th_kafka_msg_header(&m, "reason");
+			*reason = th_strf("%s", r ? r : "(none)");
+			*value = m.value ? th_strf("%.*s", (int)m.len, m.value) : NULL;
+			*len = m.len;
+			n++;
+		}
+		th_kafka_msg_free(&m);
+	}
+	th_kafka_consumer_free(dc);
+	return n;
 }
 
 static const char *hook(void)
@@ -521,7 +549,8 @@ int main(void)
 			               "RUNNEL_WEBHOOK_TIMEOUT_SEC=2", NULL };
 		pid_t w4 = wt_worker(&T, "w4", env4);
 		dev_stub_otps_t on;
-		produce("run_name_bad", quick, NULL, th_strf("\"webhook\":\"http://%s:%d/hook\"", lname, R.port), -1, &on);
+		const char *sent = produce("run_name_bad", quick, NULL,
+		                           th_strf("\"webhook\":\"http://%s:%d/hook\"", lname, R.port), -1, &on);
 		TH_REQUIRE(wt_wait_terminal(&T, "run_name_bad", 20000), "run_name_bad ended");
 		size_t nl = 0;
 		char **ll = wt_ended_lines(&T, "run_name_bad", 5000, &nl);
@@ -536,7 +565,39 @@ int main(void)
 		TH_CHECK(wt_log_has(&T, "w4", "\"event\":\"job_rejected\",\"run_id\":\"run_name_bad\""),
 		         "the worker logs the refusal");
 		TH_CHECK(count_for("run_name_bad", -1) == 0, "nothing was sent to the refused target");
+		/* The DLQ: once, with the reason, the record's bytes as produced. */
+		char *reason = NULL, *value = NULL;
+		size_t vlen = 0;
+		const char *want = "webhook: resolves to a loopback address, which is not allowed";
+		TH_CHECK(dlq_for("run_name_bad", &reason, &value, &vlen) == 1, "exactly one DLQ message for run_name_bad");
+		TH_CHECK(th_streq(reason, want), "its reason: %s", reason ? reason : "(none)");
+		TH_CHECK(value && vlen == strlen(sent) && !memcmp(value, sent, vlen), "its value is the record as produced: %s",
+		         value ? value : "(none)");
 		wt_stop_worker(w4, 20000, "w4");
+
+		/* A worker with a job key queues the job sealed: the DLQ gets it
+		 * sealed, never the OTPs or the prompt in plaintext. */
+		const char *env5[] = { "RUNNEL_WEBHOOK_SECRET=" SECRET, "RUNNEL_WEBHOOK_ALLOW_HTTP=true",
+			               "RUNNEL_WEBHOOK_TIMEOUT_SEC=2", "RUNNEL_JOB_KEY=" JOB_KEY_HEX, NULL };
+		pid_t w4s = wt_worker(&T, "w4s", env5);
+		dev_stub_otps_t os;
+		produce("run_name_sealed", quick, NULL, th_strf("\"webhook\":\"http://%s:%d/hook\"", lname, R.port), -1,
+		        &os);
+		TH_REQUIRE(wt_wait_terminal(&T, "run_name_sealed", 20000), "run_name_sealed ended");
+		TH_CHECK(th_streq(wt_run_code(&T, "run_name_sealed", NULL), "bootstrap_failed"), "run_name_sealed: %s",
+		         wt_run_code(&T, "run_name_sealed", NULL));
+		TH_CHECK(dev_stub_total_calls(T.stub, os.session) == 0, "no OTP of the sealed refused run was redeemed");
+		reason = value = NULL;
+		TH_CHECK(dlq_for("run_name_sealed", &reason, &value, &vlen) == 1,
+		         "exactly one DLQ message for run_name_sealed");
+		TH_CHECK(th_streq(reason, want), "its reason: %s", reason ? reason : "(none)");
+		TH_CHECK(value && strstr(value, "\"sealed\":") && !memmem(value, vlen, os.otp_setup, strlen(os.otp_setup)) &&
+		                 !memmem(value, vlen, os.otp_run, strlen(os.otp_run)) &&
+		                 !memmem(value, vlen, "\"prompt\":\"hi\"", 13),
+		         "sealed in the DLQ, no plaintext OTP or prompt: %.120s", value ? value : "(none)");
+		TH_CHECK(!wt_log_has(&T, "w4s", os.otp_setup) && !wt_log_has(&T, "w4s", os.otp_run),
+		         "no OTP in the worker's log");
+		wt_stop_worker(w4s, 20000, "w4s");
 	}
 
 	/* ---- 8. worker_lost written by the dispatcher's sweep ---- */
