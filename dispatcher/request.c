@@ -4,6 +4,7 @@
 #include "dispatcher/request.h"
 
 #include <inttypes.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,13 +171,20 @@ static int unknown_field(json_t *root, char *errstr, size_t errstr_size)
 			/* The name is the caller's own text: quote a short, safe prefix. */
 			char name[40];
 			size_t i;
+			int plain = 1;
 
-			for (i = 0; k[i] != '\0' && i < sizeof(name) - 1; i++)
-				name[i] = (k[i] >= 0x20 && k[i] < 0x7f) ? k[i] : '?';
+			for (i = 0; k[i] != '\0' && i < sizeof(name) - 1; i++) {
+				name[i] = (k[i] >= 0x20 && k[i] < 0x7f && k[i] != '"') ? k[i] : '?';
+				if (!isalnum((unsigned char)k[i]) && !strchr("_.-", k[i]))
+					plain = 0;
+			}
 			name[i] = '\0';
-			/* "": an error must still start with a field. */
+			/* An error starts with the field it is about: a name that could
+			 * not stand there ("", ": x", spaces) is reported of the body. */
 			if (i == 0)
 				snprintf(errstr, errstr_size, "body: unknown field with an empty name");
+			else if (!plain)
+				snprintf(errstr, errstr_size, "body: unknown field \"%s\"", name);
 			else
 				snprintf(errstr, errstr_size, "%s: unknown field", name);
 			return 1;

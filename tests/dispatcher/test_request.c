@@ -56,6 +56,8 @@ static const struct bad_case {
 	{ "{" GOOD ",\"prompt\":\"p\",\"zz\":1,\"zz\":2}", DISPATCHER_REQ_LENIENT, "body: duplicate key" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"colour\":\"red\"}", DISPATCHER_REQ_STRICT, "colour: unknown field" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"\":\"red\"}", DISPATCHER_REQ_STRICT, "body: unknown field with an empty name" },
+	{ "{" GOOD ",\"prompt\":\"p\",\": \\t\":\"\"}", DISPATCHER_REQ_STRICT, "body: unknown field \": ?\"" },
+	{ "{" GOOD ",\"prompt\":\"p\",\"a \\\"b\":1}", DISPATCHER_REQ_STRICT, "body: unknown field \"a ?b\"" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":0}", DISPATCHER_REQ_STRICT, "max_runtime_sec: must be a positive integer" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":\"60\"}", DISPATCHER_REQ_STRICT, "max_runtime_sec: must be a positive integer" },
 	{ "{" GOOD ",\"prompt\":\"p\",\"max_runtime_sec\":99999}", DISPATCHER_REQ_STRICT, "max_runtime_sec: over this dispatcher's cap of 28800" },
