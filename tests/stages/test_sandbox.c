@@ -113,21 +113,6 @@ static void test_env(void)
 	sbx_out_free(&o);
 }
 
-/* Files in dir (the preload marker's); -1 when it cannot be read. */
-static int count_files(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
 /*
  * A run's environment never reaches a host process: an LD_PRELOAD naming a
  * library that leaves a file wherever it is loaded loads nothing on the
@@ -151,8 +136,8 @@ static void test_loader_env(void)
 	TH_REQUIRE(sbx_run(sbx_spawn, &s, NULL, 1, 10000, &o) == 0);
 	TH_CHECK(exit_code(&o) == 0, "status %d, stderr %s", o.status, o.err);
 	TH_CHECK(strstr(o.out, "preload=" RUNNEL_TEST_PRELOAD_SO), "the agent's env: %s", o.out);
-	TH_CHECK(count_files(marks) == 0, "a host process loaded the run's LD_PRELOAD (%d marker(s))",
-	         count_files(marks));
+	TH_CHECK(th_count_files(marks) == 0, "a host process loaded the run's LD_PRELOAD (%d marker(s))",
+	         th_count_files(marks));
 	sbx_out_free(&o);
 
 	/* The same library loaded by a host process does leave its marker:
@@ -166,7 +151,7 @@ static void test_loader_env(void)
 	}
 	int st;
 	waitpid(pid, &st, 0);
-	TH_CHECK(count_files(marks) == 1, "the marker library left %d marker(s)", count_files(marks));
+	TH_CHECK(th_count_files(marks) == 1, "the marker library left %d marker(s)", th_count_files(marks));
 
 	/* The loader's variables are refused by name (run.c drops them). */
 	TH_CHECK(worker_sandbox_env_refused("LD_PRELOAD"));

@@ -492,6 +492,20 @@ static int th_contains_cb(const char *path, const struct stat *st, int flag, str
 	return 0;
 }
 
+int th_count_files(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
 int th_dir_contains(const char *dir, const void *needle, size_t needle_len)
 {
 	if (needle_len == 0)

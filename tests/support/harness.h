@@ -119,6 +119,10 @@ int th_file_contains(const char *path, const char *needle);
  */
 int th_dir_contains(const char *dir, const void *needle, size_t needle_len);
 
+/* The entries of dir whose names do not start with '.'; -1 when it cannot
+ * be read. */
+int th_count_files(const char *dir);
+
 /* A NUL-terminated malloc'd copy of exactly len bytes (the caller frees;
  * strndup would stop at a NUL or look past len).  NULL when out of memory. */
 char *th_memdup0(const void *p, size_t len);

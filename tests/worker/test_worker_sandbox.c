@@ -6,7 +6,6 @@
  */
 #include "tests/worker/wtest.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,20 +14,6 @@
 #include <unistd.h>
 
 static wt_t T;
-
-static int count_files(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
 
 /* Whether one of the n lines is a log line whose message is msg. */
 static int has_log(char **l, size_t n, const char *msg)
@@ -80,8 +65,8 @@ static void test_preload(void)
 	th_strv_free(l, n);
 	TH_CHECK(th_streq(wt_state(&T, "run_preload", "status"), "succeeded"), "status %s",
 	         wt_state(&T, "run_preload", "status"));
-	TH_CHECK(count_files(marks) == 0, "the run's LD_PRELOAD was loaded by %d process(es) on the host",
-	         count_files(marks));
+	TH_CHECK(th_count_files(marks) == 0, "the run's LD_PRELOAD was loaded by %d process(es) on the host",
+	         th_count_files(marks));
 }
 
 /* A root worker whose sandboxes' uid could not reach RUNNEL_WORK_DIR
