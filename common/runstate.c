@@ -448,14 +448,8 @@ int rn_runstate_finish(rn_rcluster_t *c, const char *prefix, const char *run_id,
                        const char *code, int64_t retention_sec,
                        char *errstr, size_t errstr_size)
 {
-	keys_t k;
-	if (keys_make(&k, prefix, run_id, errstr, errstr_size) < 0)
-		return -1;
-	long long rc = finish_eval(c, &k, run_id, line, len, status, code ? code : "", retention_sec, 0, NULL, errstr,
-	                           errstr_size);
-	if (rc == 1)
-		outbox_bump(c, prefix, run_id);
-	return rc < 0 ? -1 : rc == 1;
+	return rn_runstate_finish_usage(c, prefix, run_id, line, len, status, code, retention_sec, NULL, errstr,
+	                                errstr_size);
 }
 
 int rn_runstate_finish_usage(rn_rcluster_t *c, const char *prefix, const char *run_id, const char *line, size_t len,
