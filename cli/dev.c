@@ -29,6 +29,7 @@
 #include "args.h"
 #include "cli.h"
 #include "common/util.h"
+#include "devcluster.h"
 #include "devproc.h"
 #include "http.h"
 #include "interrupt.h"
@@ -45,10 +46,11 @@
 #define RUNNEL_SOURCE_DIR ""
 #endif
 
-#define DEV_READY_MS       60000 /* dispatcher /readyz deadline */
-#define DEV_REDIS_READY_MS 10000
-#define DEV_STOP_GRACE_MS  8000 /* worker drain (RUNNEL_DRAIN_SEC=3) + margin */
-#define DEV_PARTITIONS     4
+#define DEV_READY_MS         60000 /* dispatcher /readyz deadline */
+#define DEV_REDIS_READY_MS   10000
+#define DEV_CLUSTER_READY_MS 60000 /* 2N nodes up, created, ok everywhere */
+#define DEV_STOP_GRACE_MS    8000  /* worker drain (RUNNEL_DRAIN_SEC=3) + margin */
+#define DEV_PARTITIONS       4
 
 static struct {
 	int demo;
@@ -67,7 +69,8 @@ static struct {
 	char *jobs_topic;
 	int keep;
 	int with_agents;
-	char *kafka; /* external bootstrap servers, NULL = the mock cluster */
+	char *kafka;         /* external bootstrap servers, NULL = the mock cluster */
+	char *redis_cluster; /* N primaries as given, NULL = one redis-server */
 } g_opt;
 
 static const rn_opt_t dev_opts[] = {
@@ -86,6 +89,10 @@ static const rn_opt_t dev_opts[] = {
 	{ "prompt", 0, "RUNNEL_DEV_PROMPT", RN_OPT_STR, &g_opt.prompt, "Add an inference node", "TEXT",
 	  "prompt of the demo run", 0, 0 },
 	CLI_OPT_REDIS_URL(&g_opt.redis_url, NULL, "use this Redis instead of starting one"),
+	{ "redis-cluster", 0, "RUNNEL_DEV_REDIS_CLUSTER", RN_OPT_STR, &g_opt.redis_cluster, NULL, "N",
+	  "start a local Redis Cluster of N primaries (N >= 3, at most 16), one replica each, instead of one "
+	  "redis-server",
+	  0, 0 },
 	{ "redis-server", 0, "RUNNEL_REDIS_SERVER", RN_OPT_STR, &g_opt.redis_server, "redis-server", "PATH",
 	  "redis-server binary to start", 0, 0 },
 	{ "worker-bin", 0, "RUNNEL_WORKER_BIN", RN_OPT_STR, &g_opt.worker_bin, NULL, "PATH",
@@ -144,6 +151,8 @@ typedef struct dev_stack {
 	rd_kafka_mock_cluster_t *mock;
 	char bootstrap[256];
 	cli_proc_t redis, dispatcher, worker;
+	int cluster_n;          /* --redis-cluster N, 0 = one redis-server */
+	dev_cluster_t *cluster; /* the nodes, when cluster_n */
 	char redis_url[300];
 	dev_stub_t *stub;
 	char agents[PATH_MAX];
@@ -514,6 +523,46 @@ static int redis_ping(const char *url)
 	return ok;
 }
 
+/*
+ * --redis-cluster N: the nodes next to the single Redis's place
+ * (redis-cluster/<I>/), redis-cli from redis-server's own directory, else
+ * PATH.  The children get node 0's URL: any node will do, they read the
+ * slot map from it.
+ */
+static int start_cluster(dev_stack_t *s, const char *bin)
+{
+	char cli[PATH_MAX], dir[PATH_MAX + 16], logs[PATH_MAX + 8], err[512];
+
+	snprintf(cli, sizeof(cli), "%s", bin);
+	char *slash = strrchr(cli, '/');
+	if (slash)
+		snprintf(slash + 1, sizeof(cli) - (size_t)(slash + 1 - cli), "redis-cli");
+	if ((!slash || !is_exec(cli)) && cli_which("redis-cli", cli, sizeof(cli)) < 0) {
+		say("cannot find redis-cli (install redis-tools; --redis-cluster creates the cluster with it)");
+		return -1;
+	}
+	s->cluster = calloc(1, sizeof(*s->cluster));
+	if (!s->cluster) {
+		say("out of memory");
+		return -1;
+	}
+	snprintf(dir, sizeof(dir), "%s/redis-cluster", s->dir);
+	snprintf(logs, sizeof(logs), "%s/logs", s->dir);
+	say("starting a Redis Cluster: %d primaries, %d replicas", s->cluster_n, s->cluster_n);
+	if (dev_cluster_start(s->cluster, s->cluster_n, bin, cli, dir, logs, DEV_CLUSTER_READY_MS, cli_interrupted,
+	                      err, sizeof(err)) < 0) {
+		if (!cli_interrupted())
+			say("Redis Cluster: %s", err);
+		return -1;
+	}
+	snprintf(s->redis_url, sizeof(s->redis_url), "%s", s->cluster->url);
+	if (!redis_ping(s->redis_url)) {
+		say("Redis Cluster: node 0 (%s) does not answer as a cluster", s->redis_url);
+		return -1;
+	}
+	return 0;
+}
+
 static int start_redis(dev_stack_t *s)
 {
 	char bin[PATH_MAX], err[512], rdir[PATH_MAX + 16], conf[PATH_MAX + 32], log[PATH_MAX + 32];
@@ -530,6 +579,8 @@ static int start_redis(dev_stack_t *s)
 		say("cannot find %s (install redis-server, or set RUNNEL_REDIS_URL)", g_opt.redis_server);
 		return -1;
 	}
+	if (s->cluster_n)
+		return start_cluster(s, bin);
 	snprintf(rdir, sizeof(rdir), "%s/redis", s->dir);
 	mkdir(rdir, 0700);
 	snprintf(conf, sizeof(conf), "%s/redis.conf", rdir);
@@ -677,6 +728,15 @@ static int child_died(dev_stack_t *s)
 		p->name[0] = '\0'; /* reported */
 		return 1;
 	}
+	cli_proc_t *node = s->cluster ? dev_cluster_died(s->cluster) : NULL;
+	if (node) {
+		char how[32];
+		cli_proc_describe(node->status, how, sizeof(how));
+		say("Redis Cluster node %s exited (%s); its log (%s) ends with:", node->name, how, node->log_path);
+		cli_proc_log_tail(node, stderr, 12);
+		node->name[0] = '\0';
+		return 1;
+	}
 	return 0;
 }
 
@@ -710,6 +770,11 @@ static void stop_stack(dev_stack_t *s)
 	cli_proc_stop(&s->worker, SIGTERM, DEV_STOP_GRACE_MS);
 	cli_proc_stop(&s->dispatcher, SIGTERM, 3000);
 	cli_proc_stop(&s->redis, SIGTERM, 3000);
+	if (s->cluster) {
+		dev_cluster_stop(s->cluster, 3000);
+		free(s->cluster);
+		s->cluster = NULL;
+	}
 	if (s->stub) {
 		dev_stub_stop(s->stub);
 		s->stub = NULL;
@@ -744,6 +809,11 @@ static void print_banner(const dev_stack_t *s)
 	if (rn_redis_url_parse(s->redis_url, &u, err, sizeof(err)) == 0 && u.password[0]) {
 		snprintf(redis_shown, sizeof(redis_shown), "redis://***@%s:%d/%d (from RUNNEL_REDIS_URL)",
 		         u.host, u.port, u.db);
+	} else if (s->cluster) {
+		snprintf(redis_shown, sizeof(redis_shown), "%s (Redis Cluster: %d primaries, %d replicas; "
+		                                           "logs/redis-node-*.log)",
+		         s->redis_url, s->cluster_n, s->cluster_n);
+		snprintf(redis_env, sizeof(redis_env), "RUNNEL_REDIS_URL=%s ", s->redis_url);
 	} else {
 		snprintf(redis_shown, sizeof(redis_shown), "%s", s->redis_url);
 		snprintf(redis_env, sizeof(redis_env), "RUNNEL_REDIS_URL=%s ", s->redis_url);
@@ -852,6 +922,18 @@ int cli_dev_main(int argc, char **argv)
 	rc = CLI_EXIT_USAGE;
 	if (cli_args_check_redis(&dev_verb, g_opt.redis_url, g_opt.prefix) < 0)
 		goto out_conf;
+	if (g_opt.redis_cluster) {
+		char why[160];
+		if (dev_cluster_parse_n(g_opt.redis_cluster, &s.cluster_n, why, sizeof(why)) < 0) {
+			cli_args_usage_error(&dev_verb, "%s", why);
+			goto out_conf;
+		}
+		if (g_opt.redis_url) {
+			cli_args_usage_error(&dev_verb, "--redis-cluster starts its own Redis: it cannot be used with "
+			                                "--redis-url/RUNNEL_REDIS_URL");
+			goto out_conf;
+		}
+	}
 	if (g_opt.sandbox && cli_args_check_choice(&dev_verb, "sandbox", g_opt.sandbox, "bwrap", "process") < 0)
 		goto out_conf;
 	rc = CLI_EXIT_RUN_ERROR;
