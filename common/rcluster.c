@@ -528,6 +528,34 @@ const char *rn_rcluster_errstr(const rn_rcluster_t *rc)
 	return rc->err;
 }
 
+int rn_rcluster_wait_replicas(const rn_rcluster_t *rc, int *timeout_ms)
+{
+	if (timeout_ms)
+		*timeout_ms = rc->opts.wait_timeout_ms;
+	return rc->opts.wait_replicas > 0 ? rc->opts.wait_replicas : 0;
+}
+
+long long rn_rcluster_wait(rn_rcluster_t *rc)
+{
+	if (rc->opts.wait_replicas <= 0)
+		return 0;
+	/* Keyless: rc_route sends it where the write went.  A timeout of 0
+	 * would block for ever: at least 1 ms. */
+	int t = rc->opts.wait_timeout_ms > 0 ? rc->opts.wait_timeout_ms : 1;
+	redisReply *r = rn_rcluster_command(rc, 0, "WAIT %d %d", rc->opts.wait_replicas, t);
+	if (!r)
+		return -1;
+	long long got = -1;
+	if (r->type == REDIS_REPLY_INTEGER)
+		got = r->integer;
+	else
+		snprintf(rc->err, sizeof(rc->err), "WAIT: %.200s", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+	freeReplyObject(r);
+	if (got >= 0 && got < rc->opts.wait_replicas)
+		rc->stats.wait_short++;
+	return got;
+}
+
 void rn_rcluster_stats(const rn_rcluster_t *rc, rn_rcluster_stats_t *out)
 {
 	*out = rc->stats;

@@ -71,13 +71,19 @@ typedef struct rn_rcluster_opts {
 	int retry_budget_ms;    /* how long one call may wait out a failover */
 	int backoff_min_ms;     /* first retry delay (doubling, jittered) */
 	int backoff_max_ms;
+	/* Acknowledged writes (rn_rcluster_wait): the replicas a writer asks
+	 * to have its writes before it counts them, 0 off (the default), and
+	 * how long one WAIT may take (keep it below command_timeout_ms). */
+	int wait_replicas;
+	int wait_timeout_ms;
 } rn_rcluster_opts_t;
 
 /* 2 s connect, 5 s per reply, 20 s budget (a failover with the default
- * cluster-node-timeout 15 s takes ~16-18 s), backoff 20 ms .. 1 s. */
+ * cluster-node-timeout 15 s takes ~16-18 s), backoff 20 ms .. 1 s, no
+ * WAIT. */
 #define RN_RCLUSTER_OPTS_INIT \
 	{ \
-		2000, 5000, 20000, 20, 1000 \
+		2000, 5000, 20000, 20, 1000, 0, 1000 \
 	}
 
 /*
@@ -192,6 +198,21 @@ long long rn_rcluster_command_ll(rn_rcluster_t *rc, int flags, int argc, const c
 /* Why the last call returned NULL.  Owned by rc, valid until the next call. */
 const char *rn_rcluster_errstr(const rn_rcluster_t *rc);
 
+/* opts.wait_replicas of the handle (0: off), and its timeout in
+ * *timeout_ms when not NULL. */
+int rn_rcluster_wait_replicas(const rn_rcluster_t *rc, int *timeout_ms);
+
+/*
+ * With opts.wait_replicas set: WAIT <replicas> <timeout> on the node the
+ * last command went to (so call it right after the write it covers), and
+ * the number of replicas that acknowledged every write of that connection
+ * so far - fewer than asked when the timeout ran out (stats.wait_short
+ * counts those).  0 at once when off.  -1 with rn_rcluster_errstr() when
+ * there is no answer ("connection lost": the write may not have reached
+ * any replica) or an error reply.  Never retried here.
+ */
+long long rn_rcluster_wait(rn_rcluster_t *rc);
+
 /* Counters since open, for tests, logs and bench. */
 typedef struct rn_rcluster_stats {
 	unsigned long commands;   /* calls */
@@ -200,6 +221,7 @@ typedef struct rn_rcluster_stats {
 	unsigned long retries;    /* TRYAGAIN/CLUSTERDOWN/unreachable waits */
 	unsigned long refreshes;  /* slot map reads */
 	unsigned long reconnects; /* node connections opened after the first */
+	unsigned long wait_short; /* rn_rcluster_wait answers below wait_replicas */
 } rn_rcluster_stats_t;
 
 void rn_rcluster_stats(const rn_rcluster_t *rc, rn_rcluster_stats_t *out);

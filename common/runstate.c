@@ -437,6 +437,16 @@ static long long finish_eval(rn_rcluster_t *c, const keys_t *k, const char *run_
 	lens[7] = len;
 	int argc = fit_leases_key(c, argv, lens, 14, 4);
 	long long v = rn_rcluster_command_ll(c, 0, argc, argv, lens, "finish", errstr, errstr_size);
+	/*
+	 * Acknowledged writes: the terminal line counts once the replicas have
+	 * it.  No answer means a failover may lose it, so the call fails and
+	 * the caller runs the script again: on the promoted replica it writes
+	 * the line if it was lost, else answers "already ended" (0).
+	 */
+	if (v == 1 && rn_rcluster_wait(c) < 0) {
+		snprintf(errstr, errstr_size, "redis finish: written, but no WAIT answer (%s)", rn_rcluster_errstr(c));
+		return -1;
+	}
 	/* On a cluster the index entry of an ended (or gone) run goes now. */
 	if (rn_rcluster_is_cluster(c) && (v == 0 || v == 1))
 		index_write(c, k, "ZREM", NULL, 0, run_id);

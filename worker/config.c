@@ -16,7 +16,7 @@
 #include "proto/keys.h"
 #include "proto/names.h"
 
-#define OPTS_N 58
+#define OPTS_N 60
 
 void worker_config_wipe_env(const char *name)
 {
@@ -64,6 +64,8 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		{ "tenant-max-runs", 0, "RUNNEL_TENANT_MAX_RUNS", RN_OPT_INT, &c->tenant_max_runs, "0", "N", "runs one tenant may have claimed or running in the fleet (0: no cap)", 0, 1000000 },
 		{ "tenant-max-runs-for", 0, "RUNNEL_TENANT_MAX_RUNS_FOR", RN_OPT_STR, &c->tenant_max_runs_for, NULL, "LIST", "per-tenant caps overriding it, \"acme=20,bulk=2\" (0: no cap)", 0, 0 },
 		{ "queue-wait-replicas", 0, "RUNNEL_QUEUE_WAIT_REPLICAS", RN_OPT_INT, &c->queue_wait_replicas, "0", "N", "replicas that must have a queued job (Redis WAIT) before its Kafka offset is stored", 0, 16 },
+		{ "redis-wait-replicas", 0, "RUNNEL_REDIS_WAIT_REPLICAS", RN_OPT_INT, &c->redis_wait_replicas, "0", "N", "replicas that must have each batch of output lines and the terminal line (Redis WAIT) before they count as written (0: off)", 0, 16 },
+		{ "redis-wait-timeout-ms", 0, "RUNNEL_REDIS_WAIT_TIMEOUT_MS", RN_OPT_INT, &c->redis_wait_timeout_ms, "1000", "MS", "longest one such WAIT may take; on timeout the lines count anyway, with a warning", 10, 5000 },
 		{ "kafka-property", 'X', "RUNNEL_KAFKA_PROPERTIES", RN_OPT_KV, &c->kafka_props, NULL, "KEY=VALUE", "librdkafka property (repeatable; env \"k=v;k=v\")", 0, 0 },
 		/* acp agents */
 		{ "acp-prefix", 0, "RUNNEL_ACP_PREFIX", RN_OPT_STR, &c->acp_prefix, NULL, "DIR", "ACP agents installed by agents/install.sh (bound read-only into sandboxes)", 0, 0 },

@@ -54,6 +54,9 @@ typedef struct worker_config {
 	long tenant_max_runs;
 	char *tenant_max_runs_for;
 	long queue_wait_replicas;
+	/* acknowledged output (worker/publish.h worker_pub_set_wait) */
+	long redis_wait_replicas;
+	long redis_wait_timeout_ms;
 	/* acp agents (worker/agent_acp.c) */
 	char *acp_prefix; /* agents/install.sh prefix, or NULL */
 	char *node;       /* Node.js binary, or NULL = node on PATH */

@@ -770,6 +770,7 @@ static int worker_setup(worker_t *w, int argc, char **argv, char *limits_warn, s
 		return 2;
 	}
 	w->redis_kind = kind;
+	worker_pub_set_wait((int)w->cfg.redis_wait_replicas, (int)w->cfg.redis_wait_timeout_ms);
 
 	/* Each sandbox's init comes back here when bwrap exits, and is reaped
 	 * (worker/sandbox.h), as it would be were this a container's pid 1. */

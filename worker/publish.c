@@ -15,6 +15,15 @@
 #include "common/log.h"
 #include "common/redis.h"
 
+/* RUNNEL_REDIS_WAIT_REPLICAS and its timeout: set once at start. */
+static int g_wait_replicas, g_wait_timeout_ms;
+
+void worker_pub_set_wait(int replicas, int timeout_ms)
+{
+	g_wait_replicas = replicas;
+	g_wait_timeout_ms = timeout_ms;
+}
+
 rn_rcluster_t *worker_redis_open(const rn_redis_url_t *url, int timeout_ms, int command_timeout_ms,
                                  char *errstr, size_t errstr_size)
 {
@@ -26,6 +35,8 @@ rn_rcluster_t *worker_redis_open(const rn_redis_url_t *url, int timeout_ms, int 
 	/* The callers retry with their own backoff and stop word: a call
 	 * waits out a short cluster hiccup, not a whole failover. */
 	o.retry_budget_ms = 3000;
+	o.wait_replicas = g_wait_replicas;
+	o.wait_timeout_ms = g_wait_timeout_ms;
 	rn_rcluster_t *c = rn_rcluster_open(url, &o, why, sizeof(why));
 
 	if (!c) {
@@ -182,6 +193,7 @@ void worker_pub_reset(worker_pub_t *p)
 		rn_rcluster_reset_slot(p->rc, p->slot);
 	p->c = NULL;
 	p->inflight = 0;
+	p->inflight_wait = 0;
 }
 
 /*
@@ -280,8 +292,11 @@ static int send_lines(worker_pub_t *p, size_t count)
 	size_t bytes = 0;
 	for (size_t i = 0; i < count; i++)
 		bytes += p->lens[i];
-	/* Per command: header, XADD, key, id (< 48), "line", the line. */
-	size_t cap = bytes + count * (klen + 128) + 64;
+	/* Per command: header, XADD, key, id (< 48), "line", the line; then
+	 * MULTI, EXEC and a WAIT. */
+	size_t cap = bytes + count * (klen + 128) + 128;
+	int wait_ms = 0;
+	int wait_n = p->rc ? rn_rcluster_wait_replicas(p->rc, &wait_ms) : 0;
 	char *cmd = malloc(cap);
 	if (!cmd)
 		return -1;
@@ -305,6 +320,15 @@ static int send_lines(worker_pub_t *p, size_t count)
 	}
 	memcpy(w, "*1\r\n$4\r\nEXEC\r\n", 14);
 	w += 14;
+	if (wait_n > 0) {
+		/* Acknowledged writes: the lines count once wait_n replicas
+		 * have them (collect() reads the answer). */
+		char a[24], b[24];
+		memcpy(w, "*3\r\n$4\r\nWAIT\r\n", 14);
+		w += 14;
+		w = put_bulk(w, a, (size_t)(put_u64(a, (uint64_t)wait_n) - a));
+		w = put_bulk(w, b, (size_t)(put_u64(b, (uint64_t)(wait_ms > 0 ? wait_ms : 1)) - b));
+	}
 	int rc = redisAppendFormattedCommand(c, cmd, (size_t)(w - cmd));
 	free(cmd);
 	if (rc != REDIS_OK)
@@ -314,6 +338,35 @@ static int send_lines(worker_pub_t *p, size_t count)
 		if (redisBufferWrite(c, &done) != REDIS_OK)
 			return -1;
 	p->inflight = count;
+	p->inflight_wait = wait_n;
+	return 0;
+}
+
+/*
+ * The WAIT answer behind a batch: 0 when it came (the replicas it counts
+ * fewer than asked only warn: the lines are on the primary and a replica
+ * may be down for long); -1 when the connection broke first - a failover
+ * may lose the batch, so it is not counted and goes again (its explicit
+ * ids keep the resend exact).
+ */
+static int collect_wait(worker_pub_t *p, int want)
+{
+	redisReply *r = NULL;
+	if (redisGetReply(p->c, (void **)&r) != REDIS_OK || !r) {
+		rn_log_warn(p->run_id, "redis_publish", "connection lost before WAIT answered: %s; sending again",
+		            p->c->errstr[0] ? p->c->errstr : "no reply");
+		worker_pub_reset(p);
+		return -1;
+	}
+	if (r->type != REDIS_REPLY_INTEGER || r->integer < want) {
+		if (p->wait_short++ % 100 == 0)
+			rn_log_warn(p->run_id, "redis_wait_short", "WAIT %d: %.120s (%llu batches short so far)", want,
+			            r->type == REDIS_REPLY_INTEGER         ? "fewer replicas acknowledged in time"
+			                    : r->type == REDIS_REPLY_ERROR ? r->str
+			                                                   : "unexpected reply",
+			            (unsigned long long)p->wait_short);
+	}
+	freeReplyObject(r);
 	return 0;
 }
 
@@ -328,9 +381,10 @@ static int collect(worker_pub_t *p)
 	redisContext *c = p->c;
 	size_t count = p->inflight;
 	size_t acked = 0, acked_bytes = 0;
-	int failed = 0, moved = 0;
+	int failed = 0, moved = 0, want = p->inflight_wait;
 
 	p->inflight = 0;
+	p->inflight_wait = 0;
 	for (size_t i = 0; i < count + 2; i++) {
 		redisReply *r = NULL;
 		if (redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
@@ -367,6 +421,8 @@ static int collect(worker_pub_t *p)
 			moved = 1;
 		freeReplyObject(r);
 	}
+	if (want > 0 && collect_wait(p, want) < 0)
+		return -1;
 	/* A cluster moved the run's slot (or is electing its primary): the
 	 * batch was refused whole; the next attempt goes where the map says. */
 	if (moved)

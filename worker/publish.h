@@ -38,6 +38,16 @@ rn_rcluster_t *worker_redis_open(const rn_redis_url_t *url, int timeout_ms, int 
                                  char *errstr, size_t errstr_size);
 
 /*
+ * Acknowledged writes (RUNNEL_REDIS_WAIT_REPLICAS): every handle
+ * worker_redis_open() opens afterwards asks for replicas (0: off), so each
+ * batch of lines ends with WAIT replicas timeout_ms and counts as
+ * published once it was answered, and the terminal line's script is
+ * followed by the same WAIT (common/runstate.c).
+ * @locality main thread, before any run starts.
+ */
+void worker_pub_set_wait(int replicas, int timeout_ms);
+
+/*
  * Idle publishing connections (handles, with their node connections) kept
  * between runs, so that a run's first Redis call does not pay for a
  * connect, AUTH, SELECT, the cluster detection and the LOADING check.  A connection goes back only when nothing is pending on it; one
@@ -67,9 +77,11 @@ typedef struct worker_pub {
 	size_t len, cap;
 	uint32_t *lens;
 	size_t n;
-	size_t inflight;    /* lines [0, inflight) sent, replies not read */
-	uint64_t first_n;   /* sequence of lens[0] */
-	uint64_t published; /* lines Redis holds */
+	size_t inflight;     /* lines [0, inflight) sent, replies not read */
+	int inflight_wait;   /* the batch in flight ends with WAIT <this> */
+	uint64_t wait_short; /* batches WAIT answered short of replicas */
+	uint64_t first_n;    /* sequence of lens[0] */
+	uint64_t published;  /* lines Redis holds */
 	uint64_t retries;
 	uint64_t dropped;              /* lines refused after giving up on Redis */
 	const worker_stopword_t *stop; /* given up: a failing call stops retrying */
