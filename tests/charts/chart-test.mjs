@@ -92,6 +92,7 @@ const SCENARIOS = {
   "existing-secret": { autoscaler: "keda", secrets: [], existingSecret: "runnel-prod-secrets", compose: true },
   "existing-secret-whole": { autoscaler: "keda", secrets: [], existingSecret: "runnel-prod-secrets" },
   "redis-url-secret": { autoscaler: "hpa", secrets: ["url-pass-4242"] },
+  "redis-cluster": { autoscaler: "keda", secrets: ["cl-pass-5150"] },
   ingress: { autoscaler: "hpa", secrets: [] },
   networkpolicy: { autoscaler: "hpa", secrets: [] },
   servicemonitor: { autoscaler: "hpa", secrets: [] },
@@ -115,6 +116,8 @@ const REFUSALS = {
   "semicolon-property": "kafka.properties.ssl.cipher.suites: values must not contain \";\"",
   "delegate-hostusers": "worker.limits.delegateCgroup needs worker.sandbox.hostUsers=false",
   "webhooks-no-secret": "webhooks.enabled needs webhooks.secret (or secret.existingSecret)",
+  "redis-cluster-db": "redis.cluster needs database 0 (redis.db, and the path of redis.auth.url): a Redis Cluster has no other",
+  "redis-cluster-url-db": "redis.cluster needs database 0 (redis.db, and the path of redis.auth.url): a Redis Cluster has no other",
 };
 
 const SECRET_NAME_RE = /JOB_KEY|API_TOKEN|PASSWORD|SASL|SECRET|TOKEN/i;
@@ -363,12 +366,14 @@ async function render(name) {
         eq(ta.length, 1, "Kafka TriggerAuthentications");
         eq(ta[0].spec.secretTargetRef.map((r) => r.parameter).sort(), ["password", "username"], "auth parameters");
       }
-      // The run-time queue's depth (KEDA's Redis scaler on a list length).
-      const redis = s.triggers.filter((x) => x.type === "redis");
+      // The run-time queue's depth (KEDA's Redis scaler on a list length;
+      // its cluster scaler on a Redis Cluster).
+      const redis = s.triggers.filter((x) => x.type === "redis" || x.type === "redis-cluster");
       eq(redis.length, 1, "redis (queue depth) triggers");
       const rt = redis[0].metadata;
       eq(rt.listName, `${workerCm.data.RUNNEL_KEY_PREFIX}:{q}:depth`, "queue depth list");
-      assert(/^[^:/]+:[0-9]+$/.test(rt.address), `redis address ${rt.address}`);
+      const addr = redis[0].type === "redis" ? rt.address : rt.addresses;
+      assert(/^[^:/]+:[0-9]+$/.test(addr), `redis address ${addr}`);
       assert(/^[1-9][0-9]*$/.test(rt.listLength), `listLength ${rt.listLength}`);
       const redisAuth = (container(work).env || []).some((e) => e.name === "RUNNEL_REDIS_URL" || e.name === "RUNNEL_REDIS_PASSWORD");
       if (redisAuth) {
@@ -489,6 +494,30 @@ async function render(name) {
         const e = container(work).env.find((x) => x.name === "RUNNEL_REDIS_URL");
         eq(e.valueFrom.secretKeyRef.key, "RUNNEL_REDIS_URL", "RUNNEL_REDIS_URL key");
         assert(!(container(work).env || []).some((x) => x.name === "RUNNEL_REDIS_PASSWORD"), "no separate password");
+      });
+    },
+    "redis-cluster"() {
+      check("redis-cluster: any node's URL from the Secret, to both programs", () => {
+        const d = Object.fromEntries(Object.entries(secrets[0].data).map(([k, v]) => [k, Buffer.from(v, "base64").toString()]));
+        eq(d.RUNNEL_REDIS_URL, "redis://:cl-pass-5150@redis-cluster.data.svc:6379/0", "RUNNEL_REDIS_URL in the Secret");
+        for (const dep of [disp, work]) {
+          const e = (container(dep).env || []).find((x) => x.name === "RUNNEL_REDIS_URL");
+          assert(e && e.valueFrom && e.valueFrom.secretKeyRef.key === "RUNNEL_REDIS_URL", `${dep.metadata.name}: RUNNEL_REDIS_URL from the Secret`);
+        }
+      });
+      check("redis-cluster: acknowledged output for the worker only", () => {
+        eq(workerCm.data.RUNNEL_REDIS_WAIT_REPLICAS, "1", "worker RUNNEL_REDIS_WAIT_REPLICAS");
+        eq(workerCm.data.RUNNEL_REDIS_WAIT_TIMEOUT_MS, "500", "worker RUNNEL_REDIS_WAIT_TIMEOUT_MS");
+        const dispCm = byKind(docs, "ConfigMap").find((c) => c.metadata.name === container(disp).envFrom[0].configMapRef.name);
+        assert(!("RUNNEL_REDIS_WAIT_REPLICAS" in dispCm.data), "the dispatcher has no such flag");
+      });
+      check("redis-cluster: KEDA's queue trigger is the redis-cluster scaler", () => {
+        const t = byKind(docs, "ScaledObject")[0].spec.triggers.find((x) => x.type.startsWith("redis"));
+        eq(t.type, "redis-cluster", "trigger type");
+        eq(t.metadata.addresses, "redis-cluster.data.svc:6379", "addresses");
+        eq(t.metadata.listName, "runnel:{q}:depth", "listName");
+        assert(!("databaseIndex" in t.metadata) && !("address" in t.metadata), "no standalone-only fields");
+        eq(t.authenticationRef.name, "rt-runnel-worker-redis", "TriggerAuthentication");
       });
     },
     ingress() {
@@ -631,7 +660,7 @@ function flags(workerBin, dispatcherBin) {
     return new Set(`${r.stdout}${r.stderr}`.match(/RUNNEL_[A-Z_]+/g) || []);
   };
   const known = { worker: helpOf(workerBin), dispatcher: helpOf(dispatcherBin) };
-  for (const scenario of ["secrets", "keda", "fixed", "defaults", "no-auth"]) {
+  for (const scenario of ["secrets", "keda", "fixed", "defaults", "no-auth", "redis-cluster"]) {
     const r = helmRun(["template", "rt", chart, ...valuesArgs(scenario)]);
     assert(r.status === 0, r.stderr);
     const docs = yaml.loadAll(r.stdout).filter(Boolean);

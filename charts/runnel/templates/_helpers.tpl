@@ -224,6 +224,9 @@ combination fails the render with a message naming the value to fix.
 {{- if and .Values.webhooks.enabled (not .Values.secret.existingSecret) (not .Values.webhooks.secret) -}}
 {{- fail "webhooks.enabled needs webhooks.secret (or secret.existingSecret)" -}}
 {{- end -}}
+{{- if and .Values.redis.cluster (or (ne (include "runnel.scalar" .Values.redis.db) "0") (and .Values.redis.auth.enabled .Values.redis.auth.urlFromSecret (regexMatch "/0*[1-9][0-9]*$" (toString .Values.redis.auth.url)))) -}}
+{{- fail "redis.cluster needs database 0 (redis.db, and the path of redis.auth.url): a Redis Cluster has no other" -}}
+{{- end -}}
 {{- if and .Values.redis.auth.enabled (not .Values.secret.existingSecret) -}}
 {{- if and .Values.redis.auth.urlFromSecret (not (hasPrefix "redis://" (toString .Values.redis.auth.url))) -}}
 {{- fail "redis.auth.urlFromSecret needs redis.auth.url (redis://:password@host:port/db) or secret.existingSecret" -}}
