@@ -460,6 +460,8 @@ rn_rcluster_t *rn_rcluster_open(const rn_redis_url_t *url, const rn_rcluster_opt
 			         c->errstr[0] ? c->errstr : "no reply");
 		else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0)
 			snprintf(errstr, errstr_size, "authentication required (the URL has no password)");
+		else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOPERM", 6) == 0)
+			snprintf(errstr, errstr_size, "the Redis user may not run INFO (its ACL needs +info)");
 		else
 			snprintf(errstr, errstr_size, "not a Redis server (INFO cluster: %.100s)",
 			         r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
@@ -1155,7 +1157,7 @@ int rn_rcluster_probe(const rn_redis_url_t *url, int connect_timeout_ms, char *e
 	}
 	/* The open's own words (above) that mean "wrong", not "not yet". */
 	static const char *const wrong[] = { "authentication", "not a Redis server (Protocol", "not a Redis server (INFO",
-		                             "cluster has", "a cluster has only", "SELECT" };
+		                             "cluster has", "a cluster has only", "SELECT", "the Redis user may not" };
 
 	for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++)
 		if (strncmp(errstr, wrong[i], strlen(wrong[i])) == 0)

@@ -94,7 +94,8 @@ typedef struct rn_rcluster_opts {
  * with errstr set to the reason alone (never the password): the connect
  * error of rn_redis_connect() ("authentication failed", ...), "not a Redis
  * server (...)" when the first reply is not Redis's, "cluster has N of
- * 16384 slots unserved (first: S)", "a cluster has only database 0".
+ * 16384 slots unserved (first: S)", "a cluster has only database 0",
+ * "the Redis user may not run INFO (its ACL needs +info)".
  * opts may be NULL (RN_RCLUSTER_OPTS_INIT).
  */
 rn_rcluster_t *rn_rcluster_open(const rn_redis_url_t *url, const rn_rcluster_opts_t *opts, char *errstr,
@@ -104,7 +105,8 @@ rn_rcluster_t *rn_rcluster_open(const rn_redis_url_t *url, const rn_rcluster_opt
  * What the URL names, for a program's start: 1 a cluster (every slot
  * served), 0 a standalone server, -1 a configuration to refuse now
  * (errstr: the password refused or missing, not Redis at all, a cluster
- * with unserved slots, a db on a cluster, SELECT refused), -2 nothing
+ * with unserved slots, a db on a cluster, SELECT refused, an ACL without
+ * INFO), -2 nothing
  * answers yet (errstr: the connect error; the program's reconnect loop
  * may wait for it).  connect_timeout_ms bounds the connect and each reply.
  */
