@@ -509,18 +509,29 @@ static int start_kafka(dev_stack_t *s)
 	return 0;
 }
 
-static int redis_ping(const char *url)
+/* 1 when url answers PING; else 0 with the reason in why (may be NULL). */
+static int redis_ping_why(const char *url, char *why, size_t why_size)
 {
 	char err[256];
 	rn_rcluster_t *c = cli_rconn_open(url, err, sizeof(err));
-	if (!c)
+	if (!c) {
+		if (why)
+			snprintf(why, why_size, "%s", err);
 		return 0;
+	}
 	redisReply *r = rn_rcluster_command(c, 0, "PING");
 	int ok = r && r->type == REDIS_REPLY_STATUS && !strcmp(r->str, "PONG");
+	if (!ok && why)
+		cli_rconn_error(c, r, why, why_size);
 	if (r)
 		freeReplyObject(r);
 	rn_rcluster_free(c);
 	return ok;
+}
+
+static int redis_ping(const char *url)
+{
+	return redis_ping_why(url, NULL, 0);
 }
 
 /*
@@ -569,8 +580,11 @@ static int start_redis(dev_stack_t *s)
 
 	if (g_opt.redis_url) {
 		snprintf(s->redis_url, sizeof(s->redis_url), "%s", g_opt.redis_url);
-		if (!redis_ping(s->redis_url)) {
-			say("cannot reach Redis at RUNNEL_REDIS_URL");
+		/* A wrong Redis (password, not Redis, a cluster with unserved
+		 * slots) is said now with the reason; the message never holds
+		 * the password. */
+		if (!redis_ping_why(s->redis_url, err, sizeof(err))) {
+			say("RUNNEL_REDIS_URL: %s", err);
 			return -1;
 		}
 		return 0;

@@ -5,7 +5,9 @@
  * Redis and a cluster with unserved slots stop the worker at start with
  * the reason (exit 2, no retry loop, no password in the log); the
  * dispatcher refuses a cluster at start for now; the CLI reads and
- * cancels runs on the cluster and says why a wrong password fails.
+ * cancels runs on the cluster and says why a wrong password, a port that
+ * is not Redis and unserved slots fail, and so does `runnel dev` given
+ * such a RUNNEL_REDIS_URL.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -63,6 +65,30 @@ static int cli(const char *url, char **out, const char *verb, const char *run_id
 	return st;
 }
 
+/* The CLI (runnel status) and runnel dev given a wrong Redis URL: each
+ * says the reason at once, without the password. */
+static void cli_and_dev_refuse(const char *name, const char *url, const char *want)
+{
+	char *out = NULL;
+	int st = cli(url, &out, "status", "cfg-any");
+	TH_CHECK(st != 0 && out && strstr(out, want), "runnel status, %s: exit %d: %s", name, st, out ? out : "");
+	TH_CHECK(out && !strstr(out, PASS) && !strstr(out, "not-the-password"), "runnel status, %s: no password", name);
+	free(out);
+
+	const char *log = th_strf("%s/dev-%s.log", T.dir, name);
+	const char *env[] = { th_strf("RUNNEL_REDIS_URL=%s", url), th_strf("TMPDIR=%s", T.dir), NULL };
+	char *argv[] = { CLI_BIN, "dev", "--port", "0", "--sandbox", "process", NULL };
+	int64_t t0 = th_now_ms();
+	st = th_run(argv, env, log, 60000);
+	out = th_file_read(log, NULL);
+	TH_CHECK(st == 1 && out && strstr(out, "runnel dev: RUNNEL_REDIS_URL: cannot reach Redis at 127.0.0.1:") &&
+	                 strstr(out, want),
+	         "runnel dev, %s: exit %d: %s", name, st, out ? out : "");
+	TH_CHECK(th_now_ms() - t0 < 30000, "runnel dev, %s: at start, not after retrying", name);
+	TH_CHECK(out && !strstr(out, PASS) && !strstr(out, "not-the-password"), "runnel dev, %s: no password", name);
+	free(out);
+}
+
 static void test_bad_urls(void)
 {
 	int st;
@@ -75,6 +101,7 @@ static void test_bad_urls(void)
 	TH_CHECK(wt_log_has(&T, "w-wrongpw", "RUNNEL_REDIS_URL: authentication failed"), "the reason is logged");
 	TH_CHECK(!wt_log_has(&T, "w-wrongpw", "not-the-password") && !wt_log_has(&T, "w-wrongpw", PASS),
 	         "no password in the log");
+	cli_and_dev_refuse("wrongpw", wrong, "authentication failed");
 
 	/* No password at all. */
 	st = worker_exit("w-nopw", th_strf("redis://127.0.0.1:%d", T.cluster->node[3].port), 20000);
@@ -88,6 +115,7 @@ static void test_bad_urls(void)
 	pthread_create(&t, NULL, http_server, &fd);
 	st = worker_exit("w-http", th_strf("redis://127.0.0.1:%d", port), 20000);
 	TH_CHECK(st == 2 && wt_log_has(&T, "w-http", "not a Redis server (Protocol error"), "HTTP port: exit %d", st);
+	cli_and_dev_refuse("http", th_strf("redis://127.0.0.1:%d", port), "not a Redis server (Protocol error");
 
 	/* A cluster node that serves no slot (never joined). */
 	th_redis_t lone;
@@ -96,7 +124,24 @@ static void test_bad_urls(void)
 	st = worker_exit("w-lone", lone.url, 20000);
 	TH_CHECK(st == 2 && wt_log_has(&T, "w-lone", "cluster has 16384 of 16384 slots unserved"),
 	         "unserved slots: exit %d", st);
+	cli_and_dev_refuse("lone", lone.url, "cluster has 16384 of 16384 slots unserved");
 	th_redis_stop(&lone);
+
+	/* A user whose ACL lacks INFO: the mode cannot be told, said so. */
+	th_redis_t acl;
+	TH_REQUIRE(th_redis_start(&acl, NULL) == 0, "ACL server");
+	redisContext *ac = th_redis_connect(&acl);
+	redisReply *ar = ac ? redisCommand(ac, "ACL SETUSER default on >acl-pw-77 ~* &* +@all -info") : NULL;
+	TH_REQUIRE(ar && ar->type == REDIS_REPLY_STATUS, "ACL SETUSER");
+	freeReplyObject(ar);
+	redisFree(ac);
+	const char *acl_url = th_strf("redis://:acl-pw-77@127.0.0.1:%d", acl.port);
+	st = worker_exit("w-acl", acl_url, 20000);
+	TH_CHECK(st == 2 && wt_log_has(&T, "w-acl", "the Redis user may not run INFO (its ACL needs +info)") &&
+	                 !wt_log_has(&T, "w-acl", "acl-pw-77"),
+	         "no INFO: exit %d", st);
+	cli_and_dev_refuse("acl", acl_url, "the Redis user may not run INFO (its ACL needs +info)");
+	th_redis_stop(&acl);
 
 	/* The dispatcher: a cluster is refused at start for now, with the
 	 * reason. */
