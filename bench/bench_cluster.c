@@ -6,7 +6,9 @@
  *   runs/s   the control plane of a run (claim, start, one heartbeat,
  *            finish) through common/runstate, THREADS at once;
  * with the commands each primary served (INFO commandstats) and the
- * commands one run costs.  Prints figures, asserts nothing.
+ * commands one run costs; then both again on the cluster with
+ * acknowledged writes (RUNNEL_REDIS_WAIT_REPLICAS=1: WAIT 1 after each
+ * batch and after the finish script).  Prints figures, asserts nothing.
  *
  *   bench_cluster [seconds per figure = 5] [threads = 4]
  */
@@ -26,7 +28,24 @@
 
 static int seconds = 5, threads = 4;
 static const char *url;
-static int mode_tag; /* keeps the two modes' keys apart */
+static int mode_tag;      /* keeps the two modes' keys apart */
+static int wait_replicas; /* WAIT after each batch and finish (0: off) */
+
+/* th_rcluster_open with the acknowledged-writes setting. */
+static rn_rcluster_t *bench_open(void)
+{
+	rn_redis_url_t u;
+	rn_rcluster_opts_t o = RN_RCLUSTER_OPTS_INIT;
+	char err[256];
+	o.wait_replicas = wait_replicas;
+	o.wait_timeout_ms = 1000;
+	if (rn_redis_url_parse(url, &u, err, sizeof(err)) < 0)
+		return NULL;
+	rn_rcluster_t *rc = rn_rcluster_open(&u, &o, err, sizeof(err));
+	if (!rc)
+		fprintf(stderr, "bench_cluster: %s\n", err);
+	return rc;
+}
 
 typedef struct {
 	int id;
@@ -40,7 +59,7 @@ static int64_t deadline_ms;
 static void *lines_thread(void *p)
 {
 	worker_arg_t *a = p;
-	rn_rcluster_t *rc = th_rcluster_open(url);
+	rn_rcluster_t *rc = bench_open();
 	if (!rc) {
 		a->failed = 1;
 		return NULL;
@@ -63,7 +82,9 @@ static void *lines_thread(void *p)
 			for (int i = 0; i < BATCH; i++)
 				redisAppendCommand(c, "XADD %s 1-%d line %s", key, b * BATCH + i + 1, line);
 			redisAppendCommand(c, "EXEC");
-			for (int i = 0; i < BATCH + 2; i++) {
+			if (wait_replicas)
+				redisAppendCommand(c, "WAIT %d 1000", wait_replicas);
+			for (int i = 0; i < BATCH + 2 + (wait_replicas > 0); i++) {
 				redisReply *r = NULL;
 				if (redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
 					a->failed = 1;
@@ -72,7 +93,7 @@ static void *lines_thread(void *p)
 				freeReplyObject(r);
 			}
 			a->done += BATCH;
-			a->commands += BATCH + 2;
+			a->commands += BATCH + 2 + (wait_replicas > 0);
 		}
 	}
 	rn_rcluster_free(rc);
@@ -82,7 +103,7 @@ static void *lines_thread(void *p)
 static void *runs_thread(void *p)
 {
 	worker_arg_t *a = p;
-	rn_rcluster_t *rc = th_rcluster_open(url);
+	rn_rcluster_t *rc = bench_open();
 	if (!rc) {
 		a->failed = 1;
 		return NULL;
@@ -222,6 +243,10 @@ int main(int argc, char **argv)
 	figure("runs", runs_thread, &one, 1, "runs");
 	printf("cluster (3 primaries + 3 replicas):\n");
 	url = cl.url;
+	figure("lines", lines_thread, cl.node, cl.n, "lines");
+	figure("runs", runs_thread, cl.node, cl.n, "runs");
+	printf("cluster, RUNNEL_REDIS_WAIT_REPLICAS=1:\n");
+	wait_replicas = 1;
 	figure("lines", lines_thread, cl.node, cl.n, "lines");
 	figure("runs", runs_thread, cl.node, cl.n, "runs");
 	return 0;

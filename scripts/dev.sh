@@ -6,6 +6,7 @@
 # started.
 #
 #   scripts/dev.sh [--agents] [runnel dev options]     e.g. scripts/dev.sh --port 0
+#   scripts/dev.sh --redis-cluster 3    a local Redis Cluster (3 primaries + 3 replicas) instead of one Redis
 #
 # --agents (bare): also install the pinned ACP agents (Claude Code, Codex) into
 # $BUILD_DIR/agents and give them to the worker (`runnel dev --with-agents`);
