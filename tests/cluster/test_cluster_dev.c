@@ -8,7 +8,9 @@
  *      (one run on each primary's slots) end with their result; their
  *      keys live on the primary serving their slot; `runnel tail` and
  *      `runnel status` read them back; Ctrl-C stops every node and
- *      removes the scratch directory.
+ *      removes the scratch directory;
+ *   3. a node that dies (a replica shut down) stops the stack like any
+ *      child: exit 1 with the node named, every other node stopped.
  * Part 2 goes through the dispatcher, so it needs a dispatcher that
  * accepts a cluster.
  */
@@ -175,16 +177,22 @@ static long info_num(const char *text, const char *field)
 	return p ? strtol(p + strlen(field) + 1, NULL, 10) : -1;
 }
 
-/* The ports of every node CLUSTER NODES lists (at most max). */
-static int node_ports(rn_rcluster_t *rc, int *ports, int max)
+/* The ports of every node CLUSTER NODES lists (at most max), and in
+ * *replica (when not NULL) one replica's. */
+static int node_ports(rn_rcluster_t *rc, int *ports, int max, int *replica)
 {
 	redisReply *r = rn_rcluster_command(rc, 0, "CLUSTER NODES");
 	int n = 0;
 	for (const char *p = r && r->type == REDIS_REPLY_STRING ? r->str : NULL; p && *p && n < max;) {
 		const char *colon = strchr(p, ':');
 		const char *eol = strchr(p, '\n');
-		if (colon && (!eol || colon < eol))
-			ports[n++] = (int)strtol(colon + 1, NULL, 10);
+		if (colon && (!eol || colon < eol)) {
+			ports[n] = (int)strtol(colon + 1, NULL, 10);
+			const char *flags = strchr(colon, ' ');
+			if (replica && flags && (!eol || flags < eol) && strncmp(flags + 1, "slave", 5) == 0)
+				*replica = ports[n];
+			n++;
+		}
 		p = eol ? eol + 1 : NULL;
 	}
 	if (r)
@@ -283,8 +291,8 @@ static void kcat_run(stack_t_ *s, rn_rcluster_t *rc)
 	clirun_free(&p);
 }
 
-/* 2. The stack on a cluster, end to end. */
-static void test_stack(void)
+/* 2. The stack on a cluster, end to end.  Returns the agents folder. */
+static char *test_stack(void)
 {
 	char *agents = th_strf("%s/agents", th_tmpdir());
 	TH_REQUIRE(mkdir(agents, 0700) == 0);
@@ -305,7 +313,7 @@ static void test_stack(void)
 	         "%s", r->str);
 	freeReplyObject(r);
 	int ports[16];
-	int nports = node_ports(rc, ports, 16);
+	int nports = node_ports(rc, ports, 16, NULL);
 	TH_CHECK(nports == 6, "CLUSTER NODES lists %d nodes", nports);
 
 	kcat_run(&s, rc);
@@ -350,6 +358,35 @@ static void test_stack(void)
 	for (int i = 0; i < nports; i++)
 		TH_CHECK(!th_port_open(ports[i]), "node on port %d still answers", ports[i]);
 	clirun_free(&s.proc);
+	return agents;
+}
+
+/* 3. A node that goes away stops the stack, and the others with it. */
+static void test_node_dies(const char *agents)
+{
+	stack_t_ s;
+	start_stack(&s, agents);
+	rn_rcluster_t *rc = th_rcluster_open(s.redis);
+	TH_REQUIRE(rc, "%s", s.redis);
+	int ports[16], replica = 0;
+	int nports = node_ports(rc, ports, 16, &replica);
+	rn_rcluster_free(rc);
+	TH_REQUIRE(nports == 6 && replica > 0, "6 nodes, one of them a replica (%d)", nports);
+	redisContext *c = redisConnect("127.0.0.1", replica);
+	TH_REQUIRE(c && !c->err, "replica on %d", replica);
+	redisReply *r = redisCommand(c, "SHUTDOWN NOSAVE");
+	if (r)
+		freeReplyObject(r);
+	redisFree(c);
+	int rc3 = clirun_wait(&s.proc, 60000);
+	TH_CHECK(rc3 == 1, "runnel dev after a node died: %d\n%s", rc3, s.proc.err);
+	TH_CHECK(strstr(s.proc.err, "runnel dev: Redis Cluster node redis-node-") && strstr(s.proc.err, " exited (exit 0)"),
+	         "%s", s.proc.err);
+	TH_CHECK(th_wait_until(none_left, NULL, 5000), "processes left after a node died");
+	TH_CHECK(dir_empty(g_tmp), "scratch left in %s", g_tmp);
+	for (int i = 0; i < nports; i++)
+		TH_CHECK(!th_port_open(ports[i]), "node on port %d still answers", ports[i]);
+	clirun_free(&s.proc);
 }
 
 int main(void)
@@ -360,6 +397,7 @@ int main(void)
 	/* Searchable: a root worker's sandboxes run as another uid. */
 	TH_REQUIRE(mkdir(g_tmp, 0711) == 0 && chmod(g_tmp, 0711) == 0);
 	test_bad_values();
-	test_stack();
+	char *agents = test_stack();
+	test_node_dies(agents);
 	return th_done();
 }
