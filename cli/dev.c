@@ -3,7 +3,8 @@
  * configure.  In this process: librdkafka's mock cluster (the jobs topic and
  * its DLQ; --kafka uses an external broker instead and creates the topics
  * there when missing) and the workspace stub serving examples/agents.  As children:
- * a private redis-server (unless RUNNEL_REDIS_URL is set), the real
+ * a private redis-server (unless RUNNEL_REDIS_URL is set; --redis-cluster
+ * N: a Redis Cluster of N primaries and N replicas, cli/devcluster.c), the real
  * runnel-dispatcher and runnel-worker.  --demo submits the mock demo agent
  * and shows it live; Ctrl-C stops everything that was started and removes
  * the scratch directory.
@@ -119,8 +120,8 @@ static const cli_verb_t dev_verb = {
 	.name = "dev",
 	.synopsis = "[options]",
 	.summary = "Run the whole stack locally: in-process Kafka (librdkafka mock cluster, or an\n"
-	           "external broker with --kafka), a private redis-server, runnel-dispatcher,\n"
-	           "runnel-worker and the workspace stub.",
+	           "external broker with --kafka), a private redis-server (or a Redis Cluster with\n"
+	           "--redis-cluster N), runnel-dispatcher, runnel-worker and the workspace stub.",
 	.epilog = "Ctrl-C (or SIGTERM) stops everything it started and removes its scratch directory.\n"
 	          "exit status: 0 stopped by Ctrl-C; with --demo --once the demo's status (0 result,\n"
 	          "1 error); 1 a component failed to start or died; 2 usage\n",
