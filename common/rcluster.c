@@ -17,7 +17,7 @@
 
 #include "common/redis.h"
 
-#define RC_NONE 0xFFFFu
+#define RC_NONE RN_RCLUSTER_UNSERVED
 /* A cluster larger than this is not one runnel was built for; the cap
  * keeps a confused server from growing the node table without bound. */
 #define RC_MAX_NODES 1024
@@ -331,14 +331,13 @@ static redisContext *rc_node_conn(rn_rcluster_t *rc, int i)
 	return n->c;
 }
 
-/* Reads CLUSTER SLOTS reply r (asked of node asked) into rc->fresh.
- * 0, or -1 when the reply is not a slot table. */
-static int rc_parse_slots(rn_rcluster_t *rc, int asked, const redisReply *r)
+int rn_rcluster_parse_slots(const redisReply *r, const char *asked_host,
+                            int (*node_index)(void *arg, const char *host, int port), void *arg, uint16_t *map)
 {
 	if (r->type != REDIS_REPLY_ARRAY)
 		return -1;
 	for (size_t s = 0; s < RN_RCLUSTER_SLOTS; s++)
-		rc->fresh[s] = RC_NONE;
+		map[s] = RN_RCLUSTER_UNSERVED;
 	for (size_t k = 0; k < r->elements; k++) {
 		const redisReply *e = r->element[k];
 
@@ -356,17 +355,33 @@ static int rc_parse_slots(rn_rcluster_t *rc, int asked, const redisReply *r)
 		/* An empty host means "the address you reached me at"; '?' is
 		 * a node whose address is unknown: leave its slots unserved. */
 		if (host[0] == '\0')
-			host = rc->nodes[asked].host;
+			host = asked_host;
 		if (strcmp(host, "?") == 0)
 			continue;
-		int idx = rc_node_index(rc, host, (int)port);
+		int idx = node_index(arg, host, (int)port);
 
-		if (idx < 0)
+		if (idx < 0 || idx >= (int)RN_RCLUSTER_UNSERVED)
 			return -1;
 		for (long long s = from; s <= to; s++)
-			rc->fresh[s] = (uint16_t)idx;
+			map[s] = (uint16_t)idx;
 	}
 	return 0;
+}
+
+static int rc_node_index_cb(void *arg, const char *host, int port)
+{
+	return rc_node_index(arg, host, port);
+}
+
+/* Reads CLUSTER SLOTS reply r (asked of node asked) into rc->fresh.
+ * 0, or -1 when the reply is not a slot table. */
+static int rc_parse_slots(rn_rcluster_t *rc, int asked, const redisReply *r)
+{
+	char host[sizeof(rc->nodes[0].host)];
+
+	/* rc_node_index may move rc->nodes: keep the asked node's name. */
+	snprintf(host, sizeof(host), "%s", rc->nodes[asked].host);
+	return rn_rcluster_parse_slots(r, host, rc_node_index_cb, rc, rc->fresh);
 }
 
 /* Re-reads the slot map from the first node that answers, starting after
@@ -576,11 +591,16 @@ const char *rn_rcluster_node_of(const rn_rcluster_t *rc, unsigned slot)
 	return w->node_name;
 }
 
+int rn_rcluster_transient_error(const char *err)
+{
+	return strncmp(err, "TRYAGAIN", 8) == 0 || strncmp(err, "CLUSTERDOWN", 11) == 0 ||
+	        strncmp(err, "LOADING", 7) == 0 || strncmp(err, "MASTERDOWN", 10) == 0;
+}
+
 /* Errors that mean "not run; the cluster is settling: ask again soon". */
 static int rc_is_transient(const redisReply *r)
 {
-	return strncmp(r->str, "TRYAGAIN", 8) == 0 || strncmp(r->str, "CLUSTERDOWN", 11) == 0 ||
-	        strncmp(r->str, "LOADING", 7) == 0 || strncmp(r->str, "MASTERDOWN", 10) == 0;
+	return rn_rcluster_transient_error(r->str);
 }
 
 /* The node a command for slot goes to now (RC_NONE when unserved). */

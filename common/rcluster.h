@@ -29,6 +29,7 @@
 #define RUNNEL_COMMON_RCLUSTER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <hiredis/hiredis.h>
 
@@ -62,6 +63,23 @@ int rn_rcluster_command_slot(int argc, const char **argv, const size_t *lens);
  */
 int rn_rcluster_parse_redirect(const char *err, size_t len, int *slot, char *host, size_t host_size,
                                int *port);
+
+/*
+ * Reads a CLUSTER SLOTS reply r into map (RN_RCLUSTER_SLOTS entries):
+ * each served slot gets node_index(arg, host, port) of its primary (an
+ * empty host is the address the reply came from, asked_host), an
+ * unserved one (or one whose primary's address is "?") gets
+ * RN_RCLUSTER_UNSERVED.  0, or -1 when r is not a slot table or
+ * node_index failed (< 0).  For the routers over other connection kinds
+ * (the dispatcher's asynchronous one).
+ */
+#define RN_RCLUSTER_UNSERVED 0xFFFFu
+int rn_rcluster_parse_slots(const redisReply *r, const char *asked_host,
+                            int (*node_index)(void *arg, const char *host, int port), void *arg, uint16_t *map);
+
+/* 1 when err (an error reply's text) means the command did not run and
+ * the cluster is settling: TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN. */
+int rn_rcluster_transient_error(const char *err);
 
 typedef struct rn_rcluster rn_rcluster_t;
 
