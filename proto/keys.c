@@ -33,6 +33,7 @@ int proto_key(char *buf, size_t size, const char *prefix,
 	case PROTO_KEY_OUT: suffix = "out"; break;
 	case PROTO_KEY_CTL: suffix = "ctl"; break;
 	case PROTO_KEY_STATE: suffix = "state"; break;
+	case PROTO_KEY_WAKE: suffix = "wake"; break;
 	default: return -1;
 	}
 	n = snprintf(buf, size, "%s:{%s}:%s", prefix, run_id, suffix);

@@ -17,6 +17,7 @@ typedef enum {
 	PROTO_KEY_OUT,   /* <prefix>:{RUN}:out   stream, field "line" */
 	PROTO_KEY_CTL,   /* <prefix>:{RUN}:ctl   stream, field "msg"  */
 	PROTO_KEY_STATE, /* <prefix>:{RUN}:state hash */
+	PROTO_KEY_WAKE,  /* <prefix>:{RUN}:wake  sharded pub/sub channel (a Redis Cluster only) */
 } proto_key_kind_t;
 
 /* 1 when run_id matches [A-Za-z0-9_-]{1,64}, else 0. */

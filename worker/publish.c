@@ -293,8 +293,8 @@ static int send_lines(worker_pub_t *p, size_t count)
 	for (size_t i = 0; i < count; i++)
 		bytes += p->lens[i];
 	/* Per command: header, XADD, key, id (< 48), "line", the line; then
-	 * MULTI, EXEC and a WAIT. */
-	size_t cap = bytes + count * (klen + 128) + 128;
+	 * MULTI, the wake-up (a cluster), EXEC and a WAIT. */
+	size_t cap = bytes + count * (klen + 128) + klen + 256;
 	int wait_ms = 0;
 	int wait_n = p->rc ? rn_rcluster_wait_replicas(p->rc, &wait_ms) : 0;
 	char *cmd = malloc(cap);
@@ -317,6 +317,20 @@ static int send_lines(worker_pub_t *p, size_t count)
 		w += 10;
 		w = put_bulk(w, p->buf + off, p->lens[i]);
 		off += p->lens[i];
+	}
+	/* On a cluster the dispatcher's tails are woken through sharded
+	 * pub/sub: the run's channel shares the key's slot, so the wake-up
+	 * rides in the same transaction (docs/architecture.md). */
+	p->inflight_wake = p->rc && rn_rcluster_is_cluster(p->rc);
+	if (p->inflight_wake) {
+		memcpy(w, "*3\r\n$8\r\nSPUBLISH\r\n", 18);
+		w += 18;
+		char chan[PROTO_KEY_MAX + 8]; /* <prefix>:{RUN}:out -> :wake */
+
+		memcpy(chan, p->key, klen - 3);
+		memcpy(chan + klen - 3, "wake", 4);
+		w = put_bulk(w, chan, klen + 1);
+		w = put_bulk(w, "1", 1);
 	}
 	memcpy(w, "*1\r\n$4\r\nEXEC\r\n", 14);
 	w += 14;
@@ -372,7 +386,7 @@ static int collect_wait(worker_pub_t *p, int want)
 
 /*
  * Reads the replies of the transaction in flight (MULTI, one QUEUED per
- * line, EXEC) and drops the acknowledged prefix from the batch.  0 when all
+ * line and for the wake-up when there is one, EXEC) and drops the acknowledged prefix from the batch.  0 when all
  * were acknowledged; -1 when some must be sent again (the connection is
  * reset when it failed).
  */
@@ -382,10 +396,11 @@ static int collect(worker_pub_t *p)
 	size_t count = p->inflight;
 	size_t acked = 0, acked_bytes = 0;
 	int failed = 0, moved = 0, want = p->inflight_wait;
+	size_t wake = p->inflight_wake ? 1 : 0;
 
 	p->inflight = 0;
 	p->inflight_wait = 0;
-	for (size_t i = 0; i < count + 2; i++) {
+	for (size_t i = 0; i < count + 2 + wake; i++) {
 		redisReply *r = NULL;
 		if (redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
 			rn_log_warn(p->run_id, "redis_publish", "connection lost: %s; retrying",
@@ -393,9 +408,9 @@ static int collect(worker_pub_t *p)
 			worker_pub_reset(p);
 			return -1;
 		}
-		if (i == count + 1) {
-			/* EXEC: one reply per XADD, or an error when aborted. */
-			if (r->type == REDIS_REPLY_ARRAY && r->elements == count) {
+		if (i == count + 1 + wake) {
+			/* EXEC: one reply per XADD (and the SPUBLISH), or an error when aborted. */
+			if (r->type == REDIS_REPLY_ARRAY && r->elements == count + wake) {
 				for (size_t j = 0; j < count; j++) {
 					const redisReply *e = r->element[j];
 					if (e->type == REDIS_REPLY_ERROR && !already_written(e)) {

@@ -79,6 +79,7 @@ typedef struct worker_pub {
 	size_t n;
 	size_t inflight;     /* lines [0, inflight) sent, replies not read */
 	int inflight_wait;   /* the batch in flight ends with WAIT <this> */
+	int inflight_wake;   /* the batch in flight ends with SPUBLISH <prefix>:{RUN}:wake */
 	uint64_t wait_short; /* batches WAIT answered short of replicas */
 	uint64_t first_n;    /* sequence of lens[0] */
 	uint64_t published;  /* lines Redis holds */
