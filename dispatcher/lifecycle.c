@@ -53,6 +53,7 @@ int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_c
 	char host[64];
 	unsigned short port;
 	char uerr[160];
+	int kind;
 
 	memset(d, 0, sizeof(*d));
 	d->base = base;
@@ -61,27 +62,22 @@ int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_c
 		snprintf(errstr, errstr_size, "--redis-url/RUNNEL_REDIS_URL: %s", uerr);
 		return -1;
 	}
-	{
-		/*
-		 * A wrong Redis is refused at start with the reason, not met
-		 * by a reconnect loop.  A cluster too: the sweep routes by
-		 * slot, but the request and tail connections (async, below)
-		 * do not yet.  A Redis that does not answer yet is left to
-		 * those loops, as before.
-		 */
-		int kind = rn_rcluster_probe(&d->redis_url, 1000, uerr, sizeof(uerr));
-
-		if (kind == -1) {
-			snprintf(errstr, errstr_size, "--redis-url/RUNNEL_REDIS_URL: %s", uerr);
-			return -1;
-		}
-		if (kind == 1) {
-			snprintf(errstr, errstr_size,
-			         "--redis-url/RUNNEL_REDIS_URL names a Redis Cluster node: runnel-dispatcher needs a "
-			         "standalone Redis for now (docs/operations.md, section 6)");
-			return -1;
-		}
+	/*
+	 * A wrong Redis is refused at start with the reason, not met by a
+	 * reconnect loop.  What answers decides how the connections below
+	 * route (a cluster: by slot, tails woken through sharded pub/sub).
+	 * A Redis that does not answer yet is left to their reconnect loops:
+	 * the request connection finds out what it is once it answers, the
+	 * tails take it for a standalone server (docs/operations.md, 6).
+	 */
+	kind = rn_rcluster_probe(&d->redis_url, 1000, uerr, sizeof(uerr));
+	if (kind == -1) {
+		snprintf(errstr, errstr_size, "--redis-url/RUNNEL_REDIS_URL: %s", uerr);
+		return -1;
 	}
+	if (kind == 1)
+		rn_log_info(NULL, "redis_cluster", "%s:%d is a Redis Cluster node: commands are routed by slot",
+		            d->redis_url.host, d->redis_url.port);
 	if (split_listen(cfg->listen, host, sizeof(host), &port) < 0) {
 		snprintf(errstr, errstr_size, "--listen/RUNNEL_LISTEN: expected host:port");
 		return -1;
@@ -95,10 +91,11 @@ int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_c
 	d->producer = dispatcher_producer_new(base, cfg, errstr, errstr_size);
 	if (!d->producer)
 		return -1;
-	d->store = dispatcher_store_new(base, &d->redis_url, cfg->key_prefix, errstr, errstr_size);
+	d->store = dispatcher_store_new(base, &d->redis_url, kind == -2 ? -1 : kind, cfg->key_prefix, errstr,
+	                                errstr_size);
 	if (!d->store)
 		return -1;
-	d->tail = dispatcher_tail_new(base, &d->redis_url, cfg->key_prefix, (int)cfg->tail_connections,
+	d->tail = dispatcher_tail_new(base, &d->redis_url, kind == 1, cfg->key_prefix, (int)cfg->tail_connections,
 	                              cfg->tail_block_ms, cfg->tail_batch, d->store, d->metrics);
 	if (!d->tail) {
 		snprintf(errstr, errstr_size, "cannot set up the tail connections");

@@ -62,8 +62,8 @@ void dispatcher_recent_add(dispatcher_t *d, const char *run_id, int64_t enqueued
 	snprintf(oldest, sizeof(oldest), "%" PRId64, rn_now_ms() - lifetime_sec(d) * 1000);
 	snprintf(bound, sizeof(bound), "%ld", d->cfg->recent_runs);
 	snprintf(ttl, sizeof(ttl), "%" PRId64, lifetime_sec(d));
-	if (dispatcher_rconn_cmd(dispatcher_store_conn(d->store), on_added, NULL,
-	                         (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL) < 0)
+	if (dispatcher_rroute_cmd(dispatcher_store_conn(d->store), on_added, NULL,
+	                          (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL) < 0)
 		rn_log_warn(run_id, "recent_failed", "Redis is down: the run is not in the recent-runs index");
 }
 
@@ -152,7 +152,7 @@ static void on_state(int rc, json_t *state, void *arg)
 		const char *argv[] = { "ZREM", key, slot->run_id };
 
 		recent_key(op->d, key, sizeof(key));
-		dispatcher_rconn_cmd(dispatcher_store_conn(op->d->store), on_forgot, NULL, 3, argv, NULL);
+		dispatcher_rroute_cmd(dispatcher_store_conn(op->d->store), on_forgot, NULL, 3, argv, NULL);
 	} else {
 		op->failed = 1;
 	}
@@ -239,7 +239,7 @@ void dispatcher_runs_list(dispatcher_t *d, struct evhttp_request *req)
 	op->evcon = evhttp_request_get_connection(req);
 	recent_key(d, key, sizeof(key));
 	snprintf(stop, sizeof(stop), "%ld", limit - 1);
-	if (dispatcher_rconn_cmd(dispatcher_store_conn(d->store), on_ids, op, 4, argv, NULL) < 0) {
+	if (dispatcher_rroute_cmd(dispatcher_store_conn(d->store), on_ids, op, 4, argv, NULL) < 0) {
 		json_decref(op->runs);
 		free(op);
 		dispatcher_reply_error(d, req, DISPATCHER_ROUTE_RUNS_LIST, 503, "redis_unavailable",

@@ -26,7 +26,7 @@ typedef struct deferred {
 } deferred_t;
 
 struct dispatcher_store {
-	dispatcher_rconn_t *rc;
+	dispatcher_rroute_t *rc;
 	char prefix[PROTO_KEY_PREFIX_MAX + 1];
 	struct event *ev_ping;
 	int ping_ok;
@@ -88,7 +88,7 @@ static void ping_tick(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	if (!dispatcher_rconn_up(s->rc)) {
+	if (!dispatcher_rroute_up(s->rc)) {
 		s->ping_ok = 0;
 		return;
 	}
@@ -97,15 +97,14 @@ static void ping_tick(evutil_socket_t fd, short what, void *arg)
 		s->ping_ok = 0;
 		return;
 	}
-	if (dispatcher_rconn_cmd(s->rc, on_ping, s, 1, argv, NULL) == 0)
+	if (dispatcher_rroute_cmd(s->rc, on_ping, s, 1, argv, NULL) == 0)
 		s->ping_pending = 1;
 }
 
-static void on_state(dispatcher_rconn_t *c, int up, void *arg)
+static void on_state(int up, void *arg)
 {
 	dispatcher_store_t *s = arg;
 
-	(void)c;
 	s->ping_pending = 0;
 	s->ping_ok = 0;
 	if (up) {
@@ -114,7 +113,7 @@ static void on_state(dispatcher_rconn_t *c, int up, void *arg)
 	}
 }
 
-dispatcher_store_t *dispatcher_store_new(struct event_base *base, const rn_redis_url_t *url,
+dispatcher_store_t *dispatcher_store_new(struct event_base *base, const rn_redis_url_t *url, int cluster,
                                          const char *prefix, char *errstr, size_t errstr_size)
 {
 	dispatcher_store_t *s = calloc(1, sizeof(*s));
@@ -127,7 +126,7 @@ dispatcher_store_t *dispatcher_store_new(struct event_base *base, const rn_redis
 	snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
 	s->deferred_tail = &s->deferred;
 	s->ev_ping = event_new(base, -1, EV_PERSIST, ping_tick, s);
-	s->rc = dispatcher_rconn_new(base, url, "runnel-dispatcher-cmd", on_state, s);
+	s->rc = dispatcher_rroute_new(base, url, cluster, "runnel-dispatcher-cmd", on_state, s);
 	if (!s->ev_ping || !s->rc || event_add(s->ev_ping, &sec) < 0) {
 		snprintf(errstr, errstr_size, "cannot set up the Redis connection");
 		dispatcher_store_free(s);
@@ -140,7 +139,7 @@ void dispatcher_store_free(dispatcher_store_t *s)
 {
 	if (!s)
 		return;
-	dispatcher_rconn_free(s->rc);
+	dispatcher_rroute_free(s->rc);
 	if (s->ev_ping)
 		event_free(s->ev_ping);
 	while (s->deferred) {
@@ -156,7 +155,7 @@ void dispatcher_store_free(dispatcher_store_t *s)
 
 int dispatcher_store_ready(const dispatcher_store_t *s)
 {
-	return dispatcher_rconn_up(s->rc) && s->ping_ok;
+	return dispatcher_rroute_up(s->rc) && s->ping_ok;
 }
 
 /* A callback and its argument, carried through a reply. */
@@ -200,7 +199,7 @@ static int eval(dispatcher_store_t *s, const char *script, const char *run_id,
 	}
 	for (int i = 0; i < nargs; i++)
 		argv[argc++] = args[i];
-	if (dispatcher_rconn_cmd(s->rc, cb, call, argc, argv, NULL) < 0) {
+	if (dispatcher_rroute_cmd(s->rc, cb, call, argc, argv, NULL) < 0) {
 		free(call);
 		return -1;
 	}
@@ -270,7 +269,7 @@ int dispatcher_store_idem_claim(dispatcher_store_t *s, const char *tenant, const
 	c = call_new((void (*)(void))cb, arg);
 	if (!c)
 		return -1;
-	if (dispatcher_rconn_cmd(s->rc, on_idem, c, 6, argv, NULL) < 0) {
+	if (dispatcher_rroute_cmd(s->rc, on_idem, c, 6, argv, NULL) < 0) {
 		free(c);
 		return -1;
 	}
@@ -284,7 +283,7 @@ void dispatcher_store_idem_release(dispatcher_store_t *s, const char *tenant, co
 	if (proto_idem_redis_key(rkey, sizeof(rkey), s->prefix, tenant, key) < 0)
 		return;
 	const char *argv[] = { "EVAL", rn_idem_release_lua, "1", rkey, run_id };
-	if (dispatcher_rconn_cmd(s->rc, NULL, NULL, 5, argv, NULL) < 0)
+	if (dispatcher_rroute_cmd(s->rc, NULL, NULL, 5, argv, NULL) < 0)
 		rn_log_warn(run_id, "idempotency_release_failed",
 		            "Redis is down: the idempotency key stays taken until it expires");
 }
@@ -369,7 +368,7 @@ int dispatcher_store_get(dispatcher_store_t *s, const char *run_id,
 	c = call_new((void (*)(void))cb, arg);
 	if (!c)
 		return -1;
-	if (dispatcher_rconn_cmd(s->rc, on_get, c, 2, argv, NULL) < 0) {
+	if (dispatcher_rroute_cmd(s->rc, on_get, c, 2, argv, NULL) < 0) {
 		free(c);
 		return -1;
 	}
@@ -536,14 +535,14 @@ int dispatcher_store_unblock(dispatcher_store_t *s, long long client_id,
 	if (!c)
 		return -1;
 	snprintf(id, sizeof(id), "%lld", client_id);
-	if (dispatcher_rconn_cmd(s->rc, on_unblock, c, 3, argv, NULL) < 0) {
+	if (dispatcher_rroute_cmd(s->rc, on_unblock, c, 3, argv, NULL) < 0) {
 		free(c);
 		return -1;
 	}
 	return 0;
 }
 
-dispatcher_rconn_t *dispatcher_store_conn(dispatcher_store_t *s)
+dispatcher_rroute_t *dispatcher_store_conn(dispatcher_store_t *s)
 {
 	return s->rc;
 }

@@ -3,8 +3,10 @@
  * Redis (the keys of SPEC §3): create the state hash of a new run, undo it
  * when Kafka refused the job, read the hash, probe a run before tailing it,
  * write cancel control messages, and CLIENT UNBLOCK for the tail pool.
- * Every call is one atomic command or Lua script on one shared async
- * connection (keys of one run share the {RUN} hash tag).
+ * Every call is one atomic command or Lua script (keys of one run share
+ * the {RUN} hash tag) on one shared async connection, or on a Redis
+ * Cluster on the connection to the primary of the keys' slot
+ * (dispatcher/rroute.h).
  *
  * @locality main (loop) thread.
  */
@@ -18,11 +20,13 @@
 #include <jansson.h>
 
 #include "common/util.h"
-#include "dispatcher/rconn.h"
+#include "dispatcher/rroute.h"
 
 typedef struct dispatcher_store dispatcher_store_t;
 
-dispatcher_store_t *dispatcher_store_new(struct event_base *base, const rn_redis_url_t *url,
+/* cluster: as dispatcher_rroute_new (1 cluster, 0 standalone, -1 not
+ * known yet). */
+dispatcher_store_t *dispatcher_store_new(struct event_base *base, const rn_redis_url_t *url, int cluster,
                                          const char *prefix, char *errstr, size_t errstr_size);
 void dispatcher_store_free(dispatcher_store_t *s);
 
@@ -117,6 +121,6 @@ int dispatcher_store_unblock(dispatcher_store_t *s, long long client_id,
                              void (*cb)(int unblocked, void *arg), void *arg);
 
 /* The shared connection, for modules with keys of their own (recent.c). */
-dispatcher_rconn_t *dispatcher_store_conn(dispatcher_store_t *s);
+dispatcher_rroute_t *dispatcher_store_conn(dispatcher_store_t *s);
 
 #endif

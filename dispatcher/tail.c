@@ -23,6 +23,7 @@
 #include "common/list.h"
 #include "common/log.h"
 #include "dispatcher/rconn.h"
+#include "dispatcher/wake.h"
 #include "proto/job.h"
 #include "proto/keys.h"
 
@@ -42,7 +43,10 @@ struct dispatcher_tail_sub {
 struct tail_run {
 	char run_id[PROTO_RUN_ID_MAX + 1];
 	char key[PROTO_KEY_MAX];
-	tail_conn_t *conn;
+	dispatcher_tail_t *t;
+	tail_conn_t *conn; /* NULL on a cluster: the run is on t->cruns */
+	dispatcher_wake_chan_t *wake;
+	int again; /* woken while a read was in flight: read again */
 	dispatcher_tail_sub_t *subs;
 	size_t nsubs; /* not counting dead ones */
 	int inflight;
@@ -76,6 +80,12 @@ struct dispatcher_tail {
 	dispatcher_store_t *store;
 	tail_conn_t *conns;
 	int nconns;
+	/* On a cluster: the runs, read one by one when woken and polled. */
+	dispatcher_rroute_t *rr;
+	dispatcher_wake_t *wake;
+	tail_run_t *cruns;
+	struct event *ev_poll;
+	int freeing;
 	int depth; /* > 0 while delivering: detach defers frees */
 	size_t nsubs;
 	rn_gauge_t *g_callers;
@@ -84,6 +94,7 @@ struct dispatcher_tail {
 	rn_counter_t *c_reads;
 	rn_counter_t *c_entries;
 	rn_counter_t *c_unblocks;
+	rn_counter_t *c_wakes;
 };
 
 int dispatcher_sid_parse(const char *s, dispatcher_sid_t *out)
@@ -145,9 +156,14 @@ static void run_free(tail_run_t *r)
 		free(s);
 		s = n;
 	}
-	RN_LIST_UNLINK(c->runs, r);
-	c->nruns--;
-	rn_gauge_add(c->t->g_runs, -1);
+	if (c) {
+		RN_LIST_UNLINK(c->runs, r);
+		c->nruns--;
+	} else {
+		RN_LIST_UNLINK(r->t->cruns, r);
+		dispatcher_wake_remove(r->wake);
+	}
+	rn_gauge_add(r->t->g_runs, -1);
 	free(r);
 }
 
@@ -156,7 +172,7 @@ static void run_gc(tail_run_t *r)
 {
 	dispatcher_tail_sub_t *s = r->subs;
 
-	if (r->conn->t->depth > 0)
+	if (r->t->depth > 0)
 		return;
 	while (s) {
 		dispatcher_tail_sub_t *n = s->next;
@@ -288,7 +304,7 @@ static int line_terminal(const char *line, size_t len)
 
 static void deliver(tail_run_t *run, const redisReply *entries)
 {
-	dispatcher_tail_t *t = run->conn->t;
+	dispatcher_tail_t *t = run->t;
 	size_t n = entries->elements;
 	dispatcher_sid_t *sids;
 	const redisReply **lines;
@@ -390,6 +406,91 @@ static void on_xread(redisReply *r, void *arg)
 	arm(c);
 }
 
+/*
+ * On a cluster: one run's stream read without blocking, from its callers'
+ * smallest cursor, when the run is attached, woken (wake.c), polled, or a
+ * caller resumes.  A wake-up while a read is out asks for one more read
+ * after it (the entries may have come after the read ran).
+ */
+static void on_cread(redisReply *r, void *arg);
+
+static void cread(tail_run_t *run)
+{
+	dispatcher_tail_t *t = run->t;
+	dispatcher_sid_t from = { UINT64_MAX, UINT64_MAX };
+	char id[48], count[24];
+	int any = 0;
+
+	if (run->inflight) {
+		run->again = 1;
+		return;
+	}
+	for (dispatcher_tail_sub_t *s = run->subs; s; s = s->next) {
+		if (!sub_active(s))
+			continue;
+		if (!any || dispatcher_sid_cmp(s->cursor, from) < 0)
+			from = s->cursor;
+		any = 1;
+	}
+	if (!any)
+		return;
+	snprintf(id, sizeof(id), "%" PRIu64 "-%" PRIu64, from.ms, from.seq);
+	snprintf(count, sizeof(count), "%ld", t->batch);
+	const char *argv[] = { "XREAD", "COUNT", count, "STREAMS", run->key, id };
+
+	/* Redis down: the poll tries again. */
+	if (dispatcher_rroute_cmd(t->rr, on_cread, run, 6, argv, NULL) == 0) {
+		run->inflight = 1;
+		run->inflight_from = from;
+		run->again = 0;
+		rn_counter_add(t->c_reads, 1);
+	}
+}
+
+static void on_cread(redisReply *r, void *arg)
+{
+	tail_run_t *run = arg;
+	dispatcher_tail_t *t = run->t;
+	int more = 0;
+
+	run->inflight = 0;
+	if (r && r->type == REDIS_REPLY_ERROR)
+		rn_log_error(run->run_id, "tail_read_failed", "%.200s", r->str);
+	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
+		const redisReply *kv = r->element[0];
+
+		if (kv->type == REDIS_REPLY_ARRAY && kv->elements == 2 && kv->element[1]->type == REDIS_REPLY_ARRAY) {
+			t->depth++;
+			deliver(run, kv->element[1]);
+			t->depth--;
+			more = kv->element[1]->elements >= (size_t)t->batch;
+		}
+	}
+	/* A lost connection: the read may be sent again (it writes nothing). */
+	if (!t->freeing && (more || run->again || !r))
+		cread(run);
+	run_gc(run);
+}
+
+static void on_wake(void *arg)
+{
+	tail_run_t *run = arg;
+
+	rn_counter_add(run->t->c_wakes, 1);
+	cread(run);
+}
+
+static void on_poll(evutil_socket_t fd, short what, void *arg)
+{
+	dispatcher_tail_t *t = arg;
+
+	(void)fd;
+	(void)what;
+	dispatcher_wake_sync(t->wake);
+	for (tail_run_t *r = t->cruns; r; r = r->next)
+		cread(r);
+}
+
 static void on_client_id(redisReply *r, void *arg)
 {
 	tail_conn_t *c = arg;
@@ -459,16 +560,33 @@ static const rn_metric_def_t tail_metrics[] = {
 	  "Callers following a run's stream (events and /stream)" },
 	{ offsetof(dispatcher_tail_t, g_runs), RN_METRIC_GAUGE, "runnel_dispatcher_tail_runs", "Distinct runs being tailed" },
 	{ offsetof(dispatcher_tail_t, g_conns), RN_METRIC_GAUGE, "runnel_dispatcher_tail_connections",
-	  "Tail pool Redis connections that are up" },
+	  "Tail pool Redis connections that are up (on a Redis Cluster: its sharded pub/sub connections)" },
 	{ offsetof(dispatcher_tail_t, c_reads), RN_METRIC_COUNTER, "runnel_dispatcher_tail_reads_total",
 	  "XREAD commands issued by the tail pool" },
 	{ offsetof(dispatcher_tail_t, c_entries), RN_METRIC_COUNTER, "runnel_dispatcher_tail_entries_total",
 	  "Stream entries read by the tail pool" },
 	{ offsetof(dispatcher_tail_t, c_unblocks), RN_METRIC_COUNTER, "runnel_dispatcher_tail_unblocks_total",
 	  "CLIENT UNBLOCKs sent to re-arm a tail connection" },
+	{ offsetof(dispatcher_tail_t, c_wakes), RN_METRIC_COUNTER, "runnel_dispatcher_tail_wakeups_total",
+	  "Sharded pub/sub wake-ups received by the tail pool (Redis Cluster)" },
 };
 
-dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_url_t *url,
+/* The cluster's reader: its own router, the wake-ups, the slow poll. */
+static int tail_cluster_init(dispatcher_tail_t *t, const rn_redis_url_t *url)
+{
+	struct timeval poll = { DISPATCHER_TAIL_POLL_MS / 1000, (DISPATCHER_TAIL_POLL_MS % 1000) * 1000 };
+
+	t->rr = dispatcher_rroute_new(t->base, url, 1, "runnel-dispatcher-tail", NULL, NULL);
+	if (!t->rr)
+		return -1;
+	t->wake = dispatcher_wake_new(t->base, url, t->rr, t->g_conns);
+	t->ev_poll = event_new(t->base, -1, EV_PERSIST, on_poll, t);
+	if (!t->wake || !t->ev_poll || event_add(t->ev_poll, &poll) < 0)
+		return -1;
+	return 0;
+}
+
+dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_url_t *url, int cluster,
                                        const char *prefix, int nconns, long block_ms,
                                        long batch, dispatcher_store_t *store,
                                        rn_metrics_t *metrics)
@@ -483,6 +601,13 @@ dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_u
 	t->batch = batch;
 	t->store = store;
 	rn_metrics_register(metrics, t, tail_metrics, sizeof(tail_metrics) / sizeof(tail_metrics[0]));
+	if (cluster == 1) {
+		if (tail_cluster_init(t, url) < 0) {
+			dispatcher_tail_free(t);
+			return NULL;
+		}
+		return t;
+	}
 	t->conns = calloc((size_t)nconns, sizeof(*t->conns));
 	if (!t->conns) {
 		free(t);
@@ -510,6 +635,14 @@ void dispatcher_tail_free(dispatcher_tail_t *t)
 {
 	if (!t)
 		return;
+	t->freeing = 1;
+	/* Reads in flight get NULL now: no delivery, no new read. */
+	dispatcher_rroute_free(t->rr);
+	while (t->cruns)
+		run_free(t->cruns);
+	dispatcher_wake_free(t->wake);
+	if (t->ev_poll)
+		event_free(t->ev_poll);
 	for (int i = 0; i < t->nconns; i++) {
 		tail_conn_t *c = &t->conns[i];
 
@@ -528,6 +661,30 @@ void dispatcher_tail_free(dispatcher_tail_t *t)
 	free(t);
 }
 
+static tail_run_t *cluster_run_new(dispatcher_tail_t *t, const char *run_id)
+{
+	char chan[PROTO_KEY_MAX];
+	tail_run_t *run = calloc(1, sizeof(*run));
+
+	if (!run)
+		return NULL;
+	snprintf(run->run_id, sizeof(run->run_id), "%s", run_id);
+	if (proto_key(run->key, sizeof(run->key), t->prefix, run_id, PROTO_KEY_OUT) < 0 ||
+	    proto_key(chan, sizeof(chan), t->prefix, run_id, PROTO_KEY_WAKE) < 0) {
+		free(run);
+		return NULL;
+	}
+	run->t = t;
+	run->wake = dispatcher_wake_add(t->wake, chan, on_wake, run);
+	if (!run->wake) {
+		free(run);
+		return NULL;
+	}
+	RN_LIST_PUSH(t->cruns, run);
+	rn_gauge_add(t->g_runs, 1);
+	return run;
+}
+
 dispatcher_tail_sub_t *dispatcher_tail_attach(dispatcher_tail_t *t, const char *run_id,
                                               dispatcher_sid_t after,
                                               dispatcher_tail_entry_cb cb, void *arg)
@@ -544,9 +701,19 @@ dispatcher_tail_sub_t *dispatcher_tail_attach(dispatcher_tail_t *t, const char *
 				run = r;
 				break;
 			}
+	for (tail_run_t *r = t->cruns; r && !run; r = r->next)
+		if (strcmp(r->run_id, run_id) == 0)
+			run = r;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
+	if (!run && t->rr) {
+		run = cluster_run_new(t, run_id);
+		if (!run) {
+			free(s);
+			return NULL;
+		}
+	}
 	if (!run) {
 		c = &t->conns[0];
 		for (int i = 1; i < t->nconns; i++)
@@ -559,6 +726,7 @@ dispatcher_tail_sub_t *dispatcher_tail_attach(dispatcher_tail_t *t, const char *
 		}
 		snprintf(run->run_id, sizeof(run->run_id), "%s", run_id);
 		proto_key(run->key, sizeof(run->key), t->prefix, run_id, PROTO_KEY_OUT);
+		run->t = t;
 		run->conn = c;
 		RN_LIST_PUSH(c->runs, run);
 		c->nruns++;
@@ -573,6 +741,12 @@ dispatcher_tail_sub_t *dispatcher_tail_attach(dispatcher_tail_t *t, const char *
 	run->nsubs++;
 	t->nsubs++;
 	rn_gauge_add(t->g_callers, 1);
+	if (!c) {
+		/* A read in flight from after this cursor does not serve it:
+		 * cread() asks for one more then. */
+		cread(run);
+		return s;
+	}
 	/* The read in flight covers this caller only if it reads from at or
 	 * before the caller's cursor; otherwise interrupt it. */
 	if (!run->inflight || dispatcher_sid_cmp(after, run->inflight_from) < 0) {
@@ -590,7 +764,7 @@ void dispatcher_tail_detach(dispatcher_tail_sub_t *s)
 	if (!s || s->dead)
 		return;
 	run = s->run;
-	t = run->conn->t;
+	t = run->t;
 	s->dead = 1;
 	run->nsubs--;
 	t->nsubs--;
@@ -603,7 +777,9 @@ void dispatcher_tail_pause(dispatcher_tail_sub_t *s, int paused)
 	if (s->dead || s->paused == paused)
 		return;
 	s->paused = paused;
-	if (!paused) {
+	if (!paused && !s->run->conn) {
+		cread(s->run);
+	} else if (!paused) {
 		s->run->conn->dirty = 1;
 		kick(s->run->conn);
 	}

@@ -45,7 +45,15 @@ int dispatcher_sid_cmp(dispatcher_sid_t a, dispatcher_sid_t b);
 typedef void (*dispatcher_tail_entry_cb)(void *arg, const char *id, const char *line,
                                          size_t len, int terminal);
 
-dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_url_t *url,
+/* How often a cluster's tails read every run they follow, woken or not
+ * (a wake-up lost in a failover or a reshard is late by this much). */
+#define DISPATCHER_TAIL_POLL_MS 1000
+
+/* cluster = 1: a Redis Cluster (rn_rcluster_probe): no blocking pool;
+ * each run is read on its own when woken through sharded pub/sub
+ * (dispatcher/wake.h) and every DISPATCHER_TAIL_POLL_MS; nconns and
+ * block_ms are unused then. */
+dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_url_t *url, int cluster,
                                        const char *prefix, int nconns, long block_ms,
                                        long batch, dispatcher_store_t *store,
                                        rn_metrics_t *metrics);
