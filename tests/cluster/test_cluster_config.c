@@ -3,9 +3,9 @@
  * Cluster with a password, and against Redis URLs that are wrong: the
  * worker runs jobs on the cluster; a wrong password, a port that is not
  * Redis and a cluster with unserved slots stop the worker at start with
- * the reason (exit 2, no retry loop, no password in the log); the
- * dispatcher refuses a cluster at start for now; the CLI reads and
- * cancels runs on the cluster and says why a wrong password fails.
+ * the reason (exit 2, no retry loop, no password in the log), and the
+ * dispatcher too (exit 1); the CLI reads and cancels runs on the cluster
+ * and says why a wrong password fails.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -141,20 +141,42 @@ static void test_bad_urls(void)
 	cli_and_dev_refuse("lone", lone.url, "cluster has 16384 of 16384 slots unserved");
 	th_redis_stop(&lone);
 
-	/* The dispatcher: a cluster is refused at start for now, with the
-	 * reason. */
-	const char *dlog = th_strf("%s/dispatcher.log", T.dir);
-	const char *denv[] = { th_strf("RUNNEL_REDIS_URL=%s", T.redis.url),
-		               th_strf("RUNNEL_KAFKA_BROKERS=%s", T.kafka.bootstrap), "RUNNEL_LISTEN=127.0.0.1:0",
-		               NULL };
-	char *dargv[] = { DISPATCHER_BIN, NULL };
-	st = th_run(dargv, denv, dlog, 20000);
-	TH_CHECK(st == 1 && th_file_contains(dlog, "names a Redis Cluster node"), "dispatcher on a cluster: exit %d",
-	         st);
-	TH_CHECK(!th_file_contains(dlog, PASS), "no password in the dispatcher's log");
+	/* The dispatcher: the same wrong URLs stop it at start with the
+	 * reason (exit 1, no retry loop, no password in its log). */
+	struct {
+		const char *name, *url, *why;
+	} bad[] = {
+		{ "d-wrongpw", wrong, "RUNNEL_REDIS_URL: authentication failed" },
+		{ "d-nopw", th_strf("redis://127.0.0.1:%d", T.cluster->node[3].port), "authentication required" },
+		{ "d-http", th_strf("redis://127.0.0.1:%d", port), "not a Redis server (Protocol error" },
+		{ "d-lone", NULL, "cluster has 16384 of 16384 slots unserved" },
+	};
+	TH_REQUIRE(th_redis_start(&lone, th_strf("cluster-enabled yes\ncluster-port %d\n", th_free_port())) == 0,
+	           "lone node");
+	bad[3].url = lone.url;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *dlog = th_strf("%s/%s.log", T.dir, bad[i].name);
+		const char *denv[] = { th_strf("RUNNEL_REDIS_URL=%s", bad[i].url),
+			               th_strf("RUNNEL_KAFKA_BROKERS=%s", T.kafka.bootstrap), "RUNNEL_LISTEN=127.0.0.1:0",
+			               NULL };
+		char *dargv[] = { DISPATCHER_BIN, NULL };
+		t0 = th_now_ms();
+		st = th_run(dargv, denv, dlog, 20000);
+		TH_CHECK(st == 1 && th_file_contains(dlog, bad[i].why), "dispatcher, %s: exit %d, \"%s\" logged",
+		         bad[i].name, st, bad[i].why);
+		TH_CHECK(th_now_ms() - t0 < 15000, "dispatcher, %s: at start, not after retrying", bad[i].name);
+		TH_CHECK(!th_file_contains(dlog, PASS) && !th_file_contains(dlog, "not-the-password"),
+		         "dispatcher, %s: no password in its log", bad[i].name);
+	}
+	th_redis_stop(&lone);
 	shutdown(fd, SHUT_RDWR);
 	pthread_join(t, NULL);
 	close(fd);
+}
+
+static int has_log_line(void *path)
+{
+	return th_file_contains(path, "\"type\":\"log\"");
 }
 
 static void test_runs_and_cli(void)
@@ -200,6 +222,38 @@ static void test_runs_and_cli(void)
 	char msg[256];
 	const char *code = wt_ended(&T, "cfg-slow", 30000, msg, sizeof(msg));
 	TH_CHECK(strcmp(code, "cancelled") == 0, "the run ended cancelled: %s", code);
+
+	/* The dispatcher on the cluster with its password: a caller follows
+	 * a live run (its tail woken through sharded pub/sub, which
+	 * authenticates too) and cancels it through the dispatcher; the
+	 * events end with the cancelled error line. */
+	wt_submit_agent(&T, "cfg-slow2", "{\"kind\":\"mock\",\"script\":\"hang\"}", "hello", 0, 0, NULL);
+	TH_CHECK(wt_wait_started(&T, "cfg-slow2", 60000), "second slow run started");
+	int dport = th_free_port();
+	const char *dlog = th_strf("%s/dispatcher-ok.log", T.dir);
+	const char *denv[] = { th_strf("RUNNEL_REDIS_URL=%s", T.redis.url),
+		               th_strf("RUNNEL_KAFKA_BROKERS=%s", T.kafka.bootstrap),
+		               th_strf("RUNNEL_LISTEN=127.0.0.1:%d", dport), NULL };
+	char *dargv[] = { DISPATCHER_BIN, NULL };
+	pid_t d = th_spawn(dargv, denv, dlog);
+	TH_REQUIRE(d > 0 && th_wait_until(th_port_open_cond, &dport, 20000), "dispatcher on the cluster (%s)", dlog);
+	const char *elog = th_strf("%s/events.log", T.dir);
+	char *eargv[] = { "curl", "-sN", "--max-time", "60",
+		          th_strf("http://127.0.0.1:%d/v1/runs/cfg-slow2/events", dport), NULL };
+	pid_t ev = th_spawn(eargv, NULL, elog);
+	TH_REQUIRE(ev > 0, "curl");
+	TH_CHECK(th_wait_until(has_log_line, (void *)elog, 20000),
+	         "the live run's lines reach the caller");
+	const char *clog = th_strf("%s/cancel.log", T.dir);
+	char *cargv[] = { "curl", "-s", "-X", "POST", "--max-time", "20",
+		          th_strf("http://127.0.0.1:%d/v1/runs/cfg-slow2/cancel", dport), NULL };
+	TH_CHECK(th_run(cargv, NULL, clog, 30000) == 0, "cancel through the dispatcher");
+	int est = 0;
+	TH_CHECK(th_wait_exit(ev, 30000, &est) == 0, "the events stream ended after the cancel");
+	TH_CHECK(th_file_contains(elog, "\"code\":\"cancelled\""), "it ended with the cancelled error line");
+	TH_CHECK(th_file_contains(dlog, "is a Redis Cluster node"), "the dispatcher says it found a cluster");
+	TH_CHECK(!th_file_contains(dlog, PASS), "no password in the dispatcher's log");
+	th_stop(d, 30000);
 	wt_stop_worker(w, 30000, "w1");
 }
 

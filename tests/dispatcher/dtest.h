@@ -25,6 +25,12 @@
  */
 void dt_servers_start(const char *test_name, th_redis_t *red, th_kafka_t *k, int partitions, redisContext **c);
 
+/* With RUNNEL_TEST_REDIS=cluster (the cluster-labelled reruns),
+ * dt_servers_start starts a Redis Cluster of 3 primaries and 3 replicas
+ * instead (red: node 0, whose URL names the cluster; the test's own
+ * reads go through th_cmd) and this returns it; NULL otherwise. */
+th_cluster_t *dt_cluster(void);
+
 /* The other end of dt_servers_start: closes c (NULL ok), destroys the mock
  * cluster and cleans up libcurl (Redis goes at exit with the harness). */
 void dt_servers_stop(redisContext *c, th_kafka_t *k);

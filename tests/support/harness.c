@@ -1099,7 +1099,7 @@ int th_stream_read_all(redisContext *c, const char *key, char ***lines, char ***
 	if (ids)
 		*ids = NULL;
 	*n = 0;
-	redisReply *rep = redisCommand(c, "XRANGE %s - +", key);
+	redisReply *rep = th_cmd(c, "XRANGE %s - +", key);
 	if (!rep || rep->type != REDIS_REPLY_ARRAY) {
 		fprintf(stderr, "# XRANGE %s: %s\n", key,
 		        rep && rep->type == REDIS_REPLY_ERROR ? rep->str : c->errstr);
@@ -1205,7 +1205,7 @@ typedef struct th_term_arg {
 static int th_last_is_terminal(void *p)
 {
 	th_term_arg_t *a = p;
-	redisReply *rep = redisCommand(a->c, "XREVRANGE %s + - COUNT 1", a->key);
+	redisReply *rep = th_cmd(a->c, "XREVRANGE %s + - COUNT 1", a->key);
 	int done = 0;
 	if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1) {
 		char *line = th_entry_field(rep->element[0], "line");
@@ -1315,7 +1315,7 @@ long long th_redis_int(redisContext *c, long long dflt, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	redisReply *r = redisvCommand(c, fmt, ap);
+	redisReply *r = th_vcmd(c, fmt, ap);
 	va_end(ap);
 	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : dflt;
 	if (r)

@@ -37,6 +37,7 @@
 #define RUNNEL_TESTS_SUPPORT_HARNESS_H
 
 #include <limits.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -421,10 +422,21 @@ int th_cluster_cli(th_cluster_t *cl, const char *log_path, int timeout_ms, ...)
  * A handle of common/rcluster (what runnel's run-state and queue calls
  * take) to the server c is connected to, opened on first use and kept
  * for the test's life (one per port).  For tests that hold a plain
- * context for their own checks.  No password.  Ends the test when it
+ * context for their own checks.  With the password of the last cluster
+ * th_cluster_start started, if any.  Ends the test when it
  * cannot be opened.
  */
 rn_rcluster_t *th_rc_for(const redisContext *c);
+
+/*
+ * redisCommand(c, fmt, ...), except that with RUNNEL_TEST_REDIS=cluster in
+ * the environment (the cluster-labelled reruns) the command is routed by
+ * slot through th_rc_for(c), so a test's checks work on any node.  The
+ * reply is the caller's (freeReplyObject); NULL on a transport error.
+ */
+int th_cluster_mode(void);
+redisReply *th_cmd(redisContext *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+redisReply *th_vcmd(redisContext *c, const char *fmt, va_list ap);
 
 /* A handle to url (a standalone server or any cluster node) for the
  * caller to free with rn_rcluster_free; NULL on failure (printed). */

@@ -197,6 +197,9 @@ int th_cluster_cli(th_cluster_t *cl, const char *log_path, int timeout_ms, ...)
 	return th_run(argv, env, log_path, timeout_ms);
 }
 
+/* The password of the last cluster started, for th_rc_for's handles. */
+static char thc_password[128];
+
 int th_cluster_start(th_cluster_t *cl, int primaries, int replicas, const char *extra_config_lines)
 {
 	memset(cl, 0, sizeof(*cl));
@@ -213,6 +216,7 @@ int th_cluster_start(th_cluster_t *cl, int primaries, int replicas, const char *
 		if (len > 12 && strncmp(l, "requirepass ", 12) == 0 && len - 12 < sizeof(cl->password)) {
 			memcpy(cl->password, l + 12, len - 12);
 			cl->password[len - 12] = 0;
+			snprintf(thc_password, sizeof(thc_password), "%s", cl->password);
 		}
 		l = nl ? nl + 1 : l + len;
 	}
@@ -339,7 +343,8 @@ rn_rcluster_t *th_rc_for(const redisContext *c)
 		if (cache[i].rc && cache[i].port == port)
 			return cache[i].rc;
 		if (!cache[i].rc) {
-			cache[i].rc = th_rcluster_open(th_strf("redis://127.0.0.1:%d", port));
+			cache[i].rc = th_rcluster_open(thc_password[0] ? th_strf("redis://:%s@127.0.0.1:%d", thc_password, port)
+			                                               : th_strf("redis://127.0.0.1:%d", port));
 			TH_REQUIRE(cache[i].rc, "an rcluster handle for port %d", port);
 			cache[i].port = port;
 			return cache[i].rc;
@@ -347,4 +352,49 @@ rn_rcluster_t *th_rc_for(const redisContext *c)
 	}
 	TH_REQUIRE(0, "too many rcluster handles");
 	return NULL;
+}
+
+int th_cluster_mode(void)
+{
+	const char *mode = getenv("RUNNEL_TEST_REDIS");
+	return mode && strcmp(mode, "cluster") == 0;
+}
+
+redisReply *th_vcmd(redisContext *c, const char *fmt, va_list ap)
+{
+	if (!th_cluster_mode())
+		return redisvCommand(c, fmt, ap);
+	char *cmd = NULL;
+	int len = redisvFormatCommand(&cmd, fmt, ap);
+	if (len < 0)
+		return NULL;
+	/* Split the RESP array back into arguments for the router. */
+	int argc = 0;
+	const char *p = cmd;
+	TH_REQUIRE(*p == '*', "formatted command");
+	argc = (int)strtol(p + 1, (char **)&p, 10);
+	const char **argv = calloc((size_t)argc, sizeof(*argv));
+	size_t *lens = calloc((size_t)argc, sizeof(*lens));
+	TH_REQUIRE(argv && lens, "out of memory");
+	p += 2;
+	for (int i = 0; i < argc; i++) {
+		lens[i] = (size_t)strtol(p + 1, (char **)&p, 10);
+		p += 2;
+		argv[i] = p;
+		p += lens[i] + 2;
+	}
+	redisReply *r = rn_rcluster_argv(th_rc_for(c), 0, argc, argv, lens);
+	free(argv);
+	free(lens);
+	free(cmd);
+	return r;
+}
+
+redisReply *th_cmd(redisContext *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	redisReply *r = th_vcmd(c, fmt, ap);
+	va_end(ap);
+	return r;
 }
