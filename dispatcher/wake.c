@@ -19,9 +19,11 @@
 #include "common/list.h"
 #include "common/log.h"
 #include "common/rcluster.h"
+#include "common/redis.h"
 
-#define WAKE_BUCKETS   4096
-#define WAKE_RESYNC_MS 300
+#define WAKE_BUCKETS       4096
+#define WAKE_RESYNC_MS     100
+#define WAKE_RESYNC_MAX_MS 2000
 
 typedef struct wconn wconn_t;
 
@@ -59,6 +61,8 @@ struct dispatcher_wake {
 	unsigned long version;
 	int dirty;
 	struct event *ev_sync;
+	unsigned attempt; /* resyncs since a connection last worked */
+	char down[280];   /* the node whose failure was logged last */
 	rn_gauge_t *g_conns;
 	dispatcher_wake_stats_t stats;
 };
@@ -82,7 +86,8 @@ static dispatcher_wake_chan_t *chan_find(dispatcher_wake_t *w, const char *name,
 
 static void resync_soon(dispatcher_wake_t *w)
 {
-	struct timeval tv = { 0, WAKE_RESYNC_MS * 1000 };
+	long ms = rn_backoff_ms(w->attempt++, WAKE_RESYNC_MS, WAKE_RESYNC_MAX_MS);
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
 
 	w->dirty = 1;
 	if (!event_pending(w->ev_sync, EV_TIMEOUT, NULL))
@@ -93,8 +98,13 @@ static void wc_close(wconn_t *wc, const char *why)
 {
 	dispatcher_wake_t *w = wc->w;
 
-	if (why)
-		rn_log_warn(NULL, "redis_wake_lost", "sharded pub/sub %s:%d: %s", wc->host, wc->port, why);
+	char node[sizeof(w->down)];
+
+	/* Once per node and outage: a dead primary refuses every retry. */
+	snprintf(node, sizeof(node), "%s:%d", wc->host, wc->port);
+	if (why && strcmp(node, w->down) != 0)
+		rn_log_warn(NULL, "redis_wake_lost", "sharded pub/sub %s: %s", node, why);
+	snprintf(w->down, sizeof(w->down), "%s", node);
 	for (dispatcher_wake_chan_t *ch = w->chans; ch; ch = ch->next)
 		if (ch->conn == wc)
 			ch->conn = NULL;
@@ -191,6 +201,8 @@ static void wc_asked(wconn_t *wc, const redisReply *r)
 	ch = name ? chan_find(w, name, strlen(name)) : NULL;
 	free(name);
 	if (r->type != REDIS_REPLY_ERROR) {
+		w->attempt = 0;
+		w->down[0] = '\0';
 		if (ch && ch->conn == wc)
 			ch->cb(ch->arg); /* subscribed: read once to cover the gap */
 		return;
