@@ -10,6 +10,12 @@
  *
  * Usage: bench_dispatcher [callers [lines [ms between a run's lines]]]
  *
+ * BENCH_REDIS=cluster runs the same against a Redis Cluster of 3
+ * primaries and 3 replicas: the simulated worker adds the SPUBLISH
+ * wake-up to each line as worker/publish.c does there, the tails read
+ * each run when woken, and the Redis figures are summed over the nodes,
+ * with the commands per run (INFO commandstats) in both modes.
+ *
  * Figures, not assertions: goals are p99 line latency <= 20 ms and <= 4
  * Redis connections.
  */
@@ -27,6 +33,7 @@
 #include <curl/curl.h>
 #include <hiredis/hiredis.h>
 
+#include "common/rcluster.h"
 #include "tests/support/harness.h"
 
 typedef struct caller {
@@ -45,6 +52,8 @@ static int64_t *LAT_US;  /* one slot per line */
 static int64_t *SENT_US; /* its send time (for the timeline) */
 static _Atomic size_t NLAT;
 static const th_redis_t *RED;
+static th_cluster_t CL; /* BENCH_REDIS=cluster */
+static int CLUSTER;
 static _Atomic int WRITER_DONE;
 static int64_t WRITE_SPAN_MS;
 
@@ -244,6 +253,75 @@ static double redis_usec_per_call(redisContext *c, const char *cmd, long *calls)
 	return v;
 }
 
+/* Every node's connection (the one server's when standalone). */
+static redisContext *node_conn(int i)
+{
+	return th_redis_connect(CLUSTER ? &CL.node[i] : RED);
+}
+
+static int nnodes(void)
+{
+	return CLUSTER ? CL.n : 1;
+}
+
+static double redis_cpu_all(void)
+{
+	double v = 0;
+
+	for (int i = 0; i < nnodes(); i++) {
+		redisContext *c = node_conn(i);
+
+		if (c) {
+			v += redis_cpu_s(c);
+			redisFree(c);
+		}
+	}
+	return v;
+}
+
+static int redis_clients_all(const char *needle)
+{
+	int v = 0;
+
+	for (int i = 0; i < nnodes(); i++) {
+		redisContext *c = node_conn(i);
+
+		if (c) {
+			int n = th_redis_clients(c, needle);
+
+			v += n > 0 ? n : 0;
+			redisFree(c);
+		}
+	}
+	return v;
+}
+
+/* Calls per command, summed over the nodes (INFO commandstats). */
+#define NCMDS 12
+static const char *const CMDS[NCMDS] = { "xread", "xadd", "spublish", "ssubscribe",
+	                                 "sunsubscribe", "eval", "evalsha", "hgetall",
+	                                 "zadd", "cluster|slots", "ping", "client|unblock" };
+
+static void redis_calls_all(long calls[NCMDS])
+{
+	memset(calls, 0, NCMDS * sizeof(calls[0]));
+	for (int i = 0; i < nnodes(); i++) {
+		redisContext *c = node_conn(i);
+		redisReply *r = c ? redisCommand(c, "INFO commandstats") : NULL;
+
+		for (int k = 0; r && r->type == REDIS_REPLY_STRING && k < NCMDS; k++) {
+			const char *p = strstr(r->str, th_strf("cmdstat_%s:calls=", CMDS[k]));
+
+			if (p)
+				calls[k] += strtol(p + strlen(CMDS[k]) + 14, NULL, 10);
+		}
+		if (r)
+			freeReplyObject(r);
+		if (c)
+			redisFree(c);
+	}
+}
+
 static double self_cpu_s(void)
 {
 	struct rusage ru;
@@ -255,14 +333,48 @@ static double self_cpu_s(void)
 
 /* The simulated workers: every run gets line l before any gets l+1; a
  * round (one line for every run) is spread over round_ms. */
+/* One round's batch on a cluster: XADD + SPUBLISH per run, pipelined
+ * per node by common/rcluster.  0 or -1. */
+static int write_batch_cluster(rn_rcluster_t *h, int l, int b, int end)
+{
+	for (int i = b; i < end; i++) {
+		char line[256], key[48], chan[48];
+
+		if (l == L_N)
+			snprintf(line, sizeof(line), "{\"type\":\"result\",\"message\":\"done\",\"sent_us\":%" PRId64 ",\"ts\":1}",
+			         mono_us());
+		else
+			snprintf(line, sizeof(line), "{\"type\":\"log\",\"level\":\"info\","
+			                             "\"message\":\"line %d of a benchmark run\",\"sent_us\":%" PRId64 ",\"ts\":1}",
+			         l, mono_us());
+		snprintf(key, sizeof(key), "runnel:{bench_%04d}:out", i);
+		snprintf(chan, sizeof(chan), "runnel:{bench_%04d}:wake", i);
+		const char *xa[] = { "XADD", key, "*", "line", line };
+		const char *sp[] = { "SPUBLISH", chan, "1" };
+
+		if (rn_rcluster_append_argv(h, 0, 5, xa, NULL) < 0 || rn_rcluster_append_argv(h, 0, 3, sp, NULL) < 0)
+			return -1;
+	}
+	for (int i = b; i < end; i++)
+		for (int k = 0; k < 2; k++) {
+			redisReply *r = NULL;
+
+			if (rn_rcluster_get_reply(h, &r) < 0)
+				return -1;
+			freeReplyObject(r);
+		}
+	return 0;
+}
+
 static void *writer(void *arg)
 {
-	redisContext *c = th_redis_connect(RED);
+	redisContext *c = CLUSTER ? NULL : th_redis_connect(RED);
+	rn_rcluster_t *h = CLUSTER ? th_rcluster_open(CL.url) : NULL;
 	int round_ms = *(int *)arg;
 	const int batch = 50;
 	int64_t t0 = mono_us();
 
-	for (int l = 1; l <= L_N && c; l++) {
+	for (int l = 1; l <= L_N && (c || h); l++) {
 		int64_t round_start = mono_us();
 
 		for (int b = 0; b < C_N; b += batch) {
@@ -272,6 +384,11 @@ static void *writer(void *arg)
 
 			if (due > now)
 				usleep((useconds_t)(due - now));
+			if (h) {
+				if (write_batch_cluster(h, l, b, end) < 0)
+					fprintf(stderr, "writer: %s\n", rn_rcluster_errstr(h));
+				continue;
+			}
 			for (int i = b; i < end; i++) {
 				char line[256];
 
@@ -303,6 +420,8 @@ static void *writer(void *arg)
 	WRITE_SPAN_MS = (mono_us() - t0) / 1000;
 	if (c)
 		redisFree(c);
+	if (h)
+		rn_rcluster_free(h);
 	atomic_store(&WRITER_DONE, 1);
 	return NULL;
 }
@@ -365,6 +484,7 @@ int main(int argc, char **argv)
 	int64_t t0;
 	struct rlimit rl;
 	double cpu0, rcpu0, scpu0;
+	long calls0[NCMDS], calls1[NCMDS];
 
 	if (argc > 1)
 		C_N = strtol(argv[1], NULL, 10) > 0 ? (int)strtol(argv[1], NULL, 10) : C_N;
@@ -378,7 +498,15 @@ int main(int argc, char **argv)
 	}
 	th_init("bench_dispatcher");
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	if (th_redis_start(&red, NULL) != 0 || th_kafka_start(&k, 1) != 0)
+	CLUSTER = getenv("BENCH_REDIS") && strcmp(getenv("BENCH_REDIS"), "cluster") == 0;
+	if (CLUSTER) {
+		if (th_cluster_start(&CL, 3, 1, NULL) != 0)
+			return 1;
+		red = CL.node[0];
+	} else if (th_redis_start(&red, NULL) != 0) {
+		return 1;
+	}
+	if (th_kafka_start(&k, 1) != 0)
 		return 1;
 	RED = &red;
 	th_kafka_create_topic(&k, "runnel.jobs", 4);
@@ -411,8 +539,10 @@ int main(int argc, char **argv)
 			break;
 		usleep(50000);
 	}
-	printf("runnel-dispatcher benchmark: %d concurrent /stream callers x %d lines (%d lines), one line per run every %d ms\n",
-	       C_N, L_N, C_N * L_N, round_ms);
+	printf("runnel-dispatcher benchmark on %s: %d concurrent /stream callers x %d lines (%d lines), one line per run "
+	       "every %d ms\n",
+	       CLUSTER ? "a Redis Cluster (3 primaries, 3 replicas)" : "a standalone Redis", C_N, L_N, C_N * L_N,
+	       round_ms);
 	{
 		double la[3] = { 0, 0, 0 };
 
@@ -465,7 +595,8 @@ int main(int argc, char **argv)
 	}
 	printf("%d/%d streams answered 200 (enqueued on Kafka, tail attached) in %.2f s\n", started, C_N,
 	       (mono_us() - t0) / 1e6);
-	rcpu0 = redis_cpu_s(rc);
+	rcpu0 = redis_cpu_all();
+	redis_calls_all(calls0);
 	scpu0 = self_cpu_s();
 	pthread_create(&wt, NULL, writer, &round_ms);
 	t0 = mono_us();
@@ -485,7 +616,7 @@ int main(int argc, char **argv)
 			}
 		if (mono_us() - last_sample > 200000) {
 			long rss = proc_kb(pid, "VmRSS:");
-			int n = th_redis_clients(rc, "name=runnel-dispatcher");
+			int n = redis_clients_all("name=runnel-dispatcher");
 
 			last_sample = mono_us();
 			peak_rss = rss > peak_rss ? rss : peak_rss;
@@ -528,14 +659,26 @@ int main(int argc, char **argv)
 		       n ? LAT_US[n - 1] / 1000.0 : 0.0);
 		printf("dispatcher: peak RSS %ld kB (%.1f kB per caller), VmHWM %ld kB, CPU %.2f s for the stream phase\n",
 		       peak_rss, (double)peak_rss / C_N, proc_kb(pid, "VmHWM:"), cpu);
-		printf("Redis connections held by the dispatcher: max %d (goal <= 4; 2 + RUNNEL_TAIL_CONNECTIONS)\n", max_conns);
-		printf("CPU in the stream phase: redis-server %.2f s, this bench (callers + writer) %.2f s\n",
-		       redis_cpu_s(rc) - rcpu0, self_cpu_s() - scpu0);
+		if (CLUSTER)
+			printf("Redis connections held by the dispatcher: max %d over the nodes (per primary: requests, tail "
+			       "reads, wake-ups, sweep)\n",
+			       max_conns);
+		else
+			printf("Redis connections held by the dispatcher: max %d (goal <= 4; 2 + RUNNEL_TAIL_CONNECTIONS)\n",
+			       max_conns);
+		printf("CPU in the stream phase: redis-server%s %.2f s, this bench (callers + writer) %.2f s\n",
+		       CLUSTER ? "s (all 6)" : "", redis_cpu_all() - rcpu0, self_cpu_s() - scpu0);
+		redis_calls_all(calls1);
+		printf("Redis commands per run in the stream phase (all nodes; the writer's XADD/SPUBLISH included):");
+		for (int i = 0; i < NCMDS; i++)
+			if (calls1[i] > calls0[i])
+				printf(" %s %.1f", CMDS[i], (double)(calls1[i] - calls0[i]) / C_N);
+		printf("\n");
 		{
 			long xr = 0, xa = 0;
 			double ux = redis_usec_per_call(rc, "xread", &xr), ua = redis_usec_per_call(rc, "xadd", &xa);
 
-			printf("redis: XREAD %ld calls, %.1f us per call; XADD %ld calls, %.1f us per call\n", xr, ux, xa, ua);
+			printf("redis%s: XREAD %ld calls, %.1f us per call; XADD %ld calls, %.1f us per call\n", CLUSTER ? " (node 0)" : "", xr, ux, xa, ua);
 		}
 	}
 	{
@@ -544,7 +687,7 @@ int main(int argc, char **argv)
 		caller_t sink = { 0 };
 		FILE *mf = tmpfile();
 		char line[512];
-		double reads = 0, entries = 0, unblocks = 0;
+		double reads = 0, entries = 0, unblocks = 0, wakeups = 0;
 
 		curl_easy_setopt(e, CURLOPT_URL, th_strf("%s/metrics", base));
 		curl_easy_setopt(e, CURLOPT_WRITEDATA, mf);
@@ -558,11 +701,13 @@ int main(int argc, char **argv)
 				entries = strtod(line + 37, NULL);
 			else if (strncmp(line, "runnel_dispatcher_tail_unblocks_total ", 38) == 0)
 				unblocks = strtod(line + 38, NULL);
+			else if (strncmp(line, "runnel_dispatcher_tail_wakeups_total ", 37) == 0)
+				wakeups = strtod(line + 37, NULL);
 		}
 		fclose(mf);
 		(void)sink;
-		printf("tail pool: %.0f XREADs for %.0f entries (%.1f entries per read), %.0f unblocks\n",
-		       reads, entries, reads > 0 ? entries / reads : 0, unblocks);
+		printf("tail pool: %.0f XREADs for %.0f entries (%.1f entries per read), %.0f unblocks, %.0f wake-ups\n",
+		       reads, entries, reads > 0 ? entries / reads : 0, unblocks, wakeups);
 	}
 	for (int i = 0; i < C_N; i++) {
 		curl_multi_remove_handle(multi, CALLERS[i].easy);

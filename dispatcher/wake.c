@@ -46,7 +46,7 @@ struct wconn {
 	int port;
 	redisContext *c;
 	struct event *ev_read, *ev_write;
-	char **fifo; /* what was asked, in order: NULL for AUTH, else the channel */
+	char **fifo; /* what was asked, in order: NULL for AUTH and SETNAME, else the channel */
 	size_t fhead, ftail, fcap;
 	wconn_t *next, *prev;
 };
@@ -208,7 +208,7 @@ static void wc_asked(wconn_t *wc, const redisReply *r)
 		return;
 	}
 	if (!name) {
-		wc_close(wc, "AUTH refused");
+		wc_close(wc, r->str);
 		return;
 	}
 	/* MOVED, TRYAGAIN, CLUSTERDOWN: subscribe again once the map is read. */
@@ -334,6 +334,12 @@ static wconn_t *wc_get(dispatcher_wake_t *w, const char *host, int port)
 
 		fifo_push(wc, NULL, 0);
 		redisAppendCommandArgv(wc->c, 2, argv, NULL);
+	}
+	{
+		const char *argv[] = { "CLIENT", "SETNAME", "runnel-dispatcher-wake" };
+
+		fifo_push(wc, NULL, 0);
+		redisAppendCommandArgv(wc->c, 3, argv, NULL);
 	}
 	if (wc_flush(wc) < 0)
 		return NULL;
