@@ -313,7 +313,7 @@ static void redis_calls_all(long calls[NCMDS])
 			const char *p = strstr(r->str, th_strf("cmdstat_%s:calls=", CMDS[k]));
 
 			if (p)
-				calls[k] += strtol(p + strlen(CMDS[k]) + 14, NULL, 10);
+				calls[k] += strtol(p + strlen(CMDS[k]) + 15, NULL, 10);
 		}
 		if (r)
 			freeReplyObject(r);

@@ -46,7 +46,8 @@ struct tail_run {
 	dispatcher_tail_t *t;
 	tail_conn_t *conn; /* NULL on a cluster: the run is on t->cruns */
 	dispatcher_wake_chan_t *wake;
-	int again; /* woken while a read was in flight: read again */
+	int again;        /* woken while a read was in flight: read again */
+	int64_t woken_ms; /* last wake-up: the channel worked then */
 	dispatcher_tail_sub_t *subs;
 	size_t nsubs; /* not counting dead ones */
 	int inflight;
@@ -477,6 +478,7 @@ static void on_wake(void *arg)
 	tail_run_t *run = arg;
 
 	rn_counter_add(run->t->c_wakes, 1);
+	run->woken_ms = rn_mono_ms();
 	cread(run);
 }
 
@@ -486,9 +488,14 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	int64_t now = rn_mono_ms();
+
 	dispatcher_wake_sync(t->wake);
+	/* A run woken within the period has a working channel: its poll can
+	 * wait for the next one. */
 	for (tail_run_t *r = t->cruns; r; r = r->next)
-		cread(r);
+		if (now - r->woken_ms >= DISPATCHER_TAIL_POLL_MS)
+			cread(r);
 }
 
 static void on_client_id(redisReply *r, void *arg)
