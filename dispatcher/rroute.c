@@ -337,7 +337,10 @@ static void on_op_reply(redisReply *r, void *arg)
 		return;
 	}
 	if (!kind && rn_rcluster_transient_error(r->str) && rn_mono_ms() < op->deadline) {
+		/* TRYAGAIN after an ASK: the slot is half moved; ask the owner
+		 * again after the wait (the budget bounds the rounds). */
 		op->ask = -1;
+		op->redirects = 0;
 		rr_park(op);
 		return;
 	}

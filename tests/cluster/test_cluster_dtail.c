@@ -24,6 +24,8 @@
 
 #define NCALLERS 3
 
+static const char *const JSON_CT[] = { "Content-Type: application/json", NULL };
+
 static dt_disp_t D;
 static redisContext *C;
 static th_cluster_t *CL;
@@ -234,6 +236,9 @@ static void phase_reshard(dt_multi_t *m)
 
 	TH_REQUIRE(src_id && dst_id, "node ids");
 	memset(s, 0, sizeof(s));
+	redisReply *hs = rn_rcluster_command(RC, 0, "HSET runnel:{%s}:state status running enqueued_at 1", run);
+	TH_REQUIRE(hs && hs->type == REDIS_REPLY_INTEGER, "state hash");
+	freeReplyObject(hs);
 	write_line(run, 1, 0, 0);
 	for (int i = 0; i < NCALLERS; i++)
 		TH_REQUIRE(dt_stream_open(m, &s[i], th_strf("%s/v1/runs/%s/events", D.base, run), NULL, NULL) == 0);
@@ -248,12 +253,24 @@ static void phase_reshard(dt_multi_t *m)
 		write_line(run, i, 0, 0);
 		dt_multi_pump(m, 2);
 	}
-	TH_REQUIRE(node_cmd(src, th_strf("MIGRATE 127.0.0.1 %d \"\" 0 5000 KEYS %s", CL->node[dst].port, key)),
+	TH_REQUIRE(node_cmd(src, th_strf("MIGRATE 127.0.0.1 %d \"\" 0 5000 KEYS %s runnel:{%s}:state", CL->node[dst].port, key, run)),
 	           "MIGRATE");
+	/* The request router: a read of a moved key follows ASK; the cancel
+	 * script (state, out and a ctl that does not exist yet) is refused
+	 * with TRYAGAIN while the slot is half moved, and waits it out. */
+	dt_resp_t r;
+	TH_CHECK(dt_http(&r, "GET", th_strf("%s/v1/runs/%s", D.base, run), NULL, NULL, 0, 10000) == 0 &&
+	                 r.status == 200 && r.body && strstr(r.body, "\"running\""),
+	         "GET during the migration: %ld %s", r.status, r.body ? r.body : "");
+	dt_resp_free(&r);
+	dt_stream_t cx;
+	memset(&cx, 0, sizeof(cx));
+	TH_REQUIRE(dt_stream_open(m, &cx, th_strf("%s/v1/runs/%s/cancel", D.base, run), JSON_CT, "{}") == 0);
 	for (int i = 61; i <= 80; i++) { /* on the target: ASK */
 		write_line(run, i, 0, 0);
 		dt_multi_pump(m, 2);
 	}
+	TH_CHECK(!cx.done, "the cancel waits while the slot is half moved");
 	for (int i = 0; i < CL->n; i++)
 		if (is_primary(i))
 			node_cmd(i, th_strf("CLUSTER SETSLOT %d NODE %s", slot, dst_id));
@@ -261,6 +278,15 @@ static void phase_reshard(dt_multi_t *m)
 		write_line(run, i, 0, 0);
 		dt_multi_pump(m, 2);
 	}
+	many_t cxm = { &cx, 1, 0 };
+	TH_CHECK(dt_multi_until(m, all_done, &cxm, 25000) && cx.status == 202,
+	         "the cancel is written once the slot has moved: %ld %s", cx.status, cx.rx.body ? cx.rx.body : "");
+	dt_stream_close(m, &cx);
+	TH_CHECK(th_redis_int(C, -1, "XLEN runnel:{%s}:ctl", run) == 1, "one cancel message on the new primary");
+	TH_CHECK(dt_http(&r, "GET", th_strf("%s/v1/runs/%s", D.base, run), NULL, NULL, 0, 10000) == 0 &&
+	                 r.status == 200 && r.body && strstr(r.body, "\"running\""),
+	         "GET after the move (MOVED): %ld", r.status);
+	dt_resp_free(&r);
 	write_line(run, 121, 1, 0);
 	TH_CHECK(dt_multi_until(m, all_done, &every, 30000), "every caller's stream ended after the reshard (see %s)",
 	         D.log);
