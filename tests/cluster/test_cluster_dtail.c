@@ -10,7 +10,10 @@
  *      once, in order, the result last, and none is left waiting;
  *   2. the run's slot is migrated to another primary mid-output (IMPORTING/
  *      MIGRATING, MIGRATE of the key, SETSLOT NODE, as redis-cli --cluster
- *      reshard does slot by slot): the same.
+ *      reshard does slot by slot): the same, and a read and a cancel
+ *      through the dispatcher while the slot is half moved are answered;
+ *   3. a graceful CLUSTER FAILOVER of the run's primary mid-output: the
+ *      same.
  * Lines are written with WAIT 1 before the kill so that none acknowledged
  * is lost to asynchronous replication (what the run loses then is the
  * worker's business, tests/cluster/test_cluster_failover.c).
@@ -296,6 +299,54 @@ static void phase_reshard(dt_multi_t *m)
 	TH_CHECK(th_cluster_primary_of(CL, slot) == dst, "the slot moved");
 }
 
+typedef struct {
+	int slot, node;
+} owner_t;
+
+static int owned_by(void *arg)
+{
+	owner_t *o = arg;
+
+	return th_cluster_primary_of(CL, o->slot) == o->node;
+}
+
+/* A graceful CLUSTER FAILOVER of the run's primary mid-output. */
+static void phase_graceful(dt_multi_t *m)
+{
+	const char *run = "dg-run";
+	const char *key = "runnel:{dg-run}:out";
+	int slot = (int)rn_rcluster_key_slot(key, strlen(key));
+	int primary = th_cluster_primary_of(CL, slot);
+	int replica = primary >= 0 ? th_cluster_replica_of(CL, primary) : -1;
+	dt_stream_t s[NCALLERS];
+	many_t first = { s, NCALLERS, 30 }, every = { s, NCALLERS, 0 };
+
+	TH_REQUIRE(replica >= 0, "the run's primary and its replica");
+	memset(s, 0, sizeof(s));
+	write_line(run, 1, 0, 1);
+	for (int i = 0; i < NCALLERS; i++)
+		TH_REQUIRE(dt_stream_open(m, &s[i], th_strf("%s/v1/runs/%s/events", D.base, run), NULL, NULL) == 0);
+	for (int i = 2; i <= 30; i++) {
+		write_line(run, i, 0, 1);
+		dt_multi_pump(m, 2);
+	}
+	TH_CHECK(dt_multi_until(m, all_have, &first, 15000), "callers have the first 30 lines");
+	TH_REQUIRE(node_cmd(replica, "CLUSTER FAILOVER"), "CLUSTER FAILOVER on node %d", replica);
+	owner_t o = { slot, replica };
+	for (int i = 31; i <= 90; i++) {
+		write_line(run, i, 0, 0);
+		dt_multi_pump(m, 2);
+	}
+	TH_CHECK(th_wait_until(owned_by, &o, 20000), "the replica took over");
+	write_line(run, 91, 1, 0);
+	TH_CHECK(dt_multi_until(m, all_done, &every, 30000),
+	         "every caller's stream ended after the graceful failover (see %s)", D.log);
+	check_callers("CLUSTER FAILOVER", run, s, NCALLERS, 0, -1);
+	for (int i = 0; i < NCALLERS; i++)
+		dt_stream_close(m, &s[i]);
+	TH_CHECK(th_cluster_wait_ok(CL, 30000), "the cluster is ok again");
+}
+
 int main(void)
 {
 	th_redis_t red;
@@ -311,6 +362,7 @@ int main(void)
 	TH_REQUIRE(dt_disp_start(&D, &red, &k, NULL) == 0);
 	TH_REQUIRE(dt_multi_init(&m) == 0);
 	phase_reshard(&m);
+	phase_graceful(&m);
 	phase_kill(&m);
 	TH_CHECK(dt_http(&r, "GET", th_strf("%s/metrics", D.base), NULL, NULL, 0, 5000) == 0 && r.status == 200);
 	TH_CHECK(r.body && !strstr(r.body, "runnel_dispatcher_tail_wakeups_total 0\n"), "the tails were woken");
