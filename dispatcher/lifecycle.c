@@ -66,9 +66,8 @@ int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_c
 	 * A wrong Redis is refused at start with the reason, not met by a
 	 * reconnect loop.  What answers decides how the connections below
 	 * route (a cluster: by slot, tails woken through sharded pub/sub).
-	 * A Redis that does not answer yet is left to their reconnect loops:
-	 * the request connection finds out what it is once it answers, the
-	 * tails take it for a standalone server (docs/operations.md, 6).
+	 * A Redis that does not answer yet is left to their reconnect loops,
+	 * which find out what it is once it answers (CLUSTER SLOTS).
 	 */
 	kind = rn_rcluster_probe(&d->redis_url, 1000, uerr, sizeof(uerr));
 	if (kind == -1) {
@@ -95,7 +94,7 @@ int dispatcher_init(dispatcher_t *d, struct event_base *base, const dispatcher_c
 	                                errstr_size);
 	if (!d->store)
 		return -1;
-	d->tail = dispatcher_tail_new(base, &d->redis_url, kind == 1, cfg->key_prefix, (int)cfg->tail_connections,
+	d->tail = dispatcher_tail_new(base, &d->redis_url, kind == -2 ? -1 : kind, cfg->key_prefix, (int)cfg->tail_connections,
 	                              cfg->tail_block_ms, cfg->tail_batch, d->store, d->metrics);
 	if (!d->tail) {
 		snprintf(errstr, errstr_size, "cannot set up the tail connections");

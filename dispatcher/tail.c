@@ -87,6 +87,11 @@ struct dispatcher_tail {
 	tail_run_t *cruns;
 	struct event *ev_poll;
 	int freeing;
+	/* Nothing answered at start: the first connection asks CLUSTER SLOTS
+	 * before any read, and a cluster switches the pool (on_switch). */
+	int unknown, detecting;
+	rn_redis_url_t url;
+	struct event *ev_switch;
 	int depth; /* > 0 while delivering: detach defers frees */
 	size_t nsubs;
 	rn_gauge_t *g_callers;
@@ -200,7 +205,7 @@ static void arm(tail_conn_t *c)
 	size_t n = 0, argc = 0;
 	tail_run_t *r;
 
-	if (c->reading || !dispatcher_rconn_up(c->rc))
+	if (c->reading || c->t->unknown || !dispatcher_rconn_up(c->rc))
 		return;
 	for (r = c->runs; r; r = r->next)
 		for (dispatcher_tail_sub_t *s = r->subs; s; s = s->next)
@@ -510,19 +515,42 @@ static void on_client_id(redisReply *r, void *arg)
 	}
 }
 
+static void on_detect(redisReply *r, void *arg)
+{
+	dispatcher_tail_t *t = arg;
+
+	t->detecting = 0;
+	if (!r || t->freeing)
+		return; /* lost: the next connection asks again */
+	if (r->type == REDIS_REPLY_ARRAY) {
+		event_active(t->ev_switch, EV_TIMEOUT, 0);
+		return;
+	}
+	t->unknown = 0; /* "cluster support disabled": standalone */
+	for (int i = 0; i < t->nconns; i++)
+		arm(&t->conns[i]);
+}
+
 static void on_conn_state(dispatcher_rconn_t *rc, int up, void *arg)
 {
 	tail_conn_t *c = arg;
+	dispatcher_tail_t *t = c->t;
 	const char *argv[] = { "CLIENT", "ID" };
+	const char *slots[] = { "CLUSTER", "SLOTS" };
 
 	(void)rc;
 	c->have_id = 0;
 	c->reading = 0;
 	c->unblock_sent = 0;
-	rn_gauge_add(c->t->g_conns, up ? 1 : -1);
+	rn_gauge_add(t->g_conns, up ? 1 : -1);
 	if (!up)
 		return;
 	dispatcher_rconn_cmd(c->rc, on_client_id, c, 2, argv, NULL);
+	if (t->unknown) {
+		if (!t->detecting && dispatcher_rconn_cmd(c->rc, on_detect, t, 2, slots, NULL) == 0)
+			t->detecting = 1;
+		return;
+	}
 	arm(c);
 }
 
@@ -593,6 +621,57 @@ static int tail_cluster_init(dispatcher_tail_t *t, const rn_redis_url_t *url)
 	return 0;
 }
 
+static tail_run_t *cluster_run_wake(dispatcher_tail_t *t, tail_run_t *run);
+
+/* The URL turned out to name a cluster: the blocking pool goes, its runs
+ * are read the cluster's way from now on. */
+static void on_switch(evutil_socket_t fd, short what, void *arg)
+{
+	dispatcher_tail_t *t = arg;
+	tail_run_t *moved = NULL;
+
+	(void)fd;
+	(void)what;
+	rn_log_info(NULL, "redis_cluster", "the tails' Redis is a cluster: reading each run when woken");
+	t->unknown = 0;
+	if (tail_cluster_init(t, &t->url) < 0)
+		rn_log_error(NULL, "tail_setup_failed", "cannot set up the cluster's tail connections");
+	for (int i = 0; i < t->nconns; i++) {
+		tail_conn_t *c = &t->conns[i];
+
+		if (dispatcher_rconn_up(c->rc))
+			rn_gauge_add(t->g_conns, -1);
+		/* Reads in flight get NULL (no delivery); runs stay. */
+		dispatcher_rconn_free(c->rc);
+		c->rc = NULL;
+		while (c->runs) {
+			tail_run_t *r = c->runs;
+
+			RN_LIST_UNLINK(c->runs, r);
+			c->nruns--;
+			r->conn = NULL;
+			r->inflight = 0;
+			RN_LIST_PUSH(moved, r);
+		}
+		free(c->inflight);
+		event_free(c->ev_kick);
+		event_free(c->ev_retry);
+	}
+	free(t->conns);
+	t->conns = NULL;
+	t->nconns = 0;
+	while (moved) {
+		tail_run_t *r = moved;
+
+		RN_LIST_UNLINK(moved, r);
+		RN_LIST_PUSH(t->cruns, r);
+		if (t->wake)
+			cluster_run_wake(t, r);
+		if (t->rr)
+			cread(r);
+	}
+}
+
 dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_url_t *url, int cluster,
                                        const char *prefix, int nconns, long block_ms,
                                        long batch, dispatcher_store_t *store,
@@ -614,6 +693,15 @@ dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_u
 			return NULL;
 		}
 		return t;
+	}
+	if (cluster == -1) {
+		t->unknown = 1;
+		t->url = *url;
+		t->ev_switch = event_new(base, -1, 0, on_switch, t);
+		if (!t->ev_switch) {
+			free(t);
+			return NULL;
+		}
 	}
 	t->conns = calloc((size_t)nconns, sizeof(*t->conns));
 	if (!t->conns) {
@@ -650,6 +738,9 @@ void dispatcher_tail_free(dispatcher_tail_t *t)
 	dispatcher_wake_free(t->wake);
 	if (t->ev_poll)
 		event_free(t->ev_poll);
+	if (t->ev_switch)
+		event_free(t->ev_switch);
+	explicit_bzero(&t->url, sizeof(t->url));
 	for (int i = 0; i < t->nconns; i++) {
 		tail_conn_t *c = &t->conns[i];
 
@@ -668,22 +759,30 @@ void dispatcher_tail_free(dispatcher_tail_t *t)
 	free(t);
 }
 
-static tail_run_t *cluster_run_new(dispatcher_tail_t *t, const char *run_id)
+/* Subscribes the run's wake-up channel: run, or NULL. */
+static tail_run_t *cluster_run_wake(dispatcher_tail_t *t, tail_run_t *run)
 {
 	char chan[PROTO_KEY_MAX];
+
+	if (proto_key(chan, sizeof(chan), t->prefix, run->run_id, PROTO_KEY_WAKE) < 0)
+		return NULL;
+	run->wake = dispatcher_wake_add(t->wake, chan, on_wake, run);
+	return run->wake ? run : NULL;
+}
+
+static tail_run_t *cluster_run_new(dispatcher_tail_t *t, const char *run_id)
+{
 	tail_run_t *run = calloc(1, sizeof(*run));
 
 	if (!run)
 		return NULL;
 	snprintf(run->run_id, sizeof(run->run_id), "%s", run_id);
-	if (proto_key(run->key, sizeof(run->key), t->prefix, run_id, PROTO_KEY_OUT) < 0 ||
-	    proto_key(chan, sizeof(chan), t->prefix, run_id, PROTO_KEY_WAKE) < 0) {
+	if (proto_key(run->key, sizeof(run->key), t->prefix, run_id, PROTO_KEY_OUT) < 0) {
 		free(run);
 		return NULL;
 	}
 	run->t = t;
-	run->wake = dispatcher_wake_add(t->wake, chan, on_wake, run);
-	if (!run->wake) {
+	if (!cluster_run_wake(t, run)) {
 		free(run);
 		return NULL;
 	}

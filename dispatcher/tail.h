@@ -52,7 +52,9 @@ typedef void (*dispatcher_tail_entry_cb)(void *arg, const char *id, const char *
 /* cluster = 1: a Redis Cluster (rn_rcluster_probe): no blocking pool;
  * each run is read on its own when woken through sharded pub/sub
  * (dispatcher/wake.h) and every DISPATCHER_TAIL_POLL_MS; nconns and
- * block_ms are unused then. */
+ * block_ms are unused then.  0: a standalone server.  -1: not known yet
+ * (nothing answered at start): the pool's first connection asks CLUSTER
+ * SLOTS before any read and switches to the cluster's way if it is one. */
 dispatcher_tail_t *dispatcher_tail_new(struct event_base *base, const rn_redis_url_t *url, int cluster,
                                        const char *prefix, int nconns, long block_ms,
                                        long batch, dispatcher_store_t *store,

@@ -13,7 +13,9 @@
  *      reshard does slot by slot): the same, and a read and a cancel
  *      through the dispatcher while the slot is half moved are answered;
  *   3. a graceful CLUSTER FAILOVER of the run's primary mid-output: the
- *      same.
+ *      same;
+ *   4. a dispatcher started while its node is down finds out that it is a
+ *      cluster node once it answers, and its tails work.
  * Lines are written with WAIT 1 before the kill so that none acknowledged
  * is lost to asynchronous replication (what the run loses then is the
  * worker's business, tests/cluster/test_cluster_failover.c).
@@ -347,6 +349,43 @@ static void phase_graceful(dt_multi_t *m)
 	TH_CHECK(th_cluster_wait_ok(CL, 30000), "the cluster is ok again");
 }
 
+/* A dispatcher started while its node does not answer yet finds out that
+ * it is a cluster node once it does, tails included. */
+static void phase_late_node(dt_multi_t *m, th_kafka_t *k)
+{
+	const char *run = "dl-run";
+	int rep = -1;
+	dt_disp_t d2;
+	dt_stream_t s[2];
+	many_t every = { s, 2, 0 }, first = { s, 2, 10 };
+
+	for (int i = 0; i < CL->n && rep < 0; i++)
+		if (CL->node[i].pid > 0 && !is_primary(i))
+			rep = i;
+	TH_REQUIRE(rep >= 0, "a replica");
+	TH_REQUIRE(th_cluster_kill(CL, rep) == 0, "SIGKILL replica %d", rep);
+	TH_REQUIRE(dt_disp_start(&d2, &CL->node[rep], k, NULL) == 0, "a dispatcher whose node is down");
+	TH_REQUIRE(th_redis_restart(&CL->node[rep]) == 0, "the replica back");
+	TH_CHECK(th_cluster_wait_ok(CL, 30000), "the cluster is ok again");
+	TH_CHECK(dt_wait_ready(&d2, 200, 20000), "ready once its node answers (see %s)", d2.log);
+	memset(s, 0, sizeof(s));
+	write_line(run, 1, 0, 0);
+	for (int i = 0; i < 2; i++)
+		TH_REQUIRE(dt_stream_open(m, &s[i], th_strf("%s/v1/runs/%s/events", d2.base, run), NULL, NULL) == 0);
+	for (int i = 2; i <= 10; i++) {
+		write_line(run, i, 0, 0);
+		dt_multi_pump(m, 2);
+	}
+	TH_CHECK(dt_multi_until(m, all_have, &first, 15000), "callers have the first 10 lines");
+	write_line(run, 11, 1, 0);
+	TH_CHECK(dt_multi_until(m, all_done, &every, 15000), "both streams ended (see %s)", d2.log);
+	check_callers("late node", run, s, 2, 0, -1);
+	for (int i = 0; i < 2; i++)
+		dt_stream_close(m, &s[i]);
+	TH_CHECK(th_file_contains(d2.log, "the tails' Redis is a cluster"), "the tails switched to the cluster's way");
+	TH_CHECK(dt_disp_stop(&d2), "clean exit (see %s)", d2.log);
+}
+
 int main(void)
 {
 	th_redis_t red;
@@ -364,6 +403,7 @@ int main(void)
 	phase_reshard(&m);
 	phase_graceful(&m);
 	phase_kill(&m);
+	phase_late_node(&m, &k);
 	TH_CHECK(dt_http(&r, "GET", th_strf("%s/metrics", D.base), NULL, NULL, 0, 5000) == 0 && r.status == 200);
 	TH_CHECK(r.body && !strstr(r.body, "runnel_dispatcher_tail_wakeups_total 0\n"), "the tails were woken");
 	dt_resp_free(&r);

@@ -3,7 +3,8 @@
  * fail: Kafka down (readyz names it, enqueue answers 503 in bounded time
  * and leaves no queued run behind), Redis down and back (readyz, 503,
  * tails resume), the lost-lease sweep ending a run with no worker alive,
- * and a /stream caller who leaves before Kafka confirmed the job.
+ * a dispatcher started while Redis is down, and a /stream caller who
+ * leaves before Kafka confirmed the job.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -167,6 +168,53 @@ static void test_redis_down(void)
 	dt_multi_cleanup(&m);
 }
 
+/* Started while Redis is down: once it answers, the dispatcher finds out
+ * it is a standalone server (the tails ask CLUSTER SLOTS first) and
+ * tails two runs on its blocking pool as usual. */
+static void test_redis_late(th_kafka_t *k)
+{
+	dt_disp_t d2;
+	dt_resp_t r;
+	dt_multi_t m;
+	dt_stream_t s[2];
+	int64_t end;
+
+	redisFree(C);
+	C = NULL;
+	TH_REQUIRE(th_redis_stop(&RED) == 0);
+	TH_REQUIRE(dt_disp_start(&d2, &RED, k, NULL) == 0, "a dispatcher while Redis is down");
+	TH_CHECK(dt_wait_ready(&d2, 503, 10000));
+	TH_REQUIRE(th_redis_restart(&RED) == 0);
+	C = th_redis_connect(&RED);
+	TH_REQUIRE(C);
+	TH_CHECK(dt_wait_ready(&d2, 200, 15000), "ready once Redis answers (see %s)", d2.log);
+	TH_REQUIRE(dt_multi_init(&m) == 0);
+	memset(s, 0, sizeof(s));
+	for (int i = 0; i < 2; i++) {
+		const char *run = th_strf("late_%d", i);
+
+		TH_REQUIRE(dt_http(&r, "POST", th_strf("%s/v1/runs", d2.base), JSON_CT, dt_job_body(run, NULL), -1,
+		                   15000) == 0 &&
+		           r.status == 202);
+		dt_resp_free(&r);
+		TH_REQUIRE(dt_stream_open(&m, &s[i], th_strf("%s/v1/runs/%s/events", d2.base, run), NULL, NULL) == 0);
+	}
+	dt_multi_pump(&m, 200);
+	for (int i = 0; i < 2; i++)
+		free(dt_xadd_line(C, th_strf("runnel:{late_%d}:out", i), "{\"type\":\"result\",\"message\":\"ok\",\"ts\":1}"));
+	for (end = th_now_ms() + 10000; th_now_ms() < end && !(s[0].done && s[1].done);)
+		dt_multi_pump(&m, 20);
+	for (int i = 0; i < 2; i++) {
+		TH_CHECK(s[i].done && strcmp(s[i].rx.body, "{\"type\":\"result\",\"message\":\"ok\",\"ts\":1}\n") == 0,
+		         "late_%d: %s", i, s[i].rx.body ? s[i].rx.body : "");
+		dt_stream_close(&m, &s[i]);
+	}
+	dt_multi_cleanup(&m);
+	TH_CHECK(!th_file_contains(d2.log, "tail_read_failed") && !th_file_contains(d2.log, "is a cluster"),
+	         "taken for what it is: a standalone server (see %s)", d2.log);
+	TH_CHECK(dt_disp_stop(&d2), "clean exit (see %s)", d2.log);
+}
+
 static void test_lost_sweep(void)
 {
 	rn_claim_t cl;
@@ -241,6 +289,7 @@ int main(void)
 	test_kafka_down(&k);
 	test_leave_before_delivery(&k);
 	test_redis_down();
+	test_redis_late(&k);
 	/* Last: it stops the dispatcher (and checks its exit status). */
 	test_shutdown_answers(&k);
 
