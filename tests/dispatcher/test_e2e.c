@@ -64,6 +64,27 @@ static int ended(void *arg)
 	        strcmp(st, "cancelled") == 0;
 }
 
+/* SPUBLISH calls over a cluster's primaries and replicas (INFO
+ * commandstats): the worker's wake-ups of the dispatcher's tails. */
+static long spublish_calls(th_cluster_t *cl)
+{
+	long n = 0;
+
+	for (int i = 0; i < cl->n; i++) {
+		redisContext *c = th_cluster_connect(cl, i);
+		redisReply *r = c ? redisCommand(c, "INFO commandstats") : NULL;
+		const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "cmdstat_spublish:calls=") : NULL;
+
+		if (p)
+			n += strtol(p + 23, NULL, 10);
+		if (r)
+			freeReplyObject(r);
+		if (c)
+			redisFree(c);
+	}
+	return n;
+}
+
 int main(void)
 {
 	th_redis_t red;
@@ -114,6 +135,17 @@ int main(void)
 	}
 	th_strv_free(lines, n);
 	dt_stream_close(&m, &s1);
+	if (dt_cluster()) {
+		TH_CHECK(spublish_calls(dt_cluster()) > 0, "the worker woke the tails through sharded pub/sub");
+	} else {
+		redisReply *st = redisCommand(C, "INFO commandstats");
+
+		TH_CHECK(st && st->type == REDIS_REPLY_STRING && strstr(st->str, "cmdstat_xadd:") &&
+		                 !strstr(st->str, "cmdstat_spublish:"),
+		         "a standalone server gets no wake-ups");
+		if (st)
+			freeReplyObject(st);
+	}
 
 	/* 2. A long run: the caller leaves after its first line -> cancelled. */
 	memset(&run, 0, sizeof(run));
