@@ -346,35 +346,63 @@ static wconn_t *wc_get(dispatcher_wake_t *w, const char *host, int port)
 	return wc;
 }
 
+/* Nodes that failed to connect during one pass: not tried again in it. */
+#define WAKE_FAILED_MAX 8
+typedef struct {
+	char host[WAKE_FAILED_MAX][256];
+	int port[WAKE_FAILED_MAX];
+	int n;
+} failed_t;
+
+static int failed_has(const failed_t *f, const char *host, int port)
+{
+	for (int i = 0; i < f->n; i++)
+		if (f->port[i] == port && strcmp(f->host[i], host) == 0)
+			return 1;
+	return 0;
+}
+
+/* Puts ch on its slot's primary.  0, or -1 when it could not be (yet). */
+static int place(dispatcher_wake_t *w, dispatcher_wake_chan_t *ch, failed_t *f)
+{
+	char host[256];
+	int port;
+	wconn_t *wc;
+
+	if (dispatcher_rroute_slot_node(w->rr, ch->slot, host, sizeof(host), &port) < 0)
+		return -1;
+	if (ch->conn && ch->conn->port == port && strcmp(ch->conn->host, host) == 0)
+		return 0;
+	if (ch->conn) {
+		wc_unsubscribe(ch->conn, ch);
+		ch->conn = NULL;
+	}
+	if (failed_has(f, host, port))
+		return -1;
+	wc = wc_get(w, host, port);
+	/* A closed connection re-marks w dirty; the caller goes on. */
+	if (wc && wc_subscribe(wc, ch) == 0)
+		return 0;
+	if (f->n < WAKE_FAILED_MAX) {
+		snprintf(f->host[f->n], sizeof(f->host[0]), "%s", host);
+		f->port[f->n++] = port;
+	}
+	return -1;
+}
+
 void dispatcher_wake_sync(dispatcher_wake_t *w)
 {
 	unsigned long v = dispatcher_rroute_map_version(w->rr);
+	failed_t f = { .n = 0 };
 	int missing = 0;
 
 	if (v == w->version && !w->dirty)
 		return;
 	w->version = v;
 	w->dirty = 0;
-	for (dispatcher_wake_chan_t *ch = w->chans; ch; ch = ch->next) {
-		char host[256];
-		int port;
-		wconn_t *wc;
-
-		if (dispatcher_rroute_slot_node(w->rr, ch->slot, host, sizeof(host), &port) < 0) {
+	for (dispatcher_wake_chan_t *ch = w->chans; ch; ch = ch->next)
+		if (place(w, ch, &f) < 0)
 			missing = 1;
-			continue;
-		}
-		if (ch->conn && ch->conn->port == port && strcmp(ch->conn->host, host) == 0)
-			continue;
-		if (ch->conn) {
-			wc_unsubscribe(ch->conn, ch);
-			ch->conn = NULL;
-		}
-		wc = wc_get(w, host, port);
-		/* A closed connection re-marks w dirty; this pass goes on. */
-		if (!wc || wc_subscribe(wc, ch) < 0)
-			missing = 1;
-	}
 	if (missing)
 		w->dirty = 1;
 }
@@ -450,8 +478,15 @@ dispatcher_wake_chan_t *dispatcher_wake_add(dispatcher_wake_t *w, const char *ch
 	ch->hnext = w->buckets[ch->bucket];
 	w->buckets[ch->bucket] = ch;
 	RN_LIST_PUSH(w->chans, ch);
-	w->dirty = 1;
-	dispatcher_wake_sync(w);
+	/* Only this one, unless the others need a pass too (the map moved). */
+	if (w->dirty || w->version != dispatcher_rroute_map_version(w->rr)) {
+		dispatcher_wake_sync(w);
+	} else {
+		failed_t f = { .n = 0 };
+
+		if (place(w, ch, &f) < 0)
+			resync_soon(w);
+	}
 	return ch;
 }
 

@@ -363,12 +363,17 @@ static void test_slow_caller(dt_multi_t *m)
 	TH_REQUIRE(dt_stream_open(m, &other, url("/v1/runs/st_other/events"), NULL, NULL) == 0);
 	dt_multi_pump(m, 200);
 	for (int i = 1; i <= N && th_cluster_mode(); i++) {
-		/* A cluster: one by one through the router (the poll and the
-		 * final wake-up bring them to the callers). */
+		/* A cluster: one by one through the router, with a wake-up
+		 * every 64 lines as the worker sends one per batch. */
 		redisReply *x = th_cmd(C, "XADD runnel:{st_slow}:out * line {\"type\":\"log\",\"level\":\"info\",\"message\":\"%s\",\"seq\":%d,\"ts\":1}", pad, i);
 
 		TH_REQUIRE(x && x->type == REDIS_REPLY_STRING);
 		freeReplyObject(x);
+		if (i % 64 == 0 || i == N) {
+			x = th_cmd(C, "SPUBLISH runnel:{st_slow}:wake 1");
+			if (x)
+				freeReplyObject(x);
+		}
 	}
 	for (int i = 1; i <= N && !th_cluster_mode(); i += 100) {
 		for (int j = i; j < i + 100; j++)
