@@ -489,6 +489,7 @@ void dispatcher_rroute_free(dispatcher_rroute_t *rr)
 	free(rr->nodes);
 	if (rr->ev_retry)
 		event_free(rr->ev_retry);
+	explicit_bzero(&rr->url, sizeof(rr->url));
 	free(rr);
 }
 

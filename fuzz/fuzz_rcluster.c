@@ -1,8 +1,10 @@
 /*
  * fuzz/fuzz_rcluster.c - libFuzzer target for common/rcluster's parsers of
  * bytes that come from elsewhere: a server's MOVED/ASK error reply ('M'),
- * a command's arguments split at NUL bytes ('C'), a key's slot ('K').
- * The redirect's outputs must be in range and the host must fit.
+ * a command's arguments split at NUL bytes ('C'), a key's slot ('K'), a
+ * CLUSTER SLOTS reply as RESP bytes ('S', parsed by hiredis's reader).
+ * The redirect's outputs must be in range and the host must fit; every
+ * slot of a parsed map names a node the callback gave or none.
  */
 #include "common/rcluster.h"
 
@@ -11,6 +13,48 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Node indexes by (host, port) as the routers keep them, at most 8. */
+typedef struct {
+	char host[8][64];
+	int port[8];
+	int n;
+} nodes_t;
+
+static int node_index(void *arg, const char *host, int port)
+{
+	nodes_t *ns = arg;
+
+	if (port < 1 || port > 65535)
+		abort();
+	for (int i = 0; i < ns->n; i++)
+		if (ns->port[i] == port && strcmp(ns->host[i], host) == 0)
+			return i;
+	if (ns->n == 8 || strlen(host) >= sizeof(ns->host[0]))
+		return -1;
+	memcpy(ns->host[ns->n], host, strlen(host) + 1);
+	ns->port[ns->n] = port;
+	return ns->n++;
+}
+
+static void slots(const char *p, size_t n)
+{
+	static uint16_t map[RN_RCLUSTER_SLOTS];
+	redisReader *rd = redisReaderCreate();
+	void *r = NULL;
+	nodes_t ns = { .n = 0 };
+
+	if (!rd)
+		return;
+	if (redisReaderFeed(rd, p, n) == REDIS_OK && redisReaderGetReply(rd, &r) == REDIS_OK && r) {
+		if (rn_rcluster_parse_slots(r, "asked", node_index, &ns, map) == 0)
+			for (int i = 0; i < RN_RCLUSTER_SLOTS; i++)
+				if (map[i] != RN_RCLUSTER_UNSERVED && map[i] >= ns.n)
+					abort();
+		freeReplyObject(r);
+	}
+	redisReaderFree(rd);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -43,6 +87,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		if (s < -2 || s >= RN_RCLUSTER_SLOTS)
 			abort();
+	} else if (data[0] == 'S') {
+		slots(p, n);
 	} else if (rn_rcluster_key_slot(p, n) >= RN_RCLUSTER_SLOTS) {
 		abort();
 	}
