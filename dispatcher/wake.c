@@ -212,6 +212,7 @@ static void wc_asked(wconn_t *wc, const redisReply *r)
 		return;
 	}
 	/* MOVED, TRYAGAIN, CLUSTERDOWN: subscribe again once the map is read. */
+	rn_log_debug(NULL, "redis_wake_refused", "SSUBSCRIBE on %s:%d: %.120s", wc->host, wc->port, r->str);
 	if (ch && ch->conn == wc) {
 		ch->conn = NULL;
 		w->stats.dropped++;
@@ -247,6 +248,8 @@ static void wc_reply(wconn_t *wc, const redisReply *r)
 	} else if (strcmp(kind->str, "sunsubscribe") == 0) {
 		/* Not asked for (a removed channel is no longer found): the
 		 * slot left this node.  Find where it went. */
+		rn_log_debug(NULL, "redis_wake_moved", "%s:%d dropped a channel of slot %u", wc->host, wc->port,
+		             ch->slot);
 		ch->conn = NULL;
 		w->stats.dropped++;
 		dispatcher_rroute_stale(w->rr);
