@@ -48,6 +48,7 @@ struct wconn {
 	struct event *ev_read, *ev_write;
 	char **fifo; /* what was asked, in order: NULL for AUTH and SETNAME, else the channel */
 	size_t fhead, ftail, fcap;
+	int used; /* set during a pass when a channel is on it */
 	wconn_t *next, *prev;
 };
 
@@ -94,6 +95,19 @@ static void resync_soon(dispatcher_wake_t *w)
 		event_add(w->ev_sync, &tv);
 }
 
+static void wc_free(wconn_t *wc)
+{
+	RN_LIST_UNLINK(wc->w->conns, wc);
+	rn_gauge_add(wc->w->g_conns, -1);
+	event_free(wc->ev_read);
+	event_free(wc->ev_write);
+	redisFree(wc->c);
+	for (size_t i = wc->fhead; i < wc->ftail; i++)
+		free(wc->fifo[i]);
+	free(wc->fifo);
+	free(wc);
+}
+
 static void wc_close(wconn_t *wc, const char *why)
 {
 	dispatcher_wake_t *w = wc->w;
@@ -108,15 +122,7 @@ static void wc_close(wconn_t *wc, const char *why)
 	for (dispatcher_wake_chan_t *ch = w->chans; ch; ch = ch->next)
 		if (ch->conn == wc)
 			ch->conn = NULL;
-	RN_LIST_UNLINK(w->conns, wc);
-	rn_gauge_add(w->g_conns, -1);
-	event_free(wc->ev_read);
-	event_free(wc->ev_write);
-	redisFree(wc->c);
-	for (size_t i = wc->fhead; i < wc->ftail; i++)
-		free(wc->fifo[i]);
-	free(wc->fifo);
-	free(wc);
+	wc_free(wc);
 	dispatcher_rroute_stale(w->rr);
 	resync_soon(w);
 }
@@ -408,6 +414,18 @@ void dispatcher_wake_sync(dispatcher_wake_t *w)
 			missing = 1;
 	if (missing)
 		w->dirty = 1;
+	/* A node that serves none of them any more (a demoted primary, a
+	 * node whose slots all moved) loses its connection. */
+	for (wconn_t *wc = w->conns; wc; wc = wc->next)
+		wc->used = 0;
+	for (dispatcher_wake_chan_t *ch = w->chans; ch; ch = ch->next)
+		if (ch->conn)
+			ch->conn->used = 1;
+	for (wconn_t *wc = w->conns, *next; wc; wc = next) {
+		next = wc->next;
+		if (!wc->used && wc->fhead == wc->ftail)
+			wc_free(wc);
+	}
 }
 
 static void on_sync(evutil_socket_t fd, short what, void *arg)
@@ -442,18 +460,8 @@ void dispatcher_wake_free(dispatcher_wake_t *w)
 		return;
 	while (w->chans)
 		dispatcher_wake_remove(w->chans);
-	while (w->conns) {
-		wconn_t *wc = w->conns;
-
-		RN_LIST_UNLINK(w->conns, wc);
-		event_free(wc->ev_read);
-		event_free(wc->ev_write);
-		redisFree(wc->c);
-		for (size_t i = wc->fhead; i < wc->ftail; i++)
-			free(wc->fifo[i]);
-		free(wc->fifo);
-		free(wc);
-	}
+	while (w->conns)
+		wc_free(w->conns);
 	event_free(w->ev_sync);
 	explicit_bzero(&w->url, sizeof(w->url));
 	free(w);
