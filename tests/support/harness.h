@@ -431,8 +431,9 @@ rn_rcluster_t *th_rc_for(const redisContext *c);
 /*
  * redisCommand(c, fmt, ...), except that with RUNNEL_TEST_REDIS=cluster in
  * the environment (the cluster-labelled reruns) the command is routed by
- * slot through th_rc_for(c), so a test's checks work on any node.  The
- * reply is the caller's (freeReplyObject); NULL on a transport error.
+ * slot through th_rc_for(c), so a test's checks work on any node (c
+ * itself when its node does not answer).  The reply is the caller's
+ * (freeReplyObject); NULL on a transport error.
  */
 int th_cluster_mode(void);
 redisReply *th_cmd(redisContext *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -332,7 +332,8 @@ rn_rcluster_t *th_rcluster_open(const char *url)
 	return rc;
 }
 
-rn_rcluster_t *th_rc_for(const redisContext *c)
+/* th_rc_for's cache; NULL (not cached) when the node does not answer. */
+static rn_rcluster_t *thc_rc_try(const redisContext *c)
 {
 	static struct {
 		int port;
@@ -345,13 +346,19 @@ rn_rcluster_t *th_rc_for(const redisContext *c)
 		if (!cache[i].rc) {
 			cache[i].rc = th_rcluster_open(thc_password[0] ? th_strf("redis://:%s@127.0.0.1:%d", thc_password, port)
 			                                               : th_strf("redis://127.0.0.1:%d", port));
-			TH_REQUIRE(cache[i].rc, "an rcluster handle for port %d", port);
 			cache[i].port = port;
 			return cache[i].rc;
 		}
 	}
 	TH_REQUIRE(0, "too many rcluster handles");
 	return NULL;
+}
+
+rn_rcluster_t *th_rc_for(const redisContext *c)
+{
+	rn_rcluster_t *rc = thc_rc_try(c);
+	TH_REQUIRE(rc, "an rcluster handle for port %d", c->tcp.port);
+	return rc;
 }
 
 int th_cluster_mode(void)
@@ -362,7 +369,10 @@ int th_cluster_mode(void)
 
 redisReply *th_vcmd(redisContext *c, const char *fmt, va_list ap)
 {
-	if (!th_cluster_mode())
+	/* A context whose node is down (killed by the test): it fails as it
+	 * did, and the caller retries its own way. */
+	rn_rcluster_t *rc = th_cluster_mode() ? thc_rc_try(c) : NULL;
+	if (!rc)
 		return redisvCommand(c, fmt, ap);
 	char *cmd = NULL;
 	int len = redisvFormatCommand(&cmd, fmt, ap);
@@ -383,7 +393,7 @@ redisReply *th_vcmd(redisContext *c, const char *fmt, va_list ap)
 		argv[i] = p;
 		p += lens[i] + 2;
 	}
-	redisReply *r = rn_rcluster_argv(th_rc_for(c), 0, argc, argv, lens);
+	redisReply *r = rn_rcluster_argv(rc, 0, argc, argv, lens);
 	free(argv);
 	free(lens);
 	free(cmd);
