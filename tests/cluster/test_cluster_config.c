@@ -129,6 +129,17 @@ static void test_bad_urls(void)
 	                 !wt_log_has(&T, "w-acl", "acl-pw-77"),
 	         "no INFO: exit %d", st);
 	cli_and_dev_refuse("acl", acl_url, "the Redis user may not run INFO (its ACL needs +info)");
+	{
+		const char *dlog = th_strf("%s/d-acl.log", T.dir);
+		const char *denv[] = { th_strf("RUNNEL_REDIS_URL=%s", acl_url),
+			               th_strf("RUNNEL_KAFKA_BROKERS=%s", T.kafka.bootstrap), "RUNNEL_LISTEN=127.0.0.1:0",
+			               NULL };
+		char *dargv[] = { DISPATCHER_BIN, NULL };
+		st = th_run(dargv, denv, dlog, 20000);
+		TH_CHECK(st == 1 && th_file_contains(dlog, "the Redis user may not run INFO (its ACL needs +info)") &&
+		                 !th_file_contains(dlog, "acl-pw-77"),
+		         "dispatcher, no INFO: exit %d", st);
+	}
 	th_redis_stop(&acl);
 
 	/* A cluster node that serves no slot (never joined). */
