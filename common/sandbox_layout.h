@@ -31,6 +31,12 @@
 #define RN_SANDBOX_GATEWAY_BRIDGE RN_SANDBOX_BIN_DIR "/runnel-gateway-bridge"
 #define RN_SANDBOX_GATEWAY_SOCK   RN_SANDBOX_BIN_DIR "/gateway.sock"
 #define RN_SANDBOX_GATEWAY_PORT   3129
+/* A warm agent's socket directory: bound when its sandbox starts, before
+ * any run exists; the run that takes the agent creates the proxy's and the
+ * gateway's sockets in it (worker/warm_agent.h). */
+#define RN_SANDBOX_SOCK_DIR          RN_SANDBOX_BIN_DIR "/sock"
+#define RN_SANDBOX_SOCK_EGRESS_NAME  "egress.sock"
+#define RN_SANDBOX_SOCK_GATEWAY_NAME "gateway.sock"
 
 /* The agent's PATH (the /env variables may override it). */
 #define RN_SANDBOX_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

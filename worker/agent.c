@@ -47,6 +47,31 @@ const worker_agent_ops_t *worker_agent_find(const char *kind)
 	return NULL;
 }
 
+const worker_agent_ops_t *worker_agent_warm_kind(const char *name)
+{
+	if (!name)
+		return NULL;
+	pthread_once(&resolved_once, resolve_all);
+	for (size_t i = 0; i < NAGENTS; i++)
+		for (size_t j = 0; (resolved[i].flags & WORKER_AGENT_WARM) && resolved[i].warm_names[j]; j++)
+			if (!strcmp(resolved[i].warm_names[j], name))
+				return &resolved[i];
+	return NULL;
+}
+
+void worker_agent_warm_names(char *buf, size_t size)
+{
+	size_t off = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < NAGENTS; i++)
+		for (size_t j = 0; (agents[i]->flags & WORKER_AGENT_WARM) && agents[i]->warm_names[j]; j++) {
+			int n = snprintf(buf + off, size - off, "%s%s", off ? ", " : "", agents[i]->warm_names[j]);
+			if (n < 0 || (size_t)n >= size - off)
+				return;
+			off += (size_t)n;
+		}
+}
+
 const char *worker_agent_kind_of(const json_t *agent)
 {
 	if (agent)

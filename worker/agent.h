@@ -90,6 +90,10 @@ typedef struct worker_agent_ctx {
 	 * through a child in it (worker_cgroup_call). */
 	const int *cgroup_fds;
 	int ncgroup_fds;
+	/* A warm agent's session state (the kind's warm_handshake made it)
+	 * when the run took one: start continues that session instead of
+	 * opening one.  NULL: a cold start. */
+	const void *warm;
 } worker_agent_ctx_t;
 
 /* The loop's side, handed to every callback after prepare. */
@@ -130,6 +134,10 @@ typedef struct worker_agent_reply {
  * with RUNNEL_SANDBOX_NET=host); without the flag it is allowlist (the
  * kind talks to a model API outside). */
 #define WORKER_AGENT_COMMAND_EGRESS (1u << 2)
+/* Can be started before its run, handshake included, by the warm agent
+ * pool (worker/warm_agent.h, RUNNEL_WARM_AGENTS): warm_names and the
+ * warm_* callbacks are set. */
+#define WORKER_AGENT_WARM (1u << 3)
 
 typedef struct worker_agent_ops {
 	const char *kind;
@@ -156,11 +164,43 @@ typedef struct worker_agent_ops {
 	/* stdout closed or the agent exited: flush held state (may be NULL). */
 	void (*on_eof)(void *state, const worker_agent_io_t *io);
 	void (*free)(void *state);
+	/* WORKER_AGENT_WARM kinds only.  The names RUNNEL_WARM_AGENTS may use
+	 * for this kind (NULL-terminated: the presets). */
+	const char *const *warm_names;
+	/* The warm name a config's agent object asks for, or NULL when no
+	 * warm agent can serve it (a raw argv). */
+	const char *(*warm_name)(const json_t *agent);
+	/* The launch of a warm agent `name`, exactly as prepare makes it for
+	 * a run whose /env holds only what the model gateway puts there for
+	 * this kind's provider (its base URL inside the sandbox and the
+	 * placeholder token), which this fills into variables.  0, or -1 with
+	 * errstr. */
+	int (*warm_launch)(const worker_config_t *cfg, const char *name, const char *token, json_t *variables,
+	                   worker_agent_launch_t *launch, char *errstr, size_t errstr_size);
+	/* The part of the session that does not depend on the run, on the
+	 * started agent's stdin (blocking), stdout and stderr (non-blocking),
+	 * within timeout_ms; *warm becomes ctx->warm of the run that takes
+	 * the agent.  0, or -1 with errstr.  warm_free frees *warm. */
+	/* 1 when the run of ctx (prepared: boot, agent) can take a warm agent
+	 * `name` as far as the handshake is concerned (what the run would send
+	 * in it: for ACP no system prompt, no MCP servers); else 0 with why.
+	 * The launch itself is compared by the pool (worker_warm_agent_fits). */
+	int (*warm_fits)(const worker_agent_ctx_t *ctx, const char *name, char *why, size_t why_size);
+	int (*warm_handshake)(const char *name, int in_fd, int out_fd, int err_fd, int timeout_ms, void **warm,
+	                      char *errstr, size_t errstr_size);
+	void (*warm_free)(void *warm);
 } worker_agent_ops_t;
 
 /* The adapter for kind (its callbacks resolved: worker_agent_ops_resolve),
  * or NULL when the kind is unknown. */
 const worker_agent_ops_t *worker_agent_find(const char *kind);
+
+/* The WORKER_AGENT_WARM kind that knows the warm name (a preset such as
+ * "claude"), or NULL. */
+const worker_agent_ops_t *worker_agent_warm_kind(const char *name);
+
+/* Every warm name, "claude, codex", for error messages. */
+void worker_agent_warm_names(char *buf, size_t size);
 
 /* The kind a config's `agent` object names: its `kind` (NULL when that is
  * missing or not a string), or the WORKER_AGENT_DEFAULT kind when agent is

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <linux/openat2.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <sodium.h>
 
 #include "common/dynbuf.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "common/sandbox_layout.h"
 #include "common/util.h"
@@ -46,6 +48,7 @@ enum {
 typedef enum {
 	PH_INIT = 0, /* initialize sent */
 	PH_NEW,      /* session/new sent */
+	PH_READY,    /* a warm session: answered session/new, waits for its run */
 	PH_SETUP,    /* set_mode / set_model sent */
 	PH_PROMPT,   /* the turn runs */
 	PH_DONE,     /* terminal line emitted, or the turn was cancelled */
@@ -72,7 +75,8 @@ struct worker_acp {
 	phase_t phase;
 	unsigned awaiting; /* bit 1 << ID_*: sent, not answered yet */
 	char *session_id;
-	json_t *modes; /* session/new result.modes (owned) or NULL */
+	json_t *modes;                    /* session/new result.modes (owned) or NULL */
+	char *agent_name, *agent_version; /* initialize's agentInfo */
 	int cancelled;
 	int fs;           /* fs requests served */
 	rn_dynbuf_t text; /* the agent's message, its first WORKER_ACP_TEXT_MAX bytes */
@@ -667,8 +671,13 @@ static void on_response(worker_acp_t *s, const worker_agent_io_t *io, json_int_t
 			end_error(s, io, "agent_error", m);
 			return;
 		}
-		emit_log(s, io, "info", "ACP agent %s %s", json_string_value(json_object_get(info, "name")) ?: "(unnamed)",
-		         json_string_value(json_object_get(info, "version")) ?: "");
+		s->agent_name = strdup(json_string_value(json_object_get(info, "name")) ?: "(unnamed)");
+		s->agent_version = strdup(json_string_value(json_object_get(info, "version")) ?: "");
+		if (!s->agent_name || !s->agent_version) {
+			end_error(s, io, "agent_error", "The worker ran out of memory.");
+			return;
+		}
+		emit_log(s, io, "info", "ACP agent %s %s", s->agent_name, s->agent_version);
 		send_session_new(s, io);
 		return;
 	}
@@ -688,6 +697,11 @@ static void on_response(worker_acp_t *s, const worker_agent_io_t *io, json_int_t
 		}
 		emit_log(s, io, "debug", "ACP session %s, mode %s", sid,
 		         json_string_value(json_object_get(s->modes, "currentModeId")) ?: "(none)");
+		/* A warm agent waits here for its run (worker_acp_resume). */
+		if (s->o.warm) {
+			s->phase = PH_READY;
+			return;
+		}
 		if (s->cancelled) {
 			s->phase = PH_DONE;
 			return;
@@ -1120,7 +1134,7 @@ worker_acp_t *worker_acp_new(const worker_acp_opts_t *opts, char *errstr, size_t
 	}
 	s->o = *opts;
 	rn_dynbuf_init(&s->text, WORKER_ACP_TEXT_MAX);
-	s->fs = opts->workspace_fd >= 0;
+	s->fs = opts->workspace_fd >= 0 || opts->warm;
 	/* workspace_fd is borrowed like the rest (the run keeps it open). */
 	const char *k;
 	json_t *v;
@@ -1151,6 +1165,8 @@ void worker_acp_free(worker_acp_t *s)
 		free(s->secrets[i]);
 	}
 	free(s->session_id);
+	free(s->agent_name);
+	free(s->agent_version);
 	json_decref(s->modes);
 	json_decref(s->usage);
 	rn_dynbuf_free(&s->text);
@@ -1239,6 +1255,33 @@ void worker_acp_on_eof(worker_acp_t *s, const worker_agent_io_t *io)
 	flush_thought(s, io);
 	steps_close(s, io, s->cancelled ? "the run was cancelled" : "the agent exited before the tool finished");
 	s->phase = PH_DONE;
+}
+
+int worker_acp_ready(const worker_acp_t *s)
+{
+	return s->phase == PH_READY && s->session_id;
+}
+
+int worker_acp_resume(worker_acp_t *s, const worker_acp_t *warm, const worker_agent_io_t *io)
+{
+	if (!worker_acp_ready(warm))
+		return -1;
+	s->session_id = strdup(warm->session_id);
+	s->agent_name = strdup(warm->agent_name ? warm->agent_name : "(unnamed)");
+	s->agent_version = strdup(warm->agent_version ? warm->agent_version : "");
+	s->modes = warm->modes ? json_deep_copy(warm->modes) : NULL;
+	if (!s->session_id || !s->agent_name || !s->agent_version || (warm->modes && !s->modes))
+		return -1;
+	/* The lines a cold start emits for initialize and session/new, so a
+	 * run reads the same either way. */
+	emit_log(s, io, "info", "ACP agent %s %s", s->agent_name, s->agent_version);
+	emit_log(s, io, "debug", "ACP session %s, mode %s", s->session_id,
+	         json_string_value(json_object_get(s->modes, "currentModeId")) ?: "(none)");
+	if (s->cancelled) {
+		s->phase = PH_DONE;
+		return 0;
+	}
+	return setup_next(s, io, 0);
 }
 
 int worker_acp_done(const worker_acp_t *s)
@@ -1464,7 +1507,9 @@ oom:
 
 static int acp_start(void *state, const worker_agent_ctx_t *ctx, const worker_agent_io_t *io)
 {
-	(void)ctx;
+	/* A warm agent answered initialize and session/new before the run. */
+	if (ctx->warm)
+		return worker_acp_resume(((acp_run_t *)state)->s, ctx->warm, io);
 	return worker_acp_start(((acp_run_t *)state)->s, io);
 }
 
@@ -1498,9 +1543,193 @@ static void acp_free(void *state)
 	free(r);
 }
 
+/* ------------------------------------------------------------------------
+ * Warm agents (worker/warm_agent.h): a preset started before its run, up to
+ * its answer to session/new.  What that needs of the run must be fixed
+ * then: the cwd (/root/workspace), no MCP servers, no system prompt, and
+ * for Codex no model (both on its command line); the run's key stays
+ * outside (the gateway's placeholder is minted with the agent).  A run
+ * whose launch would differ starts cold (worker/run.c compares them).
+ * ------------------------------------------------------------------------ */
+
+static const char *const acp_warm_names[] = { "claude", "codex", NULL };
+
+static const char *acp_warm_name(const json_t *agent)
+{
+	const char *p = json_string_value(json_object_get(agent, "preset"));
+	if (!p || json_object_get(agent, "argv"))
+		return NULL;
+	for (size_t i = 0; acp_warm_names[i]; i++)
+		if (!strcmp(p, acp_warm_names[i]))
+			return acp_warm_names[i];
+	return NULL;
+}
+
+static int acp_warm_launch(const worker_config_t *cfg, const char *name, const char *token, json_t *variables,
+                           worker_agent_launch_t *l, char *errstr, size_t errstr_size)
+{
+	/* What worker_gateway_open puts into a run's /env for the preset's
+	 * provider in a sandbox with its own network. */
+	int claude = !strcmp(name, "claude");
+	char url[96];
+	snprintf(url, sizeof(url), "http://localhost:%d/%s", RN_SANDBOX_GATEWAY_PORT, claude ? "anthropic" : "openai");
+	if (json_object_set_new(variables, claude ? "ANTHROPIC_BASE_URL" : "OPENAI_BASE_URL", json_string(url)) < 0 ||
+	    json_object_set_new(variables, claude ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY", json_string(token)) < 0) {
+		snprintf(errstr, errstr_size, "out of memory");
+		return -1;
+	}
+	json_t *agent = json_pack("{s:s,s:s}", "kind", "acp", "preset", name);
+	worker_boot_t boot = { .variables = variables };
+	worker_agent_ctx_t ctx = {
+		.cfg = cfg,
+		.run_id = "warm",
+		.boot = &boot,
+		.agent = agent,
+		.permission_mode = WORKER_PERM_BYPASS,
+		.workspace_fd = -1,
+	};
+	void *state = NULL;
+	int rc = agent ? acp_prepare(&ctx, l, &state, errstr, errstr_size) : -1;
+	if (!agent)
+		snprintf(errstr, errstr_size, "out of memory");
+	acp_free(state);
+	json_decref(agent);
+	return rc;
+}
+
+static int acp_warm_fits(const worker_agent_ctx_t *ctx, const char *name, char *why, size_t why_size)
+{
+	const worker_boot_t *b = ctx->boot;
+	const char *want = acp_warm_name(ctx->agent);
+	if (!want || strcmp(want, name))
+		snprintf(why, why_size, "the run asks for another agent");
+	else if (b->system_prompt && *b->system_prompt)
+		snprintf(why, why_size, "the run has a system prompt");
+	else if (json_array_size(b->mcp_servers))
+		snprintf(why, why_size, "the run has MCP servers");
+	else if (ctx->cfg->driver != WORKER_SANDBOX_BWRAP)
+		snprintf(why, why_size, "the sandbox is not bwrap");
+	else
+		return 1;
+	return 0;
+}
+
+/* The handshake's view of the loop: stdin written whole (blocking); an
+ * error line becomes the handshake's error, other lines are dropped. */
+typedef struct warm_io {
+	int in_fd;
+	char err[512];
+} warm_io_t;
+
+static void warm_emit(void *loop, const char *line, size_t len)
+{
+	warm_io_t *w = loop;
+	json_t *o = json_loadb(line, len, 0, NULL);
+	if (o && !strcmp(json_string_value(json_object_get(o, "type")) ?: "", "error") && !w->err[0])
+		snprintf(w->err, sizeof(w->err), "%s", json_string_value(json_object_get(o, "message")) ?: "an error");
+	json_decref(o);
+}
+
+static int warm_write(void *loop, const char *buf, size_t len)
+{
+	return rn_write_all(((warm_io_t *)loop)->in_fd, buf, len, 0) == 0 ? 0 : -1;
+}
+
+/* Reads stdout a byte at a time up to the handshake's last answer, so
+ * that every byte after it stays in the pipe for the run's loop; stderr
+ * is read and dropped meanwhile (a full pipe would stall the agent). */
+static int warm_read(worker_acp_t *s, const worker_agent_io_t *io, int out_fd, int err_fd, int timeout_ms,
+                     char *errstr, size_t errstr_size)
+{
+	warm_io_t *w = io->loop;
+	rn_dynbuf_t line;
+	rn_dynbuf_init(&line, 1024 * 1024);
+	int64_t deadline = rn_mono_ms() + timeout_ms;
+	int rc = -1;
+	while (!w->err[0] && !worker_acp_ready(s)) {
+		int64_t left = deadline - rn_mono_ms();
+		if (left <= 0) {
+			snprintf(errstr, errstr_size, "the agent did not answer the handshake within %d ms", timeout_ms);
+			goto out;
+		}
+		struct pollfd p[2] = { { .fd = out_fd, .events = POLLIN }, { .fd = err_fd, .events = POLLIN } };
+		if (poll(p, 2, (int)(left > 1000 ? 1000 : left)) < 0 && errno != EINTR)
+			goto out;
+		if (p[1].revents) {
+			char junk[4096];
+			if (read(err_fd, junk, sizeof(junk)) == 0)
+				p[1].fd = -1;
+		}
+		if (!p[0].revents)
+			continue;
+		char c;
+		ssize_t n;
+		while ((n = read(out_fd, &c, 1)) == 1 && c != '\n')
+			if (rn_dynbuf_add(&line, &c, 1) != 0) {
+				snprintf(errstr, errstr_size, "the agent printed a line over 1 MiB");
+				goto out;
+			}
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+			snprintf(errstr, errstr_size, "the agent exited during the handshake");
+			goto out;
+		}
+		if (n == 1) {
+			worker_acp_on_line(s, line.p ? line.p : "", line.len, io);
+			rn_dynbuf_reset(&line);
+		}
+	}
+	if (w->err[0])
+		snprintf(errstr, errstr_size, "%s", w->err);
+	else
+		rc = 0;
+out:
+	rn_dynbuf_free(&line);
+	return rc;
+}
+
+static int acp_warm_handshake(const char *name, int in_fd, int out_fd, int err_fd, int timeout_ms, void **warm,
+                              char *errstr, size_t errstr_size)
+{
+	*warm = NULL;
+	worker_acp_opts_t o = {
+		.preset = !strcmp(name, "claude") ? WORKER_ACP_PRESET_CLAUDE : WORKER_ACP_PRESET_CODEX,
+		.perm = WORKER_ACP_PERM_BYPASS,
+		.run_id = "warm",
+		.workspace_fd = -1,
+		.warm = 1,
+	};
+	worker_acp_t *s = worker_acp_new(&o, errstr, errstr_size);
+	if (!s)
+		return -1;
+	warm_io_t w = { .in_fd = in_fd };
+	worker_agent_io_t io = { .emit = warm_emit, .write = warm_write, .loop = &w };
+	if (worker_acp_start(s, &io) < 0) {
+		snprintf(errstr, errstr_size, "the agent's stdin is closed");
+		worker_acp_free(s);
+		return -1;
+	}
+	if (warm_read(s, &io, out_fd, err_fd, timeout_ms, errstr, errstr_size) < 0) {
+		worker_acp_free(s);
+		return -1;
+	}
+	*warm = s;
+	return 0;
+}
+
+static void acp_warm_free(void *warm)
+{
+	worker_acp_free(warm);
+}
+
 const worker_agent_ops_t worker_agent_acp = {
 	.kind = "acp",
-	.flags = 0,
+	.flags = WORKER_AGENT_WARM,
+	.warm_names = acp_warm_names,
+	.warm_name = acp_warm_name,
+	.warm_launch = acp_warm_launch,
+	.warm_fits = acp_warm_fits,
+	.warm_handshake = acp_warm_handshake,
+	.warm_free = acp_warm_free,
 	.prepare = acp_prepare,
 	.start = acp_start,
 	.on_line = acp_on_line,

@@ -90,6 +90,10 @@ typedef struct worker_acp_opts {
 	int chown_files;
 	uid_t file_uid;
 	gid_t file_gid;
+	/* A warm agent's handshake, before any run (worker/warm_agent.h): the
+	 * fs methods are declared (the run that takes it has a workspace), and
+	 * the session stops once session/new is answered (worker_acp_ready). */
+	int warm;
 } worker_acp_opts_t;
 
 typedef struct worker_acp worker_acp_t;
@@ -123,6 +127,18 @@ void worker_acp_on_cancel(worker_acp_t *s, const worker_agent_io_t *io);
 /* stdout closed: open steps are closed failed; no terminal line (the worker
  * reports the exit as agent_exit). */
 void worker_acp_on_eof(worker_acp_t *s, const worker_agent_io_t *io);
+
+/* 1 once a warm session (opts.warm) has its session: ready for a run. */
+int worker_acp_ready(const worker_acp_t *s);
+
+/*
+ * Starts the run's session on a warm agent instead of worker_acp_start:
+ * the session warm opened (its id, modes and the agent's name) becomes
+ * s's, the log lines a cold start emits for initialize and session/new
+ * are emitted, and the setup calls and the prompt follow as after a cold
+ * session/new.  warm is only read.  0 or -1.
+ */
+int worker_acp_resume(worker_acp_t *s, const worker_acp_t *warm, const worker_agent_io_t *io);
 
 /* 1 once the turn ended (result or error emitted, or cancelled). */
 int worker_acp_done(const worker_acp_t *s);

@@ -15,8 +15,9 @@
 #include "common/log.h"
 #include "proto/keys.h"
 #include "proto/names.h"
+#include "worker/agent.h"
 
-#define OPTS_N 60
+#define OPTS_N 61
 
 void worker_config_wipe_env(const char *name)
 {
@@ -84,6 +85,7 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		/* Warm sandboxes (worker/warm.h). */
 		{ "warm", 0, "RUNNEL_WARM", RN_OPT_INT, &c->warm, "-1", "N", "warm sandboxes kept ready (-1: a quarter of the slots, at least 1; 0: off)", -1, 256 },
 		{ "warm-init", 0, "RUNNEL_WARM_INIT", RN_OPT_STR, &c->warm_init, NULL, "PATH", "runnel-warm-init binary, every bwrap sandbox's first program (default: next to runnel-worker)", 0, 0 },
+		{ "warm-agents", 0, "RUNNEL_WARM_AGENTS", RN_OPT_STR, &c->warm_agents, NULL, "LIST", "agents kept started per preset, handshake done, \"claude:2,codex:1\" (default: none)", 0, 0 },
 		/* A root worker's sandboxes never hold the host's uid 0 (docs/sandbox.md). */
 		{ "sandbox-uid", 0, "RUNNEL_SANDBOX_UID", RN_OPT_INT, &c->sandbox_uid, "65534", "UID", "host uid bwrap and the sandbox run as when the worker is root", 1, 4294967294L },
 		{ "sandbox-gid", 0, "RUNNEL_SANDBOX_GID", RN_OPT_INT, &c->sandbox_gid, "65534", "GID", "host gid bwrap and the sandbox run as when the worker is root", 1, 4294967294L },
@@ -589,6 +591,92 @@ static int warm_parse(worker_config_t *c, char *errstr, size_t errstr_size)
 	return 0;
 }
 
+/* One NAME:COUNT of RUNNEL_WARM_AGENTS (item is NUL-terminated). */
+static int warm_agent_item(worker_config_t *c, const char *item, char *errstr, size_t errstr_size)
+{
+	const char *colon = strchr(item, ':');
+	char *end = NULL;
+	long n = colon ? strtol(colon + 1, &end, 10) : -1;
+	if (!colon || colon == item || !end || end == colon + 1 || *end || colon[1] == '+' || colon[1] == '-' ||
+	    colon[1] == ' ') {
+		snprintf(errstr, errstr_size, "RUNNEL_WARM_AGENTS/--warm-agents: \"%.64s\" is not NAME:COUNT", item);
+		return -1;
+	}
+	char name[32];
+	size_t nl = (size_t)(colon - item);
+	if (nl < sizeof(name)) {
+		memcpy(name, item, nl);
+		name[nl] = '\0';
+	}
+	if (nl >= sizeof(name) || !worker_agent_warm_kind(name)) {
+		char names[128];
+		worker_agent_warm_names(names, sizeof(names));
+		snprintf(errstr, errstr_size, "RUNNEL_WARM_AGENTS/--warm-agents: \"%.*s\" is not an agent that starts warm (%s)",
+		         (int)(colon - item > 64 ? 64 : colon - item), item, names);
+		return -1;
+	}
+	if (n < 1 || n > WORKER_WARM_AGENT_MAX) {
+		snprintf(errstr, errstr_size, "RUNNEL_WARM_AGENTS/--warm-agents: \"%.64s\": COUNT must be 1 to %d", item,
+		         WORKER_WARM_AGENT_MAX);
+		return -1;
+	}
+	for (size_t i = 0; i < c->n_warm_agents; i++)
+		if (!strcmp(c->warm_agent_names[i], name)) {
+			snprintf(errstr, errstr_size, "RUNNEL_WARM_AGENTS/--warm-agents: %s is listed twice", name);
+			return -1;
+		}
+	snprintf(c->warm_agent_names[c->n_warm_agents], sizeof(c->warm_agent_names[0]), "%s", name);
+	c->warm_agent_counts[c->n_warm_agents++] = n;
+	return 0;
+}
+
+/*
+ * Warm agents: "claude:2,codex:1", each name a warm name of some kind
+ * (worker/agent.h) listed once, each count 1..WORKER_WARM_AGENT_MAX, and
+ * no more agents than slots (a warm agent is a run waiting to happen).
+ * Strict: no spaces, no empty items.  bwrap only.
+ */
+static int warm_agents_parse(worker_config_t *c, char *errstr, size_t errstr_size)
+{
+	const char *v = c->warm_agents;
+	c->n_warm_agents = 0;
+	if (!v)
+		return 0;
+	long total = 0;
+	const char *p = v;
+	for (;;) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		char item[128];
+		if (len == 0 || len >= sizeof(item)) {
+			snprintf(errstr, errstr_size, "RUNNEL_WARM_AGENTS/--warm-agents: \"%.64s\" is not a list of NAME:COUNT", v);
+			return -1;
+		}
+		if (c->n_warm_agents >= WORKER_WARM_AGENT_KINDS) {
+			snprintf(errstr, errstr_size, "RUNNEL_WARM_AGENTS/--warm-agents: more than %d agents", WORKER_WARM_AGENT_KINDS);
+			return -1;
+		}
+		memcpy(item, p, len);
+		item[len] = '\0';
+		if (warm_agent_item(c, item, errstr, errstr_size) < 0)
+			return -1;
+		total += c->warm_agent_counts[c->n_warm_agents - 1];
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	if (total > c->slots) {
+		snprintf(errstr, errstr_size, "RUNNEL_WARM_AGENTS/--warm-agents: %ld warm agents are more than the %ld slot(s)",
+		         total, c->slots);
+		return -1;
+	}
+	if (c->driver != WORKER_SANDBOX_BWRAP) {
+		snprintf(errstr, errstr_size, "RUNNEL_WARM_AGENTS/--warm-agents: warm agents need the bwrap sandbox");
+		return -1;
+	}
+	return 0;
+}
+
 /* The secrets read from the environment (and removed from it). */
 static int secrets_read(worker_config_t *c, char *errstr, size_t errstr_size)
 {
@@ -684,6 +772,8 @@ int worker_config_load(worker_config_t *c, int argc, char **argv,
 	if (gateway_parse(c, errstr, errstr_size) < 0)
 		return -1;
 	if (warm_parse(c, errstr, errstr_size) < 0)
+		return -1;
+	if (warm_agents_parse(c, errstr, errstr_size) < 0)
 		return -1;
 	return secrets_read(c, errstr, errstr_size);
 }

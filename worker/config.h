@@ -73,6 +73,7 @@ typedef struct worker_config {
 	char *egress_bridge;
 	long warm; /* warm sandboxes; -1 until derived */
 	char *warm_init;
+	char *warm_agents;             /* RUNNEL_WARM_AGENTS, parsed into warm_agent_* */
 	long sandbox_uid, sandbox_gid; /* host ids of a root worker's sandboxes */
 	/* Completion webhooks (worker/webhook.h). */
 	int webhook_allow_http;
@@ -113,6 +114,13 @@ typedef struct worker_config {
 	char egress_bridge_path[4096]; /* resolved host path; "" when absent */
 	worker_limits_env_t limits;    /* filled by worker_config_limits */
 	char warm_init_path[4096];     /* resolved runnel-warm-init; "" when absent */
+	                               /* RUNNEL_WARM_AGENTS: per warm name (worker/agent.h), how many agents
+	 * the pool keeps started (worker/warm_agent.h). */
+#define WORKER_WARM_AGENT_KINDS 8
+#define WORKER_WARM_AGENT_MAX   64
+	size_t n_warm_agents;
+	char warm_agent_names[WORKER_WARM_AGENT_KINDS][32];
+	long warm_agent_counts[WORKER_WARM_AGENT_KINDS];
 	/* The model gateway: the operator's keys (environment only, removed
 	 * from it at load; wiped by worker_config_free), the secret names, the
 	 * tenants' hourly token budgets, and the gateway's view of them. */

@@ -8,6 +8,7 @@ add_library(runnel_worker_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/metrics.c
   ${CMAKE_CURRENT_LIST_DIR}/publish.c
   ${CMAKE_CURRENT_LIST_DIR}/run.c
+  ${CMAKE_CURRENT_LIST_DIR}/warm_agent.c
   ${CMAKE_CURRENT_LIST_DIR}/webhook.c)
 target_include_directories(runnel_worker_core PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)
 target_link_libraries(runnel_worker_core PUBLIC runnel_worker_stages runnel_proto runnel_common

@@ -1461,6 +1461,17 @@ static int listen_tcp(worker_gateway_t *g, char *errstr, size_t errstr_size)
 	return 0;
 }
 
+void worker_gateway_placeholder(char *out, size_t size)
+{
+	unsigned char rnd[TOKEN_RANDOM_BYTES];
+	randombytes_buf(rnd, sizeof(rnd));
+	char b64[64];
+	sodium_bin2base64(b64, sizeof(b64), rnd, sizeof(rnd), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	sodium_memzero(rnd, sizeof(rnd));
+	snprintf(out, size, "%s%s", WORKER_GATEWAY_PLACEHOLDER_PREFIX, b64);
+	sodium_memzero(b64, sizeof(b64));
+}
+
 int worker_gateway_open(const worker_gateway_conf_t *conf, const worker_gateway_args_t *a, worker_gateway_t **out,
                         char *errstr, size_t errstr_size)
 {
@@ -1560,13 +1571,13 @@ int worker_gateway_open(const worker_gateway_conf_t *conf, const worker_gateway_
 		goto fail;
 	}
 
-	/* The placeholder: random, this run's only. */
-	unsigned char rnd[TOKEN_RANDOM_BYTES];
-	randombytes_buf(rnd, sizeof(rnd));
-	char b64[64];
-	sodium_bin2base64(b64, sizeof(b64), rnd, sizeof(rnd), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
-	sodium_memzero(rnd, sizeof(rnd));
-	snprintf(g->token, sizeof(g->token), "%s%s", WORKER_GATEWAY_PLACEHOLDER_PREFIX, b64);
+	/* The placeholder: random, this run's only (a warm agent's was minted
+	 * when it started, and no other run ever gets it). */
+	if (a->token && !strncmp(a->token, WORKER_GATEWAY_PLACEHOLDER_PREFIX, strlen(WORKER_GATEWAY_PLACEHOLDER_PREFIX)) &&
+	    strlen(a->token) < sizeof(g->token))
+		snprintf(g->token, sizeof(g->token), "%s", a->token);
+	else
+		worker_gateway_placeholder(g->token, sizeof(g->token));
 
 	g->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (g->stop_fd < 0) {

@@ -114,7 +114,15 @@ typedef struct worker_gateway_args {
 	int host_net;         /* the agent shares the host's network */
 	int64_t max_tokens;   /* the run's budget, 0 for none */
 	int wake_fd;          /* an eventfd written when a note or the budget needs the run's attention */
+	/* A placeholder minted ahead of the run (worker_gateway_placeholder)
+	 * for a warm agent that started with it in its environment, or NULL:
+	 * the gateway mints the run's own. */
+	const char *token;
 } worker_gateway_args_t;
+
+/* A new random placeholder ("rgw-" and 43 characters) into out (at least
+ * 80 bytes): what a warm agent starts with before its run exists. */
+void worker_gateway_placeholder(char *out, size_t size);
 
 /*
  * Takes the model credentials out of a->variables and, when the run uses

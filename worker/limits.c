@@ -632,10 +632,12 @@ worker_guard_t *worker_guard_new(const worker_limits_env_t *env, const worker_gu
 			snprintf(errstr, errstr_size, "this worker has no runnel-egress-bridge (set RUNNEL_EGRESS_BRIDGE)");
 			goto fail;
 		}
-		/* meta/ is made only when a run needs it (worker/workspace.h). */
-		const char *meta = worker_ws_make(a->ws, WORKER_WS_META);
+		/* meta/ is made only when a run needs it (worker/workspace.h);
+		 * a warm agent's bridge already looks in sock/. */
+		const char *meta = worker_ws_make(a->ws, a->sock_dir ? WORKER_WS_SOCK : WORKER_WS_META);
 		if (!meta) {
-			snprintf(errstr, errstr_size, "cannot create %s: %s", a->ws->meta, strerror(errno));
+			snprintf(errstr, errstr_size, "cannot create %s: %s", a->sock_dir ? a->ws->sock : a->ws->meta,
+			         strerror(errno));
 			goto fail;
 		}
 		snprintf(g->sock_path, sizeof(g->sock_path), "%s/egress.sock", meta);

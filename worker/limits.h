@@ -149,6 +149,9 @@ typedef struct worker_guard_args {
 	 * run's limits into it and renames it after the run, instead of making
 	 * one.  NULL: a new cgroup. */
 	worker_cgroup_t *cgroup;
+	/* 1: the proxy socket goes into ws's sock/ (a warm agent's socket
+	 * directory, bound into its sandbox before the run) instead of meta/. */
+	int sock_dir;
 } worker_guard_args_t;
 
 /*

@@ -45,6 +45,7 @@
 #include "worker/reaper.h"
 #include "worker/run.h"
 #include "worker/warm.h"
+#include "worker/warm_agent.h"
 #include "worker/webhook.h"
 #include "worker/sandbox.h"
 #include "worker/workspace.h"
@@ -633,6 +634,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 	}
 	w->draining = 1;
 	worker_warm_pool_drain(w->ctx.warm); /* warm: shrink to zero */
+	worker_warm_agents_drain(w->ctx.warm_agents);
 	worker_http_set_draining(w->http);
 	rn_log_info(NULL, "drain_start", "signal %d: taking no more runs; %zu run(s) active, %ld s to finish",
 	            (int)sig, w->busy, w->cfg.drain_sec);
@@ -822,6 +824,10 @@ static int worker_alloc(worker_t *w)
 		return -1;
 	}
 	rn_gauge_set(w->m.slots_total, w->cfg.slots);
+	if (worker_metrics_warm_agents(&w->m, w->cfg.warm_agent_names, w->cfg.n_warm_agents) < 0) {
+		rn_log_error(NULL, "startup", "out of memory");
+		return -1;
+	}
 	/* The gateway's view of the allowlist (worker_config_limits probed it
 	 * before) and its series. */
 	w->cfg.gateway.allow = w->cfg.limits.egress_allow;
@@ -932,6 +938,8 @@ static void worker_stop(worker_t *w)
 		worker_warm_pool_free(w->ctx.warm); /* after every run ended */
 		w->ctx.warm = NULL;
 	}
+	worker_warm_agents_free(w->ctx.warm_agents); /* after every run ended */
+	w->ctx.warm_agents = NULL;
 	worker_reaper_free(w->ctx.reaper); /* after every run ended */
 	worker_ws_recycle_drain();
 	w->ctx.reaper = NULL;
@@ -1004,6 +1012,15 @@ int main(int argc, char **argv)
 	}
 
 	w->ev_stats = event_new(w->base, -1, EV_PERSIST, stats_cb, w);
+	/* Warm agents (worker/warm_agent.h): started before the first claim;
+	 * a worker that cannot start the agents it was asked for says so. */
+	if (w->cfg.n_warm_agents) {
+		w->ctx.warm_agents = worker_warm_agents_new(&w->cfg, &w->m, err, sizeof(err));
+		if (!w->ctx.warm_agents) {
+			rn_log_error(NULL, "startup", "%s", err);
+			return 2;
+		}
+	}
 	w->claimer = worker_claimer_start(w->base, &w->cfg, &w->m, w->cfg.slots, start_claimed, w,
 	                                  err, sizeof(err));
 	if (!w->claimer) {

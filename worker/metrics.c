@@ -101,6 +101,41 @@ int worker_metrics_init(worker_metrics_t *m)
 	return 0;
 }
 
+int worker_metrics_warm_agents(worker_metrics_t *m, const char (*names)[32], size_t n)
+{
+	for (size_t i = 0; i < n && m->nwarm_agents < WORKER_METRICS_WARM_AGENTS; i++) {
+		struct worker_metrics_warm *w = &m->warm_agents[m->nwarm_agents++];
+		char labels[64];
+		snprintf(w->name, sizeof(w->name), "%s", names[i]);
+		snprintf(labels, sizeof(labels), "agent=\"%s\"", names[i]);
+		w->ready = rn_metrics_gauge(m->reg, "runnel_worker_warm_agents",
+		                            "Warm agents started, handshake done, waiting for a run", labels);
+		w->started = rn_metrics_counter(m->reg, "runnel_worker_warm_agents_started_total",
+		                                "Warm agents that finished their handshake", labels);
+		w->taken = rn_metrics_counter(m->reg, "runnel_worker_warm_agents_taken_total",
+		                              "Runs that started on a warm agent", labels);
+		w->discarded = rn_metrics_counter(m->reg, "runnel_worker_warm_agents_discarded_total",
+		                                  "Warm agents thrown away unused (died idle, did not fit their run, drained)",
+		                                  labels);
+		w->missed = rn_metrics_counter(m->reg, "runnel_worker_warm_agents_missed_total",
+		                               "Runs that could use a warm agent and found none ready", labels);
+		w->age = rn_metrics_histogram(m->reg, "runnel_worker_warm_agent_age_seconds",
+		                              "How long a warm agent waited, ready, for the run that took it", labels,
+		                              rn_metrics_latency_bounds, rn_metrics_latency_nbounds);
+		if (!w->ready || !w->started || !w->taken || !w->discarded || !w->missed || !w->age)
+			return -1;
+	}
+	return 0;
+}
+
+struct worker_metrics_warm *worker_metrics_warm(worker_metrics_t *m, const char *name)
+{
+	for (size_t i = 0; m && name && i < m->nwarm_agents; i++)
+		if (!strcmp(m->warm_agents[i].name, name))
+			return &m->warm_agents[i];
+	return NULL;
+}
+
 void worker_metrics_set_tenant_text(worker_metrics_t *m, char *text)
 {
 	pthread_mutex_lock(&m->tenant_mu);

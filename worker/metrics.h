@@ -75,7 +75,27 @@ typedef struct worker_metrics {
 	rn_counter_t *webhooks_retried;    /* an attempt failed, another is scheduled */
 	rn_counter_t *webhooks_dropped;    /* given up (give-up horizon, run expired) */
 	rn_hist_t *webhook_latency;        /* from the run's end to the delivery */
+	                                   /* Warm agents (worker/warm_agent.h), per warm name, label agent="NAME";
+	 * the pool's thread and the run threads update them. */
+#define WORKER_METRICS_WARM_AGENTS 8
+	size_t nwarm_agents;
+	struct worker_metrics_warm {
+		char name[32];
+		rn_gauge_t *ready;       /* started, handshake done, waiting for a run */
+		rn_counter_t *started;   /* handshakes completed */
+		rn_counter_t *taken;     /* runs that started on one */
+		rn_counter_t *discarded; /* died idle, did not fit the run that took it, drained */
+		rn_counter_t *missed;    /* runs that asked for one and found none ready */
+		rn_hist_t *age;          /* from ready to taken */
+	} warm_agents[WORKER_METRICS_WARM_AGENTS];
 } worker_metrics_t;
+
+/* The warm agent series for names[0..n) (RUNNEL_WARM_AGENTS); before any
+ * thread starts.  0, or -1 out of memory. */
+int worker_metrics_warm_agents(worker_metrics_t *m, const char (*names)[32], size_t n);
+
+/* The series of warm name, or NULL. */
+struct worker_metrics_warm *worker_metrics_warm(worker_metrics_t *m, const char *name);
 
 /* Per-tenant series shown at most (the deepest first; the rest are summed
  * under tenant="_other"), so the label's cardinality stays bounded. */

@@ -42,6 +42,7 @@
 #include "worker/sandbox.h"
 #include "worker/reaper.h"
 #include "worker/warm.h"
+#include "worker/warm_agent.h"
 #include "worker/webhook.h"
 #include "worker/workspace.h"
 #include "worker/writeback.h"
@@ -95,6 +96,9 @@ typedef struct run_io {
 	int have_ws;
 	int ws_fd;              /* its workspace/, for the adapter (worker_ws_open); -1 */
 	worker_warm_sb_t *warm; /* a warm sandbox the run took (it brings ws) */
+	/* A warm agent the run took (it brings ws; worker/warm_agent.h): its
+	 * sandbox runs the agent, handshake done, until it proves not to fit. */
+	worker_warm_agent_t *wagent;
 	int have_skills;
 	char setup_path[WORKER_PATH_MAX + 16];
 	worker_agent_ctx_t actx; /* stage_agent */
@@ -546,6 +550,8 @@ static int guard_start(run_io_t *io, const worker_boot_t *boot, worker_ws_t *ws,
 		.ws = ws,
 		.driver = io->cfg->driver,
 		.cgroup = cgroup,
+		/* A warm agent's bridge looks for the proxy in its socket directory. */
+		.sock_dir = !!io->wagent,
 	};
 	io->guard = worker_guard_new(&io->cfg->limits, &a, guard_note, io, errstr, errstr_size);
 	return io->guard ? 0 : -1;
@@ -608,7 +614,8 @@ static int gateway_start(run_io_t *io, char *errstr, size_t errstr_size)
 		if (!max || json_integer_value(mt) < max)
 			max = json_integer_value(mt);
 	}
-	const char *meta = worker_ws_make(&io->ws, WORKER_WS_META);
+	/* A warm agent's bridge looks for the gateway in its socket directory. */
+	const char *meta = worker_ws_make(&io->ws, io->wagent ? WORKER_WS_SOCK : WORKER_WS_META);
 	if (!boot->variables)
 		boot->variables = json_object();
 	if (!meta || !boot->variables) {
@@ -623,6 +630,8 @@ static int gateway_start(run_io_t *io, char *errstr, size_t errstr_size)
 		.host_net = io->cfg->driver != WORKER_SANDBOX_BWRAP || worker_guard_egress(io->guard) == WORKER_EGRESS_FULL,
 		.max_tokens = max,
 		.wake_fd = io->run->wake_fd,
+		/* The placeholder the warm agent started with becomes this run's. */
+		.token = io->wagent ? io->wagent->token : NULL,
 	};
 	return worker_gateway_open(&io->cfg->gateway, &a, &io->gw, errstr, errstr_size);
 }
@@ -870,6 +879,15 @@ static stage_t stage_boot(run_io_t *io)
 	return end_if_stopped(io) ? STAGE_DONE : STAGE_NEXT;
 }
 
+/* The warm name the config's agent asks for (its kind's warm_name), or NULL. */
+static const char *warm_agent_name(const json_t *agent)
+{
+	const worker_agent_ops_t *ops = worker_agent_find(worker_agent_kind_of(agent));
+	if (!ops || !(ops->flags & WORKER_AGENT_WARM))
+		return NULL;
+	return ops->warm_name(agent);
+}
+
 /* The run directory: a warm sandbox's (it brings one) or a new one, then
  * the guard (limits resolved, workspace mounted, cgroup, proxy). */
 static stage_t ws_take(run_io_t *io)
@@ -881,11 +899,17 @@ static stage_t ws_take(run_io_t *io)
 		rn_log_error(run->run_id, "work_dir", "%s", err);
 		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not create its work directory.");
 	}
-	/* warm: a sandbox started ahead of need brings its run directory
-	 * (worker/warm.h); one with skills starts cold (no /root/skills bind). */
-	if (!json_array_size(io->boot.skills))
-		io->warm = worker_warm_pool_take(run->ctx->warm, cfg->share_net);
-	if (io->warm) {
+	/* warm: an agent or a sandbox started ahead of need brings its run
+	 * directory (worker/warm_agent.h, worker/warm.h); one with skills
+	 * starts cold (no /root/skills bind). */
+	if (!json_array_size(io->boot.skills)) {
+		io->wagent = worker_warm_agents_take(run->ctx->warm_agents, warm_agent_name(io->boot.agent));
+		if (!io->wagent)
+			io->warm = worker_warm_pool_take(run->ctx->warm, cfg->share_net);
+	}
+	if (io->wagent) {
+		io->ws = io->wagent->w.ws;
+	} else if (io->warm) {
 		io->ws = io->warm->ws;
 	} else if (worker_ws_create(&io->ws, cfg->work_dir, run->run_id, err, sizeof(err)) < 0) {
 		rn_log_error(run->run_id, "workspace", "%s", err);
@@ -893,7 +917,9 @@ static stage_t ws_take(run_io_t *io)
 	}
 	io->have_ws = 1;
 	/* A warm sandbox's cgroup becomes the run's: its processes are in it. */
-	if (guard_start(io, &io->boot, &io->ws, io->warm ? &io->warm->cg : NULL, err, sizeof(err)) < 0) {
+	worker_cgroup_t *cg = io->wagent ? &io->wagent->w.cg : io->warm ? &io->warm->cg
+	                                                                : NULL;
+	if (guard_start(io, &io->boot, &io->ws, cg, err, sizeof(err)) < 0) {
 		/* The details (host paths, cgroup files) are for the operator. */
 		rn_log_error(run->run_id, "limits", "%s", err);
 		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not set up the run's limits.");
@@ -1007,6 +1033,32 @@ static stage_t stage_workspace(run_io_t *io)
 	return STAGE_NEXT;
 }
 
+static void sandbox_spec(run_io_t *io, worker_sandbox_spec_t *spec);
+
+/* Throws the run's warm agent away, unused (the run starts cold). */
+static void warm_agent_drop(run_io_t *io, const char *why)
+{
+	rn_log_info(io->run->run_id, "warm_agent", "the warm %s agent is not used (%s); starting cold", io->wagent->name,
+	            why);
+	struct worker_metrics_warm *mw = worker_metrics_warm(io->m, io->wagent->name);
+	if (mw)
+		rn_counter_add(mw->discarded, 1);
+	worker_warm_agent_free(io->wagent, 1); /* its run directory is ws */
+	io->wagent = NULL;
+}
+
+/* Keeps the warm agent when the run's cold launch (argv before the
+ * gateway's bridge, binds, environment, sandbox) is exactly its own. */
+static void warm_agent_check(run_io_t *io)
+{
+	worker_sandbox_spec_t spec;
+	char why[160] = "its kind cannot tell";
+	sandbox_spec(io, &spec);
+	if (!io->ops->warm_fits || !io->ops->warm_fits(&io->actx, io->wagent->name, why, sizeof(why)) ||
+	    !worker_warm_agent_fits(io->wagent, &spec, io->launch.argv.v, why, sizeof(why)))
+		warm_agent_drop(io, why);
+}
+
 /* The agent: its kind's adapter, the permission mode, the launch its
  * adapter prepares and the environment the sandbox gets. */
 static stage_t stage_agent(run_io_t *io)
@@ -1038,10 +1090,14 @@ static stage_t stage_agent(run_io_t *io)
 	io->launch.share_net = io->cfg->share_net;
 	if (io->ops->prepare(actx, &io->launch, &io->astate, err, sizeof(err)) < 0)
 		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent cannot be started: %s", err);
-	if (worker_gateway_wrap(io->gw, &io->launch.argv, &io->launch.ro_binds) < 0)
-		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not start the model gateway's bridge.");
 	if (build_env(io, run, &io->boot, &io->launch, &io->ws, &io->envv, err, sizeof(err)) < 0)
 		return run_fail(io, PROTO_ERR_BOOTSTRAP_FAILED, "The agent's environment cannot be built: %s", err);
+	/* A warm agent runs the launch it was started with: the run's must be
+	 * the same, else it starts cold. */
+	if (io->wagent)
+		warm_agent_check(io);
+	if (!io->wagent && worker_gateway_wrap(io->gw, &io->launch.argv, &io->launch.ro_binds) < 0)
+		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not start the model gateway's bridge.");
 	return STAGE_NEXT;
 }
 
@@ -1095,6 +1151,32 @@ static int sandbox_launch(run_io_t *io, const worker_sandbox_spec_t *spec, char 
 	return worker_sandbox_spawn(spec, &io->sb, err, err_size);
 }
 
+/*
+ * The warm agent's running sandbox becomes the run's, its session state
+ * the adapter's (actx.warm).  One that ended since the check makes the run
+ * start cold: the gateway's bridge goes in front of the launch after all.
+ * 0, or -1 (out of memory).
+ */
+static int warm_agent_take(run_io_t *io)
+{
+	if (worker_warm_agent_use(io->wagent, &io->sb) == 0) {
+		io->have_sb = 1;
+		io->actx.warm = io->wagent->hs;
+		return 0;
+	}
+	warm_agent_drop(io, "it ended while waiting");
+	return worker_gateway_wrap(io->gw, &io->launch.argv, &io->launch.ro_binds);
+}
+
+/* The proxy's socket of a warm agent's run, made at claim time (0600): the
+ * sandbox's uid connects to it (a cold start hands it in plan_bwrap). */
+static int warm_agent_hand_egress(const worker_sandbox_spec_t *spec, uid_t uid, gid_t gid)
+{
+	if (!spec->egress_socket || lchown(spec->egress_socket, uid, gid) == 0)
+		return 0;
+	return -1;
+}
+
 /* The sandbox runs the agent; then the workspace leaves the worker's mount
  * namespace. */
 static stage_t stage_sandbox(run_io_t *io)
@@ -1102,16 +1184,23 @@ static stage_t stage_sandbox(run_io_t *io)
 	worker_run_t *run = io->run;
 	char err[512];
 	worker_sandbox_spec_t spec;
+	if (io->wagent && warm_agent_take(io) < 0)
+		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not start the model gateway's bridge.");
 	sandbox_spec(io, &spec);
 	log_phase(io, "workspace ready");
 	/* The gateway's socket (0600): the sandbox's uid connects to it. */
 	uid_t suid;
 	gid_t sgid;
-	if (io->gw && spec.driver == WORKER_SANDBOX_BWRAP && worker_sandbox_ids(&spec, &suid, &sgid) &&
-	    worker_gateway_hand_to(io->gw, suid, sgid) < 0)
+	int drop_ids = spec.driver == WORKER_SANDBOX_BWRAP && worker_sandbox_ids(&spec, &suid, &sgid);
+	if (io->gw && drop_ids && worker_gateway_hand_to(io->gw, suid, sgid) < 0)
 		return run_fail(io, PROTO_ERR_INTERNAL, "The sandbox could not be started: the model gateway's socket");
+	if (io->wagent && drop_ids && warm_agent_hand_egress(&spec, suid, sgid) < 0)
+		return run_fail(io, PROTO_ERR_INTERNAL, "The sandbox could not be started: the egress proxy's socket");
+	/* The bag and assets/ were written for the run after the agent started. */
+	if (io->wagent && worker_sandbox_hand_over(&spec, err, sizeof(err)) < 0)
+		return run_fail(io, PROTO_ERR_INTERNAL, "The sandbox could not be started: %s", err);
 	int64_t t0 = rn_mono_us();
-	if (sandbox_launch(io, &spec, err, sizeof(err)) < 0)
+	if (!io->wagent && sandbox_launch(io, &spec, err, sizeof(err)) < 0)
 		return run_fail(io, PROTO_ERR_INTERNAL, "The sandbox could not be started: %s", err);
 	io->have_sb = 1;
 	rn_hist_observe(io->m->sandbox_start, (double)(rn_mono_us() - t0) / 1e6);
@@ -1128,7 +1217,9 @@ static stage_t stage_sandbox(run_io_t *io)
 	/* The environment holds the run's secrets: no longer needed here. */
 	rn_strv_free(&io->envv);
 	rn_log_info(run->run_id, "agent_started", "pid %ld, %s start, runtime cap %" PRId64 " s", (long)io->sb.pid,
-	            io->warm ? "warm" : "cold", io->cap_sec);
+	            io->wagent ? "warm agent" : io->warm ? "warm"
+	                                                 : "cold",
+	            io->cap_sec);
 	return STAGE_NEXT;
 }
 
@@ -1300,6 +1391,8 @@ static void run_release(run_io_t *io)
 		worker_sandbox_destroy(&io->sb);
 	worker_warm_free(io->warm, 1); /* its run directory is ws, removed below */
 	io->warm = NULL;
+	worker_warm_agent_free(io->wagent, 1); /* likewise; never back to the pool */
+	io->wagent = NULL;
 	/* The cgroup, the proxy, the tmpfs and the run directory go on the
 	 * reaper's thread: the slot is free once this thread returns. */
 	worker_gateway_stop(io->gw);

@@ -50,6 +50,9 @@ typedef struct worker_ctx {
 	void *arg;
 	/* Warm sandboxes started ahead of need, or NULL (worker/warm.h). */
 	struct worker_warm_pool *warm;
+	/* Agents started ahead of need, handshake done, or NULL
+	 * (worker/warm_agent.h, RUNNEL_WARM_AGENTS). */
+	struct worker_warm_agents *warm_agents;
 	/* Publishing connections kept between runs, or NULL (worker/publish.h). */
 	struct worker_pub_pool *pub_pool;
 	/* Removes finished runs' cgroups and directories, or NULL: the run's

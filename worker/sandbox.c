@@ -395,24 +395,33 @@ static void fdmap_free(fdmap_t *m)
 
 /* The bridge binary and the proxy socket, read-only (connecting to a unix
  * socket needs no write access to its mount). */
+static int has_egress(const worker_sandbox_spec_t *spec)
+{
+	return spec->egress_bridge && (spec->egress_socket || spec->sock_dir);
+}
+
 static void add_egress_binds(const worker_sandbox_spec_t *spec, strv_t *a)
 {
-	if (!spec->egress_bridge || !spec->egress_socket)
+	/* A warm agent's directory, whose sockets appear when a run takes it. */
+	if (spec->sock_dir)
+		strv_push3(a, "--ro-bind", spec->sock_dir, RN_SANDBOX_SOCK_DIR);
+	if (!has_egress(spec))
 		return;
 	strv_push3(a, "--ro-bind", spec->egress_bridge, WORKER_EGRESS_BRIDGE_IN_SANDBOX);
-	strv_push3(a, "--ro-bind", spec->egress_socket, WORKER_EGRESS_SOCK_IN_SANDBOX);
+	if (!spec->sock_dir)
+		strv_push3(a, "--ro-bind", spec->egress_socket, WORKER_EGRESS_SOCK_IN_SANDBOX);
 }
 
 /* The bridge runs first and executes the rest of the command line. */
 static void add_egress_argv(const worker_sandbox_spec_t *spec, strv_t *a)
 {
-	if (!spec->egress_bridge || !spec->egress_socket)
+	if (!has_egress(spec))
 		return;
 	char port[16];
 	snprintf(port, sizeof(port), "%d", WORKER_EGRESS_PORT);
 	strv_push(a, WORKER_EGRESS_BRIDGE_IN_SANDBOX);
 	strv_push(a, port);
-	strv_push(a, WORKER_EGRESS_SOCK_IN_SANDBOX);
+	strv_push(a, spec->sock_dir ? RN_SANDBOX_SOCK_DIR "/" RN_SANDBOX_SOCK_EGRESS_NAME : WORKER_EGRESS_SOCK_IN_SANDBOX);
 }
 
 static int is_proxy_var(const char *e)
@@ -879,7 +888,7 @@ static int build_launch(const worker_sandbox_spec_t *spec, msg_t *m, char *errst
 	}
 	strv_t egress_env = { 0 };
 	char *const *envp = spec->envp;
-	if (spec->egress_bridge && spec->egress_socket) {
+	if (has_egress(spec)) {
 		build_egress_env(spec->envp, &egress_env);
 		envp = egress_env.v;
 		if (egress_env.oom)
@@ -920,15 +929,8 @@ static int build_launch(const worker_sandbox_spec_t *spec, msg_t *m, char *errst
 	return 0;
 }
 
-int worker_sandbox_launch(worker_sandbox_t *sb, const worker_sandbox_spec_t *spec,
-                          char *errstr, size_t errstr_size)
+int worker_sandbox_hand_over(const worker_sandbox_spec_t *spec, char *errstr, size_t errstr_size)
 {
-	if (!spec->argv || !spec->argv[0]) {
-		snprintf(errstr, errstr_size, "sandbox: no agent command");
-		return -1;
-	}
-	/* The workspace (and skills) belong to the sandbox's ids before
-	 * anything of the run runs: the init waits for this message. */
 	uid_t uid;
 	gid_t gid;
 	if (worker_sandbox_ids(spec, &uid, &gid) &&
@@ -938,6 +940,20 @@ int worker_sandbox_launch(worker_sandbox_t *sb, const worker_sandbox_spec_t *spe
 		         strerror(errno));
 		return -1;
 	}
+	return 0;
+}
+
+int worker_sandbox_launch(worker_sandbox_t *sb, const worker_sandbox_spec_t *spec,
+                          char *errstr, size_t errstr_size)
+{
+	if (!spec->argv || !spec->argv[0]) {
+		snprintf(errstr, errstr_size, "sandbox: no agent command");
+		return -1;
+	}
+	/* The workspace (and skills) belong to the sandbox's ids before
+	 * anything of the run runs: the init waits for this message. */
+	if (worker_sandbox_hand_over(spec, errstr, errstr_size) < 0)
+		return -1;
 	msg_t m = { 0 };
 	int rc = build_launch(spec, &m, errstr, errstr_size);
 	if (rc == 0) {

@@ -66,6 +66,11 @@ typedef struct worker_sandbox_spec {
 	long tmp_mb;               /* size of /tmp, /root and /run tmpfs; 0 = the kernel's default */
 	const char *egress_bridge; /* host path of runnel-egress-bridge: run the agent behind it, or NULL */
 	const char *egress_socket; /* host path of the run's egress proxy socket (with egress_bridge) */
+	/* A warm agent's socket directory (host), bound read-only at
+	 * RN_SANDBOX_SOCK_DIR; with it the egress bridge connects to the
+	 * proxy socket there (created at claim time) and egress_socket is
+	 * neither needed nor bound. */
+	const char *sock_dir;
 	/* bwrap only.  The host's runnel-warm-init: the first program of every
 	 * bwrap sandbox, cold or warm, which receives the agent's argv,
 	 * environment and setup script over stdin (worker_sandbox_launch). */
@@ -118,6 +123,12 @@ int worker_sandbox_start(const worker_sandbox_spec_t *spec, worker_sandbox_t *sb
                          char *errstr, size_t errstr_size);
 int worker_sandbox_launch(worker_sandbox_t *sb, const worker_sandbox_spec_t *spec,
                           char *errstr, size_t errstr_size);
+
+/* Gives spec's workspace and skills trees to the sandbox's ids (a root
+ * worker's; nothing otherwise), as worker_sandbox_launch does before the
+ * agent starts: a warm agent's run, whose agent started before the run's
+ * files were written, calls it before the prompt.  0, or -1 with errstr. */
+int worker_sandbox_hand_over(const worker_sandbox_spec_t *spec, char *errstr, size_t errstr_size);
 
 /*
  * The host uid and gid the sandbox of spec runs as: spec's (or the

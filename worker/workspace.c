@@ -137,7 +137,8 @@ static int ws_layout(worker_ws_t *ws, const char *root, const char *name)
 	    (size_t)snprintf(ws->assets, sizeof(ws->assets), "%s/assets", ws->workspace) >= sizeof(ws->assets) ||
 	    (size_t)snprintf(ws->skills, sizeof(ws->skills), "%s/skills", ws->dir) >= sizeof(ws->skills) ||
 	    (size_t)snprintf(ws->meta, sizeof(ws->meta), "%s/meta", ws->dir) >= sizeof(ws->meta) ||
-	    (size_t)snprintf(ws->home, sizeof(ws->home), "%s/home", ws->meta) >= sizeof(ws->home)) {
+	    (size_t)snprintf(ws->home, sizeof(ws->home), "%s/home", ws->meta) >= sizeof(ws->home) ||
+	    (size_t)snprintf(ws->sock, sizeof(ws->sock), "%s/sock", ws->dir) >= sizeof(ws->sock)) {
 		memset(ws, 0, sizeof(*ws));
 		return -1;
 	}
@@ -234,6 +235,10 @@ const char *worker_ws_make(worker_ws_t *ws, worker_ws_sub_t sub)
 		if (!worker_ws_make(ws, WORKER_WS_META))
 			return NULL;
 		path = ws->home;
+		break;
+	case WORKER_WS_SOCK:
+		/* 0711: the sandbox's uid passes through to its own sockets. */
+		path = ws->sock, mode = 0711;
 		break;
 	}
 	if (!path || !path[0]) {

@@ -9,6 +9,8 @@
  *   meta/               worker-private (setup script, proxy socket); never
  *                       bound into the sandbox except the files it names
  *   meta/home/          the agent's HOME when there is no bwrap
+ *   sock/               a warm agent's sockets (the run's egress proxy and
+ *                       model gateway), bound at /run/runnel/sock
  * This file makes every directory of a run and of the work directory:
  * worker_ws_create makes the top, workspace/ and assets/; worker_ws_make
  * makes the others on first need (skills/, meta/, meta/home/, and assets/
@@ -77,6 +79,7 @@ typedef struct worker_ws {
 	char skills[WORKER_PATH_MAX];    /* .../skills */
 	char meta[WORKER_PATH_MAX];      /* .../meta */
 	char home[WORKER_PATH_MAX];      /* .../meta/home */
+	char sock[WORKER_PATH_MAX];      /* .../sock */
 	/* worker_ws_detach: the workspace tmpfs, no longer mounted in the
 	 * worker's namespace, held open here (assets then reads through it). */
 	int detached;
@@ -89,6 +92,7 @@ typedef enum worker_ws_sub {
 	WORKER_WS_SKILLS, /* skills/, 0755 */
 	WORKER_WS_META,   /* meta/, 0711 (searchable: the proxy socket is bound from it) */
 	WORKER_WS_HOME,   /* meta/home/, 0700 (meta/ first) */
+	WORKER_WS_SOCK,   /* sock/, 0711 (a warm agent's: bound whole, holds sockets only) */
 } worker_ws_sub_t;
 
 /* Makes sub unless it is there; its path (in ws), or NULL with errno. */

@@ -1,0 +1,394 @@
+/*
+ * tests/acp/test_acp_warm.c - warm agents (RUNNEL_WARM_AGENTS) with the
+ * real Claude Code and Codex ACP adapters against the fake providers:
+ *   - the same runs on a worker without warm agents and on one with them
+ *     (claude with an ask answered through the ctl stream, codex): the
+ *     same lines (types and statuses), ask, result text, uploaded file and
+ *     usage; the warm worker's runs said "warm agent start";
+ *   - a cancelled run and a failed run (provider 500) never give their
+ *     agent back: the next run gets another session, and the pool started
+ *     another agent;
+ *   - no state leaks: a run that writes into $HOME, /tmp and Claude's own
+ *     session files leaves nothing the next warm run can find;
+ *   - the sandbox of a warm agent holds the gateway's placeholder only:
+ *     no provider key in any process's environment or file there, in
+ *     Redis or in the worker's log, and the provider got the real key;
+ *   - runs that do not match start cold: a system prompt (claude), a model
+ *     (codex, on its command line), another network;
+ *   - /metrics shows the pool (ready, started, taken, discarded, age);
+ *   - bad RUNNEL_WARM_AGENTS values stop the worker with the exact message.
+ * Waits are on conditions with deadlines, never on time.
+ */
+#include "tests/acp/acptest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static at_t T;
+
+#define RUN_MS 120000
+
+/* A run of preset with both providers in /env (as at_submit, without the
+ * system prompt, model and retry variable that no warm agent matches). */
+static void submit(const char *run_id, const char *preset, const char *perm, const char *system_prompt,
+                   const char *model, const char *network, const char *prompt, dev_stub_otps_t *o)
+{
+	dev_stub_run_t run = { 0 };
+	run.config = wt_agent_config(th_strf("{\"kind\":\"acp\",\"preset\":\"%s\"}", preset));
+	if (perm)
+		json_object_set_new(run.config, "permission_mode", json_string(perm));
+	/* null: the stub's defaults (a system prompt, model "mock") would not fit. */
+	json_object_set_new(run.config, "system_prompt", system_prompt ? json_string(system_prompt) : json_null());
+	json_object_set_new(run.config, "model", model ? json_string(model) : json_null());
+	if (network)
+		json_object_set_new(run.config, "network", json_string(network));
+	run.env = json_pack("{s:{s:s,s:s,s:s,s:s},s:n}", "variables", "ANTHROPIC_BASE_URL", fp_url(T.anthropic),
+	                    "ANTHROPIC_API_KEY", AT_ANTHROPIC_KEY, "OPENAI_BASE_URL", th_strf("%s/v1", fp_url(T.openai)),
+	                    "OPENAI_API_KEY", AT_OPENAI_KEY, "setup_script");
+	wt_submit(&T.w, run_id, &run, prompt, 1, 0, o);
+	json_decref(run.config);
+	json_decref(run.env);
+}
+
+/* How the worker's log says run_id's agent started: "warm agent", "warm",
+ * "cold", or "" when it did not. */
+static const char *start_kind(const char *worker, const char *run_id)
+{
+	size_t len = 0;
+	char *log = th_file_read(wt_log_path(&T.w, worker), &len);
+	const char *kind = "";
+	for (char *line = log; line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		if (strstr(line, run_id) && strstr(line, "agent_started"))
+			kind = strstr(line, "warm agent start") ? "warm agent" : strstr(line, "warm start") ? "warm"
+			                                                                                    : "cold";
+		line = nl ? nl + 1 : NULL;
+	}
+	free(log);
+	return kind;
+}
+
+/* Prints the worker's log lines that hold needle (after a failed check). */
+static void show_log(const char *worker, const char *needle)
+{
+	size_t len = 0;
+	char *log = th_file_read(wt_log_path(&T.w, worker), &len);
+	for (char *line = log; line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		if (strstr(line, needle))
+			printf("# %s: %s\n", worker, line);
+		line = nl ? nl + 1 : NULL;
+	}
+	free(log);
+}
+
+/* The value of a series in the worker's /metrics, -1 when absent. */
+static long metric(const char *worker, const char *series)
+{
+	long status = 0;
+	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/metrics", wt_metrics_port(&T.w, worker)), &status);
+	const char *p = body ? strstr(body, series) : NULL;
+	long v = -1;
+	if (p && p[strlen(series)] == ' ')
+		v = strtol(p + strlen(series) + 1, NULL, 10);
+	free(body);
+	return v;
+}
+
+typedef struct ready_ref {
+	const char *worker, *series;
+	long want;
+} ready_ref_t;
+
+static int metric_at_least(void *arg)
+{
+	ready_ref_t *r = arg;
+	return metric(r->worker, r->series) >= r->want;
+}
+
+/* Waits until the pool has n ready agents of name (Claude's handshake takes
+ * seconds under load). */
+static void wait_ready(const char *worker, const char *name, long n)
+{
+	ready_ref_t r = { worker, th_strf("runnel_worker_warm_agents{agent=\"%s\"}", name), n };
+	TH_REQUIRE(th_wait_until(metric_at_least, &r, RUN_MS), "%ld warm %s agent(s) ready", n, name);
+}
+
+/* What two runs must share: the non-log lines' types and statuses, the
+ * result text; "" when the run has no lines. */
+static char *shape(const char *run_id)
+{
+	size_t n;
+	char **l = wt_lines(&T.w, run_id, &n);
+	char *s = th_strf("%s", "");
+	for (size_t i = 0; i < n; i++) {
+		/* wt_field's answer lasts until its next call. */
+		const char *type = th_strf("%s", wt_field(l[i], "type") ? wt_field(l[i], "type") : "");
+		if (th_streq(type, "log"))
+			continue;
+		const char *status = th_strf("%s", wt_field(l[i], "status") ? wt_field(l[i], "status") : "");
+		s = th_strf("%s%s/%s ", s, type, status);
+	}
+	if (n)
+		s = th_strf("%s| %s", s, wt_field(l[n - 1], "message") ? wt_field(l[n - 1], "message") : "");
+	th_strv_free(l, n);
+	return s;
+}
+
+/* The id of the ask line of run_id, waiting for it. */
+static const char *wait_ask(const char *run_id)
+{
+	TH_REQUIRE(at_wait_line(&T, run_id, "ask", "open", RUN_MS) >= 0, "%s asked", run_id);
+	size_t n;
+	char **l = wt_lines(&T.w, run_id, &n);
+	long i = th_lines_find(l, n, 0, "ask", "open");
+	const char *id = th_strf("%s", i >= 0 ? wt_field(l[i], "id") : "");
+	th_strv_free(l, n);
+	return id;
+}
+
+/* The ACP session id of run_id (its "ACP session ..." log line). */
+static const char *session_of(const char *run_id)
+{
+	size_t n;
+	char **l = wt_lines(&T.w, run_id, &n);
+	const char *sid = "";
+	for (size_t i = 0; i < n; i++) {
+		const char *m = wt_field(l[i], "message");
+		if (m && !strncmp(m, "ACP session ", 12)) {
+			sid = th_strf("%.*s", (int)strcspn(m + 12, ","), m + 12);
+			break;
+		}
+	}
+	th_strv_free(l, n);
+	return sid;
+}
+
+typedef struct pair {
+	char *claude, *codex;
+	const char *claude_file, *codex_file, *claude_usage, *codex_usage;
+} pair_t;
+
+/* The two comparison runs on worker: claude asking (answered allow), codex. */
+static void comparison_runs(const char *worker, const char *tag, pair_t *out)
+{
+	dev_stub_otps_t o;
+	const char *rc = th_strf("run_cmp_claude_%s", tag), *rx = th_strf("run_cmp_codex_%s", tag);
+	fp_set(T.anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo same > assets/c.txt", .final = "Claude did it." });
+	submit(rc, "claude", "ask", NULL, NULL, NULL, "make c.txt", &o);
+	const char *ask = wait_ask(rc);
+	wt_ctl(&T.w, rc, th_strf("{\"type\":\"reply\",\"id\":\"%s\",\"option\":\"allow\"}", ask));
+	TH_REQUIRE(wt_wait_terminal(&T.w, rc, RUN_MS), "%s ended", rc);
+	out->claude = shape(rc);
+	out->claude_file = at_upload(&T, &o, "c.txt");
+	out->claude_usage = th_strf("%s", wt_state(&T.w, rc, "usage"));
+	fp_set(T.openai, &(fp_script_t){ .cmd = "mkdir -p assets && echo same > assets/x.txt", .final = "Codex did it." });
+	submit(rx, "codex", NULL, NULL, NULL, NULL, "make x.txt", &o);
+	TH_REQUIRE(wt_wait_terminal(&T.w, rx, RUN_MS), "%s ended", rx);
+	out->codex = shape(rx);
+	out->codex_file = at_upload(&T, &o, "x.txt");
+	out->codex_usage = th_strf("%s", wt_state(&T.w, rx, "usage"));
+	const char *want = th_streq(tag, "warm") ? "warm agent" : "cold";
+	if (!th_streq(start_kind(worker, rc), want))
+		show_log(worker, "warm");
+	TH_CHECK(th_streq(start_kind(worker, rc), want), "%s: %s start (%s)", rc, want, start_kind(worker, rc));
+	TH_CHECK(th_streq(start_kind(worker, rx), want), "%s: %s start (%s)", rx, want, start_kind(worker, rx));
+}
+
+static void test_same_as_cold(pid_t *warm_worker)
+{
+	const char *cold_env[] = { "RUNNEL_WARM=0", NULL };
+	pid_t w = at_worker(&T, "wcold", cold_env);
+	wt_warmup(&T.w);
+	pair_t cold = { 0 }, warm = { 0 };
+	comparison_runs("wcold", "cold", &cold);
+	wt_stop_worker(w, 20000, "wcold");
+
+	const char *warm_env[] = { "RUNNEL_WARM=0", "RUNNEL_WARM_AGENTS=claude:1,codex:1", NULL };
+	*warm_worker = at_worker(&T, "ww", warm_env);
+	wait_ready("ww", "claude", 1);
+	wait_ready("ww", "codex", 1);
+	comparison_runs("ww", "warm", &warm);
+	TH_CHECK(strstr(cold.claude, "ask/open ask/answered ") && strstr(cold.claude, "step/succeeded"),
+	         "claude cold asked and ran: %s", cold.claude);
+	TH_CHECK(th_streq(cold.claude, warm.claude), "claude lines: cold %s, warm %s", cold.claude, warm.claude);
+	TH_CHECK(th_streq(cold.codex, warm.codex), "codex lines: cold %s, warm %s", cold.codex, warm.codex);
+	TH_CHECK(th_streq(cold.claude_file, "same\n") && th_streq(warm.claude_file, "same\n"), "claude writeback");
+	TH_CHECK(th_streq(cold.codex_file, "same\n") && th_streq(warm.codex_file, "same\n"), "codex writeback");
+	TH_CHECK(th_streq(cold.claude_usage, warm.claude_usage), "claude usage: cold %s, warm %s", cold.claude_usage,
+	         warm.claude_usage);
+	TH_CHECK(th_streq(cold.codex_usage, warm.codex_usage), "codex usage: cold %s, warm %s", cold.codex_usage,
+	         warm.codex_usage);
+	TH_CHECK(metric("ww", "runnel_worker_warm_agents_taken_total{agent=\"claude\"}") == 1 &&
+	                 metric("ww", "runnel_worker_warm_agents_taken_total{agent=\"codex\"}") == 1,
+	         "taken counted");
+}
+
+/* A cancelled run and a failed one: their agents never come back. */
+static void test_never_returned(void)
+{
+	wait_ready("ww", "claude", 1);
+	long started = metric("ww", "runnel_worker_warm_agents_started_total{agent=\"claude\"}");
+	fp_set(T.anthropic, &(fp_script_t){ .final = "slow", .delay_ms = 60000 });
+	dev_stub_otps_t o;
+	submit("run_warm_cancel", "claude", NULL, NULL, NULL, NULL, "wait", &o);
+	TH_REQUIRE(wt_wait_started(&T.w, "run_warm_cancel", RUN_MS), "the run started");
+	TH_REQUIRE(at_wait_line(&T, "run_warm_cancel", "log", NULL, RUN_MS) >= 0, "the agent speaks");
+	wt_ctl(&T.w, "run_warm_cancel", "{\"type\":\"cancel\",\"reason\":\"client_closed\"}");
+	TH_REQUIRE(wt_wait_terminal(&T.w, "run_warm_cancel", RUN_MS), "cancelled run ended");
+	TH_CHECK(th_streq(wt_state(&T.w, "run_warm_cancel", "status"), "cancelled"), "cancelled");
+	TH_CHECK(th_streq(start_kind("ww", "run_warm_cancel"), "warm agent"), "the cancelled run was warm");
+
+	wait_ready("ww", "claude", 1);
+	fp_set(T.anthropic, &(fp_script_t){ .status = 500 });
+	submit("run_warm_fail", "claude", NULL, NULL, NULL, NULL, "fail", &o);
+	TH_REQUIRE(wt_wait_terminal(&T.w, "run_warm_fail", RUN_MS), "failed run ended");
+	TH_CHECK(!th_streq(wt_state(&T.w, "run_warm_fail", "status"), "succeeded"), "the run failed");
+	TH_CHECK(th_streq(start_kind("ww", "run_warm_fail"), "warm agent"), "the failed run was warm");
+
+	wait_ready("ww", "claude", 1);
+	fp_set(T.anthropic, &(fp_script_t){ .final = "after" });
+	submit("run_warm_after", "claude", NULL, NULL, NULL, NULL, "after", &o);
+	TH_REQUIRE(wt_wait_terminal(&T.w, "run_warm_after", RUN_MS), "next run ended");
+	const char *s1 = session_of("run_warm_cancel"), *s2 = session_of("run_warm_fail"),
+	           *s3 = session_of("run_warm_after");
+	TH_CHECK(*s1 && *s2 && *s3 && strcmp(s1, s2) && strcmp(s2, s3) && strcmp(s1, s3),
+	         "three sessions of three agents: %s %s %s", s1, s2, s3);
+	TH_CHECK(metric("ww", "runnel_worker_warm_agents_started_total{agent=\"claude\"}") >= started + 2,
+	         "the pool started an agent for each run");
+}
+
+/* What one warm run writes, the next cannot find. */
+static void test_no_leak(void)
+{
+	wait_ready("ww", "claude", 1);
+	dev_stub_otps_t o;
+	fp_set(T.anthropic, &(fp_script_t){ .cmd = "echo leakmark7 > ~/leak_home; echo leakmark7 > /tmp/leak_tmp; "
+	                                           "mkdir -p assets; ls ~/.claude/projects/*/ > assets/mine.txt",
+	                                    .final = "wrote" });
+	submit("run_leak_a", "claude", NULL, NULL, NULL, NULL, "leak it leakmark7", &o);
+	TH_REQUIRE(wt_wait_terminal(&T.w, "run_leak_a", RUN_MS), "run_leak_a ended");
+	const char *sid_a = session_of("run_leak_a");
+	const char *mine = at_upload(&T, &o, "mine.txt");
+	TH_CHECK(mine && *sid_a && strstr(mine, sid_a), "run_leak_a saw its own session file (%s): %s", sid_a,
+	         mine ? mine : "(none)");
+	wait_ready("ww", "claude", 1);
+	fp_set(T.anthropic, &(fp_script_t){ .cmd = "mkdir -p assets; { ls -a ~ /tmp; ls -R ~/.claude; "
+	                                           "grep -rl leakmar[k]7 / --exclude-dir=proc --exclude-dir=sys; } "
+	                                           "> assets/seen.txt 2>&1; true",
+	                                    .final = "looked" });
+	submit("run_leak_b", "claude", NULL, NULL, NULL, NULL, "look", &o);
+	TH_REQUIRE(wt_wait_terminal(&T.w, "run_leak_b", RUN_MS), "run_leak_b ended");
+	const char *seen = at_upload(&T, &o, "seen.txt");
+	TH_CHECK(th_streq(start_kind("ww", "run_leak_b"), "warm agent"), "run_leak_b was warm");
+	TH_CHECK(seen && !strstr(seen, "leak_home") && !strstr(seen, "leak_tmp") && !strstr(seen, sid_a) &&
+	                 !strstr(seen, "leakmark7"),
+	         "nothing of run_leak_a in run_leak_b: %s", seen ? seen : "(no upload)");
+}
+
+/* Key custody in a warm agent's sandbox. */
+static void test_secrets(void)
+{
+	wait_ready("ww", "codex", 1);
+	dev_stub_otps_t o;
+	fp_set(T.openai, &(fp_script_t){ .cmd = "mkdir -p assets; { env; for p in /proc/[0-9]*; do cat $p/environ; echo; cat $p/cmdline; "
+	                                        "echo; done; grep -rIl acp-tes[t]-key /root /tmp /run | sed s/^/FOUND$((1+1)):/; } "
+	                                        "> assets/dump.txt 2>/dev/null",
+	                                 .final = "dumped" });
+	submit("run_warm_dump", "codex", NULL, NULL, NULL, NULL, "dump", &o);
+	TH_REQUIRE(wt_wait_terminal(&T.w, "run_warm_dump", RUN_MS), "dump run ended");
+	TH_CHECK(th_streq(start_kind("ww", "run_warm_dump"), "warm agent"), "the dump run was warm");
+	const char *dump = at_upload(&T, &o, "dump.txt");
+	TH_CHECK(dump && strstr(dump, "OPENAI_API_KEY=rgw-") && !strstr(dump, AT_OPENAI_KEY) &&
+	                 !strstr(dump, AT_ANTHROPIC_KEY) && !strstr(dump, "FOUND2:"),
+	         "placeholders only in the warm sandbox");
+	TH_CHECK(fp_seen(T.openai, "Bearer " AT_OPENAI_KEY), "the provider got the real key");
+	TH_CHECK(th_redis_scan_contains(T.w.rc, AT_OPENAI_KEY) == 0 && th_redis_scan_contains(T.w.rc, AT_ANTHROPIC_KEY) == 0,
+	         "no key in Redis");
+	TH_CHECK(!wt_log_has(&T.w, "ww", AT_OPENAI_KEY) && !wt_log_has(&T.w, "ww", AT_ANTHROPIC_KEY) &&
+	                 !wt_log_has(&T.w, "ww", "rgw-"),
+	         "no key or placeholder in the worker log");
+}
+
+/* Runs a warm agent cannot serve start cold, and still work. */
+static void test_cold_when_different(void)
+{
+	dev_stub_otps_t o;
+	wait_ready("ww", "claude", 1);
+	long discarded = metric("ww", "runnel_worker_warm_agents_discarded_total{agent=\"claude\"}");
+	fp_set(T.anthropic, &(fp_script_t){ .final = "prompted" });
+	submit("run_cold_sys", "claude", NULL, "Warm agents have no system prompt.", NULL, NULL, "sys", &o);
+	TH_REQUIRE(wt_wait_terminal(&T.w, "run_cold_sys", RUN_MS), "run_cold_sys ended");
+	TH_CHECK(th_streq(start_kind("ww", "run_cold_sys"), "cold"), "a system prompt starts cold");
+	TH_CHECK(th_streq(wt_state(&T.w, "run_cold_sys", "status"), "succeeded"), "and succeeds");
+	TH_CHECK(fp_seen(T.anthropic, "Warm agents have no system prompt."), "with its system prompt");
+	TH_CHECK(metric("ww", "runnel_worker_warm_agents_discarded_total{agent=\"claude\"}") == discarded + 1,
+	         "the agent it took was discarded");
+	TH_CHECK(wt_log_has(&T.w, "ww", "the warm claude agent is not used (the run has a system prompt); starting cold"),
+	         "the log says why");
+
+	wait_ready("ww", "codex", 1);
+	fp_set(T.openai, &(fp_script_t){ .final = "modelled" });
+	submit("run_cold_model", "codex", NULL, NULL, "gpt-5.5", NULL, "model", &o);
+	TH_REQUIRE(wt_wait_terminal(&T.w, "run_cold_model", RUN_MS), "run_cold_model ended");
+	TH_CHECK(th_streq(start_kind("ww", "run_cold_model"), "cold"), "a codex model starts cold");
+	TH_CHECK(th_streq(wt_state(&T.w, "run_cold_model", "status"), "succeeded"), "and succeeds");
+
+	wait_ready("ww", "claude", 1);
+	submit("run_cold_net", "claude", NULL, NULL, NULL, "none", "net", &o);
+	TH_REQUIRE(wt_wait_terminal(&T.w, "run_cold_net", RUN_MS), "run_cold_net ended");
+	TH_CHECK(!th_streq(start_kind("ww", "run_cold_net"), "warm agent"), "another network is not warm");
+}
+
+static void test_bad_values(void)
+{
+	static const char *const cases[][2] = {
+		{ "claude", "RUNNEL_WARM_AGENTS/--warm-agents: \\\"claude\\\" is not NAME:COUNT" },
+		{ "claude:2,,codex:1", "RUNNEL_WARM_AGENTS/--warm-agents: \\\"claude:2,,codex:1\\\" is not a list of NAME:COUNT" },
+		{ "gemini:1", "RUNNEL_WARM_AGENTS/--warm-agents: \\\"gemini\\\" is not an agent that starts warm (claude, codex)" },
+		{ "claude:0", "RUNNEL_WARM_AGENTS/--warm-agents: \\\"claude:0\\\": COUNT must be 1 to 64" },
+		{ "claude:x", "RUNNEL_WARM_AGENTS/--warm-agents: \\\"claude:x\\\" is not NAME:COUNT" },
+		{ "claude:1,claude:1", "RUNNEL_WARM_AGENTS/--warm-agents: claude is listed twice" },
+		{ "claude:3,codex:2", "RUNNEL_WARM_AGENTS/--warm-agents: 5 warm agents are more than the 4 slot(s)" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *name = th_strf("wbad%zu", i);
+		const char *env[] = { th_strf("RUNNEL_WARM_AGENTS=%s", cases[i][0]), NULL };
+		pid_t p = at_worker(&T, name, env);
+		int s = 0;
+		TH_CHECK(th_wait_exit(p, 20000, &s) == 0 && WIFEXITED(s) && WEXITSTATUS(s) == 2, "%s: exit 2", cases[i][0]);
+		TH_CHECK(wt_log_has(&T.w, name, cases[i][1]), "%s: exact message", cases[i][0]);
+	}
+	/* A worker without the agents cannot keep them warm: it says so. */
+	const char *env[] = { "RUNNEL_WARM_AGENTS=claude:1", NULL };
+	pid_t p = wt_worker(&T.w, "wbadprefix", env);
+	int s = 0;
+	TH_CHECK(th_wait_exit(p, 20000, &s) == 0 && WIFEXITED(s) && WEXITSTATUS(s) == 2, "no prefix: exit 2");
+	TH_CHECK(wt_log_has(&T.w, "wbadprefix",
+	                    "warm agents: claude cannot start: this worker has no ACP agents installed (set RUNNEL_ACP_PREFIX)"),
+	         "no prefix: exact message");
+}
+
+int main(int argc, char **argv)
+{
+	th_init("acp_warm");
+	if (at_setup(&T, argc, argv, NULL) == 77)
+		return 77;
+	test_bad_values();
+	pid_t w = -1;
+	test_same_as_cold(&w);
+	test_never_returned();
+	test_no_leak();
+	test_secrets();
+	test_cold_when_different();
+	int st = th_stop(w, 20000);
+	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);
+	at_teardown(&T);
+	return th_done();
+}
