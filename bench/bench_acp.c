@@ -17,19 +17,25 @@
  *   adapter's "ACP agent" and "ACP session" lines): where the time goes.
  *
  * p50 and p99 over N runs one at a time, then N runs 4 at a time, for each
- * agent, with the machine's load average.  Warm agents (RUNNEL_WARM_AGENTS)
- * are not built yet: every figure is a cold start.  Prints figures;
- * asserts nothing.
+ * agent, cold (a worker without warm agents) and warm (a worker with
+ * RUNNEL_WARM_AGENTS=<agent>:4, whose pool is full again before each batch:
+ * the figure is a warm start's, and the runs that still started cold are
+ * counted), side by side, with the machine's load average; then the RSS,
+ * PSS and CPU of an idle warm agent (its sandbox's processes, summed).
+ * Every run has no system prompt and no model for Codex, so that both
+ * modes run the same configuration.  Prints figures; asserts nothing.
  *
  *   bench_acp PREFIX NODE [--runs N] [--agents claude,codex]
  *
  * PREFIX holds the agents (agents/install.sh PREFIX); a Release build
  * without sanitizers gives the figures worth quoting (see bench/acp.cmake).
  */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -128,61 +134,131 @@ static int cmp_d(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static void pct(const char *what, double *v, size_t n)
+/* p50 and p99 of the samples that exist (-1 each when none). */
+static size_t pct(double *v, size_t n, double *p50, double *p99)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++)
 		if (v[i] >= 0)
 			v[k++] = v[i];
-	if (!k) {
-		printf("    %-30s   (no samples)\n", what);
-		return;
-	}
+	*p50 = *p99 = -1;
+	if (!k)
+		return 0;
 	qsort(v, k, sizeof(*v), cmp_d);
-	size_t i50 = (k - 1) / 2, i99 = (size_t)((double)(k - 1) * 0.99 + 0.5);
-	printf("    %-30s p50 %7.0f ms   p99 %7.0f ms   (n=%zu)\n", what, v[i50], v[i99], k);
+	*p50 = v[(k - 1) / 2];
+	*p99 = v[(size_t)((double)(k - 1) * 0.99 + 0.5)];
+	return k;
 }
 
-static void report(const char *agent, const char *mode, sample_t *s, size_t n)
+#define NFIELDS 6
+static const char *const field_names[NFIELDS] = {
+	"claim -> first model request",
+	"enqueue -> first step",
+	"claim -> bootstrap done",
+	"claim -> workspace ready",
+	"claim -> initialize answered",
+	"claim -> session/new answered",
+};
+
+static double field(const sample_t *x, int f)
+{
+	const double v[NFIELDS] = { x->claim_model, x->enq_step, x->claim_boot, x->claim_ws, x->claim_init, x->claim_sess };
+	return v[f];
+}
+
+/* cold and warm side by side (warm NULL: cold only). */
+static void report(const char *agent, const char *mode, const sample_t *cold, const sample_t *warm, size_t n,
+                   int warm_started)
 {
 	double *v = calloc(n ? n : 1, sizeof(*v));
-	printf("  %s, %s (cold):\n", agent, mode);
-	for (size_t i = 0; i < n; i++)
-		v[i] = s[i].claim_model;
-	pct("claim -> first model request", v, n);
-	for (size_t i = 0; i < n; i++)
-		v[i] = s[i].enq_step;
-	pct("enqueue -> first step", v, n);
-	for (size_t i = 0; i < n; i++)
-		v[i] = s[i].claim_boot;
-	pct("claim -> bootstrap done", v, n);
-	for (size_t i = 0; i < n; i++)
-		v[i] = s[i].claim_ws;
-	pct("claim -> workspace ready", v, n);
-	for (size_t i = 0; i < n; i++)
-		v[i] = s[i].claim_init;
-	pct("claim -> initialize answered", v, n);
-	for (size_t i = 0; i < n; i++)
-		v[i] = s[i].claim_sess;
-	pct("claim -> session/new answered", v, n);
+	printf("  %s, %s:%*s cold p50 / p99            warm p50 / p99\n", agent, mode, (int)(24 - strlen(agent) - strlen(mode)), "");
+	for (int f = 0; f < NFIELDS; f++) {
+		double c50, c99, w50 = -1, w99 = -1;
+		for (size_t i = 0; i < n; i++)
+			v[i] = field(&cold[i], f);
+		size_t kc = pct(v, n, &c50, &c99), kw = 0;
+		if (warm) {
+			for (size_t i = 0; i < n; i++)
+				v[i] = field(&warm[i], f);
+			kw = pct(v, n, &w50, &w99);
+		}
+		printf("    %-30s %6.0f / %6.0f ms (n=%zu)   %6.0f / %6.0f ms (n=%zu)\n", field_names[f], c50, c99, kc, w50,
+		       w99, kw);
+	}
+	if (warm)
+		printf("    runs that started on a warm agent: %d of %zu\n", warm_started, n);
 	free(v);
 }
 
-/* Runs `count` runs of agent, `par` at a time; fills s. */
-static void batch(at_t *t, const char *log, const char *agent, int par, int count, sample_t *s)
+/* A run of agent with both providers in /env and nothing a warm agent
+ * cannot serve (no system prompt; no model: Codex has it on its command
+ * line), the same for both modes. */
+static void submit(at_t *t, const char *run_id, const char *agent, const char *prompt)
+{
+	dev_stub_otps_t o;
+	dev_stub_run_t run = { 0 };
+	run.config = wt_agent_config(th_strf("{\"kind\":\"acp\",\"preset\":\"%s\"}", agent));
+	json_object_set_new(run.config, "permission_mode", json_string("bypass"));
+	json_object_set_new(run.config, "system_prompt", json_null());
+	json_object_set_new(run.config, "model", json_null());
+	run.env = json_pack("{s:{s:s,s:s,s:s,s:s},s:n}", "variables", "ANTHROPIC_BASE_URL", fp_url(t->anthropic),
+	                    "ANTHROPIC_API_KEY", AT_ANTHROPIC_KEY, "OPENAI_BASE_URL", th_strf("%s/v1", fp_url(t->openai)),
+	                    "OPENAI_API_KEY", AT_OPENAI_KEY, "setup_script");
+	wt_submit(&t->w, run_id, &run, prompt, 1, 0, &o);
+	json_decref(run.config);
+	json_decref(run.env);
+}
+
+/* 1 when the worker's log says run_id started on a warm agent. */
+static int started_warm(const char *log, const char *run_id)
+{
+	char *text = th_file_read(log, NULL);
+	int warm = 0;
+	for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+		nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		if (strstr(line, th_strf("\"%s\"", run_id)) && strstr(line, "warm agent start"))
+			warm = 1;
+	}
+	free(text);
+	return warm;
+}
+
+typedef struct pool_ref {
+	at_t *t;
+	const char *worker, *series;
+	long want;
+} pool_ref_t;
+
+static int pool_full(void *arg)
+{
+	pool_ref_t *r = arg;
+	long status = 0;
+	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/metrics", wt_metrics_port(&r->t->w, r->worker)), &status);
+	const char *p = body ? strstr(body, r->series) : NULL;
+	long v = p ? strtol(p + strlen(r->series) + 1, NULL, 10) : -1;
+	free(body);
+	return v >= r->want;
+}
+
+/* Runs `count` runs of agent, `par` at a time; fills s.  pool: before each
+ * batch, wait until the warm pool of that worker is full again. */
+static int batch(at_t *t, const char *log, const char *agent, int par, int count, sample_t *s, const pool_ref_t *pool)
 {
 	static int seq;
+	int warm = 0;
 	fp_t *prov = strstr(agent, "codex") ? t->openai : t->anthropic;
 	for (int done = 0; done < count;) {
 		int k = count - done < par ? count - done : par;
 		char ids[PAR][64];
 		long long enq[PAR];
+		if (pool && !th_wait_until(pool_full, (void *)pool, 300000))
+			printf("  the warm pool did not fill up again within 300 s\n");
 		for (int i = 0; i < k; i++) {
-			dev_stub_otps_t o;
 			snprintf(ids[i], sizeof(ids[i]), "bench-%s-%d", agent, ++seq);
 			enq[i] = wall_ms();
-			at_submit(t, ids[i], th_strf("{\"kind\":\"acp\",\"preset\":\"%s\"}", agent), "bypass",
-			          th_strf("[[tag:%s]] Run the command.", ids[i]), &o);
+			submit(t, ids[i], agent, th_strf("[[tag:%s]] Run the command.", ids[i]));
 		}
 		for (int i = 0; i < k; i++) {
 			sample_t *x = &s[done + i];
@@ -204,9 +280,93 @@ static void batch(at_t *t, const char *log, const char *agent, int par, int coun
 				       step);
 			x->claim_boot = (double)boot;
 			x->claim_ws = (double)ws;
+			warm += started_warm(log, ids[i]);
 		}
 		done += k;
 	}
+	return warm;
+}
+
+/* ------------------------------------------------------------------------
+ * What an idle warm agent costs: the worker's descendants (the warm
+ * worker runs no warm sandboxes and no run meanwhile), their RSS, PSS
+ * and CPU time, over a 10 s window.
+ * ------------------------------------------------------------------------ */
+
+static long ppid_of(long pid)
+{
+	char *st = th_file_read(th_strf("/proc/%ld/stat", pid), NULL);
+	const char *p = st ? strrchr(st, ')') : NULL;
+	long pp = -1;
+	if (p)
+		sscanf(p + 2, "%*c %ld", &pp);
+	free(st);
+	return pp;
+}
+
+static int descends(long pid, long root)
+{
+	for (int i = 0; i < 64 && pid > 1; i++) {
+		pid = ppid_of(pid);
+		if (pid == root)
+			return 1;
+	}
+	return 0;
+}
+
+/* kB of field ("Rss:", "Pss:") in a /proc smaps_rollup or status text. */
+static long kb_of(const char *text, const char *name)
+{
+	const char *p = text ? strstr(text, name) : NULL;
+	return p ? strtol(p + strlen(name), NULL, 10) : 0;
+}
+
+static void cost(long root, long *procs, long *rss_kb, long *pss_kb, long long *cpu_ticks)
+{
+	*procs = *rss_kb = *pss_kb = 0;
+	*cpu_ticks = 0;
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		long pid = strtol(e->d_name, NULL, 10);
+		if (pid <= 1 || !descends(pid, root))
+			continue;
+		char *sm = th_file_read(th_strf("/proc/%ld/smaps_rollup", pid), NULL);
+		char *st = th_file_read(th_strf("/proc/%ld/stat", pid), NULL);
+		const char *p = st ? strrchr(st, ')') : NULL;
+		unsigned long long ut = 0, stt = 0;
+		if (p)
+			sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &stt);
+		(*procs)++;
+		*rss_kb += kb_of(sm, "Rss:");
+		*pss_kb += kb_of(sm, "Pss:");
+		*cpu_ticks += (long long)(ut + stt);
+		free(sm);
+		free(st);
+	}
+	if (d)
+		closedir(d);
+}
+
+static void idle_cost(at_t *t, pid_t worker, const char *agent, const pool_ref_t *pool)
+{
+	if (!th_wait_until(pool_full, (void *)pool, 300000))
+		return;
+	long procs, rss, pss, procs2, rss2, pss2;
+	long long cpu0, cpu1;
+	cost(worker, &procs, &rss, &pss, &cpu0);
+	long long t0 = wall_ms();
+	/* A fixed window: this is what is measured, not a wait for a condition. */
+	struct timespec ten = { 10, 0 };
+	nanosleep(&ten, NULL);
+	cost(worker, &procs2, &rss2, &pss2, &cpu1);
+	double secs = (double)(wall_ms() - t0) / 1000.0;
+	long hz = sysconf(_SC_CLK_TCK);
+	long n = pool->want;
+	(void)t;
+	printf("  idle warm %s agent (%ld ready; %ld processes in all): RSS %.0f MiB, PSS %.0f MiB, CPU %.1f ms/s each\n",
+	       agent, n, procs2, (double)rss2 / 1024.0 / (double)n, (double)pss2 / 1024.0 / (double)n,
+	       (double)(cpu1 - cpu0) * 1000.0 / (double)hz / secs / (double)n);
 }
 
 int main(int argc, char **argv)
@@ -230,7 +390,7 @@ int main(int argc, char **argv)
 	fp_set(t.anthropic, &script);
 	fp_set(t.openai, &script);
 	const char *extra[] = { "RUNNEL_LOG_LEVEL=debug", NULL };
-	at_worker(&t, "w1", extra);
+	pid_t cold_pid = at_worker(&t, "w1", extra);
 	wt_warmup(&t.w);
 	const char *log = wt_log_path(&t.w, "w1");
 
@@ -241,21 +401,45 @@ int main(int argc, char **argv)
 	free(la);
 	printf("bench_acp: %d runs per mode, fake providers on loopback, load average at start: %s\n", runs, load);
 
-	sample_t *s = calloc((size_t)runs, sizeof(*s));
+	sample_t *w1 = calloc((size_t)runs, sizeof(*w1)), *w4 = calloc((size_t)runs, sizeof(*w4));
 	char *list = th_strf("%s", agents);
-	for (char *a = strtok_r(list, ",", &list); a; a = strtok_r(NULL, ",", &list)) {
-		batch(&t, log, a, 1, runs, s);
-		report(a, "one at a time", s, (size_t)runs);
-		batch(&t, log, a, PAR, runs, s);
-		report(a, "4 at once", s, (size_t)runs);
+	char *names[8];
+	int nn = 0;
+	for (char *a = strtok_r(list, ",", &list); a && nn < 8; a = strtok_r(NULL, ",", &list))
+		names[nn++] = a;
+	/* Cold first, on a worker without warm agents. */
+	sample_t *cold1[8], *cold4[8];
+	for (int i = 0; i < nn; i++) {
+		cold1[i] = calloc((size_t)runs, sizeof(sample_t));
+		cold4[i] = calloc((size_t)runs, sizeof(sample_t));
+		batch(&t, log, names[i], 1, runs, cold1[i], NULL);
+		batch(&t, log, names[i], PAR, runs, cold4[i], NULL);
+	}
+	wt_stop_worker(cold_pid, 30000, "w1");
+	for (int i = 0; i < nn; i++) {
+		/* Warm: a worker keeping PAR agents of this kind ready. */
+		const char *wname = th_strf("w%s", names[i]);
+		const char *wenv[] = { "RUNNEL_LOG_LEVEL=debug", "RUNNEL_WARM=0",
+			               th_strf("RUNNEL_WARM_AGENTS=%s:%d", names[i], PAR), NULL };
+		pid_t wp = at_worker(&t, wname, wenv);
+		pool_ref_t pool = { &t, wname, th_strf("runnel_worker_warm_agents{agent=\"%s\"}", names[i]), PAR };
+		const char *wlog = wt_log_path(&t.w, wname);
+		int warm1 = batch(&t, wlog, names[i], 1, runs, w1, &pool);
+		int warm4 = batch(&t, wlog, names[i], PAR, runs, w4, &pool);
+		report(names[i], "one at a time", cold1[i], w1, (size_t)runs, warm1);
+		report(names[i], "4 at once", cold4[i], w4, (size_t)runs, warm4);
+		idle_cost(&t, wp, names[i], &pool);
 		fflush(stdout);
+		wt_stop_worker(wp, 30000, wname);
+		free(cold1[i]);
+		free(cold4[i]);
 	}
 	la = th_file_read("/proc/loadavg", NULL);
 	if (la)
 		printf("load average at the end: %.*s\n", (int)strcspn(la, "\n"), la);
 	free(la);
-	printf("warm agents (RUNNEL_WARM_AGENTS): not built; no warm column\n");
-	free(s);
+	free(w1);
+	free(w4);
 	at_teardown(&t);
 	return 0;
 }
