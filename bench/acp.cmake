@@ -1,13 +1,13 @@
 # ACP benchmark: claim -> first model request and enqueue -> first step of
-# Claude Code and Codex runs (cold; warm agents once RUNNEL_WARM_AGENTS
-# exists), one at a time and 4 at once, against the fake providers of
-# tests/acp.  Needs the agents installed (agents/install.sh PREFIX; the
+# Claude Code and Codex runs, cold and on warm agents (RUNNEL_WARM_AGENTS)
+# side by side, one at a time and 4 at once, against the fake providers of
+# tests/acp, and what an idle warm agent costs.  Needs the agents installed (agents/install.sh PREFIX; the
 # acp_agents test does it into <build>/agents).  Run a Release build
 # without sanitizers for figures worth quoting:
 #   cmake --build build-rel --target bench_acp
 #   agents/install.sh $PWD/build-rel/agents
 #   build-rel/bench/bench_acp build-rel/agents $(command -v node) [--runs 50] [--agents claude,codex]
-# See docs/worker.md ("Time to the first model request").
+# See docs/worker.md ("Time to the first model request", "Warm agents").
 # Included by tests/acp/CMakeLists.txt, which defines the fixture library.
 if(TARGET runnel_acptest)
   add_executable(bench_acp ${CMAKE_CURRENT_LIST_DIR}/bench_acp.c)

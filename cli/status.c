@@ -34,7 +34,7 @@ static const cli_verb_t status_verb = {
 	.name = "status",
 	.synopsis = "[options] [RUN]",
 	.summary = "Show a run's state (status, tenant, worker, times, error code) from Redis;\n"
-	           "without RUN, the run-time queue by tenant.",
+	           "without RUN, the run-time queue by tenant and the workers' warm agents.",
 	.epilog = "exit status: 0 found, 2 usage, 3 unknown run, 4 Redis unreachable\n",
 	.pos_name = "RUN",
 	.opts = status_opts,
@@ -219,6 +219,50 @@ static const char *secs(char *buf, size_t size, long long ms)
 	return buf;
 }
 
+/* Each live worker's warm agents (RN_WARM_AGENTS_FMT) as {worker: {name:
+ * {ready, wanted}}}; an empty object when there are none. */
+static json_t *warm_agents(rn_rcluster_t *c)
+{
+	char key[256];
+	snprintf(key, sizeof(key), RN_WARM_AGENTS_FMT, g_opt.prefix);
+	json_t *out = json_object();
+	redisReply *r = rn_rcluster_command(c, 0, "HGETALL %s", key);
+	long long now = (long long)time(NULL) * 1000;
+	for (size_t i = 0; out && r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+		const redisReply *f = r->element[i], *v = r->element[i + 1];
+		json_t *o = f->str && v->str ? json_loads(v->str, 0, NULL) : NULL;
+		json_t *agents = json_object_get(o, "agents");
+		long long at = (long long)json_integer_value(json_object_get(o, "at"));
+		/* A worker gone without removing its entry stops showing. */
+		if (json_is_object(agents) && at + RN_WARM_AGENTS_STALE_MS >= now)
+			json_object_set(out, f->str, agents);
+		json_decref(o);
+	}
+	if (r)
+		freeReplyObject(r);
+	return out;
+}
+
+/* "warm agents  worker-1: claude 2/2 ready, codex 1/1 ready" per worker. */
+static void print_warm(const json_t *w)
+{
+	const char *worker, *name;
+	json_t *agents, *a;
+	json_object_foreach((json_t *)w, worker, agents)
+	{
+		printf("%-12s %s:", "warm agents", worker);
+		int first = 1;
+		json_object_foreach(agents, name, a)
+		{
+			printf("%s %s %lld/%lld ready", first ? "" : ",", name,
+			       (long long)json_integer_value(json_object_get(a, "ready")),
+			       (long long)json_integer_value(json_object_get(a, "wanted")));
+			first = 0;
+		}
+		printf("\n");
+	}
+}
+
 /* The queue by tenant (deepest first).  Returns a CLI exit code. */
 static int print_queue(rn_rcluster_t *c)
 {
@@ -240,6 +284,7 @@ static int print_queue(rn_rcluster_t *c)
 				json_object_set_new(byp, name, json_integer(st.by_priority[p]));
 		}
 		json_object_set_new(o, "by_priority", byp);
+		json_object_set_new(o, "warm_agents", warm_agents(c));
 		json_t *arr = json_object_get(o, "tenants");
 		for (size_t i = 0; i < st.nlisted; i++)
 			json_array_append_new(arr, json_pack("{s:s,s:I,s:I,s:I}", "tenant", st.tenants[i].name, "queued", (json_int_t)st.tenants[i].queued, "running", (json_int_t)st.tenants[i].running, "oldest_ms", (json_int_t)st.tenants[i].oldest_ms));
@@ -264,6 +309,11 @@ static int print_queue(rn_rcluster_t *c)
 			       (long long)st.tenants[i].running, secs(b1, sizeof(b1), st.tenants[i].oldest_ms));
 		if (st.ntenants > st.nscanned)
 			printf("(%zu more tenant(s) with queued runs not shown)\n", st.ntenants - st.nscanned);
+	}
+	if (!g_opt.json) {
+		json_t *w = warm_agents(c);
+		print_warm(w);
+		json_decref(w);
 	}
 	rn_queue_stats_clear(&st);
 	return CLI_EXIT_OK;

@@ -119,6 +119,14 @@ typedef struct rn_tenant_caps {
  * take script reads it. */
 #define RN_RUNQUEUE_TOKENS_FMT "%s:{q}:tok:%s:%lld"
 
+/* Each worker's warm agents (worker/warm_agent.h), for `runnel status`: a
+ * hash "<prefix>:warm_agents", field the worker id, value
+ * {"at":ms,"agents":{"claude":{"ready":N,"wanted":N},...}}, written with
+ * every heartbeat tick and removed when the worker exits; an entry older
+ * than RN_WARM_AGENTS_STALE_MS is a worker gone without saying so. */
+#define RN_WARM_AGENTS_FMT      "%s:warm_agents"
+#define RN_WARM_AGENTS_STALE_MS 60000
+
 typedef struct rn_queue_item {
 	char run_id[65];
 	char tenant[RN_TENANT_MAX + 1];

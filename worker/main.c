@@ -24,6 +24,8 @@
 
 #include <curl/curl.h>
 #include <sodium.h>
+#include <jansson.h>
+
 #include <event2/event.h>
 #include <event2/thread.h>
 
@@ -430,6 +432,39 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
  * Leases and the lost sweep
  * ------------------------------------------------------------------------ */
 
+/* This worker's warm agents, ready and wanted, for `runnel status`
+ * (RN_WARM_AGENTS_FMT); del: the worker leaves. */
+static void warm_agents_publish(worker_t *w, int del)
+{
+	if (!w->ctx.warm_agents)
+		return;
+	rn_rcluster_t *c = main_redis(w);
+	if (!c)
+		return;
+	char key[300];
+	snprintf(key, sizeof(key), RN_WARM_AGENTS_FMT, w->cfg.key_prefix);
+	redisReply *r = NULL;
+	if (del) {
+		r = rn_rcluster_command(c, 0, "HDEL %s %s", key, w->cfg.worker_id);
+	} else {
+		size_t ready[WORKER_WARM_AGENT_KINDS], wanted[WORKER_WARM_AGENT_KINDS];
+		size_t n = worker_warm_agents_count(w->ctx.warm_agents, ready, wanted);
+		json_t *agents = json_object();
+		for (size_t i = 0; i < n; i++)
+			json_object_set_new(agents, w->cfg.warm_agent_names[i],
+			                    json_pack("{s:I,s:I}", "ready", (json_int_t)ready[i], "wanted", (json_int_t)wanted[i]));
+		json_t *o = json_pack("{s:I,s:o}", "at", (json_int_t)rn_now_ms(), "agents", agents);
+		char *v = o ? json_dumps(o, JSON_COMPACT) : NULL;
+		json_decref(o);
+		if (v)
+			r = rn_rcluster_command(c, 0, "HSET %s %s %s", key, w->cfg.worker_id, v);
+		free(v);
+	}
+	/* Best effort: the runs' own state does not depend on it. */
+	if (r)
+		freeReplyObject(r);
+}
+
 static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 {
 	worker_t *w = arg;
@@ -439,6 +474,7 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 	size_t n = 0;
 
 	w->hb_next_ms = rn_mono_ms() + w->cfg.lease_sec * 1000 / 3;
+	warm_agents_publish(w, 0);
 	for (long i = 0; i < w->cfg.slots; i++)
 		if (w->runs[i]) {
 			runs[n] = w->runs[i];
@@ -894,6 +930,7 @@ static void worker_arm(worker_t *w)
  * up, then stop every thread and free everything, in that order. */
 static void worker_stop(worker_t *w)
 {
+	warm_agents_publish(w, 1);
 	/* Take nothing more; a claim that arrived after the loop ended is
 	 * ended worker_shutdown there (claim.h). */
 	worker_claimer_stop(w->claimer);

@@ -120,6 +120,27 @@ static void wait_ready(const char *worker, const char *name, long n)
 	TH_REQUIRE(th_wait_until(metric_at_least, &r, RUN_MS), "%ld warm %s agent(s) ready", n, name);
 }
 
+/* 1 when `runnel status`'s view of the worker (the warm_agents hash)
+ * names at least one ready agent of every kind it keeps. */
+static int status_shows(void *arg)
+{
+	redisReply *r = redisCommand(T.w.rc, "HGET runnel:warm_agents %s", (const char *)arg);
+	int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "\"claude\":{\"ready\":1,\"wanted\":1}") &&
+	        strstr(r->str, "\"codex\":{\"ready\":1,\"wanted\":1}");
+	if (r)
+		freeReplyObject(r);
+	return ok;
+}
+
+static int status_gone(void *arg)
+{
+	redisReply *r = redisCommand(T.w.rc, "HEXISTS runnel:warm_agents %s", (const char *)arg);
+	int gone = r && r->type == REDIS_REPLY_INTEGER && r->integer == 0;
+	if (r)
+		freeReplyObject(r);
+	return gone;
+}
+
 /* What two runs must share: the non-log lines' types and statuses, the
  * result text; "" when the run has no lines. */
 static char *shape(const char *run_id)
@@ -214,7 +235,16 @@ static void test_same_as_cold(pid_t *warm_worker)
 	*warm_worker = at_worker(&T, "ww", warm_env);
 	wait_ready("ww", "claude", 1);
 	wait_ready("ww", "codex", 1);
+	TH_CHECK(th_wait_until(status_shows, "ww", RUN_MS), "the worker publishes its warm agents for runnel status");
+	char *argv[] = { CLI_BIN, "status", NULL };
+	const char *cli_env[] = { th_strf("RUNNEL_REDIS_URL=%s", T.w.redis.url), NULL };
+	const char *out = th_strf("%s/status.log", T.w.dir);
+	TH_CHECK(th_run(argv, cli_env, out, 20000) == 0, "runnel status exits 0");
+	TH_CHECK(th_file_contains(out, "warm agents  ww: claude 1/1 ready, codex 1/1 ready"), "runnel status: %s",
+	         th_file_read(out, NULL));
 	comparison_runs("ww", "warm", &warm);
+	TH_CHECK(metric("ww", "runnel_worker_warm_agent_age_seconds_count{agent=\"claude\"}") == 1,
+	         "the age of the agent taken");
 	TH_CHECK(strstr(cold.claude, "ask/open ask/answered ") && strstr(cold.claude, "step/succeeded"),
 	         "claude cold asked and ran: %s", cold.claude);
 	TH_CHECK(th_streq(cold.claude, warm.claude), "claude lines: cold %s, warm %s", cold.claude, warm.claude);
@@ -389,6 +419,7 @@ int main(int argc, char **argv)
 	test_cold_when_different();
 	int st = th_stop(w, 20000);
 	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker exit status %d", st);
+	TH_CHECK(status_gone("ww"), "a worker that exits takes its warm agents out of runnel status");
 	at_teardown(&T);
 	return th_done();
 }
