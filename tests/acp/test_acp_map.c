@@ -11,7 +11,8 @@
  *   - fs requests: served beneath the workspace, refused for "..", a
  *     symlink out, and paths outside /root/workspace;
  *   - an API key quoted by the agent is redacted;
- *   - mcp_servers in ACP's shape, history as the prompt's first block.
+ *   - mcp_servers in ACP's shape, history as the prompt's first block;
+ *   - a warm session stops at session/new; a run resumes it.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -458,6 +459,51 @@ static void test_agent_oddities(void)
 	rec_free(&r);
 }
 
+/* A warm session: the handshake stops at session/new (ready, nothing
+ * more written); the run's session resumes it: the same log lines as a
+ * cold start, then set_mode, set_model and the prompt, nothing resent. */
+static void test_warm_resume(void)
+{
+	rec_t w = { 0 }, r = { 0 };
+	worker_agent_io_t wio = { emit_cb, write_cb, &w }, rio = { emit_cb, write_cb, &r };
+	worker_acp_opts_t o = { 0 };
+	char err[128];
+	o.preset = WORKER_ACP_PRESET_CLAUDE;
+	o.run_id = "warm";
+	o.workspace_fd = -1;
+	o.warm = 1;
+	worker_acp_t *warm = worker_acp_new(&o, err, sizeof(err));
+	TH_REQUIRE(warm, "%s", err);
+	TH_REQUIRE(worker_acp_start(warm, &wio) == 0);
+	TH_CHECK(strstr(w.written[0], "\"readTextFile\":true"), "a warm agent is offered the fs methods: %s", w.written[0]);
+	TH_CHECK(!worker_acp_ready(warm), "not ready before session/new");
+	feed(warm, &wio, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1,\"agentInfo\":{\"name\":\"fake\",\"version\":\"9\"}}}");
+	TH_CHECK(!strstr(w.written[1], "_meta"), "no system prompt in a warm session/new: %s", w.written[1]);
+	TH_CHECK(strstr(w.written[1], "\"mcpServers\":[]"), "no MCP servers: %s", w.written[1]);
+	feed(warm, &wio, "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"sessionId\":\"SW\",\"modes\":{\"currentModeId\":\"default\",\"availableModes\":[{\"id\":\"default\"},{\"id\":\"bypassPermissions\"}]}}}");
+	TH_CHECK(worker_acp_ready(warm) && w.nw == 2, "ready after session/new, nothing more sent (%zu)", w.nw);
+
+	worker_acp_t *s = session(WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_BYPASS, NULL, NULL);
+	TH_REQUIRE(worker_acp_resume(s, warm, &rio) == 0);
+	TH_CHECK(r.ne == 2 && strstr(r.emitted[0], "ACP agent fake 9") && strstr(r.emitted[1], "ACP session SW, mode default"),
+	         "the cold start's log lines");
+	TH_CHECK(r.nw == 1 && th_streq(str_at(r.written[0], "method", NULL), "session/set_mode") &&
+	                 th_streq(str_at(r.written[0], "params", "sessionId"), "SW"),
+	         "set_mode on the warm session first");
+	feed(s, &rio, "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}");
+	TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/set_model"), "then set_model");
+	feed(s, &rio, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{}}");
+	TH_CHECK(th_streq(str_at(last_written(&r), "method", NULL), "session/prompt"), "then the prompt");
+	/* A session that is not ready cannot be resumed. */
+	worker_acp_t *cold = session(WORKER_ACP_PRESET_CLAUDE, WORKER_ACP_PERM_BYPASS, NULL, NULL);
+	TH_CHECK(worker_acp_resume(cold, s, &rio) == -1, "only a ready warm session resumes");
+	worker_acp_free(cold);
+	worker_acp_free(s);
+	worker_acp_free(warm);
+	rec_free(&w);
+	rec_free(&r);
+}
+
 int main(void)
 {
 	th_init("acp_map");
@@ -467,5 +513,6 @@ int main(void)
 	test_ends();
 	test_mcp_history();
 	test_fs();
+	test_warm_resume();
 	return th_done();
 }
