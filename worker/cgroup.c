@@ -580,6 +580,16 @@ fail:
 	return -1;
 }
 
+void worker_cgroup_set_idle(worker_cgroup_t *cg, int idle)
+{
+	if (!cg || !cg->root || !cg->ndirs)
+		return;
+	if (cg->root->mode == WORKER_CGROUP_V2)
+		write_file(cg->dirs[0], "cpu.weight", idle ? "1" : "100");
+	else if (cg->ndirs > 2)
+		write_file(cg->dirs[2], "cpu.shares", idle ? "2" : "1024");
+}
+
 int worker_cgroup_set_limits(worker_cgroup_t *cg, const worker_cgroup_limits_t *lim,
                              char *errstr, size_t errstr_size)
 {

@@ -107,6 +107,12 @@ int worker_cgroup_create(worker_cgroup_t *cg, const worker_cgroup_root_t *root,
                          const char *name, const worker_cgroup_limits_t *lim, int want_cpu,
                          char *errstr, size_t errstr_size);
 
+/* The cgroup's CPU weight among its siblings: idle 1 (v2 cpu.weight; v1
+ * cpu.shares 2), else the default 100 (1024).  For work done ahead of a
+ * run (a warm agent's start), which must not slow the runs in flight;
+ * without a cpu controller nothing happens.  Best effort, never fails. */
+void worker_cgroup_set_idle(worker_cgroup_t *cg, int idle);
+
 /* Writes every limit again (0 fields: unlimited), for a cgroup made ahead
  * of its run.  0, or -1 with errstr naming the file. */
 int worker_cgroup_set_limits(worker_cgroup_t *cg, const worker_cgroup_limits_t *lim,

@@ -154,6 +154,9 @@ static int wa_dirs(const worker_config_t *cfg, worker_warm_agent_t *a, unsigned 
 		worker_cgroup_limits_t cl = worker_limits_cgroup(&lim->max);
 		if (worker_cgroup_create(cg, &lim->cgroup, name, &cl, 1, errstr, errstr_size) < 0)
 			return -1;
+		/* The agent's start and idle life yield to the runs in flight;
+		 * the run that takes it gets the default weight back (take). */
+		worker_cgroup_set_idle(cg, 1);
 	}
 	return 0;
 }
@@ -517,6 +520,7 @@ worker_warm_agent_t *worker_warm_agents_take(worker_warm_agents_t *p, const char
 			return NULL;
 		/* One that died while waiting is thrown away, not handed out. */
 		if (worker_sandbox_reap(&a->w.sb) == 0) {
+			worker_cgroup_set_idle(&a->w.cg, 0);
 			if (k->mw) {
 				rn_counter_add(k->mw->taken, 1);
 				rn_hist_observe(k->mw->age, (double)(rn_mono_ms() - a->ready_ms) / 1000.0);
