@@ -31,7 +31,9 @@
  * A warm agent serves one run and is never returned: the run's end (any
  * end, cancel and failure included) removes its sandbox, run directory
  * and cgroup like a cold run's.  The pool's thread forks every sandbox and
- * refills one agent at a time, the kind with the fewest ready first.
+ * refills one agent at a time, the kind with the fewest ready first; a
+ * warm agent's cgroup has the lowest CPU weight until a run takes it, so a
+ * refill yields to the runs in flight.
  *
  * @locality take/fits/use/free: any run thread; new/drain/free/stats: the
  * main thread.
