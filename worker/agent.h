@@ -23,6 +23,7 @@
 #ifndef RUNNEL_WORKER_AGENT_H
 #define RUNNEL_WORKER_AGENT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -177,17 +178,18 @@ typedef struct worker_agent_ops {
 	 * errstr. */
 	int (*warm_launch)(const worker_config_t *cfg, const char *name, const char *token, json_t *variables,
 	                   worker_agent_launch_t *launch, char *errstr, size_t errstr_size);
-	/* The part of the session that does not depend on the run, on the
-	 * started agent's stdin (blocking), stdout and stderr (non-blocking),
-	 * within timeout_ms; *warm becomes ctx->warm of the run that takes
-	 * the agent.  0, or -1 with errstr.  warm_free frees *warm. */
 	/* 1 when the run of ctx (prepared: boot, agent) can take a warm agent
 	 * `name` as far as the handshake is concerned (what the run would send
 	 * in it: for ACP no system prompt, no MCP servers); else 0 with why.
 	 * The launch itself is compared by the pool (worker_warm_agent_fits). */
 	int (*warm_fits)(const worker_agent_ctx_t *ctx, const char *name, char *why, size_t why_size);
-	int (*warm_handshake)(const char *name, int in_fd, int out_fd, int err_fd, int timeout_ms, void **warm,
-	                      char *errstr, size_t errstr_size);
+	/* The part of the session that does not depend on the run, on the
+	 * started agent's stdin (blocking), stdout and stderr (non-blocking),
+	 * within timeout_ms, ended within a second once *cancel is set (the
+	 * pool drains); *warm becomes ctx->warm of the run that takes the
+	 * agent.  0, or -1 with errstr.  warm_free frees *warm. */
+	int (*warm_handshake)(const char *name, int in_fd, int out_fd, int err_fd, int timeout_ms,
+	                      const atomic_int *cancel, void **warm, char *errstr, size_t errstr_size);
 	void (*warm_free)(void *warm);
 } worker_agent_ops_t;
 

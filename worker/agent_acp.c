@@ -1639,7 +1639,7 @@ static int warm_write(void *loop, const char *buf, size_t len)
  * that every byte after it stays in the pipe for the run's loop; stderr
  * is read and dropped meanwhile (a full pipe would stall the agent). */
 static int warm_read(worker_acp_t *s, const worker_agent_io_t *io, int out_fd, int err_fd, int timeout_ms,
-                     char *errstr, size_t errstr_size)
+                     const atomic_int *cancel, char *errstr, size_t errstr_size)
 {
 	warm_io_t *w = io->loop;
 	rn_dynbuf_t line;
@@ -1648,6 +1648,10 @@ static int warm_read(worker_acp_t *s, const worker_agent_io_t *io, int out_fd, i
 	int rc = -1;
 	while (!w->err[0] && !worker_acp_ready(s)) {
 		int64_t left = deadline - rn_mono_ms();
+		if (cancel && atomic_load(cancel)) {
+			snprintf(errstr, errstr_size, "cancelled");
+			goto out;
+		}
 		if (left <= 0) {
 			snprintf(errstr, errstr_size, "the agent did not answer the handshake within %d ms", timeout_ms);
 			goto out;
@@ -1687,8 +1691,8 @@ out:
 	return rc;
 }
 
-static int acp_warm_handshake(const char *name, int in_fd, int out_fd, int err_fd, int timeout_ms, void **warm,
-                              char *errstr, size_t errstr_size)
+static int acp_warm_handshake(const char *name, int in_fd, int out_fd, int err_fd, int timeout_ms,
+                              const atomic_int *cancel, void **warm, char *errstr, size_t errstr_size)
 {
 	*warm = NULL;
 	worker_acp_opts_t o = {
@@ -1708,7 +1712,7 @@ static int acp_warm_handshake(const char *name, int in_fd, int out_fd, int err_f
 		worker_acp_free(s);
 		return -1;
 	}
-	if (warm_read(s, &io, out_fd, err_fd, timeout_ms, errstr, errstr_size) < 0) {
+	if (warm_read(s, &io, out_fd, err_fd, timeout_ms, cancel, errstr, errstr_size) < 0) {
 		worker_acp_free(s);
 		return -1;
 	}

@@ -163,7 +163,7 @@ static int wa_dirs(const worker_config_t *cfg, worker_warm_agent_t *a, unsigned 
 
 /* One warm agent of kind k: sandbox, agent, handshake.  NULL with errstr. */
 static worker_warm_agent_t *wa_start(const worker_config_t *cfg, const worker_agent_ops_t *ops, const char *name,
-                                     unsigned long seq, char *errstr, size_t errstr_size)
+                                     unsigned long seq, const atomic_int *cancel, char *errstr, size_t errstr_size)
 {
 	worker_warm_agent_t *a = calloc(1, sizeof(*a));
 	if (!a) {
@@ -196,7 +196,7 @@ static worker_warm_agent_t *wa_start(const worker_config_t *cfg, const worker_ag
 	t.envp = a->env.v;
 	if (worker_sandbox_launch(&a->w.sb, &t, errstr, errstr_size) != 0)
 		goto fail;
-	if (ops->warm_handshake(a->name, a->w.sb.stdin_fd, a->w.sb.stdout_fd, a->w.sb.stderr_fd, WA_HANDSHAKE_MS,
+	if (ops->warm_handshake(a->name, a->w.sb.stdin_fd, a->w.sb.stdout_fd, a->w.sb.stderr_fd, WA_HANDSHAKE_MS, cancel,
 	                        &a->hs, errstr, errstr_size) < 0)
 		goto fail;
 	a->ready_ms = rn_mono_ms();
@@ -338,6 +338,8 @@ struct worker_warm_agents {
 	size_t nkinds;
 	int draining;
 	unsigned long seq;
+	/* Set by the drain: a handshake in progress ends within a second. */
+	atomic_int cancel;
 };
 
 /* The kind furthest below its count, or NULL when all are full. */
@@ -362,6 +364,8 @@ static void pool_ready_gauge(wa_kind_t *k)
 static void pool_put(worker_warm_agents_t *p, wa_kind_t *k, worker_warm_agent_t *a, const char *err)
 {
 	if (!a) {
+		if (p->draining || p->bg.stop)
+			return; /* cancelled by the drain, not a failure */
 		if (!k->failing)
 			rn_log_warn(NULL, "warm_agent_start", "a warm %s agent could not be started (%s); its runs start cold meanwhile",
 			            k->name, err);
@@ -405,7 +409,7 @@ static void *pool_main(void *arg)
 		unsigned long seq = ++p->seq;
 		pthread_mutex_unlock(&p->bg.mu);
 		char err[512] = "";
-		worker_warm_agent_t *a = wa_start(p->cfg, k->ops, k->name, seq, err, sizeof(err));
+		worker_warm_agent_t *a = wa_start(p->cfg, k->ops, k->name, seq, &p->cancel, err, sizeof(err));
 		pthread_mutex_lock(&p->bg.mu);
 		pool_put(p, k, a, err);
 	}
@@ -539,6 +543,7 @@ void worker_warm_agents_drain(worker_warm_agents_t *p)
 {
 	if (!p)
 		return;
+	atomic_store(&p->cancel, 1);
 	pthread_mutex_lock(&p->bg.mu);
 	p->draining = 1;
 	pthread_cond_broadcast(&p->bg.cv);

@@ -21,6 +21,7 @@
  */
 #include "tests/acp/acptest.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -405,12 +406,32 @@ static void test_bad_values(void)
 	         "no prefix: exact message");
 }
 
+/* A worker stopped while its pool starts an agent exits cleanly and
+ * leaves no warm agent's directory behind. */
+static void test_drain_while_starting(void)
+{
+	const char *env[] = { "RUNNEL_WARM=0", "RUNNEL_WARM_AGENTS=claude:2", NULL };
+	pid_t p = at_worker(&T, "wdrain", env);
+	TH_REQUIRE(wt_wait_log(&T.w, "wdrain", "worker_started", 60000), "the worker started");
+	int st = th_stop(p, 30000);
+	TH_CHECK(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "drained worker exit status %d", st);
+	DIR *d = opendir(th_strf("%s/work-wdrain", T.w.dir));
+	struct dirent *e;
+	int left = 0;
+	while (d && (e = readdir(d)))
+		left += !strncmp(e->d_name, "agent.", 6);
+	if (d)
+		closedir(d);
+	TH_CHECK(left == 0, "%d warm agent directories left", left);
+}
+
 int main(int argc, char **argv)
 {
 	th_init("acp_warm");
 	if (at_setup(&T, argc, argv, NULL) == 77)
 		return 77;
 	test_bad_values();
+	test_drain_while_starting();
 	pid_t w = -1;
 	test_same_as_cold(&w);
 	test_never_returned();
