@@ -1597,10 +1597,30 @@ static int acp_warm_launch(const worker_config_t *cfg, const char *name, const c
 	return rc;
 }
 
+/*
+ * What the agents read from the workspace when their session starts: a
+ * warm agent's session started in an empty one, so a run whose bag brings
+ * any of these starts cold (measured: a cold Claude Code sends the bag's
+ * CLAUDE.md to the model, a warm one did not; a cold Codex sends AGENTS.md).
+ */
+static const char *const claude_session_files[] = { "CLAUDE.md", "CLAUDE.local.md", ".claude", ".mcp.json", NULL };
+static const char *const codex_session_files[] = { "AGENTS.md", "AGENTS.override.md", ".codex", NULL };
+
+static const char *session_file(const worker_agent_ctx_t *ctx, const char *name)
+{
+	const char *const *files = !strcmp(name, "claude") ? claude_session_files : codex_session_files;
+	struct stat st;
+	for (size_t i = 0; ctx->workspace_fd >= 0 && files[i]; i++)
+		if (fstatat(ctx->workspace_fd, files[i], &st, AT_SYMLINK_NOFOLLOW) == 0)
+			return files[i];
+	return NULL;
+}
+
 static int acp_warm_fits(const worker_agent_ctx_t *ctx, const char *name, char *why, size_t why_size)
 {
 	const worker_boot_t *b = ctx->boot;
 	const char *want = acp_warm_name(ctx->agent);
+	const char *file = NULL;
 	if (!want || strcmp(want, name))
 		snprintf(why, why_size, "the run asks for another agent");
 	else if (b->system_prompt && *b->system_prompt)
@@ -1609,6 +1629,8 @@ static int acp_warm_fits(const worker_agent_ctx_t *ctx, const char *name, char *
 		snprintf(why, why_size, "the run has MCP servers");
 	else if (ctx->cfg->driver != WORKER_SANDBOX_BWRAP)
 		snprintf(why, why_size, "the sandbox is not bwrap");
+	else if ((file = session_file(ctx, name)))
+		snprintf(why, why_size, "the workspace has %s, which the agent reads when its session starts", file);
 	else
 		return 1;
 	return 0;

@@ -2,9 +2,10 @@
  * tests/acp/test_acp_warm.c - warm agents (RUNNEL_WARM_AGENTS) with the
  * real Claude Code and Codex ACP adapters against the fake providers:
  *   - the same runs on a worker without warm agents and on one with them
- *     (claude with an ask answered through the ctl stream, codex): the
- *     same lines (types and statuses), ask, result text, uploaded file and
- *     usage; the warm worker's runs said "warm agent start";
+ *     (claude with a bag and an ask answered through the ctl stream,
+ *     codex): the same lines (types and statuses), ask, result text,
+ *     uploaded file (the bag's) and usage; the bag's CLAUDE.md reached the
+ *     model both times; the warm worker's runs said "warm agent start";
  *   - a cancelled run and a failed run (provider 500) never give their
  *     agent back: the next run gets another session, and the pool started
  *     another agent;
@@ -21,6 +22,9 @@
  */
 #include "tests/acp/acptest.h"
 
+#include <archive.h>
+#include <archive_entry.h>
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +34,42 @@
 static at_t T;
 
 #define RUN_MS 120000
+
+/* The workspace bag of the next submit (assets.zip_url), or NULL. */
+static const char *g_bag_url;
+
+/* A zip of data.txt and, when notes_name is set, that file with notes
+ * (CLAUDE.md, AGENTS.md: the agents' project notes). */
+static void make_bag(const char *path, const char *data, const char *notes_name, const char *notes)
+{
+	struct archive *a = archive_write_new();
+	archive_write_set_format_zip(a);
+	TH_REQUIRE(archive_write_open_filename(a, path) == ARCHIVE_OK);
+	const char *names[] = { "data.txt", notes_name }, *contents[] = { data, notes };
+	for (int i = 0; i < (notes_name ? 2 : 1); i++) {
+		struct archive_entry *e = archive_entry_new();
+		archive_entry_set_pathname(e, names[i]);
+		archive_entry_set_size(e, (la_int64_t)strlen(contents[i]));
+		archive_entry_set_filetype(e, AE_IFREG);
+		archive_entry_set_perm(e, 0644);
+		archive_write_header(a, e);
+		archive_write_data(a, contents[i], strlen(contents[i]));
+		archive_entry_free(e);
+	}
+	archive_write_close(a);
+	archive_write_free(a);
+}
+
+/* The bag's URL at the stub, made as name (notes_name may be NULL). */
+static const char *bag(const char *name, const char *notes_name, const char *notes)
+{
+	char url[256];
+	const char *zip = th_strf("%s/%s", T.w.dir, name);
+	make_bag(zip, "same\n", notes_name, notes);
+	TH_REQUIRE(dev_stub_add_blob_file(T.w.stub, name, zip) == 0);
+	dev_stub_blob_url(T.w.stub, name, url, sizeof(url));
+	return th_strf("%s", url);
+}
 
 /* A run of preset with both providers in /env (as at_submit, without the
  * system prompt, model and retry variable that no warm agent matches). */
@@ -45,6 +85,8 @@ static void submit(const char *run_id, const char *preset, const char *perm, con
 	json_object_set_new(run.config, "model", model ? json_string(model) : json_null());
 	if (network)
 		json_object_set_new(run.config, "network", json_string(network));
+	if (g_bag_url)
+		json_object_set_new(run.config, "assets", json_pack("{s:s}", "zip_url", g_bag_url));
 	run.env = json_pack("{s:{s:s,s:s,s:s,s:s},s:n}", "variables", "ANTHROPIC_BASE_URL", fp_url(T.anthropic),
 	                    "ANTHROPIC_API_KEY", AT_ANTHROPIC_KEY, "OPENAI_BASE_URL", th_strf("%s/v1", fp_url(T.openai)),
 	                    "OPENAI_API_KEY", AT_OPENAI_KEY, "setup_script");
@@ -202,8 +244,12 @@ static void comparison_runs(const char *worker, const char *tag, pair_t *out)
 {
 	dev_stub_otps_t o;
 	const char *rc = th_strf("run_cmp_claude_%s", tag), *rx = th_strf("run_cmp_codex_%s", tag);
-	fp_set(T.anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && echo same > assets/c.txt", .final = "Claude did it." });
+	/* The bag's data.txt becomes the uploaded file: the run's bag is in
+	 * the warm agent's workspace, readable by it. */
+	fp_set(T.anthropic, &(fp_script_t){ .cmd = "mkdir -p assets && cat data.txt > assets/c.txt", .final = "Claude did it." });
+	g_bag_url = bag(th_strf("bag_%s.zip", tag), NULL, NULL);
 	submit(rc, "claude", "ask", NULL, NULL, NULL, "make c.txt", &o);
+	g_bag_url = NULL;
 	const char *ask = wait_ask(rc);
 	wt_ctl(&T.w, rc, th_strf("{\"type\":\"reply\",\"id\":\"%s\",\"option\":\"allow\"}", ask));
 	TH_REQUIRE(wt_wait_terminal(&T.w, rc, RUN_MS), "%s ended", rc);
@@ -251,6 +297,7 @@ static void test_same_as_cold(pid_t *warm_worker)
 	TH_CHECK(th_streq(cold.claude, warm.claude), "claude lines: cold %s, warm %s", cold.claude, warm.claude);
 	TH_CHECK(th_streq(cold.codex, warm.codex), "codex lines: cold %s, warm %s", cold.codex, warm.codex);
 	TH_CHECK(th_streq(cold.claude_file, "same\n") && th_streq(warm.claude_file, "same\n"), "claude writeback");
+
 	TH_CHECK(th_streq(cold.codex_file, "same\n") && th_streq(warm.codex_file, "same\n"), "codex writeback");
 	TH_CHECK(th_streq(cold.claude_usage, warm.claude_usage), "claude usage: cold %s, warm %s", cold.claude_usage,
 	         warm.claude_usage);
@@ -363,6 +410,25 @@ static void test_cold_when_different(void)
 	         "the agent it took was discarded");
 	TH_CHECK(wt_log_has(&T.w, "ww", "the warm claude agent is not used (the run has a system prompt); starting cold"),
 	         "the log says why");
+
+	/* Project notes the agent reads when its session starts: a warm
+	 * session began without them. */
+	static const char *const notes[][3] = { { "claude", "CLAUDE.md", "claudemd-marker-17" },
+		                                { "codex", "AGENTS.md", "agentsmd-marker-18" } };
+	for (int i = 0; i < 2; i++) {
+		const char *id = th_strf("run_cold_notes_%s", notes[i][0]);
+		wait_ready("ww", notes[i][0], 1);
+		fp_set(i ? T.openai : T.anthropic, &(fp_script_t){ .final = "noted" });
+		g_bag_url = bag(th_strf("notes_%s.zip", notes[i][0]), notes[i][1], th_strf("Project notes: %s.", notes[i][2]));
+		submit(id, notes[i][0], NULL, NULL, NULL, NULL, "notes", &o);
+		g_bag_url = NULL;
+		TH_REQUIRE(wt_wait_terminal(&T.w, id, RUN_MS), "%s ended", id);
+		TH_CHECK(th_streq(start_kind("ww", id), "cold"), "%s: a bag with %s starts cold", id, notes[i][1]);
+		TH_CHECK(th_streq(wt_state(&T.w, id, "status"), "succeeded"), "%s succeeds", id);
+		TH_CHECK(wt_log_has(&T.w, "ww", th_strf("the workspace has %s, which the agent reads when its session starts", notes[i][1])),
+		         "%s: the log says why", id);
+		TH_CHECK(fp_seen(i ? T.openai : T.anthropic, notes[i][2]), "the %s of the bag reached the model", notes[i][1]);
+	}
 
 	wait_ready("ww", "codex", 1);
 	fp_set(T.openai, &(fp_script_t){ .final = "modelled" });
