@@ -900,13 +900,12 @@ static stage_t ws_take(run_io_t *io)
 		return run_fail(io, PROTO_ERR_INTERNAL, "The worker could not create its work directory.");
 	}
 	/* warm: an agent or a sandbox started ahead of need brings its run
-	 * directory (worker/warm_agent.h, worker/warm.h); one with skills
-	 * starts cold (no /root/skills bind). */
-	if (!json_array_size(io->boot.skills)) {
-		io->wagent = worker_warm_agents_take(run->ctx->warm_agents, warm_agent_name(io->boot.agent));
-		if (!io->wagent)
-			io->warm = worker_warm_pool_take(run->ctx->warm, cfg->share_net);
-	}
+	 * directory (worker/warm_agent.h, worker/warm.h); a warm agent's has
+	 * /root/skills bound, a warm sandbox's not, so a run with skills
+	 * starts cold unless it takes an agent. */
+	io->wagent = worker_warm_agents_take(run->ctx->warm_agents, warm_agent_name(io->boot.agent));
+	if (!io->wagent && !json_array_size(io->boot.skills))
+		io->warm = worker_warm_pool_take(run->ctx->warm, cfg->share_net);
 	if (io->wagent) {
 		io->ws = io->wagent->w.ws;
 	} else if (io->warm) {

@@ -75,9 +75,8 @@ int worker_warm_start(const worker_sandbox_spec_t *tmpl, const char *init_path,
 	w->ws = keep;
 	w->have_ws = keep_have;
 	sb_blank(&w->sb);
-	if (tmpl->driver != WORKER_SANDBOX_BWRAP || tmpl->skills_dir || !init_path ||
-	    !tmpl->workspace_dir) {
-		snprintf(errstr, errstr_size, "warm: only bwrap sandboxes without skills start warm");
+	if (tmpl->driver != WORKER_SANDBOX_BWRAP || !init_path || !tmpl->workspace_dir) {
+		snprintf(errstr, errstr_size, "warm: only bwrap sandboxes start warm");
 		return -1;
 	}
 	/* The init waits for the run's argv and environment (launch). */
@@ -93,6 +92,7 @@ int worker_warm_start(const worker_sandbox_spec_t *tmpl, const char *init_path,
 	w->bwrap_path = tmpl->bwrap_path ? strdup(tmpl->bwrap_path) : NULL;
 	w->rootfs = tmpl->rootfs ? strdup(tmpl->rootfs) : NULL;
 	w->workspace_dir = strdup(tmpl->workspace_dir);
+	w->skills_dir = tmpl->skills_dir ? strdup(tmpl->skills_dir) : NULL;
 	w->ro_binds = strv_dup(tmpl->ro_binds);
 	w->share_net = tmpl->share_net;
 	w->rlimit_nofile = tmpl->rlimit_nofile;
@@ -103,7 +103,7 @@ int worker_warm_start(const worker_sandbox_spec_t *tmpl, const char *init_path,
 	w->uid = tmpl->uid;
 	w->gid = tmpl->gid;
 	if ((tmpl->bwrap_path && !w->bwrap_path) || (tmpl->rootfs && !w->rootfs) ||
-	    !w->workspace_dir || !w->ro_binds) {
+	    !w->workspace_dir || !w->ro_binds || (tmpl->skills_dir && !w->skills_dir)) {
 		worker_warm_discard(w, 1);
 		snprintf(errstr, errstr_size, "warm: out of memory");
 		return -1;
@@ -124,7 +124,7 @@ int worker_warm_fits(const worker_warm_sb_t *w, const worker_sandbox_spec_t *spe
 	if (!w || w->sb.pid <= 0 || spec->driver != WORKER_SANDBOX_BWRAP)
 		return 0;
 	if (!str_eq(w->bwrap_path, spec->bwrap_path) || !str_eq(w->rootfs, spec->rootfs) ||
-	    !str_eq(w->workspace_dir, spec->workspace_dir) || spec->skills_dir ||
+	    !str_eq(w->workspace_dir, spec->workspace_dir) || (spec->skills_dir && !str_eq(w->skills_dir, spec->skills_dir)) ||
 	    w->share_net != spec->share_net || w->rlimit_nofile != spec->rlimit_nofile ||
 	    w->rlimit_nproc != spec->rlimit_nproc || w->rlimit_as_mb != spec->rlimit_as_mb ||
 	    w->rlimit_fsize_mb != spec->rlimit_fsize_mb || w->tmp_mb != spec->tmp_mb || spec->egress_bridge ||
@@ -167,8 +167,9 @@ void worker_warm_discard(worker_warm_sb_t *w, int keep_ws)
 	free(w->bwrap_path);
 	free(w->rootfs);
 	free(w->workspace_dir);
+	free(w->skills_dir);
 	strv_free0(w->ro_binds);
-	w->bwrap_path = w->rootfs = w->workspace_dir = NULL;
+	w->bwrap_path = w->rootfs = w->workspace_dir = w->skills_dir = NULL;
 	w->ro_binds = NULL;
 	if (!keep_ws && w->have_ws) {
 		/* The workspace tmpfs (worker_limits_mount_workspace), if any. */

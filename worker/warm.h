@@ -42,7 +42,8 @@ typedef struct worker_warm_sb {
 	char *bwrap_path;
 	char *rootfs;
 	char *workspace_dir;
-	char **ro_binds; /* NULL-terminated, without the init's bind */
+	char *skills_dir; /* bound at /root/skills (a warm agent's), or NULL */
+	char **ro_binds;  /* NULL-terminated, without the init's bind */
 	int share_net;
 	long rlimit_nofile, rlimit_nproc, rlimit_as_mb, rlimit_fsize_mb;
 	long tmp_mb;
@@ -54,8 +55,8 @@ typedef struct worker_warm_sb {
 
 /*
  * Starts one warm sandbox from tmpl (driver bwrap; argv, envp and
- * setup_script are ignored; workspace_dir is bound; skills_dir must be
- * NULL).  init_path is the host's runnel-warm-init.  Errors are the cold
+ * setup_script are ignored; workspace_dir is bound, and skills_dir when
+ * set: a warm agent's, which its run fills).  init_path is the host's runnel-warm-init.  Errors are the cold
  * spawn's ("cannot exec bwrap: ...").  0 or -1.  w->ws is left alone (the
  * pool fills it).
  */

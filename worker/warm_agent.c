@@ -120,6 +120,9 @@ static void wa_spec(const worker_config_t *cfg, worker_warm_agent_t *a, const wo
 	t->bwrap_path = cfg->bwrap_path;
 	t->rootfs = cfg->rootfs;
 	t->workspace_dir = a->w.ws.workspace;
+	/* Bound now, empty; the run that takes the agent unpacks its skills
+	 * into it (a run without skills sees an empty /root/skills). */
+	t->skills_dir = a->w.ws.skills;
 	t->ro_binds = binds;
 	t->share_net = 0;
 	t->rlimit_nofile = WORKER_RUN_RLIMIT_NOFILE;
@@ -146,8 +149,9 @@ static int wa_dirs(const worker_config_t *cfg, worker_warm_agent_t *a, unsigned 
 	a->w.have_ws = 1;
 	if (worker_limits_mount_workspace(lim, a->w.ws.workspace, errstr, errstr_size) < 0)
 		return -1;
-	if (!worker_ws_make(&a->w.ws, WORKER_WS_SOCK)) {
-		snprintf(errstr, errstr_size, "cannot create %s: %s", a->w.ws.sock, strerror(errno));
+	if (!worker_ws_make(&a->w.ws, WORKER_WS_SOCK) || !worker_ws_make(&a->w.ws, WORKER_WS_SKILLS)) {
+		snprintf(errstr, errstr_size, "cannot create the sockets' or skills' directory in %s: %s", a->w.ws.dir,
+		         strerror(errno));
 		return -1;
 	}
 	if (lim->cgroup.mode != WORKER_CGROUP_NONE) {
@@ -278,8 +282,8 @@ int worker_warm_agent_fits(const worker_warm_agent_t *a, const worker_sandbox_sp
 		snprintf(why, why_size, "the run's sandbox limits differ");
 		return 0;
 	}
-	if (spec->skills_dir || spec->setup_script) {
-		snprintf(why, why_size, "the run has %s", spec->skills_dir ? "skills" : "a setup script");
+	if ((spec->skills_dir && !str_eq(spec->skills_dir, w->skills_dir)) || spec->setup_script) {
+		snprintf(why, why_size, "the run has %s", spec->setup_script ? "a setup script" : "skills elsewhere");
 		return 0;
 	}
 	if (spec->share_net || !spec->egress_bridge || !str_eq(spec->egress_bridge, a->egress_bridge)) {

@@ -9,6 +9,7 @@
  *   - a cancelled run and a failed run (provider 500) never give their
  *     agent back: the next run gets another session, and the pool started
  *     another agent;
+ *   - a run with a skill takes a warm agent and finds it in /root/skills;
  *   - no state leaks: a run that writes into $HOME, /tmp and Claude's own
  *     session files leaves nothing the next warm run can find;
  *   - the sandbox of a warm agent holds the gateway's placeholder only:
@@ -35,8 +36,8 @@ static at_t T;
 
 #define RUN_MS 120000
 
-/* The workspace bag of the next submit (assets.zip_url), or NULL. */
-static const char *g_bag_url;
+/* The workspace bag and a skill "tables" of the next submit, or NULL. */
+static const char *g_bag_url, *g_skill_url;
 
 /* A zip of data.txt and, when notes_name is set, that file with notes
  * (CLAUDE.md, AGENTS.md: the agents' project notes). */
@@ -87,6 +88,8 @@ static void submit(const char *run_id, const char *preset, const char *perm, con
 		json_object_set_new(run.config, "network", json_string(network));
 	if (g_bag_url)
 		json_object_set_new(run.config, "assets", json_pack("{s:s}", "zip_url", g_bag_url));
+	if (g_skill_url)
+		json_object_set_new(run.config, "skills", json_pack("[{s:s,s:s}]", "name", "tables", "zip_url", g_skill_url));
 	run.env = json_pack("{s:{s:s,s:s,s:s,s:s},s:n}", "variables", "ANTHROPIC_BASE_URL", fp_url(T.anthropic),
 	                    "ANTHROPIC_API_KEY", AT_ANTHROPIC_KEY, "OPENAI_BASE_URL", th_strf("%s/v1", fp_url(T.openai)),
 	                    "OPENAI_API_KEY", AT_OPENAI_KEY, "setup_script");
@@ -370,6 +373,20 @@ static void test_no_leak(void)
 	         "nothing of run_leak_a in run_leak_b: %s", seen ? seen : "(no upload)");
 }
 
+/* A run with a skill takes a warm agent: the skill is in /root/skills. */
+static void test_skill(void)
+{
+	wait_ready("ww", "claude", 1);
+	dev_stub_otps_t o;
+	fp_set(T.anthropic, &(fp_script_t){ .cmd = "mkdir -p assets; cat /root/skills/tables/data.txt > assets/skill.txt", .final = "skilled" });
+	g_skill_url = bag("skill_tables.zip", NULL, NULL);
+	submit("run_warm_skill", "claude", NULL, NULL, NULL, NULL, "use the skill", &o);
+	g_skill_url = NULL;
+	TH_REQUIRE(wt_wait_terminal(&T.w, "run_warm_skill", RUN_MS), "run_warm_skill ended");
+	TH_CHECK(th_streq(start_kind("ww", "run_warm_skill"), "warm agent"), "a run with skills is warm");
+	TH_CHECK(th_streq(at_upload(&T, &o, "skill.txt"), "same\n"), "the skill was in /root/skills");
+}
+
 /* Key custody in a warm agent's sandbox. */
 static void test_secrets(void)
 {
@@ -502,6 +519,7 @@ int main(int argc, char **argv)
 	test_same_as_cold(&w);
 	test_never_returned();
 	test_no_leak();
+	test_skill();
 	test_secrets();
 	test_cold_when_different();
 	int st = th_stop(w, 20000);
