@@ -9,7 +9,8 @@
  *
  * What a warm agent has before any run exists, and how the run binds it:
  *   - its sandbox is a warm sandbox's (worker/warm.h: own run directory,
- *     workspace bound, own cgroup under the worker's limits) with its own
+ *     workspace bound, skills/ bound empty at /root/skills for the run's
+ *     skills, own cgroup under the worker's limits) with its own
  *     network namespace, the egress bridge in front of the agent, and a
  *     socket directory (the run directory's sock/) bound at
  *     /run/runnel/sock; the bridges connect to egress.sock and
@@ -24,9 +25,10 @@
  *   - a run fits only when the launch it would get cold is exactly this
  *     one (argv, binds, sandbox shape; environment but for RUNNEL_RUN_ID,
  *     TRACEPARENT and the gateway variables of providers the agent does
- *     not use); anything else (a system prompt, MCP servers, other /env
- *     variables, skills, another network) starts cold, the warm agent
- *     discarded.
+ *     not use; the kind's own rules: worker_agent_ops_t.warm_fits);
+ *     anything else (a system prompt, MCP servers, project notes in the
+ *     bag, other /env variables, a setup script, another network) starts
+ *     cold, the warm agent discarded.
  *
  * A warm agent serves one run and is never returned: the run's end (any
  * end, cancel and failure included) removes its sandbox, run directory
