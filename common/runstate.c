@@ -445,7 +445,7 @@ static long long finish_eval(rn_rcluster_t *c, const keys_t *k, const char *run_
 	 */
 	if (v == 1 && rn_rcluster_wait(c) < 0) {
 		snprintf(errstr, errstr_size, "redis finish: written, but no WAIT answer (%s)", rn_rcluster_errstr(c));
-		return -1;
+		return -2;
 	}
 	/* On a cluster the index entry of an ended (or gone) run goes now. */
 	if (rn_rcluster_is_cluster(c) && (v == 0 || v == 1))
@@ -473,7 +473,7 @@ int rn_runstate_finish_usage(rn_rcluster_t *c, const char *prefix, const char *r
 	                           errstr_size);
 	if (rc == 1)
 		outbox_bump(c, prefix, run_id);
-	return rc < 0 ? -1 : rc == 1;
+	return rc < 0 ? (int)rc : rc == 1;
 }
 
 int rn_runstate_sweep(rn_rcluster_t *c, const char *prefix, int64_t retention_sec,

@@ -101,7 +101,10 @@ int rn_runstate_heartbeat(rn_rcluster_t *c, const char *prefix,
  * "cancelled" or "lost"; code is the error code ("" for a result).  line is
  * the full JSON envelope (built with proto_env_make_error() or the agent's
  * result line).  1 when written, 0 when the run already had a terminal line
- * (nothing written), -1 on a Redis error.  Safe to retry.
+ * (nothing written), -1 on a Redis error.  Safe to retry.  With
+ * RUNNEL_REDIS_WAIT_REPLICAS set, -2 when the line was written but the
+ * replicas' WAIT got no answer: call again, and a 0 then means this
+ * caller's own line survived (a lost one is written again: 1).
  */
 int rn_runstate_finish(rn_rcluster_t *c, const char *prefix, const char *run_id,
                        const char *line, size_t len, const char *status,

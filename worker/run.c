@@ -226,11 +226,11 @@ static int emit_cb(const char *line, size_t len, void *arg)
 }
 
 /* One run-state script call on c: >= 0 its answer, -1 with err. */
-typedef int (*state_call_fn)(run_io_t *io, rn_rcluster_t *c, const void *arg, char *err, size_t err_size);
+typedef int (*state_call_fn)(run_io_t *io, rn_rcluster_t *c, void *arg, char *err, size_t err_size);
 
 /* Makes a run-state call, retrying across reconnects (each retry logged as
  * event and counted in retries unless NULL); -1 once the stop word gave up. */
-static int state_call(run_io_t *io, state_call_fn fn, const void *arg, const char *event,
+static int state_call(run_io_t *io, state_call_fn fn, void *arg, const char *event,
                       rn_counter_t *retries)
 {
 	unsigned attempt = 0;
@@ -254,13 +254,17 @@ typedef struct finish_args {
 	const char *line, *status, *code;
 	size_t len;
 	const char *usage; /* the state hash's usage field, or NULL */
+	int unacked;       /* an attempt wrote the line, its WAIT got no answer */
 } finish_args_t;
 
-static int finish_call(run_io_t *io, rn_rcluster_t *c, const void *arg, char *err, size_t err_size)
+static int finish_call(run_io_t *io, rn_rcluster_t *c, void *arg, char *err, size_t err_size)
 {
-	const finish_args_t *f = arg;
-	return rn_runstate_finish_usage(c, io->cfg->key_prefix, io->run->run_id, f->line, f->len, f->status, f->code,
-	                                io->cfg->retention_sec, f->usage, err, err_size);
+	finish_args_t *f = arg;
+	int rc = rn_runstate_finish_usage(c, io->cfg->key_prefix, io->run->run_id, f->line, f->len, f->status,
+	                                  f->code, io->cfg->retention_sec, f->usage, err, err_size);
+	if (rc == -2)
+		f->unacked = 1;
+	return rc;
 }
 
 /*
@@ -293,10 +297,18 @@ static int io_finish(run_io_t *io, const char *line, size_t len, const char *sta
 		sodium_memzero(with, strlen(with));
 		free(with);
 	}
-	if (rc == 0)
+	/*
+	 * A 0 after an attempt that wrote the line but got no WAIT answer is
+	 * that line, kept through the failover: no other writer ends a run
+	 * this worker holds the lease of.  Its webhook comes due by the
+	 * outbox's own poll.
+	 */
+	if (rc == 0 && f.unacked)
+		rc = 1;
+	else if (rc == 0)
 		rn_log_warn(io->run->run_id, "run_terminal_exists",
 		            "the run already had a terminal line; %s not written", code[0] ? code : "result");
-	else if (rc > 0)
+	if (rc > 0)
 		rn_counter_add(io->m->lines_published, 1);
 	return rc;
 }
@@ -771,7 +783,7 @@ static worker_stop_t run_stop_of(worker_run_t *run)
 	return worker_stopword_reason(&run->stop);
 }
 
-static int start_call(run_io_t *io, rn_rcluster_t *c, const void *arg, char *err, size_t err_size)
+static int start_call(run_io_t *io, rn_rcluster_t *c, void *arg, char *err, size_t err_size)
 {
 	(void)arg;
 	return rn_runstate_start(c, io->cfg->key_prefix, io->run->run_id, io->cfg->worker_id, err, err_size);
