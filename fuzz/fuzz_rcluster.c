@@ -37,6 +37,27 @@ static int node_index(void *arg, const char *host, int port)
 	return ns->n++;
 }
 
+/*
+ * hiredis 0.14 sizes an array's element table from its header before any
+ * element arrives (its maxelements limit came with 1.0), so "*3000000000"
+ * alone asks for gigabytes.  The bytes come from the operator's own Redis,
+ * and a CLUSTER SLOTS reply has at most 16384 ranges: larger headers are
+ * hiredis's business, not the parser's, and are skipped here.
+ */
+static int huge_array(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] != '*' || (i > 0 && p[i - 1] != '\n'))
+			continue;
+		unsigned long long v = 0;
+		for (size_t j = i + 1; j < n && p[j] >= '0' && p[j] <= '9' && v <= RN_RCLUSTER_SLOTS; j++)
+			v = v * 10 + (unsigned long long)(p[j] - '0');
+		if (v > RN_RCLUSTER_SLOTS)
+			return 1;
+	}
+	return 0;
+}
+
 static void slots(const char *p, size_t n)
 {
 	static uint16_t map[RN_RCLUSTER_SLOTS];
@@ -46,6 +67,10 @@ static void slots(const char *p, size_t n)
 
 	if (!rd)
 		return;
+	if (huge_array(p, n)) {
+		redisReaderFree(rd);
+		return;
+	}
 	if (redisReaderFeed(rd, p, n) == REDIS_OK && redisReaderGetReply(rd, &r) == REDIS_OK && r) {
 		if (rn_rcluster_parse_slots(r, "asked", node_index, &ns, map) == 0)
 			for (int i = 0; i < RN_RCLUSTER_SLOTS; i++)
