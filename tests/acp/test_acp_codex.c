@@ -27,6 +27,9 @@ static void run_codex(const char *run_id, const char *cmd, int fails, dev_stub_o
 	long r = th_lines_find(l, n, 0, "step", "running");
 	long s = th_lines_find(l, n, 0, "step", fails ? "failed" : "succeeded");
 	TH_CHECK(r >= 0 && s > r, "%s: step running (%ld) then %s (%ld)", run_id, r, fails ? "failed" : "succeeded", s);
+	if (!(r >= 0 && s > r))
+		for (size_t i = 0; i < n; i++)
+			TH_NOTE("%s line %zu: %.300s", run_id, i, l[i]);
 	if (s >= 0) {
 		TH_CHECK(strstr(l[s], "\"durationMs\":"), "durationMs");
 		if (fails)

@@ -385,7 +385,10 @@ void wt_warmup(wt_t *t)
 	char id[64];
 	snprintf(id, sizeof(id), "run_warmup_%ld", (long)getpid());
 	wt_submit_agent(t, id, "{\"kind\":\"mock\",\"script\":\"echo\"}", "warm", 0, 0, NULL);
-	TH_REQUIRE(wt_wait_terminal(t, id, 30000), "warm-up run finished");
+	/* The first run waits for the worker's group join and its Redis and
+	 * Kafka connections: seconds on a quiet machine, more with the whole
+	 * suite at once. */
+	TH_REQUIRE(wt_wait_terminal(t, id, 90000), "warm-up run finished");
 }
 
 int wt_metrics_port(wt_t *t, const char *name)
