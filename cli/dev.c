@@ -109,7 +109,8 @@ static const rn_opt_t dev_opts[] = {
 	  "keep the scratch directory (logs, redis, run dirs) on exit", 0, 0 },
 	{ "with-agents", 0, "RUNNEL_DEV_WITH_AGENTS", RN_OPT_BOOL, &g_opt.with_agents, "false", NULL,
 	  "install the pinned ACP agents (Claude Code, Codex) into the build tree (agents/install.sh) "
-	  "and give them to the worker (RUNNEL_ACP_PREFIX)",
+	  "and give them to the worker (RUNNEL_ACP_PREFIX), with one warm claude and one warm codex agent "
+	  "(RUNNEL_WARM_AGENTS) when it can keep them",
 	  0, 0 },
 	{ "kafka", 0, "RUNNEL_DEV_KAFKA", RN_OPT_STR, &g_opt.kafka, NULL, "HOST:PORT",
 	  "use this Kafka broker (bootstrap list) instead of the in-process mock cluster", 0, 0 },
@@ -160,6 +161,9 @@ typedef struct dev_stack {
 	char dispatcher_url[96];
 	char worker_bin[PATH_MAX], dispatcher_bin[PATH_MAX];
 	const char *sandbox;
+	/* --with-agents: "RUNNEL_WARM_AGENTS=..." this process gives the
+	 * worker, or "" (none, or the caller's own setting, which it inherits). */
+	char warm_env[64];
 	/* The caller's provider keys for the stub ("NAME=value", or "NAME"
 	 * when unset), taken out of the environment before any child starts;
 	 * wiped at the end. */
@@ -382,6 +386,83 @@ static int bwrap_works(void)
 		return -1;
 	}
 	return WIFEXITED(p.status) && WEXITSTATUS(p.status) == 0 ? 0 : -1;
+}
+
+/* 1 when the program `name` is next to the worker binary (where the
+ * worker looks for it), or given in env_name. */
+static int beside_worker(const dev_stack_t *s, const char *env_name, const char *name)
+{
+	const char *given = getenv(env_name);
+	if (given && *given)
+		return 1;
+	char path[PATH_MAX + 64];
+	snprintf(path, sizeof(path), "%s", s->worker_bin);
+	char *slash = strrchr(path, '/');
+	if (!slash)
+		return 0;
+	snprintf(slash + 1, sizeof(path) - (size_t)(slash + 1 - path), "%s", name);
+	return is_exec(path);
+}
+
+/*
+ * --with-agents gives a newcomer warm agents (docs/worker.md, "Warm
+ * agents"): RUNNEL_WARM_AGENTS=claude:1,codex:1 for the worker when what
+ * the worker's pool checks at start holds here (the bwrap sandbox, the
+ * allowlist egress and its bridge, two slots; claude also needs Node.js),
+ * so that the stack never fails to start for them; otherwise one line says
+ * why it runs without.  The caller's own RUNNEL_WARM_AGENTS wins (the
+ * worker inherits it; empty: none).
+ */
+static void choose_warm_agents(dev_stack_t *s)
+{
+	s->warm_env[0] = '\0';
+	if (!g_opt.with_agents || getenv("RUNNEL_WARM_AGENTS"))
+		return;
+	const char *egress = getenv("RUNNEL_EGRESS"), *net = getenv("RUNNEL_SANDBOX_NET");
+	const char *slots = getenv("RUNNEL_SLOTS"), *node = getenv("RUNNEL_NODE");
+	char why[160], path[PATH_MAX];
+	why[0] = '\0';
+	if (strcmp(s->sandbox, "bwrap") != 0)
+		snprintf(why, sizeof(why), "they need the bwrap sandbox (this one is %s)", s->sandbox);
+	else if (egress && *egress ? strcmp(egress, "allowlist") != 0 : net && !strcmp(net, "host"))
+		snprintf(why, sizeof(why), "they need the allowlist egress (RUNNEL_EGRESS=%.32s, RUNNEL_SANDBOX_NET=%.16s)",
+		         egress && *egress ? egress : "", net ? net : "");
+	else if (slots && *slots && strtol(slots, NULL, 10) < 2)
+		snprintf(why, sizeof(why), "they need 2 slots (RUNNEL_SLOTS=%.16s)", slots);
+	else if (!beside_worker(s, "RUNNEL_EGRESS_BRIDGE", "runnel-egress-bridge") ||
+	         !beside_worker(s, "RUNNEL_WARM_INIT", "runnel-warm-init"))
+		snprintf(why, sizeof(why), "runnel-egress-bridge or runnel-warm-init is not next to %.64s",
+		         s->worker_bin);
+	if (why[0]) {
+		say("no warm agents: %s", why);
+		return;
+	}
+	if (node && *node ? is_exec(node) : cli_which("node", path, sizeof(path)) == 0) {
+		snprintf(s->warm_env, sizeof(s->warm_env), "RUNNEL_WARM_AGENTS=claude:1,codex:1");
+	} else {
+		say("no warm claude agent: no Node.js here (node on PATH, or RUNNEL_NODE)");
+		snprintf(s->warm_env, sizeof(s->warm_env), "RUNNEL_WARM_AGENTS=codex:1");
+	}
+}
+
+/* The message of the last line of the worker's log that speaks of warm
+ * agents (its JSON "msg"), or "" when there is none. */
+static void warm_agents_error(const dev_stack_t *s, char *out, size_t size)
+{
+	out[0] = '\0';
+	FILE *f = fopen(s->worker.log_path, "r");
+	char line[4096];
+	while (f && fgets(line, sizeof(line), f)) {
+		if (!strstr(line, "warm agents") && !strstr(line, "RUNNEL_WARM_AGENTS"))
+			continue;
+		json_t *o = json_loads(line, 0, NULL);
+		const char *msg = json_string_value(json_object_get(o, "msg"));
+		if (msg)
+			snprintf(out, size, "%s", msg);
+		json_decref(o);
+	}
+	if (f)
+		fclose(f);
 }
 
 static void mock_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
@@ -670,11 +751,51 @@ static int start_stub(dev_stack_t *s)
 	return 0;
 }
 
+static int start_worker(dev_stack_t *s)
+{
+	char err[512], log[PATH_MAX + 32];
+	char e_brokers[300], e_redis[340], e_prefix[120], e_topic[300], e_sandbox[64], e_work[PATH_MAX + 32];
+
+	snprintf(e_brokers, sizeof(e_brokers), "RUNNEL_KAFKA_BROKERS=%s", s->bootstrap);
+	snprintf(e_redis, sizeof(e_redis), "RUNNEL_REDIS_URL=%s", s->redis_url);
+	snprintf(e_prefix, sizeof(e_prefix), "RUNNEL_KEY_PREFIX=%s", g_opt.prefix);
+	snprintf(e_topic, sizeof(e_topic), "RUNNEL_JOBS_TOPIC=%s", g_opt.jobs_topic);
+	snprintf(e_sandbox, sizeof(e_sandbox), "RUNNEL_SANDBOX=%s", s->sandbox);
+	snprintf(e_work, sizeof(e_work), "RUNNEL_WORK_DIR=%s/work", s->dir);
+	const char *drain = getenv("RUNNEL_DRAIN_SEC");
+	const char *wenv[16] = { e_brokers,
+		                 e_redis,
+		                 e_prefix,
+		                 e_topic,
+		                 e_sandbox,
+		                 e_work,
+		                 "RUNNEL_METRICS_LISTEN=127.0.0.1:0",
+		                 "RUNNEL_WEBHOOK_ALLOW_HTTP=true",
+		                 "RUNNEL_WEBHOOK_ALLOW_PRIVATE=true" };
+	size_t n = 9;
+	/* A short drain keeps Ctrl-C snappy; the user's own setting wins. */
+	if (!drain || !*drain)
+		wenv[n++] = "RUNNEL_DRAIN_SEC=3";
+	if (s->warm_env[0])
+		wenv[n++] = s->warm_env;
+	wenv[n] = NULL;
+	char **env = cli_env_build(wenv);
+	char *wargv[] = { s->worker_bin, NULL };
+	snprintf(log, sizeof(log), "%s/logs/worker.log", s->dir);
+	int rc = cli_proc_spawn(&s->worker, "worker", wargv, env, log, err, sizeof(err));
+	cli_env_free(env);
+	if (rc < 0) {
+		say("%s", err);
+		return -1;
+	}
+	return 0;
+}
+
 static int start_children(dev_stack_t *s)
 {
 	char err[512], listen[64], log[PATH_MAX + 32], work[PATH_MAX + 16];
 	char e_ui_stub[160];
-	char e_listen[96], e_brokers[300], e_redis[340], e_prefix[120], e_topic[300], e_sandbox[64], e_work[PATH_MAX + 32];
+	char e_listen[96], e_brokers[300], e_redis[340], e_prefix[120], e_topic[300];
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%ld", g_opt.port);
 	snprintf(s->dispatcher_url, sizeof(s->dispatcher_url), "http://%s", listen);
@@ -685,9 +806,6 @@ static int start_children(dev_stack_t *s)
 	snprintf(e_redis, sizeof(e_redis), "RUNNEL_REDIS_URL=%s", s->redis_url);
 	snprintf(e_prefix, sizeof(e_prefix), "RUNNEL_KEY_PREFIX=%s", g_opt.prefix);
 	snprintf(e_topic, sizeof(e_topic), "RUNNEL_JOBS_TOPIC=%s", g_opt.jobs_topic);
-	snprintf(e_sandbox, sizeof(e_sandbox), "RUNNEL_SANDBOX=%s", s->sandbox);
-	snprintf(e_work, sizeof(e_work), "RUNNEL_WORK_DIR=%s", work);
-	const char *drain = getenv("RUNNEL_DRAIN_SEC");
 	snprintf(e_ui_stub, sizeof(e_ui_stub), "RUNNEL_UI_DEV_STUB=%s", dev_stub_url(s->stub));
 
 	/* A dev stack lives on loopback: completion webhooks may go to a local
@@ -711,21 +829,25 @@ static int start_children(dev_stack_t *s)
 		return -1;
 	}
 
-	/* A short drain keeps Ctrl-C snappy; the user's own setting wins. */
-	const char *wenv[] = { e_brokers, e_redis, e_prefix, e_topic, e_sandbox, e_work,
-		               "RUNNEL_METRICS_LISTEN=127.0.0.1:0", "RUNNEL_WEBHOOK_ALLOW_HTTP=true",
-		               "RUNNEL_WEBHOOK_ALLOW_PRIVATE=true",
-		               drain && *drain ? NULL : "RUNNEL_DRAIN_SEC=3", NULL };
-	env = cli_env_build(wenv);
-	char *wargv[] = { s->worker_bin, NULL };
-	snprintf(log, sizeof(log), "%s/logs/worker.log", s->dir);
-	rc = cli_proc_spawn(&s->worker, "worker", wargv, env, log, err, sizeof(err));
-	cli_env_free(env);
-	if (rc < 0) {
-		say("%s", err);
-		return -1;
-	}
-	return 0;
+	return start_worker(s);
+}
+
+/*
+ * A worker that exits 2 (its start-up checks) while this process gave it
+ * warm agents starts again without them, after one line saying why: the
+ * dev stack never fails to start for them.  1 when restarted.
+ */
+static int worker_without_warm(dev_stack_t *s)
+{
+	if (!s->warm_env[0] || !WIFEXITED(s->worker.status) || WEXITSTATUS(s->worker.status) != 2)
+		return 0;
+	char why[512];
+	warm_agents_error(s, why, sizeof(why));
+	if (!why[0])
+		return 0;
+	say("no warm agents: the worker refused them (%s); starting it without", why);
+	s->warm_env[0] = '\0';
+	return start_worker(s) == 0;
 }
 
 /* Reports a child that died; 1 when one did. */
@@ -734,7 +856,7 @@ static int child_died(dev_stack_t *s)
 	cli_proc_t *procs[] = { &s->dispatcher, &s->worker, &s->redis };
 	for (size_t i = 0; i < 3; i++) {
 		cli_proc_t *p = procs[i];
-		if (!p->name[0] || cli_proc_alive(p))
+		if (!p->name[0] || cli_proc_alive(p) || (p == &s->worker && worker_without_warm(s)))
 			continue;
 		char how[32];
 		cli_proc_describe(p->status, how, sizeof(how));
@@ -844,13 +966,15 @@ static void print_banner(const dev_stack_t *s)
 	printf("runnel dev: the stack is up (Ctrl-C stops it)\n"
 	       "  viewer      %s/ui/  (open it in a browser: start runs, watch and steer them)\n",
 	       s->dispatcher_url);
+	const char *warm = s->warm_env[0] ? s->warm_env + strlen("RUNNEL_WARM_AGENTS=") : getenv("RUNNEL_WARM_AGENTS");
 	printf("  dispatcher  %s\n"
-	       "  worker      pid %d, sandbox %s\n"
+	       "  worker      pid %d, sandbox %s%s%s\n"
 	       "  redis       %s\n"
 	       "  kafka       %s (%s; topics %s, %s.dlq)\n"
 	       "  workspace   %s (agents from %s)\n"
 	       "  scratch     %s (logs/dispatcher.log, logs/worker.log)\n\n",
-	       s->dispatcher_url, (int)s->worker.pid, s->sandbox, redis_shown, s->bootstrap,
+	       s->dispatcher_url, (int)s->worker.pid, s->sandbox, warm && *warm ? ", warm agents " : "",
+	       warm && *warm ? warm : "", redis_shown, s->bootstrap,
 	       g_opt.kafka ? "external broker" : "in-process mock", g_opt.jobs_topic, g_opt.jobs_topic, stub, s->agents, s->dir);
 	printf("Start a run and stream it (NDJSON):\n"
 	       "  curl -s -X POST '%s/mint?agent=%s' | sed 's/}$/,\"prompt\":\"%s\"}/' | "
@@ -982,6 +1106,7 @@ int cli_dev_main(int argc, char **argv)
 		say("warning: bwrap cannot create a sandbox here; runs use RUNNEL_SANDBOX=process, "
 		    "which isolates nothing");
 	}
+	choose_warm_agents(&s);
 
 	cli_interrupt_install();
 	const char *tmp = getenv("TMPDIR");

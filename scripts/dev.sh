@@ -9,8 +9,10 @@
 #   scripts/dev.sh --redis-cluster 3    a local Redis Cluster (3 primaries + 3 replicas) instead of one Redis
 #
 # --agents (bare): also install the pinned ACP agents (Claude Code, Codex) into
-# $BUILD_DIR/agents and give them to the worker (`runnel dev --with-agents`);
-# the claude and codex definitions take the key from your own
+# $BUILD_DIR/agents and give them to the worker (`runnel dev --with-agents`),
+# which keeps one Claude Code and one Codex agent started for the next run
+# (RUNNEL_WARM_AGENTS=claude:1,codex:1 unless you set it; empty: none); the
+# claude and codex definitions take the key from your own
 # ANTHROPIC_API_KEY / OPENAI_API_KEY.
 #
 # Environment: BUILD_DIR (default build), JOBS (default: nproc).
