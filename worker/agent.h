@@ -137,7 +137,10 @@ typedef struct worker_agent_reply {
 #define WORKER_AGENT_COMMAND_EGRESS (1u << 2)
 /* Can be started before its run, handshake included, by the warm agent
  * pool (worker/warm_agent.h, RUNNEL_WARM_AGENTS): warm_names and the
- * warm_* callbacks are set. */
+ * warm_* callbacks are set.  Its runs never take a plain warm sandbox
+ * (worker/warm.h): their launch binds the agents, Node.js and the egress
+ * bridge, which those do not carry; a run without a warm agent starts
+ * cold. */
 #define WORKER_AGENT_WARM (1u << 3)
 
 typedef struct worker_agent_ops {

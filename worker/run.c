@@ -900,6 +900,15 @@ static const char *warm_agent_name(const json_t *agent)
 	return ops->warm_name(agent);
 }
 
+/* 1 when a run of the config's agent can fit a plain warm sandbox: not one
+ * of a WORKER_AGENT_WARM kind (worker/agent.h), whose launch binds what
+ * those sandboxes do not carry, so that taking one would only waste it. */
+static int warm_sb_may_fit(const json_t *agent)
+{
+	const worker_agent_ops_t *ops = worker_agent_find(worker_agent_kind_of(agent));
+	return ops && !(ops->flags & WORKER_AGENT_WARM);
+}
+
 /* The run directory: a warm sandbox's (it brings one) or a new one, then
  * the guard (limits resolved, workspace mounted, cgroup, proxy). */
 static stage_t ws_take(run_io_t *io)
@@ -914,9 +923,10 @@ static stage_t ws_take(run_io_t *io)
 	/* warm: an agent or a sandbox started ahead of need brings its run
 	 * directory (worker/warm_agent.h, worker/warm.h); a warm agent's has
 	 * /root/skills bound, a warm sandbox's not, so a run with skills
-	 * starts cold unless it takes an agent. */
+	 * starts cold unless it takes an agent, and so does a run of a kind
+	 * with warm agents that finds none. */
 	io->wagent = worker_warm_agents_take(run->ctx->warm_agents, warm_agent_name(io->boot.agent));
-	if (!io->wagent && !json_array_size(io->boot.skills))
+	if (!io->wagent && !json_array_size(io->boot.skills) && warm_sb_may_fit(io->boot.agent))
 		io->warm = worker_warm_pool_take(run->ctx->warm, cfg->share_net);
 	if (io->wagent) {
 		io->ws = io->wagent->w.ws;
@@ -1140,6 +1150,7 @@ static int sandbox_launch(run_io_t *io, const worker_sandbox_spec_t *spec, char 
 {
 	/* warm: what the warm sandbox cannot match starts cold (same ws). */
 	if (io->warm && !worker_warm_fits(io->warm, spec)) {
+		rn_log_info(io->run->run_id, "warm_unfit", "the warm sandbox does not fit the run; starting cold");
 		worker_warm_free(io->warm, 1);
 		io->warm = NULL;
 	}

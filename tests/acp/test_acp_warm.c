@@ -17,6 +17,8 @@
  *     Redis or in the worker's log, and the provider got the real key;
  *   - runs that do not match start cold: a system prompt (claude), a model
  *     (codex, on its command line), another network;
+ *   - an acp run without a warm agent leaves the plain warm sandbox
+ *     (RUNNEL_WARM) in its pool;
  *   - /metrics shows the pool (ready, started, taken, discarded, age);
  *   - bad RUNNEL_WARM_AGENTS values stop the worker with the exact message.
  * Waits are on conditions with deadlines, never on time.
@@ -272,14 +274,45 @@ static void comparison_runs(const char *worker, const char *tag, pair_t *out)
 	TH_CHECK(th_streq(start_kind(worker, rx), want), "%s: %s start (%s)", rx, want, start_kind(worker, rx));
 }
 
+/* From the worker's log: its warm-up runs (mock runs, which may take a
+ * plain warm sandbox) and its exit's warm_stats (taken, and runs that
+ * found the plain pool empty). */
+static void plain_warm_stats(const char *worker, int *mock_runs, long *taken, long *missed)
+{
+	char *log = th_file_read(wt_log_path(&T.w, worker), NULL);
+	for (char *line = log; line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		const char *m = strstr(line, "warm sandboxes: ");
+		long started = 0;
+		if (strstr(line, "\"run_ended\"") && strstr(line, "\"run_warmup_"))
+			(*mock_runs)++;
+		else if (strstr(line, "\"warm_stats\"") && m)
+			sscanf(m, "warm sandboxes: %ld started, %ld taken, %ld runs", &started, taken, missed);
+		line = nl ? nl + 1 : NULL;
+	}
+	free(log);
+}
+
 static void test_same_as_cold(pid_t *warm_worker)
 {
-	const char *cold_env[] = { "RUNNEL_WARM=0", NULL };
+	/* One plain warm sandbox, which no acp run can use: the runs without
+	 * a warm agent leave it in the pool instead of wasting it. */
+	const char *cold_env[] = { "RUNNEL_WARM=1", NULL };
 	pid_t w = at_worker(&T, "wcold", cold_env);
 	wt_warmup(&T.w);
 	pair_t cold = { 0 }, warm = { 0 };
 	comparison_runs("wcold", "cold", &cold);
 	wt_stop_worker(w, 20000, "wcold");
+	int mock_runs = 0;
+	long taken = -1, missed = -1;
+	plain_warm_stats("wcold", &mock_runs, &taken, &missed);
+	TH_CHECK(mock_runs >= 1 && taken + missed == mock_runs,
+	         "only the %d warm-up runs asked the plain pool: %ld taken, %ld found none", mock_runs, taken, missed);
+	TH_CHECK(!wt_log_has(&T.w, "wcold", "warm_unfit"), "no warm sandbox was thrown away");
+	if (taken + missed != mock_runs)
+		show_log("wcold", "warm");
 
 	const char *warm_env[] = { "RUNNEL_WARM=0", "RUNNEL_WARM_AGENTS=claude:1,codex:1", NULL };
 	*warm_worker = at_worker(&T, "ww", warm_env);
