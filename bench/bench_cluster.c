@@ -5,8 +5,11 @@
  *            explicit ids, EXEC) to each run's node, THREADS runs at once;
  *   runs/s   the control plane of a run (claim, start, one heartbeat,
  *            finish) through common/runstate, THREADS at once;
- * with the commands each primary served (INFO commandstats) and the
- * commands one run costs; then both again on the cluster with
+ *   queued   the same run entering through the run-time queue first (push,
+ *            take, ack, and release at its end: common/runqueue, whose
+ *            keys all share the {q} slot), each thread its own tenant;
+ * with the commands each primary served (INFO commandstats), the share of
+ * a core it used meanwhile (INFO cpu) and the commands one run costs; then both again on the cluster with
  * acknowledged writes (RUNNEL_REDIS_WAIT_REPLICAS=1: WAIT 1 after each
  * batch and after the finish script).  Prints figures, asserts nothing.
  *
@@ -20,6 +23,7 @@
 #include <string.h>
 
 #include "common/rcluster.h"
+#include "common/runqueue.h"
 #include "common/runstate.h"
 #include "tests/support/harness.h"
 
@@ -100,6 +104,21 @@ static void *lines_thread(void *p)
 	return NULL;
 }
 
+static int with_queue; /* runs_thread: through the run-time queue too */
+
+/* The run-time queue's part of one run: push, take, ack.  0 or -1. */
+static int queue_in(rn_rcluster_t *rc, const char *id, const char *tenant, char *err, size_t err_size)
+{
+	static const rn_tenant_caps_t caps = { 0 };
+	rn_queue_item_t it;
+	if (rn_runqueue_push(rc, "bench", id, tenant, 5, "{}", 2, err, err_size) != 1 ||
+	    rn_runqueue_take(rc, "bench", &caps, 30000, 30000, &it, err, err_size) != 1)
+		return -1;
+	int rc_ack = rn_runqueue_ack(rc, "bench", it.run_id, it.tenant, 1, err, err_size);
+	rn_queue_item_clear(&it);
+	return rc_ack;
+}
+
 static void *runs_thread(void *p)
 {
 	worker_arg_t *a = p;
@@ -108,18 +127,25 @@ static void *runs_thread(void *p)
 		a->failed = 1;
 		return NULL;
 	}
-	char err[256];
+	char err[256], tenant[32];
 	const char *line = "{\"type\":\"result\",\"message\":\"done\",\"ts\":1}";
+	snprintf(tenant, sizeof(tenant), "t%d", a->id);
 	for (int run = 0; th_now_ms() < deadline_ms; run++) {
 		char id[64];
 		snprintf(id, sizeof(id), "m%d-t%d-r%d", mode_tag, a->id, run);
+		if (with_queue && queue_in(rc, id, tenant, err, sizeof(err)) < 0) {
+			fprintf(stderr, "queued runs: %s\n", err);
+			a->failed = 1;
+			break;
+		}
 		rn_claim_t cl;
 		const char *ids[] = { id };
 		int owned[1];
 		if (rn_runstate_claim(rc, "bench", id, "w", 30000, 0, 600, &cl, err, sizeof(err)) < 0 ||
 		    rn_runstate_start(rc, "bench", id, "w", err, sizeof(err)) != 1 ||
 		    rn_runstate_heartbeat(rc, "bench", ids, 1, "w", 30000, owned, err, sizeof(err)) < 0 ||
-		    rn_runstate_finish(rc, "bench", id, line, strlen(line), "succeeded", "", 600, err, sizeof(err)) != 1) {
+		    rn_runstate_finish(rc, "bench", id, line, strlen(line), "succeeded", "", 600, err, sizeof(err)) != 1 ||
+		    (with_queue && rn_runqueue_release(rc, "bench", id, tenant, err, sizeof(err)) < 0)) {
 			fprintf(stderr, "runs: %s\n", err);
 			a->failed = 1;
 			break;
@@ -133,11 +159,13 @@ static void *runs_thread(void *p)
 	return NULL;
 }
 
-/* Commands served so far by each listed node (sum of cmdstat calls). */
-static void node_calls(th_redis_t *nodes, int n, long long *out)
+/* Commands served so far by each listed node (sum of cmdstat calls), and
+ * the CPU seconds it used (used_cpu_sys + used_cpu_user). */
+static void node_calls(th_redis_t *nodes, int n, long long *out, double *cpu)
 {
 	for (int i = 0; i < n; i++) {
 		out[i] = -1;
+		cpu[i] = 0;
 		if (nodes[i].pid <= 0)
 			continue;
 		redisContext *c = th_redis_connect(&nodes[i]);
@@ -148,6 +176,16 @@ static void node_calls(th_redis_t *nodes, int n, long long *out)
 			out[i] = 0;
 			for (const char *p = r->str; (p = strstr(p, "calls=")); p += 6)
 				out[i] += strtoll(p + 6, NULL, 10);
+		}
+		if (r)
+			freeReplyObject(r);
+		r = redisCommand(c, "INFO cpu");
+		const char *f;
+		if (r && r->type == REDIS_REPLY_STRING) {
+			if ((f = strstr(r->str, "used_cpu_sys:")))
+				cpu[i] += strtod(f + 13, NULL);
+			if ((f = strstr(r->str, "used_cpu_user:")))
+				cpu[i] += strtod(f + 14, NULL);
 		}
 		if (r)
 			freeReplyObject(r);
@@ -171,9 +209,10 @@ static int is_primary(th_redis_t *node)
 static void figure(const char *what, void *(*fn)(void *), th_redis_t *nodes, int n, const char *unit)
 {
 	long long before[TH_CLUSTER_MAX_NODES], after[TH_CLUSTER_MAX_NODES];
+	double cpu0[TH_CLUSTER_MAX_NODES], cpu1[TH_CLUSTER_MAX_NODES];
 	worker_arg_t args[64];
 	pthread_t t[64];
-	node_calls(nodes, n, before);
+	node_calls(nodes, n, before, cpu0);
 	deadline_ms = th_now_ms() + seconds * 1000;
 	int64_t t0 = th_now_ms();
 	for (int i = 0; i < threads; i++) {
@@ -189,11 +228,11 @@ static void figure(const char *what, void *(*fn)(void *), th_redis_t *nodes, int
 		failed |= args[i].failed;
 	}
 	double secs = (double)(th_now_ms() - t0) / 1000.0;
-	node_calls(nodes, n, after);
+	node_calls(nodes, n, after, cpu1);
 	printf("  %-8s %10.0f %s/s%s", what, (double)done / secs, unit, failed ? "  (FAILED)" : "");
 	if (fn == runs_thread && done > 0)
 		printf("   %.1f commands per run", (double)cmds / (double)done);
-	printf("\n    commands served per primary (scripts' own calls included):");
+	printf("\n    commands served per primary (scripts' own calls included), and its CPU:");
 	long long total = 0;
 	for (int i = 0; i < n; i++)
 		if (after[i] >= 0 && before[i] >= 0 && is_primary(&nodes[i]))
@@ -202,7 +241,8 @@ static void figure(const char *what, void *(*fn)(void *), th_redis_t *nodes, int
 		if (after[i] < 0 || before[i] < 0 || !is_primary(&nodes[i]))
 			continue;
 		long long d = after[i] - before[i];
-		printf(" :%d %lld (%.0f%%)", nodes[i].port, d, total ? 100.0 * (double)d / (double)total : 0.0);
+		printf(" :%d %lld (%.0f%%, cpu %.0f%%)", nodes[i].port, d, total ? 100.0 * (double)d / (double)total : 0.0,
+		       100.0 * (cpu1[i] - cpu0[i]) / secs);
 	}
 	printf("\n");
 	mode_tag++;
@@ -241,10 +281,16 @@ int main(int argc, char **argv)
 	url = one.url;
 	figure("lines", lines_thread, &one, 1, "lines");
 	figure("runs", runs_thread, &one, 1, "runs");
+	with_queue = 1;
+	figure("queued", runs_thread, &one, 1, "runs");
+	with_queue = 0;
 	printf("cluster (3 primaries + 3 replicas):\n");
 	url = cl.url;
 	figure("lines", lines_thread, cl.node, cl.n, "lines");
 	figure("runs", runs_thread, cl.node, cl.n, "runs");
+	with_queue = 1;
+	figure("queued", runs_thread, cl.node, cl.n, "runs");
+	with_queue = 0;
 	printf("cluster, RUNNEL_REDIS_WAIT_REPLICAS=1:\n");
 	wait_replicas = 1;
 	figure("lines", lines_thread, cl.node, cl.n, "lines");
