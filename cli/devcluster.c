@@ -182,15 +182,21 @@ static int dc_create(dev_cluster_t *cl, const char *redis_cli, const char *logdi
 	return 0;
 }
 
-/* Every node up and saying cluster_state:ok, with all 2N nodes known. */
+/* Every node up and saying cluster_state:ok, with all 2N nodes known, and
+ * every replica's link to its primary up (a primary without its replica
+ * would stop its runs at its first failure). */
 static int dc_all_ok(const dev_cluster_t *cl)
 {
-	char known[48];
+	char known[48], slaves[48];
 	snprintf(known, sizeof(known), "cluster_known_nodes:%d\r", cl->n);
-	for (int i = 0; i < cl->n; i++)
+	snprintf(slaves, sizeof(slaves), "connected_slaves:%d\r", DEV_CLUSTER_REPLICAS);
+	for (int i = 0; i < cl->n; i++) {
 		if (!dc_reply_has(cl->port[i], "CLUSTER INFO", "cluster_state:ok\r") ||
 		    !dc_reply_has(cl->port[i], "CLUSTER INFO", known))
 			return 0;
+		if (dc_reply_has(cl->port[i], "INFO replication", "role:master\r") ? !dc_reply_has(cl->port[i], "INFO replication", slaves) : !dc_reply_has(cl->port[i], "INFO replication", "master_link_status:up\r"))
+			return 0;
+	}
 	return 1;
 }
 

@@ -361,6 +361,19 @@ static char *test_stack(void)
 	return agents;
 }
 
+typedef struct {
+	rn_rcluster_t *rc;
+	int ports[16], n, replica;
+} nodes_view_t;
+
+static int six_with_replica(void *arg)
+{
+	nodes_view_t *v = arg;
+	v->replica = 0;
+	v->n = node_ports(v->rc, v->ports, 16, &v->replica);
+	return v->n == 6 && v->replica > 0;
+}
+
 /* 3. A node that goes away stops the stack, and the others with it. */
 static void test_node_dies(const char *agents)
 {
@@ -368,9 +381,11 @@ static void test_node_dies(const char *agents)
 	start_stack(&s, agents);
 	rn_rcluster_t *rc = th_rcluster_open(s.redis);
 	TH_REQUIRE(rc, "%s", s.redis);
-	int ports[16], replica = 0;
-	int nports = node_ports(rc, ports, 16, &replica);
+	/* The replicas' roles reach the node asked by gossip. */
+	nodes_view_t v = { .rc = rc };
+	th_wait_until(six_with_replica, &v, 10000);
 	rn_rcluster_free(rc);
+	int nports = v.n, replica = v.replica, *ports = v.ports;
 	TH_REQUIRE(nports == 6 && replica > 0, "6 nodes, one of them a replica (%d)", nports);
 	redisContext *c = redisConnect("127.0.0.1", replica);
 	TH_REQUIRE(c && !c->err, "replica on %d", replica);
