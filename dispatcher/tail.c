@@ -151,6 +151,22 @@ static int sub_active(const dispatcher_tail_sub_t *s)
 	return !s->dead && !s->paused;
 }
 
+/* Where a read of run starts: its active callers' smallest cursor.  0 when
+ * no caller is active (nothing to read for). */
+static int run_from(const tail_run_t *run, dispatcher_sid_t *from)
+{
+	int any = 0;
+
+	for (const dispatcher_tail_sub_t *s = run->subs; s; s = s->next) {
+		if (!sub_active(s))
+			continue;
+		if (!any || dispatcher_sid_cmp(s->cursor, *from) < 0)
+			*from = s->cursor;
+		any = 1;
+	}
+	return any;
+}
+
 static void run_free(tail_run_t *r)
 {
 	tail_conn_t *c = r->conn;
@@ -246,17 +262,9 @@ static void arm(tail_conn_t *c)
 	argv[argc++] = "STREAMS";
 	c->ninflight = 0;
 	for (r = c->runs; r; r = r->next) {
-		dispatcher_sid_t from = { UINT64_MAX, UINT64_MAX };
-		int any = 0;
+		dispatcher_sid_t from;
 
-		for (dispatcher_tail_sub_t *s = r->subs; s; s = s->next) {
-			if (!sub_active(s))
-				continue;
-			if (!any || dispatcher_sid_cmp(s->cursor, from) < 0)
-				from = s->cursor;
-			any = 1;
-		}
-		if (!any)
+		if (!run_from(r, &from))
 			continue;
 		r->inflight = 1;
 		r->inflight_from = from;
@@ -423,22 +431,14 @@ static void on_cread(redisReply *r, void *arg);
 static void cread(tail_run_t *run)
 {
 	dispatcher_tail_t *t = run->t;
-	dispatcher_sid_t from = { UINT64_MAX, UINT64_MAX };
+	dispatcher_sid_t from;
 	char id[48], count[24];
-	int any = 0;
 
 	if (run->inflight) {
 		run->again = 1;
 		return;
 	}
-	for (dispatcher_tail_sub_t *s = run->subs; s; s = s->next) {
-		if (!sub_active(s))
-			continue;
-		if (!any || dispatcher_sid_cmp(s->cursor, from) < 0)
-			from = s->cursor;
-		any = 1;
-	}
-	if (!any)
+	if (!run_from(run, &from))
 		return;
 	snprintf(id, sizeof(id), "%" PRIu64 "-%" PRIu64, from.ms, from.seq);
 	snprintf(count, sizeof(count), "%ld", t->batch);
