@@ -7,6 +7,8 @@
 #   cmake --build build-rel --target bench_acp
 #   agents/install.sh $PWD/build-rel/agents
 #   build-rel/bench/bench_acp build-rel/agents $(command -v node) [--runs 50] [--agents claude,codex]
+# With --refill N instead: a CPU-bound run in flight with a warm Claude
+# agent's pool full and idle, and while the pool refills beside it.
 # See docs/worker.md ("Time to the first model request", "Warm agents").
 # Included by tests/acp/CMakeLists.txt, which defines the fixture library.
 if(TARGET runnel_acptest)

@@ -25,7 +25,10 @@
  * Every run has no system prompt and no model for Codex, so that both
  * modes run the same configuration.  Prints figures; asserts nothing.
  *
- *   bench_acp PREFIX NODE [--runs N] [--agents claude,codex]
+ * With --refill N, only this instead: whether a warm Claude agent's refill
+ * slows a run in flight (see refill_bench below).
+ *
+ *   bench_acp PREFIX NODE [--runs N] [--agents claude,codex] [--refill N]
  *
  * PREFIX holds the agents (agents/install.sh PREFIX); a Release build
  * without sanitizers gives the figures worth quoting (see bench/acp.cmake).
@@ -381,16 +384,191 @@ static void idle_cost(at_t *t, pid_t worker, const char *agent, const pool_ref_t
 	       (double)(cpu1 - cpu0) * 1000.0 / (double)hz / secs / (double)n);
 }
 
+/* ------------------------------------------------------------------------
+ * --refill N: does a warm Claude agent's refill slow the runs in flight?
+ * A worker keeping one warm Claude agent (RUNNEL_WARM_AGENTS=claude:1, no
+ * plain warm sandboxes) runs a `command` run whose job is a fixed shell
+ * loop (~1.5 s of CPU) on every CPU at once, N times each way, alternating:
+ *
+ *   (a) idle    the pool full and its agent idle for REFILL_SETTLE_MS;
+ *   (b) refill  a Claude run takes the warm agent and the measured run is
+ *               enqueued as soon as that run's result is in its stream, so
+ *               the pool's refill (a new sandbox, Node, the adapter and
+ *               the CLI: seconds of CPU) runs beside the measured job.
+ *
+ * Measured: the job's own wall time (the run's "job start" to its "job
+ * end" log line, by their ts) and enqueue -> the run's end; p50, p99 and
+ * the (b)/(a) ratio.  Then the same on a worker with RUNNEL_CGROUP=off,
+ * where the refill has no cgroup and so no lowered CPU weight.
+ * ------------------------------------------------------------------------ */
+
+#define REFILL_SETTLE_MS 2000
+#define REFILL_LOOP      "1500000"
+
+/* The job: one loop per online CPU at once, so that the runs in flight
+ * leave no core idle for the refill to take. */
+static const char *refill_job(void)
+{
+	static char *s;
+	if (!s) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		char *loops = th_strf("%s", "");
+		for (long i = 0; i < (cpus > 0 ? cpus : 1); i++)
+			loops = th_strf("%s(i=0; while [ $i -lt %s ]; do i=$((i+1)); done) & ", loops, REFILL_LOOP);
+		char *script = th_strf("read turn; echo '{\"type\":\"log\",\"level\":\"info\",\"message\":\"job start\"}';"
+		                       " %swait;"
+		                       " echo '{\"type\":\"log\",\"level\":\"info\",\"message\":\"job end\"}';"
+		                       " echo '{\"type\":\"result\",\"message\":\"done\"}'",
+		                       loops);
+		json_t *o = json_pack("{s:s,s:[s,s,s]}", "kind", "command", "argv", "/bin/sh", "-c", script);
+		s = json_dumps(o, JSON_COMPACT);
+		json_decref(o);
+	}
+	return s;
+}
+
+static long gauge(const pool_ref_t *r)
+{
+	long status = 0;
+	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/metrics", wt_metrics_port(&r->t->w, r->worker)), &status);
+	const char *p = body ? strstr(body, r->series) : NULL;
+	long v = p ? strtol(p + strlen(r->series) + 1, NULL, 10) : -1;
+	free(body);
+	return v;
+}
+
+static void settle(void)
+{
+	/* A fixed pause, part of what is measured (an idle pool), not a wait
+	 * for a condition. */
+	struct timespec ts = { REFILL_SETTLE_MS / 1000, (REFILL_SETTLE_MS % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* One measured run: its job's wall time and enqueue -> end (ms, -1 when
+ * missing). */
+static void refill_measure(at_t *t, const char *id, double *job, double *total)
+{
+	long long enq = wall_ms();
+	*job = *total = -1;
+	wt_submit_agent(&t->w, id, refill_job(), "go", 0, 0, NULL);
+	if (!wt_wait_terminal(&t->w, id, 120000)) {
+		printf("  %s did not end\n", id);
+		return;
+	}
+	*total = (double)(wall_ms() - enq);
+	char **lines = NULL;
+	size_t n = 0;
+	long long a = -1, b = -1;
+	if (th_stream_read_all(t->w.rc, th_strf("runnel:{%s}:out", id), &lines, NULL, &n) < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		json_t *o = json_loads(lines[i], 0, NULL);
+		const char *msg = json_string_value(json_object_get(o, "message"));
+		long long ts = (long long)json_integer_value(json_object_get(o, "ts"));
+		if (th_streq(msg, "job start"))
+			a = ts;
+		else if (th_streq(msg, "job end"))
+			b = ts;
+		json_decref(o);
+	}
+	th_strv_free(lines, n);
+	if (a > 0 && b >= a)
+		*job = (double)(b - a);
+}
+
+static void refill_line(const char *what, double *a, double *b, int n)
+{
+	double a50, a99, b50, b99;
+	size_t ka = pct(a, (size_t)n, &a50, &a99), kb = pct(b, (size_t)n, &b50, &b99);
+	printf("    %-22s idle p50 %5.0f / p99 %5.0f ms (n=%zu)   refilling p50 %5.0f / p99 %5.0f ms (n=%zu)   "
+	       "ratio p50 %.2f, p99 %.2f\n",
+	       what, a50, a99, ka, b50, b99, kb, a50 > 0 ? b50 / a50 : -1, a99 > 0 ? b99 / a99 : -1);
+}
+
+static void refill_series(at_t *t, const char *wname, const char *cgroup, int n)
+{
+	const char *wenv[] = { "RUNNEL_LOG_LEVEL=debug", "RUNNEL_WARM=0", "RUNNEL_WARM_AGENTS=claude:1", cgroup, NULL };
+	pid_t wp = at_worker(t, wname, wenv);
+	warmup(t, wname);
+	pool_ref_t pool = { t, wname, "runnel_worker_warm_agents{agent=\"claude\"}", 1 };
+	const char *wlog = wt_log_path(&t->w, wname);
+	double *ja = calloc((size_t)n, sizeof(double)), *jb = calloc((size_t)n, sizeof(double));
+	double *ta = calloc((size_t)n, sizeof(double)), *tb = calloc((size_t)n, sizeof(double));
+	double *fill = calloc((size_t)n, sizeof(double));
+	int warm = 0, overlap = 0;
+	for (int i = 0; i < n; i++) {
+		if (!th_wait_until(pool_full, &pool, 300000))
+			printf("  the warm pool did not fill up within 300 s\n");
+		settle();
+		refill_measure(t, th_strf("refill-%s-a%d", wname, i), &ja[i], &ta[i]);
+		if (!th_wait_until(pool_full, &pool, 300000))
+			printf("  the warm pool did not fill up within 300 s\n");
+		settle();
+		const char *cid = th_strf("refill-%s-claude%d", wname, i);
+		long long take = wall_ms();
+		submit(t, cid, "claude", th_strf("[[tag:%s]] Run the command.", cid));
+		if (at_wait_line(t, cid, "result", NULL, 180000) < 0)
+			printf("  %s did not end with a result\n", cid);
+		warm += started_warm(wlog, cid);
+		refill_measure(t, th_strf("refill-%s-b%d", wname, i), &jb[i], &tb[i]);
+		overlap += gauge(&pool) < 1;
+		fill[i] = th_wait_until(pool_full, &pool, 300000) ? (double)(wall_ms() - take) : -1;
+		if (getenv("BENCH_VERBOSE"))
+			printf("# %d: idle job %.0f total %.0f; refilling job %.0f total %.0f; refill %.0f ms\n", i, ja[i],
+			       ta[i], jb[i], tb[i], fill[i]);
+	}
+	printf("  %s (%s):\n", wname, cgroup);
+	refill_line("job (loop) wall", ja, jb, n);
+	refill_line("enqueue -> run ended", ta, tb, n);
+	double f50, f99;
+	pct(fill, (size_t)n, &f50, &f99);
+	printf("    Claude runs on the warm agent: %d of %d; refill still running when the measured run ended: %d of %d;"
+	       " take -> pool full again p50 %.0f / p99 %.0f ms\n",
+	       warm, n, overlap, n, f50, f99);
+	fflush(stdout);
+	wt_stop_worker(wp, 30000, wname);
+	free(ja);
+	free(jb);
+	free(ta);
+	free(tb);
+	free(fill);
+}
+
+static void print_load(const char *when)
+{
+	char *la = th_file_read("/proc/loadavg", NULL);
+	if (la)
+		printf("load average %s: %.*s\n", when, (int)strcspn(la, "\n"), la);
+	free(la);
+}
+
+static int refill_bench(at_t *t, int n)
+{
+	fp_script_t script = { .cmd = "echo bench" };
+	fp_set(t->anthropic, &script);
+	printf("bench_acp --refill: %d runs each way (job: %ld %s-step shell loops at once), alternating idle/refilling\n",
+	       n, sysconf(_SC_NPROCESSORS_ONLN), REFILL_LOOP);
+	print_load("at the start");
+	refill_series(t, "wrefill", "RUNNEL_CGROUP=auto", n);
+	refill_series(t, "wnocg", "RUNNEL_CGROUP=off", n);
+	print_load("at the end");
+	at_teardown(t);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	th_init("bench_acp");
-	int runs = 50;
+	int runs = 50, refill = 0;
 	const char *agents = "claude,codex";
 	for (int i = 3; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--runs"))
 			runs = (int)strtol(argv[i + 1], NULL, 10);
 		else if (!strcmp(argv[i], "--agents"))
 			agents = argv[i + 1];
+		else if (!strcmp(argv[i], "--refill"))
+			refill = (int)strtol(argv[i + 1], NULL, 10);
 	}
 	if (runs < 1)
 		runs = 1;
@@ -398,6 +576,8 @@ int main(int argc, char **argv)
 	int rc = at_setup(&t, argc, argv, NULL);
 	if (rc)
 		return rc;
+	if (refill > 0)
+		return refill_bench(&t, refill);
 	fp_script_t script = { .cmd = "echo bench" };
 	fp_set(t.anthropic, &script);
 	fp_set(t.openai, &script);
