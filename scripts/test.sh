@@ -23,4 +23,10 @@ cmake --build "$build" -j "$jobs"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 cd "$build"
-ctest --output-on-failure -j "$jobs" "$@"
+# Tests labelled quarantine show a known intermittent fault that is not
+# fixed yet (docs/testing.md); RUNNEL_TEST_QUARANTINE=1 runs them too.
+if [ "${RUNNEL_TEST_QUARANTINE:-0}" = 1 ]; then
+  ctest --output-on-failure -j "$jobs" "$@"
+else
+  ctest --output-on-failure -j "$jobs" -LE quarantine "$@"
+fi
