@@ -660,6 +660,16 @@ static void drain_cb(evutil_socket_t fd, short what, void *arg)
 	drain_expired(arg);
 }
 
+/* SIGTERM or SIGINT before the loop's own handlers are armed (the
+ * threads start, and Kafka is joined, before that): remembered here and
+ * acted on once they are, so a stop during the start drains too. */
+static volatile sig_atomic_t early_signal;
+
+static void early_signal_cb(int sig)
+{
+	early_signal = sig;
+}
+
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
 	worker_t *w = arg;
@@ -831,6 +841,8 @@ static int worker_setup(worker_t *w, int argc, char **argv, char *limits_warn, s
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGTERM, early_signal_cb);
+	signal(SIGINT, early_signal_cb);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	evthread_use_pthreads();
 	if (worker_ws_root(w->cfg.work_dir, err, sizeof(err)) < 0) {
@@ -924,6 +936,8 @@ static void worker_arm(worker_t *w)
 	event_add(w->ev_stats, &stv);
 	event_add(w->ev_term, NULL);
 	event_add(w->ev_int, NULL);
+	if (early_signal)
+		signal_cb(early_signal, EV_SIGNAL, w);
 }
 
 /* After the loop: take nothing more, wait for the runs when the drain gave
