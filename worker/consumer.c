@@ -255,21 +255,24 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	wc->dr_done = 1;
 }
 
+/* The dead-letter producers' settings under the operator's: each record
+ * is sent alone and waited for, so no batching and no idempotence. */
+static const char *const dlq_defaults[] = {
+	"linger.ms",
+	"0",
+	"message.timeout.ms",
+	"30000",
+	"enable.idempotence",
+	"false",
+	NULL,
+};
+
 int worker_consumer_dlq_send(worker_consumer_t *wc, const rd_kafka_message_t *m,
                              const char *reason, int timeout_ms,
                              char *errstr, size_t errstr_size)
 {
 	if (!wc->dlq) {
-		static const char *const defaults[] = {
-			"linger.ms",
-			"0",
-			"message.timeout.ms",
-			"30000",
-			"enable.idempotence",
-			"false",
-			NULL,
-		};
-		rd_kafka_conf_t *conf = conf_build(wc->cfg, defaults, 1, NULL, errstr, errstr_size);
+		rd_kafka_conf_t *conf = conf_build(wc->cfg, dlq_defaults, 1, NULL, errstr, errstr_size);
 		if (!conf)
 			return -1;
 		rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
@@ -652,16 +655,7 @@ int worker_dlq_send(worker_dlq_t *d, const void *key, size_t key_len, const void
 {
 	pthread_mutex_lock(&d->mu);
 	if (!d->rk) {
-		static const char *const defaults[] = {
-			"linger.ms",
-			"0",
-			"message.timeout.ms",
-			"30000",
-			"enable.idempotence",
-			"false",
-			NULL,
-		};
-		rd_kafka_conf_t *conf = conf_build(d->cfg, defaults, 1, NULL, errstr, errstr_size);
+		rd_kafka_conf_t *conf = conf_build(d->cfg, dlq_defaults, 1, NULL, errstr, errstr_size);
 		if (conf) {
 			rd_kafka_conf_set_dr_msg_cb(conf, dlq_dr_cb);
 			rd_kafka_conf_set_opaque(conf, d);
