@@ -43,6 +43,7 @@ extern char **environ;
 #define TH_MAX_CHILDREN 256
 #define TH_MAX_DIRS     64
 #define TH_TMP_PREFIX   "runnel-th-"
+#define TH_KEPT_MARK    ".th-kept" /* in a dir TH_KEEP kept */
 
 static volatile pid_t th_children[TH_MAX_CHILDREN];
 static char th_dirs[TH_MAX_DIRS][PATH_MAX];
@@ -199,6 +200,15 @@ static void th_cleanup_atexit(void)
 			if (th_dirs[i][0])
 				th_rm_rf(th_dirs[i]);
 	} else if (th_ndirs > 0) {
+		/* The mark keeps them from the sweep of tests that start later. */
+		for (int i = 0; i < th_ndirs; i++) {
+			char mark[PATH_MAX];
+			int fd = -1;
+			if (th_dirs[i][0] && (size_t)snprintf(mark, sizeof(mark), "%s/" TH_KEPT_MARK, th_dirs[i]) < sizeof(mark))
+				fd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+			if (fd >= 0)
+				close(fd);
+		}
 		fprintf(stderr, "# TH_KEEP=1: kept %s (and %d more)\n", th_dirs[0], th_ndirs - 1);
 	}
 	th_ndirs = 0;
@@ -260,7 +270,7 @@ static void th_fatal_signal(int sig)
 }
 
 /* Dirs of earlier tests that were SIGKILLed (ctest timeout): remove them
- * once their owner is gone. */
+ * once their owner is gone, unless it kept them (TH_KEEP). */
 static void th_sweep_stale(const char *base)
 {
 	DIR *d = opendir(base);
@@ -277,9 +287,12 @@ static void th_sweep_stale(const char *base)
 			continue;
 		if (kill((pid_t)p, 0) == 0 || errno != ESRCH)
 			continue;
-		char path[PATH_MAX];
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", base, de->d_name) < sizeof(path))
-			th_rm_rf(path);
+		char path[PATH_MAX], mark[PATH_MAX];
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", base, de->d_name) >= sizeof(path) ||
+		    (size_t)snprintf(mark, sizeof(mark), "%s/" TH_KEPT_MARK, path) >= sizeof(mark) ||
+		    access(mark, F_OK) == 0)
+			continue;
+		th_rm_rf(path);
 	}
 	closedir(d);
 }

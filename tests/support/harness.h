@@ -11,7 +11,8 @@
  * PR_SET_PDEATHSIG(SIGKILL), so even a test killed with SIGKILL (a ctest
  * timeout) takes them down; its temp dirs are swept by the next test that
  * starts (dirs are named runnel-th-<pid>-* and removed when <pid> is dead).
- * Set TH_KEEP=1 in the environment to keep temp dirs for a post-mortem.
+ * Set TH_KEEP=1 in the environment to keep temp dirs for a post-mortem;
+ * they get a ".th-kept" file, which keeps the sweep away.
  *
  * This is test support: unlike runnel's libraries it prints diagnostics to
  * stderr (prefixed "# ") and TH_REQUIRE / th_done end the program.
