@@ -31,13 +31,14 @@ COPY . .
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang-14 \
       -DRUNNEL_SANITIZE=OFF -DRUNNEL_FUZZ=OFF \
  && cmake --build /build -j"$(nproc)" \
-      --target runnel-worker runnel-dispatcher runnel runnel-mock-agent runnel-agent runnel-egress-bridge runnel-warm-init \
+      --target runnel-worker runnel-dispatcher runnel runnel-mock-agent runnel-agent runnel-egress-bridge runnel-warm-init runnel-unpack \
  && install -D -m 0755 -t /out/usr/local/bin \
       /build/worker/runnel-worker \
       /build/worker/runnel-mock-agent \
       /build/worker/runnel-agent \
       /build/worker/runnel-egress-bridge \
       /build/worker/runnel-warm-init \
+      /build/worker/runnel-unpack \
       /build/dispatcher/runnel-dispatcher \
       /build/cli/runnel
 
@@ -64,8 +65,9 @@ RUN apt-get update \
       --no-create-home --shell /usr/sbin/nologin runnel \
  && install -d -o 10001 -g 10001 -m 0750 /var/lib/runnel
 
-# runnel-worker finds runnel-mock-agent, runnel-agent, runnel-egress-bridge and
-# runnel-warm-init next to itself (/proc/self/exe), so they all live in /usr/local/bin.
+# runnel-worker finds runnel-mock-agent, runnel-agent, runnel-egress-bridge,
+# runnel-warm-init and runnel-unpack next to itself (/proc/self/exe), so they
+# all live in /usr/local/bin.
 COPY --from=build /out/ /
 COPY --from=agents /opt/runnel/agents /opt/runnel/agents
 

@@ -941,27 +941,43 @@ static void on_permission(worker_acp_t *s, const worker_agent_io_t *io, json_t *
  * descriptor is the run's tmpfs itself (worker_ws_open), never a path
  * built again from names: that reaches it warm or cold, also after it left
  * the worker's mount namespace, and every write counts against disk_mb. */
-static int fs_open(const worker_acp_t *s, const char *path, int flags, char *err, size_t esz)
+/* path's part beneath the workspace, or NULL with err (a path elsewhere). */
+static const char *fs_rel(const worker_acp_t *s, const char *path, char *err, size_t esz)
 {
 	const char *wsp = ws_path(s);
 	size_t wl = strlen(wsp);
 	if (!path || strncmp(path, wsp, wl) || (path[wl] != '/' && path[wl] != '\0')) {
 		snprintf(err, esz, "only files under %s can be read or written", wsp);
-		return -1;
+		return NULL;
 	}
 	const char *rel = path + wl;
 	while (*rel == '/')
 		rel++;
 	if (!*rel) {
 		snprintf(err, esz, "not a file");
-		return -1;
+		return NULL;
 	}
+	return rel;
+}
+
+/* rel opened beneath the workspace, never through a link: an fd, or -1
+ * with errno.  System calls only (a charged child runs it). */
+static int fs_open_rel(const worker_acp_t *s, const char *rel, int flags)
+{
 	struct open_how how;
 	memset(&how, 0, sizeof(how));
 	how.flags = (uint64_t)(flags | O_CLOEXEC | O_NOFOLLOW);
 	how.mode = (flags & O_CREAT) ? 0644 : 0;
 	how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS;
-	int fd = (int)syscall(SYS_openat2, s->o.workspace_fd, rel, &how, sizeof(how));
+	return (int)syscall(SYS_openat2, s->o.workspace_fd, rel, &how, sizeof(how));
+}
+
+static int fs_open(const worker_acp_t *s, const char *path, int flags, char *err, size_t esz)
+{
+	const char *rel = fs_rel(s, path, err, esz);
+	if (!rel)
+		return -1;
+	int fd = fs_open_rel(s, rel, flags);
 	if (fd < 0)
 		snprintf(err, esz, "%s", strerror(errno));
 	return fd;
@@ -969,24 +985,27 @@ static int fs_open(const worker_acp_t *s, const char *path, int flags, char *err
 
 /* One fs/write_text_file, run by worker_cgroup_call: in a child inside
  * the run's cgroup when there is one, so the file's tmpfs pages are the
- * run's to pay for (memory_mb), not the worker's. */
+ * run's to pay for (memory_mb), not the worker's.  System calls only: the
+ * child of a multi-threaded worker may not allocate or format. */
 typedef struct fs_write {
 	const worker_acp_t *s;
-	const char *path;
+	const char *rel;
 	const char *content;
 	size_t len;
 } fs_write_t;
 
-#define FS_WRITE_NO_OPEN    1 /* out holds why */
+#define FS_WRITE_NO_OPEN    1000 /* + errno of the open */
 #define FS_WRITE_FAILED     2
 #define FS_WRITE_TIMEOUT_MS 30000 /* a tmpfs write of <= ACP_FS_MAX */
 
 static int fs_write(void *arg, char *out, size_t out_size)
 {
+	(void)out;
+	(void)out_size;
 	fs_write_t *w = arg;
-	int fd = fs_open(w->s, w->path, O_WRONLY | O_CREAT | O_TRUNC, out, out_size);
+	int fd = fs_open_rel(w->s, w->rel, O_WRONLY | O_CREAT | O_TRUNC);
 	if (fd < 0)
-		return FS_WRITE_NO_OPEN;
+		return FS_WRITE_NO_OPEN + errno;
 	/* The worker (root) made it: the sandbox's uid owns the workspace. */
 	if (w->s->o.chown_files && fchown(fd, w->s->o.file_uid, w->s->o.file_gid) != 0) {
 		close(fd);
@@ -1070,12 +1089,16 @@ static void on_fs(worker_acp_t *s, const worker_agent_io_t *io, json_t *rpc_id, 
 		send_error(s, io, rpc_id, -32602, "content too large");
 		return;
 	}
-	fs_write_t w = { .s = s, .path = path, .content = content };
+	fs_write_t w = { .s = s, .rel = fs_rel(s, path, err, sizeof(err)), .content = content };
+	if (!w.rel) {
+		send_error(s, io, rpc_id, -32002, err);
+		return;
+	}
 	w.len = json_string_length(json_object_get(params, "content"));
 	int rc = worker_cgroup_call(s->o.cgroup_fds, s->o.ncgroup_fds, NULL, FS_WRITE_TIMEOUT_MS, fs_write, &w, err,
 	                            sizeof(err), NULL);
-	if (rc == FS_WRITE_NO_OPEN)
-		send_error(s, io, rpc_id, -32002, err);
+	if (rc >= FS_WRITE_NO_OPEN)
+		send_error(s, io, rpc_id, -32002, strerror(rc - FS_WRITE_NO_OPEN));
 	else if (rc != 0)
 		send_error(s, io, rpc_id, -32603, "write failed");
 	else

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -713,6 +714,63 @@ static void call_child(int wfd, const int *fds, int nfds, worker_cgroup_fn_t fn,
 	_exit(w == (ssize_t)sizeof(r) ? 0 : 125);
 }
 
+/*
+ * Reads the child's answer from rfd into buf (at most cap bytes; with
+ * exact, until cap bytes arrived, else until end of file), at most until
+ * deadline or a stop; kills a child that is late or stopped, reaps it.
+ * *got: bytes read; *late: stopped or late; *status: its wait status.
+ */
+static void child_wait(int rfd, pid_t pid, const worker_stopword_t *stop, int timeout_ms, char *buf, size_t cap,
+                       int exact, size_t *got, int *late, int *status)
+{
+	int64_t deadline = rn_mono_ms() + timeout_ms;
+	*got = 0;
+	*late = 0;
+	int eof = 0;
+	while (buf && !eof && (!exact || *got < cap)) {
+		if ((stop && worker_stopword_any(stop)) || rn_mono_ms() >= deadline) {
+			*late = 1;
+			break;
+		}
+		struct pollfd pf = { .fd = rfd, .events = POLLIN };
+		int n = poll(&pf, 1, 200);
+		if (n < 0 && errno != EINTR)
+			break;
+		if (n <= 0)
+			continue;
+		char sink[256];
+		ssize_t rd = *got < cap ? read(rfd, buf + *got, cap - *got) : read(rfd, sink, sizeof(sink));
+		if (rd < 0 && errno == EINTR)
+			continue;
+		if (rd <= 0) {
+			eof = 1; /* the child closed it: answered, or died */
+			break;
+		}
+		if (*got < cap)
+			*got += (size_t)rd;
+	}
+	if (!eof && (!exact || *got < cap))
+		kill(pid, SIGKILL);
+	*status = 0;
+	while (waitpid(pid, status, 0) < 0 && errno == EINTR)
+		;
+}
+
+/* Why a child gave no answer, into out (late: child_wait's). */
+static void child_why(int late, const worker_stopword_t *stop, int status, char *out, size_t out_size, int *sig)
+{
+	if (late) {
+		snprintf(out, out_size, stop && worker_stopword_any(stop) ? "cancelled" : "timed out");
+	} else if (WIFSIGNALED(status)) {
+		if (sig)
+			*sig = WTERMSIG(status);
+		snprintf(out, out_size, "killed by signal %d", WTERMSIG(status));
+	} else {
+		snprintf(out, out_size, "its child ended with status %d before answering",
+		         WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	}
+}
+
 int worker_cgroup_call(const int *fds, int nfds, const worker_stopword_t *stop, int timeout_ms,
                        worker_cgroup_fn_t fn, void *arg, char *out, size_t out_size, int *sig)
 {
@@ -740,46 +798,98 @@ int worker_cgroup_call(const int *fds, int nfds, const worker_stopword_t *stop, 
 	close(p[1]);
 	call_reply_t *r = calloc(1, sizeof(*r));
 	size_t got = 0;
-	int64_t deadline = rn_mono_ms() + timeout_ms;
-	int late = 0;
-	while (r && got < sizeof(*r)) {
-		if ((stop && worker_stopword_any(stop)) || rn_mono_ms() >= deadline) {
-			late = 1;
-			break;
-		}
-		struct pollfd pf = { .fd = p[0], .events = POLLIN };
-		int n = poll(&pf, 1, 200);
-		if (n < 0 && errno != EINTR)
-			break;
-		if (n <= 0)
-			continue;
-		ssize_t rd = read(p[0], (char *)r + got, sizeof(*r) - got);
-		if (rd < 0 && errno == EINTR)
-			continue;
-		if (rd <= 0)
-			break; /* the child died before it answered */
-		got += (size_t)rd;
-	}
+	int late = 0, status = 0;
+	child_wait(p[0], pid, stop, timeout_ms, (char *)r, sizeof(*r), 1, &got, &late, &status);
 	close(p[0]);
-	if (got < sizeof(*r))
-		kill(pid, SIGKILL);
-	int status = 0;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
 	int rc = WORKER_CGROUP_CALL_DIED;
 	if (r && got == sizeof(*r)) {
 		rc = r->rc;
 		snprintf(out, out_size, "%s", r->out);
-	} else if (late) {
-		snprintf(out, out_size, stop && worker_stopword_any(stop) ? "cancelled" : "timed out");
-	} else if (WIFSIGNALED(status)) {
-		if (sig)
-			*sig = WTERMSIG(status);
-		snprintf(out, out_size, "killed by signal %d", WTERMSIG(status));
 	} else {
-		snprintf(out, out_size, "its child ended with status %d before answering",
-		         WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		child_why(late, stop, status, out, out_size, sig);
 	}
 	free(r);
+	return rc;
+}
+
+/* The highest fd a spawned program's cgroup fds may take (3 + n). */
+#define EXEC_FD_BASE 64
+
+int worker_cgroup_exec(const int *fds, int nfds, const worker_stopword_t *stop, int timeout_ms, const char *path,
+                       char *const argv[], int in_fd, char *out, size_t out_size, int *sig)
+{
+	if (sig)
+		*sig = 0;
+	out[0] = '\0';
+	if (nfds < 0 || nfds > EXEC_FD_BASE - 4) {
+		snprintf(out, out_size, "too many cgroup files (%d)", nfds);
+		return WORKER_CGROUP_CALL_DIED;
+	}
+	/* Every source above the targets (0, 1, 3..3+n), so that no dup2 of
+	 * the file actions overwrites a source still to come. */
+	int hi[EXEC_FD_BASE], nhi = 0, p[2] = { -1, -1 }, rc = WORKER_CGROUP_CALL_DIED;
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	int have_fa = posix_spawn_file_actions_init(&fa) == 0, have_at = have_fa && posix_spawnattr_init(&at) == 0;
+	if (!have_at || pipe2(p, O_CLOEXEC) != 0) {
+		snprintf(out, out_size, "cannot make a pipe: %s", strerror(errno));
+		goto out;
+	}
+	for (int i = 0; i < nfds + 2; i++) {
+		int src = i == 0 ? in_fd : i == 1 ? p[1]
+		                                  : fds[i - 2];
+		int fd = fcntl(src, F_DUPFD_CLOEXEC, EXEC_FD_BASE);
+		if (fd < 0) {
+			snprintf(out, out_size, "cannot duplicate a descriptor: %s", strerror(errno));
+			goto out;
+		}
+		hi[nhi++] = fd;
+		if (posix_spawn_file_actions_adddup2(&fa, fd, i == 0 ? 0 : i == 1 ? 1
+		                                                                  : i + 1) != 0) {
+			snprintf(out, out_size, "out of memory");
+			goto out;
+		}
+	}
+	/* Default dispositions and no blocked signal: the worker's threads
+	 * block some for their own handling. */
+	sigset_t none, all;
+	sigemptyset(&none);
+	sigfillset(&all);
+	posix_spawnattr_setsigmask(&at, &none);
+	posix_spawnattr_setsigdefault(&at, &all);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	char *envp[] = { "PATH=/usr/bin:/bin", NULL };
+	pid_t pid;
+	int e = posix_spawn(&pid, path, &fa, &at, argv, envp);
+	for (int i = 0; i < nhi; i++)
+		close(hi[i]);
+	nhi = 0;
+	close(p[1]);
+	p[1] = -1;
+	if (e != 0) {
+		snprintf(out, out_size, "cannot start %s: %s", path, strerror(e));
+		goto out;
+	}
+	size_t got = 0;
+	int late = 0, status = 0;
+	child_wait(p[0], pid, stop, timeout_ms, out, out_size - 1, 0, &got, &late, &status);
+	out[got] = '\0';
+	if (got && out[got - 1] == '\n')
+		out[got - 1] = '\0';
+	if (!late && WIFEXITED(status))
+		rc = WEXITSTATUS(status);
+	else
+		child_why(late, stop, status, out, out_size, sig);
+out:
+	for (int i = 0; i < nhi; i++)
+		close(hi[i]);
+	if (p[0] >= 0)
+		close(p[0]);
+	if (p[1] >= 0)
+		close(p[1]);
+	if (have_at)
+		posix_spawnattr_destroy(&at);
+	if (have_fa)
+		posix_spawn_file_actions_destroy(&fa);
 	return rc;
 }

@@ -145,7 +145,9 @@ typedef int (*worker_cgroup_fn_t)(void *arg, char *out, size_t out_size);
  * forked child that first enters the cgroup through its procs files
  * fds[0..nfds) (what worker_guard_cgroup_fds hands out), with
  * PR_SET_PDEATHSIG.  The worker is multi-threaded: fn may take no lock
- * another thread could hold (malloc is reset by glibc in the child).  The
+ * another thread could hold, so it may not allocate (a sanitizer's malloc
+ * is not reset in the child), nor format an errno (strerror may); plain
+ * system calls only, or worker_cgroup_exec.  The
  * caller waits at most timeout_ms and polls stop (may be NULL); a stopped
  * or late child is killed.  nfds 0 (no cgroups on this host): fn runs here.
  * Returns fn's result, or WORKER_CGROUP_CALL_DIED with out telling why
@@ -153,5 +155,19 @@ typedef int (*worker_cgroup_fn_t)(void *arg, char *out, size_t out_size);
  */
 int worker_cgroup_call(const int *fds, int nfds, const worker_stopword_t *stop, int timeout_ms,
                        worker_cgroup_fn_t fn, void *arg, char *out, size_t out_size, int *sig);
+
+/*
+ * Runs the program at path (argv) charged to a run's cgroup: started with
+ * posix_spawn (no code of this process runs in the child), stdin in_fd,
+ * stdout a pipe whose bytes (at most out_size - 1, trailing newline cut)
+ * become out, stderr this process's, and the procs files fds[0..nfds) as
+ * its fds 3, 4, ...: the program enters the cgroup through them (writing
+ * "0") before it allocates, and sets PR_SET_PDEATHSIG itself.  Waits at
+ * most timeout_ms and polls stop (may be NULL); a stopped or late program
+ * is killed.  Returns its exit status, or WORKER_CGROUP_CALL_DIED with out
+ * telling why (*sig, may be NULL, the signal that killed it, 0 when none).
+ */
+int worker_cgroup_exec(const int *fds, int nfds, const worker_stopword_t *stop, int timeout_ms, const char *path,
+                       char *const argv[], int in_fd, char *out, size_t out_size, int *sig);
 
 #endif

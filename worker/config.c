@@ -17,7 +17,7 @@
 #include "proto/names.h"
 #include "worker/agent.h"
 
-#define OPTS_N 61
+#define OPTS_N 62
 
 void worker_config_wipe_env(const char *name)
 {
@@ -82,6 +82,7 @@ static void opts_fill(rn_opt_t *o, worker_config_t *c)
 		{ "egress", 0, "RUNNEL_EGRESS", RN_OPT_STR, &c->egress, NULL, "POLICY", "network the runs may have at most: none, allowlist or full (default allowlist; full with --sandbox-net host)", 0, 0 },
 		{ "egress-allow", 0, "RUNNEL_EGRESS_ALLOW", RN_OPT_STR, &c->egress_allow, "@model,@workspace_api", "LIST", "hosts allowlist runs may reach: host[:port], *.domain[:port], @model, @workspace_api (an internal address only through an exact host[:port])", 0, 0 },
 		{ "egress-bridge", 0, "RUNNEL_EGRESS_BRIDGE", RN_OPT_STR, &c->egress_bridge, NULL, "PATH", "runnel-egress-bridge binary (default: next to runnel-worker)", 0, 0 },
+		{ "unpack", 0, "RUNNEL_UNPACK", RN_OPT_STR, &c->unpack, NULL, "PATH", "runnel-unpack binary, which unpacks bags inside the run's cgroup (default: next to runnel-worker)", 0, 0 },
 		/* Warm sandboxes (worker/warm.h). */
 		{ "warm", 0, "RUNNEL_WARM", RN_OPT_INT, &c->warm, "-1", "N", "warm sandboxes kept ready (-1: a quarter of the slots, at least 1; 0: off)", -1, 256 },
 		{ "warm-init", 0, "RUNNEL_WARM_INIT", RN_OPT_STR, &c->warm_init, NULL, "PATH", "runnel-warm-init binary, every bwrap sandbox's first program (default: next to runnel-worker)", 0, 0 },
@@ -144,7 +145,7 @@ static int self_dir(char *buf, size_t size)
 
 /*
  * The host path of a program the worker hands to runs (runnel-mock-agent,
- * runnel-agent, runnel-warm-init, runnel-egress-bridge): the one given,
+ * runnel-agent, runnel-warm-init, runnel-egress-bridge, runnel-unpack): the one given,
  * which must be executable, else name next to this binary, else "" (the
  * runs that need it then fail with a clear message).
  */
@@ -446,6 +447,9 @@ static int limits_parse(worker_config_t *c, char *errstr, size_t errstr_size)
 		snprintf(errstr, errstr_size, "RUNNEL_EGRESS/--egress: \"%.32s\" is not none, allowlist or full", c->egress);
 		return -1;
 	}
+	if (program_path(c->unpack_path, sizeof(c->unpack_path), c->unpack, "runnel-unpack", "RUNNEL_UNPACK/--unpack",
+	                 errstr, errstr_size) < 0)
+		return -1;
 	return program_path(c->egress_bridge_path, sizeof(c->egress_bridge_path), c->egress_bridge,
 	                    "runnel-egress-bridge", "RUNNEL_EGRESS_BRIDGE/--egress-bridge", errstr, errstr_size);
 }
@@ -465,6 +469,12 @@ int worker_config_limits(worker_config_t *c, char *warn, size_t warn_size,
 	                        c->sandbox_net, warn, warn_size, errstr, errstr_size) < 0)
 		return -1;
 	c->limits.bridge_path = c->egress_bridge_path;
+	/* A run's bag is unpacked in its cgroup, by runnel-unpack. */
+	if (c->limits.cgroup.mode != WORKER_CGROUP_NONE && !c->unpack_path[0]) {
+		snprintf(errstr, errstr_size, "runnel-unpack not found (RUNNEL_UNPACK/--unpack): the runs' cgroups need it "
+		                              "to unpack bags (RUNNEL_CGROUP=off does without)");
+		return -1;
+	}
 	/* The worker's own services, which a run's host never reaches unless
 	 * RUNNEL_EGRESS_ALLOW names it exactly.  Most are loopback or private
 	 * addresses, refused anyway; this covers the ones on public addresses.

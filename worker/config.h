@@ -71,6 +71,7 @@ typedef struct worker_config {
 	char *egress;
 	char *egress_allow;
 	char *egress_bridge;
+	char *unpack;
 	long warm; /* warm sandboxes; -1 until derived */
 	char *warm_init;
 	char *warm_agents;             /* RUNNEL_WARM_AGENTS, parsed into warm_agent_* */
@@ -112,6 +113,7 @@ typedef struct worker_config {
 	char node_path[4096]; /* resolved host path; "" when none */
 	long run_cpu_millis;
 	char egress_bridge_path[4096]; /* resolved host path; "" when absent */
+	char unpack_path[4096];        /* resolved runnel-unpack; "" when absent */
 	worker_limits_env_t limits;    /* filled by worker_config_limits */
 	char warm_init_path[4096];     /* resolved runnel-warm-init; "" when absent */
 	                               /* RUNNEL_WARM_AGENTS: per warm name (worker/agent.h), how many agents

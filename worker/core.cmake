@@ -29,7 +29,10 @@ if(TARGET runnel-egress-bridge)
   add_dependencies(runnel-worker runnel-egress-bridge)
 endif()
 
-# So is the warm sandboxes' init.
+# So are the unpacker and the warm sandboxes' init.
+if(TARGET runnel-unpack)
+  add_dependencies(runnel-worker runnel-unpack)
+endif()
 if(TARGET runnel-warm-init)
   add_dependencies(runnel-worker runnel-warm-init)
 endif()

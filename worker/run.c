@@ -965,6 +965,7 @@ static worker_bag_limits_t bag_limits(run_io_t *io)
 	worker_bag_limits_t lim = { .stop = &io->run->stop };
 	/* Unpacked in the run's cgroup: its files count against memory_mb. */
 	lim.cgroup_fds = worker_guard_cgroup_fds(io->guard, &lim.ncgroup_fds);
+	lim.unpack_path = io->cfg->unpack_path;
 	/* zip_urls come from the run's /config: inside addresses only for the
 	 * workspace API's own origin and the operator's exact egress entries. */
 	lim.reach = (worker_httpc_reach_t){ .on = 1,

@@ -25,6 +25,11 @@ add_executable(runnel-egress-bridge ${CMAKE_CURRENT_LIST_DIR}/egress_bridge.c)
 # common/io.h only (header-only): no library.
 target_include_directories(runnel-egress-bridge PRIVATE ${CMAKE_CURRENT_LIST_DIR}/..)
 
+# Unpacks a run's bag inside its cgroup (worker/unpack.c); found next to
+# runnel-worker.
+add_executable(runnel-unpack ${CMAKE_CURRENT_LIST_DIR}/unpack.c)
+target_link_libraries(runnel-unpack PRIVATE runnel_worker_stages)
+
 add_executable(runnel-mock-agent ${CMAKE_CURRENT_LIST_DIR}/mock_agent.c)
 target_link_libraries(runnel-mock-agent PRIVATE runnel_proto runnel_common)
 

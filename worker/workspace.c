@@ -564,9 +564,8 @@ static int extract_entry(extract_t *x, struct archive *a, struct archive_entry *
 	return rc;
 }
 
-/* Extracts the archive open on fd into dest_dir. */
-static int extract_fd(int fd, const char *dest_dir, const worker_bag_limits_t *limits,
-                      int *reject, char *errstr, size_t errstr_size)
+int worker_ws_extract_fd(int fd, const char *dest_dir, const worker_bag_limits_t *limits, int *reject,
+                         char *errstr, size_t errstr_size)
 {
 	extract_t x;
 	memset(&x, 0, sizeof(x));
@@ -629,36 +628,42 @@ out:
 	return rc;
 }
 
-/* One unpacking, run by worker_cgroup_call. */
-typedef struct extract_call {
-	int fd;
-	const char *dest_dir;
-	const worker_bag_limits_t *lim;
-} extract_call_t;
-
-#define EXTRACT_REJECTED (-2)
-
-static int extract_call(void *arg, char *out, size_t out_size)
-{
-	extract_call_t *c = arg;
-	int reject = 0;
-	if (extract_fd(c->fd, c->dest_dir, c->lim, &reject, out, out_size) == 0)
-		return 0;
-	return reject ? EXTRACT_REJECTED : -1;
-}
-
-/* extract_fd, in the run's cgroup when lim names one: tmpfs pages are
- * charged to the process that writes them.  An unpacking the kernel kills
+/*
+ * worker_ws_extract_fd, in the run's cgroup when lim names one: tmpfs pages
+ * are charged to the process that writes them, so runnel-unpack, started
+ * in the cgroup, unpacks (never a fork of this multi-threaded worker: the
+ * unpacking allocates, and a lock another thread held at the fork would
+ * stay held in the child for good).  An unpacking the kernel kills
  * (SIGKILL: the run's memory limit, with memory.oom.group) is a refused
- * bag; the files it wrote stay charged to the run. */
+ * bag; the files it wrote stay charged to the run.
+ */
 static int extract_charged(int fd, const char *dest_dir, const worker_bag_limits_t *lim, int *reject,
                            char *errstr, size_t errstr_size)
 {
-	extract_call_t c = { .fd = fd, .dest_dir = dest_dir, .lim = lim };
+	*reject = 0;
+	if (!lim->cgroup_fds || lim->ncgroup_fds <= 0)
+		return worker_ws_extract_fd(fd, dest_dir, lim, reject, errstr, errstr_size);
+	if (!lim->unpack_path || !*lim->unpack_path) {
+		snprintf(errstr, errstr_size, "unpacking: no runnel-unpack to unpack in the run's cgroup");
+		return -1;
+	}
+	char bytes[32], entries[32], parent[32], ncg[16];
+	snprintf(bytes, sizeof(bytes), "%llu", (unsigned long long)lim->max_bytes);
+	snprintf(entries, sizeof(entries), "%llu", (unsigned long long)lim->max_entries);
+	snprintf(parent, sizeof(parent), "%ld", (long)getpid());
+	snprintf(ncg, sizeof(ncg), "%d", lim->ncgroup_fds);
+	char *argv[] = { "runnel-unpack", (char *)dest_dir, bytes, entries, parent, ncg, NULL };
 	int sig = 0;
-	int rc = worker_cgroup_call(lim->cgroup_fds, lim->ncgroup_fds, lim->stop, (int)lim->timeout_ms,
-	                            extract_call, &c, errstr, errstr_size, &sig);
-	*reject = rc == EXTRACT_REJECTED;
+	int rc = worker_cgroup_exec(lim->cgroup_fds, lim->ncgroup_fds, lim->stop, (int)lim->timeout_ms,
+	                            lim->unpack_path, argv, fd, errstr, errstr_size, &sig);
+	if (rc == WORKER_UNPACK_OK)
+		return 0;
+	if (rc == WORKER_UNPACK_REJECTED || rc == WORKER_UNPACK_FAILED) {
+		*reject = rc == WORKER_UNPACK_REJECTED;
+		if (!errstr[0])
+			snprintf(errstr, errstr_size, "unpacking failed");
+		return -1;
+	}
 	if (rc == WORKER_CGROUP_CALL_DIED && sig == SIGKILL) {
 		snprintf(errstr, errstr_size, "archive does not fit the run's memory limit");
 		*reject = 1;
@@ -666,8 +671,10 @@ static int extract_charged(int fd, const char *dest_dir, const worker_bag_limits
 		char why[256];
 		snprintf(why, sizeof(why), "%s", errstr);
 		snprintf(errstr, errstr_size, "unpacking: %s", why);
+	} else if (rc != WORKER_CGROUP_CALL_DIED) {
+		snprintf(errstr, errstr_size, "unpacking: runnel-unpack exited with status %d", rc);
 	}
-	return rc == 0 ? 0 : -1;
+	return -1;
 }
 
 int worker_ws_extract_file(const char *zip_path, const char *dest_dir,

@@ -65,11 +65,13 @@ typedef struct worker_bag_limits {
 	 * run's, so inside addresses only for named hosts.  reach.on 0 =
 	 * anywhere. */
 	worker_httpc_reach_t reach;
-	/* The run's cgroup (worker_guard_cgroup_fds): the unpacking runs in a
-	 * child inside it, so the run is charged for the files' tmpfs pages
-	 * (worker_cgroup_call).  NULL: unpacked by this thread. */
+	/* The run's cgroup (worker_guard_cgroup_fds): the unpacking runs in
+	 * runnel-unpack (unpack_path), started inside it, so the run is
+	 * charged for the files' tmpfs pages (worker_cgroup_exec).  NULL:
+	 * unpacked by this thread. */
 	const int *cgroup_fds;
 	int ncgroup_fds;
+	const char *unpack_path; /* runnel-unpack; required with cgroup_fds */
 } worker_bag_limits_t;
 
 typedef struct worker_ws {
@@ -164,6 +166,17 @@ int worker_ws_create_own(worker_ws_t *ws, const char *root, const char *tag, uns
 int worker_ws_fetch_zip(const char *url, const char *dest_dir,
                         const worker_bag_limits_t *limits, int *reject,
                         char *errstr, size_t errstr_size);
+
+/* runnel-unpack's exit statuses (2: it was called wrongly). */
+#define WORKER_UNPACK_OK       0
+#define WORKER_UNPACK_FAILED   1 /* its answer says why */
+#define WORKER_UNPACK_REJECTED 3 /* a refused archive; its answer says why */
+
+/* Extracts the archive open on fd (read from its offset) under dest_dir,
+ * by this thread, whatever limits->cgroup_fds says (runnel-unpack's
+ * work).  0, or -1 with errstr and *reject as above. */
+int worker_ws_extract_fd(int fd, const char *dest_dir, const worker_bag_limits_t *limits, int *reject,
+                         char *errstr, size_t errstr_size);
 
 /* Extracts an archive already on disk (tests, bench).  Same contract. */
 int worker_ws_extract_file(const char *zip_path, const char *dest_dir,

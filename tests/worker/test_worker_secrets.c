@@ -183,6 +183,7 @@ static void test_bad_config(void)
 		{ "RUNNEL_METRICS_LISTEN=nowhere", "RUNNEL_METRICS_LISTEN/--metrics-listen: \\\"nowhere\\\" is not host:port" },
 		{ "RUNNEL_WARM=-2", "RUNNEL_WARM: -2 is out of range -1..256" },
 		{ "RUNNEL_WARM_INIT=/nonexistent/init", "RUNNEL_WARM_INIT/--warm-init: /nonexistent/init is not an executable file" },
+		{ "RUNNEL_UNPACK=/nonexistent/unpack", "RUNNEL_UNPACK/--unpack: /nonexistent/unpack is not an executable file" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char *name = th_strf("bad%zu", i);
