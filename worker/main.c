@@ -125,6 +125,8 @@ static void main_redis_failed(worker_t *w, const char *what, const char *err)
 static void update_busy(worker_t *w)
 {
 	rn_gauge_set(w->m.slots_busy, (int64_t)w->busy);
+	/* A refill yields to the runs in flight, and only to them. */
+	worker_warm_agents_busy(w->ctx.warm_agents, w->busy);
 }
 
 /* A run ended: its tenant's running set and the claimer get the slot back. */

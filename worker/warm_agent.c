@@ -25,6 +25,33 @@
 #define WA_RETRY_MS     1000   /* after a failed start */
 #define WA_HANDSHAKE_MS 120000 /* Claude Code answers session/new in 1.5-10 s */
 
+/* The pool: per warm name, its ready agents. */
+typedef struct wa_kind {
+	char name[32];
+	const worker_agent_ops_t *ops;
+	size_t want;
+	worker_warm_agent_t **idle;
+	size_t nidle;
+	struct worker_metrics_warm *mw; /* or NULL */
+	int failing;
+} wa_kind_t;
+
+struct worker_warm_agents {
+	const worker_config_t *cfg;
+	worker_metrics_t *m;
+	rn_bg_t bg; /* the refill thread; mu guards what follows */
+	wa_kind_t kinds[WORKER_WARM_AGENT_KINDS];
+	size_t nkinds;
+	int draining;
+	unsigned long seq;
+	/* The worker has runs in flight: every agent of the pool (the one
+	 * starting and the idle ones) has the lowest CPU weight meanwhile. */
+	int yield;
+	worker_cgroup_t *starting; /* the cgroup of the agent being started, or NULL */
+	/* Set by the drain: a handshake in progress ends within a second. */
+	atomic_int cancel;
+};
+
 /* ------------------------------------------------------------------------
  * One warm agent
  * ------------------------------------------------------------------------ */
@@ -158,17 +185,17 @@ static int wa_dirs(const worker_config_t *cfg, worker_warm_agent_t *a, unsigned 
 		worker_cgroup_limits_t cl = worker_limits_cgroup(&lim->max);
 		if (worker_cgroup_create(cg, &lim->cgroup, name, &cl, 1, errstr, errstr_size) < 0)
 			return -1;
-		/* The agent's start and idle life yield to the runs in flight;
-		 * the run that takes it gets the default weight back (take). */
-		worker_cgroup_set_idle(cg, 1);
 	}
 	return 0;
 }
 
+static void pool_starting(worker_warm_agents_t *p, worker_cgroup_t *cg);
+
 /* One warm agent of kind k: sandbox, agent, handshake.  NULL with errstr. */
-static worker_warm_agent_t *wa_start(const worker_config_t *cfg, const worker_agent_ops_t *ops, const char *name,
-                                     unsigned long seq, const atomic_int *cancel, char *errstr, size_t errstr_size)
+static worker_warm_agent_t *wa_start(worker_warm_agents_t *p, const worker_agent_ops_t *ops, const char *name,
+                                     unsigned long seq, char *errstr, size_t errstr_size)
 {
+	const worker_config_t *cfg = p->cfg;
 	worker_warm_agent_t *a = calloc(1, sizeof(*a));
 	if (!a) {
 		snprintf(errstr, errstr_size, "out of memory");
@@ -182,7 +209,10 @@ static worker_warm_agent_t *wa_start(const worker_config_t *cfg, const worker_ag
 	worker_cgroup_t cg = { .ndirs = 0 };
 	rn_strv_t argv = { 0 }, binds = { 0 };
 	worker_sandbox_spec_t t;
-	if (wa_dirs(cfg, a, seq, &cg, errstr, errstr_size) < 0 || wa_launch(cfg, a, &argv, errstr, errstr_size) < 0)
+	if (wa_dirs(cfg, a, seq, &cg, errstr, errstr_size) < 0)
+		goto fail;
+	pool_starting(p, &cg);
+	if (wa_launch(cfg, a, &argv, errstr, errstr_size) < 0)
 		goto fail;
 	for (size_t i = 0; i < a->binds.n; i++)
 		rn_strv_add(&binds, a->binds.v[i]);
@@ -194,20 +224,24 @@ static worker_warm_agent_t *wa_start(const worker_config_t *cfg, const worker_ag
 	wa_spec(cfg, a, &cg, binds.v, &t);
 	if (worker_warm_start(&t, cfg->warm_init_path, &a->w, errstr, errstr_size) != 0)
 		goto fail;
+	pool_starting(p, NULL);
 	worker_cgroup_move(&a->w.cg, &cg);
+	pool_starting(p, &a->w.cg);
 	/* The agent starts now, with this agent's placeholder only. */
 	t.argv = argv.v;
 	t.envp = a->env.v;
 	if (worker_sandbox_launch(&a->w.sb, &t, errstr, errstr_size) != 0)
 		goto fail;
-	if (ops->warm_handshake(a->name, a->w.sb.stdin_fd, a->w.sb.stdout_fd, a->w.sb.stderr_fd, WA_HANDSHAKE_MS, cancel,
-	                        &a->hs, errstr, errstr_size) < 0)
+	if (ops->warm_handshake(a->name, a->w.sb.stdin_fd, a->w.sb.stdout_fd, a->w.sb.stderr_fd, WA_HANDSHAKE_MS,
+	                        &p->cancel, &a->hs, errstr, errstr_size) < 0)
 		goto fail;
+	pool_starting(p, NULL);
 	a->ready_ms = rn_mono_ms();
 	rn_strv_free(&argv);
 	rn_strv_free(&binds);
 	return a;
 fail:
+	pool_starting(p, NULL);
 	worker_cgroup_destroy(&cg, 2000); /* a no-op once moved or without one */
 	rn_strv_free(&argv);
 	rn_strv_free(&binds);
@@ -324,27 +358,6 @@ int worker_warm_agent_use(worker_warm_agent_t *a, worker_sandbox_t *sb)
  * The pool
  * ------------------------------------------------------------------------ */
 
-typedef struct wa_kind {
-	char name[32];
-	const worker_agent_ops_t *ops;
-	size_t want;
-	worker_warm_agent_t **idle;
-	size_t nidle;
-	struct worker_metrics_warm *mw; /* or NULL */
-	int failing;
-} wa_kind_t;
-
-struct worker_warm_agents {
-	const worker_config_t *cfg;
-	worker_metrics_t *m;
-	rn_bg_t bg; /* the refill thread; mu guards what follows */
-	wa_kind_t kinds[WORKER_WARM_AGENT_KINDS];
-	size_t nkinds;
-	int draining;
-	unsigned long seq;
-	/* Set by the drain: a handshake in progress ends within a second. */
-	atomic_int cancel;
-};
 
 /* The kind furthest below its count, or NULL when all are full. */
 static wa_kind_t *pool_next(worker_warm_agents_t *p)
@@ -362,6 +375,16 @@ static void pool_ready_gauge(wa_kind_t *k)
 {
 	if (k->mw)
 		rn_gauge_set(k->mw->ready, (int64_t)k->nidle);
+}
+
+/* The agent being started is cg's (NULL: none): it gets the pool's weight
+ * now and follows it until it is ready (then it is an idle one). */
+static void pool_starting(worker_warm_agents_t *p, worker_cgroup_t *cg)
+{
+	pthread_mutex_lock(&p->bg.mu);
+	p->starting = cg;
+	worker_cgroup_set_idle(cg, p->yield);
+	pthread_mutex_unlock(&p->bg.mu);
 }
 
 /* Takes a's start result under the lock: into the pool, or away. */
@@ -391,6 +414,7 @@ static void pool_put(worker_warm_agents_t *p, wa_kind_t *k, worker_warm_agent_t 
 		pthread_mutex_lock(&p->bg.mu);
 		return;
 	}
+	worker_cgroup_set_idle(&a->w.cg, p->yield);
 	k->idle[k->nidle++] = a;
 	pool_ready_gauge(k);
 }
@@ -413,7 +437,7 @@ static void *pool_main(void *arg)
 		unsigned long seq = ++p->seq;
 		pthread_mutex_unlock(&p->bg.mu);
 		char err[512] = "";
-		worker_warm_agent_t *a = wa_start(p->cfg, k->ops, k->name, seq, &p->cancel, err, sizeof(err));
+		worker_warm_agent_t *a = wa_start(p, k->ops, k->name, seq, err, sizeof(err));
 		pthread_mutex_lock(&p->bg.mu);
 		pool_put(p, k, a, err);
 	}
@@ -541,6 +565,22 @@ worker_warm_agent_t *worker_warm_agents_take(worker_warm_agents_t *p, const char
 			rn_counter_add(k->mw->discarded, 1);
 		worker_warm_agent_free(a, 0);
 	}
+}
+
+void worker_warm_agents_busy(worker_warm_agents_t *p, size_t runs)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->bg.mu);
+	int yield = runs > 0;
+	if (yield != p->yield) {
+		p->yield = yield;
+		worker_cgroup_set_idle(p->starting, yield);
+		for (size_t i = 0; i < p->nkinds; i++)
+			for (size_t j = 0; j < p->kinds[i].nidle; j++)
+				worker_cgroup_set_idle(&p->kinds[i].idle[j]->w.cg, yield);
+	}
+	pthread_mutex_unlock(&p->bg.mu);
 }
 
 void worker_warm_agents_drain(worker_warm_agents_t *p)

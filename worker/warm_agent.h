@@ -33,12 +33,14 @@
  * A warm agent serves one run and is never returned: the run's end (any
  * end, cancel and failure included) removes its sandbox, run directory
  * and cgroup like a cold run's.  The pool's thread forks every sandbox and
- * refills one agent at a time, the kind with the fewest ready first; a
- * warm agent's cgroup has the lowest CPU weight until a run takes it, so a
- * refill yields to the runs in flight.
+ * refills one agent at a time, the kind with the fewest ready first.
+ * While the worker has runs in flight, every agent of the pool (starting
+ * or idle) has the lowest CPU weight, so a refill yields to those runs;
+ * with none it has the default weight, so that other load on the machine
+ * does not starve it.  The run that takes an agent gives it the default.
  *
- * @locality take/fits/use/free: any run thread; new/drain/free/stats: the
- * main thread.
+ * @locality take/fits/use/free: any run thread; new/busy/drain/free/stats:
+ * the main thread.
  */
 #ifndef RUNNEL_WORKER_WARM_AGENT_H
 #define RUNNEL_WORKER_WARM_AGENT_H
@@ -96,6 +98,10 @@ int worker_warm_agent_use(worker_warm_agent_t *a, worker_sandbox_t *sb);
 /* Kills what is left of a, frees it; keeps the run directory when keep_ws
  * (the run that took it owns it).  m counts a discard when not used. */
 void worker_warm_agent_free(worker_warm_agent_t *a, int keep_ws);
+
+/* The worker has runs runs in flight (claimed, not yet ended): above 0
+ * the pool's agents get the lowest CPU weight, at 0 the default. */
+void worker_warm_agents_busy(worker_warm_agents_t *p, size_t runs);
 
 /* Stops refilling and removes every ready agent (draining). */
 void worker_warm_agents_drain(worker_warm_agents_t *p);

@@ -239,6 +239,54 @@ static const char *session_of(const char *run_id)
 	return sid;
 }
 
+/*
+ * The CPU weight of the warm agent whose processes have needle in their
+ * command line and sit in a warm agent's cgroup ("agent.<pid>.<seq>"): 1
+ * at the lowest (cpu.weight 1, v1 cpu.shares 2), 0 at the default, -1
+ * when there is none or no cgroups (a worker run without root).
+ */
+static int warm_weight(const char *needle)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	int w = -1;
+	while (d && w < 0 && (e = readdir(d))) {
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		size_t len = 0;
+		char *c = th_file_read(th_strf("/proc/%s/cmdline", e->d_name), &len);
+		for (size_t i = 0; c && i < len; i++)
+			if (!c[i])
+				c[i] = ' ';
+		char *cg = c && strstr(c, needle) ? th_file_read(th_strf("/proc/%s/cgroup", e->d_name), NULL) : NULL;
+		free(c);
+		/* "0::/path" (v2), or "N:cpu,cpuacct:/path" (v1). */
+		for (char *line = cg; line && *line && w < 0;) {
+			char *nl = strchr(line, '\n');
+			if (nl)
+				*nl = '\0';
+			char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+			if (c2 && strstr(c2, "agent.")) {
+				*c2 = '\0';
+				const char *ctl = c1 + 1;
+				char *v = NULL;
+				if (!*ctl)
+					v = th_file_read(th_strf("/sys/fs/cgroup%s/cpu.weight", c2 + 1), NULL);
+				else if (!strcmp(ctl, "cpu") || !strncmp(ctl, "cpu,", 4) || strstr(ctl, ",cpu,"))
+					v = th_file_read(th_strf("/sys/fs/cgroup/%s%s/cpu.shares", ctl, c2 + 1), NULL);
+				if (v)
+					w = (!*ctl ? strtol(v, NULL, 10) == 1 : strtol(v, NULL, 10) == 2) ? 1 : 0;
+				free(v);
+			}
+			line = nl ? nl + 1 : NULL;
+		}
+		free(cg);
+	}
+	if (d)
+		closedir(d);
+	return w;
+}
+
 typedef struct pair {
 	char *claude, *codex;
 	const char *claude_file, *codex_file, *claude_usage, *codex_usage;
@@ -256,6 +304,9 @@ static void comparison_runs(const char *worker, const char *tag, pair_t *out)
 	submit(rc, "claude", "ask", NULL, NULL, NULL, "make c.txt", &o);
 	g_bag_url = NULL;
 	const char *ask = wait_ask(rc);
+	/* A run in flight: the idle codex agent yields the CPU to it. */
+	if (th_streq(tag, "warm") && warm_weight("codex-acp") >= 0)
+		TH_CHECK(warm_weight("codex-acp") == 1, "the idle warm agent has the lowest CPU weight beside a run");
 	wt_ctl(&T.w, rc, th_strf("{\"type\":\"reply\",\"id\":\"%s\",\"option\":\"allow\"}", ask));
 	TH_REQUIRE(wt_wait_terminal(&T.w, rc, RUN_MS), "%s ended", rc);
 	out->claude = shape(rc);
@@ -318,6 +369,12 @@ static void test_same_as_cold(pid_t *warm_worker)
 	*warm_worker = at_worker(&T, "ww", warm_env);
 	wait_ready("ww", "claude", 1);
 	wait_ready("ww", "codex", 1);
+	/* No run in flight: the default weight, which other load on the
+	 * machine cannot starve. */
+	if (warm_weight("codex-acp") >= 0)
+		TH_CHECK(warm_weight("codex-acp") == 0, "an idle worker's warm agent has the default CPU weight");
+	else
+		fprintf(stderr, "# no cgroups here: the warm agents' CPU weight is not checked\n");
 	TH_CHECK(th_wait_until(status_shows, "ww", RUN_MS), "the worker publishes its warm agents for runnel status");
 	char *argv[] = { CLI_BIN, "status", NULL };
 	const char *cli_env[] = { th_strf("RUNNEL_REDIS_URL=%s", T.w.redis.url), NULL };
