@@ -858,7 +858,14 @@ int worker_cgroup_exec(const int *fds, int nfds, const worker_stopword_t *stop, 
 	posix_spawnattr_setsigmask(&at, &none);
 	posix_spawnattr_setsigdefault(&at, &all);
 	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-	char *envp[] = { "PATH=/usr/bin:/bin", NULL };
+	/* No secret of the worker's environment; a sanitizer build's options. */
+	char *envp[8] = { "PATH=/usr/bin:/bin" }, san[3][512];
+	const char *san_names[] = { "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS" };
+	for (int i = 0, n = 1; i < 3; i++) {
+		const char *v = getenv(san_names[i]);
+		if (v && (size_t)snprintf(san[i], sizeof(san[i]), "%s=%s", san_names[i], v) < sizeof(san[i]))
+			envp[n++] = san[i];
+	}
 	pid_t pid;
 	int e = posix_spawn(&pid, path, &fa, &at, argv, envp);
 	for (int i = 0; i < nhi; i++)
