@@ -41,8 +41,10 @@ int main(int argc, char **argv)
 		                "  (the worker's: fd 0 the archive, fd 1 the answer, fds 3.. the cgroup's procs files)\n");
 		return 2;
 	}
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != (pid_t)parent)
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != (pid_t)parent) {
+		fprintf(stderr, "runnel-unpack: PARENT_PID %llu is not its parent (the worker starts it)\n", parent);
 		return 2;
+	}
 	for (int fd = 3; fd < 3 + (int)ncg; fd++) {
 		if (write(fd, "0", 1) != 1) {
 			printf("cannot enter the run's cgroup: %s\n", strerror(errno));

@@ -358,7 +358,6 @@ int worker_warm_agent_use(worker_warm_agent_t *a, worker_sandbox_t *sb)
  * The pool
  * ------------------------------------------------------------------------ */
 
-
 /* The kind furthest below its count, or NULL when all are full. */
 static wa_kind_t *pool_next(worker_warm_agents_t *p)
 {
