@@ -115,7 +115,7 @@ const char *at_upload(at_t *t, const dev_stub_otps_t *o, const char *name)
 	return copy;
 }
 
-int at_process_with(const char *needle)
+int at_each_process_with(const char *needle, int (*fn)(const char *pid, void *arg), void *arg)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *e;
@@ -129,10 +129,15 @@ int at_process_with(const char *needle)
 			if (!c[i])
 				c[i] = ' ';
 		if (c && strstr(c, needle))
-			hit = 1;
+			hit = fn ? fn(e->d_name, arg) : 1;
 		free(c);
 	}
 	if (d)
 		closedir(d);
 	return hit;
+}
+
+int at_process_with(const char *needle)
+{
+	return at_each_process_with(needle, NULL, NULL);
 }

@@ -51,4 +51,8 @@ const char *at_upload(at_t *t, const dev_stub_otps_t *o, const char *name);
 /* 1 when some process on the machine has needle in its command line. */
 int at_process_with(const char *needle);
 
+/* fn(pid, arg) for each process with needle in its command line, until
+ * it returns non-zero; that value, or 0. */
+int at_each_process_with(const char *needle, int (*fn)(const char *pid, void *arg), void *arg);
+
 #endif

@@ -239,52 +239,44 @@ static const char *session_of(const char *run_id)
 	return sid;
 }
 
-/*
- * The CPU weight of the warm agent whose processes have needle in their
- * command line and sit in a warm agent's cgroup ("agent.<pid>.<seq>"): 1
- * at the lowest (cpu.weight 1, v1 cpu.shares 2), 0 at the default, -1
- * when there is none or no cgroups (a worker run without root).
- */
+/* For warm_weight: 2 at the lowest, 1 at the default, 0 when the process
+ * pid is in no warm agent's cgroup ("agent.<pid>.<seq>"). */
+static int cgroup_weight(const char *pid, void *arg)
+{
+	(void)arg;
+	char *cg = th_file_read(th_strf("/proc/%s/cgroup", pid), NULL);
+	int w = 0;
+	/* "0::/path" (v2), or "N:cpu,cpuacct:/path" (v1). */
+	for (char *line = cg; line && *line && !w;) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (c2 && strstr(c2, "agent.")) {
+			*c2 = '\0';
+			const char *ctl = c1 + 1;
+			char *v = NULL;
+			if (!*ctl)
+				v = th_file_read(th_strf("/sys/fs/cgroup%s/cpu.weight", c2 + 1), NULL);
+			else if (!strcmp(ctl, "cpu") || !strncmp(ctl, "cpu,", 4) || strstr(ctl, ",cpu,"))
+				v = th_file_read(th_strf("/sys/fs/cgroup/%s%s/cpu.shares", ctl, c2 + 1), NULL);
+			if (v)
+				w = strtol(v, NULL, 10) == (*ctl ? 2 : 1) ? 2 : 1;
+			free(v);
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	free(cg);
+	return w;
+}
+
+/* The CPU weight of the warm agent whose processes have needle in their
+ * command line: 1 at the lowest (cpu.weight 1, v1 cpu.shares 2), 0 at the
+ * default, -1 when there is none or no cgroups (a worker run without
+ * root). */
 static int warm_weight(const char *needle)
 {
-	DIR *d = opendir("/proc");
-	struct dirent *e;
-	int w = -1;
-	while (d && w < 0 && (e = readdir(d))) {
-		if (e->d_name[0] < '0' || e->d_name[0] > '9')
-			continue;
-		size_t len = 0;
-		char *c = th_file_read(th_strf("/proc/%s/cmdline", e->d_name), &len);
-		for (size_t i = 0; c && i < len; i++)
-			if (!c[i])
-				c[i] = ' ';
-		char *cg = c && strstr(c, needle) ? th_file_read(th_strf("/proc/%s/cgroup", e->d_name), NULL) : NULL;
-		free(c);
-		/* "0::/path" (v2), or "N:cpu,cpuacct:/path" (v1). */
-		for (char *line = cg; line && *line && w < 0;) {
-			char *nl = strchr(line, '\n');
-			if (nl)
-				*nl = '\0';
-			char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-			if (c2 && strstr(c2, "agent.")) {
-				*c2 = '\0';
-				const char *ctl = c1 + 1;
-				char *v = NULL;
-				if (!*ctl)
-					v = th_file_read(th_strf("/sys/fs/cgroup%s/cpu.weight", c2 + 1), NULL);
-				else if (!strcmp(ctl, "cpu") || !strncmp(ctl, "cpu,", 4) || strstr(ctl, ",cpu,"))
-					v = th_file_read(th_strf("/sys/fs/cgroup/%s%s/cpu.shares", ctl, c2 + 1), NULL);
-				if (v)
-					w = (!*ctl ? strtol(v, NULL, 10) == 1 : strtol(v, NULL, 10) == 2) ? 1 : 0;
-				free(v);
-			}
-			line = nl ? nl + 1 : NULL;
-		}
-		free(cg);
-	}
-	if (d)
-		closedir(d);
-	return w;
+	return at_each_process_with(needle, cgroup_weight, NULL) - 1;
 }
 
 typedef struct pair {
