@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -203,6 +204,35 @@ static void test_bad_config(void)
 	}
 }
 
+/* A worker with cgroups and no runnel-unpack next to it (a copy of it
+ * alone, its other helpers named) refuses to start: it could not unpack a
+ * run's bag inside the run's cgroup. */
+static void test_no_unpack(void)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "# not root: no cgroups, so runnel-unpack is not needed\n");
+		return;
+	}
+	size_t len = 0;
+	char *bin = th_file_read(WORKER_BIN, &len);
+	TH_REQUIRE(bin && len > 0, "read %s", WORKER_BIN);
+	const char *solo = th_strf("%s/solo-runnel-worker", T.dir);
+	TH_REQUIRE(th_file_write(solo, bin, len) == 0 && chmod(solo, 0755) == 0, "copy the worker");
+	free(bin);
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s", WORKER_BIN);
+	*strrchr(dir, '/') = '\0';
+	const char *env[] = { th_strf("RUNNEL_WARM_INIT=%s/runnel-warm-init", dir),
+		              th_strf("RUNNEL_EGRESS_BRIDGE=%s/runnel-egress-bridge", dir), NULL };
+	pid_t p = wt_worker_bin(&T, solo, "nounpack", env);
+	int st = 0;
+	TH_CHECK(th_wait_exit(p, 20000, &st) == 0, "the worker without runnel-unpack exits");
+	TH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2, "exit 2 (status %d)", st);
+	const char *want = "runnel-unpack not found (RUNNEL_UNPACK/--unpack): the runs' cgroups need it to unpack "
+	                   "bags (RUNNEL_CGROUP=off does without)";
+	TH_CHECK(wt_log_has(&T, "nounpack", want), "log says: %s", want);
+}
+
 /* Flags on the command line: -X, --help, an unknown flag. */
 static void test_flags(void)
 {
@@ -233,6 +263,7 @@ int main(void)
 	TH_REQUIRE(proto_job_key_parse(KEY_HEX, key, err, sizeof(err)) == 0);
 	wt_setup(&T, "appendonly yes\nappendfsync always\n", 1);
 	test_bad_config();
+	test_no_unpack();
 	test_flags();
 	const char *env[] = { "RUNNEL_JOB_KEY=" KEY_HEX, "RUNNEL_REQUIRE_SEALED=true", NULL };
 	pid_t w = wt_worker(&T, "ws1", env);

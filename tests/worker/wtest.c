@@ -114,6 +114,11 @@ const char *wt_log_path(wt_t *t, const char *name)
 
 pid_t wt_worker(wt_t *t, const char *name, const char *const *extra_env)
 {
+	return wt_worker_bin(t, WORKER_BIN, name, extra_env);
+}
+
+pid_t wt_worker_bin(wt_t *t, const char *bin, const char *name, const char *const *extra_env)
+{
 	const char *env[64];
 	size_t n = 0;
 	env[n++] = th_strf("RUNNEL_KAFKA_BROKERS=%s", t->kafka.bootstrap);
@@ -134,7 +139,7 @@ pid_t wt_worker(wt_t *t, const char *name, const char *const *extra_env)
 	for (size_t i = 0; extra_env && extra_env[i] && n < 62; i++)
 		env[n++] = extra_env[i];
 	env[n] = NULL;
-	char *argv[] = { WORKER_BIN, NULL };
+	char *argv[] = { (char *)bin, NULL };
 	pid_t pid = th_spawn(argv, env, wt_log_path(t, name));
 	TH_REQUIRE(pid > 0, "spawn worker");
 	return pid;

@@ -52,6 +52,8 @@ void wt_stop_worker(pid_t pid, int timeout_ms, const char *what);
 /* Spawns runnel-worker with the fixture's settings plus extra env (NULL-
  * terminated "NAME=value"; later wins).  Its log is <dir>/<name>.log. */
 pid_t wt_worker(wt_t *t, const char *name, const char *const *extra_env);
+/* The same with the runnel-worker binary at bin. */
+pid_t wt_worker_bin(wt_t *t, const char *bin, const char *name, const char *const *extra_env);
 const char *wt_log_path(wt_t *t, const char *name);
 
 /* Registers a run with the stub (run may be NULL) and produces its job.
