@@ -751,22 +751,47 @@ static int start_stub(dev_stack_t *s)
 	return 0;
 }
 
-static int start_worker(dev_stack_t *s)
+/* What the dispatcher and the worker are both told: where Kafka, Redis,
+ * the key prefix and the job topic are ("NAME=value" each). */
+typedef struct dev_shared_env {
+	char brokers[300], redis[340], prefix[120], topic[300];
+} dev_shared_env_t;
+
+static void shared_env(const dev_stack_t *s, dev_shared_env_t *e)
+{
+	snprintf(e->brokers, sizeof(e->brokers), "RUNNEL_KAFKA_BROKERS=%s", s->bootstrap);
+	snprintf(e->redis, sizeof(e->redis), "RUNNEL_REDIS_URL=%s", s->redis_url);
+	snprintf(e->prefix, sizeof(e->prefix), "RUNNEL_KEY_PREFIX=%s", g_opt.prefix);
+	snprintf(e->topic, sizeof(e->topic), "RUNNEL_JOBS_TOPIC=%s", g_opt.jobs_topic);
+}
+
+/* Starts bin as child p named name, with the environment envv on top of
+ * this process's, logging to logs/<name>.log.  0, or -1 after a line. */
+static int spawn_child(dev_stack_t *s, cli_proc_t *p, const char *name, const char *bin, const char *const *envv)
 {
 	char err[512], log[PATH_MAX + 32];
-	char e_brokers[300], e_redis[340], e_prefix[120], e_topic[300], e_sandbox[64], e_work[PATH_MAX + 32];
+	char **env = cli_env_build(envv);
+	char *argv[] = { (char *)bin, NULL };
+	snprintf(log, sizeof(log), "%s/logs/%s.log", s->dir, name);
+	int rc = cli_proc_spawn(p, name, argv, env, log, err, sizeof(err));
+	cli_env_free(env);
+	if (rc < 0)
+		say("%s", err);
+	return rc < 0 ? -1 : 0;
+}
 
-	snprintf(e_brokers, sizeof(e_brokers), "RUNNEL_KAFKA_BROKERS=%s", s->bootstrap);
-	snprintf(e_redis, sizeof(e_redis), "RUNNEL_REDIS_URL=%s", s->redis_url);
-	snprintf(e_prefix, sizeof(e_prefix), "RUNNEL_KEY_PREFIX=%s", g_opt.prefix);
-	snprintf(e_topic, sizeof(e_topic), "RUNNEL_JOBS_TOPIC=%s", g_opt.jobs_topic);
+static int start_worker(dev_stack_t *s)
+{
+	dev_shared_env_t e;
+	char e_sandbox[64], e_work[PATH_MAX + 32];
+	shared_env(s, &e);
 	snprintf(e_sandbox, sizeof(e_sandbox), "RUNNEL_SANDBOX=%s", s->sandbox);
 	snprintf(e_work, sizeof(e_work), "RUNNEL_WORK_DIR=%s/work", s->dir);
 	const char *drain = getenv("RUNNEL_DRAIN_SEC");
-	const char *wenv[16] = { e_brokers,
-		                 e_redis,
-		                 e_prefix,
-		                 e_topic,
+	const char *wenv[16] = { e.brokers,
+		                 e.redis,
+		                 e.prefix,
+		                 e.topic,
 		                 e_sandbox,
 		                 e_work,
 		                 "RUNNEL_METRICS_LISTEN=127.0.0.1:0",
@@ -779,56 +804,36 @@ static int start_worker(dev_stack_t *s)
 	if (s->warm_env[0])
 		wenv[n++] = s->warm_env;
 	wenv[n] = NULL;
-	char **env = cli_env_build(wenv);
-	char *wargv[] = { s->worker_bin, NULL };
-	snprintf(log, sizeof(log), "%s/logs/worker.log", s->dir);
-	int rc = cli_proc_spawn(&s->worker, "worker", wargv, env, log, err, sizeof(err));
-	cli_env_free(env);
-	if (rc < 0) {
-		say("%s", err);
-		return -1;
-	}
-	return 0;
+	return spawn_child(s, &s->worker, "worker", s->worker_bin, wenv);
 }
 
 static int start_children(dev_stack_t *s)
 {
-	char err[512], listen[64], log[PATH_MAX + 32], work[PATH_MAX + 16];
-	char e_ui_stub[160];
-	char e_listen[96], e_brokers[300], e_redis[340], e_prefix[120], e_topic[300];
+	char listen[64], work[PATH_MAX + 16];
+	char e_ui_stub[160], e_listen[96];
+	dev_shared_env_t e;
 
 	snprintf(listen, sizeof(listen), "127.0.0.1:%ld", g_opt.port);
 	snprintf(s->dispatcher_url, sizeof(s->dispatcher_url), "http://%s", listen);
 	snprintf(work, sizeof(work), "%s/work", s->dir);
 	mkdir(work, 0700);
 	snprintf(e_listen, sizeof(e_listen), "RUNNEL_LISTEN=%s", listen);
-	snprintf(e_brokers, sizeof(e_brokers), "RUNNEL_KAFKA_BROKERS=%s", s->bootstrap);
-	snprintf(e_redis, sizeof(e_redis), "RUNNEL_REDIS_URL=%s", s->redis_url);
-	snprintf(e_prefix, sizeof(e_prefix), "RUNNEL_KEY_PREFIX=%s", g_opt.prefix);
-	snprintf(e_topic, sizeof(e_topic), "RUNNEL_JOBS_TOPIC=%s", g_opt.jobs_topic);
+	shared_env(s, &e);
 	snprintf(e_ui_stub, sizeof(e_ui_stub), "RUNNEL_UI_DEV_STUB=%s", dev_stub_url(s->stub));
 
 	/* A dev stack lives on loopback: completion webhooks may go to a local
 	 * http:// receiver (unsigned unless RUNNEL_WEBHOOK_SECRET is set). */
 	const char *denv[] = { e_listen,
-		               e_brokers,
-		               e_redis,
-		               e_prefix,
-		               e_topic,
+		               e.brokers,
+		               e.redis,
+		               e.prefix,
+		               e.topic,
 		               e_ui_stub,
 		               "RUNNEL_WEBHOOK_ALLOW_HTTP=true",
 		               "RUNNEL_WEBHOOK_ALLOW_PRIVATE=true",
 		               NULL };
-	char **env = cli_env_build(denv);
-	char *dargv[] = { s->dispatcher_bin, NULL };
-	snprintf(log, sizeof(log), "%s/logs/dispatcher.log", s->dir);
-	int rc = cli_proc_spawn(&s->dispatcher, "dispatcher", dargv, env, log, err, sizeof(err));
-	cli_env_free(env);
-	if (rc < 0) {
-		say("%s", err);
+	if (spawn_child(s, &s->dispatcher, "dispatcher", s->dispatcher_bin, denv) < 0)
 		return -1;
-	}
-
 	return start_worker(s);
 }
 
