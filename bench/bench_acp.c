@@ -249,12 +249,7 @@ typedef struct pool_ref {
 static int pool_full(void *arg)
 {
 	pool_ref_t *r = arg;
-	long status = 0;
-	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/metrics", wt_metrics_port(&r->t->w, r->worker)), &status);
-	const char *p = body ? strstr(body, r->series) : NULL;
-	long v = p ? strtol(p + strlen(r->series) + 1, NULL, 10) : -1;
-	free(body);
-	return v >= r->want;
+	return wt_metric(&r->t->w, r->worker, r->series) >= r->want;
 }
 
 /* Runs `count` runs of agent, `par` at a time; fills s.  pool: before each
@@ -427,16 +422,6 @@ static const char *refill_job(void)
 	return s;
 }
 
-static long gauge(const pool_ref_t *r)
-{
-	long status = 0;
-	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/metrics", wt_metrics_port(&r->t->w, r->worker)), &status);
-	const char *p = body ? strstr(body, r->series) : NULL;
-	long v = p ? strtol(p + strlen(r->series) + 1, NULL, 10) : -1;
-	free(body);
-	return v;
-}
-
 static void settle(void)
 {
 	/* A fixed pause, part of what is measured (an idle pool), not a wait
@@ -512,7 +497,7 @@ static void refill_series(at_t *t, const char *wname, const char *cgroup, int n)
 			printf("  %s did not end with a result\n", cid);
 		warm += started_warm(wlog, cid);
 		refill_measure(t, th_strf("refill-%s-b%d", wname, i), &jb[i], &tb[i]);
-		overlap += gauge(&pool) < 1;
+		overlap += wt_metric(&t->w, wname, pool.series) < 1;
 		fill[i] = th_wait_until(pool_full, &pool, 300000) ? (double)(wall_ms() - take) : -1;
 		if (getenv("BENCH_VERBOSE"))
 			printf("# %d: idle job %.0f total %.0f; refilling job %.0f total %.0f; refill %.0f ms\n", i, ja[i],

@@ -941,6 +941,7 @@ static void on_permission(worker_acp_t *s, const worker_agent_io_t *io, json_t *
  * descriptor is the run's tmpfs itself (worker_ws_open), never a path
  * built again from names: that reaches it warm or cold, also after it left
  * the worker's mount namespace, and every write counts against disk_mb. */
+
 /* path's part beneath the workspace, or NULL with err (a path elsewhere). */
 static const char *fs_rel(const worker_acp_t *s, const char *path, char *err, size_t esz)
 {

@@ -100,6 +100,20 @@ static void submit(const char *run_id, const char *preset, const char *perm, con
 	json_decref(run.env);
 }
 
+/* The next line of the text at *cur, cut at its newline, or NULL at the
+ * end; *cur moves past it. */
+static char *next_line(char **cur)
+{
+	char *line = *cur;
+	if (!line || !*line)
+		return NULL;
+	char *nl = strchr(line, '\n');
+	if (nl)
+		*nl = '\0';
+	*cur = nl ? nl + 1 : NULL;
+	return line;
+}
+
 /* How the worker's log says run_id's agent started: "warm agent", "warm",
  * "cold", or "" when it did not. */
 static const char *start_kind(const char *worker, const char *run_id)
@@ -107,14 +121,10 @@ static const char *start_kind(const char *worker, const char *run_id)
 	size_t len = 0;
 	char *log = th_file_read(wt_log_path(&T.w, worker), &len);
 	const char *kind = "";
-	for (char *line = log; line && *line;) {
-		char *nl = strchr(line, '\n');
-		if (nl)
-			*nl = '\0';
+	for (char *cur = log, *line; (line = next_line(&cur));) {
 		if (strstr(line, run_id) && strstr(line, "agent_started"))
 			kind = strstr(line, "warm agent start") ? "warm agent" : strstr(line, "warm start") ? "warm"
 			                                                                                    : "cold";
-		line = nl ? nl + 1 : NULL;
 	}
 	free(log);
 	return kind;
@@ -125,28 +135,16 @@ static void show_log(const char *worker, const char *needle)
 {
 	size_t len = 0;
 	char *log = th_file_read(wt_log_path(&T.w, worker), &len);
-	for (char *line = log; line && *line;) {
-		char *nl = strchr(line, '\n');
-		if (nl)
-			*nl = '\0';
+	for (char *cur = log, *line; (line = next_line(&cur));) {
 		if (strstr(line, needle))
 			printf("# %s: %s\n", worker, line);
-		line = nl ? nl + 1 : NULL;
 	}
 	free(log);
 }
 
-/* The value of a series in the worker's /metrics, -1 when absent. */
 static long metric(const char *worker, const char *series)
 {
-	long status = 0;
-	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/metrics", wt_metrics_port(&T.w, worker)), &status);
-	const char *p = body ? strstr(body, series) : NULL;
-	long v = -1;
-	if (p && p[strlen(series)] == ' ')
-		v = strtol(p + strlen(series) + 1, NULL, 10);
-	free(body);
-	return v;
+	return wt_metric(&T.w, worker, series);
 }
 
 typedef struct ready_ref {
@@ -247,10 +245,7 @@ static int cgroup_weight(const char *pid, void *arg)
 	char *cg = th_file_read(th_strf("/proc/%s/cgroup", pid), NULL);
 	int w = 0;
 	/* "0::/path" (v2), or "N:cpu,cpuacct:/path" (v1). */
-	for (char *line = cg; line && *line && !w;) {
-		char *nl = strchr(line, '\n');
-		if (nl)
-			*nl = '\0';
+	for (char *cur = cg, *line; !w && (line = next_line(&cur));) {
 		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
 		if (c2 && strstr(c2, "agent.")) {
 			*c2 = '\0';
@@ -264,7 +259,6 @@ static int cgroup_weight(const char *pid, void *arg)
 				w = strtol(v, NULL, 10) == (*ctl ? 2 : 1) ? 2 : 1;
 			free(v);
 		}
-		line = nl ? nl + 1 : NULL;
 	}
 	free(cg);
 	return w;
@@ -297,8 +291,9 @@ static void comparison_runs(const char *worker, const char *tag, pair_t *out)
 	g_bag_url = NULL;
 	const char *ask = wait_ask(rc);
 	/* A run in flight: the idle codex agent yields the CPU to it. */
-	if (th_streq(tag, "warm") && warm_weight("codex-acp") >= 0)
-		TH_CHECK(warm_weight("codex-acp") == 1, "the idle warm agent has the lowest CPU weight beside a run");
+	int weight = th_streq(tag, "warm") ? warm_weight("codex-acp") : -1;
+	if (weight >= 0)
+		TH_CHECK(weight == 1, "the idle warm agent has the lowest CPU weight beside a run");
 	wt_ctl(&T.w, rc, th_strf("{\"type\":\"reply\",\"id\":\"%s\",\"option\":\"allow\"}", ask));
 	TH_REQUIRE(wt_wait_terminal(&T.w, rc, RUN_MS), "%s ended", rc);
 	out->claude = shape(rc);
@@ -323,17 +318,13 @@ static void comparison_runs(const char *worker, const char *tag, pair_t *out)
 static void plain_warm_stats(const char *worker, int *mock_runs, long *taken, long *missed)
 {
 	char *log = th_file_read(wt_log_path(&T.w, worker), NULL);
-	for (char *line = log; line && *line;) {
-		char *nl = strchr(line, '\n');
-		if (nl)
-			*nl = '\0';
+	for (char *cur = log, *line; (line = next_line(&cur));) {
 		const char *m = strstr(line, "warm sandboxes: ");
 		long started = 0;
 		if (strstr(line, "\"run_ended\"") && strstr(line, "\"run_warmup_"))
 			(*mock_runs)++;
 		else if (strstr(line, "\"warm_stats\"") && m)
 			sscanf(m, "warm sandboxes: %ld started, %ld taken, %ld runs", &started, taken, missed);
-		line = nl ? nl + 1 : NULL;
 	}
 	free(log);
 }
@@ -363,8 +354,9 @@ static void test_same_as_cold(pid_t *warm_worker)
 	wait_ready("ww", "codex", 1);
 	/* No run in flight: the default weight, which other load on the
 	 * machine cannot starve. */
-	if (warm_weight("codex-acp") >= 0)
-		TH_CHECK(warm_weight("codex-acp") == 0, "an idle worker's warm agent has the default CPU weight");
+	int weight = warm_weight("codex-acp");
+	if (weight >= 0)
+		TH_CHECK(weight == 0, "an idle worker's warm agent has the default CPU weight");
 	else
 		fprintf(stderr, "# no cgroups here: the warm agents' CPU weight is not checked\n");
 	TH_CHECK(th_wait_until(status_shows, "ww", RUN_MS), "the worker publishes its warm agents for runnel status");

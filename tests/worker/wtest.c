@@ -408,6 +408,18 @@ int wt_metrics_port(wt_t *t, const char *name)
 	return port;
 }
 
+long wt_metric(wt_t *t, const char *name, const char *series)
+{
+	long status = 0;
+	char *body = wt_http_get(th_strf("http://127.0.0.1:%d/metrics", wt_metrics_port(t, name)), &status);
+	const char *p = body ? strstr(body, series) : NULL;
+	long v = -1;
+	if (p && p[strlen(series)] == ' ')
+		v = strtol(p + strlen(series) + 1, NULL, 10);
+	free(body);
+	return v;
+}
+
 char *wt_http_get(const char *url, long *status)
 {
 	th_body_t b = { 0 }; /* TH_BODY_FAIL at TH_BODY_MAX: a test body that large is a bug */

@@ -150,6 +150,10 @@ int wt_metrics_port(wt_t *t, const char *name);
  * in *status (0 when the request failed). */
 char *wt_http_get(const char *url, long *status);
 
+/* The value of series (a metric name with its labels, as printed) in the
+ * /metrics of worker name, -1 when it is not there. */
+long wt_metric(wt_t *t, const char *name, const char *series);
+
 /* GET http://127.0.0.1:port<path> (a probe: /healthz, /readyz) and checks
  * that it answers want_status with exactly want_body. */
 void wt_check_probe(int port, const char *path, long want_status, const char *want_body);
