@@ -831,7 +831,11 @@ int worker_cgroup_exec(const int *fds, int nfds, const worker_stopword_t *stop, 
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t at;
 	int have_fa = posix_spawn_file_actions_init(&fa) == 0, have_at = have_fa && posix_spawnattr_init(&at) == 0;
-	if (!have_at || pipe2(p, O_CLOEXEC) != 0) {
+	if (!have_at) {
+		snprintf(out, out_size, "out of memory");
+		goto out;
+	}
+	if (pipe2(p, O_CLOEXEC) != 0) {
 		snprintf(out, out_size, "cannot make a pipe: %s", strerror(errno));
 		goto out;
 	}
