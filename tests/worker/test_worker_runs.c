@@ -440,6 +440,29 @@ static void test_bag_and_skill(void)
 	th_strv_free(l, n);
 }
 
+/* A run whose bag is one entry named entry: refused bag_rejected with
+ * "The workspace bag was refused: " and why, its only line. */
+static void evil_bag(const char *run_id, const char *entry, const char *why)
+{
+	dev_stub_otps_t o;
+	size_t n;
+	char url[256];
+	const char *name = th_strf("%s.zip", run_id);
+	char *zip = th_strf("%s/%s", T.dir, name);
+	make_zip(zip, entry, "evil");
+	TH_REQUIRE(dev_stub_add_blob_file(T.stub, name, zip) == 0);
+	dev_stub_blob_url(T.stub, name, url, sizeof(url));
+	dev_stub_run_t run = { 0 };
+	run.config = bag_config(url);
+	char **l = run_agent(run_id, NULL, &run, 1, 0, &o, &n);
+	json_decref(run.config);
+	TH_CHECK(n == 1, "%s: %zu lines", run_id, n);
+	check_error(l, n, "bag_rejected", NULL);
+	if (n)
+		TH_CHECK(th_streq(wt_field(l[0], "message"), th_strf("The workspace bag was refused: %s", why)), "%s", l[0]);
+	th_strv_free(l, n);
+}
+
 static void test_bootstrap_failures(void)
 {
 	dev_stub_otps_t o;
@@ -447,41 +470,12 @@ static void test_bootstrap_failures(void)
 	char **l;
 	char url[256];
 
-	/* A bag with "..": refused. */
-	char *zip = th_strf("%s/evil.zip", T.dir);
-	make_zip(zip, "../evil.txt", "evil");
-	TH_REQUIRE(dev_stub_add_blob_file(T.stub, "evil.zip", zip) == 0);
-	dev_stub_blob_url(T.stub, "evil.zip", url, sizeof(url));
+	/* A bag with "..": refused.  The entry's name comes back through the
+	 * unpacker's answer (one line): a newline in it arrives escaped. */
+	evil_bag("run_evil", "../evil.txt", "entry \"../evil.txt\" leaves the workspace");
+	evil_bag("run_evil_nl", "../a\nb", "entry \"../a\\x0ab\" leaves the workspace");
+
 	dev_stub_run_t run = { 0 };
-	run.config = bag_config(url);
-	l = run_agent("run_evil", NULL, &run, 1, 0, &o, &n);
-	json_decref(run.config);
-	TH_CHECK(n == 1, "%zu lines", n);
-	check_error(l, n, "bag_rejected", NULL);
-	if (n)
-		TH_CHECK(th_streq(wt_field(l[0], "message"),
-		                  "The workspace bag was refused: entry \"../evil.txt\" leaves the workspace"),
-		         "%s", l[0]);
-	th_strv_free(l, n);
-
-	/* Its name's bytes come back through the unpacker's answer (one line):
-	 * a newline in it arrives escaped, not as a second line. */
-	zip = th_strf("%s/evil_nl.zip", T.dir);
-	make_zip(zip, "../a\nb", "evil");
-	TH_REQUIRE(dev_stub_add_blob_file(T.stub, "evil_nl.zip", zip) == 0);
-	dev_stub_blob_url(T.stub, "evil_nl.zip", url, sizeof(url));
-	memset(&run, 0, sizeof(run));
-	run.config = bag_config(url);
-	l = run_agent("run_evil_nl", NULL, &run, 1, 0, &o, &n);
-	json_decref(run.config);
-	TH_CHECK(n == 1, "%zu lines", n);
-	check_error(l, n, "bag_rejected", NULL);
-	if (n)
-		TH_CHECK(th_streq(wt_field(l[0], "message"),
-		                  "The workspace bag was refused: entry \"../a\\x0ab\" leaves the workspace"),
-		         "%s", l[0]);
-	th_strv_free(l, n);
-
 	/* A bag that cannot be downloaded. */
 	dev_stub_blob_url(T.stub, "missing.zip", url, sizeof(url));
 	memset(&run, 0, sizeof(run));
