@@ -175,6 +175,9 @@ dev_stub_t *dev_stub_start(const dev_stub_opts_t *opts, char *errstr, size_t err
 		stub_free(s);
 		return NULL;
 	}
+	/* Read an oversized body before answering 413, so an uploader still
+	 * sending reads the 413 rather than a reset (dispatcher/http.c). */
+	evhttp_set_flags(s->http, EVHTTP_SERVER_LINGERING_CLOSE);
 	evhttp_set_max_body_size(s->http, (ev_ssize_t)s->max_body);
 	evhttp_set_max_headers_size(s->http, 64 * 1024);
 	evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);

@@ -636,6 +636,13 @@ int dispatcher_http_listen(dispatcher_t *d, const char *host, unsigned short por
 	 * know (QUERY, PROPFIND, ...) into its internal "unknown" type, bit 15
 	 * of the mask: allowing that bit hands those requests to us too. */
 	evhttp_set_allowed_methods(d->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | HTTP_REQ_UNKNOWN);
+	/* An oversized body is refused with 413.  Without lingering close evhttp
+	 * answers as soon as the head declares too much and closes a socket
+	 * with the caller's body still unread, so the kernel resets the
+	 * connection and a caller still sending sees "connection reset", not
+	 * the 413.  With it, evhttp reads and discards the declared body first
+	 * (the head deadline in conns.c still bounds how long that may take). */
+	evhttp_set_flags(d->http, EVHTTP_SERVER_LINGERING_CLOSE);
 	evhttp_set_max_body_size(d->http, cfg->max_body);
 	evhttp_set_max_headers_size(d->http, 64 * 1024);
 	evhttp_set_timeout(d->http, (int)cfg->http_timeout_sec);

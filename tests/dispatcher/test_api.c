@@ -48,6 +48,37 @@ static void bad_body(const char *body, long len, const char *message)
 	expect("POST", "/v1/runs", JSON_CT, body, len, 400, want);
 }
 
+/*
+ * Sends head and then body_n bytes of body on a fresh connection, all of
+ * it before reading, and reads until the dispatcher closes it (or 5 s
+ * pass); the bytes read, NUL-terminated, malloc'd.  A send that fails (the
+ * dispatcher reset the connection) is a failed check.
+ */
+static char *raw_exchange_body(const char *head, const char *body, size_t body_n)
+{
+	struct timeval tv = { 5, 0 };
+	size_t cap = 1 << 16, n = 0;
+	char *buf = malloc(cap);
+	int fd = th_dial(D.port);
+	ssize_t k;
+
+	TH_REQUIRE(buf && fd >= 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	TH_CHECK(th_send_all(fd, head, strlen(head)) == 0 && th_send_all(fd, body, body_n) == 0,
+	         "sent all %zu bytes of the body", body_n);
+	while (n < cap - 1 && (k = read(fd, buf + n, cap - 1 - n)) > 0)
+		n += (size_t)k;
+	buf[n] = '\0';
+	close(fd);
+	return buf;
+}
+
+static char *raw_exchange(const char *bytes)
+{
+	return raw_exchange_body(bytes, "", 0);
+}
+
 static void test_bad_requests(void)
 {
 	const char *good = "\"agent_url\":\"http://127.0.0.1:9/ws/s\",\"otp_setup\":\"a\",\"otp_run\":\"b\"";
@@ -113,6 +144,17 @@ static void test_bad_requests(void)
 	big[0] = '{';
 	big[big_n - 1] = '}';
 	expect("POST", "/v1/runs", JSON_CT, big, (long)big_n, 413, NULL);
+	/* A caller that sends its whole body before it reads gets the 413 too,
+	 * not a reset: the dispatcher takes the body and drops it. */
+	{
+		char *got = raw_exchange_body(th_strf("POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+		                                      "Content-Length: %zu\r\n\r\n",
+		                                      big_n),
+		                              big, big_n);
+
+		TH_CHECK(strncmp(got, "HTTP/1.1 413 ", 13) == 0, "%.40s", got);
+		free(got);
+	}
 	free(big);
 
 	expect("POST", "/v1/runs", (const char *const[]){ "Content-Type: text/plain", NULL }, "{}", -1, 415,
@@ -335,31 +377,6 @@ static void test_cors_health_metrics(void)
 	 * for the runs being tailed (none now). */
 	TH_CHECK(strstr(r.body, th_cluster_mode() ? "runnel_dispatcher_tail_connections 0\n" : "runnel_dispatcher_tail_connections 2\n"));
 	dt_resp_free(&r);
-}
-
-/*
- * Sends raw bytes on a fresh connection and reads until the dispatcher
- * closes it (or 5 s pass); the bytes read, NUL-terminated, malloc'd.
- */
-static char *raw_exchange(const char *bytes)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((unsigned short)D.port) };
-	struct timeval tv = { 5, 0 };
-	size_t cap = 1 << 16, n = 0;
-	char *buf = malloc(cap);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	ssize_t k;
-
-	TH_REQUIRE(buf && fd >= 0);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	TH_REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	TH_REQUIRE(write(fd, bytes, strlen(bytes)) == (ssize_t)strlen(bytes));
-	while (n < cap - 1 && (k = read(fd, buf + n, cap - 1 - n)) > 0)
-		n += (size_t)k;
-	buf[n] = '\0';
-	close(fd);
-	return buf;
 }
 
 static size_t count_of(const char *hay, const char *needle)

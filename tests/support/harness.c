@@ -358,16 +358,28 @@ const char *th_tmpdir(void)
 	return slot;
 }
 
-int th_port_open(int port)
+int th_dial(int port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return 0;
+		return -1;
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	int ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int th_port_open(int port)
+{
+	int fd = th_dial(port);
+
+	if (fd < 0)
+		return 0;
 	close(fd);
-	return ok;
+	return 1;
 }
 
 int th_send_all(int fd, const void *p, size_t n)

@@ -84,6 +84,9 @@ int th_free_port(void);
  * picks, for a test's own server; *port gets the port.  The fd, or -1. */
 int th_listen_loopback(int backlog, int *port);
 
+/* A blocking TCP connection (CLOEXEC) to 127.0.0.1:port, or -1. */
+int th_dial(int port);
+
 /* 1 when something accepts TCP connections on 127.0.0.1:port, else 0.
  * th_port_open_cond is the same for th_wait_until, arg an int *. */
 int th_port_open(int port);
