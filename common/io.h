@@ -1,7 +1,7 @@
 /*
  * common/io.h - the one "write all of it" loop, the one "read until full
- * or EOF" loop, the one "read all of a file" loop and the one two-way
- * socket relay.  Header-only (static
+ * or EOF" loop, the one "read all of a file" loop, the one two-way
+ * socket relay and the one lingering close (rn_linger).  Header-only (static
  * inline, libc only), so that the small programs that link nothing of
  * runnel (runnel-egress-bridge, runnel-warm-init) share it too.  Any
  * thread; the fds are the caller's.
@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RN_IO_SOCKET 1 /* send(2) with MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE */
@@ -158,6 +159,43 @@ static inline void rn_relay(int a, int b, char *buf, size_t size)
 			if (r < 0)
 				return;
 		}
+	}
+}
+
+/*
+ * Closes a connected socket whose peer may still be sending, as when an
+ * answer refused a request before its body was read.  A close with unread
+ * input resets the connection, and the reset can reach a peer that is
+ * still writing before it has read the answer.  So: end our side (the peer
+ * reads EOF after the answer) and drop whatever still arrives until the
+ * peer closes, ms pass or max bytes came.  Blocks up to ms; closing fd
+ * is the caller's, right after.
+ */
+static inline void rn_linger(int fd, int ms, size_t max)
+{
+	struct timespec t0, t;
+	char buf[16384];
+	size_t dropped = 0;
+
+	shutdown(fd, SHUT_WR);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (dropped < max) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		long left = ms - ((t.tv_sec - t0.tv_sec) * 1000L + (t.tv_nsec - t0.tv_nsec) / 1000000L);
+		struct pollfd p = { fd, POLLIN, 0 };
+		if (left <= 0)
+			break;
+		int pr = poll(&p, 1, (int)left);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr <= 0)
+			break;
+		ssize_t r = recv(fd, buf, sizeof(buf), 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		dropped += (size_t)r;
 	}
 }
 

@@ -45,9 +45,11 @@
 #include "worker/httpc.h"
 
 #define NOTES_MAX          100
-#define IDLE_TIMEOUT_MS    120000 /* a kept-alive connection with no request */
-#define BODY_TIMEOUT_MS    60000  /* the rest of a request once its head arrived */
-#define SEND_TIMEOUT_SEC   60     /* an agent that stops reading its answer */
+#define IDLE_TIMEOUT_MS    120000   /* a kept-alive connection with no request */
+#define BODY_TIMEOUT_MS    60000    /* the rest of a request once its head arrived */
+#define SEND_TIMEOUT_SEC   60       /* an agent that stops reading its answer */
+#define LINGER_MS          2000     /* at close, what an agent still sends is dropped... */
+#define LINGER_MAX         67108864 /* ...for this long and up to this many bytes */
 #define CONNECT_TIMEOUT_S  10
 #define USAGE_EVENT_CAP    (1 << 20)
 #define TOKEN_RANDOM_BYTES 32
@@ -1313,6 +1315,8 @@ static void *conn_main(void *arg)
 	serve(c);
 	if (c->curl)
 		curl_easy_cleanup(c->curl);
+	/* An agent may still be sending the body a 413 or 401 refused. */
+	rn_linger(c->fd, LINGER_MS, LINGER_MAX);
 	pthread_mutex_lock(&g->mu);
 	g->slot[c->slot].fd = -1;
 	close(c->fd);

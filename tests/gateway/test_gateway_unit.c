@@ -3,7 +3,8 @@
  * in this process, against the scripted fake Chat Completions server:
  * the /env rewrite (keys out, placeholders and gateway URLs in, the
  * operator's keys, ANTHROPIC_AUTH_TOKEN, RUNNEL_MODEL_SECRETS, no gateway
- * without a provider), keep-alive and chunked requests, and a stop that
+ * without a provider), keep-alive and chunked requests, a 413 that an
+ * agent still sending its body reads, and a stop that
  * ends a call the provider never finishes, at once.
  */
 #include <arpa/inet.h>
@@ -15,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "tests/builtin/fakechat.h"
 #include "tests/support/check.h"
 #include "worker/gateway.h"
@@ -165,6 +167,27 @@ static void test_calls(void)
 	worker_gateway_usage(g, &u);
 	TH_CHECK(u.requests == 2 && u.input_tokens == 8 && u.output_tokens == 3, "usage %llu %llu %llu",
 	         (unsigned long long)u.requests, (unsigned long long)u.input_tokens, (unsigned long long)u.output_tokens);
+	/* A body over the cap from an agent that sends all of it before it
+	 * reads: every byte is taken, then the 413 comes (not a reset). */
+	{
+		size_t big_n = 8u << 20;
+		char *big = malloc(big_n);
+		int bfd = dial(var(v, "OPENAI_BASE_URL"));
+		struct timeval tv = { 10, 0 };
+
+		TH_REQUIRE(big);
+		memset(big, 'a', big_n);
+		setsockopt(bfd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		n = snprintf(req, sizeof(req),
+		             "POST /openai/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+		             "Content-Length: %zu\r\n\r\n",
+		             tok, big_n);
+		TH_CHECK(rn_write_all(bfd, req, (size_t)n, RN_IO_SOCKET) == 0 && rn_write_all(bfd, big, big_n, RN_IO_SOCKET) == 0, "sent the whole body");
+		read_until(bfd, buf, sizeof(buf), "}}");
+		TH_CHECK(!strncmp(buf, "HTTP/1.1 413", 12) && strstr(buf, "\"request_too_large\""), "%s", buf);
+		close(bfd);
+		free(big);
+	}
 	/* A call the provider never finishes: the stop ends it at once. */
 	n = snprintf(req, sizeof(req),
 	             "POST /openai/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
