@@ -812,7 +812,8 @@ int worker_cgroup_call(const int *fds, int nfds, const worker_stopword_t *stop, 
 	return rc;
 }
 
-/* The highest fd a spawned program's cgroup fds may take (3 + n). */
+/* The sources of worker_cgroup_exec's dup2s are first copied to fds at
+ * or above this, above every target (0, 1, 3 .. 3+n). */
 #define EXEC_FD_BASE 64
 
 int worker_cgroup_exec(const int *fds, int nfds, const worker_stopword_t *stop, int timeout_ms, const char *path,

@@ -14,7 +14,6 @@
  *     is closed, and callers get in again once the streams end.
  */
 #include <errno.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +75,6 @@ static void test_insecure_on_purpose(const th_redis_t *red, const th_kafka_t *k)
 	TH_CHECK(th_stop(pid, 10000) == 0, "stopped");
 }
 
-/* A loopback TCP connection to port, or -1. */
 typedef struct slow {
 	int fd;
 	int64_t opened_ms;
